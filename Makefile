@@ -1,0 +1,33 @@
+# The two commands: `make run` brings Tidal up on embedded defaults; `make test` runs every check and test.
+# Both install what is missing first (platform/install.sh) and start the local services (platform/stack.sh).
+SHELL := /bin/bash
+PY := .venv/bin/python
+# Everything except the database: `make run` keeps DATABASE_URL if you set one, else uses the SQLite demo file.
+SERVICE_ENV = eval "$$(bash platform/stack.sh env | grep -v '^export DATABASE_URL=')"
+
+.PHONY: run test install services stop status
+
+run: services
+	@$(SERVICE_ENV) && $(PY) manage.py up $(ARGS)
+
+test: services
+	@set -e; eval "$$(bash platform/stack.sh env)"; export TIDAL_REQUIRE_POSTGRES=1; \
+	echo "== django checks, migrations, OpenAPI schema, import contract"; \
+	$(PY) manage.py check --fail-level WARNING; \
+	$(PY) manage.py makemigrations --check --dry-run >/dev/null || { echo "models changed without a migration"; exit 1; }; \
+	$(PY) manage.py spectacular --validate --fail-on-warn --file .run/openapi.yml; \
+	.venv/bin/lint-imports --no-cache; \
+	echo "== pytest"; \
+	$(PY) -m pytest $(ARGS)
+
+install:
+	@bash platform/install.sh
+
+services: install
+	@bash platform/stack.sh start
+
+stop:
+	@bash platform/stack.sh stop
+
+status:
+	@bash platform/stack.sh status

@@ -1,0 +1,241 @@
+"""Shared vocabulary of the cluster: plain frozen values, no framework imports.
+
+Times are float epoch seconds everywhere (the live loop passes time.time(),
+replay passes a virtual clock). GPUs are counted in (fractional) GPUs, CPU in
+millicores, memory in MiB. The string values of the enums are the ones stored
+by the Django models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+# Fractional shares are floats: tolerate rounding when summing shares on a GPU.
+GPU_EPS = 1e-6
+CPU_KEY = "cpu"
+MEMORY_KEY = "memory"
+
+
+class NodeState(str, Enum):
+    ONLINE_NORMAL = "online-normal"
+    ONLINE_UNNORMAL = "online-unnormal"
+    OFFLINE_NORMAL = "offline-normal"
+    OFFLINE_UNNORMAL = "offline-unnormal"
+
+    @property
+    def normal(self) -> bool:
+        """Only normal nodes receive new work."""
+        return self in (NodeState.ONLINE_NORMAL, NodeState.OFFLINE_NORMAL)
+
+    @property
+    def offline(self) -> bool:
+        """Offline nodes run training; online nodes run inference."""
+        return self in (NodeState.OFFLINE_NORMAL, NodeState.OFFLINE_UNNORMAL)
+
+
+class Pool(str, Enum):
+    FIXED = "fixed"
+    COLOCATION = "colocation"
+
+
+class JobStatus(str, Enum):
+    PENDING = "pending"
+    ADMITTED = "admitted"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    CANCELLED = "cancelled"
+
+    @property
+    def holds_resources(self) -> bool:
+        return self in (JobStatus.ADMITTED, JobStatus.RUNNING)
+
+
+class QuotaKind(str, Enum):
+    OWN = "own"
+    BORROWED = "borrowed"
+
+
+def check_gpu_request(gpus: float) -> None:
+    """A job asks for a fraction of one GPU or for whole GPUs."""
+    if gpus < 0 or (gpus > 1 and not float(gpus).is_integer()):
+        raise ValueError(f"gpus must be a fraction <= 1 or a whole number, got {gpus}")
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """A resource vector: GPUs by model, CPU millicores, memory MiB."""
+
+    gpus: tuple[tuple[str, float], ...] = ()  # sorted (model, amount), no zeros
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @classmethod
+    def of(cls, gpu_model: str | None, gpus: float, cpu_milli: int, memory_mib: int) -> Resources:
+        by_model = ((gpu_model, float(gpus)),) if gpu_model and gpus > 0 else ()
+        return cls(by_model, cpu_milli, memory_mib)
+
+    def gpu(self, model: str) -> float:
+        return dict(self.gpus).get(model, 0.0)
+
+    def amounts(self) -> dict[str, float]:
+        """Amounts keyed by quota resource key (GPU model, "cpu", "memory"), zeros dropped."""
+        out: dict[str, float] = dict(self.gpus)
+        if self.cpu_milli:
+            out[CPU_KEY] = self.cpu_milli
+        if self.memory_mib:
+            out[MEMORY_KEY] = self.memory_mib
+        return out
+
+    def __add__(self, other: Resources) -> Resources:
+        return self._combine(other, 1)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return self._combine(other, -1)
+
+    def _combine(self, other: Resources, sign: int) -> Resources:
+        merged = dict(self.gpus)
+        for model, amount in other.gpus:
+            merged[model] = merged.get(model, 0.0) + sign * amount
+        gpus = tuple(sorted((m, a) for m, a in merged.items() if abs(a) > GPU_EPS))
+        return Resources(gpus, self.cpu_milli + sign * other.cpu_milli,
+                         self.memory_mib + sign * other.memory_mib)
+
+    def fits(self, capacity: Resources) -> bool:
+        """True when every component of self is within capacity."""
+        cap = dict(capacity.gpus)
+        return (all(a <= cap.get(m, 0.0) + GPU_EPS for m, a in self.gpus)
+                and self.cpu_milli <= capacity.cpu_milli
+                and self.memory_mib <= capacity.memory_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    """A share (0 < share <= 1) of GPU number `index` on a node."""
+
+    index: int
+    share: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    resource_group: str
+    gpu_model: str | None  # None: CPU-only node
+    gpu_count: int
+    cpu_milli: int
+    memory_mib: int
+    pool: Pool
+    state: NodeState
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_used: tuple[float, ...] = ()  # per GPU, each <= 1.0; empty means all free
+    cpu_used: int = 0
+    memory_used: int = 0
+    pods: tuple[str, ...] = ()
+
+    def used_shares(self) -> tuple[float, ...]:
+        return self.gpu_used or (0.0,) * self.gpu_count
+
+    @property
+    def accepts_training(self) -> bool:
+        return self.state is NodeState.OFFLINE_NORMAL
+
+
+@dataclass(frozen=True, slots=True)
+class RunProfile:
+    """Profile of one past run of a task (from the streaming pipeline)."""
+
+    mean_gpu_util: float  # 0..1 over the GPUs it held
+    peak_gpu_mem_util: float  # 0..1
+    mean_cpu_milli: float
+    peak_cpu_milli: float
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Where an admitted/running job sits and what it holds (right-sized)."""
+
+    node: str
+    gpu_model: str | None
+    gpu_shares: tuple[GpuShare, ...]
+    cpu_milli: int
+    memory_mib: int
+    quota_kind: QuotaKind | None  # None: scheduled by a profile without quotas
+
+    @property
+    def gpus(self) -> float:
+        return sum(s.share for s in self.gpu_shares)
+
+    @property
+    def resources(self) -> Resources:
+        return Resources.of(self.gpu_model, self.gpus, self.cpu_milli, self.memory_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    id: int
+    name: str
+    task_key: str
+    department: str
+    framework: str
+    gpu_model: str | None  # preferred model; None: any certified model
+    gpus: float
+    cpu_milli: int
+    memory_mib: int
+    status: JobStatus
+    submitted_at: float
+    started_at: float | None = None
+    allocation: Allocation | None = None  # set while admitted/running
+    expected_duration_s: float | None = None
+    history: tuple[RunProfile, ...] = ()  # past runs, oldest first; empty: no history
+    preferred_pool: Pool | None = None  # hook for the pool policy (fixed/colocation)
+
+    def __post_init__(self) -> None:
+        check_gpu_request(self.gpus)
+        if self.status.holds_resources and self.allocation is None:
+            raise ValueError(f"job {self.id} is {self.status.value} without an allocation")
+
+    @property
+    def node(self) -> str | None:
+        return self.allocation.node if self.allocation else None
+
+    @property
+    def assigned_gpu_model(self) -> str | None:
+        return self.allocation.gpu_model if self.allocation else None
+
+    @property
+    def quota_kind(self) -> QuotaKind | None:
+        return self.allocation.quota_kind if self.allocation else None
+
+    def run_time_s(self, now: float) -> float:
+        return max(0.0, now - self.started_at) if self.started_at is not None else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    department: str
+    resource: str  # GPU model name, "cpu" (millicores) or "memory" (MiB)
+    own: float
+    borrowed: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything a scheduling cycle may look at, frozen at `now`."""
+
+    now: float
+    nodes: tuple[NodeView, ...]
+    jobs: tuple[JobView, ...]  # pending + admitted + running
+    quotas: tuple[QuotaView, ...]
+    certified: Mapping[str, frozenset[str]]  # framework -> GPU models it is certified on
+    gpu_models: tuple[str, ...]
+
+    def compatible_models(self, framework: str, preferred: str | None) -> tuple[str, ...]:
+        """GPU models a framework may run on; an uncertified framework only gets its preferred model."""
+        models = self.certified.get(framework)
+        if models is None:
+            return (preferred,) if preferred else ()
+        return tuple(m for m in (self.gpu_models or sorted(models)) if m in models)

@@ -1,0 +1,52 @@
+"""Shapes of the colocation API."""
+from rest_framework import serializers
+
+from colocation.models import InferenceService, Node, ResourceGroup, ScalingThreshold
+from scheduler.api.serializers import gpu_model_field
+from scheduler.models import Department
+
+
+class ResourceGroupSerializer(serializers.ModelSerializer):
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = ResourceGroup
+        fields = ["id", "name", "hardware_class", "gpu_model", "node_count"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    resource_group = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id", "name", "resource_group", "gpu_model", "gpu_count", "cpu_milli", "memory_mib", "pool", "state",
+            "state_changed_at",
+        ]
+
+
+class ScalingThresholdSerializer(serializers.ModelSerializer):
+    min_rate = serializers.FloatField(min_value=0, max_value=1)
+    expect_rate = serializers.FloatField(min_value=0, max_value=1)
+    max_rate = serializers.FloatField(min_value=0, max_value=1)
+
+    class Meta:
+        model = ScalingThreshold
+        fields = ["metric", "min_rate", "expect_rate", "max_rate"]
+
+
+class InferenceServiceSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
+    gpu_model = gpu_model_field(required=False, allow_null=True)
+    gpus_per_replica = serializers.DecimalField(max_digits=6, decimal_places=3, min_value=0, required=False)
+    thresholds = ScalingThresholdSerializer(many=True, required=False)
+
+    class Meta:
+        model = InferenceService
+        fields = [
+            "id", "name", "department", "gpu_model", "priority", "replicas", "min_replicas", "max_replicas",
+            "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "thresholds",
+            "created_at",
+        ]

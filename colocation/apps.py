@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ColocationConfig(AppConfig):
+    name = "colocation"
+    verbose_name = "Co-location and inference"

@@ -1,0 +1,31 @@
+"""FilterSets shared by the API and the console."""
+import django_filters
+
+from colocation.models import InferenceService, Node, ResourceGroup
+
+
+class ResourceGroupFilterSet(django_filters.FilterSet):
+    gpu_model = django_filters.CharFilter(field_name="gpu_model__name")
+
+    class Meta:
+        model = ResourceGroup
+        fields = ["name", "hardware_class", "gpu_model"]
+
+
+class NodeFilterSet(django_filters.FilterSet):
+    resource_group = django_filters.CharFilter(field_name="resource_group__name")
+    gpu_model = django_filters.CharFilter(field_name="gpu_model__name")
+    state = django_filters.MultipleChoiceFilter(choices=Node._meta.get_field("state").choices)
+    min_gpus = django_filters.NumberFilter(field_name="gpu_count", lookup_expr="gte")
+
+    class Meta:
+        model = Node
+        fields = ["resource_group", "gpu_model", "pool", "state", "min_gpus"]
+
+
+class InferenceServiceFilterSet(django_filters.FilterSet):
+    department = django_filters.CharFilter(field_name="department__name")
+
+    class Meta:
+        model = InferenceService
+        fields = ["department", "autoscaling"]

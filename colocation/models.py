@@ -1,0 +1,141 @@
+"""Resource groups and nodes (online/offline × normal/unnormal), inference services and their scaling thresholds."""
+from django.db import models
+from django.db.models import F, Q
+
+from cluster.types import NodeState as NodeStateValue
+from cluster.types import Pool as PoolValue
+from scheduler.querysets import DepartmentScopedQuerySet
+
+
+class NodeState(models.TextChoices):
+    ONLINE_NORMAL = NodeStateValue.ONLINE_NORMAL.value, "Online, normal"
+    ONLINE_UNNORMAL = NodeStateValue.ONLINE_UNNORMAL.value, "Online, unnormal"
+    OFFLINE_NORMAL = NodeStateValue.OFFLINE_NORMAL.value, "Offline, normal"
+    OFFLINE_UNNORMAL = NodeStateValue.OFFLINE_UNNORMAL.value, "Offline, unnormal"
+
+
+class Pool(models.TextChoices):
+    FIXED = PoolValue.FIXED.value, "Fixed training pool"
+    COLOCATION = PoolValue.COLOCATION.value, "Co-location pool"
+
+
+class ResourceGroup(models.Model):
+    """Nodes of one hardware class (CPU, T4, P40-vGPU, …); lending decisions are taken per group."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    hardware_class = models.CharField(max_length=32)
+    gpu_model = models.ForeignKey(
+        "scheduler.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="resource_groups"
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=128, unique=True)
+    resource_group = models.ForeignKey(ResourceGroup, on_delete=models.PROTECT, related_name="nodes")
+    gpu_model = models.ForeignKey(
+        "scheduler.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="nodes"
+    )
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveIntegerField()
+    pool = models.CharField(max_length=16, choices=Pool.choices, default=Pool.COLOCATION)
+    state = models.CharField(max_length=24, choices=NodeState.choices, default=NodeState.OFFLINE_NORMAL)
+    state_changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(cpu_milli__gt=0) & Q(memory_mib__gt=0), name="node_cpu_memory_positive"),
+            models.CheckConstraint(
+                condition=(Q(gpu_count=0) & Q(gpu_model__isnull=True)) | (Q(gpu_count__gt=0) & Q(gpu_model__isnull=False)),
+                name="node_gpu_model_iff_gpus",
+            ),
+            models.CheckConstraint(condition=Q(state__in=NodeState.values), name="node_state_valid"),
+            models.CheckConstraint(condition=Q(pool__in=Pool.values), name="node_pool_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_online(self) -> bool:
+        return self.state.startswith("online")
+
+    @property
+    def is_normal(self) -> bool:
+        return self.state.endswith("-normal")
+
+
+class InferenceServiceQuerySet(DepartmentScopedQuerySet):
+    pass
+
+
+class InferenceService(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    department = models.ForeignKey("scheduler.Department", on_delete=models.PROTECT, related_name="services")
+    gpu_model = models.ForeignKey(
+        "scheduler.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="services"
+    )
+    priority = models.IntegerField(default=0, help_text="Higher wins when the cluster cannot serve every service.")
+    replicas = models.PositiveIntegerField(default=2)
+    min_replicas = models.PositiveIntegerField(default=2)
+    max_replicas = models.PositiveIntegerField(default=10)
+    gpus_per_replica = models.DecimalField(max_digits=6, decimal_places=3, default=1)
+    cpu_milli_per_replica = models.PositiveIntegerField(default=4000)
+    memory_mib_per_replica = models.PositiveIntegerField(default=16384)
+    autoscaling = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = InferenceServiceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(min_replicas__lte=F("max_replicas")), name="service_min_le_max"),
+            models.CheckConstraint(
+                condition=Q(replicas__gte=F("min_replicas")) & Q(replicas__lte=F("max_replicas")),
+                name="service_replicas_within_bounds",
+            ),
+            models.CheckConstraint(condition=Q(gpus_per_replica__gte=0), name="service_gpus_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ScalingThreshold(models.Model):
+    """maxRate / minRate / expectRate of one utilization metric of a service (SPEC §3)."""
+
+    class Metric(models.TextChoices):
+        GPU = "gpu", "GPU utilization"
+        CPU = "cpu", "CPU utilization"
+        MEMORY = "memory", "Memory utilization"
+        GPU_MEMORY = "gpu_memory", "GPU-memory utilization"
+
+    service = models.ForeignKey(InferenceService, on_delete=models.CASCADE, related_name="thresholds")
+    metric = models.CharField(max_length=16, choices=Metric.choices)
+    min_rate = models.FloatField()
+    expect_rate = models.FloatField()
+    max_rate = models.FloatField()
+
+    class Meta:
+        ordering = ["service", "metric"]
+        constraints = [
+            models.UniqueConstraint(fields=["service", "metric"], name="threshold_unique_metric"),
+            models.CheckConstraint(
+                condition=Q(min_rate__gte=0)
+                & Q(min_rate__lte=F("expect_rate"))
+                & Q(expect_rate__lte=F("max_rate"))
+                & Q(max_rate__lte=1),
+                name="threshold_ordered_within_0_1",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.service} {self.metric}: {self.min_rate}/{self.expect_rate}/{self.max_rate}"

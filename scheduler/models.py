@@ -1,0 +1,293 @@
+"""Departments, their quotas, the GPU catalogue, training jobs with their runs, and the decision log.
+
+Units everywhere: GPUs as (fractional) GPU counts, CPU in millicores, memory in MiB.
+Invariants live in database constraints so that no code path can break them.
+"""
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Floor
+
+from cluster.types import JobStatus as JobStatusValue
+from cluster.types import QuotaKind as QuotaKindValue
+from scheduler.querysets import DepartmentScopedQuerySet
+
+CPU = "cpu"
+MEMORY = "memory"
+RESERVED_RESOURCE_NAMES = (CPU, MEMORY)
+
+
+class JobStatus(models.TextChoices):
+    PENDING = JobStatusValue.PENDING.value, "Pending"
+    ADMITTED = JobStatusValue.ADMITTED.value, "Admitted"
+    RUNNING = JobStatusValue.RUNNING.value, "Running"
+    SUCCEEDED = JobStatusValue.SUCCEEDED.value, "Succeeded"
+    FAILED = JobStatusValue.FAILED.value, "Failed"
+    PREEMPTED = JobStatusValue.PREEMPTED.value, "Preempted"
+    CANCELLED = JobStatusValue.CANCELLED.value, "Cancelled"
+
+
+FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+HOLDING_STATUSES = (JobStatus.ADMITTED, JobStatus.RUNNING)  # statuses that hold quota
+
+
+class QuotaKind(models.TextChoices):
+    OWN = QuotaKindValue.OWN.value, "Own"
+    BORROWED = QuotaKindValue.BORROWED.value, "Borrowed"
+
+
+class DepartmentQuerySet(models.QuerySet):
+    def restrict(self, user) -> "DepartmentQuerySet":
+        """Operators see every department, other users the ones they belong to."""
+        if not user.is_authenticated:
+            return self.none()
+        return self if user.is_staff else self.filter(memberships__user=user).distinct()
+
+
+class Department(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DepartmentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MembershipQuerySet(DepartmentScopedQuerySet):
+    pass
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        MEMBER = "member", "Member"
+        ADMIN = "admin", "Department admin"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+
+    objects = MembershipQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["department__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "department"], name="membership_unique_user_department"),
+            models.CheckConstraint(condition=Q(role__in=["member", "admin"]), name="membership_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.department} ({self.role})"
+
+
+class GPUModel(models.Model):
+    name = models.CharField(max_length=32, unique=True)
+    memory_gib = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "GPU model"
+        constraints = [
+            models.CheckConstraint(condition=Q(memory_gib__gt=0), name="gpumodel_memory_positive"),
+            models.CheckConstraint(condition=~Q(name__in=RESERVED_RESOURCE_NAMES), name="gpumodel_name_not_reserved"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Framework(models.Model):
+    """A framework version and the GPU models it is certified on."""
+
+    name = models.CharField(max_length=32)
+    version = models.CharField(max_length=32)
+    certified_on = models.ManyToManyField(GPUModel, related_name="frameworks", blank=True)
+
+    class Meta:
+        ordering = ["name", "version"]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version"], name="framework_unique_name_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+class QuotaQuerySet(DepartmentScopedQuerySet):
+    pass
+
+
+class Quota(models.Model):
+    """A department's own and borrowed amount of one resource: GPUs of one model, CPU or memory."""
+
+    class Resource(models.TextChoices):
+        GPU = "gpu", "GPUs of one model"
+        CPU = CPU, "CPU millicores"
+        MEMORY = MEMORY, "Memory MiB"
+
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quotas")
+    resource_kind = models.CharField(max_length=8, choices=Resource.choices)
+    gpu_model = models.ForeignKey(GPUModel, on_delete=models.PROTECT, null=True, blank=True, related_name="quotas")
+    own = models.DecimalField(max_digits=14, decimal_places=3)
+    borrowed = models.DecimalField(max_digits=14, decimal_places=3, default=0)
+
+    objects = QuotaQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["department__name", "resource_kind", "gpu_model__name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(own__gte=0) & Q(borrowed__gte=0), name="quota_non_negative"),
+            models.CheckConstraint(
+                condition=(Q(resource_kind="gpu") & Q(gpu_model__isnull=False))
+                | (Q(resource_kind__in=RESERVED_RESOURCE_NAMES) & Q(gpu_model__isnull=True)),
+                name="quota_gpu_model_iff_gpu",
+            ),
+            models.UniqueConstraint(
+                fields=["department", "gpu_model"], condition=Q(resource_kind="gpu"), name="quota_unique_gpu"
+            ),
+            models.UniqueConstraint(
+                fields=["department", "resource_kind"],
+                condition=~Q(resource_kind="gpu"),
+                name="quota_unique_cpu_memory",
+            ),
+        ]
+
+    @property
+    def resource(self) -> str:
+        """The resource key the policies use: a GPU model name, "cpu" or "memory"."""
+        return self.gpu_model.name if self.gpu_model_id else self.resource_kind
+
+    def __str__(self) -> str:
+        return f"{self.department} {self.resource}: own {self.own}, borrowed {self.borrowed}"
+
+
+class TrainingJobQuerySet(DepartmentScopedQuerySet):
+    def holding_quota(self) -> "TrainingJobQuerySet":
+        return self.filter(status__in=HOLDING_STATUSES)
+
+
+class TrainingJob(models.Model):
+    name = models.CharField(max_length=128)
+    task_key = models.CharField(max_length=128, db_index=True, help_text="Groups the runs of the same job.")
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="jobs")
+    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    image = models.CharField(max_length=256)
+    command = models.TextField()
+    framework = models.ForeignKey(Framework, on_delete=models.PROTECT, related_name="jobs")
+    gpu_model = models.ForeignKey(
+        GPUModel, on_delete=models.PROTECT, null=True, blank=True, related_name="preferred_by_jobs",
+        help_text="Preferred GPU model; empty for CPU-only jobs.",
+    )
+    gpus = models.DecimalField(max_digits=6, decimal_places=3, default=0)
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveIntegerField()
+    expected_duration_s = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING, db_index=True)
+    quota_kind = models.CharField(max_length=8, choices=QuotaKind.choices, blank=True)
+    node = models.ForeignKey(
+        "colocation.Node", on_delete=models.SET_NULL, null=True, blank=True, related_name="training_jobs"
+    )
+    assigned_gpu_model = models.ForeignKey(
+        GPUModel, on_delete=models.PROTECT, null=True, blank=True, related_name="assigned_jobs"
+    )
+    submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TrainingJobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=0), name="job_gpus_non_negative"),
+            models.CheckConstraint(condition=Q(gpus__lte=1) | Q(gpus=Floor(F("gpus"))), name="job_gpus_whole_above_one"),
+            models.CheckConstraint(condition=Q(cpu_milli__gt=0) & Q(memory_mib__gt=0), name="job_cpu_memory_positive"),
+            models.CheckConstraint(condition=Q(gpus=0) | Q(gpu_model__isnull=False), name="job_gpu_needs_model"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+class JobRun(models.Model):
+    """One attempt of a job on a node; a preempted job gets a new run when it is placed again."""
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        PREEMPTED = "preempted", "Preempted"
+        KILLED = "killed", "Killed by a take-back"
+        CANCELLED = "cancelled", "Cancelled"
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="runs")
+    attempt = models.PositiveIntegerField()
+    node = models.ForeignKey("colocation.Node", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    gpu_model = models.ForeignKey(GPUModel, on_delete=models.PROTECT, null=True, blank=True, related_name="runs")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.RUNNING)
+
+    class Meta:
+        ordering = ["job", "attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="jobrun_unique_attempt"),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=F("started_at")), name="jobrun_ends_after_start"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job} run {self.attempt}: {self.outcome}"
+
+
+class DecisionQuerySet(DepartmentScopedQuerySet):
+    def restrict(self, user) -> "DecisionQuerySet":
+        """Cluster-wide decisions (no department) are visible to every signed-in user."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self
+        return self.filter(Q(department__isnull=True) | Q(department__memberships__user=user)).distinct()
+
+
+class Decision(models.Model):
+    """Every admission, placement, preemption, lending or scaling decision, with why."""
+
+    class Kind(models.TextChoices):
+        ADMISSION = "admission", "Admission"
+        PLACEMENT = "placement", "Placement"
+        PREEMPTION = "preemption", "Preemption"
+        PENDING = "pending", "Still pending"
+        CANCELLATION = "cancellation", "Cancellation"
+        QUOTA = "quota", "Quota change"
+        LENDING = "lending", "Lending"
+        SCALING = "scaling", "Scaling"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, db_index=True)
+    subject = models.CharField(max_length=160, db_index=True, help_text='What it is about, e.g. "job:42", "node:n1".')
+    department = models.ForeignKey(
+        Department, on_delete=models.SET_NULL, null=True, blank=True, related_name="decisions"
+    )
+    reason = models.CharField(max_length=64, help_text="Machine-readable reason code.")
+    message = models.TextField(help_text="The reason as a sentence for the people it affects.")
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = DecisionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["subject", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.subject}: {self.message}"

@@ -1,0 +1,256 @@
+"""One scheduling cycle: snapshot -> queue -> (model, quota, node) per job -> preempt -> decisions.
+
+Jobs are taken in queue order (score, then submit time; or submit time for FCFS). For each,
+the preferred GPU model is tried first, then, with model fallback, the other certified
+models by most idle capacity. On each model the quota comes first (own, else borrowed) and
+then a node with free room. Only when no model has room does an own-quota job preempt, on
+the first model where victims on one node free its whole need. Every admission and
+preemption updates the cycle's node tables and quota ledger, so later jobs see it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cluster.types import JobStatus, JobView, QuotaKind, Resources, Snapshot
+from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, StillPending
+from scheduler.policy.framework import PodRequest
+from scheduler.policy.nodes import NodeTable
+from scheduler.policy.placement import Placement, place
+from scheduler.policy.preemption import Candidate, VictimIndex, Victims
+from scheduler.policy.priority import ScoreBreakdown, score
+from scheduler.policy.profile import Profile, QueueOrder
+from scheduler.policy.quota import QuotaLedger
+from scheduler.policy.rightsizing import Request, requested, rightsize
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    job: JobView
+    request: Request  # right-sized
+    score: ScoreBreakdown  # with the quota kind the job would get at the start of the cycle
+    models: tuple[str | None, ...]  # certified models, preferred first; (None,) for CPU-only
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """A model whose quota had room but whose nodes did not."""
+
+    model: str | None
+    kind: QuotaKind | None
+    request: PodRequest
+
+
+def schedule(snapshot: Snapshot, profile: Profile) -> CycleResult:
+    """Decide admissions, preemptions and reasons for waiting; pure, the snapshot is not changed."""
+    return _Cycle(snapshot, profile).run()
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, profile: Profile) -> None:
+        self.snap = snapshot
+        self.profile = profile
+        self.now = snapshot.now
+        by_model: dict[str | None, list] = defaultdict(list)
+        for node in snapshot.nodes:
+            by_model[node.gpu_model].append(node)
+        self.tables = {model: NodeTable(model, nodes) for model, nodes in by_model.items()}
+        holders = [j for j in snapshot.jobs if j.status.holds_resources and j.allocation is not None]
+        self.ledger = QuotaLedger(snapshot.quotas, holders)
+        self.victims = self._victim_indexes(holders)
+        self.preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)
+        self.decisions: list[Decision] = []
+
+    def _victim_indexes(self, holders: list[JobView]) -> dict[str | None, VictimIndex]:
+        by_model: dict[str | None, list[Candidate]] = defaultdict(list)
+        for job in holders:
+            alloc = job.allocation
+            table = self.tables.get(alloc.gpu_model)
+            if table is None or alloc.node not in table.row:
+                continue  # on a node outside the snapshot: nothing to reclaim there
+            by_model[alloc.gpu_model].append(Candidate(
+                job, alloc, table.row[alloc.node], score(job, alloc.quota_kind, self.now, self.profile).total,
+                job.run_time_s(self.now), alloc.quota_kind is QuotaKind.BORROWED))
+        return {model: VictimIndex(table, by_model[model]) for model, table in self.tables.items()}
+
+    # -- queue ------------------------------------------------------------------------
+    def run(self) -> CycleResult:
+        head: JobView | None = None
+        for position, q in enumerate(self.queue()):
+            if head is not None:
+                self._pending(q, position, Reason.BLOCKED, f"waiting behind job {head.name} (strict FCFS)")
+            elif not self._try(q, position) and self.profile.head_of_line_blocking:
+                head = q.job
+        return CycleResult(self.now, tuple(self.decisions))
+
+    def queue(self) -> list[Queued]:
+        items = [self._queued(j) for j in self.snap.jobs if j.status is JobStatus.PENDING]
+        if self.profile.order is QueueOrder.FIFO:
+            items.sort(key=lambda q: (q.job.submitted_at, q.job.id))
+        else:
+            items.sort(key=lambda q: (-q.score.total, q.job.submitted_at, q.job.id))
+        return items
+
+    def _queued(self, job: JobView) -> Queued:
+        request = rightsize(job, self.profile)
+        models = self._models(job)
+        kind = None
+        if self.profile.quotas:
+            first = models[0] if models else job.gpu_model
+            demand = Resources.of(first, request.gpus, request.cpu_request_milli, request.memory_mib)
+            own = self.ledger.choose(job.department, demand, borrowing=False).kind is QuotaKind.OWN
+            kind = QuotaKind.OWN if own else QuotaKind.BORROWED
+        return Queued(job, request, score(job, kind, self.now, self.profile), models)
+
+    def _models(self, job: JobView) -> tuple[str | None, ...]:
+        if job.gpus == 0:
+            return (None,)
+        compatible = self.snap.compatible_models(job.framework, job.gpu_model)
+        if job.gpu_model in compatible:
+            rest = tuple(m for m in compatible if m != job.gpu_model) if self.profile.model_fallback else ()
+            return (job.gpu_model, *rest)
+        return compatible if self.profile.model_fallback or job.gpu_model is None else ()
+
+    def _model_order(self, q: Queued) -> Iterator[str | None]:
+        """Preferred model first; the others by most idle capacity at the time they are needed."""
+        models = [m for m in q.models if m in self.tables]
+        if models and models[0] == q.job.gpu_model:
+            yield models.pop(0)
+        yield from sorted(models, key=lambda m: (-self.tables[m].idle_gpus(), m or ""))
+
+    # -- one job ----------------------------------------------------------------------
+    def _try(self, q: Queued, position: int) -> bool:
+        job, req = q.job, q.request
+        notes: list[str] = []
+        attempts: list[_Attempt] = []
+        for model in self._model_order(q):
+            pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, job.preferred_pool)
+            kind, refusal = self._quota_kind(job, pod)
+            if refusal:
+                notes.append(refusal)
+                if kind is None:
+                    continue
+            placement = place(pod, self.tables[model], self.profile)
+            if placement is not None:
+                self._admit(q, pod, kind, placement, ())
+                return True
+            attempts.append(_Attempt(model, kind, pod))
+            notes.append(self._no_room(pod, kind))
+        if self.profile.preemption and self._preempt_for(q, attempts):
+            return True
+        self._pending(q, position, *self._why(q, attempts, notes))
+        return False
+
+    def _quota_kind(self, job: JobView, pod: PodRequest) -> tuple[QuotaKind | None, str]:
+        if not self.profile.quotas:
+            return None, ""
+        demand = Resources.of(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
+        check = self.ledger.choose(job.department, demand, self.profile.borrowing)
+        return check.kind, check.message
+
+    def _no_room(self, pod: PodRequest, kind: QuotaKind | None) -> str:
+        table = self.tables[pod.gpu_model]
+        whole, share, cpu, mem = table.bounds()
+        where = f"{pod.gpu_model} node" if pod.gpu_model else "CPU node"
+        borrowed = " (borrowed quota runs on idle capacity only)" if kind is QuotaKind.BORROWED else ""
+        return (f"no idle {where} fits {pod}{borrowed}; most free on one node: "
+                f"{whole:g} whole GPUs, {share:.2f} of a GPU, {cpu}m CPU, {mem} MiB")
+
+    def _why(self, q: Queued, attempts: list[_Attempt], notes: list[str]) -> tuple[Reason, str]:
+        if not q.models:
+            return Reason.NO_COMPATIBLE_MODEL, (f"framework {q.job.framework} is not certified on "
+                                                f"{q.job.gpu_model or 'any GPU model'}")
+        if not attempts and notes:
+            return Reason.QUOTA_EXHAUSTED, "; ".join(notes)
+        if any(a.kind is not QuotaKind.BORROWED for a in attempts) or not attempts:
+            return Reason.NO_CAPACITY, "; ".join(notes) or "no node of a compatible GPU model exists"
+        return Reason.NO_IDLE_CAPACITY, "; ".join(notes)
+
+    # -- preemption -------------------------------------------------------------------
+    def _preempt_for(self, q: Queued, attempts: list[_Attempt]) -> bool:
+        """Own-quota (or quota-less) work may preempt; borrowed work only ever uses idle capacity."""
+        for a in attempts:
+            if a.kind is QuotaKind.BORROWED:
+                continue
+            total = score(q.job, a.kind, self.now, self.profile).total
+            own = a.kind is QuotaKind.OWN
+            memo = (*a.request.dims(), a.request.pool, total, own)
+            if any(_dominates(failed, memo) for failed in self.preempt_failed[a.model]):
+                continue
+            table = self.tables[a.model]
+            victims = self.victims[a.model].find(a.request, total, own, self.profile)
+            if victims is None:
+                self.preempt_failed[a.model].append(memo)
+                continue
+            self._evict(q, a, table, victims)
+            placement = Placement(victims.row, table.names[victims.row],
+                                  table.choose_gpus(victims.row, a.request.gpus))
+            self._admit(q, a.request, a.kind, placement, tuple(c.job.id for c in victims.jobs))
+            return True
+        return False
+
+    def _evict(self, q: Queued, a: _Attempt, table: NodeTable, victims: Victims) -> None:
+        self.victims[a.model].remove(victims)
+        for c in victims.jobs:
+            alloc = c.allocation
+            table.release(victims.row, alloc.gpu_shares, alloc.cpu_milli, alloc.memory_mib)
+            if alloc.quota_kind is not None:
+                self.ledger.release(c.job.department, alloc.quota_kind, alloc.resources)
+            reclaim = c.borrowed and a.kind is QuotaKind.OWN
+            why = (f"to give {q.job.department} back its own {a.model or 'CPU'} quota" if reclaim
+                   else f"for higher score {score(q.job, a.kind, self.now, self.profile).total} > {c.score}")
+            self.decisions.append(Preempt(
+                c.job.id, c.job.name, alloc.node, q.job.id, c.run_time_s, True,
+                Reason.PREEMPTED_RECLAIM if reclaim else Reason.PREEMPTED_PRIORITY,
+                f"preempted on {alloc.node} after {c.run_time_s:.0f}s {why} (job {q.job.name}); "
+                f"requeued with its original submit time and history"))
+        self.preempt_failed[a.model].clear()
+
+    # -- outcomes ---------------------------------------------------------------------
+    def _admit(self, q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Placement,
+               preempting: tuple[int, ...]) -> None:
+        job = q.job
+        table = self.tables[pod.gpu_model]
+        table.allocate(placement.row, placement.gpu_shares, pod.cpu_milli, pod.memory_mib)
+        demand = Resources.of(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
+        if kind is not None:
+            self.ledger.charge(job.department, kind, demand)
+        breakdown = score(job, kind, self.now, self.profile)
+        reason = {QuotaKind.OWN: Reason.ADMITTED_OWN, QuotaKind.BORROWED: Reason.ADMITTED_BORROWED,
+                  None: Reason.ADMITTED}[kind]
+        self.decisions.append(Admit(
+            job.id, job.name, placement.node, pod.gpu_model, placement.gpu_shares, kind,
+            requested(job), q.request, breakdown, preempting, reason,
+            self._admit_message(q, pod, kind, placement, breakdown, preempting)))
+
+    def _admit_message(self, q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Placement,
+                       breakdown: ScoreBreakdown, preempting: tuple[int, ...]) -> str:
+        job = q.job
+        gpus = ",".join(f"{s.index}" if s.share == 1 else f"{s.index}:{s.share:g}" for s in placement.gpu_shares)
+        parts = [f"admitted on {placement.node}" + (f" (GPUs {gpus})" if gpus else "")]
+        parts.append(f"{kind.value} quota of {job.department}" if kind else "no quotas")
+        if job.gpus and pod.gpu_model != job.gpu_model:
+            parts.append(f"{pod.gpu_model} instead of {job.gpu_model}: no room there, most idle certified model"
+                         if job.gpu_model else f"{pod.gpu_model}: most idle certified model")
+        parts.append(f"score {breakdown}")
+        if q.request != requested(job):
+            parts.append(f"right-sized from {requested(job)} to {q.request}")
+        if preempting:
+            parts.append(f"after preempting {len(preempting)} job(s)")
+        return "; ".join(parts)
+
+    def _pending(self, q: Queued, position: int, reason: Reason, message: str) -> None:
+        self.decisions.append(StillPending(q.job.id, q.job.name, position, q.score, reason,
+                                           f"pending: {message}"))
+
+
+def _dominates(failed: tuple, attempt: tuple) -> bool:
+    """An attempt no easier than one that already failed: not smaller, same pool, no higher score,
+    no more reclaim rights (victim sets only shrink as the cycle goes on)."""
+    g, c, m, pool, total, own = failed
+    g2, c2, m2, pool2, total2, own2 = attempt
+    return (g2 >= g and c2 >= c and m2 >= m and (pool is None or pool == pool2)
+            and total2 <= total and (own or not own2))
+

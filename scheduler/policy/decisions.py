@@ -1,0 +1,82 @@
+"""What a scheduling cycle decides. Each decision carries a reason code and a sentence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cluster.types import GpuShare, QuotaKind
+from scheduler.policy.priority import ScoreBreakdown
+from scheduler.policy.rightsizing import Request
+
+
+class Reason(str, Enum):
+    ADMITTED_OWN = "admitted-own-quota"
+    ADMITTED_BORROWED = "admitted-borrowed-quota"
+    ADMITTED = "admitted"  # profile without quotas
+    PREEMPTED_RECLAIM = "preempted-reclaim"  # own-quota work takes back borrowed capacity
+    PREEMPTED_PRIORITY = "preempted-priority"  # a higher score needed the room
+    QUOTA_EXHAUSTED = "quota-exhausted"
+    NO_IDLE_CAPACITY = "no-idle-capacity"  # borrowed quota has room, the cluster has no idle fit
+    NO_CAPACITY = "no-capacity"  # quota has room, no node fits even with preemption
+    NO_COMPATIBLE_MODEL = "no-compatible-model"
+    BLOCKED = "blocked-by-queue-head"  # strict FCFS
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    job_id: int
+    job_name: str
+    node: str
+    gpu_model: str | None  # the model actually used (and charged)
+    gpu_shares: tuple[GpuShare, ...]
+    quota_kind: QuotaKind | None
+    requested: Request
+    rightsized: Request  # what is bound and charged
+    score: ScoreBreakdown
+    preempting: tuple[int, ...]  # victims to evict before binding (their Preempt decisions come first)
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: int  # the victim
+    job_name: str
+    node: str
+    for_job_id: int
+    run_time_s: float
+    requeue: bool  # always True: back to pending with its submit time and history
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class StillPending:
+    job_id: int
+    job_name: str
+    position: int  # 0-based place in this cycle's queue order
+    score: ScoreBreakdown
+    reason: Reason
+    message: str
+
+
+Decision = Admit | Preempt | StillPending
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    now: float
+    decisions: tuple[Decision, ...]  # in order of application
+
+    @property
+    def admitted(self) -> tuple[Admit, ...]:
+        return tuple(d for d in self.decisions if isinstance(d, Admit))
+
+    @property
+    def preempted(self) -> tuple[Preempt, ...]:
+        return tuple(d for d in self.decisions if isinstance(d, Preempt))
+
+    @property
+    def pending(self) -> tuple[StillPending, ...]:
+        return tuple(d for d in self.decisions if isinstance(d, StillPending))

@@ -1,0 +1,108 @@
+"""NodeTable: the free capacity of all nodes of one GPU model as NumPy arrays.
+
+Built once per cycle from the snapshot and updated in place as the cycle admits and
+preempts, so every placement decision sees the effect of the previous ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from cluster.types import GPU_EPS, GpuShare, NodeView, Pool
+
+_ABSENT = 2.0  # "used" value of padding GPUs: never free, never fits
+
+
+class NodeTable:
+    def __init__(self, gpu_model: str | None, nodes: Sequence[NodeView]) -> None:
+        nodes = sorted(nodes, key=lambda n: n.name)
+        self.gpu_model = gpu_model
+        self.names = [n.name for n in nodes]
+        self.row = {name: i for i, name in enumerate(self.names)}
+        width = max((n.gpu_count for n in nodes), default=0)
+        self.gpu_used = np.full((len(nodes), width), _ABSENT)
+        for i, n in enumerate(nodes):
+            self.gpu_used[i, :n.gpu_count] = n.used_shares()
+        self.gpu_count = np.array([n.gpu_count for n in nodes], dtype=np.int64)
+        self.cpu_cap = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
+        self.cpu_free = self.cpu_cap - np.array([n.cpu_used for n in nodes], dtype=np.int64)
+        self.mem_free = np.array([n.memory_mib - n.memory_used for n in nodes], dtype=np.int64)
+        self.schedulable = np.array([n.accepts_training for n in nodes], dtype=bool)
+        self.fixed_pool = np.array([n.pool is Pool.FIXED for n in nodes], dtype=bool)
+        self.used_sum = np.where(self.gpu_used <= 1.0, self.gpu_used, 0.0).sum(axis=1)
+        self.whole_free = (self.gpu_used <= GPU_EPS).sum(axis=1)
+        self.max_share_free = 1.0 - self.gpu_used.min(axis=1, initial=_ABSENT)
+        self.failed: list[tuple[float, int, int, Pool | None]] = []  # requests known not to fit now
+        self._bounds: tuple[float, float, int, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    # -- capacity changes -----------------------------------------------------------
+    def allocate(self, row: int, shares: Sequence[GpuShare], cpu_milli: int, memory_mib: int) -> None:
+        self._change(row, shares, cpu_milli, memory_mib, 1)
+
+    def release(self, row: int, shares: Sequence[GpuShare], cpu_milli: int, memory_mib: int) -> None:
+        self._change(row, shares, cpu_milli, memory_mib, -1)
+        self.failed.clear()  # freed capacity may now fit what failed before
+
+    def _change(self, row: int, shares: Sequence[GpuShare], cpu: int, mem: int, sign: int) -> None:
+        used = self.gpu_used[row]
+        for s in shares:
+            used[s.index] = min(1.0, max(0.0, used[s.index] + sign * s.share))
+        self.used_sum[row] = used[used <= 1.0].sum()
+        self.whole_free[row] = int((used <= GPU_EPS).sum())
+        self.max_share_free[row] = 1.0 - used.min(initial=_ABSENT)
+        self.cpu_free[row] -= sign * cpu
+        self.mem_free[row] -= sign * mem
+        self._bounds = None
+
+    # -- summaries ------------------------------------------------------------------
+    def idle_gpus(self) -> float:
+        """GPU capacity nobody uses on nodes that accept training."""
+        mask = self.schedulable
+        return float((self.gpu_count[mask] - self.used_sum[mask]).sum())
+
+    def bounds(self) -> tuple[float, float, int, int]:
+        """Most whole GPUs, largest GPU share, most CPU, most memory free on any one node."""
+        if self._bounds is None:
+            m = self.schedulable
+            if not m.any():
+                self._bounds = (0.0, 0.0, 0, 0)
+            else:
+                self._bounds = (float(self.whole_free[m].max()), float(self.max_share_free[m].max()),
+                                int(self.cpu_free[m].max()), int(self.mem_free[m].max()))
+        return self._bounds
+
+    def may_fit(self, gpus: float, cpu_milli: int, memory_mib: int) -> bool:
+        """Cheap necessary condition checked before any per-node work."""
+        whole, share, cpu, mem = self.bounds()
+        gpu_ok = gpus == 0 or (share + GPU_EPS >= gpus if gpus < 1 else whole >= gpus)
+        return gpu_ok and cpu >= cpu_milli and mem >= memory_mib
+
+    def fits_mask(self, gpus: float, cpu_milli: int, memory_mib: int) -> np.ndarray:
+        """Offline-normal nodes with room for the request."""
+        mask = self.schedulable & (self.cpu_free >= cpu_milli) & (self.mem_free >= memory_mib)
+        if gpus >= 1:
+            mask &= self.whole_free >= gpus
+        elif gpus > 0:
+            mask &= self.max_share_free + GPU_EPS >= gpus
+        return mask
+
+    def known_failure(self, gpus: float, cpu_milli: int, memory_mib: int, pool: Pool | None) -> bool:
+        """A request at least as large as one that already failed (capacity only shrank since)."""
+        return any(gpus >= g and cpu_milli >= c and memory_mib >= m and (p is None or p == pool)
+                   for g, c, m, p in self.failed)
+
+    def choose_gpus(self, row: int, gpus: float) -> tuple[GpuShare, ...]:
+        """Whole GPUs: the lowest free indices. A fraction: best fit, the fullest GPU it still fits on."""
+        used = self.gpu_used[row]
+        if gpus >= 1:
+            free = np.flatnonzero(used <= GPU_EPS)[: int(gpus)]
+            return tuple(GpuShare(int(i), 1.0) for i in free)
+        if gpus > 0:
+            fitting = np.where(used + gpus <= 1.0 + GPU_EPS, used, -1.0)
+            return (GpuShare(int(np.argmax(fitting)), float(gpus)),)
+        return ()

@@ -1,0 +1,63 @@
+"""Priority score: base (own/borrowed quota) + utilization term + aging."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cluster.types import JobView, QuotaKind
+from scheduler.policy.profile import Profile
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreBreakdown:
+    base: int
+    utilization: int
+    aging: int
+
+    @property
+    def total(self) -> int:
+        return self.base + self.utilization + self.aging
+
+    def __str__(self) -> str:
+        return f"{self.total} (base {self.base}, utilization {self.utilization:+d}, aging +{self.aging})"
+
+
+def aging_points(waited_s: float, profile: Profile) -> int:
+    """After `aging_after_s`, the n-th further step adds min(n, cap): 1, 2, 3, 4, 5, 5, ..."""
+    if not profile.aging or waited_s <= profile.aging_after_s:
+        return 0
+    n = int((waited_s - profile.aging_after_s) // profile.aging_step_s)
+    cap = profile.aging_cap
+    if n <= cap:
+        return n * (n + 1) // 2
+    return cap * (cap + 1) // 2 + cap * (n - cap)
+
+
+def mean_utilization(job: JobView, runs: int) -> float | None:
+    """Mean utilization over the last runs: GPU util for GPU jobs, CPU used/requested otherwise."""
+    recent = job.history[-runs:]
+    if not recent:
+        return None
+    if job.gpus > 0:
+        return sum(r.mean_gpu_util for r in recent) / len(recent)
+    return sum(r.mean_cpu_milli for r in recent) / len(recent) / max(job.cpu_milli, 1)
+
+
+def utilization_points(job: JobView, profile: Profile) -> int:
+    if not profile.utilization_term:
+        return 0
+    util = mean_utilization(job, profile.rightsizing_runs)
+    if util is None:
+        return 0
+    return profile.utilization_points if util >= profile.utilization_target else -profile.utilization_points
+
+
+def waited_s(job: JobView, now: float) -> float:
+    """Queue wait: until now while pending, frozen at start once running."""
+    return (job.started_at if job.started_at is not None else now) - job.submitted_at
+
+
+def score(job: JobView, kind: QuotaKind | None, now: float, profile: Profile) -> ScoreBreakdown:
+    """kind None (profile without quotas) scores like own quota."""
+    base = profile.borrowed_base if kind is QuotaKind.BORROWED else profile.own_base
+    return ScoreBreakdown(base, utilization_points(job, profile), aging_points(waited_s(job, now), profile))

@@ -1,0 +1,74 @@
+"""Policy profiles: which plugins run, with which weights and thresholds.
+
+One Profile object is loaded by the live loop, the embedded demo and trace replay, so
+baselines are configurations of the same code, never separate code paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+
+class QueueOrder(str, Enum):
+    SCORE = "score"  # priority score, then submit time
+    FIFO = "fifo"  # submit time only
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    order: QueueOrder = QueueOrder.SCORE
+    head_of_line_blocking: bool = False  # strict FCFS: nothing passes a job that cannot start
+    # quotas
+    quotas: bool = True
+    borrowing: bool = True
+    preemption: bool = True  # own-quota reclaim and higher-score-preempts-lower
+    min_runtime_s: float = 300.0  # younger jobs are protected, except from own-quota reclaim
+    # priority score
+    own_base: int = 1_000_000
+    borrowed_base: int = 1_000
+    utilization_term: bool = True
+    utilization_points: int = 20
+    utilization_target: float = 0.5
+    aging: bool = True
+    aging_after_s: float = 600.0
+    aging_step_s: float = 600.0
+    aging_cap: int = 5
+    # right-sizing
+    rightsizing: bool = True
+    rightsizing_runs: int = 3
+    gpu_util_target: float = 0.9
+    cpu_util_target: float = 0.5
+    cpu_floor_milli: int = 100
+    # placement: extra filters and weighted scorers by registry name (see placement.py);
+    # fitting on an offline-normal node is always required; no scorer means first fit by node name
+    model_fallback: bool = True  # other certified model with most idle capacity
+    filters: tuple[str, ...] = ("pool",)
+    scorers: tuple[tuple[str, float], ...] = (("gpu-share-best-fit", 2.0), ("most-allocated", 1.0))
+
+    def with_(self, **overrides: object) -> Profile:
+        return replace(self, **overrides)
+
+
+TIDAL = Profile(name="tidal")
+
+FIFO = Profile(
+    name="fifo", order=QueueOrder.FIFO, head_of_line_blocking=True, quotas=False, borrowing=False,
+    preemption=False, utilization_term=False, aging=False, rightsizing=False, model_fallback=False,
+    scorers=(),
+)
+
+QUOTA_BORROWING = Profile(
+    name="quota-borrowing", utilization_term=False, aging=False, rightsizing=False, model_fallback=False,
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (TIDAL, FIFO, QUOTA_BORROWING)}
+
+
+def get_profile(name: str, **overrides: object) -> Profile:
+    """A named profile, optionally with some fields overridden (e.g. from settings)."""
+    try:
+        return PROFILES[name].with_(**overrides)
+    except KeyError:
+        raise ValueError(f"unknown scheduling profile {name!r}; known: {', '.join(PROFILES)}") from None

@@ -1,0 +1,56 @@
+"""Right-sizing a request from the task's last runs (SPEC §1).
+
+GPUs = ceil(req x max(mean GPU util, peak GPU-mem util) / 0.9); CPU request = mean CPU / 0.5;
+CPU limit = peak CPU / 0.5. Over the last 3 runs the mean is the mean of the runs' means and
+the peak the max of their peaks. Never above the request. Floors: a whole-GPU job keeps at
+least 1 GPU, a fractional job keeps its fraction (sharing granularity is the user's choice),
+CPU stays >= 100m (profile.cpu_floor_milli) and limit >= request. Memory is kept as asked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cluster.types import JobView
+from scheduler.policy.profile import Profile
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    gpus: float
+    cpu_request_milli: int
+    cpu_limit_milli: int
+    memory_mib: int
+
+    def __str__(self) -> str:
+        return (f"{self.gpus:g} GPU, {self.cpu_request_milli}m CPU (limit {self.cpu_limit_milli}m), "
+                f"{self.memory_mib} MiB")
+
+
+def requested(job: JobView) -> Request:
+    return Request(job.gpus, job.cpu_milli, job.cpu_milli, job.memory_mib)
+
+
+def rightsize(job: JobView, profile: Profile) -> Request:
+    asked = requested(job)
+    runs = job.history[-profile.rightsizing_runs:]
+    if not profile.rightsizing or not runs:
+        return asked
+    gpu_util = max(sum(r.mean_gpu_util for r in runs) / len(runs), max(r.peak_gpu_mem_util for r in runs))
+    gpus = _clamp(_ceil(job.gpus * gpu_util / profile.gpu_util_target), min(job.gpus, 1.0), job.gpus)
+    floor = min(profile.cpu_floor_milli, job.cpu_milli)
+    mean_cpu = sum(r.mean_cpu_milli for r in runs) / len(runs)
+    peak_cpu = max(r.peak_cpu_milli for r in runs)
+    cpu_request = int(_clamp(_ceil(mean_cpu / profile.cpu_util_target), floor, job.cpu_milli))
+    cpu_limit = int(_clamp(_ceil(peak_cpu / profile.cpu_util_target), cpu_request, job.cpu_milli))
+    return Request(float(gpus), cpu_request, cpu_limit, job.memory_mib)
+
+
+def _ceil(x: float) -> int:
+    """ceil() that ignores float noise (4 x 0.45 / 0.9 is 2, not 3)."""
+    return math.ceil(x - 1e-9)
+
+
+def _clamp(x: float, low: float, high: float) -> float:
+    return max(low, min(high, x))

@@ -1,0 +1,87 @@
+"""Reads for the scheduler app: quota usage, inventory limits, restricted querysets for users."""
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import DecimalField, Max, QuerySet, Sum
+from django.db.models.functions import Coalesce
+
+from scheduler.models import CPU, MEMORY, Department, Membership, Quota, QuotaKind, TrainingJob
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    resource: str
+    own: Decimal
+    own_used: Decimal
+    borrowed: Decimal
+    borrowed_used: Decimal
+
+
+def _used_by_kind(jobs: QuerySet, resource: str) -> dict[str, Decimal]:
+    """Amount of `resource` held by admitted/running jobs, per quota kind."""
+    if resource == CPU:
+        field = "cpu_milli"
+    elif resource == MEMORY:
+        field = "memory_mib"
+    else:
+        field, jobs = "gpus", jobs.filter(assigned_gpu_model__name=resource)
+    rows = jobs.values("quota_kind").annotate(total=Coalesce(Sum(field), 0, output_field=DecimalField()))
+    return {row["quota_kind"]: Decimal(row["total"]) for row in rows}
+
+
+def quota_usage(*, department: Department) -> list[QuotaUsage]:
+    """Own and borrowed amounts of each quota of `department`, with what its jobs hold of them."""
+    holding = TrainingJob.objects.filter(department=department).holding_quota()
+    usages = []
+    for quota in Quota.objects.filter(department=department).select_related("gpu_model"):
+        used = _used_by_kind(holding, quota.resource)
+        usages.append(
+            QuotaUsage(
+                resource=quota.resource,
+                own=quota.own,
+                own_used=used.get(QuotaKind.OWN, Decimal(0)),
+                borrowed=quota.borrowed,
+                borrowed_used=used.get(QuotaKind.BORROWED, Decimal(0)),
+            )
+        )
+    return usages
+
+
+def quota_used(*, department: Department, resource: str) -> dict[str, Decimal]:
+    """What `department` holds of one resource, per quota kind ("own", "borrowed")."""
+    holding = TrainingJob.objects.filter(department=department).holding_quota()
+    used = _used_by_kind(holding, resource)
+    return {kind: used.get(kind, Decimal(0)) for kind in QuotaKind.values}
+
+
+@dataclass(frozen=True)
+class NodeLimits:
+    """The largest node in each dimension: a request above these can never run."""
+
+    max_gpus: int
+    max_cpu_milli: int
+    max_memory_mib: int
+
+
+def node_limits(*, gpu_models: list[str] | None = None) -> NodeLimits:
+    """Largest node overall; `max_gpus` only over nodes of the given GPU models."""
+    from colocation.models import Node  # the inventory lives in colocation; read-only here
+
+    nodes = Node.objects.all()
+    sizes = nodes.aggregate(cpu=Max("cpu_milli"), memory=Max("memory_mib"))
+    gpu_nodes = nodes.filter(gpu_model__name__in=gpu_models) if gpu_models is not None else nodes
+    max_gpus = gpu_nodes.aggregate(gpus=Max("gpu_count"))["gpus"]
+    return NodeLimits(max_gpus=max_gpus or 0, max_cpu_milli=sizes["cpu"] or 0, max_memory_mib=sizes["memory"] or 0)
+
+
+def is_member(*, user, department: Department, role: str | None = None) -> bool:
+    memberships = Membership.objects.filter(user=user, department=department)
+    if role is not None:
+        memberships = memberships.filter(role=role)
+    return memberships.exists()
+
+
+def can_administer(*, user, department: Department) -> bool:
+    """Operators and the department's admins manage its members and services."""
+    return user.is_staff or is_member(user=user, department=department, role=Membership.Role.ADMIN)
+

@@ -1,0 +1,218 @@
+"""Writes for the scheduler app. Each service checks its business rules, writes in one transaction,
+and records a Decision where people need to know why something happened."""
+from decimal import Decimal
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler import selectors
+from scheduler.errors import ApplicationError
+from scheduler.models import (
+    CPU,
+    MEMORY,
+    Decision,
+    Department,
+    Framework,
+    GPUModel,
+    JobRun,
+    JobStatus,
+    Membership,
+    Quota,
+    TrainingJob,
+)
+
+
+def decision_record(
+    *, kind: str, subject: str, reason: str, message: str, department: Department | None = None, data: dict | None = None
+) -> Decision:
+    return Decision.objects.create(
+        kind=kind, subject=subject, reason=reason, message=message, department=department, data=data or {}
+    )
+
+
+# --- departments and members -------------------------------------------------------------------
+
+
+def department_create(*, name: str, description: str = "") -> Department:
+    return Department.objects.create(name=name, description=description)
+
+
+def membership_set(*, department: Department, user, role: str, actor) -> Membership:
+    """Add `user` to `department` with `role`, or change the role of an existing member."""
+    if not selectors.can_administer(user=actor, department=department):
+        raise PermissionDenied(f"only operators and admins of {department} manage its members")
+    membership, _ = Membership.objects.update_or_create(user=user, department=department, defaults={"role": role})
+    return membership
+
+
+def membership_remove(*, membership: Membership, actor) -> None:
+    if not selectors.can_administer(user=actor, department=membership.department):
+        raise PermissionDenied(f"only operators and admins of {membership.department} manage its members")
+    membership.delete()
+
+
+# --- quotas ------------------------------------------------------------------------------------
+
+
+def _quota_key(resource_kind: str, gpu_model: GPUModel | None) -> dict:
+    if resource_kind == Quota.Resource.GPU:
+        if gpu_model is None:
+            raise ApplicationError.for_field("gpu_model", "a GPU quota names its GPU model")
+        return {"resource_kind": resource_kind, "gpu_model": gpu_model}
+    if gpu_model is not None:
+        raise ApplicationError.for_field("gpu_model", f"a {resource_kind} quota has no GPU model")
+    return {"resource_kind": resource_kind, "gpu_model": None}
+
+
+@transaction.atomic
+def quota_set(
+    *, department: Department, resource_kind: str, gpu_model: GPUModel | None, own: Decimal, borrowed: Decimal, actor
+) -> Quota:
+    """Create or change a quota; it may not drop below what the department's jobs already hold."""
+    key = _quota_key(resource_kind, gpu_model)
+    resource = gpu_model.name if gpu_model else resource_kind
+    Department.objects.select_for_update().get(pk=department.pk)  # serialize with admissions
+    used = selectors.quota_used(department=department, resource=resource)
+    errors = {}
+    for kind, amount in (("own", own), ("borrowed", borrowed)):
+        if amount < 0:
+            errors[kind] = [f"must be zero or more, got {amount}"]
+        elif amount < used[kind]:
+            errors[kind] = [f"{kind} {resource} quota {amount} is below the {used[kind]} already in use"]
+    if errors:
+        raise ApplicationError("quota below what is in use", fields=errors)
+    quota, created = Quota.objects.update_or_create(department=department, **key, defaults={"own": own, "borrowed": borrowed})
+    decision_record(
+        kind=Decision.Kind.QUOTA,
+        subject=f"department:{department.name}",
+        department=department,
+        reason="quota_created" if created else "quota_changed",
+        message=f"{department} {resource} quota set to own {own}, borrowed {borrowed} by {actor}",
+        data={"resource": resource, "own": str(own), "borrowed": str(borrowed)},
+    )
+    return quota
+
+
+@transaction.atomic
+def quota_delete(*, quota: Quota, actor) -> None:
+    used = selectors.quota_used(department=quota.department, resource=quota.resource)
+    if any(used.values()):
+        raise ApplicationError(f"{quota.department} still holds {quota.resource}: {used}; cannot delete its quota")
+    decision_record(
+        kind=Decision.Kind.QUOTA,
+        subject=f"department:{quota.department.name}",
+        department=quota.department,
+        reason="quota_deleted",
+        message=f"{quota.department} {quota.resource} quota deleted by {actor}",
+    )
+    quota.delete()
+
+
+# --- catalogue ---------------------------------------------------------------------------------
+
+
+def gpu_model_create(*, name: str, memory_gib: int) -> GPUModel:
+    if name.lower() in (CPU, MEMORY):
+        raise ApplicationError.for_field("name", f"{name!r} is reserved for quotas")
+    return GPUModel.objects.create(name=name, memory_gib=memory_gib)
+
+
+@transaction.atomic
+def framework_create(*, name: str, version: str, certified_on: list[GPUModel]) -> Framework:
+    framework = Framework.objects.create(name=name, version=version)
+    framework.certified_on.set(certified_on)
+    return framework
+
+
+@transaction.atomic
+def framework_update(*, framework: Framework, certified_on: list[GPUModel]) -> Framework:
+    framework.certified_on.set(certified_on)
+    return framework
+
+
+# --- training jobs -----------------------------------------------------------------------------
+
+
+def _job_errors(*, submitter, department, framework, gpu_model, gpus: Decimal, cpu_milli: int, memory_mib: int) -> dict:
+    """Every reason the request can never run here, by field."""
+    errors: dict[str, list[str]] = {}
+
+    def add(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    if not submitter.is_staff and not selectors.is_member(user=submitter, department=department):
+        add("department", f"you are not a member of department {department}")
+    if gpus < 0:
+        add("gpus", f"must be zero or more, got {gpus}")
+    elif gpus > 1 and gpus != gpus.to_integral_value():
+        add("gpus", f"fractions are only allowed below 1 GPU; {gpus} is neither below 1 nor whole")
+    if gpus > 0 and gpu_model is None:
+        add("gpu_model", "a job that asks for GPUs names its preferred GPU model")
+    certified = set(framework.certified_on.values_list("name", flat=True))
+    if gpu_model is not None and gpu_model.name not in certified:
+        add("framework", f"{framework} is not certified on {gpu_model}; certified on: {', '.join(sorted(certified)) or 'none'}")
+    limits = selectors.node_limits(gpu_models=sorted(certified))
+    if gpus > limits.max_gpus and "gpus" not in errors:
+        add("gpus", f"{gpus} GPUs is more than the largest node with a GPU model certified for {framework} ({limits.max_gpus})")
+    if cpu_milli > limits.max_cpu_milli:
+        add("cpu_milli", f"{cpu_milli}m CPU is more than any node has ({limits.max_cpu_milli}m)")
+    if memory_mib > limits.max_memory_mib:
+        add("memory_mib", f"{memory_mib} MiB memory is more than any node has ({limits.max_memory_mib} MiB)")
+    return errors
+
+
+@transaction.atomic
+def job_submit(
+    *,
+    submitter,
+    department: Department,
+    name: str,
+    image: str,
+    command: str,
+    framework: Framework,
+    gpu_model: GPUModel | None,
+    gpus: Decimal,
+    cpu_milli: int,
+    memory_mib: int,
+    task_key: str = "",
+    expected_duration_s: int | None = None,
+) -> TrainingJob:
+    errors = _job_errors(
+        submitter=submitter, department=department, framework=framework, gpu_model=gpu_model,
+        gpus=gpus, cpu_milli=cpu_milli, memory_mib=memory_mib,
+    )
+    if errors:
+        raise ApplicationError("the job cannot be submitted", fields=errors)
+    job = TrainingJob.objects.create(
+        name=name, task_key=task_key or f"{department.name}/{name}", department=department, submitter=submitter,
+        image=image, command=command, framework=framework, gpu_model=gpu_model, gpus=gpus,
+        cpu_milli=cpu_milli, memory_mib=memory_mib, expected_duration_s=expected_duration_s,
+    )
+    decision_record(
+        kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=department, reason="submitted",
+        message=f"pending: submitted by {submitter} and waiting for the next scheduling cycle",
+    )
+    return job
+
+
+def can_cancel(*, user, job: TrainingJob) -> bool:
+    return job.submitter_id == user.pk or selectors.can_administer(user=user, department=job.department)
+
+
+@transaction.atomic
+def job_cancel(*, job: TrainingJob, actor) -> TrainingJob:
+    job = TrainingJob.objects.select_for_update().get(pk=job.pk)
+    if not can_cancel(user=actor, job=job):
+        raise PermissionDenied("only the submitter, department admins and operators cancel a job")
+    if job.is_finished:
+        raise ApplicationError.for_field("status", f"job {job.pk} is already {job.status}; only unfinished jobs can be cancelled")
+    now = timezone.now()
+    job.runs.filter(ended_at__isnull=True).update(ended_at=now, outcome=JobRun.Outcome.CANCELLED)
+    job.status, job.finished_at = JobStatus.CANCELLED, now
+    job.save(update_fields=["status", "finished_at"])
+    decision_record(
+        kind=Decision.Kind.CANCELLATION, subject=f"job:{job.pk}", department=job.department, reason="cancelled_by_user",
+        message=f"cancelled by {actor}",
+    )
+    return job

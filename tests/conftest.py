@@ -1,0 +1,107 @@
+"""Shared fixtures: a small cluster and people in every role, on the real database (PostgreSQL under `make test`)."""
+import os
+from decimal import Decimal
+
+import pytest
+from rest_framework.test import APIClient
+
+ROLES = ("anonymous", "outsider", "member", "dept_admin", "operator")
+
+
+def pytest_configure(config):
+    # `make test` sets TIDAL_REQUIRE_POSTGRES: the suite must not silently fall back to SQLite there.
+    if os.environ.get("TIDAL_REQUIRE_POSTGRES") == "1":
+        assert os.environ.get("DATABASE_URL", "").startswith("postgres"), "make test runs on PostgreSQL"
+
+
+@pytest.fixture
+def world(db):
+    """Two departments with quotas, GPU models, frameworks, a few nodes, and one user per role."""
+    from django.contrib.auth import get_user_model
+
+    from colocation.models import Node, NodeState, Pool, ResourceGroup
+    from scheduler.models import Department, Framework, GPUModel, Membership, Quota
+
+    User = get_user_model()
+    t4 = GPUModel.objects.create(name="T4", memory_gib=16)
+    a100 = GPUModel.objects.create(name="A100", memory_gib=80)
+    p40 = GPUModel.objects.create(name="P40", memory_gib=24)
+    pytorch = Framework.objects.create(name="pytorch", version="2.1")
+    pytorch.certified_on.set([t4, a100])
+    caffe = Framework.objects.create(name="caffe", version="1.0")
+    caffe.certified_on.set([p40])
+
+    t4_group = ResourceGroup.objects.create(name="t4", hardware_class="T4", gpu_model=t4)
+    a100_group = ResourceGroup.objects.create(name="a100", hardware_class="A100", gpu_model=a100)
+    cpu_group = ResourceGroup.objects.create(name="cpu", hardware_class="CPU")
+    nodes = [
+        Node.objects.create(name="t4-0", resource_group=t4_group, gpu_model=t4, gpu_count=2, cpu_milli=32000,
+                            memory_mib=131072, pool=Pool.FIXED, state=NodeState.OFFLINE_NORMAL),
+        Node.objects.create(name="t4-1", resource_group=t4_group, gpu_model=t4, gpu_count=2, cpu_milli=32000,
+                            memory_mib=131072, pool=Pool.COLOCATION, state=NodeState.ONLINE_NORMAL),
+        Node.objects.create(name="a100-0", resource_group=a100_group, gpu_model=a100, gpu_count=8, cpu_milli=96000,
+                            memory_mib=1048576, pool=Pool.COLOCATION, state=NodeState.OFFLINE_NORMAL),
+        Node.objects.create(name="cpu-0", resource_group=cpu_group, cpu_milli=64000, memory_mib=262144,
+                            pool=Pool.COLOCATION, state=NodeState.ONLINE_NORMAL),
+    ]
+
+    search = Department.objects.create(name="ml-search")
+    ads = Department.objects.create(name="ml-ads")
+    for department in (search, ads):
+        Quota.objects.create(department=department, resource_kind="gpu", gpu_model=t4, own=2, borrowed=1)
+        Quota.objects.create(department=department, resource_kind="gpu", gpu_model=a100, own=4, borrowed=2)
+        Quota.objects.create(department=department, resource_kind="cpu", own=64000, borrowed=16000)
+        Quota.objects.create(department=department, resource_kind="memory", own=524288, borrowed=131072)
+
+    users = {
+        "outsider": User.objects.create_user("olga", password="pw"),
+        "member": User.objects.create_user("mia", password="pw"),
+        "dept_admin": User.objects.create_user("adam", password="pw"),
+        "operator": User.objects.create_user("otto", password="pw", is_staff=True),
+    }
+    Membership.objects.create(user=users["member"], department=search, role=Membership.Role.MEMBER)
+    Membership.objects.create(user=users["dept_admin"], department=search, role=Membership.Role.ADMIN)
+    Membership.objects.create(user=users["outsider"], department=ads, role=Membership.Role.MEMBER)
+
+    return _World(
+        gpu_models={"T4": t4, "A100": a100, "P40": p40}, frameworks={"pytorch-2.1": pytorch, "caffe-1.0": caffe},
+        groups={"t4": t4_group, "a100": a100_group, "cpu": cpu_group}, nodes={n.name: n for n in nodes},
+        departments={"ml-search": search, "ml-ads": ads}, users=users,
+    )
+
+
+class _World:
+    def __init__(self, **parts):
+        self.__dict__.update(parts)
+
+    def client(self, role: str) -> APIClient:
+        """An API client signed in as `role` (one of ROLES); token auth, like automation uses."""
+        from rest_framework.authtoken.models import Token
+
+        client = APIClient()
+        if role != "anonymous":
+            token, _ = Token.objects.get_or_create(user=self.users[role])
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    def job_payload(self, **overrides) -> dict:
+        """A valid submission into ml-search; override any field."""
+        payload = {
+            "name": "resnet50", "department": "ml-search", "image": "registry/resnet:1", "command": "python train.py",
+            "framework": "pytorch-2.1", "gpu_model": "T4", "gpus": "1", "cpu_milli": 4000, "memory_mib": 16384,
+        }
+        payload.update(overrides)
+        return payload
+
+    def submit(self, role: str = "member", **overrides):
+        from scheduler import services
+        from scheduler.models import Department, Framework, GPUModel
+
+        p = self.job_payload(**overrides)
+        name, _, version = p["framework"].rpartition("-")
+        return services.job_submit(
+            submitter=self.users[role], department=Department.objects.get(name=p["department"]), name=p["name"],
+            image=p["image"], command=p["command"], framework=Framework.objects.get(name=name, version=version),
+            gpu_model=GPUModel.objects.get(name=p["gpu_model"]) if p["gpu_model"] else None,
+            gpus=Decimal(p["gpus"]), cpu_milli=p["cpu_milli"], memory_mib=p["memory_mib"],
+        )

@@ -1,0 +1,27 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.routers import DefaultRouter
+
+from colocation.api.urls import ROUTES as COLOCATION_ROUTES
+from scheduler.api.urls import ROUTES as SCHEDULER_ROUTES
+from scheduler.api.views import MeView
+
+router = DefaultRouter()  # one router, so /api/ lists every app's endpoints
+for prefix, viewset, basename in SCHEDULER_ROUTES + COLOCATION_ROUTES:
+    router.register(prefix, viewset, basename=basename)
+
+api = [
+    path("", include(router.urls)),
+    path("me/", MeView.as_view(), name="me"),
+    path("auth/token/", obtain_auth_token, name="token"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+]
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/", include(api)),
+    path("", include("frontend.urls")),
+]
