@@ -16,10 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from cluster.types import GpuShare, NodeState, NodeView, Resources
-
-STATE_LABEL = "tidal.io/state"
-
+from cluster.types import GpuShare, NodeState, NodeView
 
 class BackendError(Exception):
     """The backend refused an action (unknown pod/node, no room, ...)."""
@@ -34,11 +31,6 @@ class PodSpec:
     cpu_milli: int
     memory_mib: int
     labels: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def resources(self) -> Resources:
-        return Resources.of(self.gpu_model, sum(s.share for s in self.gpu_shares),
-                            self.cpu_milli, self.memory_mib)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,7 +63,7 @@ def service_create(*, actor, department: Department, thresholds: list[dict], **f
 @transaction.atomic
 def service_update(*, service: InferenceService, actor, thresholds: list[dict] | None = None, **fields) -> InferenceService:
     _require_admin(actor=actor, department=service.department)
-    if "department" in fields:
+    if fields.pop("department", service.department) != service.department:
         raise ApplicationError.for_field("department", "a service cannot move to another department")
     current = {name: getattr(service, name) for name in SERVICE_FIELDS}
     _check_bounds({**current, **fields})

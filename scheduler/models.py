@@ -194,6 +194,19 @@ class TrainingJob(models.Model):
     assigned_gpu_model = models.ForeignKey(
         GPUModel, on_delete=models.PROTECT, null=True, blank=True, related_name="assigned_jobs"
     )
+    annotations = models.JSONField(
+        default=dict, blank=True, help_text="Free-form key/values, like Kubernetes annotations (the demo keeps its "
+        "simulated run time here).",
+    )
+    # What the scheduler bound and charged: the right-sized request (SPEC §1); the request above is kept.
+    alloc_gpus = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
+    alloc_cpu_milli = models.PositiveIntegerField(null=True, blank=True)
+    cpu_limit_milli = models.PositiveIntegerField(null=True, blank=True)
+    alloc_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    # The latest scheduling cycle's view of a pending job: "why am I waiting".
+    queue_position = models.PositiveIntegerField(null=True, blank=True, help_text="1-based, in score order.")
+    score = models.JSONField(default=dict, blank=True, help_text="base, utilization, aging, total")
+    pending_reason = models.CharField(max_length=64, blank=True)
     submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -233,6 +246,8 @@ class JobRun(models.Model):
     attempt = models.PositiveIntegerField()
     node = models.ForeignKey("colocation.Node", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
     gpu_model = models.ForeignKey(GPUModel, on_delete=models.PROTECT, null=True, blank=True, related_name="runs")
+    pod = models.CharField(max_length=160, blank=True)
+    gpu_shares = models.JSONField(default=list, blank=True, help_text="[[gpu index, share], …] on the node")
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.RUNNING)

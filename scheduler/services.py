@@ -112,10 +112,23 @@ def quota_delete(*, quota: Quota, actor) -> None:
 # --- catalogue ---------------------------------------------------------------------------------
 
 
-def gpu_model_create(*, name: str, memory_gib: int) -> GPUModel:
+def _check_gpu_model_name(name: str) -> None:
     if name.lower() in (CPU, MEMORY):
         raise ApplicationError.for_field("name", f"{name!r} is reserved for quotas")
+
+
+def gpu_model_create(*, name: str, memory_gib: int) -> GPUModel:
+    _check_gpu_model_name(name)
     return GPUModel.objects.create(name=name, memory_gib=memory_gib)
+
+
+def gpu_model_update(*, gpu_model: GPUModel, **fields) -> GPUModel:
+    if "name" in fields:
+        _check_gpu_model_name(fields["name"])
+    for name, value in fields.items():
+        setattr(gpu_model, name, value)
+    gpu_model.save(update_fields=list(fields))
+    return gpu_model
 
 
 @transaction.atomic
@@ -126,8 +139,9 @@ def framework_create(*, name: str, version: str, certified_on: list[GPUModel]) -
 
 
 @transaction.atomic
-def framework_update(*, framework: Framework, certified_on: list[GPUModel]) -> Framework:
-    framework.certified_on.set(certified_on)
+def framework_update(*, framework: Framework, certified_on: list[GPUModel] | None = None) -> Framework:
+    if certified_on is not None:
+        framework.certified_on.set(certified_on)
     return framework
 
 
@@ -177,6 +191,7 @@ def job_submit(
     memory_mib: int,
     task_key: str = "",
     expected_duration_s: int | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> TrainingJob:
     errors = _job_errors(
         submitter=submitter, department=department, framework=framework, gpu_model=gpu_model,
@@ -188,6 +203,7 @@ def job_submit(
         name=name, task_key=task_key or f"{department.name}/{name}", department=department, submitter=submitter,
         image=image, command=command, framework=framework, gpu_model=gpu_model, gpus=gpus,
         cpu_milli=cpu_milli, memory_mib=memory_mib, expected_duration_s=expected_duration_s,
+        annotations=annotations or {},
     )
     decision_record(
         kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=department, reason="submitted",

@@ -8,10 +8,23 @@ from rest_framework.test import APIClient
 ROLES = ("anonymous", "outsider", "member", "dept_admin", "operator")
 
 
+def listed(response, key: str = "id") -> set:
+    """The `key` of every row of a successful, paginated list response."""
+    assert response.status_code == 200, response.content[:500]
+    body = response.json()
+    assert body["count"] == len(body["results"]), "a test list must fit on one page"
+    return {row[key] for row in body["results"]}
+
+
 def pytest_configure(config):
     # `make test` sets TIDAL_REQUIRE_POSTGRES: the suite must not silently fall back to SQLite there.
     if os.environ.get("TIDAL_REQUIRE_POSTGRES") == "1":
         assert os.environ.get("DATABASE_URL", "").startswith("postgres"), "make test runs on PostgreSQL"
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture
@@ -92,6 +105,31 @@ class _World:
         }
         payload.update(overrides)
         return payload
+
+    def snapshot(self) -> dict:
+        """Every row of the domain tables, to assert that a rejected request changed nothing."""
+        from django.apps import apps
+        from django.contrib.auth import get_user_model
+
+        models = [get_user_model()]
+        for app in ("scheduler", "colocation"):
+            models += apps.get_app_config(app).get_models(include_auto_created=True)  # with M2M tables
+        return {m._meta.label: list(m.objects.order_by("pk").values()) for m in models}
+
+    def hold(self, job, *, gpu_model: str = "T4", quota_kind: str = "own"):
+        """Make `job` hold quota, as if the scheduler had admitted and started it."""
+        job.status, job.quota_kind, job.assigned_gpu_model = "running", quota_kind, self.gpu_models[gpu_model]
+        job.save(update_fields=["status", "quota_kind", "assigned_gpu_model"])
+        return job
+
+    def service(self, department: str = "ml-search", **fields):
+        """An inference service with one GPU threshold, written straight to the database."""
+        from colocation.models import InferenceService, ScalingThreshold
+
+        fields.setdefault("name", f"{department}-ranker")
+        service = InferenceService.objects.create(department=self.departments[department], **fields)
+        ScalingThreshold.objects.create(service=service, metric="gpu", min_rate=0.2, expect_rate=0.5, max_rate=0.8)
+        return service
 
     def submit(self, role: str = "member", **overrides):
         from scheduler import services

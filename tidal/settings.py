@@ -67,6 +67,12 @@ DATABASES = {
         default=f"sqlite:///{RUN_DIR / 'tidal.sqlite3'}", conn_max_age=60
     )
 }
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The demo's web server, worker and beat share one file: wait for locks instead of failing, and let
+    # readers run beside the writer.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -84,8 +90,9 @@ STATIC_ROOT = RUN_DIR / "static"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
+        # Token first: its WWW-Authenticate header turns "not signed in" into a 401, not a 403.
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [
@@ -120,7 +127,22 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULE: dict = {}
+
+# The live loops. The scheduler ticks every TIDAL_SCHEDULER_INTERVAL_S with the policy profile named here
+# (the same profile objects replay and the simulator load).
+TIDAL_SCHEDULER_PROFILE = os.environ.get("TIDAL_SCHEDULER_PROFILE", "tidal")
+TIDAL_SCHEDULER_INTERVAL_S = float(os.environ.get("TIDAL_SCHEDULER_INTERVAL_S", "5"))
+# The demo workload (make run): Alibaba 2023 pods submitted at TIDAL_DEMO_SPEEDUP × trace speed.
+TIDAL_DEMO_WORKLOAD = os.environ.get("TIDAL_DEMO_WORKLOAD", "0") == "1"
+TIDAL_DEMO_SPEEDUP = float(os.environ.get("TIDAL_DEMO_SPEEDUP", "120"))
+TIDAL_DEMO_LOAD_FACTOR = float(os.environ.get("TIDAL_DEMO_LOAD_FACTOR", "10"))
+TIDAL_DEMO_TRACE_START_S = int(os.environ.get("TIDAL_DEMO_TRACE_START_S", str(120 * 86400)))
+TIDAL_DEMO_MAX_PER_TICK = int(os.environ.get("TIDAL_DEMO_MAX_PER_TICK", "20"))
+CELERY_BEAT_SCHEDULE: dict = {
+    "scheduler-tick": {"task": "scheduler.tick", "schedule": TIDAL_SCHEDULER_INTERVAL_S},
+}
+if TIDAL_DEMO_WORKLOAD:
+    CELERY_BEAT_SCHEDULE["demo-workload"] = {"task": "scheduler.demo_workload", "schedule": 5.0}
 
 KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090")

@@ -103,6 +103,11 @@ class SimulatedCluster:
         return events
 
     # -- simulation ----------------------------------------------------------------
+    def add_node(self, node: NodeView) -> None:
+        """A node joins the cluster (the inventory grew); an existing name is left as it is."""
+        if node.name not in self._nodes:
+            self._nodes[node.name] = _Node(node, [0.0] * node.gpu_count)
+
     def advance(self) -> list[ClusterEvent]:
         """Finish every pod whose run time elapsed by the clock's now; returns those events."""
         now = self._clock.now()

@@ -35,10 +35,12 @@ class DepartmentSerializer(serializers.ModelSerializer):
 class MembershipSerializer(serializers.ModelSerializer):
     user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
     department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
+    role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER)
 
     class Meta:
         model = Membership
         fields = ["id", "user", "department", "role"]
+        validators = []  # uniqueness is an upsert in membership_set (after its permission check), not an error
 
 
 class MembershipRoleSerializer(serializers.ModelSerializer):
@@ -51,6 +53,7 @@ class GPUModelSerializer(serializers.ModelSerializer):
     class Meta:
         model = GPUModel
         fields = ["id", "name", "memory_gib"]
+        extra_kwargs = {"memory_gib": {"min_value": 1}}
 
 
 class FrameworkSerializer(serializers.ModelSerializer):
@@ -72,7 +75,7 @@ class FrameworkCertificationSerializer(serializers.ModelSerializer):
 
 class QuotaSerializer(serializers.ModelSerializer):
     department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
-    gpu_model = gpu_model_field(required=False, allow_null=True)
+    gpu_model = gpu_model_field(required=False, allow_null=True, default=None)
     resource = serializers.CharField(read_only=True, help_text='GPU model name, "cpu" (millicores) or "memory" (MiB).')
     own = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
     borrowed = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0, default=0)

@@ -78,6 +78,9 @@ class GPUModelViewSet(viewsets.ModelViewSet):
     def perform_create(self, serializer):
         serializer.instance = services.gpu_model_create(**serializer.validated_data)
 
+    def perform_update(self, serializer):
+        serializer.instance = services.gpu_model_update(gpu_model=serializer.instance, **serializer.validated_data)
+
 
 class FrameworkViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,

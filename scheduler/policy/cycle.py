@@ -22,7 +22,7 @@ from scheduler.policy.placement import Placement, place
 from scheduler.policy.preemption import Candidate, VictimIndex, Victims
 from scheduler.policy.priority import ScoreBreakdown, score
 from scheduler.policy.profile import Profile, QueueOrder
-from scheduler.policy.quota import QuotaLedger
+from scheduler.policy.quota import QuotaCheck, QuotaLedger
 from scheduler.policy.rightsizing import Request, requested, rightsize
 
 
@@ -32,6 +32,29 @@ class Queued:
     request: Request  # right-sized
     score: ScoreBreakdown  # with the quota kind the job would get at the start of the cycle
     models: tuple[str | None, ...]  # certified models, preferred first; (None,) for CPU-only
+
+
+@dataclass(frozen=True, slots=True)
+class _NoRoom:
+    """No node with room for a request; formatted only if the job ends up waiting."""
+
+    pod: PodRequest
+    kind: QuotaKind | None
+    bounds: tuple[float, float, int, int]  # most free on one node (upper bounds)
+
+    def __str__(self) -> str:
+        whole, share, cpu, mem = self.bounds
+        where = f"{self.pod.gpu_model} node" if self.pod.gpu_model else "CPU node"
+        borrowed = " (borrowed quota runs on idle capacity only)" if self.kind is QuotaKind.BORROWED else ""
+        return (f"no idle {where} fits {self.pod}{borrowed}; most free on one node: "
+                f"{whole:g} whole GPUs, {share:.2f} of a GPU, {cpu}m CPU, {mem} MiB")
+
+
+_UNMETERED = QuotaCheck(None, ())
+
+
+def _demand(pod: PodRequest) -> Resources:
+    return Resources.of(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,50 +146,44 @@ class _Cycle:
     # -- one job ----------------------------------------------------------------------
     def _try(self, q: Queued, position: int) -> bool:
         job, req = q.job, q.request
-        notes: list[str] = []
+        refusals: list[tuple[str | None, object]] = []  # (model, why) formatted only if the job waits
         attempts: list[_Attempt] = []
         for model in self._model_order(q):
             pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, job.preferred_pool)
-            kind, refusal = self._quota_kind(job, pod)
-            if refusal:
-                notes.append(refusal)
-                if kind is None:
-                    continue
+            check = self.ledger.choose(job.department, _demand(pod), self.profile.borrowing) \
+                if self.profile.quotas else _UNMETERED
+            refusals.extend((model, r) for r in check.refused)
+            if check.refused and check.kind is None:
+                continue
             placement = place(pod, self.tables[model], self.profile)
             if placement is not None:
-                self._admit(q, pod, kind, placement, ())
+                self._admit(q, pod, check.kind, placement, ())
                 return True
-            attempts.append(_Attempt(model, kind, pod))
-            notes.append(self._no_room(pod, kind))
+            attempts.append(_Attempt(model, check.kind, pod))
+            refusals.append((model, _NoRoom(pod, check.kind, self.tables[model].bounds())))
         if self.profile.preemption and self._preempt_for(q, attempts):
             return True
-        self._pending(q, position, *self._why(q, attempts, notes))
+        self._pending(q, position, *self._why(q, attempts, refusals))
         return False
 
-    def _quota_kind(self, job: JobView, pod: PodRequest) -> tuple[QuotaKind | None, str]:
-        if not self.profile.quotas:
-            return None, ""
-        demand = Resources.of(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
-        check = self.ledger.choose(job.department, demand, self.profile.borrowing)
-        return check.kind, check.message
-
-    def _no_room(self, pod: PodRequest, kind: QuotaKind | None) -> str:
-        table = self.tables[pod.gpu_model]
-        whole, share, cpu, mem = table.bounds()
-        where = f"{pod.gpu_model} node" if pod.gpu_model else "CPU node"
-        borrowed = " (borrowed quota runs on idle capacity only)" if kind is QuotaKind.BORROWED else ""
-        return (f"no idle {where} fits {pod}{borrowed}; most free on one node: "
-                f"{whole:g} whole GPUs, {share:.2f} of a GPU, {cpu}m CPU, {mem} MiB")
-
-    def _why(self, q: Queued, attempts: list[_Attempt], notes: list[str]) -> tuple[Reason, str]:
+    def _why(self, q: Queued, attempts: list[_Attempt], refusals: list[tuple[str | None, object]]
+             ) -> tuple[Reason, str]:
         if not q.models:
             return Reason.NO_COMPATIBLE_MODEL, (f"framework {q.job.framework} is not certified on "
                                                 f"{q.job.gpu_model or 'any GPU model'}")
-        if not attempts and notes:
-            return Reason.QUOTA_EXHAUSTED, "; ".join(notes)
-        if any(a.kind is not QuotaKind.BORROWED for a in attempts) or not attempts:
-            return Reason.NO_CAPACITY, "; ".join(notes) or "no node of a compatible GPU model exists"
-        return Reason.NO_IDLE_CAPACITY, "; ".join(notes)
+        if not refusals:
+            return Reason.NO_CAPACITY, "no node of a compatible GPU model exists"
+        # Spelled out for the preferred and the best fallback model; the rest only named (cheap).
+        shown = list(dict.fromkeys(m for m, _ in refusals))[:2]
+        message = "; ".join(str(why) for model, why in refusals if model in shown)
+        others = sorted(m or "CPU" for m in {m for m, _ in refusals} if m not in shown)
+        if others:
+            message += f"; no quota or room on the other certified models either ({', '.join(others)})"
+        if not attempts:
+            return Reason.QUOTA_EXHAUSTED, message
+        if any(a.kind is not QuotaKind.BORROWED for a in attempts):
+            return Reason.NO_CAPACITY, message
+        return Reason.NO_IDLE_CAPACITY, message
 
     # -- preemption -------------------------------------------------------------------
     def _preempt_for(self, q: Queued, attempts: list[_Attempt]) -> bool:
@@ -214,9 +231,8 @@ class _Cycle:
         job = q.job
         table = self.tables[pod.gpu_model]
         table.allocate(placement.row, placement.gpu_shares, pod.cpu_milli, pod.memory_mib)
-        demand = Resources.of(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
         if kind is not None:
-            self.ledger.charge(job.department, kind, demand)
+            self.ledger.charge(job.department, kind, _demand(pod))
         breakdown = score(job, kind, self.now, self.profile)
         reason = {QuotaKind.OWN: Reason.ADMITTED_OWN, QuotaKind.BORROWED: Reason.ADMITTED_BORROWED,
                   None: Reason.ADMITTED}[kind]

@@ -3,8 +3,8 @@
 kube-scheduler calls Filter once per node and returns a Status per node; with 5,000 nodes and
 10,000 pending jobs per cycle that is 50M calls. Here a Filter returns a boolean mask over
 all candidate nodes of one GPU model at once and a Score returns one value per surviving
-node (higher is better, roughly 0..1 so weights compare). Job-level outcomes are reported
-with a Status (code + sentence) instead of exceptions.
+node (higher is better, roughly 0..1 so weights compare). Nothing raises: job-level
+outcomes are values (quota.QuotaCheck, decisions with a Reason code and a sentence).
 """
 
 from __future__ import annotations
@@ -38,19 +38,6 @@ class PodRequest:
     def __str__(self) -> str:
         gpu = f"{self.gpus:g} {self.gpu_model} GPU, " if self.gpus else ""
         return f"{gpu}{self.cpu_milli}m CPU, {self.memory_mib} MiB"
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    code: str  # machine-readable reason (see decisions.Reason)
-    message: str
-
-    @property
-    def ok(self) -> bool:
-        return not self.code
-
-
-OK = Status("", "")
 
 
 class FilterPlugin(Protocol):

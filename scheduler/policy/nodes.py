@@ -36,6 +36,8 @@ class NodeTable:
         self.max_share_free = 1.0 - self.gpu_used.min(axis=1, initial=_ABSENT)
         self.failed: list[tuple[float, int, int, Pool | None]] = []  # requests known not to fit now
         self._bounds: tuple[float, float, int, int] | None = None
+        self._stale = False
+        self._idle = float((self.gpu_count[self.schedulable] - self.used_sum[self.schedulable]).sum())
 
     def __len__(self) -> int:
         return len(self.names)
@@ -43,31 +45,39 @@ class NodeTable:
     # -- capacity changes -----------------------------------------------------------
     def allocate(self, row: int, shares: Sequence[GpuShare], cpu_milli: int, memory_mib: int) -> None:
         self._change(row, shares, cpu_milli, memory_mib, 1)
+        self._stale = True  # cached bounds stay valid upper bounds while capacity only shrinks
 
     def release(self, row: int, shares: Sequence[GpuShare], cpu_milli: int, memory_mib: int) -> None:
         self._change(row, shares, cpu_milli, memory_mib, -1)
+        self._bounds = None
         self.failed.clear()  # freed capacity may now fit what failed before
 
     def _change(self, row: int, shares: Sequence[GpuShare], cpu: int, mem: int, sign: int) -> None:
-        used = self.gpu_used[row]
+        # One node has a handful of GPUs: plain Python beats NumPy calls here.
+        real = self.gpu_used[row, : self.gpu_count[row]].tolist()
         for s in shares:
-            used[s.index] = min(1.0, max(0.0, used[s.index] + sign * s.share))
-        self.used_sum[row] = used[used <= 1.0].sum()
-        self.whole_free[row] = int((used <= GPU_EPS).sum())
-        self.max_share_free[row] = 1.0 - used.min(initial=_ABSENT)
+            real[s.index] = min(1.0, max(0.0, real[s.index] + sign * s.share))
+        self.gpu_used[row, : len(real)] = real
+        if self.schedulable[row]:
+            self._idle += self.used_sum[row] - sum(real)
+        self.used_sum[row] = sum(real)
+        self.whole_free[row] = sum(u <= GPU_EPS for u in real)
+        self.max_share_free[row] = 1.0 - min(real, default=_ABSENT)
         self.cpu_free[row] -= sign * cpu
         self.mem_free[row] -= sign * mem
-        self._bounds = None
 
     # -- summaries ------------------------------------------------------------------
     def idle_gpus(self) -> float:
         """GPU capacity nobody uses on nodes that accept training."""
-        mask = self.schedulable
-        return float((self.gpu_count[mask] - self.used_sum[mask]).sum())
+        return self._idle
 
-    def bounds(self) -> tuple[float, float, int, int]:
-        """Most whole GPUs, largest GPU share, most CPU, most memory free on any one node."""
-        if self._bounds is None:
+    def bounds(self, exact: bool = True) -> tuple[float, float, int, int]:
+        """Most whole GPUs, largest GPU share, most CPU, most memory free on any one node.
+
+        exact=False may return an older, larger value: still a valid upper bound, and cheap.
+        """
+        if self._bounds is None or (exact and self._stale):
+            self._stale = False
             m = self.schedulable
             if not m.any():
                 self._bounds = (0.0, 0.0, 0, 0)
@@ -78,7 +88,7 @@ class NodeTable:
 
     def may_fit(self, gpus: float, cpu_milli: int, memory_mib: int) -> bool:
         """Cheap necessary condition checked before any per-node work."""
-        whole, share, cpu, mem = self.bounds()
+        whole, share, cpu, mem = self.bounds(exact=False)
         gpu_ok = gpus == 0 or (share + GPU_EPS >= gpus if gpus < 1 else whole >= gpus)
         return gpu_ok and cpu >= cpu_milli and mem >= memory_mib
 

@@ -56,7 +56,11 @@ def eligible(c: Candidate, score: int, own_quota: bool, profile: Profile) -> boo
 
 
 class VictimIndex:
-    """The jobs holding resources on one NodeTable, as arrays for the feasibility pass."""
+    """The jobs holding resources on one NodeTable, as arrays for the feasibility pass.
+
+    What borrowed jobs hold is kept summed per node: own-quota work may evict any of them, so
+    the common reclaim case needs no per-preemptor aggregation at all.
+    """
 
     def __init__(self, table: NodeTable, candidates: Iterable[Candidate]) -> None:
         self.table = table
@@ -71,40 +75,70 @@ class VictimIndex:
         self.cpu = np.array([c.allocation.cpu_milli for c in self.cands], dtype=float)
         self.mem = np.array([c.allocation.memory_mib for c in self.cands], dtype=float)
         self.alive = np.ones(len(self.cands), dtype=bool)
-        shares = [(i, c.row, s.index, s.share) for i, c in enumerate(self.cands) for s in c.allocation.gpu_shares]
+        width = table.gpu_used.shape[1]
+        shares = [(i, c.row * width + s.index, s.share) for i, c in enumerate(self.cands)
+                  for s in c.allocation.gpu_shares]
         self.share_cand = np.array([s[0] for s in shares], dtype=np.int64)
-        self.share_cell = np.array([s[1] * table.gpu_used.shape[1] + s[2] for s in shares], dtype=np.int64)
-        self.share = np.array([s[3] for s in shares], dtype=float)
+        self.share_cell = np.array([s[1] for s in shares], dtype=np.int64)
+        self.share = np.array([s[2] for s in shares], dtype=float)
+        self.held_by_borrowed = self._held(self.alive & self.borrowed)
+        self.youngest_borrowed = np.full(len(table), np.inf)
+        np.minimum.at(self.youngest_borrowed, self.row[self.borrowed], self.run_time[self.borrowed])
+
+    def _held(self, elig: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per node: CPU, memory and per-GPU shares held by the jobs in `elig`."""
+        n, shape = len(self.table), self.table.gpu_used.shape
+        cpu = np.bincount(self.row, weights=self.cpu * elig, minlength=n)
+        mem = np.bincount(self.row, weights=self.mem * elig, minlength=n)
+        gpu = np.bincount(self.share_cell, weights=self.share * elig[self.share_cand], minlength=n * shape[1])
+        return cpu, mem, gpu.reshape(shape)
 
     def remove(self, victims: Victims) -> None:
+        cpu, mem, gpu = self.held_by_borrowed
         for c in victims.jobs:
             i = next(i for i in self.by_row[c.row] if self.cands[i] is c)
             self.by_row[c.row].remove(i)
             self.alive[i] = False
+            if c.borrowed:
+                cpu[c.row] -= c.allocation.cpu_milli
+                mem[c.row] -= c.allocation.memory_mib
+                for s in c.allocation.gpu_shares:
+                    gpu[c.row, s.index] -= s.share
+        left = [self.cands[i].run_time_s for i in self.by_row[victims.row] if self.borrowed[i]]
+        self.youngest_borrowed[victims.row] = min(left, default=np.inf)
 
     def find(self, req: PodRequest, score: int, own_quota: bool, profile: Profile) -> Victims | None:
         """The best victim set on a single node whose eviction lets `req` fit there."""
         if not self.cands:
             return None
+        allowed = self.table.schedulable.copy()
+        for name in profile.filters:
+            allowed &= FILTERS[name].filter(req, self.table)
+        if own_quota:
+            # Borrowed victims only: any set without own-quota victims beats every set with one.
+            rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))
+            if rows.size:
+                return self._best(req, rows, self.youngest_borrowed, self.alive & self.borrowed, 0, profile)
         elig = self.alive & (self.score < score) & (self.run_time >= profile.min_runtime_s)
         if own_quota:
             elig |= self.alive & self.borrowed
         if not elig.any():
             return None
-        allowed = self.table.schedulable.copy()
-        for name in profile.filters:
-            allowed &= FILTERS[name].filter(req, self.table)
-        feasible = allowed & self._fits_if_evicted(req, elig)
-        rows = np.flatnonzero(feasible)
+        rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self._held(elig)))
         if rows.size == 0:
             return None
-        n = len(self.table)
-        own_lb = np.where(self._fits_if_evicted(req, elig & self.borrowed), 0, 1)
-        work_lb = np.full(n, np.inf)
-        np.minimum.at(work_lb, self.row[elig], self.run_time[elig])
+        youngest = np.full(len(self.table), np.inf)
+        np.minimum.at(youngest, self.row[elig], self.run_time[elig])
+        return self._best(req, rows, youngest, elig, 0 if not own_quota else 1, profile)
+
+    def _best(self, req: PodRequest, rows: np.ndarray, youngest: np.ndarray, elig: np.ndarray,
+              own_lb: int, profile: Profile) -> Victims | None:
+        """Exact victim choice node by node, cheapest lower bound (youngest victim) first, on at
+        most profile.preemption_max_nodes nodes (exact whenever the bound stops earlier)."""
         best: Victims | None = None
-        for row in rows[np.lexsort((rows, work_lb[rows], own_lb[rows]))]:
-            if best is not None and (own_lb[row], work_lb[row], 1, row) >= best.key():
+        order = rows[np.lexsort((rows, youngest[rows]))][: profile.preemption_max_nodes]
+        for row in order:
+            if best is not None and (own_lb, youngest[row], 1, row) >= best.key():
                 break  # a lower bound of every later node's cost: none can beat the best
             pool = [self.cands[i] for i in self.by_row[int(row)] if elig[i]]
             chosen = _victims_on_row(req, self.table, int(row), pool)
@@ -112,15 +146,12 @@ class VictimIndex:
                 best = chosen
         return best
 
-    def _fits_if_evicted(self, req: PodRequest, elig: np.ndarray) -> np.ndarray:
-        """Per node: would `req` fit if every job in `elig` left?"""
+    def _fits_if_evicted(self, req: PodRequest, held: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        """Per node: would `req` fit if the jobs holding `held` left?"""
         t = self.table
-        n = len(t)
-        cpu = t.cpu_free + np.bincount(self.row, weights=self.cpu * elig, minlength=n)
-        mem = t.mem_free + np.bincount(self.row, weights=self.mem * elig, minlength=n)
-        freed = np.bincount(self.share_cell, weights=self.share * elig[self.share_cand], minlength=t.gpu_used.size)
-        used = t.gpu_used - freed.reshape(t.gpu_used.shape)
-        ok = (cpu >= req.cpu_milli) & (mem >= req.memory_mib) & (np.bincount(self.row[elig], minlength=n) > 0)
+        cpu, mem, gpu = held
+        ok = (t.cpu_free + cpu >= req.cpu_milli) & (t.mem_free + mem >= req.memory_mib)
+        used = t.gpu_used - gpu
         if req.gpus >= 1:
             ok &= (used <= GPU_EPS).sum(axis=1) >= req.gpus
         elif req.gpus > 0:
@@ -129,31 +160,45 @@ class VictimIndex:
 
 
 def _victims_on_row(req: PodRequest, table: NodeTable, row: int, pool: list[Candidate]) -> Victims | None:
-    """Borrowed first, then least work lost, until the need is met; then drop unneeded victims."""
+    """Borrowed first, then least work lost, until the need is met; then give back any victim
+    that turned out not to be needed, most work first."""
+    room = _Room(table, row)
     chosen: list[Candidate] = []
     for c in sorted(pool, key=lambda c: (not c.borrowed, c.run_time_s)):
+        room.free(c, 1)
         chosen.append(c)
-        if _fits_after(req, table, row, chosen):
+        if room.fits(req):
             break
     else:
         return None
     for c in sorted(chosen, key=lambda c: -c.run_time_s):
-        rest = [v for v in chosen if v is not c]
-        if _fits_after(req, table, row, rest):
-            chosen = rest
+        room.free(c, -1)
+        if room.fits(req):
+            chosen.remove(c)
+        else:
+            room.free(c, 1)
     return Victims(row, tuple(chosen))
 
 
-def _fits_after(req: PodRequest, table: NodeTable, row: int, evicted: Iterable[Candidate]) -> bool:
-    used = table.gpu_used[row].copy()
-    cpu, mem = int(table.cpu_free[row]), int(table.mem_free[row])
-    for c in evicted:
-        for s in c.allocation.gpu_shares:
-            used[s.index] -= s.share
-        cpu += c.allocation.cpu_milli
-        mem += c.allocation.memory_mib
-    if cpu < req.cpu_milli or mem < req.memory_mib:
-        return False
-    if req.gpus >= 1:
-        return int((used <= GPU_EPS).sum()) >= req.gpus
-    return req.gpus == 0 or bool((used + req.gpus <= 1.0 + GPU_EPS).any())
+class _Room:
+    """Free capacity of one node while victims are tried (plain lists: a handful of GPUs)."""
+
+    def __init__(self, table: NodeTable, row: int) -> None:
+        self.used = table.gpu_used[row].tolist()
+        self.cpu = int(table.cpu_free[row])
+        self.mem = int(table.mem_free[row])
+
+    def free(self, c: Candidate, sign: int) -> None:
+        """Evict (sign 1) or put back (sign -1) a candidate."""
+        alloc = c.allocation
+        for s in alloc.gpu_shares:
+            self.used[s.index] -= sign * s.share
+        self.cpu += sign * alloc.cpu_milli
+        self.mem += sign * alloc.memory_mib
+
+    def fits(self, req: PodRequest) -> bool:
+        if self.cpu < req.cpu_milli or self.mem < req.memory_mib:
+            return False
+        if req.gpus >= 1:
+            return sum(u <= GPU_EPS for u in self.used) >= req.gpus
+        return req.gpus == 0 or any(u + req.gpus <= 1.0 + GPU_EPS for u in self.used)

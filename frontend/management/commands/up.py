@@ -32,7 +32,7 @@ class Command(BaseCommand):
         call_command("collectstatic", interactive=False, verbosity=0)
         if not no_demo:
             call_command("load_demo", all_nodes=all_nodes, stdout=self.stdout)
-        children = self._start(host, port, logs)
+        children = self._start(host, port, logs, demo_workload=not no_demo)
         try:
             self._wait_ready(f"http://{host}:{port}/api/schema/", children)
             url = f"http://{host}:{port}/"
@@ -43,8 +43,9 @@ class Command(BaseCommand):
         finally:
             self._stop(children)
 
-    def _start(self, host: str, port: int, logs: Path) -> dict[str, subprocess.Popen]:
+    def _start(self, host: str, port: int, logs: Path, demo_workload: bool) -> dict[str, subprocess.Popen]:
         python = sys.executable
+        env = {**os.environ, "TIDAL_DEMO_WORKLOAD": "1" if demo_workload else "0"}
         celery = [python, "-m", "celery", "-A", "tidal"]
         commands = {
             "web": [python, "-m", "gunicorn", "tidal.wsgi", "--bind", f"{host}:{port}", "--workers", "2",
@@ -57,7 +58,7 @@ class Command(BaseCommand):
             log = open(logs / f"{name}.log", "ab")
             # A new session per child: Ctrl-C in the terminal reaches us, and we stop them in order.
             children[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                              cwd=settings.BASE_DIR)
+                                              cwd=settings.BASE_DIR, env=env)
             self.stdout.write(f"started {name} (pid {children[name].pid}), log {log.name}")
         return children
 

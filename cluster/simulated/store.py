@@ -1,0 +1,42 @@
+"""Keep the live simulated cluster between control-loop ticks.
+
+The demo's cluster is the in-process SimulatedCluster; Celery ticks run in short-lived task calls, so its
+state is saved to Redis after each tick and loaded before the next — a crash of a worker loses at most the
+actions of the tick it died in, which the next tick repairs from the database (scheduler/live.py)."""
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable
+
+from cluster.backend import PodSpec
+from cluster.clock import SystemClock
+from cluster.simulated.engine import SimulatedCluster
+from cluster.types import NodeView
+
+RUNTIME_LABEL = "tidal.io/sim-runtime-s"  # how long a simulated pod runs; absent: until evicted
+KEY = "tidal:simulated-cluster"
+
+
+def labelled_runtime(pod: PodSpec) -> float | None:
+    """Run time of a simulated pod, from its label (module-level, so the cluster pickles)."""
+    value = pod.labels.get(RUNTIME_LABEL)
+    return float(value) if value is not None else None
+
+
+def new_cluster(nodes: Iterable[NodeView]) -> SimulatedCluster:
+    return SimulatedCluster(nodes, SystemClock(), labelled_runtime)
+
+
+def load(redis) -> SimulatedCluster | None:
+    raw = redis.get(KEY)
+    return pickle.loads(raw) if raw else None  # our own Redis, written only by save() below
+
+
+def save(redis, cluster: SimulatedCluster) -> None:
+    redis.set(KEY, pickle.dumps(cluster, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def sync_nodes(cluster: SimulatedCluster, inventory: Iterable[NodeView]) -> None:
+    """Nodes added to the inventory since the cluster was created join it (with no pods)."""
+    for node in inventory:
+        cluster.add_node(node)

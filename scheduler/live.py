@@ -1,0 +1,300 @@
+"""The live scheduling loop: read the database and the cluster, run the pure cycle, act, record why.
+
+Acting is ordered so that a crash at any point leaves a state the next tick repairs:
+- admit: the job is marked `admitted` (with its run) in the database first, then its pod is bound, then it
+  is marked `running`. An `admitted` job whose pod exists is marked running; one without a pod is requeued.
+- preempt: the job is requeued in the database first, then its pod is evicted. A pod whose job is no longer
+  admitted or running (preempted, cancelled, lost) is evicted as an orphan.
+"""
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Max
+
+from cluster.backend import BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec
+from cluster.simulated import store
+from cluster.simulated.store import RUNTIME_LABEL
+from cluster.types import Allocation, GpuShare, JobStatus as JS, JobView, QuotaKind as QK, QuotaView, Snapshot
+from scheduler.models import Decision, Framework, GPUModel, JobRun, JobStatus, Quota, TrainingJob
+from scheduler.policy.cycle import schedule
+from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
+from scheduler.policy.profile import Profile
+from scheduler.services import decision_record
+
+log = logging.getLogger(__name__)
+LIVE = (JobStatus.PENDING, JobStatus.ADMITTED, JobStatus.RUNNING)
+
+
+@dataclass
+class TickReport:
+    admitted: int = 0
+    preempted: int = 0
+    pending: int = 0
+    finished: int = 0
+    repaired: list[str] = field(default_factory=list)
+
+
+def _at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def pod_name(job_id: int, attempt: int) -> str:
+    return f"job-{job_id}-{attempt}"
+
+
+def _job_of_pod(name: str) -> int | None:
+    parts = name.split("-")
+    return int(parts[1]) if len(parts) == 3 and parts[0] == "job" and parts[1].isdigit() else None
+
+
+def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> TickReport:
+    """One tick of the live loop against `backend` at `now` with the policy `profile`."""
+    report = TickReport()
+    report.finished = _record_events(backend.drain_events(), now)
+    _reconcile(backend, now, report)
+    result = schedule(snapshot_from_db(backend, now), profile)
+    _act(result, backend, now, report)
+    return report
+
+
+# --- events and repair -----------------------------------------------------------------------------
+
+
+def _open_run(job: TrainingJob) -> JobRun | None:
+    return job.runs.filter(ended_at__isnull=True).order_by("-attempt").first()
+
+
+def _end_run(job: TrainingJob, outcome: str, now: float) -> None:
+    job.runs.filter(ended_at__isnull=True).update(ended_at=_at(now), outcome=outcome)
+
+
+def _requeue(job: TrainingJob, now: float, *, reason: str, message: str, outcome: str) -> None:
+    """Back to the queue with its submit time and history; its open run ends with `outcome`."""
+    _end_run(job, outcome, now)
+    job.status, job.node, job.assigned_gpu_model, job.quota_kind = JobStatus.PENDING, None, None, ""
+    job.admitted_at = job.started_at = None
+    job.alloc_gpus = job.alloc_cpu_milli = job.cpu_limit_milli = job.alloc_memory_mib = None
+    job.save()
+    decision_record(kind=Decision.Kind.PREEMPTION if outcome == JobRun.Outcome.PREEMPTED else Decision.Kind.PENDING,
+                    subject=f"job:{job.pk}", department=job.department, reason=reason, message=message)
+
+
+@transaction.atomic
+def _record_events(events: list[ClusterEvent], now: float) -> int:
+    """Finished pods end their job; pods evicted by someone else put their job back in the queue."""
+    finished = 0
+    for event in events:
+        if event.job_id is None or event.kind not in (EventKind.POD_FINISHED, EventKind.POD_EVICTED):
+            continue
+        job = TrainingJob.objects.select_for_update().filter(pk=event.job_id, status=JobStatus.RUNNING).first()
+        run = job and _open_run(job)
+        if job is None or run is None or run.pod != event.pod:
+            continue  # an eviction we made ourselves, or a pod of an earlier run
+        if event.kind is EventKind.POD_FINISHED:
+            _end_run(job, JobRun.Outcome.SUCCEEDED, event.at)
+            job.status, job.finished_at = JobStatus.SUCCEEDED, _at(event.at)
+            job.save(update_fields=["status", "finished_at"])
+            decision_record(kind=Decision.Kind.PLACEMENT, subject=f"job:{job.pk}", department=job.department,
+                            reason="finished", message=f"succeeded on {event.node} after run {run.attempt}")
+            finished += 1
+        else:
+            _requeue(job, now, reason="evicted", outcome=JobRun.Outcome.KILLED,
+                     message=f"requeued: its pod on {event.node} was evicted ({event.detail or 'no reason given'})")
+    return finished
+
+
+def _reconcile(backend: ClusterBackend, now: float, report: TickReport) -> None:
+    """Make the database and the cluster agree after whatever happened since the last tick."""
+    pods = {p.spec.name: p for p in backend.pods()}
+    holding = TrainingJob.objects.filter(status__in=(JobStatus.ADMITTED, JobStatus.RUNNING)).select_related("department")
+    expected = set()
+    for job in holding:
+        run = _open_run(job)
+        pod = run.pod if run else None
+        if pod in pods:
+            expected.add(pod)
+            if job.status == JobStatus.ADMITTED:  # bound, but the tick died before recording it
+                job.status, job.started_at = JobStatus.RUNNING, _at(pods[pod].started_at)
+                job.save(update_fields=["status", "started_at"])
+                report.repaired.append(f"job {job.pk}: pod found, marked running")
+            continue
+        with transaction.atomic():
+            _requeue(job, now, reason="pod-missing", outcome=JobRun.Outcome.FAILED,
+                     message="requeued: it was admitted but its pod is not on the cluster")
+        report.repaired.append(f"job {job.pk}: no pod, requeued")
+    for name in pods.keys() - expected:
+        if _job_of_pod(name) is not None:
+            _evict(backend, name, "orphan: its job is no longer admitted or running")
+            report.repaired.append(f"pod {name}: orphan evicted")
+
+
+def _evict(backend: ClusterBackend, pod: str, reason: str) -> None:
+    try:
+        backend.evict(pod, reason)
+    except BackendError as error:  # already gone: nothing to free
+        log.info("evict %s: %s", pod, error)
+
+
+# --- snapshot --------------------------------------------------------------------------------------
+
+
+def _allocation(job: TrainingJob, run: JobRun | None) -> Allocation | None:
+    if job.status not in (JobStatus.ADMITTED, JobStatus.RUNNING) or run is None:
+        return None
+    return Allocation(
+        node=job.node.name if job.node else "",
+        gpu_model=job.assigned_gpu_model.name if job.assigned_gpu_model else None,
+        gpu_shares=tuple(GpuShare(int(i), float(s)) for i, s in run.gpu_shares),
+        cpu_milli=job.alloc_cpu_milli or job.cpu_milli,
+        memory_mib=job.alloc_memory_mib or job.memory_mib,
+        quota_kind=QK(job.quota_kind) if job.quota_kind else None,
+    )
+
+
+def job_view(job: TrainingJob, run: JobRun | None) -> JobView:
+    return JobView(
+        id=job.pk, name=job.name, task_key=job.task_key, department=job.department.name, framework=str(job.framework),
+        gpu_model=job.gpu_model.name if job.gpu_model else None, gpus=float(job.gpus), cpu_milli=job.cpu_milli,
+        memory_mib=job.memory_mib, status=JS(job.status), submitted_at=job.submitted_at.timestamp(),
+        started_at=job.started_at.timestamp() if job.started_at else None, allocation=_allocation(job, run),
+        expected_duration_s=job.expected_duration_s,
+    )
+
+
+def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
+    jobs = list(
+        TrainingJob.objects.filter(status__in=LIVE)
+        .select_related("department", "framework", "gpu_model", "assigned_gpu_model", "node")
+    )
+    runs = {run.job_id: run for run in JobRun.objects.filter(job__in=jobs, ended_at__isnull=True)}
+    quotas = [
+        QuotaView(q.department.name, q.resource, float(q.own), float(q.borrowed))
+        for q in Quota.objects.select_related("department", "gpu_model")
+    ]
+    certified: dict[str, frozenset[str]] = {}
+    for framework in Framework.objects.prefetch_related("certified_on"):
+        certified[str(framework)] = frozenset(m.name for m in framework.certified_on.all())
+    return Snapshot(
+        now=now, nodes=backend.nodes(), jobs=tuple(job_view(j, runs.get(j.pk)) for j in jobs), quotas=tuple(quotas),
+        certified=certified, gpu_models=tuple(GPUModel.objects.values_list("name", flat=True)),
+    )
+
+
+# --- acting ----------------------------------------------------------------------------------------
+
+
+def _act(result: CycleResult, backend: ClusterBackend, now: float, report: TickReport) -> None:
+    pending = []
+    for decision in result.decisions:
+        if isinstance(decision, Preempt):
+            _preempt(decision, backend, now)
+            report.preempted += 1
+        elif isinstance(decision, Admit):
+            report.admitted += _admit(decision, backend, now)
+        elif isinstance(decision, StillPending):
+            pending.append(decision)
+    _record_pending(pending)
+    report.pending = len(pending)
+
+
+def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> None:
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().select_related("department").get(pk=decision.job_id)
+        run = _open_run(job)
+        _requeue(job, now, reason=decision.reason.value, message=decision.message, outcome=JobRun.Outcome.PREEMPTED)
+    if run and run.pod:
+        _evict(backend, run.pod, f"preempted for job {decision.for_job_id}")
+
+
+def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
+    job, run = _record_admission(decision, now)
+    labels = {RUNTIME_LABEL: job.annotations[RUNTIME_LABEL]} if RUNTIME_LABEL in job.annotations else {}
+    spec = PodSpec(name=run.pod, job_id=job.pk, gpu_model=decision.gpu_model, gpu_shares=decision.gpu_shares,
+                   cpu_milli=decision.rightsized.cpu_request_milli, memory_mib=decision.rightsized.memory_mib,
+                   labels=labels)
+    try:
+        backend.bind(spec, decision.node)
+    except BackendError as error:
+        with transaction.atomic():
+            _requeue(job, now, reason="bind-failed", outcome=JobRun.Outcome.FAILED,
+                     message=f"requeued: the cluster refused to start it on {decision.node} ({error})")
+        return False
+    job.status, job.started_at = JobStatus.RUNNING, _at(now)
+    job.save(update_fields=["status", "started_at"])
+    return True
+
+
+@transaction.atomic
+def _record_admission(decision: Admit, now: float) -> tuple[TrainingJob, JobRun]:
+    from colocation.models import Node  # inventory read; scheduler owns no nodes
+
+    job = TrainingJob.objects.select_for_update().select_related("department").get(pk=decision.job_id)
+    models = {m.name: m for m in GPUModel.objects.all()}
+    gpu_model = models.get(decision.gpu_model) if decision.gpu_model else None
+    node = Node.objects.get(name=decision.node)
+    r = decision.rightsized
+    job.status, job.node, job.assigned_gpu_model = JobStatus.ADMITTED, node, gpu_model
+    job.quota_kind = decision.quota_kind.value if decision.quota_kind else ""
+    job.alloc_gpus, job.alloc_cpu_milli = Decimal(str(round(r.gpus, 3))), r.cpu_request_milli
+    job.cpu_limit_milli, job.alloc_memory_mib = r.cpu_limit_milli, r.memory_mib
+    job.admitted_at, job.queue_position, job.pending_reason = _at(now), None, ""
+    job.score = _score_dict(decision.score)
+    job.save()
+    attempt = (job.runs.aggregate(n=Max("attempt"))["n"] or 0) + 1
+    run = JobRun.objects.create(
+        job=job, attempt=attempt, node=node, gpu_model=gpu_model, pod=pod_name(job.pk, attempt),
+        gpu_shares=[[s.index, s.share] for s in decision.gpu_shares], started_at=_at(now),
+    )
+    decision_record(kind=Decision.Kind.ADMISSION, subject=f"job:{job.pk}", department=job.department,
+                    reason=decision.reason.value, message=decision.message,
+                    data={"node": decision.node, "gpu_model": decision.gpu_model, "attempt": attempt,
+                          "requested": str(decision.requested), "rightsized": str(decision.rightsized),
+                          "score": _score_dict(decision.score), "preempting": list(decision.preempting)})
+    return job, run
+
+
+def _score_dict(score) -> dict:
+    return {"base": score.base, "utilization": score.utilization, "aging": score.aging, "total": score.total}
+
+
+@transaction.atomic
+def _record_pending(decisions: list[StillPending]) -> None:
+    """Every pending job shows its place and score; a Decision only when its reason changes."""
+    jobs = TrainingJob.objects.select_related("department").in_bulk([d.job_id for d in decisions])
+    changed = []
+    for d in decisions:
+        job = jobs[d.job_id]
+        if job.pending_reason != d.reason.value:
+            changed.append(Decision(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department,
+                                    reason=d.reason.value, message=d.message, data={"score": _score_dict(d.score)}))
+        job.queue_position, job.score, job.pending_reason = d.position + 1, _score_dict(d.score), d.reason.value
+    TrainingJob.objects.bulk_update(jobs.values(), ["queue_position", "score", "pending_reason"], batch_size=500)
+    Decision.objects.bulk_create(changed, batch_size=500)
+
+
+# --- the live loop's entry point -------------------------------------------------------------------
+
+CLUSTER_LOCK = "tidal:cluster-lock"  # one actor on the cluster at a time: scheduler, lending controller
+
+
+def run_live_tick(*, redis, profile: Profile, lock_timeout_s: float = 120) -> TickReport | None:
+    """One tick on the live simulated cluster, unless another holds the cluster lock (then None).
+
+    The lock expires, so a worker that dies holding it blocks the loop for at most `lock_timeout_s`."""
+    from colocation.selectors import node_views
+
+    lock = redis.lock(CLUSTER_LOCK, timeout=lock_timeout_s)
+    if not lock.acquire(blocking=False):
+        return None
+    cluster = store.load(redis) or store.new_cluster(node_views())
+    try:
+        store.sync_nodes(cluster, node_views())
+        cluster.advance()
+        return scheduler_tick(backend=cluster, now=time.time(), profile=profile)
+    finally:
+        store.save(redis, cluster)  # what was bound or evicted happened, as on a real cluster
+        lock.release()

@@ -1,0 +1,133 @@
+"""Departments, memberships and /api/me/: who belongs where, and who manages members."""
+import pytest
+
+from scheduler.models import Membership
+from tests.conftest import listed
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("role", "operator", "memberships"),
+    [
+        ("member", False, [{"department": "ml-search", "role": "member"}]),
+        ("dept_admin", False, [{"department": "ml-search", "role": "admin"}]),
+        ("outsider", False, [{"department": "ml-ads", "role": "member"}]),
+        ("operator", True, []),
+    ],
+)
+def test_me_shows_operator_flag_and_roles(world, role, operator, memberships):
+    me = world.client(role).get("/api/me/").json()
+    assert (me["username"], me["is_operator"], me["memberships"]) == (world.users[role].username, operator, memberships)
+
+
+@pytest.mark.parametrize(
+    ("role", "departments"),
+    [("member", {"ml-search"}), ("outsider", {"ml-ads"}), ("operator", {"ml-search", "ml-ads"})],
+)
+def test_users_list_their_departments(world, role, departments):
+    assert listed(world.client(role).get("/api/departments/"), "name") == departments
+
+
+def test_operator_creates_a_department(world):
+    response = world.client("operator").post("/api/departments/", {"name": "ml-vision"}, format="json")
+    assert response.status_code == 201, response.json()
+    assert listed(world.client("operator").get("/api/departments/?name=ml-vision"), "name") == {"ml-vision"}
+
+
+@pytest.mark.parametrize("name", ["ml-search", "not a slug", ""])
+def test_bad_department_name_is_rejected_and_writes_nothing(world, name):
+    before = world.snapshot()
+    response = world.client("operator").post("/api/departments/", {"name": name}, format="json")
+    assert response.status_code == 400 and "name" in response.json()["extra"]["fields"]
+    assert world.snapshot() == before
+
+
+def test_department_with_jobs_cannot_be_deleted(world):
+    world.submit()
+    before = world.snapshot()
+    response = world.client("operator").delete(f"/api/departments/{world.departments['ml-search'].pk}/")
+    assert response.status_code == 400
+    assert world.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("role", "query", "expected"),
+    [
+        ("operator", "", {("mia", "ml-search"), ("adam", "ml-search"), ("olga", "ml-ads")}),
+        ("operator", "department=ml-search", {("mia", "ml-search"), ("adam", "ml-search")}),
+        ("operator", "role=admin", {("adam", "ml-search")}),
+        ("operator", "department=ml-ads&role=admin", set()),
+        ("operator", "user=olga", {("olga", "ml-ads")}),
+        ("member", "", {("mia", "ml-search"), ("adam", "ml-search")}),
+        ("member", "department=ml-ads", set()),
+        ("outsider", "", {("olga", "ml-ads")}),
+    ],
+)
+def test_list_and_filter_memberships(world, role, query, expected):
+    rows = world.client(role).get(f"/api/memberships/?{query}").json()["results"]
+    assert {(row["user"], row["department"]) for row in rows} == expected
+
+
+def test_department_admin_adds_changes_and_removes_a_member(world):
+    admin = world.client("dept_admin")
+    olga = world.client("outsider")
+    job = world.submit()
+    assert olga.get(f"/api/jobs/{job.pk}/").status_code == 404
+
+    added = admin.post("/api/memberships/", {"user": "olga", "department": "ml-search"}, format="json")
+    assert added.status_code == 201, added.json()
+    assert added.json()["role"] == "member"
+    assert olga.get(f"/api/jobs/{job.pk}/").status_code == 200
+
+    changed = admin.patch(f"/api/memberships/{added.json()['id']}/", {"role": "admin"}, format="json")
+    assert changed.status_code == 200, changed.json()
+    assert Membership.objects.get(pk=added.json()["id"]).role == "admin"
+    assert olga.post(f"/api/jobs/{job.pk}/cancel/").status_code == 200  # admins cancel anyone's job
+
+    assert admin.delete(f"/api/memberships/{added.json()['id']}/").status_code == 204
+    assert not Membership.objects.filter(user=world.users["outsider"], department=world.departments["ml-search"]).exists()
+    assert olga.get(f"/api/jobs/{job.pk}/").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("role", "payload", "status"),
+    [
+        ("dept_admin", {"user": "mia", "department": "ml-ads"}, 403),  # admin of ml-search only
+        ("member", {"user": "olga", "department": "ml-search"}, 403),
+        ("member", {"user": "mia", "department": "ml-search", "role": "admin"}, 403),  # no self-promotion
+        ("dept_admin", {"user": "olga", "department": "ml-search", "role": "owner"}, 400),
+        ("dept_admin", {"user": "nobody", "department": "ml-search"}, 400),
+        ("dept_admin", {"user": "olga", "department": "ml-nowhere"}, 400),
+    ],
+)
+def test_bad_membership_is_rejected_and_writes_nothing(world, role, payload, status):
+    before = world.snapshot()
+    response = world.client(role).post("/api/memberships/", payload, format="json")
+    assert response.status_code == status, response.json()
+    assert world.snapshot() == before
+
+
+def test_department_admin_cannot_touch_another_departments_members(world):
+    olga = Membership.objects.get(user=world.users["outsider"])
+    before = world.snapshot()
+    admin = world.client("dept_admin")
+    assert admin.patch(f"/api/memberships/{olga.pk}/", {"role": "admin"}, format="json").status_code == 404
+    assert admin.delete(f"/api/memberships/{olga.pk}/").status_code == 404
+    assert world.snapshot() == before
+
+
+def test_bad_role_on_patch_is_rejected_and_writes_nothing(world):
+    mia = Membership.objects.get(user=world.users["member"])
+    before = world.snapshot()
+    response = world.client("dept_admin").patch(f"/api/memberships/{mia.pk}/", {"role": "owner"}, format="json")
+    assert response.status_code == 400 and "role" in response.json()["extra"]["fields"]
+    assert world.snapshot() == before
+
+
+def test_posting_an_existing_member_changes_the_role(world):
+    response = world.client("dept_admin").post(
+        "/api/memberships/", {"user": "mia", "department": "ml-search", "role": "admin"}, format="json"
+    )
+    assert response.status_code in (200, 201), response.json()
+    assert list(Membership.objects.filter(user=world.users["member"]).values_list("role", flat=True)) == ["admin"]

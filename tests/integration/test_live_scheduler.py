@@ -1,0 +1,162 @@
+"""The live loop on the real database against the in-process simulated cluster, including crashes
+between deciding and acting."""
+import time
+
+import pytest
+from redis import Redis
+
+from cluster.clock import VirtualClock
+from cluster.simulated import store
+from cluster.simulated.engine import SimulatedCluster
+from colocation.selectors import node_views
+from scheduler import live
+from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
+from scheduler.policy.profile import get_profile
+
+pytestmark = pytest.mark.django_db
+T0 = time.time() - 7200  # virtual time stays behind the wall clock that stamps submissions and cancels
+
+
+class Crash(Exception):
+    """Stands for the worker dying mid-tick."""
+
+
+@pytest.fixture
+def cluster(world):
+    clock = VirtualClock(T0)
+    return SimulatedCluster(node_views(), clock, store.labelled_runtime), clock
+
+
+def tick(cluster_and_clock, seconds: float = 5):
+    cluster, clock = cluster_and_clock
+    clock.advance(seconds)
+    cluster.advance()
+    return live.scheduler_tick(backend=cluster, now=clock.now(), profile=get_profile("tidal"))
+
+
+def submit(world, **kw):
+    job = world.submit(**kw)
+    job.annotations = {store.RUNTIME_LABEL: "600"}
+    job.save()
+    return job
+
+
+def test_pending_job_is_admitted_bound_and_explained(world, cluster):
+    job = submit(world, gpus="1")
+    report = tick(cluster)
+    job.refresh_from_db()
+    assert report.admitted == 1
+    assert job.status == JobStatus.RUNNING and job.quota_kind == "own"
+    assert job.node.name == "t4-0" and job.assigned_gpu_model.name == "T4"
+    run = job.runs.get()
+    assert run.pod in {p.spec.name for p in cluster[0].pods()}
+    admission = Decision.objects.get(subject=f"job:{job.pk}", kind="admission")
+    assert admission.reason == "admitted-own-quota" and "t4-0" in admission.message
+
+
+def test_finished_pod_ends_the_job(world, cluster):
+    job = submit(world, gpus="0.5")
+    tick(cluster)
+    tick(cluster, seconds=601)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert job.runs.get().outcome == JobRun.Outcome.SUCCEEDED
+    assert not cluster[0].pods()
+
+
+def test_crash_after_deciding_before_binding_is_repaired(world, cluster, monkeypatch):
+    job = submit(world, gpus="1")
+    backend = cluster[0]
+    real_bind = backend.bind
+    monkeypatch.setattr(backend, "bind", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+    with pytest.raises(Crash):
+        tick(cluster)
+    job.refresh_from_db()
+    assert job.status == JobStatus.ADMITTED and not backend.pods()  # decided, recorded, never acted
+
+    monkeypatch.setattr(backend, "bind", real_bind)
+    report = tick(cluster)
+    job.refresh_from_db()
+    assert report.repaired == [f"job {job.pk}: no pod, requeued"]
+    assert job.status == JobStatus.RUNNING  # requeued and placed again in the same tick
+    assert [r.outcome for r in job.runs.order_by("attempt")] == ["failed", "running"]
+    assert len(backend.pods()) == 1
+
+
+def test_crash_after_binding_before_recording_is_repaired(world, cluster, monkeypatch):
+    job = submit(world, gpus="1")
+    backend = cluster[0]
+    real_bind = backend.bind
+
+    def bind_then_die(*args, **kwargs):
+        real_bind(*args, **kwargs)
+        raise Crash()
+
+    monkeypatch.setattr(backend, "bind", bind_then_die)
+    with pytest.raises(Crash):
+        tick(cluster)
+    monkeypatch.setattr(backend, "bind", real_bind)
+    report = tick(cluster)
+    job.refresh_from_db()
+    assert report.repaired == [f"job {job.pk}: pod found, marked running"]
+    assert job.status == JobStatus.RUNNING and job.runs.count() == 1 and len(backend.pods()) == 1
+
+
+def test_cancelled_running_job_loses_its_pod(world, cluster):
+    from scheduler import services
+
+    job = submit(world, gpus="1")
+    tick(cluster)
+    services.job_cancel(job=job, actor=world.users["member"])
+    report = tick(cluster)
+    assert report.repaired == [f"pod job-{job.pk}-1: orphan evicted"]
+    assert not cluster[0].pods()
+
+
+def test_own_quota_job_reclaims_from_borrowers(world, cluster):
+    # ml-ads: A100 own 4 + borrowed 2 on the one 8-GPU A100 node; ml-search then needs its own 4 on one node.
+    ads = [submit(world, role="outsider", department="ml-ads", gpus="1", gpu_model="A100", name=f"ads-{i}")
+           for i in range(6)]
+    tick(cluster)
+    running = TrainingJob.objects.filter(pk__in=[j.pk for j in ads], status=JobStatus.RUNNING)
+    assert sorted(running.values_list("quota_kind", flat=True)) == ["borrowed"] * 2 + ["own"] * 4
+
+    big = submit(world, gpus="4", gpu_model="A100", name="big")
+    report = tick(cluster)
+    big.refresh_from_db()
+    assert big.status == JobStatus.RUNNING and big.quota_kind == "own" and big.node.name == "a100-0"
+    assert report.preempted == 2
+    victims = TrainingJob.objects.filter(pk__in=[j.pk for j in ads], status=JobStatus.PENDING)
+    assert victims.count() == 2
+    for victim in victims:
+        assert [r.outcome for r in victim.runs.all()] == ["preempted"]  # history kept, back in the queue
+        assert victim.submitted_at == next(j for j in ads if j.pk == victim.pk).submitted_at
+        assert Decision.objects.get(subject=f"job:{victim.pk}", kind="preemption").reason == "preempted-reclaim"
+    assert len(cluster[0].pods()) == 5  # 4 own ml-ads jobs + the reclaiming job
+
+
+def test_still_pending_reason_recorded_once_until_it_changes(world, cluster):
+    job = submit(world, gpus="8", gpu_model="A100")  # 8 A100 > own 4 + borrowed 2
+    tick(cluster)
+    tick(cluster)
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING and job.queue_position == 1
+    assert job.score["base"] in (1_000_000, 1_000) and job.pending_reason
+    assert Decision.objects.filter(subject=f"job:{job.pk}", kind="pending").exclude(reason="submitted").count() == 1
+
+
+def test_only_one_live_tick_at_a_time(world, settings):
+    redis = Redis.from_url(settings.REDIS_URL)
+    redis.delete(store.KEY)
+    lock = redis.lock(live.CLUSTER_LOCK, timeout=30)
+    assert lock.acquire(blocking=False)
+    try:
+        assert live.run_live_tick(redis=redis, profile=get_profile("tidal")) is None
+    finally:
+        lock.release()
+    submit(world, gpus="1")
+    report = live.run_live_tick(redis=redis, profile=get_profile("tidal"))
+    assert report is not None and report.admitted == 1
+    saved = store.load(redis)
+    assert len(saved.pods()) == 1  # the cluster's state survives the tick for the next one
+    redis.delete(store.KEY)

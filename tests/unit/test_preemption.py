@@ -1,0 +1,125 @@
+"""Reclaim by own quota, higher score preempts lower, one node, least work lost, protection."""
+
+from cluster.types import QuotaKind
+from scheduler.policy import Reason
+from tests.unit.builders import MIN, JobBuilder, NodeBuilder, SnapshotBuilder
+from tests.unit.helpers import admit, cycle, pending, victims
+
+B = QuotaKind.BORROWED
+
+
+def borrowed_fleet() -> SnapshotBuilder:
+    """a owns 4 T4 and uses none; b borrows; two 4-GPU nodes."""
+    return SnapshotBuilder().node(NodeBuilder("n1"), NodeBuilder("n2")).quota("a", "T4", own=4) \
+        .quota("b", "T4", own=0, borrowed=8)
+
+
+def test_own_quota_reclaims_from_borrowed_jobs_in_one_cycle():
+    snap = borrowed_fleet().job(
+        JobBuilder(10).dept("b").gpus(4).running("n1", 0, 1, 2, 3, kind=B, ran=2 * 3600),
+        JobBuilder(11).dept("b").gpus(4).running("n2", 0, 1, 2, 3, kind=B, ran=3600),
+        JobBuilder(1).dept("a").gpus(2)).build()
+    result = cycle(snap)
+    assert victims(result) == {11}  # least work lost
+    d = admit(result, 1)
+    assert (d.node, d.preempting, d.quota_kind) == ("n2", (11,), QuotaKind.OWN)
+    p = result.preempted[0]
+    assert (p.reason, p.for_job_id, p.requeue) == (Reason.PREEMPTED_RECLAIM, 1, True)
+    assert "requeued with its original submit time" in p.message
+    assert result.decisions.index(p) < result.decisions.index(d)  # evict before bind
+
+
+def test_reclaim_ignores_min_runtime():
+    snap = borrowed_fleet().job(
+        JobBuilder(10).dept("b").gpus(4).running("n1", 0, 1, 2, 3, kind=B, ran=10),
+        JobBuilder(11).dept("b").gpus(4).running("n2", 0, 1, 2, 3, kind=B, ran=20),
+        JobBuilder(1).dept("a").gpus(4)).build()
+    assert victims(cycle(snap)) == {10}
+
+
+def test_victims_free_the_whole_need_on_one_node():
+    # n1: two 1-GPU borrowed jobs (ran 100 s each) + 2 free; n2: one 4-GPU borrowed job (ran 1000 s).
+    # A 4-GPU own job: on n1 evicting both young jobs frees 4 -> lost 200 s < 1000 s on n2.
+    snap = borrowed_fleet().job(
+        JobBuilder(10).dept("b").gpus(1).running("n1", 0, kind=B, ran=100),
+        JobBuilder(11).dept("b").gpus(1).running("n1", 1, kind=B, ran=100),
+        JobBuilder(12).dept("b").gpus(4).running("n2", 0, 1, 2, 3, kind=B, ran=1000),
+        JobBuilder(1).dept("a").gpus(4)).build()
+    result = cycle(snap)
+    assert victims(result) == {10, 11}
+    assert admit(result, 1).node == "n1"
+
+
+def test_never_scatters_partial_frees_across_nodes():
+    # 2 GPUs free on each node, 2 GPUs borrowed on each: a 4-GPU job needs one node's borrowed job only.
+    snap = borrowed_fleet().job(
+        JobBuilder(10).dept("b").gpus(2).running("n1", 0, 1, kind=B, ran=500),
+        JobBuilder(11).dept("b").gpus(2).running("n2", 0, 1, kind=B, ran=400),
+        JobBuilder(1).dept("a").gpus(4)).build()
+    result = cycle(snap)
+    assert victims(result) == {11}
+    assert admit(result, 1).node == "n2"
+
+
+def test_no_unneeded_victims():
+    # n1 holds borrowed jobs of 1, 1 and 2 GPUs; a 2-GPU job needs only the cheapest sufficient set.
+    snap = SnapshotBuilder().node(NodeBuilder("n1")).quota("a", "T4", own=4).quota("b", "T4", own=0, borrowed=8) \
+        .job(JobBuilder(10).dept("b").gpus(1).running("n1", 0, kind=B, ran=100),
+             JobBuilder(11).dept("b").gpus(2).running("n1", 1, 2, kind=B, ran=150),
+             JobBuilder(12).dept("b").gpus(1).running("n1", 3, kind=B, ran=300),
+             JobBuilder(1).dept("a").gpus(2)).build()
+    # Greedy takes 10 (100 s) then 11 (150 s); 10 turns out unneeded and is given back.
+    assert victims(cycle(snap)) == {11}
+
+
+def test_higher_score_preempts_lower_own_job():
+    # Both on own quota of their departments; the pending job has waited 80 min (+25), the runner
+    # has no aging and ran 20 min (past the 300 s protection).
+    snap = SnapshotBuilder().node(NodeBuilder("n1")).quota("a", "T4", own=4).quota("b", "T4", own=4) \
+        .job(JobBuilder(10).dept("b").gpus(4).waited(0).running("n1", 0, 1, 2, 3, ran=20 * MIN),
+             JobBuilder(1).dept("a").gpus(4).waited(80 * MIN)).build()
+    result = cycle(snap)
+    assert victims(result) == {10}
+    assert result.preempted[0].reason is Reason.PREEMPTED_PRIORITY
+
+
+def test_min_runtime_protects_young_jobs_from_priority_preemption():
+    snap = SnapshotBuilder().node(NodeBuilder("n1")).quota("a", "T4", own=4).quota("b", "T4", own=4) \
+        .job(JobBuilder(10).dept("b").gpus(4).waited(0).running("n1", 0, 1, 2, 3, ran=299),
+             JobBuilder(1).dept("a").gpus(4).waited(80 * MIN)).build()
+    assert not cycle(snap).preempted
+    assert victims(cycle(snap, min_runtime_s=200)) == {10}
+
+
+def test_equal_score_does_not_preempt():
+    snap = SnapshotBuilder().node(NodeBuilder("n1")).quota("a", "T4", own=4).quota("b", "T4", own=4) \
+        .job(JobBuilder(10).dept("b").gpus(4).waited(0).running("n1", 0, 1, 2, 3, ran=3600),
+             JobBuilder(1).dept("a").gpus(4).waited(0)).build()
+    assert not cycle(snap).preempted
+
+
+def test_borrowed_work_never_preempts():
+    snap = SnapshotBuilder().node(NodeBuilder("n1")).quota("a", "T4", own=0, borrowed=8) \
+        .quota("b", "T4", own=0, borrowed=8) \
+        .job(JobBuilder(10).dept("b").gpus(4).util(0.1).running("n1", 0, 1, 2, 3, kind=B, ran=3600),
+             JobBuilder(1).dept("a").gpus(4).util(0.9).waited(80 * MIN)).build()
+    result = cycle(snap)
+    assert not result.preempted
+    assert pending(result, 1).reason is Reason.NO_IDLE_CAPACITY
+
+
+def test_preemption_prefers_borrowed_over_own_victims():
+    snap = SnapshotBuilder().node(NodeBuilder("n1"), NodeBuilder("n2")).quota("a", "T4", own=8) \
+        .quota("b", "T4", own=4, borrowed=4) \
+        .job(JobBuilder(10).dept("b").gpus(4).waited(0).running("n1", 0, 1, 2, 3, ran=600),
+             JobBuilder(11).dept("b").gpus(4).waited(0).running("n2", 0, 1, 2, 3, kind=B, ran=7200),
+             JobBuilder(1).dept("a").gpus(4).waited(80 * MIN)).build()
+    assert victims(cycle(snap)) == {11}
+
+
+def test_profile_without_preemption():
+    snap = borrowed_fleet().job(
+        JobBuilder(10).dept("b").gpus(4).running("n1", 0, 1, 2, 3, kind=B),
+        JobBuilder(11).dept("b").gpus(4).running("n2", 0, 1, 2, 3, kind=B),
+        JobBuilder(1).dept("a").gpus(2)).build()
+    assert pending(cycle(snap, preemption=False), 1).reason is Reason.NO_CAPACITY

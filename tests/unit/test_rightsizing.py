@@ -1,0 +1,43 @@
+import pytest
+
+from scheduler.policy import Request, get_profile, rightsize
+from tests.unit.builders import JobBuilder
+
+TIDAL = get_profile("tidal")
+
+
+@pytest.mark.parametrize("gpus, runs, expected", [
+    # GPUs = ceil(req * max(mean util, peak mem util) / 0.9), within [1, req]
+    (4, [(0.45, 0.2, 0, 0)], 2),  # 4 * 0.45 / 0.9 = 2 exactly
+    (4, [(0.2, 0.5, 0, 0)], 3),  # peak memory dominates: ceil(2.22) = 3
+    (8, [(0.1, 0.1, 0, 0)], 1),  # ceil(0.89) = 1
+    (8, [(0.0, 0.0, 0, 0)], 1),  # floor: a whole-GPU job keeps 1 GPU
+    (2, [(1.0, 1.0, 0, 0)], 2),  # never above the request
+    (0.5, [(0.1, 0.1, 0, 0)], 0.5),  # a fraction keeps its fraction
+    (4, [(0.9, 0.9, 0, 0), (0.1, 0.1, 0, 0), (0.2, 0.2, 0, 0), (0.3, 0.3, 0, 0)], 2),  # last 3: mean .2, peak .3
+])
+def test_gpu_formula(gpus, runs, expected):
+    job = JobBuilder().gpus(gpus).history(*[(u, m, 100, 100) for u, m, _, _ in runs]).build()
+    assert rightsize(job, TIDAL).gpus == expected
+
+
+@pytest.mark.parametrize("asked, runs, request_, limit", [
+    (8000, [(0.5, 0.5, 1000, 3000)], 2000, 6000),  # mean/0.5, peak/0.5
+    (8000, [(0.5, 0.5, 1000, 1000), (0.5, 0.5, 2000, 5000)], 3000, 8000),  # mean of means; peak capped at ask
+    (8000, [(0.5, 0.5, 10, 20)], 100, 100),  # floor 100m, limit >= request
+    (4000, [(0.5, 0.5, 3000, 3000)], 4000, 4000),  # never above the request
+])
+def test_cpu_formula(asked, runs, request_, limit):
+    job = JobBuilder().cpu(asked).history(*runs).build()
+    r = rightsize(job, TIDAL)
+    assert (r.cpu_request_milli, r.cpu_limit_milli) == (request_, limit)
+
+
+def test_no_history_keeps_request():
+    job = JobBuilder().gpus(4).cpu(8000).memory(4096).build()
+    assert rightsize(job, TIDAL) == Request(4.0, 8000, 8000, 4096)
+
+
+def test_profile_without_rightsizing_keeps_request():
+    job = JobBuilder().gpus(4).cpu(8000).history((0.1, 0.1, 100, 100)).build()
+    assert rightsize(job, get_profile("quota-borrowing")).gpus == 4
