@@ -265,6 +265,23 @@ cmd_status() {
   done
 }
 
+# Where the Prometheus on our port reads the "tidal" job's file_sd targets. A reused Prometheus (started
+# by another checkout, or by hand) watches its own directory, so ask it instead of assuming ours.
+sd_targets_dir() {
+  local base="http://127.0.0.1:$PROMETHEUS_PORT/api/v1/status" dir=""
+  dir="$(python3 - "$base" 2>/dev/null <<'PY'
+import json, os, re, sys, urllib.request
+base = sys.argv[1]
+read = lambda path: json.load(urllib.request.urlopen(f"{base}/{path}", timeout=2))["data"]
+config_file, yaml = read("flags")["config.file"], read("config")["yaml"]
+job = yaml.split("job_name: tidal", 1)[1].split("- job_name:", 1)[0]
+pattern = re.search(r"files:\s*\n\s*-\s*(\S+)", job).group(1)
+print(os.path.normpath(os.path.join(os.path.dirname(config_file), os.path.dirname(pattern))))
+PY
+)" || true
+  echo "${dir:-$SD/targets}"
+}
+
 cmd_env() {
   cat <<EOF
 export DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/tidal
@@ -272,7 +289,7 @@ export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
 export PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
 export PUSHGATEWAY_URL=http://127.0.0.1:$PUSHGATEWAY_PORT
-export PROMETHEUS_SD_DIR=$SD/targets
+export PROMETHEUS_SD_DIR=$(sd_targets_dir)
 EOF
 }
 

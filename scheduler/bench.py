@@ -25,8 +25,6 @@ from cluster.types import (CPU_KEY, MEMORY_KEY, Allocation, JobStatus, JobView, 
                            RunProfile, Snapshot)
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, get_profile, schedule
 
-ALIBABA_NODES = "/work/shared/traces/alibaba-gpu-2023/openb_node_list_all_node.csv"
-
 # (model, gpus, cpu_milli, memory_mib): count — the most common shapes of the Alibaba 2023 list,
 # used when the trace file is not available.
 BUILTIN_SHAPES: dict[tuple[str, int, int, int], int] = {
@@ -166,7 +164,7 @@ def build_job(job_id: int, now: float, gpu_weights: dict[str, int], rng: random.
 
 
 def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, seed: int = 7,
-                    node_csv: str | Path | None = ALIBABA_NODES, profile: str = "tidal",
+                    node_csv: str | Path | None = None, profile: str = "tidal",
                     cycle_s: float = 60.0, progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Full cycles of the real profile on a heterogeneous cluster; only schedule() is timed.
 

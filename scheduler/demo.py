@@ -27,7 +27,7 @@ FRAMEWORKS = {  # (name, version): certified GPU models
     ("caffe", "1.0"): ["P100", "T4"],
 }
 DEPARTMENTS = ["ml-search", "ml-ads", "ml-vision", "ml-speech", "ml-nlp"]
-FIXED_POOL_SHARE = 0.1  # of each GPU group, never lent to inference
+FIXED_POOL_SHARE = 0.1  # of each group, never lent to inference
 OWN_SHARE_OF_CAPACITY = 0.8  # departments together own this much of each resource
 BORROWED_SHARE_OF_CAPACITY = Decimal("0.25")  # each department may borrow this much more
 OPERATOR = ("operator", "tidal-operator")
@@ -91,9 +91,9 @@ def _seed_nodes(nodes: list[ct.NodeView], models: dict[str, GPUModel]) -> None:
         group, _ = ResourceGroup.objects.get_or_create(
             name=group_name.lower(), defaults={"hardware_class": group_name, "gpu_model": gpu_model}
         )
-        fixed = math.ceil(len(members) * FIXED_POOL_SHARE) if gpu_model else 0
+        fixed = math.ceil(len(members) * FIXED_POOL_SHARE)
         for i, node in enumerate(members):
-            pool, state = _initial_pool_and_state(i, fixed, gpu_model is not None)
+            pool, state = _initial_pool_and_state(i, fixed)
             Node.objects.get_or_create(
                 name=node.name,
                 defaults=dict(resource_group=group, gpu_model=gpu_model, gpu_count=node.gpu_count,
@@ -101,10 +101,8 @@ def _seed_nodes(nodes: list[ct.NodeView], models: dict[str, GPUModel]) -> None:
             )
 
 
-def _initial_pool_and_state(index: int, fixed: int, has_gpus: bool) -> tuple[str, str]:
-    """Fixed pool first (training); the co-location pool starts half online, half offline; CPU nodes serve."""
-    if not has_gpus:
-        return Pool.COLOCATION, NodeState.ONLINE_NORMAL
+def _initial_pool_and_state(index: int, fixed: int) -> tuple[str, str]:
+    """Fixed pool first (training); the co-location pool starts half online (inference), half offline."""
     if index < fixed:
         return Pool.FIXED, NodeState.OFFLINE_NORMAL
     return Pool.COLOCATION, (NodeState.OFFLINE_NORMAL if index % 2 else NodeState.ONLINE_NORMAL)

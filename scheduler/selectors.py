@@ -5,7 +5,7 @@ from decimal import Decimal
 from django.db.models import DecimalField, Max, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
-from scheduler.models import CPU, MEMORY, Department, Membership, Quota, QuotaKind, TrainingJob
+from scheduler.models import CPU, MEMORY, Decision, Department, Membership, Quota, QuotaKind, TrainingJob
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,9 @@ def _used_by_kind(jobs: QuerySet, resource: str) -> dict[str, Decimal]:
         field = "memory_mib"
     else:
         field, jobs = "gpus", jobs.filter(assigned_gpu_model__name=resource)
-    rows = jobs.values("quota_kind").annotate(total=Coalesce(Sum(field), 0, output_field=DecimalField()))
+    # Jobs are charged what was bound (the right-sized request) once the scheduler admitted them.
+    charged = Coalesce(f"alloc_{field}", field)
+    rows = jobs.values("quota_kind").annotate(total=Coalesce(Sum(charged), 0, output_field=DecimalField()))
     return {row["quota_kind"]: Decimal(row["total"]) for row in rows}
 
 
@@ -85,3 +87,7 @@ def can_administer(*, user, department: Department) -> bool:
     """Operators and the department's admins manage its members and services."""
     return user.is_staff or is_member(user=user, department=department, role=Membership.Role.ADMIN)
 
+
+
+def latest_decision(*, job: TrainingJob) -> Decision | None:
+    return Decision.objects.filter(subject=f"job:{job.pk}").order_by("-created_at", "-id").first()

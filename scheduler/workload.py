@@ -5,7 +5,7 @@ Mapping (the trace has no departments, frameworks or GPU models for its pods):
 - submitter: a member of that department, else the operator;
 - GPUs: `num_gpu` whole GPUs, or `gpu_milli / 1000` of one GPU; GPU model: the hash picks one of the models
   the cluster has; framework pytorch-2.1 (certified on every demo model);
-- simulated run time: (deletion − scheduled) / speed-up, kept within [30 s, 2 h]; pods that never ran: 5 min;
+- simulated run time: (deletion − scheduled) / speed-up, kept within [2 min, 2 h]; pods that never ran: 5 min;
 - arrivals: from TIDAL_DEMO_TRACE_START_S on (day 120, where the trace is dense), inter-arrival times divided
   by speed-up × load factor: the demo cluster holds 1 node in 10 and the trace alone would never contend it.
 """
@@ -29,7 +29,7 @@ from scheduler.models import Department, Framework, GPUModel, Membership
 
 POD_LIST = "alibaba-gpu-2023/openb_pod_list_default.csv"
 STATE_KEY = "tidal:demo-workload"  # Redis hash: started_at, next row
-MIN_RUNTIME_S, MAX_RUNTIME_S, NEVER_RAN_S = 30.0, 7200.0, 300.0
+MIN_RUNTIME_S, MAX_RUNTIME_S, NEVER_RAN_S = 120.0, 7200.0, 300.0
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Input and output shapes of the scheduler API. Validation of shapes only; rules live in services."""
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduler.selectors import latest_decision
 from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
 
 
@@ -131,11 +133,60 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         ]
 
 
+class ScoreSerializer(serializers.Serializer):
+    base = serializers.IntegerField(help_text="1,000,000 on own quota, 1,000 on borrowed quota")
+    utilization = serializers.IntegerField(help_text="+20 meets the utilization target, -20 misses it, 0 no history")
+    aging = serializers.IntegerField(help_text="min(n, 5) for the n-th 10 minutes waited beyond the first 10")
+    total = serializers.IntegerField()
+
+
+class RightsizedSerializer(serializers.Serializer):
+    gpus = serializers.DecimalField(max_digits=6, decimal_places=3, source="alloc_gpus")
+    cpu_request_milli = serializers.IntegerField(source="alloc_cpu_milli")
+    cpu_limit_milli = serializers.IntegerField()
+    memory_mib = serializers.IntegerField(source="alloc_memory_mib")
+
+
+class LatestDecisionSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    reason = serializers.CharField()
+    message = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
 class TrainingJobDetailSerializer(TrainingJobSerializer):
+    """A job with why it waits (queue position, score breakdown, latest decision) and what it was given."""
+
     runs = JobRunSerializer(many=True, read_only=True)
+    score = serializers.SerializerMethodField()
+    rightsized = serializers.SerializerMethodField(help_text="what was bound and charged; the request is kept above")
+    latest_decision = serializers.SerializerMethodField()
 
     class Meta(TrainingJobSerializer.Meta):
-        fields = TrainingJobSerializer.Meta.fields + ["runs"]
+        fields = TrainingJobSerializer.Meta.fields + [
+            "queue_position", "pending_reason", "score", "rightsized", "latest_decision", "runs",
+        ]
+
+    @extend_schema_field(ScoreSerializer(allow_null=True))
+    def get_score(self, job: TrainingJob) -> dict | None:
+        return job.score or None
+
+    @extend_schema_field(RightsizedSerializer(allow_null=True))
+    def get_rightsized(self, job: TrainingJob) -> dict | None:
+        return RightsizedSerializer(job).data if job.alloc_gpus is not None else None
+
+    @extend_schema_field(LatestDecisionSerializer(allow_null=True))
+    def get_latest_decision(self, job: TrainingJob) -> dict | None:
+        decision = latest_decision(job=job)
+        return LatestDecisionSerializer(decision).data if decision else None
+
+
+class QuotaUsageSerializer(serializers.Serializer):
+    resource = serializers.CharField(help_text='GPU model name, "cpu" (millicores) or "memory" (MiB)')
+    own = serializers.DecimalField(max_digits=14, decimal_places=3)
+    own_used = serializers.DecimalField(max_digits=14, decimal_places=3)
+    borrowed = serializers.DecimalField(max_digits=14, decimal_places=3)
+    borrowed_used = serializers.DecimalField(max_digits=14, decimal_places=3)
 
 
 class DecisionSerializer(serializers.ModelSerializer):

@@ -5,7 +5,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduler import services
+from scheduler import selectors, services
 from scheduler.api import serializers as s
 from scheduler.api.permissions import IsOperatorOrReadOnly
 from scheduler.filtersets import (
@@ -43,6 +43,13 @@ class DepartmentViewSet(RestrictedMixin, viewsets.ModelViewSet):
 
     def perform_create(self, serializer):
         serializer.instance = services.department_create(**serializer.validated_data)
+
+    @extend_schema(responses=s.QuotaUsageSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def usage(self, request, pk=None):
+        """Own and borrowed quota per resource, with what the department's admitted and running jobs hold."""
+        usages = selectors.quota_usage(department=self.get_object())
+        return Response(s.QuotaUsageSerializer(usages, many=True).data)
 
 
 class MembershipViewSet(RestrictedMixin, viewsets.ModelViewSet):

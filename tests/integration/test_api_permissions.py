@@ -46,6 +46,7 @@ MATRIX: dict[tuple[str, str], Row] = {
         {"name": "ml-search", "description": "x"}),
     ("PATCH", "/api/departments/{id}/"): Row("401 403 403 403 200", "department", {"description": "x"}),
     ("DELETE", "/api/departments/{id}/"): Row("401 403 403 403 204", "empty_department"),
+    ("GET", "/api/departments/{id}/usage/"): Row("401 404 200 200 200", "department"),
     # memberships: operators and the department's admins manage them
     ("GET", "/api/memberships/"): Row("401 200 200 200 200"),
     ("POST", "/api/memberships/"): Row("401 403 403 201 201",

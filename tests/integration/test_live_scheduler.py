@@ -146,7 +146,7 @@ def test_still_pending_reason_recorded_once_until_it_changes(world, cluster):
 
 
 def test_only_one_live_tick_at_a_time(world, settings):
-    redis = Redis.from_url(settings.REDIS_URL)
+    redis = Redis.from_url(settings.REDIS_URL, db=15)  # not the database a running demo uses
     redis.delete(store.KEY)
     lock = redis.lock(live.CLUSTER_LOCK, timeout=30)
     assert lock.acquire(blocking=False)

@@ -40,6 +40,8 @@ class Command(BaseCommand):
             self.stdout.write(f"sign in as {OPERATOR[0]} / {OPERATOR[1]} (operator) or "
                               f"{', '.join(u for u, _, _ in USERS)} / {DEMO_PASSWORD}; logs in {logs}; Ctrl-C stops")
             self._supervise(children, exit_after)
+        except KeyboardInterrupt:  # Ctrl-C at any moment is a clean stop
+            self.stdout.write("\nstopping…")
         finally:
             self._stop(children)
 
@@ -75,12 +77,9 @@ class Command(BaseCommand):
 
     def _supervise(self, children: dict[str, subprocess.Popen], exit_after: float) -> None:
         deadline = time.monotonic() + exit_after if exit_after else None
-        try:
-            while deadline is None or time.monotonic() < deadline:
-                self._check_alive(children)
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            self.stdout.write("\nstopping…")
+        while deadline is None or time.monotonic() < deadline:
+            self._check_alive(children)
+            time.sleep(0.5)
 
     @staticmethod
     def _check_alive(children: dict[str, subprocess.Popen]) -> None:

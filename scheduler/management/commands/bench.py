@@ -7,7 +7,9 @@ import json
 from django.core.management.base import BaseCommand, CommandParser
 from tqdm import tqdm
 
-from scheduler.bench import ALIBABA_NODES, bench_scheduler
+from django.conf import settings
+
+from scheduler.bench import bench_scheduler
 
 
 class Command(BaseCommand):
@@ -20,7 +22,8 @@ class Command(BaseCommand):
         parser.add_argument("--cycles", type=int, default=6)
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--profile", default="tidal")
-        parser.add_argument("--node-csv", default=ALIBABA_NODES)
+        parser.add_argument("--node-csv", default=str(settings.TRACES_DIR / "alibaba-gpu-2023/openb_node_list_all_node.csv"),
+                            help="node shapes to draw from (built-in Alibaba shapes when the file is missing)")
         parser.add_argument("--json", dest="json_path", help="also write the figures to this file")
 
     def handle(self, *args: object, **opts: object) -> None:

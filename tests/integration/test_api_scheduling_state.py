@@ -1,0 +1,60 @@
+"""What the API tells people about scheduling: why a job waits, what it got, how much quota is used."""
+import time
+
+import pytest
+
+from cluster.clock import VirtualClock
+from cluster.simulated import store
+from cluster.simulated.engine import SimulatedCluster
+from colocation.selectors import node_views
+from scheduler import live
+from scheduler.policy.profile import get_profile
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def tick(world):
+    clock = VirtualClock(time.time() - 3600)
+    cluster = SimulatedCluster(node_views(), clock, store.labelled_runtime)
+
+    def run():
+        clock.advance(5)
+        return live.scheduler_tick(backend=cluster, now=clock.now(), profile=get_profile("tidal"))
+
+    return run
+
+
+def test_pending_job_shows_position_score_and_reason(world, tick):
+    waiting = world.submit(gpus="8", gpu_model="A100")  # more than own 4 + borrowed 2 A100
+    tick()
+    body = world.client("member").get(f"/api/jobs/{waiting.pk}/").json()
+    assert body["status"] == "pending" and body["queue_position"] == 1
+    assert body["score"]["total"] == body["score"]["base"] + body["score"]["utilization"] + body["score"]["aging"]
+    assert body["rightsized"] is None
+    assert body["latest_decision"]["kind"] == "pending" and body["latest_decision"]["reason"] == body["pending_reason"]
+    assert "quota" in body["latest_decision"]["message"]
+
+
+def test_admitted_job_shows_quota_kind_rightsized_request_and_admission(world, tick):
+    job = world.submit(gpus="0.5")
+    tick()
+    body = world.client("member").get(f"/api/jobs/{job.pk}/").json()
+    assert body["status"] == "running" and body["quota_kind"] == "own" and body["queue_position"] is None
+    assert body["gpus"] == "0.500" and body["rightsized"]["gpus"] == "0.500"  # no history: request kept
+    assert body["rightsized"]["cpu_request_milli"] == 4000 and body["rightsized"]["memory_mib"] == 16384
+    assert body["score"]["base"] == 1_000_000
+    assert body["latest_decision"]["kind"] == "admission" and "t4-0" in body["latest_decision"]["message"]
+    assert body["runs"][0]["outcome"] == "running" and body["runs"][0]["node"] == "t4-0"
+
+
+def test_department_usage_counts_what_running_jobs_hold(world, tick):
+    world.submit(gpus="1")
+    world.submit(gpus="0.5")
+    tick()
+    search = world.departments["ml-search"]
+    rows = {r["resource"]: r for r in world.client("member").get(f"/api/departments/{search.pk}/usage/").json()}
+    assert rows["T4"] == {"resource": "T4", "own": "2.000", "own_used": "1.500", "borrowed": "1.000",
+                          "borrowed_used": "0.000"}
+    assert rows["cpu"]["own_used"] == "8000.000" and rows["memory"]["own_used"] == "32768.000"
+    assert world.client("outsider").get(f"/api/departments/{search.pk}/usage/").status_code == 404

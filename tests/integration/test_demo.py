@@ -1,0 +1,88 @@
+"""The embedded demo: what `make run` loads, and `manage.py up` serving it and stopping cleanly."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from http.cookiejar import CookieJar
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from colocation.models import Node, ResourceGroup
+from scheduler.demo import DEPARTMENTS, demo_load
+from scheduler.models import Department, Framework, Quota
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = Path(settings.TRACES_DIR)
+
+
+@pytest.mark.django_db
+def test_demo_loads_one_node_in_ten_of_the_trace_and_is_idempotent():
+    first = demo_load(traces_dir=TRACES)
+    counts = (Node.objects.count(), Quota.objects.count(), Framework.objects.count())
+    second = demo_load(traces_dir=TRACES)
+    assert first.nodes == second.nodes == 153  # 1,523 trace nodes, every 10th
+    assert (Node.objects.count(), Quota.objects.count(), Framework.objects.count()) == counts
+    assert set(ResourceGroup.objects.values_list("name", flat=True)) >= {"t4", "g2", "cpu"}
+    assert Node.objects.filter(pool="fixed").count() >= ResourceGroup.objects.count()  # each group keeps some
+    own_t4 = [Quota.objects.get(department__name=d, gpu_model__name="T4").own for d in DEPARTMENTS]
+    assert own_t4 == sorted(own_t4, reverse=True) and own_t4[0] > own_t4[-1]  # Helios shares, largest first
+
+
+@pytest.mark.django_db
+def test_demo_without_traces_loads_the_built_in_cluster(tmp_path):
+    summary = demo_load(traces_dir=tmp_path)
+    assert "built-in" in summary.source and summary.nodes == 14
+    assert Department.objects.count() == len(DEPARTMENTS)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path):
+    port = _free_port()
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}", "TIDAL_RUN_DIR": str(tmp_path)}
+    up = subprocess.Popen([sys.executable, "manage.py", "up", "--port", str(port), "--exit-after", "120"], cwd=ROOT,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_for(f"{base}/api/schema/")
+        time.sleep(1)  # let `up` see the server answer too, so the stop below is the Ctrl-C after start-up
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+        assert b"swagger" in opener.open(f"{base}/api/docs/").read().lower()
+        assert b"Django administration" in opener.open(f"{base}/admin/login/").read()
+        token = _token(base, "operator", "tidal-operator")
+        nodes = urllib.request.Request(f"{base}/api/nodes/?limit=1", headers={"Authorization": f"Token {token}"})
+        assert b'"count":' in urllib.request.urlopen(nodes).read()
+    finally:
+        up.send_signal(signal.SIGINT)
+        output, _ = up.communicate(timeout=60)
+    assert up.returncode == 0, output
+    assert "Tidal is up" in output
+    for child in ("web", "worker", "beat"):
+        assert f"stopped {child}" in output
+
+
+def _wait_for(url: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _token(base: str, username: str, password: str) -> str:
+    data = f"username={username}&password={password}".encode()
+    return json.load(urllib.request.urlopen(f"{base}/api/auth/token/", data=data))["token"]
