@@ -38,6 +38,14 @@ def department_create(*, name: str, description: str = "") -> Department:
     return Department.objects.create(name=name, description=description)
 
 
+def department_update(*, department: Department, **fields) -> Department:
+    _check_name_kept(department, fields)
+    for name, value in fields.items():
+        setattr(department, name, value)
+    department.save(update_fields=list(fields))
+    return department
+
+
 def membership_set(*, department: Department, user, role: str, actor) -> Membership:
     """Add `user` to `department` with `role`, or change the role of an existing member."""
     if not selectors.can_administer(user=actor, department=department):
@@ -122,9 +130,18 @@ def gpu_model_create(*, name: str, memory_gib: int) -> GPUModel:
     return GPUModel.objects.create(name=name, memory_gib=memory_gib)
 
 
+def _check_name_kept(entity, fields: dict) -> None:
+    """Names are permanent: quotas, decisions and automation refer to departments and GPU models by name."""
+    if "name" in fields and fields["name"] != entity.name:
+        raise ApplicationError.for_field(
+            "name", f"{entity.name} cannot be renamed (decisions and quotas refer to it by name); create a new one"
+        )
+
+
 def gpu_model_update(*, gpu_model: GPUModel, **fields) -> GPUModel:
     if "name" in fields:
         _check_gpu_model_name(fields["name"])
+    _check_name_kept(gpu_model, fields)
     for name, value in fields.items():
         setattr(gpu_model, name, value)
     gpu_model.save(update_fields=list(fields))

@@ -44,6 +44,9 @@ class DepartmentViewSet(RestrictedMixin, viewsets.ModelViewSet):
     def perform_create(self, serializer):
         serializer.instance = services.department_create(**serializer.validated_data)
 
+    def perform_update(self, serializer):
+        serializer.instance = services.department_update(department=serializer.instance, **serializer.validated_data)
+
     @extend_schema(responses=s.QuotaUsageSerializer(many=True))
     @action(detail=True, methods=["get"])
     def usage(self, request, pk=None):

@@ -43,6 +43,17 @@ def test_bad_department_name_is_rejected_and_writes_nothing(world, name):
     assert world.snapshot() == before
 
 
+def test_department_cannot_be_renamed_but_its_description_can_change(world):
+    search = world.departments["ml-search"]
+    before = world.snapshot()
+    renamed = world.client("operator").patch(f"/api/departments/{search.pk}/", {"name": "ml-find"}, format="json")
+    assert renamed.status_code == 400 and "cannot be renamed" in renamed.json()["extra"]["fields"]["name"][0]
+    assert world.snapshot() == before
+    described = world.client("operator").patch(f"/api/departments/{search.pk}/", {"description": "web search"},
+                                               format="json")
+    assert described.status_code == 200 and described.json()["description"] == "web search"
+
+
 def test_department_with_jobs_cannot_be_deleted(world):
     world.submit()
     before = world.snapshot()

@@ -2,6 +2,7 @@
 worker and Celery beat, print the console URL and logins; Ctrl-C stops everything it started."""
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--exit-after", type=float, default=0, help="stop after N seconds (smoke tests)")
 
     def handle(self, *args, host, port, all_nodes, no_demo, exit_after, **options):
+        self._check_port_free(host, port)
         logs = Path(settings.RUN_DIR) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         call_command("migrate", verbosity=0)
@@ -44,6 +46,12 @@ class Command(BaseCommand):
             self.stdout.write("\nstopping…")
         finally:
             self._stop(children)
+
+    @staticmethod
+    def _check_port_free(host: str, port: int) -> None:
+        with socket.socket() as probe:
+            if probe.connect_ex((host, port)) == 0:
+                raise CommandError(f"{host}:{port} is already in use; choose another with --port or TIDAL_PORT")
 
     def _start(self, host: str, port: int, logs: Path, demo_workload: bool) -> dict[str, subprocess.Popen]:
         python = sys.executable
