@@ -7,8 +7,9 @@ SERVICE_ENV = eval "$$(bash platform/stack.sh env | grep -v '^export DATABASE_UR
 
 .PHONY: run test install services stop status
 
+# Ctrl-C stops the web server, worker and beat (manage.py up) and then the services the stack started.
 run: services
-	@$(SERVICE_ENV) && $(PY) manage.py up $(ARGS)
+	@trap 'bash platform/stack.sh stop' EXIT; $(SERVICE_ENV) && $(PY) manage.py up $(ARGS)
 
 test: services
 	@set -e; eval "$$(bash platform/stack.sh env)"; export TIDAL_REQUIRE_POSTGRES=1; \

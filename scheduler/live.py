@@ -278,23 +278,24 @@ def _record_pending(decisions: list[StillPending]) -> None:
 
 # --- the live loop's entry point -------------------------------------------------------------------
 
-CLUSTER_LOCK = "tidal:cluster-lock"  # one actor on the cluster at a time: scheduler, lending controller
+CLUSTER_LOCK = "cluster-lock"  # one actor on the cluster at a time: scheduler, lending controller
 
 
-def run_live_tick(*, redis, profile: Profile, lock_timeout_s: float = 120) -> TickReport | None:
+def run_live_tick(*, redis, namespace: str, profile: Profile, lock_timeout_s: float = 120) -> TickReport | None:
     """One tick on the live simulated cluster, unless another holds the cluster lock (then None).
 
-    The lock expires, so a worker that dies holding it blocks the loop for at most `lock_timeout_s`."""
+    Keys live under `namespace` (TIDAL_REDIS_NAMESPACE), so instances can share one Redis. The lock expires,
+    so a worker that dies holding it blocks the loop for at most `lock_timeout_s`."""
     from colocation.selectors import node_views
 
-    lock = redis.lock(CLUSTER_LOCK, timeout=lock_timeout_s)
+    lock = redis.lock(f"{namespace}:{CLUSTER_LOCK}", timeout=lock_timeout_s)
     if not lock.acquire(blocking=False):
         return None
-    cluster = store.load(redis) or store.new_cluster(node_views())
+    cluster = store.load(redis, namespace) or store.new_cluster(node_views())
     try:
         store.sync_nodes(cluster, node_views())
         cluster.advance()
         return scheduler_tick(backend=cluster, now=time.time(), profile=profile)
     finally:
-        store.save(redis, cluster)  # what was bound or evicted happened, as on a real cluster
+        store.save(redis, namespace, cluster)  # what was bound or evicted happened, as on a real cluster
         lock.release()

@@ -9,11 +9,11 @@ from scheduler.policy.profile import get_profile
 
 @shared_task(name="scheduler.tick", ignore_result=True)
 def scheduler_tick() -> dict | None:
-    report = live.run_live_tick(redis=Redis.from_url(settings.REDIS_URL),
+    report = live.run_live_tick(redis=Redis.from_url(settings.REDIS_URL), namespace=settings.TIDAL_REDIS_NAMESPACE,
                                 profile=get_profile(settings.TIDAL_SCHEDULER_PROFILE))
     return report and report.__dict__
 
 
 @shared_task(name="scheduler.demo_workload", ignore_result=True)
 def demo_workload_tick() -> int:
-    return workload.demo_submit_due(redis=Redis.from_url(settings.REDIS_URL))
+    return workload.demo_submit_due(redis=Redis.from_url(settings.REDIS_URL), namespace=settings.TIDAL_REDIS_NAMESPACE)

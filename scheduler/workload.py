@@ -28,7 +28,7 @@ from scheduler.errors import ApplicationError
 from scheduler.models import Department, Framework, GPUModel, Membership
 
 POD_LIST = "alibaba-gpu-2023/openb_pod_list_default.csv"
-STATE_KEY = "tidal:demo-workload"  # Redis hash: started_at, next row
+STATE_KEY = "demo-workload"  # Redis hash under the instance's namespace: started_at, next row
 MIN_RUNTIME_S, MAX_RUNTIME_S, NEVER_RAN_S = 120.0, 7200.0, 300.0
 
 
@@ -81,7 +81,7 @@ def submit_pod(pod: TracePod, *, speedup: float) -> bool:
     return True
 
 
-def demo_submit_due(*, redis, now: float | None = None) -> int:
+def demo_submit_due(*, redis, namespace: str, now: float | None = None) -> int:
     """Submit every trace pod whose sped-up creation time has come; returns how many were submitted."""
     path = Path(settings.TRACES_DIR) / POD_LIST
     if not path.exists():
@@ -91,11 +91,12 @@ def demo_submit_due(*, redis, now: float | None = None) -> int:
     trace = read_pods(path)
     first = next((i for i, p in enumerate(trace) if p.created_s >= settings.TIDAL_DEMO_TRACE_START_S), 0)
     start_s = trace[first].created_s  # the demo's t=0 is the first pod from the start day on
-    redis.hsetnx(STATE_KEY, "started_at", now)
-    redis.hsetnx(STATE_KEY, "next", first)
-    started, cursor = float(redis.hget(STATE_KEY, "started_at")), int(redis.hget(STATE_KEY, "next"))
+    key = f"{namespace}:{STATE_KEY}"
+    redis.hsetnx(key, "started_at", now)
+    redis.hsetnx(key, "next", first)
+    started, cursor = float(redis.hget(key, "started_at")), int(redis.hget(key, "next"))
     pods = itertools.takewhile(lambda p: (p.created_s - start_s) / compress <= now - started, trace[cursor:])
     due = list(itertools.islice(pods, settings.TIDAL_DEMO_MAX_PER_TICK))
     submitted = sum(submit_pod(p, speedup=speedup) for p in due)
-    redis.hset(STATE_KEY, "next", cursor + len(due))
+    redis.hset(key, "next", cursor + len(due))
     return submitted

@@ -121,6 +121,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+TIDAL_REDIS_NAMESPACE = os.environ.get("TIDAL_REDIS_NAMESPACE", "tidal")  # prefix of Tidal's own Redis keys
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_SERIALIZER = "json"
@@ -135,7 +136,7 @@ TIDAL_SCHEDULER_INTERVAL_S = float(os.environ.get("TIDAL_SCHEDULER_INTERVAL_S", 
 # The demo workload (make run): Alibaba 2023 pods submitted at TIDAL_DEMO_SPEEDUP × trace speed.
 TIDAL_DEMO_WORKLOAD = os.environ.get("TIDAL_DEMO_WORKLOAD", "0") == "1"
 TIDAL_DEMO_SPEEDUP = float(os.environ.get("TIDAL_DEMO_SPEEDUP", "120"))
-TIDAL_DEMO_LOAD_FACTOR = float(os.environ.get("TIDAL_DEMO_LOAD_FACTOR", "10"))
+TIDAL_DEMO_LOAD_FACTOR = float(os.environ.get("TIDAL_DEMO_LOAD_FACTOR", "20"))
 TIDAL_DEMO_TRACE_START_S = int(os.environ.get("TIDAL_DEMO_TRACE_START_S", str(120 * 86400)))
 TIDAL_DEMO_MAX_PER_TICK = int(os.environ.get("TIDAL_DEMO_MAX_PER_TICK", "20"))
 CELERY_BEAT_SCHEDULE: dict = {

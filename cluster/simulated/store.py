@@ -14,7 +14,7 @@ from cluster.simulated.engine import SimulatedCluster
 from cluster.types import NodeView
 
 RUNTIME_LABEL = "tidal.io/sim-runtime-s"  # how long a simulated pod runs; absent: until evicted
-KEY = "tidal:simulated-cluster"
+KEY = "simulated-cluster"  # under the instance's namespace, e.g. "tidal:simulated-cluster"
 
 
 def labelled_runtime(pod: PodSpec) -> float | None:
@@ -27,13 +27,13 @@ def new_cluster(nodes: Iterable[NodeView]) -> SimulatedCluster:
     return SimulatedCluster(nodes, SystemClock(), labelled_runtime)
 
 
-def load(redis) -> SimulatedCluster | None:
-    raw = redis.get(KEY)
+def load(redis, namespace: str) -> SimulatedCluster | None:
+    raw = redis.get(f"{namespace}:{KEY}")
     return pickle.loads(raw) if raw else None  # our own Redis, written only by save() below
 
 
-def save(redis, cluster: SimulatedCluster) -> None:
-    redis.set(KEY, pickle.dumps(cluster, protocol=pickle.HIGHEST_PROTOCOL))
+def save(redis, namespace: str, cluster: SimulatedCluster) -> None:
+    redis.set(f"{namespace}:{KEY}", pickle.dumps(cluster, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def sync_nodes(cluster: SimulatedCluster, inventory: Iterable[NodeView]) -> None:

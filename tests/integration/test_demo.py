@@ -86,3 +86,37 @@ def _wait_for(url: str, timeout: float = 90) -> None:
 def _token(base: str, username: str, password: str) -> str:
     data = f"username={username}&password={password}".encode()
     return json.load(urllib.request.urlopen(f"{base}/api/auth/token/", data=data))["token"]
+
+
+@pytest.mark.django_db
+def test_demo_workload_submits_trace_pods_as_they_come_due(world, settings, tmp_path):
+    from redis import Redis
+
+    from cluster.simulated.store import RUNTIME_LABEL
+    from scheduler.models import TrainingJob
+    from scheduler.workload import POD_LIST, demo_submit_due
+
+    (tmp_path / POD_LIST).parent.mkdir(parents=True)
+    (tmp_path / POD_LIST).write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+        "p-early,1000,1024,1,1000,,LS,Running,100,200,100\n"  # before the start day: never submitted
+        "p-a,2000,2048,1,460,,LS,Running,1000,61000,1000\n"  # t=0, runs 60000 s
+        "p-b,4000,4096,2,1000,,BE,Running,1600,1700,1600\n"  # due 600 trace s later, runs 100 s
+        "p-c,1000,1024,0,0,,BE,Pending,99999,,\n"  # never ran
+    )
+    settings.TRACES_DIR, settings.TIDAL_DEMO_TRACE_START_S = tmp_path, 1000
+    settings.TIDAL_DEMO_SPEEDUP, settings.TIDAL_DEMO_LOAD_FACTOR = 60, 2  # arrivals 120× faster, run times 60×
+    redis, namespace = Redis.from_url(settings.REDIS_URL), f"test-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        assert demo_submit_due(redis=redis, namespace=namespace, now=1000.0) == 1
+        assert demo_submit_due(redis=redis, namespace=namespace, now=1004.0) == 0  # p-b is due at 600/120 = 5 s
+        assert demo_submit_due(redis=redis, namespace=namespace, now=1005.0) == 1
+        assert demo_submit_due(redis=redis, namespace=namespace, now=1900.0) == 1
+    finally:
+        redis.delete(f"{namespace}:demo-workload")
+    jobs = {j.name: j for j in TrainingJob.objects.all()}
+    assert set(jobs) == {"p-a", "p-b", "p-c"}
+    assert str(jobs["p-a"].gpus) == "0.460" and jobs["p-b"].gpus == 2 and jobs["p-c"].gpu_model is None
+    assert jobs["p-a"].annotations[RUNTIME_LABEL] == "1000"  # 60000 s / 60
+    assert jobs["p-b"].annotations[RUNTIME_LABEL] == "120"  # 100 s / 60 = 1.7 s, raised to the 2 min floor
+    assert jobs["p-c"].annotations[RUNTIME_LABEL] == "300"  # never ran: 5 min

@@ -1,6 +1,7 @@
 """The live loop on the real database against the in-process simulated cluster, including crashes
 between deciding and acting."""
 import time
+import uuid
 
 import pytest
 from redis import Redis
@@ -146,17 +147,18 @@ def test_still_pending_reason_recorded_once_until_it_changes(world, cluster):
 
 
 def test_only_one_live_tick_at_a_time(world, settings):
-    redis = Redis.from_url(settings.REDIS_URL, db=15)  # not the database a running demo uses
-    redis.delete(store.KEY)
-    lock = redis.lock(live.CLUSTER_LOCK, timeout=30)
+    redis, namespace = Redis.from_url(settings.REDIS_URL), f"test-{uuid.uuid4().hex[:8]}"
+    lock = redis.lock(f"{namespace}:{live.CLUSTER_LOCK}", timeout=30)
     assert lock.acquire(blocking=False)
     try:
-        assert live.run_live_tick(redis=redis, profile=get_profile("tidal")) is None
+        assert live.run_live_tick(redis=redis, namespace=namespace, profile=get_profile("tidal")) is None
     finally:
         lock.release()
     submit(world, gpus="1")
-    report = live.run_live_tick(redis=redis, profile=get_profile("tidal"))
-    assert report is not None and report.admitted == 1
-    saved = store.load(redis)
-    assert len(saved.pods()) == 1  # the cluster's state survives the tick for the next one
-    redis.delete(store.KEY)
+    try:
+        report = live.run_live_tick(redis=redis, namespace=namespace, profile=get_profile("tidal"))
+        assert report is not None and report.admitted == 1
+        saved = store.load(redis, namespace)
+        assert len(saved.pods()) == 1  # the cluster's state survives the tick for the next one
+    finally:
+        redis.delete(f"{namespace}:{store.KEY}")
