@@ -64,8 +64,9 @@ program_of() {
 # record its pid.
 spawn() {
   local name="$1"; shift
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
-  echo $! > "$(pid_file "$name")"
+  # The program records its own pid just before it replaces the shell: `$!` can name a setsid that
+  # forked and exited, which looked like the service dying during start.
+  setsid bash -c 'echo $$ > "$0"; exec "$@"' "$(pid_file "$name")" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
 }
 
 # Poll `check` until it succeeds; fail naming the service and its log.
