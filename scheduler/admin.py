@@ -3,39 +3,65 @@ from django.contrib import admin
 from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
 
 
-class MembershipInline(admin.TabularInline):
-    model = Membership
+class OperatorPermissions:
+    """Platform operators are staff users: they manage every Tidal record without per-model permissions.
+    (Users, groups and tokens stay with superusers.)"""
+
+    def has_module_permission(self, request) -> bool:
+        return request.user.is_active and request.user.is_staff
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return self.has_module_permission(request)
+
+
+class OperatorAdmin(OperatorPermissions, admin.ModelAdmin):
+    pass
+
+
+class OperatorInline(OperatorPermissions, admin.TabularInline):
     extra = 0
+
+
+class MembershipInline(OperatorInline):
+    model = Membership
     autocomplete_fields = ["user"]
 
 
-class QuotaInline(admin.TabularInline):
+class QuotaInline(OperatorInline):
     model = Quota
-    extra = 0
 
 
 @admin.register(Department)
-class DepartmentAdmin(admin.ModelAdmin):
+class DepartmentAdmin(OperatorAdmin):
     list_display = ["name", "description", "created_at"]
     search_fields = ["name"]
     inlines = [QuotaInline, MembershipInline]
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(OperatorAdmin):
     list_display = ["user", "department", "role"]
     list_filter = ["role", "department"]
     search_fields = ["user__username", "department__name"]
 
 
 @admin.register(GPUModel)
-class GPUModelAdmin(admin.ModelAdmin):
+class GPUModelAdmin(OperatorAdmin):
     list_display = ["name", "memory_gib"]
     search_fields = ["name"]
 
 
 @admin.register(Framework)
-class FrameworkAdmin(admin.ModelAdmin):
+class FrameworkAdmin(OperatorAdmin):
     list_display = ["name", "version", "certified"]
     filter_horizontal = ["certified_on"]
 
@@ -48,19 +74,18 @@ class FrameworkAdmin(admin.ModelAdmin):
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(OperatorAdmin):
     list_display = ["department", "resource_kind", "gpu_model", "own", "borrowed"]
     list_filter = ["resource_kind", "gpu_model", "department"]
 
 
-class JobRunInline(admin.TabularInline):
+class JobRunInline(OperatorInline):
     model = JobRun
-    extra = 0
     readonly_fields = ["attempt", "node", "gpu_model", "started_at", "ended_at", "outcome"]
 
 
 @admin.register(TrainingJob)
-class TrainingJobAdmin(admin.ModelAdmin):
+class TrainingJobAdmin(OperatorAdmin):
     list_display = ["id", "name", "department", "status", "quota_kind", "gpus", "gpu_model", "assigned_gpu_model",
                     "node", "submitted_at"]
     list_filter = ["status", "quota_kind", "department", "gpu_model"]
@@ -71,7 +96,7 @@ class TrainingJobAdmin(admin.ModelAdmin):
 
 
 @admin.register(Decision)
-class DecisionAdmin(admin.ModelAdmin):
+class DecisionAdmin(OperatorAdmin):
     list_display = ["created_at", "kind", "subject", "reason", "message"]
     list_filter = ["kind", "reason", "department"]
     search_fields = ["subject", "message"]
