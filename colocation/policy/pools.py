@@ -1,0 +1,92 @@
+"""Training pools (SPEC §4): long jobs on the fixed pool, short ones on the co-location pool first.
+
+"Long" = expected run time > 12 h; for a job scheduled in the night window (18:00-08:00 local)
+the bar is (time until the next 08:00) + 1 h instead, i.e. a night job is short when it ends
+(with an hour of slack) before the morning take-back starts. At 18:00 the bar is 15 h, at 03:00 6 h,
+at 07:59 1 h 1 min; at 08:00 it is 12 h again.
+
+Expected run time: the mean of the job's past run durations (its profile) when there are any,
+else the duration the user stated, else unknown (`LendingProfile.unknown_is_long` decides).
+A job killed by a take-back goes back to the queue at once, pinned to the fixed pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from cluster.types import JobStatus, JobView, Pool
+from colocation.policy.profile import DEFAULT, LendingProfile
+from colocation.policy.windows import in_window, local, seconds_until
+
+
+class PoolReason(str, Enum):
+    LONG = "long-job"
+    SHORT = "short-job"
+    UNKNOWN = "unknown-run-time"
+    KILLED_BY_TAKE_BACK = "killed-by-take-back"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolChoice:
+    pools: tuple[Pool, ...]  # in order of preference; a long job has no fallback
+    reason: PoolReason
+    message: str
+
+    @property
+    def preferred(self) -> Pool:
+        return self.pools[0]
+
+
+def long_bar_s(now: float, profile: LendingProfile = DEFAULT) -> float:
+    """Run time above which a job scheduled at `now` is long."""
+    t = local(now, profile.tz).time()
+    if in_window(t, profile.night_start, profile.night_end):
+        return seconds_until(now, profile.night_end, profile.tz) + profile.night_slack_s
+    return profile.long_job_s
+
+
+def is_long(expected_run_s: float, now: float, profile: LendingProfile = DEFAULT) -> bool:
+    return expected_run_s > long_bar_s(now, profile)
+
+
+def expected_run_s(job: JobView, past_run_s: Sequence[float] = ()) -> float | None:
+    """Mean past run duration (profile) if any, else the stated duration, else None.
+
+    cluster.types.RunProfile carries no duration yet, so the caller passes the past durations."""
+    if past_run_s:
+        return sum(past_run_s) / len(past_run_s)
+    return job.expected_duration_s
+
+
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+def preferred_pool(job: JobView, now: float, profile: LendingProfile = DEFAULT, *,
+                   past_run_s: Sequence[float] = (), killed_by_take_back: bool = False) -> PoolChoice:
+    """Where a pending training job should go; pure, call it at scheduling time."""
+    if killed_by_take_back:
+        return PoolChoice((Pool.FIXED,), PoolReason.KILLED_BY_TAKE_BACK,
+                          f"{job.name} was killed by a take-back on the co-location pool: fixed pool")
+    expected = expected_run_s(job, past_run_s)
+    short = (Pool.COLOCATION, Pool.FIXED)
+    if expected is None:
+        pools = (Pool.FIXED,) if profile.unknown_is_long else short
+        return PoolChoice(pools, PoolReason.UNKNOWN,
+                          f"{job.name}: no history and no stated duration: {pools[0].value} pool")
+    bar = long_bar_s(now, profile)
+    source = f"mean of {len(past_run_s)} past runs" if past_run_s else "stated duration"
+    if expected > bar:
+        return PoolChoice((Pool.FIXED,), PoolReason.LONG,
+                          f"{job.name}: expected {_h(expected)} ({source}) > {_h(bar)}: long, fixed pool")
+    return PoolChoice(short, PoolReason.SHORT,
+                      f"{job.name}: expected {_h(expected)} ({source}) <= {_h(bar)}: short, "
+                      f"co-location pool first")
+
+
+def requeue_after_take_back(job: JobView) -> JobView:
+    """The job as it goes back to the queue at once: pending, same submit time, fixed pool only."""
+    return replace(job, status=JobStatus.PENDING, allocation=None, started_at=None,
+                   preferred_pool=Pool.FIXED)

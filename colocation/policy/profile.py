@@ -1,0 +1,61 @@
+"""Lending profile: thresholds, step control, busy windows and the long-job rule, in one frozen value.
+
+Rates are fractions 0..1 (as ScalingThreshold stores them). Times of day are local wall-clock
+times in `tz` (an IANA name, resolved with zoneinfo), so DST shifts move the windows with the clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import time
+
+from colocation.policy.states import Direction
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Online quota usage thresholds of one resource group (operators edit them per group)."""
+
+    min_rate: float = 0.4  # below it, with training pending: lend
+    expect_rate: float = 0.6  # every conversion is sized to land here
+    max_rate: float = 0.8  # above it: take back
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_rate <= self.expect_rate <= self.max_rate <= 1.0:
+            raise ValueError(f"need 0 <= minRate <= expectRate <= maxRate <= 1, got "
+                             f"{self.min_rate}/{self.expect_rate}/{self.max_rate}")
+
+
+@dataclass(frozen=True, slots=True)
+class BusyWindow:
+    """[start, end) local time when conversions in `direction` are expected (SPEC §4)."""
+
+    start: time
+    end: time
+    direction: Direction
+
+
+@dataclass(frozen=True, slots=True)
+class LendingProfile:
+    thresholds: Thresholds = Thresholds()  # default for groups without their own
+    max_parallel: int = 3  # nodes converting at once per group, in-flight ones included
+    min_online_nodes: int = 1  # lending never empties a group's online side
+    busy_windows: tuple[BusyWindow, ...] = field(default_factory=lambda: (
+        BusyWindow(time(8), time(11), Direction.TAKE_BACK),
+        BusyWindow(time(18), time(22), Direction.LEND),
+    ))
+    # Inside a busy window, the opposite direction is held unless urgent (online pods pending):
+    # lending at 09:00 would hand training a machine that is taken back (and its jobs killed) soon.
+    hold_against_window: bool = True
+    tz: str = "UTC"
+    long_job_s: float = 12 * 3600.0
+    night_start: time = time(18)
+    night_end: time = time(8)
+    night_slack_s: float = 3600.0
+    unknown_is_long: bool = False  # no history and no stated duration: co-location first
+
+    def with_(self, **overrides: object) -> LendingProfile:
+        return replace(self, **overrides)
+
+
+DEFAULT = LendingProfile()

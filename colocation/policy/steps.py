@@ -1,0 +1,203 @@
+"""A node conversion as a pure step machine: the controller executes one action at a time.
+
+    lend:      mark offline-unnormal -> per inference pod: detach from its ReplicaSet (a
+               replacement is created elsewhere), delete it once the replacement is ready
+               -> mark offline-normal -> done
+    take back: mark online-unnormal -> evict each training pod (requeued to the fixed pool)
+               -> wait until they are gone -> mark online-normal -> done
+
+The next action is derived from what is observed on the node (state, pods); the persisted record
+only says which direction and how far we got. So a crash between acting and persisting is harmless:
+the next tick observes the effect and moves on, never repeating a destructive step. Every action
+names the step to persist after executing it; the record's step is for display and a guard against
+a hand-made revert, never the source of truth. Done is only returned once the node is normal again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from cluster.types import NodeState, Pool
+from colocation.policy.states import Direction, Event, transition
+
+
+class Step(str, Enum):
+    """The last step executed; a new record is PLANNED. The controller persists `action.step`."""
+
+    PLANNED = "planned"
+    MARK_UNNORMAL = "mark-unnormal"
+    DRAIN = "drain"  # migrate inference pods / evict training pods, wait until gone
+    MARK_NORMAL = "mark-normal"
+    DONE = "done"
+
+
+class PodKind(str, Enum):
+    INFERENCE = "inference"
+    TRAINING = "training"
+
+
+@dataclass(frozen=True, slots=True)
+class NodePod:
+    name: str
+    kind: PodKind
+    detached: bool = False  # inference: taken out of its ReplicaSet, replacement requested
+    replacement_ready: bool = False  # inference: that replacement is running and ready
+    terminating: bool = False  # training: eviction requested, not gone yet
+
+
+@dataclass(frozen=True, slots=True)
+class NodeNow:
+    """The node as observed now."""
+
+    name: str
+    state: NodeState
+    pool: Pool
+    pods: tuple[NodePod, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionRecord:
+    """What the controller persists per conversion."""
+
+    node: str
+    direction: Direction
+    step: Step = Step.PLANNED
+    started_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SetState:
+    node: str
+    event: Event
+    state: NodeState
+    step: Step  # persist after executing (every action below does the same)
+
+
+@dataclass(frozen=True, slots=True)
+class DetachPod:
+    """Create-before-delete, part 1: detach from the ReplicaSet so a replacement starts elsewhere."""
+
+    node: str
+    pod: str
+    step: Step = Step.DRAIN
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePod:
+    """Create-before-delete, part 2: only ever emitted once the replacement is ready."""
+
+    node: str
+    pod: str
+    step: Step = Step.DRAIN
+
+
+@dataclass(frozen=True, slots=True)
+class EvictTraining:
+    node: str
+    pod: str
+    requeue_pool: Pool = Pool.FIXED  # killed by a take-back: back to the queue at once, fixed pool
+    step: Step = Step.DRAIN
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    node: str
+    reason: str
+    step: Step = Step.DRAIN
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    node: str
+    step: Step = Step.DONE
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """The node is not where this conversion could have left it (changed by hand?): alert, don't act."""
+
+    node: str
+    reason: str
+    step: Step
+
+
+Action = SetState | DetachPod | DeletePod | EvictTraining | Wait | Done | Conflict
+
+_START = {Direction.LEND: Event.LEND, Direction.TAKE_BACK: Event.TAKE_BACK}
+_FINISH = {Direction.LEND: Event.LEND_DONE, Direction.TAKE_BACK: Event.TAKE_BACK_DONE}
+
+
+def _set(node: NodeNow, event: Event, step: Step) -> SetState | Conflict:
+    result = transition(node.state, event, node.pool)
+    if not result.ok:
+        return Conflict(node.name, result.reason, step)
+    return SetState(node.name, event, result.new_state, step)
+
+
+def next_action(record: TransitionRecord, node: NodeNow) -> Action:
+    """The one thing to do next for this conversion, given the node as observed now."""
+    d = record.direction
+    started = record.step is not Step.PLANNED
+    source = NodeState.ONLINE_NORMAL if d is Direction.LEND else NodeState.OFFLINE_NORMAL
+    middle = NodeState.OFFLINE_UNNORMAL if d is Direction.LEND else NodeState.ONLINE_UNNORMAL
+    if node.state is d.target:
+        return Done(node.name)
+    if node.state is source:
+        if started:
+            return Conflict(node.name, f"{node.name} is back to {source.value} after the "
+                                       f"{d.value} was marked unnormal (aborted by hand?)", record.step)
+        return _set(node, _START[d], Step.MARK_UNNORMAL)
+    if node.state is not middle:
+        return Conflict(node.name, f"{node.name} is {node.state.value}, not on the way {d.value}", record.step)
+    drain = _drain_lend(node) if d is Direction.LEND else _drain_take_back(node)
+    return drain or _set(node, _FINISH[d], Step.MARK_NORMAL)
+
+
+def _drain_lend(node: NodeNow) -> Action | None:
+    waiting = []
+    for pod in node.pods:
+        if pod.kind is not PodKind.INFERENCE:
+            continue  # training may stay: the node is heading offline
+        if not pod.detached:
+            return DetachPod(node.name, pod.name)
+        if pod.replacement_ready:
+            return DeletePod(node.name, pod.name)
+        waiting.append(pod.name)
+    if waiting:
+        return Wait(node.name, f"replacements of {', '.join(waiting)} not ready yet")
+    return None
+
+
+def _drain_take_back(node: NodeNow) -> Action | None:
+    waiting = []
+    for pod in node.pods:
+        if pod.kind is not PodKind.TRAINING:
+            continue
+        if not pod.terminating:
+            return EvictTraining(node.name, pod.name)
+        waiting.append(pod.name)
+    if waiting:
+        return Wait(node.name, f"evicted training pods {', '.join(waiting)} still terminating")
+    return None
+
+
+def expected_after(node: NodeNow, action: Action) -> NodeNow:
+    """The node as the action should leave it, so a controller can run several actions per tick
+    without re-reading the cluster (replacement readiness and pod exits are the cluster's to report)."""
+    if isinstance(action, SetState):
+        return replace(node, state=action.state)
+    if isinstance(action, DetachPod):
+        return replace(node, pods=tuple(replace(p, detached=True) if p.name == action.pod else p
+                                        for p in node.pods))
+    if isinstance(action, EvictTraining):
+        return replace(node, pods=tuple(replace(p, terminating=True) if p.name == action.pod else p
+                                        for p in node.pods))
+    if isinstance(action, DeletePod):
+        return replace(node, pods=tuple(p for p in node.pods if p.name != action.pod))
+    return node
+
+
+def is_final(action: Action) -> bool:
+    """Stop executing for this tick: nothing more can happen until the cluster moves."""
+    return isinstance(action, (Wait, Done, Conflict))

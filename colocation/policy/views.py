@@ -1,0 +1,143 @@
+"""What the lending policy looks at, per resource group, frozen at `now`.
+
+Online quota usage of a group (one dominant unit per group: GPUs for a GPU group, CPU
+millicores for the CPU group):
+
+    usage = demand / capacity
+    demand   = sum of the requests of the group's inference pods, on any node, except pods
+               already detached from their ReplicaSet (their replacement is counted instead);
+               pending online pods are not in it (they drive take-backs separately)
+    capacity = sum of the capacities of the group's online-normal nodes
+
+`usage` is what operators see. Decisions use `projected_usage`, the same demand over the capacity
+of the nodes *heading* online: online-normal nodes not being lent, plus nodes on their way online
+(online-unnormal, or with a take-back record not yet applied). So a take-back in flight is not
+repeated and a lend in flight is not counted twice. No capacity: usage is 0 with no demand, else inf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from math import inf
+
+from cluster.types import NodeState, NodeView, Pool
+from colocation.policy.profile import Thresholds
+from colocation.policy.states import Direction, heads_online
+
+
+@dataclass(frozen=True, slots=True)
+class InferencePod:
+    name: str
+    request: float  # in the group's unit
+    detached: bool = False  # create-before-delete in progress: its replacement exists
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingPod:
+    name: str
+    job_id: int | None
+    started_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """An online pod no node could take. `replacement`: created by our own migration (ignored)."""
+
+    name: str
+    request: float
+    replacement: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GroupNode:
+    name: str
+    state: NodeState
+    pool: Pool
+    capacity: float  # in the group's unit
+    inference: tuple[InferencePod, ...] = ()
+    training: tuple[TrainingPod, ...] = ()
+
+    @property
+    def pod_count(self) -> int:
+        return len(self.inference) + len(self.training)
+
+    @property
+    def load(self) -> float:
+        return sum(p.request for p in self.inference if not p.detached)
+
+    @classmethod
+    def of(cls, node: NodeView, inference: Iterable[InferencePod] = (),
+           training: Iterable[TrainingPod] = ()) -> GroupNode:
+        return cls(node.name, node.state, node.pool, capacity(node), tuple(inference), tuple(training))
+
+
+def capacity(node: NodeView) -> float:
+    """A node's capacity in its group's unit: GPUs, or CPU millicores for a CPU-only node."""
+    return float(node.gpu_count) if node.gpu_model else float(node.cpu_milli)
+
+
+@dataclass(frozen=True, slots=True)
+class Converting:
+    """An open transition record (the node may not be marked unnormal yet)."""
+
+    node: str
+    direction: Direction
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    name: str
+    nodes: tuple[GroupNode, ...]
+    thresholds: Thresholds | None = None  # None: the profile's default
+    pending_training: int = 0  # training jobs waiting for this group's hardware
+    pending_online: tuple[PendingPod, ...] = ()
+    converting: tuple[Converting, ...] = ()
+    unit: str = "GPU"  # for messages only
+
+    def direction_of(self, node: GroupNode) -> Direction | None:
+        """The conversion a node is in: an open record, or (after a crash lost it) its unnormal state."""
+        for c in self.converting:
+            if c.node == node.name:
+                return c.direction
+        if node.state is NodeState.OFFLINE_UNNORMAL:
+            return Direction.LEND
+        if node.state is NodeState.ONLINE_UNNORMAL:
+            return Direction.TAKE_BACK
+        return None
+
+    def in_flight(self) -> dict[str, Direction]:
+        out = {n.name: d for n in self.nodes if (d := self.direction_of(n)) is not None}
+        # records for nodes absent from the view still take a slot
+        out.update({c.node: c.direction for c in self.converting if c.node not in out})
+        return out
+
+    @property
+    def demand(self) -> float:
+        return sum(n.load for n in self.nodes)
+
+    @property
+    def online_capacity(self) -> float:
+        return sum(n.capacity for n in self.nodes if n.state is NodeState.ONLINE_NORMAL)
+
+    @property
+    def projected_capacity(self) -> float:
+        return sum(n.capacity for n in self.nodes if heads_online(n.state, self.direction_of(n)))
+
+    @property
+    def usage(self) -> float:
+        return ratio(self.demand, self.online_capacity)
+
+    @property
+    def projected_usage(self) -> float:
+        return ratio(self.demand, self.projected_capacity)
+
+    @property
+    def urgent_pending(self) -> tuple[PendingPod, ...]:
+        return tuple(p for p in self.pending_online if not p.replacement)
+
+
+def ratio(demand: float, cap: float) -> float:
+    if cap <= 0:
+        return 0.0 if demand <= 0 else inf
+    return demand / cap

@@ -1,0 +1,81 @@
+"""The conversion step machine: one action at a time, derived from what the node looks like now."""
+
+import pytest
+
+from cluster.types import Pool
+from colocation.policy import (Conflict, DeletePod, DetachPod, Direction, Done, Event, EvictTraining, NodeNow,
+                               NodePod, PodKind, SetState, Step, TransitionRecord, Wait, expected_after, next_action)
+from tests.unit.colocation_builders import OFF_N, OFF_U, ON_N, ON_U
+
+INF, TRAIN = PodKind.INFERENCE, PodKind.TRAINING
+LEND, BACK = Direction.LEND, Direction.TAKE_BACK
+
+
+def node(state, *pods: NodePod, pool=Pool.COLOCATION) -> NodeNow:
+    return NodeNow("t4-1", state, pool, pods)
+
+
+def inf(name, detached=False, ready=False) -> NodePod:
+    return NodePod(name, INF, detached=detached, replacement_ready=ready)
+
+
+def train(name, terminating=False) -> NodePod:
+    return NodePod(name, TRAIN, terminating=terminating)
+
+
+@pytest.mark.parametrize("direction,step,observed,expected", [
+    # lend
+    (LEND, Step.PLANNED, node(ON_N, inf("a")), SetState("t4-1", Event.LEND, OFF_U, Step.MARK_UNNORMAL)),
+    (LEND, Step.MARK_UNNORMAL, node(OFF_U, inf("a"), inf("b")), DetachPod("t4-1", "a")),
+    (LEND, Step.DRAIN, node(OFF_U, inf("a", True), inf("b")), DetachPod("t4-1", "b")),
+    (LEND, Step.DRAIN, node(OFF_U, inf("a", True), inf("b", True)), Wait("t4-1", "replacements of a, b not ready yet")),
+    (LEND, Step.DRAIN, node(OFF_U, inf("a", True), inf("b", True, True)), DeletePod("t4-1", "b")),
+    (LEND, Step.DRAIN, node(OFF_U, train("j")), SetState("t4-1", Event.LEND_DONE, OFF_N, Step.MARK_NORMAL)),
+    (LEND, Step.MARK_NORMAL, node(OFF_N), Done("t4-1")),
+    # take back
+    (BACK, Step.PLANNED, node(OFF_N, train("j")), SetState("t4-1", Event.TAKE_BACK, ON_U, Step.MARK_UNNORMAL)),
+    (BACK, Step.MARK_UNNORMAL, node(ON_U, train("j"), train("k")), EvictTraining("t4-1", "j")),
+    (BACK, Step.DRAIN, node(ON_U, train("j", True), train("k")), EvictTraining("t4-1", "k")),
+    (BACK, Step.DRAIN, node(ON_U, train("j", True)), Wait("t4-1", "evicted training pods j still terminating")),
+    (BACK, Step.DRAIN, node(ON_U), SetState("t4-1", Event.TAKE_BACK_DONE, ON_N, Step.MARK_NORMAL)),
+    (BACK, Step.MARK_NORMAL, node(ON_N), Done("t4-1")),
+])
+def test_next_action(direction, step, observed, expected):
+    assert next_action(TransitionRecord("t4-1", direction, step), observed) == expected
+
+
+def test_evicted_training_is_requeued_to_the_fixed_pool():
+    action = next_action(TransitionRecord("t4-1", BACK, Step.MARK_UNNORMAL), node(ON_U, train("j")))
+    assert action.requeue_pool is Pool.FIXED
+
+
+@pytest.mark.parametrize("direction,observed,expected", [
+    # crashed after acting, before persisting: the effect is observed, the step is not repeated
+    (LEND, node(OFF_U, inf("a")), DetachPod("t4-1", "a")),
+    (LEND, node(OFF_N), Done("t4-1")),
+    (BACK, node(ON_U), SetState("t4-1", Event.TAKE_BACK_DONE, ON_N, Step.MARK_NORMAL)),
+])
+def test_crash_before_persisting_is_resumed_from_what_is_observed(direction, observed, expected):
+    assert next_action(TransitionRecord("t4-1", direction, Step.PLANNED), observed) == expected
+
+
+@pytest.mark.parametrize("direction,step,observed,text", [
+    (LEND, Step.DRAIN, node(ON_N), "back to online-normal"),  # reverted by hand mid-way
+    (LEND, Step.DRAIN, node(ON_U), "not on the way online-to-offline"),
+    (BACK, Step.PLANNED, node(OFF_U), "not on the way offline-to-online"),
+    (LEND, Step.PLANNED, node(ON_N, pool=Pool.FIXED), "fixed-pool nodes are never lent"),
+])
+def test_conflicts_are_reported_not_acted_on(direction, step, observed, text):
+    action = next_action(TransitionRecord("t4-1", direction, step), observed)
+    assert isinstance(action, Conflict) and text in action.reason
+
+
+def test_expected_after_lets_a_controller_run_a_tick_without_rereading():
+    n = node(ON_N, inf("a"), inf("b"))
+    rec = TransitionRecord("t4-1", LEND)
+    actions = []
+    while not isinstance(action := next_action(rec, n), (Wait, Done, Conflict)):
+        actions.append(action)
+        n, rec = expected_after(n, action), TransitionRecord("t4-1", LEND, action.step)
+    assert [type(a) for a in actions] == [SetState, DetachPod, DetachPod]
+    assert isinstance(action, Wait) and rec.step is Step.DRAIN
