@@ -57,7 +57,16 @@ class SimulatedCluster:
 
     # -- ClusterBackend ------------------------------------------------------------
     def nodes(self) -> tuple[NodeView, ...]:
-        return tuple(n.snapshot() for n in self._nodes.values())
+        # Kept incrementally: a replay asks for all nodes every cycle and changes only a few between.
+        views = self.__dict__.get("_views")
+        if views is None or len(views) != len(self._nodes):  # first call (or an older pickle)
+            views = self._views = [n.snapshot() for n in self._nodes.values()]
+            self._index = {name: i for i, name in enumerate(self._nodes)}
+            self._dirty = set()
+        for name in self._dirty:
+            views[self._index[name]] = self._nodes[name].snapshot()
+        self._dirty.clear()
+        return tuple(views)
 
     def pods(self) -> tuple[PodView, ...]:
         return tuple(p.view for p in self._pods.values())
@@ -72,7 +81,7 @@ class SimulatedCluster:
         target.cpu_used += pod.cpu_milli
         target.memory_used += pod.memory_mib
         target.pods[pod.name] = None
-        target.cached = None
+        self._changed(target)
         now = self._clock.now()
         self._seq += 1
         self._pods[pod.name] = _Pod(PodView(pod, node, now), self._seq)
@@ -93,7 +102,7 @@ class SimulatedCluster:
         target = self._node(node)
         old = target.view.state
         target.view = replace(target.view, state=state, labels={**target.view.labels, **(labels or {})})
-        target.cached = None
+        self._changed(target)
         if old is not state:
             self._events.append(ClusterEvent(EventKind.NODE_STATE_CHANGED, self._clock.now(), node,
                                              detail=f"{old.value}->{state.value}"))
@@ -121,6 +130,16 @@ class SimulatedCluster:
             finished.append(self._emit(EventKind.POD_FINISHED, end, record.view.node, record.view.spec))
         return finished
 
+    def next_finish_at(self) -> float | None:
+        """When the next bound pod finishes (None: no pod will), for event-driven clocks."""
+        while self._finish:
+            end, seq, name = self._finish[0]
+            record = self._pods.get(name)
+            if record is not None and record.seq == seq:
+                return end
+            heapq.heappop(self._finish)  # evicted before finishing
+        return None
+
     # -- helpers -------------------------------------------------------------------
     def _node(self, name: str) -> _Node:
         try:
@@ -144,6 +163,12 @@ class SimulatedCluster:
         if node.cpu_used + pod.cpu_milli > view.cpu_milli or node.memory_used + pod.memory_mib > view.memory_mib:
             raise BackendError(f"pod {pod.name} does not fit CPU/memory on {view.name}")
 
+    def _changed(self, node: _Node) -> None:
+        node.cached = None
+        dirty = self.__dict__.get("_dirty")
+        if dirty is not None:
+            dirty.add(node.view.name)
+
     def _release(self, pod: PodView) -> None:
         node = self._nodes[pod.node]
         for s in pod.spec.gpu_shares:
@@ -151,7 +176,7 @@ class SimulatedCluster:
         node.cpu_used -= pod.spec.cpu_milli
         node.memory_used -= pod.spec.memory_mib
         del node.pods[pod.spec.name]
-        node.cached = None
+        self._changed(node)
         del self._pods[pod.spec.name]
 
     def _emit(self, kind: EventKind, at: float, node: str, pod: PodSpec, detail: str = "") -> ClusterEvent:

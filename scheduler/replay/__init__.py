@@ -1,0 +1,61 @@
+"""Trace replay: the real scheduling policy against a recorded cluster trace on a virtual clock.
+
+    trace.py    read and validate Alibaba 2023 node and pod lists (errors name file:line)
+    mapping.py  pod -> training job: department, quota account, GPU-model constraints, run time
+    engine.py   event loop over the shared acting layer (scheduler.bench.SimulatedTraining)
+    metrics.py  what is measured while replaying
+    report.py   report.md, report.json, PNG plots
+
+No Django here: `scheduler/management/commands/replay.py` is the thin command over `replay()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduler.replay import mapping as mp
+from scheduler.replay.engine import Options, PolicyRun, Setup, build_setup, run_policies
+from scheduler.replay.trace import TraceError, read_nodes, read_pods
+
+DEFAULT_POLICIES = ("tidal", "fifo", "quota-borrowing")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    setup: Setup
+    runs: list[PolicyRun]
+    files: dict[str, Path]
+    wall_s: float
+
+
+def load(nodes_csv: str | Path, pods_csv: str | Path, quota_csv: str | Path | None, options: Options,
+         borrow_ratio: float = 1.0) -> Setup:
+    """Read and validate everything before anything runs (TraceError on the first fatal row)."""
+    nodes = read_nodes(nodes_csv)
+    pods = read_pods(pods_csv)
+    if quota_csv is not None:
+        try:
+            shares = mp.helios_shares(quota_csv)
+        except (OSError, ValueError, IndexError, KeyError) as e:
+            raise TraceError(quota_csv, 0, f"cannot read department quotas: {e}") from None
+    else:
+        shares = mp.equal_shares(10)
+    return build_setup(pods, nodes, mp.Mapping(shares, borrow_ratio), options)
+
+
+def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, workers: int = 1,
+           bar: Callable | None = None) -> Outcome:
+    import time
+
+    from scheduler.replay.report import write_report
+
+    started = time.perf_counter()
+    runs = run_policies(setup, policies, workers, bar)
+    wall = time.perf_counter() - started
+    files = write_report(out, setup, runs, command, wall)
+    return Outcome(setup, runs, files, wall)
+
+
+__all__ = ["DEFAULT_POLICIES", "Options", "Outcome", "TraceError", "load", "replay"]

@@ -1,0 +1,288 @@
+"""The replay event loop: the real policy (`schedule(snapshot, get_profile(name))`) on a virtual clock.
+
+Timeline mode (a trace with times). The clock jumps from event to event. A scheduling cycle runs
+only when something changed that could let a job start: an arrival, or a finish / a recheck tick
+while jobs are pending. All events up to the cycle time are applied first (batched), and cycles
+are at least `min_cycle_s` virtual seconds apart (default 10 s: a pod arriving within 10 s of the
+previous cycle waits for the next one). While jobs wait, a cycle also runs every `recheck_s`
+(default 600 s, the aging step) so aging and the preemption age limit can take effect with no
+other event. With nothing pending, finishes are only booked (at their exact time), no cycle runs.
+Finishes are booked at their exact end times, so allocation over time is exact.
+
+Inflate mode (Alibaba FGD experiment). Pods are sampled (seeded, with replacement) from the
+trace's placeable GPU pods and submitted; they never finish. Each cycle submits a batch of
+max(1, unallocated GPUs // inflate_divisor) pods (the batch shrinks as the cluster fills, down to
+one pod per cycle), `inflate_step_s` virtual seconds apart. The run stops at the first cycle in
+which a GPU pod cannot be placed; the allocation "at that moment" is taken at that pod's place in
+the cycle's decision order (what was admitted before it, minus what was preempted before it).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mpc
+import queue as queue_mod
+import random
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from cluster.clock import VirtualClock
+from cluster.types import JobStatus, JobView, NodeView, QuotaView
+from scheduler.bench import SimulatedTraining
+from scheduler.policy import Admit, CycleResult, Preempt, Profile, StillPending, get_profile, schedule
+from scheduler.replay import mapping as mp
+from scheduler.replay.metrics import CAPACITY_REASONS, JobRecord, Recorder
+from scheduler.replay.trace import PodRow, PodTrace, Shapes, Unplaceable, unplaceable
+
+Progress = Callable[[float], None]  # called with an absolute progress value
+
+
+@dataclass(frozen=True)
+class Options:
+    load_factor: float = 1.0
+    min_cycle_s: float = 10.0
+    recheck_s: float = 600.0
+    inflate: bool = False
+    inflate_divisor: float = 64.0
+    inflate_step_s: float = 10.0
+    inflate_max_pods: int = 200_000  # a safety bound, never reached on the Alibaba traces
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything replay needs that does not depend on the policy (built once, shared by all)."""
+
+    trace: PodTrace
+    nodes: tuple[NodeView, ...]
+    mapping: mp.Mapping
+    quotas: tuple[QuotaView, ...]
+    certified: dict[str, frozenset[str]]
+    pods: tuple[PodRow, ...]  # placeable pods, in file order
+    preferred: dict[int, str | None]  # line -> the user's GPU model
+    unplaceable: tuple[Unplaceable, ...]
+    capacity_by_model: dict[str, int]
+    options: Options
+
+    @property
+    def mode(self) -> str:
+        return "inflate" if self.options.inflate or not self.trace.timed else "timeline"
+
+    @property
+    def total(self) -> float:
+        """Progress bar total: pods to submit (timeline) or GPUs to fill (inflate)."""
+        return float(len(self.pods) if self.mode == "timeline" else sum(self.capacity_by_model.values()))
+
+
+def build_setup(trace: PodTrace, nodes: list[NodeView], mapping: mp.Mapping, options: Options) -> Setup:
+    shapes = Shapes(nodes)
+    bad = tuple(unplaceable(trace.pods, shapes))
+    bad_lines = {u.line for u in bad}
+    pods = tuple(p for p in trace.pods if p.line not in bad_lines)
+    models = mp.gpu_models(nodes)
+    capacity = mp.cluster_capacity(nodes)
+    return Setup(trace, tuple(nodes), mapping, mapping.quotas(nodes), mp.certified(pods, models), pods,
+                 {p.line: shapes.preferred(p) for p in pods}, bad, {m: int(capacity[m]) for m in models}, options)
+
+
+class ReplayCluster(SimulatedTraining):
+    """The shared acting layer (scheduler.bench.SimulatedTraining), recording what happens."""
+
+    def __init__(self, setup: Setup, clock: VirtualClock, recorder: Recorder) -> None:
+        super().__init__(setup.nodes, setup.quotas, setup.certified, clock)
+        self.gpu_models = tuple(setup.capacity_by_model)
+        self.rec = recorder
+        self.pending = 0
+
+    def add(self, job: JobView, pod: PodRow, run_time_s: float | None, preferred: str | None) -> None:
+        self.submit(job, run_time_s)
+        self.pending += 1
+        self.rec.submitted(JobRecord(job.id, job.name, pod.line, mp.Mapping.own_eligible(pod), job.gpus,
+                                     preferred, job.submitted_at, job.submitted_at))
+
+    def finish_elapsed(self) -> int:
+        finished = self.backend.advance()
+        for event in finished:
+            self.jobs.pop(event.job_id)
+            self.run_time.pop(event.job_id, None)
+            self.rec.finished(event.job_id, event.at)
+        return len(finished)
+
+    def apply(self, result: CycleResult) -> None:
+        now = self.clock.now()
+        allocated = self.rec.alloc  # walks the decisions in order for the first-failure measure
+        waiting = 0
+        for d in result.decisions:
+            if isinstance(d, Preempt):
+                allocated -= self.jobs[d.job_id].gpus
+                self._preempt(d)
+                self.pending += 1
+                self.rec.preempted(d.job_id, now, d.reason.value)
+            elif isinstance(d, Admit):
+                self._admit(d)
+                self.pending -= 1
+                allocated += d.rightsized.gpus if d.gpu_model else 0.0
+                self.rec.admitted(d.job_id, now, d.gpu_model, d.quota_kind)
+            elif isinstance(d, StillPending):
+                waiting += self.jobs[d.job_id].gpus > 0
+                if d.reason in CAPACITY_REASONS and self.jobs[d.job_id].gpus and self.rec.first_failure is None:
+                    self.rec.failure(now, d.job_name, d.reason, allocated)
+                elif d.reason.value == "quota-exhausted":
+                    self.rec.quota_refusals += 1
+        self.rec.cycles += 1
+        self.rec.waiting(now, waiting)
+
+    def cycle(self, profile: Profile) -> CycleResult:
+        result = schedule(self.snapshot(), profile)
+        self.apply(result)
+        return result
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    profile: Profile  # the object the run used: get_profile(policy), as the live loop loads it
+    mode: str
+    figures: dict
+    timeline: list[list[float]]
+    wall_s: float
+    events: int
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s else 0.0
+
+
+def run_policy(setup: Setup, name: str, progress: Progress | None = None) -> PolicyRun:
+    """Replay one policy. The profile is `get_profile(name)`: the same call the live loop makes."""
+    profile = get_profile(name)
+    started = time.perf_counter()
+    if setup.mode == "inflate":
+        rec, end, extra = _inflate(setup, profile, progress)
+    else:
+        rec, end, extra = _timeline(setup, profile, progress)
+    wall = time.perf_counter() - started
+    figures = rec.summary(end, setup.mode)
+    return PolicyRun(name, profile, setup.mode, figures, rec.timeline_points(end), wall, rec.events, extra)
+
+
+# -- several policies, optionally in parallel worker processes ----------------------------------
+_WORKER_SETUP: Setup | None = None
+_WORKER_QUEUE = None
+
+
+def _worker(name: str) -> PolicyRun:
+    setup, queue = _WORKER_SETUP, _WORKER_QUEUE
+    step = max(setup.total / 200, 1e-9)
+    last = [-step]
+
+    def progress(value: float) -> None:
+        if value - last[0] >= step or value >= setup.total:
+            last[0] = value
+            queue.put((name, value))
+
+    return run_policy(setup, name, progress)
+
+
+def run_policies(setup: Setup, names: Sequence[str], workers: int = 1,
+                 bar: Callable[[str, float], Callable[[float], None]] | None = None) -> list[PolicyRun]:
+    """Every policy on the same setup; results in the order of `names`. `bar(name, total)` returns a
+    progress callback. With workers > 1, policies run in forked processes (each calls get_profile
+    itself: one process per policy, so nothing is shared between their simulated clusters)."""
+    names = list(dict.fromkeys(names))
+    callbacks = {n: bar(n, setup.total) if bar else None for n in names}
+    if workers <= 1 or len(names) == 1 or "fork" not in mpc.get_all_start_methods():
+        return [run_policy(setup, n, callbacks[n]) for n in names]
+    global _WORKER_SETUP, _WORKER_QUEUE
+    ctx = mpc.get_context("fork")
+    _WORKER_SETUP, _WORKER_QUEUE = setup, ctx.Queue()
+    try:
+        with ProcessPoolExecutor(min(workers, len(names)), mp_context=ctx) as pool:
+            futures = {n: pool.submit(_worker, n) for n in names}
+            while not all(f.done() for f in futures.values()):
+                try:
+                    name, value = _WORKER_QUEUE.get(timeout=0.2)
+                except queue_mod.Empty:
+                    continue
+                if callbacks[name]:
+                    callbacks[name](value)
+            results = [futures[n].result() for n in names]
+        for n in names:
+            if callbacks[n]:
+                callbacks[n](setup.total)
+        return results
+    finally:
+        _WORKER_SETUP, _WORKER_QUEUE = None, None
+
+
+def _timeline(setup: Setup, profile: Profile, progress: Progress | None) -> tuple[Recorder, float, dict]:
+    opt = setup.options
+    trace_end = setup.trace.end
+    arrivals = sorted(((p.creation / opt.load_factor, i) for i, p in enumerate(setup.pods)))
+    start = arrivals[0][0] if arrivals else 0.0
+    clock = VirtualClock(start)
+    rec = Recorder(setup.capacity_by_model, start, window_end=arrivals[-1][0] if arrivals else start)
+    sim = ReplayCluster(setup, clock, rec)
+    n, i, last_cycle = len(arrivals), 0, -math.inf
+    while True:
+        next_arrival = arrivals[i][0] if i < n else math.inf
+        next_finish = sim.backend.next_finish_at()
+        next_finish = math.inf if next_finish is None else next_finish
+        if sim.pending:
+            wake = min(next_arrival, next_finish, last_cycle + opt.recheck_s)
+        else:
+            wake = next_arrival
+        if wake == math.inf:
+            break
+        t = max(wake, last_cycle + opt.min_cycle_s, clock.now())
+        clock.set(t)
+        sim.finish_elapsed()
+        submitted = i
+        while i < n and arrivals[i][0] <= t:
+            at, k = arrivals[i]
+            pod = setup.pods[k]
+            preferred = setup.preferred[pod.line]
+            sim.add(mp.job(k + 1, pod, setup.mapping, at, preferred), pod, mp.run_time(pod, trace_end), preferred)
+            i += 1
+        if not sim.pending:
+            continue
+        result = sim.cycle(profile)
+        last_cycle = t
+        if progress and i != submitted:
+            progress(i)
+        if i >= n and not result.admitted and sim.backend.next_finish_at() is None:
+            break  # nothing runs, nothing arrives, nothing could start: the rest never will
+    # book the remaining finishes at their exact times
+    while (next_finish := sim.backend.next_finish_at()) is not None:
+        clock.set(max(next_finish, clock.now()))
+        sim.finish_elapsed()
+    if progress:
+        progress(n)
+    return rec, max(clock.now(), rec.now), {"trace_end_s": trace_end, "load_factor": opt.load_factor}
+
+
+def _inflate(setup: Setup, profile: Profile, progress: Progress | None) -> tuple[Recorder, float, dict]:
+    opt = setup.options
+    rng = random.Random(opt.seed)
+    sample = [p for p in setup.pods if p.gpus]
+    clock = VirtualClock(0.0)
+    rec = Recorder(setup.capacity_by_model, 0.0)
+    sim = ReplayCluster(setup, clock, rec)
+    submitted = 0
+    while rec.first_failure is None and sample and submitted < opt.inflate_max_pods:
+        batch = max(1, int((rec.capacity - rec.alloc) // opt.inflate_divisor))
+        for _ in range(batch):
+            pod = rng.choice(sample)
+            submitted += 1
+            preferred = setup.preferred[pod.line]
+            job = mp.job(submitted, pod, setup.mapping, clock.now(), preferred, name=f"{pod.name}#{submitted}")
+            sim.add(job, pod, None, preferred)
+        sim.cycle(profile)
+        if progress:
+            progress(rec.alloc)
+        clock.advance(opt.inflate_step_s)
+    return rec, clock.now(), {"pods_submitted": submitted, "seed": opt.seed,
+                              "pending_at_stop": sum(j.status is JobStatus.PENDING for j in sim.jobs.values())}

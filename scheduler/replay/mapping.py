@@ -1,0 +1,148 @@
+"""How an Alibaba 2023 pod becomes a Tidal training job. Every rule here is stated in the report.
+
+- Department: a hash of the pod name (SHA-256) picks a department with probability equal to its
+  quota share, so each department's work is shaped like its quota. Shares are the Helios Earth
+  per-VC GPU quotas (`Earth_gpu_number.csv`, last day, VCs with a quota), or equal shares.
+- Quotas: own quota = share x cluster capacity, for every GPU model, CPU and memory (departments
+  together own the cluster); borrowed quota = `borrow_ratio` x capacity (default 1: a department
+  may borrow any idle capacity; whether it is idle is decided by placement).
+- QoS: LS and Guaranteed pods are the department's own-quota work (own quota first, then
+  borrowed, may reclaim borrowed capacity). BE and Burstable pods are best-effort: they run under
+  the department's best-effort account `<dept>/be`, which has no own quota, so they only ever run
+  on borrowed quota (idle capacity, preemptible by own-quota work). A file without QoS: all LS.
+- GPU-model constraints: each distinct `gpu_spec` is a pseudo-framework `spec:<models>` certified
+  on exactly those models; the first model listed is the user's choice (JobView.gpu_model), the
+  others are compatible fallbacks (a first model on which the pod fits no node is skipped) (used by profiles with model fallback). No spec: framework
+  `any`, certified on every GPU model, no preferred model.
+- Run time = deletion - scheduled. Never scheduled in the trace: deletion - creation (how long
+  the pod was wanted). Never deleted: until the end of the trace. At least MIN_RUN_S.
+- Arrival = creation / load_factor (inter-arrival times compressed, run times unchanged).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.types import CPU_KEY, MEMORY_KEY, JobStatus, JobView, NodeView, QuotaView
+from scheduler.replay.trace import PodRow
+
+ANY_FRAMEWORK = "any"
+BEST_EFFORT_SUFFIX = "/be"
+OWN_QOS = frozenset({"LS", "Guaranteed", ""})
+MIN_RUN_S = 1.0
+
+
+def helios_shares(path: str | Path) -> dict[str, float]:
+    """GPU quota shares of the Helios Earth virtual clusters on the last day of the file (VCs with a quota)."""
+    with open(path, newline="") as f:
+        last = list(csv.DictReader(f))[-1]
+    sizes = {k: float(v) for k, v in last.items() if k.startswith("vc") and v and float(v) > 0}
+    total = sum(sizes.values())
+    return {k: v / total for k, v in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def equal_shares(count: int) -> dict[str, float]:
+    return {f"dept-{i}": 1 / count for i in range(count)}
+
+
+def unit_hash(text: str) -> float:
+    """A stable number in [0, 1) from a string (not Python's salted hash())."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
+
+
+@dataclass(frozen=True)
+class Mapping:
+    shares: dict[str, float]  # department -> quota share
+    borrow_ratio: float = 1.0
+
+    def __post_init__(self) -> None:
+        acc, self_cum = 0.0, []
+        for share in self.shares.values():
+            acc += share
+            self_cum.append(acc)
+        object.__setattr__(self, "_names", list(self.shares))
+        object.__setattr__(self, "_cum", self_cum)
+
+    def department(self, pod_name: str) -> str:
+        i = bisect_right(self._cum, unit_hash(pod_name) * self._cum[-1])
+        return self._names[min(i, len(self._names) - 1)]
+
+    @staticmethod
+    def own_eligible(pod: PodRow) -> bool:
+        return pod.qos in OWN_QOS
+
+    def account(self, pod: PodRow) -> str:
+        """The quota account a pod runs under: its department, or the department's best-effort account."""
+        dept = self.department(pod.name)
+        return dept if self.own_eligible(pod) else dept + BEST_EFFORT_SUFFIX
+
+    def quotas(self, nodes: Sequence[NodeView]) -> tuple[QuotaView, ...]:
+        capacity = cluster_capacity(nodes)
+        out: list[QuotaView] = []
+        for dept, share in self.shares.items():
+            for key, total in sorted(capacity.items()):
+                borrowed = total * self.borrow_ratio
+                out.append(QuotaView(dept, key, total * share, borrowed))
+                out.append(QuotaView(dept + BEST_EFFORT_SUFFIX, key, 0.0, borrowed))
+        return tuple(out)
+
+
+def cluster_capacity(nodes: Iterable[NodeView]) -> Counter[str]:
+    capacity: Counter[str] = Counter()
+    for n in nodes:
+        if n.gpu_model:
+            capacity[n.gpu_model] += n.gpu_count
+        capacity[CPU_KEY] += n.cpu_milli
+        capacity[MEMORY_KEY] += n.memory_mib
+    return capacity
+
+
+def gpu_models(nodes: Iterable[NodeView]) -> tuple[str, ...]:
+    return tuple(sorted({n.gpu_model for n in nodes if n.gpu_model}))
+
+
+def framework(pod: PodRow) -> str:
+    return f"spec:{'|'.join(pod.gpu_spec)}" if pod.gpu_spec else ANY_FRAMEWORK
+
+
+def certified(pods: Iterable[PodRow], models: Sequence[str]) -> dict[str, frozenset[str]]:
+    """framework -> GPU models: `any` on every model, each distinct gpu_spec on its own models."""
+    out = {ANY_FRAMEWORK: frozenset(models)}
+    for pod in pods:
+        if pod.gpu_spec:
+            out.setdefault(framework(pod), frozenset(pod.gpu_spec) & frozenset(models))
+    return out
+
+
+def run_time(pod: PodRow, trace_end: float) -> float:
+    start = pod.scheduled if pod.scheduled is not None else pod.creation
+    end = pod.deletion if pod.deletion is not None else trace_end
+    if start is None:
+        return float("inf")  # an untimed trace: runs until the end of the experiment
+    return max(MIN_RUN_S, end - start)
+
+
+def run_time_rule(pod: PodRow) -> str:
+    if pod.creation is None:
+        return "untimed"
+    if pod.scheduled is None:
+        return "never-scheduled"
+    if pod.deletion is None:
+        return "never-ended"
+    return "deletion-scheduled"
+
+
+def job(job_id: int, pod: PodRow, mapping: Mapping, submitted_at: float, preferred: str | None,
+        name: str | None = None) -> JobView:
+    """`preferred`: the user's GPU model (trace.Shapes.preferred), None when any model will do."""
+    return JobView(
+        id=job_id, name=name or pod.name, task_key=pod.name, department=mapping.account(pod),
+        framework=framework(pod), gpu_model=preferred, gpus=pod.gpus,
+        cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, status=JobStatus.PENDING, submitted_at=submitted_at,
+    )

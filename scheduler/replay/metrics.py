@@ -1,0 +1,216 @@
+"""What a replay measures, recorded as the event loop acts. Pure Python + NumPy.
+
+- allocated GPUs over time (a step function; integrals are exact between events);
+- per job: total time pending (queue wait, including waits after a preemption), quota kind of
+  its last admission, preemptions, GPU-model fallback;
+- the FGD fragmentation measure: GPUs left unallocated at the moment the first GPU pod could not
+  be placed for lack of room (reasons no-capacity / no-idle-capacity / no-compatible-model);
+- unallocated GPU-hours while GPU work was waiting: from each cycle that left a GPU pod pending
+  until the next cycle, the GPUs nobody held (capacity idle while GPU pods were refused).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import math
+
+import numpy as np
+
+from cluster.types import QuotaKind
+from scheduler.policy import Reason
+
+CAPACITY_REASONS = frozenset({Reason.NO_CAPACITY, Reason.NO_IDLE_CAPACITY, Reason.NO_COMPATIBLE_MODEL})
+TIMELINE_POINTS = 2000  # kept per policy for the plot and report.json
+
+
+@dataclass(slots=True)
+class JobRecord:
+    id: int
+    name: str
+    line: int
+    own_eligible: bool  # LS/Guaranteed: entitled to its department's own quota
+    gpus: float
+    preferred: str | None
+    submitted: float
+    pending_since: float | None
+    waited_s: float = 0.0
+    started: float | None = None
+    finished: float | None = None
+    kind: QuotaKind | None = None  # of its last admission
+    model: str | None = None
+    preemptions: int = 0
+    fallbacks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FirstFailure:
+    at: float
+    pod: str
+    reason: str
+    unallocated_gpus: float
+    alloc_share: float
+
+
+class Recorder:
+    def __init__(self, capacity_by_model: dict[str, int], start: float, window_end: float = math.inf) -> None:
+        """Time means (allocation share, per-model utilization) are taken over [start, window_end]:
+        the arrival window of the trace, not the tail where a few long pods run on alone."""
+        self.window_end = window_end
+        self.capacity_by_model = dict(capacity_by_model)
+        self.capacity = float(sum(capacity_by_model.values()))
+        self.start = self.now = start
+        self.alloc = 0.0
+        self.alloc_by_model: dict[str, float] = defaultdict(float)
+        self.alloc_integral = 0.0
+        self.model_integral: dict[str, float] = defaultdict(float)
+        self.idle_while_waiting = 0.0  # GPU-seconds
+        self.waiting_gpu_jobs = 0  # GPU pods the last cycle left pending
+        self.timeline: list[tuple[float, float]] = [(start, 0.0)]
+        self.jobs: dict[int, JobRecord] = {}
+        self.preempt_reasons: Counter[str] = Counter()
+        self.lost_gpu_s = 0.0  # work thrown away by preemptions
+        self.first_failure: FirstFailure | None = None
+        self.quota_refusals = 0
+        self.events = 0
+        self.cycles = 0
+
+    # -- time -------------------------------------------------------------------
+    def advance(self, t: float) -> None:
+        dt = t - self.now
+        if dt <= 0:
+            return
+        in_window = max(0.0, min(t, self.window_end) - self.now)
+        if in_window:
+            self.alloc_integral += self.alloc * in_window
+            for model, a in self.alloc_by_model.items():
+                self.model_integral[model] += a * in_window
+        if self.waiting_gpu_jobs:
+            self.idle_while_waiting += (self.capacity - self.alloc) * dt
+        self.now = t
+
+    def _change(self, t: float, model: str | None, gpus: float) -> None:
+        if not gpus or model is None:
+            return
+        self.advance(t)
+        self.alloc += gpus
+        self.alloc_by_model[model] += gpus
+        self.timeline.append((t, self.alloc))
+
+    # -- job events ---------------------------------------------------------------
+    def submitted(self, rec: JobRecord) -> None:
+        self.jobs[rec.id] = rec
+        self.events += 1
+
+    def waiting(self, t: float, gpu_jobs: int) -> None:
+        """After a cycle at t: how many GPU pods it left pending."""
+        self.advance(t)
+        self.waiting_gpu_jobs = gpu_jobs
+
+    def admitted(self, job_id: int, t: float, model: str | None, kind: QuotaKind | None) -> None:
+        rec = self.jobs[job_id]
+        rec.waited_s += t - rec.pending_since
+        rec.pending_since = None
+        rec.started, rec.kind, rec.model = t, kind, model
+        if rec.preferred is not None and model != rec.preferred:
+            rec.fallbacks += 1
+        self.events += 1
+        self._change(t, model, rec.gpus)
+
+    def preempted(self, job_id: int, t: float, reason: str) -> None:
+        rec = self.jobs[job_id]
+        self._change(t, rec.model, -rec.gpus)
+        self.lost_gpu_s += (t - rec.started) * rec.gpus
+        rec.preemptions += 1
+        rec.pending_since, rec.started = t, None
+        self.preempt_reasons[reason] += 1
+        self.events += 1
+
+    def finished(self, job_id: int, t: float) -> None:
+        rec = self.jobs[job_id]
+        self._change(t, rec.model, -rec.gpus)
+        rec.finished = t
+        self.events += 1
+
+    def failure(self, at: float, pod: str, reason: Reason, allocated: float) -> None:
+        if self.first_failure is None:
+            self.first_failure = FirstFailure(at, pod, reason.value, self.capacity - allocated,
+                                              allocated / self.capacity if self.capacity else 0.0)
+
+    # -- figures ------------------------------------------------------------------
+    def summary(self, end: float, mode: str) -> dict:
+        self.advance(end)
+        span = max(min(end, self.window_end) - self.start, 1e-9)
+        cap = self.capacity or 1.0
+        recs = list(self.jobs.values())
+        waits = {  # jobs still waiting at the end count with their wait so far (censored, not dropped)
+            "all": _waits(recs, end),
+            "own": _waits((r for r in recs if r.own_eligible), end),
+            "best_effort": _waits((r for r in recs if not r.own_eligible), end),
+        }
+        by_kind = {k: _waits((r for r in recs if r.kind is not None and r.kind.value == k), end)
+                   for k in ("own", "borrowed")}
+        ff = self.first_failure
+        inflate = mode == "inflate"
+        by_model = {m: round((self.alloc_by_model[m] if inflate else self.model_integral[m] / span) / c, 6)
+                    for m, c in sorted(self.capacity_by_model.items()) if c}
+        share = (ff.alloc_share if ff else self.alloc / cap) if inflate else self.alloc_integral / span / cap
+        return {
+            "gpu_alloc_share": round(share, 6),
+            "peak_gpu_alloc_share": round(max(a for _, a in self.timeline) / cap, 6),
+            "unallocated_gpu_hours": None if inflate else round(self.idle_while_waiting / 3600, 3),
+            "unallocated_gpus_at_first_failure": round(ff.unallocated_gpus, 3) if ff else None,
+            "first_failure": None if ff is None else {
+                "at_s": round(ff.at, 3), "pod": ff.pod, "reason": ff.reason,
+                "unallocated_gpus": round(ff.unallocated_gpus, 3), "alloc_share": round(ff.alloc_share, 6)},
+            "wait_p50_s": waits["all"]["p50"], "wait_p95_s": waits["all"]["p95"], "wait_p99_s": waits["all"]["p99"],
+            "wait_p95_own_s": waits["own"]["p95"],
+            "waits_by_class": waits,
+            "waits_by_quota_kind": by_kind,
+            "preemptions": sum(self.preempt_reasons.values()),
+            "preemptions_by_reason": dict(sorted(self.preempt_reasons.items())),
+            "jobs_preempted": sum(1 for r in recs if r.preemptions),
+            "preempted_gpu_hours_lost": round(self.lost_gpu_s / 3600, 3),
+            "gpu_model_fallbacks": sum(r.fallbacks for r in recs),
+            "jobs_with_preferred_model": sum(1 for r in recs if r.preferred is not None),
+            "util_by_gpu_model": by_model,
+            "jobs_submitted": len(recs),
+            "jobs_finished": sum(1 for r in recs if r.finished is not None),
+            "jobs_never_started": sum(1 for r in recs if r.started is None and r.finished is None),
+            "cycles": self.cycles,
+            "events": self.events,
+            "window_s": round(span, 3),
+            "end_s": round(end, 3),
+        }
+
+    def timeline_points(self, end: float, points: int = TIMELINE_POINTS) -> list[list[float]]:
+        """The allocated-share step function sampled at `points` evenly spaced times (max in each bin)."""
+        cap = self.capacity or 1.0
+        t = np.array([p[0] for p in self.timeline] + [end])
+        a = np.array([p[1] for p in self.timeline] + [self.timeline[-1][1]])
+        if len(t) <= points:
+            return [[round(float(x), 3), round(float(y) / cap, 6)] for x, y in zip(t, a)]
+        edges = np.linspace(t[0], t[-1], points + 1)
+        idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, points - 1)
+        peak = np.zeros(points)
+        np.maximum.at(peak, idx, a)
+        # a bin without an event keeps the level reached before it
+        has = np.zeros(points, dtype=bool)
+        has[idx] = True
+        level = a[np.clip(np.searchsorted(t, edges[:-1], side="right") - 1, 0, len(a) - 1)]
+        peak = np.where(has, np.maximum(peak, level), level)
+        return [[round(float(x), 3), round(float(y) / cap, 6)] for x, y in zip(edges[:-1], peak)]
+
+
+def _waits(recs: Iterable[JobRecord], end: float) -> dict:
+    values = [r.waited_s + (end - r.pending_since if r.pending_since is not None else 0.0) for r in recs]
+    return {"n": len(values), **percentiles(values)}
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "p99": None}
+    p = np.percentile(np.asarray(values, dtype=float), [50, 95, 99])
+    return {"p50": round(float(p[0]), 3), "p95": round(float(p[1]), 3), "p99": round(float(p[2]), 3)}

@@ -1,0 +1,133 @@
+"""Replay outcomes on tiny traces, computed by hand for each policy."""
+import json
+
+import numpy as np
+import pytest
+
+from scheduler.policy import PROFILES, get_profile
+from scheduler.replay import replay
+from scheduler.replay.engine import run_policies, run_policy
+from tests.unit.replay_fixtures import POD_HEADER, cluster, pod, setup_for, write
+
+POLICIES = ("tidal", "fifo", "quota-borrowing")
+
+
+@pytest.fixture
+def blocking_trace(tmp_path):
+    """2 T4 GPUs. p1 (1 GPU, 500 s) at 0; p2 (2 GPUs, 300 s) at 10; p3 (1 GPU, 1000 s) at 20;
+    p4 (CPU only, 10 s) at 1000 closes the arrival window [0, 1000]."""
+    pods = write(tmp_path / "pods.csv", POD_HEADER, [
+        pod("p1", 1, 0, 500), pod("p2", 2, 10, 300), pod("p3", 1, 20, 1000), pod("p4", 0, 1000, 10)])
+    return setup_for(cluster(tmp_path), pods)
+
+
+def p95(values):
+    return round(float(np.percentile(values, 95)), 3)
+
+
+def test_fifo_blocks_behind_the_big_job(blocking_trace):
+    run = run_policy(blocking_trace, "fifo")
+    f = run.figures
+    # 0: p1 starts. 10: p2 needs 2 GPUs, 1 free -> first failure, 1 GPU unallocated. 20: p3 blocked (FCFS).
+    # 500: p1 ends, p2 starts. 800: p2 ends, p3 starts. 1000: p4 starts.
+    assert f["first_failure"]["pod"] == "p2" and f["first_failure"]["at_s"] == 10
+    assert f["unallocated_gpus_at_first_failure"] == 1.0
+    # GPUs held over [0, 1000]: 1 x 500 + 2 x 300 + 1 x 200 = 1300 GPU-s of 2 x 1000
+    assert f["gpu_alloc_share"] == pytest.approx(0.65)
+    assert f["wait_p95_s"] == p95([0, 490, 780, 0])
+    # a GPU pod was refused from 10 to 500 while GPUs sat idle: 1 GPU x 490 s
+    assert f["unallocated_gpu_hours"] == pytest.approx(490 / 3600, abs=1e-3)
+    assert f["preemptions"] == 0
+
+
+@pytest.mark.parametrize("policy", ["tidal", "quota-borrowing"])
+def test_quota_policies_backfill_past_the_big_job(blocking_trace, policy):
+    f = run_policy(blocking_trace, policy).figures
+    # 20: p3 starts next to p1 (no FCFS blocking). p2 only fits when p3 ends at 1020 (it cannot preempt:
+    # with p3 on own quota, p2's 2 GPUs exceed 'd's own T4 quota of 2, so it asks on borrowed quota).
+    assert f["first_failure"]["pod"] == "p2" and f["unallocated_gpus_at_first_failure"] == 1.0
+    # GPUs held over [0, 1000]: 1 x 20 + 2 x 480 + 1 x 500 = 1480 GPU-s of 2000
+    assert f["gpu_alloc_share"] == pytest.approx(0.74)
+    assert f["wait_p95_s"] == p95([0, 1010, 0, 0])
+    # p2 refused with 1 GPU idle over 10..20 and 500..1020
+    assert f["unallocated_gpu_hours"] == pytest.approx((10 + 520) / 3600, abs=1e-3)
+    assert f["preemptions"] == 0
+
+
+@pytest.fixture
+def reclaim_trace(tmp_path):
+    """b1 (BE, 2 GPUs, 1000 s) at 0 takes the whole T4 node; l1 (LS, 1 GPU, 50 s) at 100."""
+    pods = write(tmp_path / "pods.csv", POD_HEADER, [pod("b1", 2, 0, 1000, qos="BE"), pod("l1", 1, 100, 50)])
+    return setup_for(cluster(tmp_path), pods)
+
+
+def test_fifo_makes_own_quota_work_wait(reclaim_trace):
+    f = run_policy(reclaim_trace, "fifo").figures
+    assert f["preemptions"] == 0
+    assert f["waits_by_class"]["own"] == {"n": 1, "p50": 900.0, "p95": 900.0, "p99": 900.0}  # l1: 100 -> 1000
+    assert f["waits_by_class"]["best_effort"]["p95"] == 0.0
+
+
+@pytest.mark.parametrize("policy", ["tidal", "quota-borrowing"])
+def test_own_quota_reclaims_from_best_effort(reclaim_trace, policy):
+    run = run_policy(reclaim_trace, policy)
+    f = run.figures
+    # 100: l1 is on 'd's own quota, b1 on 'd/be' borrowed quota -> b1 is preempted (reclaim), l1 starts.
+    # 150: l1 ends, b1 starts again (from scratch): it waited 150 - 100 = 50 s.
+    assert f["preemptions"] == 1 and f["preemptions_by_reason"] == {"preempted-reclaim": 1}
+    assert f["jobs_preempted"] == 1
+    assert f["preempted_gpu_hours_lost"] == pytest.approx(2 * 100 / 3600, abs=1e-3)
+    assert f["waits_by_class"]["own"]["p95"] == 0.0
+    assert f["waits_by_class"]["best_effort"]["p95"] == 50.0
+    assert f["waits_by_quota_kind"]["borrowed"]["n"] == 1 and f["waits_by_quota_kind"]["own"]["n"] == 1
+
+
+def test_gpu_spec_fallback_only_with_tidal(tmp_path):
+    """A pod that chose V100M16 but also accepts V100M32: tidal falls back when V100M16 is busy."""
+    nodes = cluster(tmp_path, ["v16-0,8000,16384,1,V100M16", "v32-0,8000,16384,1,V100M32"])
+    pods = write(tmp_path / "pods.csv", POD_HEADER, [
+        pod("a", 1, 0, 1000, spec="V100M16"), pod("b", 1, 10, 100, spec="V100M16|V100M32")])
+    setup = setup_for(nodes, pods)
+    tidal, fifo = run_policy(setup, "tidal").figures, run_policy(setup, "fifo").figures
+    assert tidal["gpu_model_fallbacks"] == 1 and tidal["wait_p95_s"] == 0.0
+    assert fifo["gpu_model_fallbacks"] == 0
+    assert fifo["waits_by_class"]["own"]["p99"] == pytest.approx(np.percentile([0, 990], 99))  # b waits for a
+
+
+def test_inflate_fills_until_the_first_pod_fails(tmp_path):
+    pods = write(tmp_path / "pods.csv", POD_HEADER, [pod("g", 1, 0, 10), pod("c", 0, 0, 10)])
+    setup = setup_for(cluster(tmp_path), pods, inflate=True)
+    for policy in POLICIES:
+        run = run_policy(setup, policy)
+        # only GPU pods are sampled: two 1-GPU pods fill the 2 GPUs, the third cannot be placed
+        assert run.extra["pods_submitted"] == 3
+        assert run.figures["gpu_alloc_share"] == 1.0
+        assert run.figures["unallocated_gpus_at_first_failure"] == 0.0
+        assert run.figures["first_failure"]["pod"] == "g#3"
+
+
+def test_replay_uses_the_live_loops_profile_objects(blocking_trace):
+    """Replay gets its policies from get_profile(name), the call scheduler/tasks.py makes for the live
+    loop with settings.TIDAL_SCHEDULER_PROFILE: the same objects, not a copy of any policy."""
+    import inspect
+
+    import scheduler.tasks as tasks
+    assert "get_profile(settings.TIDAL_SCHEDULER_PROFILE)" in inspect.getsource(tasks)
+    sequential = run_policies(blocking_trace, POLICIES, workers=1)
+    forked = run_policies(blocking_trace, POLICIES, workers=2)
+    for seq, frk, name in zip(sequential, forked, POLICIES):
+        assert seq.profile == get_profile(name) == PROFILES[name] == frk.profile
+        assert type(seq.profile) is type(PROFILES[name])
+        assert seq.figures == frk.figures  # parallel workers change nothing
+
+
+def test_same_inputs_give_identical_report_json(blocking_trace, tmp_path):
+    a = replay(blocking_trace, POLICIES, tmp_path / "a", "test", workers=1)
+    b = replay(blocking_trace, POLICIES, tmp_path / "b", "test", workers=2)
+    assert (tmp_path / "a" / "report.json").read_bytes() == (tmp_path / "b" / "report.json").read_bytes()
+    data = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert set(data["policies"]) == set(POLICIES)
+    assert data["policies"]["tidal"]["profile"]["name"] == "tidal"
+    assert a.files["report.md"].exists() and b.files["report.md"].exists()
+    for name in ("alloc_share", "fragmentation", "waits", "preemptions", "util_by_model"):
+        assert a.files[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
