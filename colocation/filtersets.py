@@ -1,7 +1,7 @@
 """FilterSets shared by the API and the console."""
 import django_filters
 
-from colocation.models import InferenceService, Node, ResourceGroup
+from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 
 
 class ResourceGroupFilterSet(django_filters.FilterSet):
@@ -20,7 +20,7 @@ class NodeFilterSet(django_filters.FilterSet):
 
     class Meta:
         model = Node
-        fields = ["resource_group", "gpu_model", "pool", "state", "min_gpus"]
+        fields = ["resource_group", "gpu_model", "pool", "state", "min_gpus", "pinned"]
 
 
 class InferenceServiceFilterSet(django_filters.FilterSet):
@@ -29,3 +29,12 @@ class InferenceServiceFilterSet(django_filters.FilterSet):
     class Meta:
         model = InferenceService
         fields = ["department", "autoscaling"]
+
+
+class TransitionFilterSet(django_filters.FilterSet):
+    node = django_filters.CharFilter(field_name="node__name")
+    resource_group = django_filters.CharFilter(field_name="node__resource_group__name")
+
+    class Meta:
+        model = NodeTransition
+        fields = ["node", "resource_group", "direction", "status"]

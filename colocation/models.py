@@ -1,9 +1,11 @@
 """Resource groups and nodes (online/offline × normal/unnormal), inference services and their scaling thresholds."""
+from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
 from cluster.types import NodeState as NodeStateValue
 from cluster.types import Pool as PoolValue
+from colocation.policy.states import Direction as PolicyDirection
 from scheduler.querysets import DepartmentScopedQuerySet
 
 
@@ -20,16 +22,30 @@ class Pool(models.TextChoices):
 
 
 class ResourceGroup(models.Model):
-    """Nodes of one hardware class (CPU, T4, P40-vGPU, …); lending decisions are taken per group."""
+    """Nodes of one hardware class (CPU, T4, P40-vGPU, …); lending decisions are taken per group.
+
+    Lending thresholds are fractions of the online side's quota usage (SPEC §4): lend below `min_rate`
+    (when training waits) up to `expect_rate`; take back above `max_rate` down to `expect_rate`."""
 
     name = models.SlugField(max_length=64, unique=True)
     hardware_class = models.CharField(max_length=32)
     gpu_model = models.ForeignKey(
         "scheduler.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="resource_groups"
     )
+    min_rate = models.FloatField(default=0.4)
+    expect_rate = models.FloatField(default=0.6)
+    max_rate = models.FloatField(default=0.8)
+    lending = models.BooleanField(default=True, help_text="Off: automation never moves this group's nodes.")
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(min_rate__gte=0) & Q(min_rate__lte=F("expect_rate")) & Q(expect_rate__lte=F("max_rate"))
+                & Q(max_rate__lte=1),
+                name="group_rates_ordered_within_0_1",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -47,6 +63,7 @@ class Node(models.Model):
     pool = models.CharField(max_length=16, choices=Pool.choices, default=Pool.COLOCATION)
     state = models.CharField(max_length=24, choices=NodeState.choices, default=NodeState.OFFLINE_NORMAL)
     state_changed_at = models.DateTimeField(auto_now_add=True)
+    pinned = models.BooleanField(default=False, help_text="Pinned by an operator: automation never moves it.")
 
     class Meta:
         ordering = ["name"]
@@ -70,6 +87,45 @@ class Node(models.Model):
     @property
     def is_normal(self) -> bool:
         return self.state.endswith("-normal")
+
+
+class Direction(models.TextChoices):
+    LEND = PolicyDirection.LEND.value, "Lend (online → offline)"
+    TAKE_BACK = PolicyDirection.TAKE_BACK.value, "Take back (offline → online)"
+
+
+class NodeTransition(models.Model):
+    """One conversion of a node, moved step by step by the controller; each step is persisted so a crash
+    at any point is resumed by the next tick. At most one open transition per node."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "In progress"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="transitions")
+    direction = models.CharField(max_length=24, choices=Direction.choices)
+    step = models.CharField(max_length=24, default="planned", help_text="The last step executed.")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN, db_index=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, help_text="Empty: the lending automation."
+    )
+    reason = models.CharField(max_length=64)
+    message = models.TextField()
+    waiting_for = models.TextField(blank=True, help_text="Why the last tick could not go further.")
+    started_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["node"], condition=Q(status="open"), name="transition_one_open_per_node"),
+            models.CheckConstraint(condition=Q(direction__in=Direction.values), name="transition_direction_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.direction} {self.node} ({self.status}, {self.step})"
 
 
 class InferenceServiceQuerySet(DepartmentScopedQuerySet):

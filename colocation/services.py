@@ -2,10 +2,14 @@
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
-from colocation.models import InferenceService, ScalingThreshold
+from cluster.types import NodeState, Pool
+from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingThreshold
+from colocation.policy.states import Direction as PolicyDirection
+from colocation.policy.states import Event, transition
 from scheduler import selectors as scheduler_selectors
 from scheduler.errors import ApplicationError
-from scheduler.models import Department
+from scheduler.models import Decision, Department
+from scheduler.services import decision_record
 
 SERVICE_FIELDS = (
     "name", "gpu_model", "priority", "replicas", "min_replicas", "max_replicas", "gpus_per_replica",
@@ -74,3 +78,66 @@ def service_update(*, service: InferenceService, actor, thresholds: list[dict] |
         setattr(service, name, value)
     service.save()
     return service
+
+
+# --- nodes: lending transitions, pins, thresholds ------------------------------------------------
+
+EVENTS = {PolicyDirection.LEND: Event.LEND, PolicyDirection.TAKE_BACK: Event.TAKE_BACK}
+
+
+def _require_operator(actor) -> None:
+    if actor is not None and not actor.is_staff:
+        raise PermissionDenied("only platform operators move, pin or configure nodes")
+
+
+def _transition_errors(node: Node, direction: PolicyDirection) -> list[str]:
+    open_transition = node.transitions.filter(status=NodeTransition.Status.OPEN).first()
+    if open_transition:
+        return [f"{node} is already in a transition ({open_transition.direction}, step {open_transition.step})"]
+    if node.pinned:
+        return [f"{node} is pinned by an operator; unpin it first"]
+    result = transition(NodeState(node.state), EVENTS[direction], Pool(node.pool))
+    if not result.ok:
+        return [result.reason]
+    return []
+
+
+@transaction.atomic
+def transition_request(*, node: Node, direction: PolicyDirection, actor, reason: str, message: str) -> NodeTransition:
+    """Open a lend or take-back of `node`; the controller then moves it step by step. `actor` None: automation."""
+    _require_operator(actor)
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    errors = _transition_errors(node, direction)
+    if errors:
+        raise ApplicationError(errors[0], fields={"node": errors})
+    record = NodeTransition.objects.create(node=node, direction=direction.value, requested_by=actor, reason=reason,
+                                           message=message)
+    decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node.name}", reason=reason, message=message,
+                    data={"direction": direction.value, "transition": record.pk, "by": str(actor or "automation")})
+    return record
+
+
+def node_pin(*, node: Node, pinned: bool, actor) -> Node:
+    _require_operator(actor)
+    node.pinned = pinned
+    node.save(update_fields=["pinned"])
+    verb = "pinned" if pinned else "unpinned"
+    decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node.name}", reason=f"node-{verb}",
+                    message=f"{node} {verb} by {actor}: automation {'leaves it' if pinned else 'may move it'}")
+    return node
+
+
+def group_settings_set(*, group: ResourceGroup, actor, **fields) -> ResourceGroup:
+    """Operators edit a group's lending thresholds (fractions, min ≤ expect ≤ max) and switch lending."""
+    _require_operator(actor)
+    rates = {name: fields.get(name, getattr(group, name)) for name in ("min_rate", "expect_rate", "max_rate")}
+    if not 0 <= rates["min_rate"] <= rates["expect_rate"] <= rates["max_rate"] <= 1:
+        raise ApplicationError("invalid lending thresholds", fields={"min_rate": [
+            "need 0 ≤ min_rate ≤ expect_rate ≤ max_rate ≤ 1, got {min_rate}/{expect_rate}/{max_rate}".format(**rates)]})
+    for name, value in fields.items():
+        setattr(group, name, value)
+    group.save(update_fields=list(fields))
+    decision_record(kind=Decision.Kind.LENDING, subject=f"group:{group.name}", reason="thresholds-changed",
+                    message=f"{group} lending {'on' if group.lending else 'off'}, thresholds "
+                            f"{group.min_rate}/{group.expect_rate}/{group.max_rate} set by {actor}")
+    return group

@@ -1,25 +1,83 @@
 """Colocation API views: inventory (read) and inference services."""
-from django.db.models import Count
-from rest_framework import mixins, viewsets
+from django.db.models import Count, Q
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
 
 from colocation import services
 from colocation.api import serializers as s
-from colocation.filtersets import InferenceServiceFilterSet, NodeFilterSet, ResourceGroupFilterSet
-from colocation.models import InferenceService, Node, ResourceGroup
+from cluster.types import Pool
+from colocation.filtersets import InferenceServiceFilterSet, NodeFilterSet, ResourceGroupFilterSet, TransitionFilterSet
+from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
+from colocation.policy.states import Direction as PolicyDirection
+from scheduler.api.permissions import IsOperator, IsOperatorOrReadOnly
 from scheduler.api.views import RestrictedMixin
 
 
-class ResourceGroupViewSet(viewsets.ReadOnlyModelViewSet):
-    queryset = ResourceGroup.objects.select_related("gpu_model").annotate(node_count=Count("nodes"))
+class ResourceGroupViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
+                           viewsets.GenericViewSet):
+    """Resource groups with their lending thresholds; operators change thresholds and switch lending."""
+
+    queryset = ResourceGroup.objects.select_related("gpu_model").annotate(
+        node_count=Count("nodes"), fixed_pool_nodes=Count("nodes", filter=Q(nodes__pool=Pool.FIXED))
+    )
     serializer_class = s.ResourceGroupSerializer
+    permission_classes = [IsOperatorOrReadOnly]
     filterset_class = ResourceGroupFilterSet
+    http_method_names = ["get", "patch", "head", "options"]
+
+    @extend_schema(request=s.ResourceGroupSettingsSerializer, responses=s.ResourceGroupSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        body = s.ResourceGroupSettingsSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        services.group_settings_set(group=self.get_object(), actor=request.user, **body.validated_data)
+        return Response(s.ResourceGroupSerializer(self.get_object()).data)
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
-    queryset = Node.objects.select_related("resource_group", "gpu_model")
+    """Nodes with state, pool and current transition; operators lend, take back or pin a node."""
+
+    queryset = Node.objects.select_related("resource_group", "gpu_model").prefetch_related("transitions")
     serializer_class = s.NodeSerializer
     filterset_class = NodeFilterSet
     ordering_fields = ["name", "gpu_count", "state_changed_at"]
+
+    def _move(self, request, direction: PolicyDirection, verb: str) -> Response:
+        node = self.get_object()
+        services.transition_request(node=node, direction=direction, actor=request.user, reason=f"operator-{verb}",
+                                    message=f"{verb} of {node} requested by {request.user}")
+        return Response(s.NodeSerializer(self.get_object()).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: s.NodeSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[IsOperator])
+    def lend(self, request, pk=None):
+        """Lend an online-normal co-location node to training; the controller moves it step by step."""
+        return self._move(request, PolicyDirection.LEND, "lend")
+
+    @extend_schema(request=None, responses={202: s.NodeSerializer})
+    @action(detail=True, methods=["post"], url_path="take-back", permission_classes=[IsOperator])
+    def take_back(self, request, pk=None):
+        """Take a lent node back for inference; its training jobs are requeued onto the fixed pool."""
+        return self._move(request, PolicyDirection.TAKE_BACK, "take-back")
+
+    @extend_schema(request=s.PinSerializer, responses=s.NodeSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[IsOperator])
+    def pin(self, request, pk=None):
+        """Pin (or unpin) a node where it is: the lending automation leaves pinned nodes alone."""
+        body = s.PinSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.node_pin(node=self.get_object(), actor=request.user, **body.validated_data)
+        return Response(s.NodeSerializer(self.get_object()).data)
+
+
+class TransitionViewSet(viewsets.ReadOnlyModelViewSet):
+    """Every lend and take-back, open and finished, with the step it reached."""
+
+    queryset = NodeTransition.objects.select_related("node", "requested_by")
+    serializer_class = s.TransitionSerializer
+    filterset_class = TransitionFilterSet
+    ordering_fields = ["started_at", "updated_at"]
 
 
 class InferenceServiceViewSet(

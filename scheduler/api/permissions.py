@@ -11,3 +11,12 @@ class IsOperatorOrReadOnly(BasePermission):
         return bool(request.user and request.user.is_authenticated) and (
             request.method in SAFE_METHODS or request.user.is_staff
         )
+
+
+class IsOperator(BasePermission):
+    """Platform operators only, for reads and writes alike."""
+
+    message = "only platform operators may do this"
+
+    def has_permission(self, request, view) -> bool:
+        return bool(request.user and request.user.is_authenticated and request.user.is_staff)

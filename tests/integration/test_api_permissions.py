@@ -84,6 +84,12 @@ MATRIX: dict[tuple[str, str], Row] = {
     # inventory: read-only for everyone signed in
     ("GET", "/api/nodes/"): Row("401 200 200 200 200"),
     ("GET", "/api/nodes/{id}/"): Row("401 200 200 200 200", "node"),
+    ("PATCH", "/api/resource-groups/{id}/"): Row("401 403 403 403 200", "resource_group", {"min_rate": 0.3}),
+    ("POST", "/api/nodes/{id}/lend/"): Row("401 403 403 403 202", "online_node"),
+    ("POST", "/api/nodes/{id}/take-back/"): Row("401 403 403 403 202", "lent_node"),
+    ("POST", "/api/nodes/{id}/pin/"): Row("401 403 403 403 200", "node", {"pinned": True}),
+    ("GET", "/api/transitions/"): Row("401 200 200 200 200"),
+    ("GET", "/api/transitions/{id}/"): Row("401 200 200 200 200", "transition"),
     ("GET", "/api/resource-groups/"): Row("401 200 200 200 200"),
     ("GET", "/api/resource-groups/{id}/"): Row("401 200 200 200 200", "resource_group"),
     # inference services: the department's admins and operators write
@@ -103,6 +109,7 @@ TABLE = {**MATRIX, **NOT_IN_SCHEMA}
 
 
 def _objects(world) -> dict[str, int]:
+    from colocation.models import NodeTransition
     from scheduler.models import Decision, Department, Membership, Quota
 
     job = world.submit("member")
@@ -117,6 +124,10 @@ def _objects(world) -> dict[str, int]:
         "job": job.pk,
         "decision": Decision.objects.get(subject=f"job:{job.pk}").pk,
         "node": world.nodes["t4-0"].pk,
+        "online_node": world.nodes["t4-1"].pk,
+        "lent_node": world.nodes["a100-0"].pk,
+        "transition": NodeTransition.objects.create(node=world.nodes["cpu-0"], direction="online-to-offline",
+                                                    reason="operator-lend", message="lend of cpu-0").pk,
         "resource_group": world.groups["t4"].pk,
         "service": world.service().pk,
     }
