@@ -18,7 +18,7 @@ from django.db.models import Max
 from cluster.backend import BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec
 from cluster.simulated import store
 from cluster.simulated.store import RUNTIME_LABEL
-from cluster.types import Allocation, GpuShare, JobStatus as JS, JobView, QuotaKind as QK, QuotaView, Snapshot
+from cluster.types import Allocation, GpuShare, Pool, JobStatus as JS, JobView, QuotaKind as QK, QuotaView, Snapshot
 from scheduler.models import Decision, Framework, GPUModel, JobRun, JobStatus, Quota, TrainingJob
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
@@ -73,14 +73,30 @@ def _end_run(job: TrainingJob, outcome: str, now: float) -> None:
 
 
 def _requeue(job: TrainingJob, now: float, *, reason: str, message: str, outcome: str) -> None:
-    """Back to the queue with its submit time and history; its open run ends with `outcome`."""
+    """Back to the queue with its submit time and history; its open run ends with `outcome`.
+    A job killed by a take-back goes to the fixed pool next (SPEC §4)."""
     _end_run(job, outcome, now)
+    if outcome == JobRun.Outcome.KILLED:
+        job.pool_preference = "fixed"
     job.status, job.node, job.assigned_gpu_model, job.quota_kind = JobStatus.PENDING, None, None, ""
     job.admitted_at = job.started_at = None
     job.alloc_gpus = job.alloc_cpu_milli = job.cpu_limit_milli = job.alloc_memory_mib = None
     job.save()
     decision_record(kind=Decision.Kind.PREEMPTION if outcome == JobRun.Outcome.PREEMPTED else Decision.Kind.PENDING,
                     subject=f"job:{job.pk}", department=job.department, reason=reason, message=message)
+
+
+@transaction.atomic
+def job_killed_by_take_back(*, job_id: int, node: str, now: float) -> bool:
+    """The lending controller evicted this job's pod to give `node` back to inference: requeue it at once,
+    for the fixed pool. False when the job was not running there (already requeued or finished)."""
+    job = TrainingJob.objects.select_for_update().select_related("department").filter(
+        pk=job_id, status__in=(JobStatus.ADMITTED, JobStatus.RUNNING), node__name=node).first()
+    if job is None:
+        return False
+    _requeue(job, now, reason="taken-back", outcome=JobRun.Outcome.KILLED,
+             message=f"requeued for the fixed pool: {node} was taken back for inference")
+    return True
 
 
 @transaction.atomic
@@ -162,6 +178,7 @@ def job_view(job: TrainingJob, run: JobRun | None) -> JobView:
         memory_mib=job.memory_mib, status=JS(job.status), submitted_at=job.submitted_at.timestamp(),
         started_at=job.started_at.timestamp() if job.started_at else None, allocation=_allocation(job, run),
         expected_duration_s=job.expected_duration_s,
+        preferred_pool=Pool(job.pool_preference) if job.pool_preference else None,
     )
 
 

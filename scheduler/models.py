@@ -203,6 +203,8 @@ class TrainingJob(models.Model):
     alloc_cpu_milli = models.PositiveIntegerField(null=True, blank=True)
     cpu_limit_milli = models.PositiveIntegerField(null=True, blank=True)
     alloc_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    # Where the job must go next: the fixed training pool after a take-back killed it on a lent node.
+    pool_preference = models.CharField(max_length=16, blank=True, choices=[("fixed", "Fixed training pool")])
     # The latest scheduling cycle's view of a pending job: "why am I waiting".
     queue_position = models.PositiveIntegerField(null=True, blank=True, help_text="1-based, in score order.")
     score = models.JSONField(default=dict, blank=True, help_text="base, utilization, aging, total")

@@ -162,3 +162,21 @@ def test_only_one_live_tick_at_a_time(world, settings):
         assert len(saved.pods()) == 1  # the cluster's state survives the tick for the next one
     finally:
         redis.delete(f"{namespace}:{store.KEY}")
+
+
+def test_job_killed_by_a_take_back_is_requeued_at_once_for_the_fixed_pool(world, cluster):
+    job = submit(world, gpus="1", gpu_model="A100")
+    tick(cluster)
+    job.refresh_from_db()
+    assert job.node.name == "a100-0" and job.node.pool == "colocation"  # on a lent (offline) node
+    backend, clock = cluster
+    backend.evict(f"job-{job.pk}-1", "take-back")  # what the lending controller does
+    assert live.job_killed_by_take_back(job_id=job.pk, node="a100-0", now=clock.now())
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING and job.pool_preference == "fixed"
+    assert [r.outcome for r in job.runs.all()] == ["killed"]
+    assert not live.job_killed_by_take_back(job_id=job.pk, node="a100-0", now=clock.now())  # only once
+    tick(cluster)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.node.name == "t4-0"  # the fixed pool (T4 is compatible)
+    assert job.runs.count() == 2
