@@ -11,18 +11,18 @@ preemption updates the cycle's node tables and quota ledger, so later jobs see i
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cluster.types import JobStatus, JobView, QuotaKind, Resources, Snapshot
+from cluster.types import JobStatus, JobView, QuotaKind, Snapshot
 from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, StillPending
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.nodes import NodeTable
 from scheduler.policy.placement import Placement, place
 from scheduler.policy.preemption import Candidate, VictimIndex, Victims
-from scheduler.policy.priority import ScoreBreakdown, score
+from scheduler.policy.priority import ScoreBreakdown, rebased, score
 from scheduler.policy.profile import Profile, QueueOrder
-from scheduler.policy.quota import QuotaCheck, QuotaLedger
+from scheduler.policy.quota import (Demand, QuotaCheck, QuotaLedger, demand, demand_of, gpu_demand,
+                                    host_demand)
 from scheduler.policy.rightsizing import Request, requested, rightsize
 
 
@@ -36,7 +36,7 @@ class Queued:
 
 @dataclass(frozen=True, slots=True)
 class _NoRoom:
-    """No node with room for a request; formatted only if the job ends up waiting."""
+    """A model whose quota had room but whose nodes did not; formatted only if the job waits."""
 
     pod: PodRequest
     kind: QuotaKind | None
@@ -51,19 +51,11 @@ class _NoRoom:
 
 
 _UNMETERED = QuotaCheck(None, ())
+_ADMITTED = {QuotaKind.OWN: Reason.ADMITTED_OWN, QuotaKind.BORROWED: Reason.ADMITTED_BORROWED, None: Reason.ADMITTED}
 
 
-def _demand(pod: PodRequest) -> Resources:
-    return Resources.of(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
-
-
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    """A model whose quota had room but whose nodes did not."""
-
-    model: str | None
-    kind: QuotaKind | None
-    request: PodRequest
+def _demand(pod: PodRequest) -> Demand:
+    return demand(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
 
 
 def schedule(snapshot: Snapshot, profile: Profile) -> CycleResult:
@@ -85,6 +77,9 @@ class _Cycle:
         self.victims = self._victim_indexes(holders)
         self.preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)
         self.decisions: list[Decision] = []
+        # per-cycle memos of what only depends on the snapshot
+        self._certified: dict[tuple[str, str | None], tuple[str | None, ...]] = {}
+        self._split: dict[tuple[tuple[str | None, ...], str | None], tuple[list, list]] = {}
 
     def _victim_indexes(self, holders: list[JobView]) -> dict[str | None, VictimIndex]:
         by_model: dict[str | None, list[Candidate]] = defaultdict(list)
@@ -122,51 +117,65 @@ class _Cycle:
         kind = None
         if self.profile.quotas:
             first = models[0] if models else job.gpu_model
-            demand = Resources.of(first, request.gpus, request.cpu_request_milli, request.memory_mib)
-            own = self.ledger.choose(job.department, demand, borrowing=False).kind is QuotaKind.OWN
-            kind = QuotaKind.OWN if own else QuotaKind.BORROWED
+            need = demand(first, request.gpus, request.cpu_request_milli, request.memory_mib)
+            kind = QuotaKind.OWN if self.ledger.has_own_room(job.department, need) else QuotaKind.BORROWED
         return Queued(job, request, score(job, kind, self.now, self.profile), models)
 
     def _models(self, job: JobView) -> tuple[str | None, ...]:
         if job.gpus == 0:
             return (None,)
-        compatible = self.snap.compatible_models(job.framework, job.gpu_model)
-        if job.gpu_model in compatible:
-            rest = tuple(m for m in compatible if m != job.gpu_model) if self.profile.model_fallback else ()
-            return (job.gpu_model, *rest)
-        return compatible if self.profile.model_fallback or job.gpu_model is None else ()
+        key = (job.framework, job.gpu_model)
+        if key not in self._certified:
+            self._certified[key] = self._certified_models(*key)
+        return self._certified[key]
 
-    def _model_order(self, q: Queued) -> Iterator[str | None]:
-        """Preferred model first; the others by most idle capacity at the time they are needed."""
-        models = [m for m in q.models if m in self.tables]
-        if models and models[0] == q.job.gpu_model:
-            yield models.pop(0)
-        yield from sorted(models, key=lambda m: (-self.tables[m].idle_gpus(), m or ""))
+    def _certified_models(self, framework: str, preferred: str | None) -> tuple[str | None, ...]:
+        compatible = self.snap.compatible_models(framework, preferred)
+        if preferred in compatible:
+            rest = tuple(m for m in compatible if m != preferred) if self.profile.model_fallback else ()
+            return (preferred, *rest)
+        return compatible if self.profile.model_fallback or preferred is None else ()
+
+    def _model_order(self, q: Queued) -> list[str | None]:
+        """Preferred model first; the others by most idle capacity (nothing changes the idle
+        capacity between trying the preferred model and the others)."""
+        key = (q.models, q.job.gpu_model)
+        if key not in self._split:
+            models = [m for m in q.models if m in self.tables]
+            head = [models.pop(0)] if models and models[0] == q.job.gpu_model else []
+            self._split[key] = (head, models)
+        head, rest = self._split[key]
+        if len(rest) < 2:
+            return head + rest
+        return head + sorted(rest, key=lambda m: (-self.tables[m].idle_gpus(), m or ""))
 
     # -- one job ----------------------------------------------------------------------
     def _try(self, q: Queued, position: int) -> bool:
         job, req = q.job, q.request
         refusals: list[tuple[str | None, object]] = []  # (model, why) formatted only if the job waits
-        attempts: list[_Attempt] = []
+        attempts: list[_NoRoom] = []
+        host = host_demand(req.cpu_request_milli, req.memory_mib)
         for model in self._model_order(q):
             pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, job.preferred_pool)
-            check = self.ledger.choose(job.department, _demand(pod), self.profile.borrowing) \
+            check = self.ledger.choose(job.department, gpu_demand(model, req.gpus) + host, self.profile.borrowing) \
                 if self.profile.quotas else _UNMETERED
-            refusals.extend((model, r) for r in check.refused)
-            if check.refused and check.kind is None:
-                continue
-            placement = place(pod, self.tables[model], self.profile)
+            if check.refused:
+                refusals.extend((model, r) for r in check.refused)
+                if check.kind is None:
+                    continue
+            table = self.tables[model]
+            placement = place(pod, table, self.profile)
             if placement is not None:
                 self._admit(q, pod, check.kind, placement, ())
                 return True
-            attempts.append(_Attempt(model, check.kind, pod))
-            refusals.append((model, _NoRoom(pod, check.kind, self.tables[model].bounds())))
+            attempts.append(_NoRoom(pod, check.kind, table.bounds()))
+            refusals.append((model, attempts[-1]))
         if self.profile.preemption and self._preempt_for(q, attempts):
             return True
         self._pending(q, position, *self._why(q, attempts, refusals))
         return False
 
-    def _why(self, q: Queued, attempts: list[_Attempt], refusals: list[tuple[str | None, object]]
+    def _why(self, q: Queued, attempts: list[_NoRoom], refusals: list[tuple[str | None, object]]
              ) -> tuple[Reason, str]:
         if not q.models:
             return Reason.NO_COMPATIBLE_MODEL, (f"framework {q.job.framework} is not certified on "
@@ -186,44 +195,46 @@ class _Cycle:
         return Reason.NO_IDLE_CAPACITY, message
 
     # -- preemption -------------------------------------------------------------------
-    def _preempt_for(self, q: Queued, attempts: list[_Attempt]) -> bool:
+    def _preempt_for(self, q: Queued, attempts: list[_NoRoom]) -> bool:
         """Own-quota (or quota-less) work may preempt; borrowed work only ever uses idle capacity."""
         for a in attempts:
             if a.kind is QuotaKind.BORROWED:
                 continue
-            total = score(q.job, a.kind, self.now, self.profile).total
+            total = rebased(q.score, a.kind, self.profile).total
             own = a.kind is QuotaKind.OWN
-            memo = (*a.request.dims(), a.request.pool, total, own)
-            if any(_dominates(failed, memo) for failed in self.preempt_failed[a.model]):
+            model = a.pod.gpu_model
+            memo = (*a.pod.dims(), a.pod.pool, total, own)
+            if _known_failure(self.preempt_failed[model], memo):
                 continue
-            table = self.tables[a.model]
-            victims = self.victims[a.model].find(a.request, total, own, self.profile)
+            table = self.tables[model]
+            victims = self.victims[model].find(a.pod, total, own, self.profile)
             if victims is None:
-                self.preempt_failed[a.model].append(memo)
+                self.preempt_failed[model].append(memo)
                 continue
             self._evict(q, a, table, victims)
-            placement = Placement(victims.row, table.names[victims.row],
-                                  table.choose_gpus(victims.row, a.request.gpus))
-            self._admit(q, a.request, a.kind, placement, tuple(c.job.id for c in victims.jobs))
+            placement = Placement(victims.row, table.names[victims.row], table.choose_gpus(victims.row, a.pod.gpus))
+            self._admit(q, a.pod, a.kind, placement, tuple(c.job.id for c in victims.jobs))
             return True
         return False
 
-    def _evict(self, q: Queued, a: _Attempt, table: NodeTable, victims: Victims) -> None:
-        self.victims[a.model].remove(victims)
+    def _evict(self, q: Queued, a: _NoRoom, table: NodeTable, victims: Victims) -> None:
+        model = a.pod.gpu_model
+        self.victims[model].remove(victims)
+        total = rebased(q.score, a.kind, self.profile).total
         for c in victims.jobs:
             alloc = c.allocation
             table.release(victims.row, alloc.gpu_shares, alloc.cpu_milli, alloc.memory_mib)
             if alloc.quota_kind is not None:
-                self.ledger.release(c.job.department, alloc.quota_kind, alloc.resources)
+                self.ledger.release(c.job.department, alloc.quota_kind, demand_of(alloc.resources))
             reclaim = c.borrowed and a.kind is QuotaKind.OWN
-            why = (f"to give {q.job.department} back its own {a.model or 'CPU'} quota" if reclaim
-                   else f"for higher score {score(q.job, a.kind, self.now, self.profile).total} > {c.score}")
+            why = (f"to give {q.job.department} back its own {model or 'CPU'} quota" if reclaim
+                   else f"for higher score {total} > {c.score}")
             self.decisions.append(Preempt(
                 c.job.id, c.job.name, alloc.node, q.job.id, c.run_time_s, True,
                 Reason.PREEMPTED_RECLAIM if reclaim else Reason.PREEMPTED_PRIORITY,
                 f"preempted on {alloc.node} after {c.run_time_s:.0f}s {why} (job {q.job.name}); "
                 f"requeued with its original submit time and history"))
-        self.preempt_failed[a.model].clear()
+        self.preempt_failed[model].clear()
 
     # -- outcomes ---------------------------------------------------------------------
     def _admit(self, q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Placement,
@@ -233,16 +244,15 @@ class _Cycle:
         table.allocate(placement.row, placement.gpu_shares, pod.cpu_milli, pod.memory_mib)
         if kind is not None:
             self.ledger.charge(job.department, kind, _demand(pod))
-        breakdown = score(job, kind, self.now, self.profile)
-        reason = {QuotaKind.OWN: Reason.ADMITTED_OWN, QuotaKind.BORROWED: Reason.ADMITTED_BORROWED,
-                  None: Reason.ADMITTED}[kind]
+        breakdown = rebased(q.score, kind, self.profile)
+        asked = requested(job)
         self.decisions.append(Admit(
             job.id, job.name, placement.node, pod.gpu_model, placement.gpu_shares, kind,
-            requested(job), q.request, breakdown, preempting, reason,
-            self._admit_message(q, pod, kind, placement, breakdown, preempting)))
+            asked, q.request, breakdown, preempting, _ADMITTED[kind],
+            self._admit_message(q, pod, kind, placement, breakdown, asked, preempting)))
 
     def _admit_message(self, q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Placement,
-                       breakdown: ScoreBreakdown, preempting: tuple[int, ...]) -> str:
+                       breakdown: ScoreBreakdown, asked: Request, preempting: tuple[int, ...]) -> str:
         job = q.job
         gpus = ",".join(f"{s.index}" if s.share == 1 else f"{s.index}:{s.share:g}" for s in placement.gpu_shares)
         parts = [f"admitted on {placement.node}" + (f" (GPUs {gpus})" if gpus else "")]
@@ -251,8 +261,8 @@ class _Cycle:
             parts.append(f"{pod.gpu_model} instead of {job.gpu_model}: no room there, most idle certified model"
                          if job.gpu_model else f"{pod.gpu_model}: most idle certified model")
         parts.append(f"score {breakdown}")
-        if q.request != requested(job):
-            parts.append(f"right-sized from {requested(job)} to {q.request}")
+        if q.request != asked:
+            parts.append(f"right-sized from {asked} to {q.request}")
         if preempting:
             parts.append(f"after preempting {len(preempting)} job(s)")
         return "; ".join(parts)
@@ -262,11 +272,13 @@ class _Cycle:
                                            f"pending: {message}"))
 
 
-def _dominates(failed: tuple, attempt: tuple) -> bool:
+def _known_failure(failed: list[tuple], attempt: tuple) -> bool:
     """An attempt no easier than one that already failed: not smaller, same pool, no higher score,
     no more reclaim rights (victim sets only shrink as the cycle goes on)."""
-    g, c, m, pool, total, own = failed
     g2, c2, m2, pool2, total2, own2 = attempt
-    return (g2 >= g and c2 >= c and m2 >= m and (pool is None or pool == pool2)
-            and total2 <= total and (own or not own2))
+    for g, c, m, pool, total, own in failed:
+        if (g2 >= g and c2 >= c and m2 >= m and (pool is None or pool == pool2)
+                and total2 <= total and (own or not own2)):
+            return True
+    return False
 

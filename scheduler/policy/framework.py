@@ -43,14 +43,16 @@ class PodRequest:
 class FilterPlugin(Protocol):
     name: str
 
-    def filter(self, req: PodRequest, table: NodeTable) -> np.ndarray:
-        """Boolean mask over table rows: True where the node may take the request."""
+    def filter(self, req: PodRequest, table: NodeTable) -> np.ndarray | None:
+        """Boolean mask over table rows: True where the node may take the request; None when
+        this request is not restricted (every node passes, without building a mask)."""
         ...
 
 
 class ScorePlugin(Protocol):
     name: str
 
-    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray:
-        """One float per row in `rows` (all feasible), higher is better, about 0..1."""
+    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray | None:
+        """One float per row in `rows` (all feasible), higher is better, about 0..1; None when
+        the plugin does not apply to this request (the same score on every row)."""
         ...

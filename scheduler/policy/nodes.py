@@ -34,6 +34,10 @@ class NodeTable:
         self.used_sum = np.where(self.gpu_used <= 1.0, self.gpu_used, 0.0).sum(axis=1)
         self.whole_free = (self.gpu_used <= GPU_EPS).sum(axis=1)
         self.max_share_free = 1.0 - self.gpu_used.min(axis=1, initial=_ABSENT)
+        # least non-zero GPU usage per node: a fraction g can share a used GPU only where this + g fits
+        self.least_shared = np.where(self.gpu_used != 0, self.gpu_used, _ABSENT).min(axis=1, initial=_ABSENT)
+        with np.errstate(divide="ignore", invalid="ignore"):  # nodes without GPUs (or CPU) never fit anyway
+            self.allocated = self._allocated(slice(None))
         self.failed: list[tuple[float, int, int, Pool | None]] = []  # requests known not to fit now
         self._bounds: tuple[float, float, int, int] | None = None
         self._stale = False
@@ -58,13 +62,22 @@ class NodeTable:
         for s in shares:
             real[s.index] = min(1.0, max(0.0, real[s.index] + sign * s.share))
         self.gpu_used[row, : len(real)] = real
+        used = sum(real)
         if self.schedulable[row]:
-            self._idle += self.used_sum[row] - sum(real)
-        self.used_sum[row] = sum(real)
+            self._idle += self.used_sum[row] - used
+        self.used_sum[row] = used
         self.whole_free[row] = sum(u <= GPU_EPS for u in real)
         self.max_share_free[row] = 1.0 - min(real, default=_ABSENT)
+        self.least_shared[row] = min((u for u in real if u != 0), default=_ABSENT)
         self.cpu_free[row] -= sign * cpu
         self.mem_free[row] -= sign * mem
+        self.allocated[row] = self._allocated(row)
+
+    def _allocated(self, rows: int | slice) -> np.ndarray:
+        """Fraction of the node in use: its GPUs, or its CPU on a CPU-only table."""
+        if self.gpu_model is None:
+            return 1.0 - self.cpu_free[rows] / self.cpu_cap[rows]
+        return self.used_sum[rows] / self.gpu_count[rows]
 
     # -- summaries ------------------------------------------------------------------
     def idle_gpus(self) -> float:
@@ -94,7 +107,9 @@ class NodeTable:
 
     def fits_mask(self, gpus: float, cpu_milli: int, memory_mib: int) -> np.ndarray:
         """Offline-normal nodes with room for the request."""
-        mask = self.schedulable & (self.cpu_free >= cpu_milli) & (self.mem_free >= memory_mib)
+        mask = self.cpu_free >= cpu_milli
+        mask &= self.mem_free >= memory_mib
+        mask &= self.schedulable
         if gpus >= 1:
             mask &= self.whole_free >= gpus
         elif gpus > 0:
@@ -103,16 +118,18 @@ class NodeTable:
 
     def known_failure(self, gpus: float, cpu_milli: int, memory_mib: int, pool: Pool | None) -> bool:
         """A request at least as large as one that already failed (capacity only shrank since)."""
-        return any(gpus >= g and cpu_milli >= c and memory_mib >= m and (p is None or p == pool)
-                   for g, c, m, p in self.failed)
+        for g, c, m, p in self.failed:
+            if gpus >= g and cpu_milli >= c and memory_mib >= m and (p is None or p == pool):
+                return True
+        return False
 
     def choose_gpus(self, row: int, gpus: float) -> tuple[GpuShare, ...]:
         """Whole GPUs: the lowest free indices. A fraction: best fit, the fullest GPU it still fits on."""
-        used = self.gpu_used[row]
+        used = self.gpu_used[row].tolist()  # a handful of GPUs: plain Python beats NumPy calls
         if gpus >= 1:
-            free = np.flatnonzero(used <= GPU_EPS)[: int(gpus)]
-            return tuple(GpuShare(int(i), 1.0) for i in free)
+            free = [i for i, u in enumerate(used) if u <= GPU_EPS][: int(gpus)]
+            return tuple(GpuShare(i, 1.0) for i in free)
         if gpus > 0:
-            fitting = np.where(used + gpus <= 1.0 + GPU_EPS, used, -1.0)
-            return (GpuShare(int(np.argmax(fitting)), float(gpus)),)
+            fitting = [u if u + gpus <= 1.0 + GPU_EPS else -1.0 for u in used]
+            return (GpuShare(fitting.index(max(fitting)), float(gpus)),)
         return ()

@@ -25,9 +25,9 @@ class PoolMatch:
 
     name = "pool"
 
-    def filter(self, req: PodRequest, table: NodeTable) -> np.ndarray:
+    def filter(self, req: PodRequest, table: NodeTable) -> np.ndarray | None:
         if req.pool is None:
-            return np.ones(len(table), dtype=bool)
+            return None
         return table.fixed_pool if req.pool is Pool.FIXED else ~table.fixed_pool
 
 
@@ -36,11 +36,16 @@ class GpuShareBestFit:
 
     name = "gpu-share-best-fit"
 
-    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray:
+    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray | None:
         if not req.fractional:
-            return np.zeros(len(rows))
-        used = table.gpu_used[rows]
-        return np.where(used + req.gpus <= 1.0 + GPU_EPS, used, 0.0).max(axis=1)
+            return None
+        # Only nodes with a GPU in use that the fraction still fits on score above 0.
+        scores = np.zeros(len(rows))
+        sharing = np.flatnonzero(table.least_shared[rows] + req.gpus <= 1.0 + GPU_EPS)
+        if sharing.size:
+            used = table.gpu_used[rows[sharing]]
+            scores[sharing] = np.where(used + req.gpus <= 1.0 + GPU_EPS, used, 0.0).max(axis=1)
+        return scores
 
 
 class MostAllocated:
@@ -49,9 +54,7 @@ class MostAllocated:
     name = "most-allocated"
 
     def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray:
-        if table.gpu_model is None:
-            return 1.0 - table.cpu_free[rows] / table.cpu_cap[rows]
-        return table.used_sum[rows] / table.gpu_count[rows]
+        return table.allocated[rows]
 
 
 FILTERS: Mapping[str, FilterPlugin] = {p.name: p for p in (PoolMatch(),)}
@@ -63,21 +66,33 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
 
     Fitting on an offline-normal node is not a plugin: it is the rule every profile obeys.
     """
-    if not len(table) or not table.may_fit(*req.dims()) or table.known_failure(*req.dims(), req.pool):
+    dims = req.dims()
+    if not len(table) or not table.may_fit(*dims) or table.known_failure(*dims, req.pool):
         return None
-    mask = table.fits_mask(*req.dims())
-    for name in profile.filters:
-        mask &= FILTERS[name].filter(req, table)
-    rows = np.flatnonzero(mask)
+    rows = filtered(table.fits_mask(*dims), req, table, profile).nonzero()[0]
     if rows.size == 0:
-        table.failed.append((*req.dims(), req.pool))
+        table.failed.append((*dims, req.pool))
         return None
-    row = int(rows[np.argmax(total_score(req, table, rows, profile))]) if profile.scorers else int(rows[0])
+    scores = total_score(req, table, rows, profile)
+    row = int(rows[0] if scores is None else rows[scores.argmax()])
     return Placement(row, table.names[row], table.choose_gpus(row, req.gpus))
 
 
-def total_score(req: PodRequest, table: NodeTable, rows: np.ndarray, profile: Profile) -> np.ndarray:
-    total = np.zeros(len(rows))
+def filtered(mask: np.ndarray, req: PodRequest, table: NodeTable, profile: Profile) -> np.ndarray:
+    """`mask` (changed in place) narrowed by every filter of the profile."""
+    for name in profile.filters:
+        allowed = FILTERS[name].filter(req, table)
+        if allowed is not None:
+            mask &= allowed
+    return mask
+
+
+def total_score(req: PodRequest, table: NodeTable, rows: np.ndarray, profile: Profile) -> np.ndarray | None:
+    """Weighted sum of the scorers that apply to `req`; None when none does (all rows tie)."""
+    total = None
     for name, weight in profile.scorers:
-        total += weight * SCORERS[name].score(req, table, rows)
+        score = SCORERS[name].score(req, table, rows)
+        if score is not None:
+            score = score if weight == 1 else weight * score
+            total = score if total is None else total + score
     return total

@@ -18,7 +18,7 @@ import numpy as np
 from cluster.types import GPU_EPS, Allocation, JobView
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.nodes import NodeTable
-from scheduler.policy.placement import FILTERS
+from scheduler.policy.placement import filtered
 from scheduler.policy.profile import Profile
 
 
@@ -111,9 +111,7 @@ class VictimIndex:
         """The best victim set on a single node whose eviction lets `req` fit there."""
         if not self.cands:
             return None
-        allowed = self.table.schedulable.copy()
-        for name in profile.filters:
-            allowed &= FILTERS[name].filter(req, self.table)
+        allowed = filtered(self.table.schedulable.copy(), req, self.table, profile)
         if own_quota:
             # Borrowed victims only: any set without own-quota victims beats every set with one.
             rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))

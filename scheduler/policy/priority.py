@@ -57,7 +57,18 @@ def waited_s(job: JobView, now: float) -> float:
     return (job.started_at if job.started_at is not None else now) - job.submitted_at
 
 
-def score(job: JobView, kind: QuotaKind | None, now: float, profile: Profile) -> ScoreBreakdown:
+def base_points(kind: QuotaKind | None, profile: Profile) -> int:
     """kind None (profile without quotas) scores like own quota."""
-    base = profile.borrowed_base if kind is QuotaKind.BORROWED else profile.own_base
-    return ScoreBreakdown(base, utilization_points(job, profile), aging_points(waited_s(job, now), profile))
+    return profile.borrowed_base if kind is QuotaKind.BORROWED else profile.own_base
+
+
+def score(job: JobView, kind: QuotaKind | None, now: float, profile: Profile) -> ScoreBreakdown:
+    return ScoreBreakdown(base_points(kind, profile), utilization_points(job, profile),
+                          aging_points(waited_s(job, now), profile))
+
+
+def rebased(breakdown: ScoreBreakdown, kind: QuotaKind | None, profile: Profile) -> ScoreBreakdown:
+    """The same job's score under another quota kind (only the base depends on it), without
+    recomputing its history and wait."""
+    base = base_points(kind, profile)
+    return breakdown if base == breakdown.base else ScoreBreakdown(base, breakdown.utilization, breakdown.aging)

@@ -33,10 +33,9 @@ def requested(job: JobView) -> Request:
 
 
 def rightsize(job: JobView, profile: Profile) -> Request:
-    asked = requested(job)
     runs = job.history[-profile.rightsizing_runs:]
     if not profile.rightsizing or not runs:
-        return asked
+        return requested(job)
     gpu_util = max(sum(r.mean_gpu_util for r in runs) / len(runs), max(r.peak_gpu_mem_util for r in runs))
     gpus = _clamp(_ceil(job.gpus * gpu_util / profile.gpu_util_target), min(job.gpus, 1.0), job.gpus)
     floor = min(profile.cpu_floor_milli, job.cpu_milli)

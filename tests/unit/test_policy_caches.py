@@ -1,0 +1,75 @@
+"""The per-cycle shortcuts give exactly what the plain computations give."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cluster.types import GPU_EPS, GpuShare, QuotaKind, Resources
+from scheduler.policy import get_profile, score
+from scheduler.policy.framework import PodRequest
+from scheduler.policy.nodes import NodeTable
+from scheduler.policy.placement import SCORERS, place, total_score
+from scheduler.policy.priority import rebased
+from scheduler.policy.quota import demand
+from tests.unit.builders import NOW, JobBuilder, NodeBuilder
+
+TIDAL = get_profile("tidal")
+SHARES = st.sampled_from([0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 0.1, 0.3])
+KINDS = st.sampled_from([QuotaKind.OWN, QuotaKind.BORROWED, None])
+
+
+def table(rows: list[list[float]], model: str | None = "T4") -> NodeTable:
+    return NodeTable(model, [NodeBuilder(f"n{i:02d}", model, len(used)).used(*used).build()
+                             for i, used in enumerate(rows)])
+
+
+gpu_rows = st.lists(st.lists(SHARES, min_size=1, max_size=8), min_size=1, max_size=12)
+
+
+@given(st.sampled_from([None, "", "T4"]), st.sampled_from([0, 0.5, 1, 2.0]), st.sampled_from([0, 1, 4000]),
+       st.sampled_from([0, 16384]))
+def test_demand_lists_what_resources_amounts_lists(model, gpus, cpu, mem):
+    assert demand(model, gpus, cpu, mem) == tuple(Resources.of(model, gpus, cpu, mem).amounts().items())
+
+
+@given(KINDS, KINDS, st.floats(0, 1), st.floats(0, 7200))
+def test_rebased_score_equals_score_under_that_kind(first, second, util, waited):
+    job = JobBuilder().util(util).waited(waited).build()
+    assert rebased(score(job, first, NOW, TIDAL), second, TIDAL) == score(job, second, NOW, TIDAL)
+
+
+@given(gpu_rows, st.sampled_from([0.1, 0.25, 0.5, 0.75]))
+def test_best_fit_score_equals_the_dense_formula(rows, gpus):
+    t = table(rows)
+    everywhere = np.arange(len(t))
+    used = t.gpu_used
+    dense = np.where(used + gpus <= 1.0 + GPU_EPS, used, 0.0).max(axis=1)
+    got = SCORERS["gpu-share-best-fit"].score(PodRequest("T4", gpus, 0, 0), t, everywhere)
+    assert got.tolist() == dense.tolist()
+
+
+@given(gpu_rows, st.lists(st.tuples(st.integers(0, 11), st.integers(0, 7), SHARES, st.booleans()), max_size=10))
+def test_per_node_summaries_follow_allocations_and_releases(rows, changes):
+    t = table(rows)
+    for row, index, share, release in changes:
+        row, index = row % len(t), index % int(t.gpu_count[row % len(t)])
+        (t.release if release else t.allocate)(row, (GpuShare(index, share),), 0, 0)
+    fresh = table([t.gpu_used[i, : t.gpu_count[i]].tolist() for i in range(len(t))])
+    for name in ("whole_free", "max_share_free", "least_shared"):
+        assert getattr(t, name).tolist() == getattr(fresh, name).tolist(), name
+    # what MostAllocated computed per call before it was kept per node
+    assert t.allocated.tolist() == (t.used_sum / t.gpu_count).tolist()
+
+
+def test_cpu_table_allocated_is_the_cpu_in_use():
+    t = NodeTable(None, [NodeBuilder("c1", None, 0).cpu(8000).build()])
+    t.allocate(0, (), 2000, 0)
+    assert t.allocated.tolist() == [0.25]
+
+
+def test_no_applicable_scorer_ties_every_node_and_takes_the_first():
+    t = table([[0.0, 0.0], [0.5, 0.0]])
+    whole = PodRequest("T4", 1.0, 0, 0)
+    assert total_score(whole, t, np.arange(2), TIDAL.with_(scorers=(("gpu-share-best-fit", 1.0),))) is None
+    assert place(whole, t, TIDAL.with_(scorers=())).node == "n00"
+    assert place(whole, t, TIDAL).node == "n01"  # most allocated
