@@ -8,7 +8,7 @@ Acting is ordered so that a crash at any point leaves a state the next tick repa
 """
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 
@@ -19,6 +19,8 @@ from cluster.backend import BackendError, ClusterBackend, ClusterEvent, EventKin
 from cluster.simulated import store
 from cluster.simulated.store import RUNTIME_LABEL
 from cluster.types import Allocation, GpuShare, Pool, JobStatus as JS, JobView, QuotaKind as QK, QuotaView, Snapshot
+from colocation.policy.pools import preferred_pool
+from colocation.policy.profile import DEFAULT as LENDING
 from scheduler.models import Decision, Framework, GPUModel, JobRun, JobStatus, Quota, TrainingJob
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
@@ -182,12 +184,30 @@ def job_view(job: TrainingJob, run: JobRun | None) -> JobView:
     )
 
 
+def _past_run_times(jobs: list[TrainingJob]) -> dict[str, list[float]]:
+    """Run times of the finished runs of each task (all runs of the same job), for the long/short rule."""
+    done = JobRun.objects.filter(job__task_key__in={j.task_key for j in jobs}, outcome=JobRun.Outcome.SUCCEEDED)
+    times: dict[str, list[float]] = {}
+    for task_key, started, ended in done.values_list("job__task_key", "started_at", "ended_at"):
+        times.setdefault(task_key, []).append((ended - started).total_seconds())
+    return times
+
+
+def with_pool(view: JobView, now: float, past_run_s: list[float]) -> JobView:
+    """A pending job's pool (SPEC §4): fixed when killed by a take-back or long, else co-location first."""
+    if view.status is not JS.PENDING or view.preferred_pool is Pool.FIXED:
+        return view
+    choice = preferred_pool(view, now, LENDING, past_run_s=past_run_s)
+    return replace(view, preferred_pool=choice.pools[0])
+
+
 def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
     jobs = list(
         TrainingJob.objects.filter(status__in=LIVE)
         .select_related("department", "framework", "gpu_model", "assigned_gpu_model", "node")
     )
     runs = {run.job_id: run for run in JobRun.objects.filter(job__in=jobs, ended_at__isnull=True)}
+    past = _past_run_times([j for j in jobs if j.status == JobStatus.PENDING])
     quotas = [
         QuotaView(q.department.name, q.resource, float(q.own), float(q.borrowed))
         for q in Quota.objects.select_related("department", "gpu_model")
@@ -196,7 +216,8 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
     for framework in Framework.objects.prefetch_related("certified_on"):
         certified[str(framework)] = frozenset(m.name for m in framework.certified_on.all())
     return Snapshot(
-        now=now, nodes=backend.nodes(), jobs=tuple(job_view(j, runs.get(j.pk)) for j in jobs), quotas=tuple(quotas),
+        now=now, nodes=backend.nodes(), quotas=tuple(quotas),
+        jobs=tuple(with_pool(job_view(j, runs.get(j.pk)), now, past.get(j.task_key, [])) for j in jobs),
         certified=certified, gpu_models=tuple(GPUModel.objects.values_list("name", flat=True)),
     )
 

@@ -21,14 +21,23 @@ class Placement:
 
 
 class PoolMatch:
-    """Hook for the pool policy: a job that prefers a pool only goes there."""
+    """Long jobs and jobs killed by a take-back go to the fixed training pool only (SPEC §4)."""
 
     name = "pool"
 
     def filter(self, req: PodRequest, table: NodeTable) -> np.ndarray | None:
-        if req.pool is None:
+        return table.fixed_pool if req.pool is Pool.FIXED else None
+
+
+class ColocationFirst:
+    """Short jobs go to the co-location pool first and to the fixed pool only when it has no room."""
+
+    name = "colocation-first"
+
+    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray | None:
+        if req.pool is not Pool.COLOCATION:
             return None
-        return table.fixed_pool if req.pool is Pool.FIXED else ~table.fixed_pool
+        return (~table.fixed_pool[rows]).astype(float)
 
 
 class GpuShareBestFit:
@@ -58,7 +67,7 @@ class MostAllocated:
 
 
 FILTERS: Mapping[str, FilterPlugin] = {p.name: p for p in (PoolMatch(),)}
-SCORERS: Mapping[str, ScorePlugin] = {p.name: p for p in (GpuShareBestFit(), MostAllocated())}
+SCORERS: Mapping[str, ScorePlugin] = {p.name: p for p in (GpuShareBestFit(), MostAllocated(), ColocationFirst())}
 
 
 def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | None:

@@ -46,7 +46,10 @@ class Profile:
     # fitting on an offline-normal node is always required; no scorer means first fit by node name
     model_fallback: bool = True  # other certified model with most idle capacity
     filters: tuple[str, ...] = ("pool",)
-    scorers: tuple[tuple[str, float], ...] = (("gpu-share-best-fit", 2.0), ("most-allocated", 1.0))
+    # colocation-first outweighs the packing scorers (together at most 3): the pool comes first, packing second
+    scorers: tuple[tuple[str, float], ...] = (
+        ("colocation-first", 10.0), ("gpu-share-best-fit", 2.0), ("most-allocated", 1.0),
+    )
 
     def with_(self, **overrides: object) -> Profile:
         return replace(self, **overrides)

@@ -180,3 +180,17 @@ def test_job_killed_by_a_take_back_is_requeued_at_once_for_the_fixed_pool(world,
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and job.node.name == "t4-0"  # the fixed pool (T4 is compatible)
     assert job.runs.count() == 2
+
+
+def test_long_jobs_go_to_the_fixed_pool_and_short_ones_to_the_colocation_pool(world, cluster):
+    long_job = submit(world, gpus="1", gpu_model="A100", name="long")
+    long_job.expected_duration_s = 13 * 3600  # > 12 h (and > the night bar at any hour)
+    long_job.save()
+    short_job = submit(world, gpus="1", gpu_model="A100", name="short")
+    short_job.expected_duration_s = 3600
+    short_job.save()
+    tick(cluster)
+    long_job.refresh_from_db()
+    short_job.refresh_from_db()
+    assert short_job.node.name == "a100-0"  # co-location pool (lent A100 node)
+    assert long_job.node.name == "t4-0" and long_job.node.pool == "fixed"  # no fixed A100: compatible T4

@@ -124,6 +124,20 @@ def test_preferred_pool_hook():
     assert admit(result, 1).node == "n2" and admit(result, 2).node == "n1"
 
 
+def test_short_jobs_go_to_the_colocation_pool_first_then_the_fixed_pool():
+    # n2 (fixed, half used) would win on packing; the co-location pool still comes first while it has room.
+    snap = SnapshotBuilder().node(NodeBuilder("n1", gpus=1), NodeBuilder("n2", gpus=2).pool(Pool.FIXED).used(1)) \
+        .quota("a", "T4", own=8).job(JobBuilder(1).pool(Pool.COLOCATION), JobBuilder(2).pool(Pool.COLOCATION)).build()
+    result = cycle(snap)
+    assert admit(result, 1).node == "n1" and admit(result, 2).node == "n2"
+
+
+def test_fixed_pool_jobs_never_land_on_the_colocation_pool():
+    snap = SnapshotBuilder().node(NodeBuilder("n1", gpus=4), NodeBuilder("n2", gpus=1).pool(Pool.FIXED).used(1)) \
+        .quota("a", "T4", own=8).job(JobBuilder(1).pool(Pool.FIXED)).build()
+    assert pending(cycle(snap), 1).reason is Reason.NO_CAPACITY
+
+
 def test_cpu_only_job_goes_to_cpu_node():
     snap = SnapshotBuilder().node(NodeBuilder("t4"), NodeBuilder("cpu", model=None, gpus=0)) \
         .quota("a", "T4", own=4).job(JobBuilder(1).gpus(0).model(None)).build()
