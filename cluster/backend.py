@@ -6,7 +6,17 @@ Shaped after Kubernetes so its backend maps one-to-one:
 - evict: the Eviction API (graceful, respects the pod's termination period);
 - set_node_state: node labels (`tidal.io/state`, `tidal.io/pool`) + `spec.unschedulable`
   for the *-unnormal states;
-- drain_events: what a watch on pods and nodes delivered since the last call.
+- drain_events: what a watch on pods and nodes delivered since the last call;
+- apply_replicaset: create or scale an apps/v1 ReplicaSet of inference pods (`spec.replicas`,
+  pod template, `nodeSelector`); the backend (the ReplicaSet controller and kube-scheduler in
+  Kubernetes) creates, places and deletes its pods; pods it cannot place stay Pending;
+- detach_pod: relabel a pod so its ReplicaSet's selector no longer matches it: the ReplicaSet
+  creates a replacement elsewhere while the old pod keeps serving (create-before-delete, part 1;
+  part 2 is `evict` once the replacement is ready).
+
+Pod labels: `tidal.io/kind` = inference|training; an inference pod owned by a ReplicaSet carries
+`tidal.io/replicaset`; a detached one carries `tidal.io/detached-from` and `tidal.io/replaced-by`
+(the replacement's name, which carries `tidal.io/replaces`) instead.
 """
 
 from __future__ import annotations
@@ -17,6 +27,16 @@ from enum import Enum
 from typing import Protocol
 
 from cluster.types import GpuShare, NodeState, NodeView
+
+KIND_LABEL = "tidal.io/kind"
+INFERENCE = "inference"
+TRAINING = "training"
+REPLICASET_LABEL = "tidal.io/replicaset"
+DETACHED_FROM_LABEL = "tidal.io/detached-from"
+REPLACED_BY_LABEL = "tidal.io/replaced-by"
+REPLACES_LABEL = "tidal.io/replaces"
+RESOURCE_GROUP_LABEL = "tidal.io/resource-group"  # every node matches it in a node selector
+
 
 class BackendError(Exception):
     """The backend refused an action (unknown pod/node, no room, ...)."""
@@ -33,17 +53,64 @@ class PodSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
+    @property
+    def gpus(self) -> float:
+        return sum(s.share for s in self.gpu_shares)
+
+
 @dataclass(frozen=True, slots=True)
 class PodView:
     spec: PodSpec
     node: str
-    started_at: float
+    started_at: float  # when it was bound
+    ready: bool = True  # an inference pod is ready `startup_s` after it is bound; training at once
+
+    @property
+    def kind(self) -> str | None:
+        return self.spec.labels.get(KIND_LABEL)
+
+    @property
+    def replicaset(self) -> str | None:
+        """Owning ReplicaSet; None once detached (see `detached_from`)."""
+        return self.spec.labels.get(REPLICASET_LABEL)
+
+    @property
+    def detached_from(self) -> str | None:
+        return self.spec.labels.get(DETACHED_FROM_LABEL)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPodView:
+    """A ReplicaSet pod no node could take yet (its requests are in `spec`; GPU indices are a shape)."""
+
+    spec: PodSpec
+    replicaset: str
+    since: float
+
+    @property
+    def replaces(self) -> str | None:
+        """Set when the pod was created to replace a detached one (create-before-delete)."""
+        return self.spec.labels.get(REPLACES_LABEL)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSetView:
+    name: str
+    template: PodSpec  # gpu_shares give the shape (shares per GPU); indices are chosen at placement
+    replicas: int  # desired
+    pods: tuple[str, ...]  # bound pods it owns, oldest first
+    ready: int  # of those, ready
+    pending: int  # pods it could not place yet
+    node_selector: Mapping[str, str] = field(default_factory=dict)
 
 
 class EventKind(str, Enum):
     POD_STARTED = "pod-started"
     POD_FINISHED = "pod-finished"
     POD_EVICTED = "pod-evicted"
+    POD_CREATED = "pod-created"  # a ReplicaSet pod was bound to a node
+    POD_READY = "pod-ready"
+    POD_DELETED = "pod-deleted"  # a ReplicaSet scaled down
     NODE_STATE_CHANGED = "node-state-changed"
 
 
@@ -63,7 +130,24 @@ class ClusterBackend(Protocol):
         ...
 
     def pods(self) -> tuple[PodView, ...]:
-        """All bound pods."""
+        """All bound pods (with `ready` and labels)."""
+        ...
+
+    def pending_pods(self) -> tuple[PendingPodView, ...]:
+        """ReplicaSet pods waiting for a node, oldest first."""
+        ...
+
+    def apply_replicaset(self, name: str, template: PodSpec, replicas: int, *,
+                         node_selector: Mapping[str, str] | None = None) -> None:
+        """Create the ReplicaSet or set its replica count (a changed template applies to new pods)."""
+        ...
+
+    def replicasets(self) -> tuple[ReplicaSetView, ...]:
+        ...
+
+    def detach_pod(self, pod: str) -> str:
+        """Take a bound pod out of its ReplicaSet; returns the name of the replacement it gets
+        (bound or pending). The old pod keeps running until evicted."""
         ...
 
     def bind(self, pod: PodSpec, node: str) -> None:
@@ -71,7 +155,8 @@ class ClusterBackend(Protocol):
         ...
 
     def evict(self, pod: str, reason: str) -> None:
-        """Evict a bound pod; its resources are freed."""
+        """Evict a bound pod; its resources are freed. A pod still owned by a ReplicaSet is
+        recreated by it; a detached one is simply gone (create-before-delete, part 2)."""
         ...
 
     def set_node_state(self, node: str, state: NodeState,

@@ -316,24 +316,10 @@ def _record_pending(decisions: list[StillPending]) -> None:
 
 # --- the live loop's entry point -------------------------------------------------------------------
 
-CLUSTER_LOCK = "cluster-lock"  # one actor on the cluster at a time: scheduler, lending controller
 
-
-def run_live_tick(*, redis, namespace: str, profile: Profile, lock_timeout_s: float = 120) -> TickReport | None:
-    """One tick on the live simulated cluster, unless another holds the cluster lock (then None).
-
-    Keys live under `namespace` (TIDAL_REDIS_NAMESPACE), so instances can share one Redis. The lock expires,
-    so a worker that dies holding it blocks the loop for at most `lock_timeout_s`."""
+def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | None:
+    """One tick on the live simulated cluster, unless another loop holds the cluster lock (then None)."""
     from colocation.selectors import node_views
 
-    lock = redis.lock(f"{namespace}:{CLUSTER_LOCK}", timeout=lock_timeout_s)
-    if not lock.acquire(blocking=False):
-        return None
-    cluster = store.load(redis, namespace) or store.new_cluster(node_views())
-    try:
-        store.sync_nodes(cluster, node_views())
-        cluster.advance()
-        return scheduler_tick(backend=cluster, now=time.time(), profile=profile)
-    finally:
-        store.save(redis, namespace, cluster)  # what was bound or evicted happened, as on a real cluster
-        lock.release()
+    with store.session(redis, namespace, node_views) as cluster:
+        return None if cluster is None else scheduler_tick(backend=cluster, now=time.time(), profile=profile)

@@ -139,8 +139,10 @@ TIDAL_DEMO_SPEEDUP = float(os.environ.get("TIDAL_DEMO_SPEEDUP", "120"))
 TIDAL_DEMO_LOAD_FACTOR = float(os.environ.get("TIDAL_DEMO_LOAD_FACTOR", "20"))
 TIDAL_DEMO_TRACE_START_S = int(os.environ.get("TIDAL_DEMO_TRACE_START_S", str(120 * 86400)))
 TIDAL_DEMO_MAX_PER_TICK = int(os.environ.get("TIDAL_DEMO_MAX_PER_TICK", "20"))
+TIDAL_LENDING_INTERVAL_S = float(os.environ.get("TIDAL_LENDING_INTERVAL_S", "10"))
 CELERY_BEAT_SCHEDULE: dict = {
     "scheduler-tick": {"task": "scheduler.tick", "schedule": TIDAL_SCHEDULER_INTERVAL_S},
+    "lending-tick": {"task": "colocation.lending_tick", "schedule": TIDAL_LENDING_INTERVAL_S},
 }
 if TIDAL_DEMO_WORKLOAD:
     CELERY_BEAT_SCHEDULE["demo-workload"] = {"task": "scheduler.demo_workload", "schedule": 5.0}

@@ -2,6 +2,13 @@
 
 Deterministic: pods finish in (end time, bind order); nothing depends on wall time.
 GPUs are shared by fractional pods, never beyond 1.0 per GPU.
+
+Inference runs as ReplicaSets, shaped after Kubernetes: `apply_replicaset` creates or scales one;
+its pods are placed first fit (node insertion order, lowest GPU index) on online-normal nodes
+matching the node selector, or stay pending and are retried on `advance()` (and when a node turns
+online-normal). A new pod is ready `startup_s` after it is bound. Scaling down deletes pending pods
+first, then not-ready ones, then the newest. `detach_pod` relabels a pod out of its ReplicaSet,
+which creates a replacement at once; the old pod runs until `evict`ed.
 """
 
 from __future__ import annotations
@@ -10,9 +17,13 @@ import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from cluster.backend import BackendError, ClusterEvent, EventKind, PodSpec, PodView
+from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, KIND_LABEL, REPLACED_BY_LABEL, REPLACES_LABEL,
+                             REPLICASET_LABEL, RESOURCE_GROUP_LABEL, TRAINING, BackendError, ClusterEvent, EventKind,
+                             PendingPodView, PodSpec, PodView, ReplicaSetView)
 from cluster.clock import Clock
-from cluster.types import GPU_EPS, NodeState, NodeView
+from cluster.types import GPU_EPS, GpuShare, NodeState, NodeView
+
+DEFAULT_STARTUP_S = 30.0
 
 Duration = Callable[[PodSpec], "float | None"]
 
@@ -43,10 +54,23 @@ class _Pod:
     seq: int  # identifies this binding in the finish heap (a name may be bound again)
 
 
+@dataclass(slots=True)
+class _ReplicaSet:
+    name: str
+    template: PodSpec
+    replicas: int
+    node_selector: dict[str, str]
+    startup_s: float
+    created: int = 0  # pods created so far (names are <rs>-<n>)
+    pods: dict[str, None] = field(default_factory=dict)  # bound pods it owns, in creation order
+    pending: dict[str, PendingPodView] = field(default_factory=dict)
+
+
 class SimulatedCluster:
     """ClusterBackend over in-memory nodes; `advance()` completes pods whose run time elapsed."""
 
-    def __init__(self, nodes: Iterable[NodeView], clock: Clock, duration: Duration = run_forever) -> None:
+    def __init__(self, nodes: Iterable[NodeView], clock: Clock, duration: Duration = run_forever,
+                 startup_s: float = DEFAULT_STARTUP_S) -> None:
         self._clock = clock
         self._duration = duration
         self._nodes = {n.name: _Node(n, [0.0] * n.gpu_count) for n in nodes}
@@ -54,6 +78,24 @@ class SimulatedCluster:
         self._finish: list[tuple[float, int, str]] = []
         self._events: list[ClusterEvent] = []
         self._seq = 0
+        self._init_inference(startup_s)
+
+    def _init_inference(self, startup_s: float = DEFAULT_STARTUP_S) -> None:
+        self.startup_s = startup_s
+        self._replicasets: dict[str, _ReplicaSet] = {}
+        self._ready_heap: list[tuple[float, int, str]] = []
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle, also a cluster saved before inference existed (store.py keeps one in Redis)."""
+        self.__dict__.update(state)
+        if "_replicasets" not in state:
+            self._init_inference()
+            for name, record in self._pods.items():
+                try:
+                    record.view.ready  # noqa: B018 - a PodView pickled before `ready` lacks the slot
+                except AttributeError:
+                    v = record.view
+                    self._pods[name] = _Pod(PodView(v.spec, v.node, v.started_at, True), record.seq)
 
     # -- ClusterBackend ------------------------------------------------------------
     def nodes(self) -> tuple[NodeView, ...]:
@@ -69,26 +111,25 @@ class SimulatedCluster:
         return tuple(views)
 
     def pods(self) -> tuple[PodView, ...]:
+        self._promote_ready()
         return tuple(p.view for p in self._pods.values())
 
+    def pod(self, name: str) -> PodView | None:
+        """One bound pod, or None."""
+        self._promote_ready()
+        record = self._pods.get(name)
+        return record.view if record else None
+
     def bind(self, pod: PodSpec, node: str) -> None:
+        """Bind a training pod (labelled `tidal.io/kind=training` unless it says otherwise); ready at once."""
+        if KIND_LABEL not in pod.labels:
+            pod = replace(pod, labels={**pod.labels, KIND_LABEL: TRAINING})
         target = self._node(node)
         if pod.name in self._pods:
             raise BackendError(f"pod {pod.name} is already bound")
         self._check_fits(pod, target)
-        for s in pod.gpu_shares:
-            target.gpu_used[s.index] += s.share
-        target.cpu_used += pod.cpu_milli
-        target.memory_used += pod.memory_mib
-        target.pods[pod.name] = None
-        self._changed(target)
-        now = self._clock.now()
-        self._seq += 1
-        self._pods[pod.name] = _Pod(PodView(pod, node, now), self._seq)
-        run_time = self._duration(pod)
-        if run_time is not None:
-            heapq.heappush(self._finish, (now + run_time, self._seq, pod.name))
-        self._emit(EventKind.POD_STARTED, now, node, pod)
+        self._bind(pod, target, ready_at=None)
+        self._emit(EventKind.POD_STARTED, self._clock.now(), node, pod)
 
     def evict(self, pod: str, reason: str) -> None:
         record = self._pods.get(pod)
@@ -96,6 +137,10 @@ class SimulatedCluster:
             raise BackendError(f"pod {pod} is not bound")
         self._release(record.view)
         self._emit(EventKind.POD_EVICTED, self._clock.now(), record.view.node, record.view.spec, reason)
+        rs = self._replicasets.get(record.view.replicaset or "")
+        if rs is not None:  # still owned: its ReplicaSet recreates it, as in Kubernetes
+            rs.pods.pop(pod, None)
+            self._reconcile(rs)
 
     def set_node_state(self, node: str, state: NodeState,
                        labels: Mapping[str, str] | None = None) -> None:
@@ -106,6 +151,149 @@ class SimulatedCluster:
         if old is not state:
             self._events.append(ClusterEvent(EventKind.NODE_STATE_CHANGED, self._clock.now(), node,
                                              detail=f"{old.value}->{state.value}"))
+            if state is NodeState.ONLINE_NORMAL:
+                self._place_pending()  # the scheduler binds waiting pods as soon as a node opens
+
+    # -- inference: ReplicaSets ------------------------------------------------------
+    def apply_replicaset(self, name: str, template: PodSpec, replicas: int, *,
+                         node_selector: Mapping[str, str] | None = None, startup_s: float | None = None) -> None:
+        if replicas < 0:
+            raise BackendError(f"replicaset {name}: replicas must be >= 0, got {replicas}")
+        for s in template.gpu_shares:
+            if not 0 < s.share <= 1:
+                raise BackendError(f"replicaset {name}: bad GPU share {s}")
+        rs = self._replicasets.get(name)
+        if rs is None:
+            rs = self._replicasets[name] = _ReplicaSet(
+                name, template, replicas, dict(node_selector or {}),
+                self.startup_s if startup_s is None else startup_s)
+        else:
+            rs.template, rs.replicas = template, replicas
+            if node_selector is not None:
+                rs.node_selector = dict(node_selector)
+            if startup_s is not None:
+                rs.startup_s = startup_s
+        self._reconcile(rs)
+
+    def replicasets(self) -> tuple[ReplicaSetView, ...]:
+        self._promote_ready()
+        return tuple(self._rs_view(rs) for rs in self._replicasets.values())
+
+    def replicaset(self, name: str) -> ReplicaSetView:
+        self._promote_ready()
+        try:
+            return self._rs_view(self._replicasets[name])
+        except KeyError:
+            raise BackendError(f"unknown replicaset {name}") from None
+
+    def pending_pods(self) -> tuple[PendingPodView, ...]:
+        out = [p for rs in self._replicasets.values() for p in rs.pending.values()]
+        return tuple(sorted(out, key=lambda p: p.since))  # stable: creation order within a time
+
+    def detach_pod(self, pod: str) -> str:
+        record = self._pods.get(pod)
+        if record is None:
+            raise BackendError(f"pod {pod} is not bound")
+        rs = self._replicasets.get(record.view.replicaset or "")
+        if rs is None:
+            raise BackendError(f"pod {pod} belongs to no replicaset (already detached?)")
+        rs.pods.pop(pod, None)
+        replacement = self._create(rs, replaces=pod)
+        labels = {k: v for k, v in record.view.spec.labels.items() if k != REPLICASET_LABEL}
+        labels.update({DETACHED_FROM_LABEL: rs.name, REPLACED_BY_LABEL: replacement})
+        view = replace(record.view, spec=replace(record.view.spec, labels=labels))
+        self._pods[pod] = _Pod(view, record.seq)
+        self._reconcile(rs)  # normally a no-op: the replacement restored the count
+        return replacement
+
+    def _rs_view(self, rs: _ReplicaSet) -> ReplicaSetView:
+        ready = sum(1 for name in rs.pods if self._pods[name].view.ready)
+        return ReplicaSetView(rs.name, rs.template, rs.replicas, tuple(rs.pods), ready, len(rs.pending),
+                              dict(rs.node_selector))
+
+    def _reconcile(self, rs: _ReplicaSet) -> None:
+        have = len(rs.pods) + len(rs.pending)
+        for _ in range(rs.replicas - have):
+            self._create(rs)
+        excess = have - rs.replicas
+        while excess > 0 and rs.pending:
+            rs.pending.popitem()  # newest pending first
+            excess -= 1
+        if excess > 0:
+            # not ready before ready, newer before older (the ReplicaSet controller's ranking)
+            order = sorted(enumerate(rs.pods), key=lambda ip: (self._pods[ip[1]].view.ready, -ip[0]))
+            for _, name in order[:excess]:
+                view = self._pods[name].view
+                del rs.pods[name]
+                self._release(view)
+                self._emit(EventKind.POD_DELETED, self._clock.now(), view.node, view.spec, "scaled-down")
+
+    def _create(self, rs: _ReplicaSet, replaces: str | None = None) -> str:
+        name = f"{rs.name}-{rs.created}"
+        rs.created += 1
+        labels = {**rs.template.labels, KIND_LABEL: INFERENCE, REPLICASET_LABEL: rs.name}
+        if replaces:
+            labels[REPLACES_LABEL] = replaces
+        spec = replace(rs.template, name=name, job_id=None, labels=labels)
+        if not self._try_place(rs, spec):
+            rs.pending[name] = PendingPodView(spec, rs.name, self._clock.now())
+        return name
+
+    def _try_place(self, rs: _ReplicaSet, spec: PodSpec) -> bool:
+        for node in self._nodes.values():
+            shares = self._fit_inference(rs, spec, node)
+            if shares is not None:
+                placed = replace(spec, gpu_shares=shares)
+                self._bind(placed, node, ready_at=self._clock.now() + rs.startup_s)
+                rs.pods[spec.name] = None
+                self._emit(EventKind.POD_CREATED, self._clock.now(), node.view.name, placed)
+                return True
+        return False
+
+    @staticmethod
+    def _fit_inference(rs: _ReplicaSet, spec: PodSpec, node: _Node) -> tuple[GpuShare, ...] | None:
+        """GPU shares for `spec` on `node` (first fit, lowest index), or None when it does not go there."""
+        view = node.view
+        if view.state is not NodeState.ONLINE_NORMAL:
+            return None
+        if node.cpu_used + spec.cpu_milli > view.cpu_milli or node.memory_used + spec.memory_mib > view.memory_mib:
+            return None
+        for key, value in rs.node_selector.items():
+            have = view.resource_group if key == RESOURCE_GROUP_LABEL else view.labels.get(key)
+            if have != value:
+                return None
+        if not spec.gpu_shares:
+            return ()
+        if spec.gpu_model != view.gpu_model:
+            return None
+        taken: set[int] = set()
+        out = []
+        for want in sorted((s.share for s in spec.gpu_shares), reverse=True):
+            i = next((i for i, used in enumerate(node.gpu_used)
+                      if i not in taken and used + want <= 1.0 + GPU_EPS), None)
+            if i is None:
+                return None
+            taken.add(i)
+            out.append(GpuShare(i, want))
+        return tuple(sorted(out, key=lambda s: s.index))
+
+    def _place_pending(self) -> None:
+        for rs in self._replicasets.values():
+            for name, pending in list(rs.pending.items()):
+                if not self._try_place(rs, pending.spec):
+                    break  # the rest of this ReplicaSet has the same shape: no room either
+                del rs.pending[name]
+
+    def _promote_ready(self) -> None:
+        now = self._clock.now()
+        heap = self._ready_heap
+        while heap and heap[0][0] <= now:
+            at, seq, name = heapq.heappop(heap)
+            record = self._pods.get(name)
+            if record is None or record.seq != seq or record.view.ready:
+                continue  # deleted before it became ready
+            self._pods[name] = _Pod(replace(record.view, ready=True), seq)
+            self._emit(EventKind.POD_READY, at, record.view.node, record.view.spec)
 
     def drain_events(self) -> list[ClusterEvent]:
         events, self._events = self._events, []
@@ -118,7 +306,8 @@ class SimulatedCluster:
             self._nodes[node.name] = _Node(node, [0.0] * node.gpu_count)
 
     def advance(self) -> list[ClusterEvent]:
-        """Finish every pod whose run time elapsed by the clock's now; returns those events."""
+        """Finish every pod whose run time elapsed by the clock's now (returns those events), mark
+        inference pods whose start-up elapsed ready, and retry pending ReplicaSet pods."""
         now = self._clock.now()
         finished: list[ClusterEvent] = []
         while self._finish and self._finish[0][0] <= now:
@@ -128,6 +317,8 @@ class SimulatedCluster:
                 continue  # evicted (and maybe bound again) before finishing
             self._release(record.view)
             finished.append(self._emit(EventKind.POD_FINISHED, end, record.view.node, record.view.spec))
+        self._promote_ready()
+        self._place_pending()
         return finished
 
     def next_finish_at(self) -> float | None:
@@ -162,6 +353,24 @@ class SimulatedCluster:
                                    f"{1 - node.gpu_used[s.index]:.2f} free, needs {s.share}")
         if node.cpu_used + pod.cpu_milli > view.cpu_milli or node.memory_used + pod.memory_mib > view.memory_mib:
             raise BackendError(f"pod {pod.name} does not fit CPU/memory on {view.name}")
+
+    def _bind(self, pod: PodSpec, target: _Node, ready_at: float | None) -> None:
+        """Take the resources and record the pod; `ready_at` None: ready at once."""
+        for s in pod.gpu_shares:
+            target.gpu_used[s.index] += s.share
+        target.cpu_used += pod.cpu_milli
+        target.memory_used += pod.memory_mib
+        target.pods[pod.name] = None
+        self._changed(target)
+        now = self._clock.now()
+        self._seq += 1
+        ready = ready_at is None or ready_at <= now
+        self._pods[pod.name] = _Pod(PodView(pod, target.view.name, now, ready), self._seq)
+        if not ready:
+            heapq.heappush(self._ready_heap, (ready_at, self._seq, pod.name))
+        run_time = self._duration(pod)
+        if run_time is not None:
+            heapq.heappush(self._finish, (now + run_time, self._seq, pod.name))
 
     def _changed(self, node: _Node) -> None:
         node.cached = None

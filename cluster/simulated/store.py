@@ -6,7 +6,8 @@ actions of the tick it died in, which the next tick repairs from the database (s
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 from cluster.backend import PodSpec
 from cluster.clock import SystemClock
@@ -40,3 +41,31 @@ def sync_nodes(cluster: SimulatedCluster, inventory: Iterable[NodeView]) -> None
     """Nodes added to the inventory since the cluster was created join it (with no pods)."""
     for node in inventory:
         cluster.add_node(node)
+
+
+LOCK = "cluster-lock"  # one actor on the cluster at a time: the scheduler, the lending controller
+
+
+@contextmanager
+def session(redis, namespace: str, inventory: Callable[[], Iterable[NodeView]],
+            lock_timeout_s: float = 120) -> Iterator[SimulatedCluster | None]:
+    """The live simulated cluster for one control-loop tick, or None while another tick holds the lock.
+
+    Loads the cluster (or creates it from `inventory`), adds new inventory nodes, advances it to now, and
+    saves it afterwards even when the tick fails: what was bound or evicted happened, as on a real cluster.
+    The lock expires, so a worker that dies holding it blocks the loops for at most `lock_timeout_s`."""
+    lock = redis.lock(f"{namespace}:{LOCK}", timeout=lock_timeout_s)
+    if not lock.acquire(blocking=False):
+        yield None
+        return
+    cluster = None
+    try:
+        nodes = list(inventory())
+        cluster = load(redis, namespace) or new_cluster(nodes)
+        sync_nodes(cluster, nodes)
+        cluster.advance()
+        yield cluster
+    finally:
+        if cluster is not None:
+            save(redis, namespace, cluster)
+        lock.release()

@@ -148,7 +148,7 @@ def test_still_pending_reason_recorded_once_until_it_changes(world, cluster):
 
 def test_only_one_live_tick_at_a_time(world, settings):
     redis, namespace = Redis.from_url(settings.REDIS_URL), f"test-{uuid.uuid4().hex[:8]}"
-    lock = redis.lock(f"{namespace}:{live.CLUSTER_LOCK}", timeout=30)
+    lock = redis.lock(f"{namespace}:{store.LOCK}", timeout=30)
     assert lock.acquire(blocking=False)
     try:
         assert live.run_live_tick(redis=redis, namespace=namespace, profile=get_profile("tidal")) is None

@@ -1,0 +1,174 @@
+"""The live lending loop: observe the cluster, decide (pure policy), open transitions, move each one a step at
+a time. Every executed step is persisted before the next, and the next action is derived from what is
+observed on the node, so a crash at any point is resumed by the next tick without repeating a destructive
+step (colocation/policy/steps.py).
+"""
+import logging
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from django.db import transaction
+
+from cluster.backend import ClusterBackend
+from cluster.simulated import store
+from cluster.types import Pool
+from colocation import observe, services
+from colocation.models import Node, NodeTransition, ResourceGroup
+from colocation.policy import (
+    Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
+    SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,
+)
+from colocation.policy.states import Direction
+from scheduler import live
+from scheduler.errors import ApplicationError
+from scheduler.models import Decision, JobStatus, TrainingJob
+from scheduler.services import decision_record
+
+log = logging.getLogger(__name__)
+MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting run in one tick
+
+
+@dataclass
+class LendingReport:
+    opened: list[str] = field(default_factory=list)
+    steps: int = 0
+    done: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    waiting: dict[str, str] = field(default_factory=dict)
+
+
+def _at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile) -> LendingReport:
+    report = LendingReport()
+    for decision in decide_lending(group_views(backend), now, profile):
+        if isinstance(decision, (Lend, TakeBack)):
+            _open(decision, report)
+    pods = observe.PodIndex.of(backend)
+    nodes = {n.name: n for n in backend.nodes()}
+    for record in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN).select_related("node"):
+        pods = _advance(record, backend, nodes, pods, now, report)
+    return report
+
+
+# --- observing -------------------------------------------------------------------------------------
+
+
+def group_views(backend: ClusterBackend) -> list[GroupView]:
+    """The lending policy's view of every group with lending on. Pinned nodes appear as fixed-pool nodes:
+    they keep counting for capacity and usage, but the policy never picks them."""
+    groups = {g.name: g for g in ResourceGroup.objects.select_related("gpu_model")}
+    group_of_model = {g.gpu_model.name if g.gpu_model else None: g.name for g in groups.values()}
+    pinned = set(Node.objects.filter(pinned=True).values_list("name", flat=True))
+    pending_online = observe.pending_online(backend, group_of_model)
+    pending_training: Counter[str] = Counter()
+    waiting = TrainingJob.objects.filter(status=JobStatus.PENDING).exclude(pool_preference=Pool.FIXED.value)
+    for model in waiting.values_list("gpu_model__name", flat=True):
+        pending_training[group_of_model.get(model, "")] += 1
+    converting: dict[str, list[Converting]] = defaultdict(list)
+    for node, group, direction in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN).values_list(
+            "node__name", "node__resource_group__name", "direction"):
+        converting[group].append(Converting(node, Direction(direction)))
+    views = []
+    for name, members in sorted(observe.group_nodes(backend).items()):
+        group = groups.get(name)
+        if group is None or not group.lending:
+            continue
+        views.append(GroupView(
+            name, tuple(_pin(n) if n.name in pinned else n for n in members),
+            Thresholds(group.min_rate, group.expect_rate, group.max_rate), pending_training[name],
+            tuple(pending_online[name]), tuple(converting[name]), "GPU" if group.gpu_model_id else "millicore",
+        ))
+    return views
+
+
+def _pin(node: GroupNode) -> GroupNode:
+    return replace(node, pool=Pool.FIXED)
+
+
+def _open(decision: Lend | TakeBack, report: LendingReport) -> None:
+    for name in decision.nodes:
+        try:
+            services.transition_request(node=Node.objects.get(name=name), direction=decision.direction, actor=None,
+                                        reason=decision.reason.value, message=decision.message)
+            report.opened.append(name)
+        except ApplicationError as refused:  # e.g. an operator pinned it since we looked
+            log.info("not moving %s: %s", name, refused.message)
+
+
+# --- acting ----------------------------------------------------------------------------------------
+
+
+def _advance(record: NodeTransition, backend: ClusterBackend, nodes: dict, pods: observe.PodIndex, now: float,
+             report: LendingReport) -> observe.PodIndex:
+    """Run the record's next actions until one must wait; persist each step as it is done."""
+    name = record.node.name
+    state = TransitionRecord(name, Direction(record.direction), Step(record.step), record.started_at.timestamp())
+    for _ in range(MAX_STEPS_PER_TICK):
+        action = next_action(state, observe.node_now(nodes[name], pods))
+        _execute(action, record, backend, pods, now)
+        report.steps += 1
+        state = replace(state, step=action.step)
+        _persist(record, action, now, report)
+        if is_final(action):
+            break
+        nodes = {n.name: n for n in backend.nodes()}
+        pods = observe.PodIndex.of(backend)
+    return observe.PodIndex.of(backend)
+
+
+def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: observe.PodIndex, now: float) -> None:
+    node = record.node.name
+    if isinstance(action, SetState):
+        backend.set_node_state(node, action.state)
+        Node.objects.filter(pk=record.node_id).update(state=action.state.value, state_changed_at=_at(now))
+        decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason=f"node-{action.event.value}",
+                        message=f"{node} is now {action.state.value} ({record.direction} step {action.step.value})")
+    elif isinstance(action, DetachPod):
+        replacement = backend.detach_pod(action.pod)
+        decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="pod-migrating",
+                        message=f"inference pod {action.pod} leaves {node}: replacement {replacement} starts "
+                                f"elsewhere first; the old pod keeps serving until it is ready")
+    elif isinstance(action, DeletePod):
+        backend.evict(action.pod, f"migrated off {node}: its replacement is ready")
+    elif isinstance(action, EvictTraining):
+        pod = pods.bound.get(action.pod)
+        backend.evict(action.pod, f"{node} taken back for inference")
+        if pod is not None and pod.spec.job_id is not None:
+            live.job_killed_by_take_back(job_id=pod.spec.job_id, node=node, now=now)
+
+
+@transaction.atomic
+def _persist(record: NodeTransition, action, now: float, report: LendingReport) -> None:
+    record.step = action.step.value
+    record.waiting_for = action.reason if isinstance(action, Wait) else ""
+    node = record.node.name
+    if isinstance(action, Done):
+        record.status, record.finished_at = NodeTransition.Status.DONE, _at(now)
+        report.done.append(node)
+        decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="transition-done",
+                        message=f"{record.direction} of {node} done: it is "
+                                f"{Node.objects.get(pk=record.node_id).state}")
+    elif isinstance(action, Conflict):
+        record.status, record.finished_at = NodeTransition.Status.FAILED, _at(now)
+        report.failed.append(node)
+        decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="transition-failed",
+                        message=f"{record.direction} of {node} stopped: {action.reason}; an operator must look")
+    elif isinstance(action, Wait):
+        report.waiting[node] = action.reason
+    record.save()
+
+
+# --- the loop's entry point ------------------------------------------------------------------------
+
+
+def run_lending_tick(*, redis, namespace: str, profile: LendingProfile) -> LendingReport | None:
+    """One lending tick on the live simulated cluster, unless another loop holds the cluster lock (then None)."""
+    from colocation.selectors import node_views
+
+    with store.session(redis, namespace, node_views) as cluster:
+        return None if cluster is None else lending_tick(backend=cluster, now=time.time(), profile=profile)

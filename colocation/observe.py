@@ -1,0 +1,85 @@
+"""What the lending policy and the step machine look at, read off any ClusterBackend.
+
+Shared by the live controller (colocation/controller.py) and the co-location simulation (colocation/sim/), so
+both observe the cluster the same way. Pure: no Django; the caller adds what only it knows (pending training
+jobs, open transition records, thresholds).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from cluster.backend import INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, TRAINING, ClusterBackend, PodView
+from cluster.types import NodeView
+from colocation.policy import GroupNode, InferencePod, NodeNow, NodePod, PendingPod, PodKind, TrainingPod
+
+
+def unit_of(node: NodeView) -> str:
+    """The dominant unit of a node's group: GPUs for a GPU group, CPU millicores for the CPU group."""
+    return "GPU" if node.gpu_model else "millicore"
+
+
+def _request(pod: PodView, gpu_unit: bool) -> float:
+    return pod.spec.gpus if gpu_unit else float(pod.spec.cpu_milli)
+
+
+def group_nodes(backend: ClusterBackend) -> dict[str, list[GroupNode]]:
+    """Every node as the lending policy sees it, by resource group, with its inference and training pods."""
+    pods = {p.spec.name: p for p in backend.pods()}
+    groups: dict[str, list[GroupNode]] = defaultdict(list)
+    for node in backend.nodes():
+        gpu_unit = node.gpu_model is not None
+        inference, training = [], []
+        for name in node.pods:
+            pod = pods[name]
+            if pod.kind == INFERENCE:
+                inference.append(InferencePod(name, _request(pod, gpu_unit), pod.detached_from is not None))
+            elif pod.kind == TRAINING or pod.kind is None:
+                training.append(TrainingPod(name, pod.spec.job_id, pod.started_at))
+        groups[node.resource_group].append(GroupNode.of(node, inference, training))
+    return groups
+
+
+def pending_online(backend: ClusterBackend, group_of_model: dict[str | None, str]) -> dict[str, list[PendingPod]]:
+    """Inference pods no node could take, by the resource group they asked for (node selector, else GPU model)."""
+    pending: dict[str, list[PendingPod]] = defaultdict(list)
+    for pod in backend.pending_pods():
+        spec = pod.spec
+        group = spec.labels.get(RESOURCE_GROUP_LABEL) or group_of_model.get(spec.gpu_model)
+        if group is not None:
+            request = spec.gpus if spec.gpu_model else float(spec.cpu_milli)
+            pending[group].append(PendingPod(spec.name, request, pod.replaces is not None))
+    return pending
+
+
+@dataclass(frozen=True)
+class PodIndex:
+    """One tick's pods, looked up by name (bound and pending)."""
+
+    bound: dict[str, PodView]
+    pending: frozenset[str]
+
+    @classmethod
+    def of(cls, backend: ClusterBackend) -> PodIndex:
+        return cls({p.spec.name: p for p in backend.pods()}, frozenset(p.spec.name for p in backend.pending_pods()))
+
+
+def node_now(node: NodeView, pods: PodIndex) -> NodeNow:
+    """The node and its pods as the step machine needs them: which inference pods are detached, and whether
+    each detached pod's replacement is ready (a replacement that is gone and not pending counts as ready:
+    nothing is left to wait for)."""
+    seen = []
+    for name in node.pods:
+        pod = pods.bound.get(name)
+        if pod is None:
+            continue
+        if pod.kind != INFERENCE:
+            seen.append(NodePod(name, PodKind.TRAINING))
+            continue
+        replacement = pod.spec.labels.get(REPLACED_BY_LABEL)
+        ready = False
+        if replacement is not None:
+            other = pods.bound.get(replacement)
+            ready = other.ready if other is not None else replacement not in pods.pending
+        seen.append(NodePod(name, PodKind.INFERENCE, detached=pod.detached_from is not None, replacement_ready=ready))
+    return NodeNow(node.name, node.state, node.pool, tuple(seen))

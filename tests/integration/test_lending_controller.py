@@ -1,0 +1,195 @@
+"""The live lending controller on the real database against the simulated cluster: operator and automatic
+conversions, create-before-delete migration, take-backs that requeue training, and a crash at every step."""
+import time
+
+import pytest
+
+from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, PodSpec
+from cluster.clock import VirtualClock
+from cluster.simulated import store
+from cluster.simulated.engine import SimulatedCluster
+from cluster.types import GpuShare
+from colocation import controller, services
+from colocation.models import Node, NodeState, NodeTransition, Pool
+from colocation.policy import DEFAULT, Direction
+from colocation.selectors import node_views
+from scheduler import live
+from scheduler.models import Decision, JobStatus
+from scheduler.policy.profile import get_profile
+
+pytestmark = pytest.mark.django_db
+
+
+class Crash(Exception):
+    """Stands for the worker dying between acting and recording."""
+
+
+@pytest.fixture
+def lab(world):
+    """World plus two more T4 co-location nodes: t4-2 online (room for replacements), t4-3 lent (offline)."""
+    t4 = world.groups["t4"]
+    for name, state in (("t4-2", NodeState.ONLINE_NORMAL), ("t4-3", NodeState.OFFLINE_NORMAL)):
+        Node.objects.create(name=name, resource_group=t4, gpu_model=world.gpu_models["T4"], gpu_count=2,
+                            cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION, state=state)
+    for group in world.groups.values():  # automation off unless a test turns it on
+        group.lending = False
+        group.save()
+    clock = VirtualClock(time.time() - 7200)
+    return world, SimulatedCluster(node_views(), clock, store.labelled_runtime), clock
+
+
+def lending(lab, seconds: float = 5):
+    world, cluster, clock = lab
+    clock.advance(seconds)
+    cluster.advance()
+    return controller.lending_tick(backend=cluster, now=clock.now(), profile=DEFAULT)
+
+
+def scheduling(lab):
+    world, cluster, clock = lab
+    clock.advance(5)
+    cluster.advance()
+    return live.scheduler_tick(backend=cluster, now=clock.now(), profile=get_profile("tidal"))
+
+
+def serve(cluster, replicas: int = 1, name: str = "search-api") -> None:
+    template = PodSpec(name=name, job_id=None, gpu_model="T4", gpu_shares=(GpuShare(0, 1.0),), cpu_milli=2000,
+                       memory_mib=4096, labels={KIND_LABEL: INFERENCE})
+    cluster.apply_replicaset(name, template, replicas, node_selector={RESOURCE_GROUP_LABEL: "t4"})
+
+
+def request(world, node: str, direction: Direction) -> NodeTransition:
+    return services.transition_request(node=Node.objects.get(name=node), direction=direction,
+                                       actor=world.users["operator"], reason="operator", message="by hand")
+
+
+def state_of(cluster, node: str) -> str:
+    return next(n.state.value for n in cluster.nodes() if n.name == node)
+
+
+def test_take_back_evicts_training_and_requeues_it_for_the_fixed_pool(lab):
+    world, cluster, _ = lab
+    job = world.submit(gpus="1", gpu_model="A100")
+    scheduling(lab)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.node.name == "a100-0"
+    request(world, "a100-0", Direction.TAKE_BACK)
+
+    report = lending(lab)
+    assert report.done == ["a100-0"]
+    assert state_of(cluster, "a100-0") == Node.objects.get(name="a100-0").state == "online-normal"
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING and job.pool_preference == "fixed"
+    assert [r.outcome for r in job.runs.all()] == ["killed"]
+    reasons = list(Decision.objects.filter(subject="node:a100-0").values_list("reason", flat=True))
+    assert {"node-take-back", "node-take-back-done", "transition-done"} <= set(reasons)
+    assert NodeTransition.objects.get(node__name="a100-0").status == "done"
+
+
+def test_lend_moves_inference_create_before_delete(lab):
+    world, cluster, _ = lab
+    serve(cluster)
+    lending(lab, seconds=31)  # the replica on t4-1 becomes ready
+    (old,) = [p for p in cluster.pods() if p.node == "t4-1"]
+    assert old.ready
+    request(world, "t4-1", Direction.LEND)
+
+    first = lending(lab)
+    assert first.waiting == {"t4-1": first.waiting["t4-1"]} and first.done == []
+    names = {p.spec.name: p for p in cluster.pods()}
+    assert old.spec.name in names  # still serving while its replacement starts
+    (replacement,) = [p for p in names.values() if p.spec.name != old.spec.name]
+    assert replacement.node == "t4-2" and not replacement.ready
+    assert state_of(cluster, "t4-1") == "offline-unnormal"
+    assert names[old.spec.name].ready  # the detached pod keeps serving: the service never drops a replica
+
+    second = lending(lab, seconds=31)
+    assert second.done == ["t4-1"]
+    assert [(p.node, p.ready) for p in cluster.pods()] == [("t4-2", True)]
+    assert state_of(cluster, "t4-1") == Node.objects.get(name="t4-1").state == "offline-normal"
+
+
+@pytest.mark.parametrize("crash_at", range(5))
+def test_a_crash_at_any_step_is_resumed_by_the_next_tick(lab, monkeypatch, crash_at):
+    world, cluster, _ = lab
+    serve(cluster, replicas=2)  # t4-1 takes both
+    lending(lab, seconds=31)
+    request(world, "t4-1", Direction.LEND)
+    persisted = controller._persist
+    calls = {"n": 0}
+
+    def crash_once(record, action, now, report):
+        calls["n"] += 1
+        if calls["n"] == crash_at + 1:
+            raise Crash()  # the action was executed, its step never recorded
+        persisted(record, action, now, report)
+
+    monkeypatch.setattr(controller, "_persist", crash_once)
+    for _ in range(10):
+        try:
+            lending(lab, seconds=31)
+        except Crash:
+            continue
+        if NodeTransition.objects.get(node__name="t4-1").status == "done":
+            break
+    record = NodeTransition.objects.get(node__name="t4-1")
+    assert record.status == "done" and calls["n"] > crash_at
+    assert state_of(cluster, "t4-1") == Node.objects.get(name="t4-1").state == "offline-normal"
+    pods = cluster.pods()
+    assert len(pods) == 2 and all(p.node == "t4-2" and p.ready for p in pods)  # nothing lost, nothing doubled
+    assert cluster.replicaset("search-api").ready == 2
+
+
+def test_automation_lends_idle_online_nodes_when_training_waits(lab):
+    world, cluster, _ = lab
+    t4 = world.groups["t4"]
+    t4.lending = True
+    t4.save()
+    world.submit(gpus="2", gpu_model="T4", name="wants-t4")  # waiting for T4 capacity
+    report = lending(lab)
+    assert report.opened == report.done and len(report.opened) == 1  # t4-1 or t4-2: one node stays online
+    (name,) = report.opened
+    assert state_of(cluster, name) == "offline-normal"
+    opened = Decision.objects.filter(subject=f"node:{name}").order_by("id").first()
+    assert "online usage" in opened.message and opened.data["direction"] == "online-to-offline"
+
+
+def test_automation_takes_back_a_lent_node_when_online_pods_wait(lab):
+    world, cluster, _ = lab
+    t4 = world.groups["t4"]
+    t4.lending = True
+    t4.save()
+    serve(cluster, replicas=5)  # 4 fit on t4-1 and t4-2 (2 GPUs each); one waits
+    assert len(cluster.pending_pods()) == 1
+    report = lending(lab)
+    assert report.done == ["t4-3"] and state_of(cluster, "t4-3") == "online-normal"
+    lending(lab)
+    assert not cluster.pending_pods()
+    assert Node.objects.get(name="t4-0").state == "offline-normal"  # the fixed pool never moves
+
+
+def test_pinned_nodes_are_left_alone_by_automation(lab):
+    world, cluster, _ = lab
+    t4 = world.groups["t4"]
+    t4.lending = True
+    t4.save()
+    serve(cluster, replicas=5)
+    Node.objects.filter(name="t4-3").update(pinned=True)
+    report = lending(lab)
+    assert report.opened == [] and state_of(cluster, "t4-3") == "offline-normal"
+
+
+def test_the_lending_task_runs_a_tick_on_the_live_cluster(lab, settings):
+    from redis import Redis
+
+    from colocation.tasks import lending_tick
+
+    world, _, _ = lab
+    settings.TIDAL_REDIS_NAMESPACE = f"test-{time.monotonic_ns()}"
+    request(world, "a100-0", Direction.TAKE_BACK)
+    try:
+        report = lending_tick()
+        assert report["done"] == ["a100-0"]
+        assert Node.objects.get(name="a100-0").state == "online-normal"
+    finally:
+        Redis.from_url(settings.REDIS_URL).delete(f"{settings.TIDAL_REDIS_NAMESPACE}:{store.KEY}")
