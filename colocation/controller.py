@@ -11,11 +11,11 @@ from datetime import datetime, timezone
 
 from django.db import transaction
 
-from cluster.backend import ClusterBackend
+from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, ClusterBackend, PodSpec
 from cluster.simulated import store
-from cluster.types import Pool
+from cluster.types import GpuShare, Pool
 from colocation import observe, services
-from colocation.models import Node, NodeTransition, ResourceGroup
+from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
     SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,
@@ -45,6 +45,7 @@ def _at(ts: float) -> datetime:
 
 def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile) -> LendingReport:
     report = LendingReport()
+    apply_services(backend)
     for decision in decide_lending(group_views(backend), now, profile):
         if isinstance(decision, (Lend, TakeBack)):
             _open(decision, report)
@@ -53,6 +54,27 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
     for record in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN).select_related("node"):
         pods = _advance(record, backend, nodes, pods, now, report)
     return report
+
+
+# --- inference services ----------------------------------------------------------------------------
+
+
+def replica_template(service: InferenceService) -> PodSpec:
+    """One replica of `service` as a pod template: a fraction of one GPU, or whole GPUs."""
+    gpus = float(service.gpus_per_replica) if service.gpu_model_id else 0.0
+    shares = (GpuShare(0, gpus),) if 0 < gpus <= 1 else tuple(GpuShare(i, 1.0) for i in range(int(gpus)))
+    return PodSpec(name=service.name, job_id=None, gpu_model=service.gpu_model.name if shares else None,
+                   gpu_shares=shares, cpu_milli=service.cpu_milli_per_replica,
+                   memory_mib=service.memory_mib_per_replica, labels={KIND_LABEL: INFERENCE})
+
+
+def apply_services(backend: ClusterBackend) -> None:
+    """Every inference service runs as a ReplicaSet on the online nodes of its GPU model's resource group."""
+    group_of_model = {g.gpu_model_id: g.name for g in ResourceGroup.objects.all()}
+    for service in InferenceService.objects.select_related("gpu_model"):
+        group = group_of_model.get(service.gpu_model_id)
+        selector = {RESOURCE_GROUP_LABEL: group} if group else None
+        backend.apply_replicaset(service.name, replica_template(service), service.replicas, node_selector=selector)
 
 
 # --- observing -------------------------------------------------------------------------------------

@@ -144,6 +144,28 @@ def _seed_users() -> None:
                                          defaults={"role": role})
 
 
+ONLINE_LOAD = 0.3  # demo inference services fill this share of their group's online GPUs: below minRate, so
+# the lending controller has idle machines to lend while training waits
+
+
+def _seed_services() -> None:
+    """One inference service per GPU group, sized to ONLINE_LOAD of the group's online GPUs."""
+    from colocation.models import InferenceService, ScalingThreshold
+
+    departments = list(Department.objects.order_by("name"))
+    for i, group in enumerate(ResourceGroup.objects.exclude(gpu_model=None).order_by("name")):
+        online = Node.objects.filter(resource_group=group, state=NodeState.ONLINE_NORMAL)
+        replicas = max(2, math.floor(sum(n.gpu_count for n in online) * ONLINE_LOAD))
+        service, created = InferenceService.objects.get_or_create(
+            name=f"{group.name}-serving",
+            defaults=dict(department=departments[i % len(departments)], gpu_model=group.gpu_model, priority=10,
+                          replicas=replicas, min_replicas=2, max_replicas=max(replicas * 3, 2), gpus_per_replica=1,
+                          cpu_milli_per_replica=4000, memory_mib_per_replica=16384),
+        )
+        if created:
+            ScalingThreshold.objects.create(service=service, metric="gpu", min_rate=0.4, expect_rate=0.6, max_rate=0.8)
+
+
 @transaction.atomic
 def demo_load(*, traces_dir: Path, every: int = 10) -> DemoSummary:
     nodes, source = read_nodes(traces_dir, every)
@@ -152,6 +174,7 @@ def demo_load(*, traces_dir: Path, every: int = 10) -> DemoSummary:
     models = _seed_catalogue()
     _seed_nodes(nodes, models)
     _seed_departments(nodes, shares, models)
+    _seed_services()
     _seed_users()
     return DemoSummary(source=source, nodes=Node.objects.count(), gpus=sum(n.gpu_count for n in nodes),
                        departments=Department.objects.count())
