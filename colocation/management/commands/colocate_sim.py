@@ -1,0 +1,56 @@
+"""`python manage.py colocate_sim --days 7 [--out DIR] [--json PATH] [--seed N]`: thin; the work is in
+colocation/sim/ (no Django there)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from colocation.sim import SimConfig
+from colocation.sim.report import write, write_json
+from colocation.sim.run import CoLocationSim
+
+
+class Command(BaseCommand):
+    help = "Simulate online/offline co-location (lending whole machines) against a static split."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--days", type=int, default=7)
+        parser.add_argument("--out", help="report folder (default: out/colocate-sim)")
+        parser.add_argument("--json", dest="json_path", help="write the headline figures here")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--small", action="store_true", help="a small cluster (tests)")
+        parser.add_argument("--training-load", type=float, default=None)
+        parser.add_argument("--fixed-share", type=float, default=None)
+
+    def handle(self, *args: object, **opts: object) -> None:
+        if opts["days"] < 1:
+            raise CommandError("--days must be >= 1")
+        cfg = SimConfig(Path(settings.TRACES_DIR), days=opts["days"], seed=opts["seed"])
+        if opts["small"]:
+            cfg = cfg.small()
+        if opts["training_load"] is not None:
+            cfg = cfg.with_(training_load=opts["training_load"])
+        if opts["fixed_share"] is not None:
+            cfg = cfg.with_(fixed_share=opts["fixed_share"])
+        out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / "colocate-sim"
+        started = time.perf_counter()
+        runs = []
+        for label, c in (("lending", cfg), ("static", cfg.with_(lend=False))):
+            sim = CoLocationSim(c)
+            with tqdm(total=c.minutes, desc=label, unit="min", file=self.stderr, mininterval=0.5) as bar:
+                sim.run(lambda _m: bar.update(1))
+            runs.append(sim)
+        wall = time.perf_counter() - started
+        command = "python manage.py colocate_sim " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "colocate_sim"
+        figures = write(runs[0], runs[1], out, command, wall)
+        if opts["json_path"]:
+            write_json(figures, Path(opts["json_path"]))
+        self.stdout.write(f"{out}/report.md: " + ", ".join(f"{k}={v:.3g}" for k, v in figures.items())
+                          + f" ({wall:.1f} s)")

@@ -1,0 +1,64 @@
+"""Knobs of the co-location simulation, in one frozen value (no Django)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from cluster.simulated.inference import ScaleThresholds
+from colocation.policy.profile import LendingProfile, Thresholds
+
+SIM_START = 1_700_006_400.0  # 2023-11-15 00:00 UTC: a midnight, so minute-of-day = local hour in UTC
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """One resource group: `nodes` drawn from the Alibaba node list rows with this GPU model
+    ("" = CPU-only), inference services with `replica_request` each (GPUs, or CPU millicores)."""
+
+    name: str
+    model: str  # "" for CPU
+    nodes: int
+    services: int
+    replica_request: float  # GPUs (fraction or whole) per replica; millicores for the CPU group
+    replica_cpu_milli: int = 8000
+    replica_memory_mib: int = 32768
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    traces: Path
+    days: int = 7
+    seed: int = 0
+    groups: tuple[GroupSpec, ...] = (
+        GroupSpec("T4", "T4", 60, 4, 1.0),
+        GroupSpec("G2", "G2", 30, 3, 1.0),
+        GroupSpec("CPU", "", 30, 2, 8000.0, replica_cpu_milli=8000, replica_memory_mib=16384),
+    )
+    fixed_share: float = 0.10  # of each group's nodes: the fixed training pool, never lent
+    # Inference: the services of a group together need this share of the group's co-location
+    # capacity at their peak (p99 minute), with replicas at the autoscaler's expectRate.
+    inference_peak: float = 0.50
+    autoscale: ScaleThresholds = ScaleThresholds(min_rate=0.3, expect_rate=0.6, max_rate=0.8)
+    startup_s: float = 30.0
+    # Training: Alibaba 2023 pods of the densest `days` window, replicated so that the offered load
+    # (GPU-seconds submitted per second) is this share of the group's GPUs (CPU: of its cores).
+    training_load: float = 0.1
+    lending: LendingProfile = field(default_factory=lambda: LendingProfile(thresholds=Thresholds(0.4, 0.6, 0.8)))
+    lend: bool = True  # False: the static split baseline (nodes never move)
+    tick_s: float = 60.0
+    # A scheduling cycle every this many ticks (and only when jobs arrived, finished, were killed or
+    # nodes moved since the last one); the training scheduler dominates the run time.
+    schedule_every_min: int = 2
+
+    def with_(self, **overrides: object) -> SimConfig:
+        return replace(self, **overrides)
+
+    @property
+    def minutes(self) -> int:
+        return int(self.days * 86400 // self.tick_s)
+
+    def small(self) -> SimConfig:
+        """A quick configuration for tests: fewer nodes and services."""
+        return self.with_(groups=(GroupSpec("T4", "T4", 24, 2, 1.0),
+                                  GroupSpec("CPU", "", 12, 1, 8000.0, replica_memory_mib=16384)))

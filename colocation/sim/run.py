@@ -1,0 +1,413 @@
+"""The co-location simulation: one cluster on a virtual clock, 1-minute ticks, the real policies.
+
+Each tick: (1) the backend advances (training pods finish, inference pods become ready, pending
+pods are retried); (2) training jobs arrive; (3) inference autoscaling (SPEC §3 threshold rule,
+`replicas_next`) applied as ReplicaSet scales; (4) `decide_lending` per group opens transitions;
+(5) the step machine (`next_action`) runs each open transition as far as it can this tick;
+(6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"))`) with each pending job's pool
+from `preferred_pool`. The acting layer here plays the controller's part; no policy is copied.
+The static baseline is the same loop with step (4) off: nodes never move.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, REPLACED_BY_LABEL, REPLACES_LABEL, TRAINING,
+                             RESOURCE_GROUP_LABEL, PodView)
+from cluster.clock import VirtualClock
+from cluster.simulated.inference import replicas_next
+from cluster.types import JobStatus, NodeState, NodeView, Pool, QuotaView
+from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode,
+                               GroupView, InferencePod, Lend, NodeNow, NodePod, PendingPod, PodKind, SetState,
+                               TakeBack, TrainingPod, TransitionRecord, decide_lending, is_final, next_action,
+                               preferred_pool, requeue_after_take_back)
+from colocation.policy.states import Direction
+from colocation.sim.config import SIM_START, SimConfig
+from colocation.sim.workload import build_jobs, build_nodes, build_services, group_capacity
+from scheduler.bench import SimulatedTraining, pod_name
+from scheduler.policy import Admit, Preempt, get_profile, schedule
+
+MAX_STEPS_PER_TICK = 64  # per transition; a lend of a node with many pods needs 2 per pod
+
+
+@dataclass
+class Metrics:
+    minutes: int
+    hours: list[int] = field(default_factory=list)  # hour of day per minute
+    gpu_util: list[float] = field(default_factory=list)  # busy GPUs / all GPUs, per minute
+    gpu_alloc: list[float] = field(default_factory=list)  # allocated GPUs / all GPUs
+    online_nodes: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    usage: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    pending_online: list[int] = field(default_factory=list)  # urgent online pods pending, per minute
+    pending_in_take_back: list[bool] = field(default_factory=list)
+    training_pending: list[int] = field(default_factory=list)
+    finished: int = 0
+    finished_lent: int = 0  # finished on a co-location (lent) node
+    started_lent: int = 0  # job starts on lent nodes
+    killed: int = 0  # training pods evicted by take-backs
+    preempted: int = 0  # by the scheduler (priority / quota), not a take-back
+    transitions: Counter = field(default_factory=Counter)  # completed, by direction value
+    decisions: Counter = field(default_factory=Counter)  # Lend/TakeBack/Hold reasons
+    conflicts: int = 0
+    # invariants (the tests assert them)
+    max_converting: int = 0
+    unnormal_after_done: int = 0
+    fixed_pool_moves: int = 0
+    serving_drops: int = 0  # a step left a ReplicaSet with fewer serving pods than before it
+    scale_events: int = 0
+    jobs_submitted: int = 0
+    load_factors: dict[str, float] = field(default_factory=dict)
+    over_one_gpu: int = 0
+
+    def summary(self, days: float) -> dict[str, float]:
+        pending_minutes = sum(1 for p in self.pending_online if p)
+        inside = sum(1 for p, t in zip(self.pending_online, self.pending_in_take_back) if p and t)
+        return {
+            "lent_share": self.finished_lent / self.finished if self.finished else 0.0,
+            "kill_rate": self.killed / self.started_lent if self.started_lent else 0.0,
+            "online_pending_minutes": pending_minutes,
+            "online_pending_minutes_outside_take_back": pending_minutes - inside,
+            "transitions_per_day": sum(self.transitions.values()) / days,
+            "gpu_util_mean": sum(self.gpu_util) / len(self.gpu_util) if self.gpu_util else 0.0,
+        }
+
+
+class CoLocationSim:
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.clock = VirtualClock(SIM_START)
+        nodes = build_nodes(cfg)
+        self.initial = {n.name: (n.state, n.pool) for n in nodes}
+        self.group_of = {n.name: n.resource_group for n in nodes}
+        self.groups = {g.model or "CPU": g for g in cfg.groups}
+        self.services, self.load = build_services(cfg, nodes)
+        self.arrivals, factors = build_jobs(cfg, nodes, SIM_START)
+        quotas = []
+        for key in sorted({n.gpu_model for n in nodes if n.gpu_model}):
+            quotas.append(QuotaView("training", key, sum(n.gpu_count for n in nodes if n.gpu_model == key), 0.0))
+        quotas += [QuotaView("training", "cpu", sum(n.cpu_milli for n in nodes), 0.0),
+                   QuotaView("training", "memory", sum(n.memory_mib for n in nodes), 0.0)]
+        self.training = SimulatedTraining(nodes, quotas, {}, self.clock)
+        self.backend = self.training.backend
+        self.backend.startup_s = cfg.startup_s
+        self.profile = get_profile("tidal")
+        self.metrics = Metrics(cfg.minutes, load_factors=factors)
+        self.total_gpus = sum(n.gpu_count for n in nodes)
+        self.records: dict[str, TransitionRecord] = {}
+        self.killed_jobs: set[int] = set()
+        self.history: dict[str, list[float]] = {s.name: [] for s in self.services}
+        self.util_now: dict[str, float] = {}
+        self._next_arrival = 0
+        self._pending_jobs = 0
+        self.detached: dict[str, tuple[str, str]] = {}  # detached pod -> (its ReplicaSet, replacement)
+        self._detaches = 0
+        self._group_nodes: dict[str, tuple[NodeView, int, GroupNode]] = {}
+        self._dirty = True
+        for s in self.services:  # start at what minute 0 needs at expectRate
+            want = self.load.replicas_for(self.load.qps(s.index, 0), cfg.autoscale.expect_rate)
+            n = max(cfg.autoscale.min_replicas, 2, round(want))
+            self.backend.apply_replicaset(s.name, s.template, n,
+                                          node_selector={RESOURCE_GROUP_LABEL: s.group.model or "CPU"})
+        self.backend.advance()
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
+        for minute in range(self.cfg.minutes):
+            self.tick(minute)
+            if progress:
+                progress(minute)
+        return self.metrics
+
+    def tick(self, minute: int) -> None:
+        self.clock.set(SIM_START + minute * self.cfg.tick_s)
+        now = self.clock.now()
+        self._finish()
+        self._arrive(now)
+        self._autoscale(minute)
+        if self.cfg.lend:
+            self._lend(now)
+        self._steps(now)
+        if minute % self.cfg.schedule_every_min == 0:
+            self._schedule(now)
+        self._measure(minute, now)
+
+    # -- (1)+(2) training arrivals and completions -------------------------------------------
+    def _finish(self) -> None:
+        pool = {n.name: n.pool for n in self.backend.nodes()}
+        running = {j.id: j.node for j in self.training.jobs.values() if j.status is JobStatus.RUNNING}
+        done = self.training.finish_elapsed()
+        if done:
+            self._dirty = True
+            for job_id in self.training.done.keys() - self._counted_done():
+                node = running.get(job_id)
+                self.metrics.finished += 1
+                if node is not None and pool[node] is Pool.COLOCATION:
+                    self.metrics.finished_lent += 1
+            self._done_seen = set(self.training.done)
+
+    def _counted_done(self) -> set[int]:
+        return self.__dict__.setdefault("_done_seen", set())
+
+    def _arrive(self, now: float) -> None:
+        while self._next_arrival < len(self.arrivals) and self.arrivals[self._next_arrival].at <= now:
+            a = self.arrivals[self._next_arrival]
+            self.training.submit(a.job, a.run_s)
+            self._next_arrival += 1
+            self.metrics.jobs_submitted += 1
+            self._dirty = True
+
+    # -- (3) inference autoscaling -----------------------------------------------------------
+    def serving(self) -> dict[str, int]:
+        """Pods serving each service: ready ones it owns, plus detached ones still standing in for a
+        replacement that is not ready yet (create-before-delete)."""
+        out: Counter[str] = Counter({rs.name: rs.ready for rs in self.backend.replicasets()})
+        for pod, (rs, replacement) in self.detached.items():
+            r = self.backend.pod(replacement)
+            if r is None or not r.ready:
+                out[rs] += 1
+        return out
+
+    def _autoscale(self, minute: int) -> None:
+        serving = self.serving()
+        sets = {rs.name: rs for rs in self.backend.replicasets()}
+        th = self.cfg.autoscale
+        for s in self.services:
+            rs = sets[s.name]
+            y = self.load.utilization(s.index, minute, serving[s.name])
+            self.util_now[s.name] = y
+            history = self.history[s.name]
+            if rs.ready < rs.replicas or rs.pending:  # SPEC §3 filter: skip a service already scaling
+                history.clear()
+                continue
+            history.append(y)
+            del history[:-max(th.in_minutes, th.out_minutes)]
+            n = replicas_next(history, rs.replicas, th)
+            if n != rs.replicas:
+                self.backend.apply_replicaset(s.name, s.template, n)
+                history.clear()
+                self.metrics.scale_events += 1
+
+    # -- (4) lending decisions ----------------------------------------------------------------
+    def group_views(self, now: float) -> list[GroupView]:
+        by_group: dict[str, list[GroupNode]] = defaultdict(list)
+        for n in self.backend.nodes():
+            cached = self._group_nodes.get(n.name)
+            if cached is not None and cached[0] is n and cached[1] == self._detaches:
+                by_group[n.resource_group].append(cached[2])
+                continue
+            unit_gpu = n.gpu_model is not None
+            inference, training = [], []
+            for name in n.pods:
+                p = self.backend.pod(name)
+                if p.kind == INFERENCE:
+                    inference.append(InferencePod(name, p.spec.gpus if unit_gpu else p.spec.cpu_milli,
+                                                  p.detached_from is not None))
+                else:
+                    training.append(TrainingPod(name, p.spec.job_id, p.started_at))
+            node = GroupNode.of(n, inference, training)
+            self._group_nodes[n.name] = (n, self._detaches, node)
+            by_group[n.resource_group].append(node)
+        pending_training: Counter[str] = Counter()
+        pending = 0
+        for j in self.training.jobs.values():
+            if j.status is JobStatus.PENDING:
+                pending += 1
+                if j.preferred_pool is not Pool.FIXED:
+                    pending_training[j.gpu_model or "CPU"] += 1
+        self._pending_jobs = pending
+        pending_online: dict[str, list[PendingPod]] = defaultdict(list)
+        for p in self.backend.pending_pods():
+            g = p.spec.gpu_model or "CPU"
+            pending_online[g].append(PendingPod(p.spec.name, p.spec.gpus if p.spec.gpu_model else p.spec.cpu_milli,
+                                                p.replaces is not None))
+        converting: dict[str, list[Converting]] = defaultdict(list)
+        for r in self.records.values():
+            converting[self.group_of[r.node]].append(Converting(r.node, r.direction))
+        return [GroupView(g, tuple(by_group[g]), None, pending_training[g], tuple(pending_online[g]),
+                          tuple(converting[g]), "GPU" if self.groups[g].model else "millicore")
+                for g in sorted(by_group)]
+
+    def _lend(self, now: float) -> None:
+        for d in decide_lending(self.group_views(now), now, self.cfg.lending):
+            self.metrics.decisions[f"{type(d).__name__}:{d.reason.value}"] += 1
+            if isinstance(d, (Lend, TakeBack)):
+                for node in d.nodes:
+                    self.records[node] = TransitionRecord(node, d.direction, started_at=now)
+
+    # -- (5) the step machine -----------------------------------------------------------------
+    def node_now(self, name: str) -> NodeNow:
+        node = next(n for n in self.backend.nodes() if n.name == name) if not hasattr(self, "_node_index") \
+            else self.backend.nodes()[self._node_index[name]]
+        pods = []
+        for pod_name_ in node.pods:
+            p = self.backend.pod(pod_name_)
+            if p.kind == TRAINING:
+                pods.append(NodePod(pod_name_, PodKind.TRAINING))
+            else:
+                replacement = p.spec.labels.get(REPLACED_BY_LABEL)
+                if replacement is None:
+                    ready = False
+                else:
+                    r = self.backend.pod(replacement)
+                    pending = any(q.spec.name == replacement for q in self.backend.pending_pods())
+                    # gone (scaled away before it was needed) counts as ready: nothing to wait for
+                    ready = (r is not None and r.ready) or (r is None and not pending)
+                pods.append(NodePod(pod_name_, PodKind.INFERENCE, detached=p.detached_from is not None,
+                                    replacement_ready=ready))
+        return NodeNow(node.name, node.state, node.pool, tuple(pods))
+
+    def _steps(self, now: float) -> None:
+        if not self.records:
+            return
+        if not hasattr(self, "_node_index"):
+            self._node_index = {n.name: i for i, n in enumerate(self.backend.nodes())}
+        before = self.serving()
+        per_group: Counter[str] = Counter(self.group_of[n] for n in self.records)
+        self.metrics.max_converting = max(self.metrics.max_converting, max(per_group.values()))
+        for name in sorted(self.records):
+            record = self.records[name]
+            for _ in range(MAX_STEPS_PER_TICK):
+                node = self.node_now(name)
+                action = next_action(record, node)
+                self._execute(action, now)
+                record = replace(record, step=action.step)
+                if isinstance(action, Done):
+                    if not self.node_now(name).state.normal:
+                        self.metrics.unnormal_after_done += 1
+                    self.metrics.transitions[record.direction.value] += 1
+                    del self.records[name]
+                    self._dirty = True
+                    break
+                if isinstance(action, Conflict):
+                    self.metrics.conflicts += 1
+                    del self.records[name]
+                    break
+                self.records[name] = record
+                if is_final(action):
+                    break
+        after = self.serving()
+        self.metrics.serving_drops += sum(1 for rs, n in before.items() if after[rs] < n)
+
+    def _execute(self, action, now: float) -> None:
+        if isinstance(action, SetState):
+            if self.initial[action.node][1] is Pool.FIXED:
+                self.metrics.fixed_pool_moves += 1
+            self.backend.set_node_state(action.node, action.state)
+        elif isinstance(action, DetachPod):
+            rs = self.backend.pod(action.pod).replicaset
+            self.detached[action.pod] = (rs, self.backend.detach_pod(action.pod))
+            self._detaches += 1
+        elif isinstance(action, DeletePod):
+            self.backend.evict(action.pod, "migrated: replacement ready")
+            self.detached.pop(action.pod, None)
+        elif isinstance(action, EvictTraining):
+            pod = self.backend.pod(action.pod)
+            self.backend.evict(action.pod, "take-back")
+            job = self.training.jobs.get(pod.spec.job_id) if pod else None
+            if job is not None:
+                self.training.jobs[job.id] = requeue_after_take_back(job)
+                self.killed_jobs.add(job.id)
+                self.metrics.killed += 1
+            self._dirty = True
+
+    # -- (6) training scheduling -------------------------------------------------------------
+    def _schedule(self, now: float) -> None:
+        if not self._dirty:
+            return  # nothing arrived, finished or moved since the last cycle: it would decide the same
+        self._dirty = False
+        jobs = self.training.jobs
+        short: list[int] = []
+        for j in list(jobs.values()):
+            if j.status is not JobStatus.PENDING:
+                continue
+            choice = preferred_pool(j, now, self.cfg.lending, killed_by_take_back=j.id in self.killed_jobs)
+            if choice.preferred is not j.preferred_pool:
+                jobs[j.id] = replace(j, preferred_pool=choice.preferred)
+            if len(choice.pools) > 1:
+                short.append(j.id)
+        self._cycle()
+        # Short jobs that found no room on the co-location pool fall back to the fixed pool.
+        fallback = [i for i in short if i in jobs and jobs[i].status is JobStatus.PENDING]
+        if fallback and self._fixed_has_room():
+            for i in fallback:
+                jobs[i] = replace(jobs[i], preferred_pool=Pool.FIXED)
+            self._cycle(only_pending=set(fallback))
+            for i in fallback:
+                if i in jobs and jobs[i].status is JobStatus.PENDING:
+                    jobs[i] = replace(jobs[i], preferred_pool=Pool.COLOCATION)
+
+    def _fixed_has_room(self) -> bool:
+        return any(n.pool is Pool.FIXED and (sum(n.used_shares()) < n.gpu_count - 1e-6 if n.gpu_model
+                                             else n.cpu_used < n.cpu_milli)
+                   for n in self.backend.nodes())
+
+    def _cycle(self, only_pending: set[int] | None = None) -> None:
+        snap = self.training.snapshot()
+        if only_pending is not None:  # the others were just tried, and nothing was freed since
+            snap = replace(snap, jobs=tuple(j for j in snap.jobs if j.status is not JobStatus.PENDING
+                                            or j.id in only_pending))
+        result = schedule(snap, self.profile)
+        pools = None
+        for d in result.decisions:
+            if isinstance(d, Preempt):
+                self.metrics.preempted += 1
+            elif isinstance(d, Admit):
+                if pools is None:
+                    pools = {n.name: n.pool for n in self.backend.nodes()}
+                if pools[d.node] is Pool.COLOCATION:
+                    self.metrics.started_lent += 1
+        self.training.apply(result)
+
+    # -- metrics ------------------------------------------------------------------------------
+    def _measure(self, minute: int, now: float) -> None:
+        m = self.metrics
+        nodes = self.backend.nodes()
+        alloc = sum(sum(n.gpu_used) for n in nodes)
+        over = sum(1 for n in nodes for u in n.gpu_used if u > 1.0 + 1e-6)
+        busy_inf = alloc_inf = 0.0
+        demand: Counter[str] = Counter()
+        for s in self.services:
+            rs = self.backend.replicaset(s.name)
+            gpus = s.template.gpus
+            alloc_inf += gpus * len(rs.pods)
+            busy_inf += gpus * rs.ready * self.util_now.get(s.name, 0.0)
+            demand[s.group.model or "CPU"] += s.request * len(rs.pods)
+        for pod, (rs, _) in self.detached.items():
+            p = self.backend.pod(pod)
+            if p is not None:
+                alloc_inf += p.spec.gpus
+                busy_inf += p.spec.gpus * self.util_now.get(rs, 0.0)
+        # a training pod keeps the GPUs it holds busy
+        m.gpu_util.append((busy_inf + alloc - alloc_inf) / self.total_gpus if self.total_gpus else 0.0)
+        m.gpu_alloc.append(alloc / self.total_gpus if self.total_gpus else 0.0)
+        m.hours.append(int((now - SIM_START) // 3600) % 24)
+        m.over_one_gpu += over
+        online: Counter[str] = Counter()
+        cap: Counter[str] = Counter()
+        for n in nodes:
+            if not n.state.offline:
+                online[n.resource_group] += 1
+            if n.state is NodeState.ONLINE_NORMAL:
+                cap[n.resource_group] += n.gpu_count if n.gpu_model else n.cpu_milli
+        for g in self.groups:
+            m.online_nodes[g].append(online[g])
+            m.usage[g].append(demand[g] / cap[g] if cap[g] else 0.0)
+        urgent = [p for p in self.backend.pending_pods() if p.replaces is None]
+        m.pending_online.append(len(urgent))
+        taking_back = {self.group_of[r.node] for r in self.records.values() if r.direction is Direction.TAKE_BACK}
+        m.pending_in_take_back.append(bool(urgent) and all((p.spec.gpu_model or "CPU") in taking_back
+                                                           for p in urgent))
+        m.training_pending.append(self._pending_jobs)
+
+
+def run_sim(cfg: SimConfig, progress: Callable[[int], None] | None = None) -> CoLocationSim:
+    sim = CoLocationSim(cfg)
+    sim.run(progress)
+    return sim
+
+
+__all__ = ["CoLocationSim", "Metrics", "NodeView", "pod_name", "run_sim", "group_capacity", "DETACHED_FROM_LABEL",
+           "REPLACES_LABEL"]
