@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 from cluster.types import JobStatus, JobView, QuotaKind, Snapshot
 from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, StillPending
 from scheduler.policy.framework import PodRequest
-from scheduler.policy.nodes import NodeTable
+from scheduler.policy.nodes import NodeTable, node_tables
 from scheduler.policy.placement import Placement, place
 from scheduler.policy.preemption import Candidate, VictimIndex, Victims
 from scheduler.policy.priority import ScoreBreakdown, rebased, score
 from scheduler.policy.profile import Profile, QueueOrder
-from scheduler.policy.quota import (Demand, QuotaCheck, QuotaLedger, demand, demand_of, gpu_demand,
+from scheduler.policy.quota import (Demand, QuotaCheck, QuotaLedger, allocation_demand, demand, gpu_demand,
                                     host_demand)
 from scheduler.policy.rightsizing import Request, requested, rightsize
 
@@ -64,34 +65,47 @@ def schedule(snapshot: Snapshot, profile: Profile) -> CycleResult:
 
 
 class _Cycle:
+    """What the cycle needs is built on first use: with no job pending nothing is, and victim
+    indexes only for the models where preemption is actually tried."""
+
     def __init__(self, snapshot: Snapshot, profile: Profile) -> None:
         self.snap = snapshot
         self.profile = profile
         self.now = snapshot.now
-        by_model: dict[str | None, list] = defaultdict(list)
-        for node in snapshot.nodes:
-            by_model[node.gpu_model].append(node)
-        self.tables = {model: NodeTable(model, nodes) for model, nodes in by_model.items()}
-        holders = [j for j in snapshot.jobs if j.status.holds_resources and j.allocation is not None]
-        self.ledger = QuotaLedger(snapshot.quotas, holders)
-        self.victims = self._victim_indexes(holders)
         self.preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)
         self.decisions: list[Decision] = []
         # per-cycle memos of what only depends on the snapshot
         self._certified: dict[tuple[str, str | None], tuple[str | None, ...]] = {}
         self._split: dict[tuple[tuple[str | None, ...], str | None], tuple[list, list]] = {}
+        self._victims: dict[str | None, VictimIndex] = {}
 
-    def _victim_indexes(self, holders: list[JobView]) -> dict[str | None, VictimIndex]:
-        by_model: dict[str | None, list[Candidate]] = defaultdict(list)
-        for job in holders:
-            alloc = job.allocation
-            table = self.tables.get(alloc.gpu_model)
-            if table is None or alloc.node not in table.row:
-                continue  # on a node outside the snapshot: nothing to reclaim there
-            by_model[alloc.gpu_model].append(Candidate(
-                job, alloc, table.row[alloc.node], score(job, alloc.quota_kind, self.now, self.profile).total,
-                job.run_time_s(self.now), alloc.quota_kind is QuotaKind.BORROWED))
-        return {model: VictimIndex(table, by_model[model]) for model, table in self.tables.items()}
+    @cached_property
+    def tables(self) -> dict[str | None, NodeTable]:
+        return node_tables(self.snap.nodes)
+
+    @cached_property
+    def holders(self) -> list[JobView]:
+        return [j for j in self.snap.jobs if j.status.holds_resources and j.allocation is not None]
+
+    @cached_property
+    def ledger(self) -> QuotaLedger:
+        return QuotaLedger(self.snap.quotas, self.holders)
+
+    def victims(self, model: str | None) -> VictimIndex:
+        """Jobs holding resources on the model's nodes as possible victims (as the cycle started)."""
+        index = self._victims.get(model)
+        if index is None:
+            table = self.tables[model]
+            candidates = []
+            for job in self.holders:
+                alloc = job.allocation
+                if alloc.gpu_model != model or alloc.node not in table.row:
+                    continue  # another model, or a node outside the snapshot: nothing to reclaim there
+                candidates.append(Candidate(
+                    job, alloc, table.row[alloc.node], score(job, alloc.quota_kind, self.now, self.profile).total,
+                    job.run_time_s(self.now), alloc.quota_kind is QuotaKind.BORROWED))
+            index = self._victims[model] = VictimIndex(table, candidates)
+        return index
 
     # -- queue ------------------------------------------------------------------------
     def run(self) -> CycleResult:
@@ -207,7 +221,7 @@ class _Cycle:
             if _known_failure(self.preempt_failed[model], memo):
                 continue
             table = self.tables[model]
-            victims = self.victims[model].find(a.pod, total, own, self.profile)
+            victims = self.victims(model).find(a.pod, total, own, self.profile)
             if victims is None:
                 self.preempt_failed[model].append(memo)
                 continue
@@ -219,13 +233,13 @@ class _Cycle:
 
     def _evict(self, q: Queued, a: _NoRoom, table: NodeTable, victims: Victims) -> None:
         model = a.pod.gpu_model
-        self.victims[model].remove(victims)
+        self.victims(model).remove(victims)
         total = rebased(q.score, a.kind, self.profile).total
         for c in victims.jobs:
             alloc = c.allocation
             table.release(victims.row, alloc.gpu_shares, alloc.cpu_milli, alloc.memory_mib)
             if alloc.quota_kind is not None:
-                self.ledger.release(c.job.department, alloc.quota_kind, demand_of(alloc.resources))
+                self.ledger.release(c.job.department, alloc.quota_kind, allocation_demand(alloc))
             reclaim = c.borrowed and a.kind is QuotaKind.OWN
             why = (f"to give {q.job.department} back its own {model or 'CPU'} quota" if reclaim
                    else f"for higher score {total} > {c.score}")

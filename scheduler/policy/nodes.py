@@ -2,11 +2,19 @@
 
 Built once per cycle from the snapshot and updated in place as the cycle admits and
 preempts, so every placement decision sees the effect of the previous ones.
+
+`node_tables(nodes)` builds the tables of a whole snapshot. Between two cycles only a few
+nodes change, and the cluster layer hands back the very same (frozen) NodeView objects for
+the others, so a one-entry memo keeps the last snapshot's rows and re-reads only the nodes
+whose object changed. The memo only saves work: the tables are the ones a fresh build gives
+(same arrays, same values, same order), so schedule() stays a function of its inputs.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
+from operator import is_not
 
 import numpy as np
 
@@ -15,9 +23,14 @@ from cluster.types import GPU_EPS, GpuShare, NodeView, Pool
 _ABSENT = 2.0  # "used" value of padding GPUs: never free, never fits
 
 
-class NodeTable:
-    def __init__(self, gpu_model: str | None, nodes: Sequence[NodeView]) -> None:
-        nodes = sorted(nodes, key=lambda n: n.name)
+class _Rows:
+    """The arrays of one GPU model's table as read from its NodeViews, before any cycle changes them.
+
+    Arrays a cycle never writes (gpu_count, cpu_cap, schedulable, fixed_pool) are read-only and
+    shared with the tables; a patch replaces them instead of writing into them.
+    """
+
+    def __init__(self, gpu_model: str | None, nodes: list[NodeView]) -> None:  # nodes sorted by name
         self.gpu_model = gpu_model
         self.names = [n.name for n in nodes]
         self.row = {name: i for i, name in enumerate(self.names)}
@@ -25,23 +38,160 @@ class NodeTable:
         self.gpu_used = np.full((len(nodes), width), _ABSENT)
         for i, n in enumerate(nodes):
             self.gpu_used[i, :n.gpu_count] = n.used_shares()
-        self.gpu_count = np.array([n.gpu_count for n in nodes], dtype=np.int64)
-        self.cpu_cap = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
+        self.gpu_count = _frozen(np.array([n.gpu_count for n in nodes], dtype=np.int64))
+        self.cpu_cap = _frozen(np.array([n.cpu_milli for n in nodes], dtype=np.int64))
         self.cpu_free = self.cpu_cap - np.array([n.cpu_used for n in nodes], dtype=np.int64)
         self.mem_free = np.array([n.memory_mib - n.memory_used for n in nodes], dtype=np.int64)
-        self.schedulable = np.array([n.accepts_training for n in nodes], dtype=bool)
-        self.fixed_pool = np.array([n.pool is Pool.FIXED for n in nodes], dtype=bool)
-        self.used_sum = np.where(self.gpu_used <= 1.0, self.gpu_used, 0.0).sum(axis=1)
-        self.whole_free = (self.gpu_used <= GPU_EPS).sum(axis=1)
-        self.max_share_free = 1.0 - self.gpu_used.min(axis=1, initial=_ABSENT)
+        self.schedulable = _frozen(np.array([n.accepts_training for n in nodes], dtype=bool))
+        self.fixed_pool = _frozen(np.array([n.pool is Pool.FIXED for n in nodes], dtype=bool))
+        self._derive()
+
+    def _derive(self) -> None:
+        """The per-node summaries, always over the whole table (so a patched table equals a fresh one
+        bit for bit: the same NumPy reductions on the same arrays)."""
+        used = self.gpu_used
+        self.used_sum = np.where(used <= 1.0, used, 0.0).sum(axis=1)
+        self.whole_free = (used <= GPU_EPS).sum(axis=1)
+        self.max_share_free = 1.0 - used.min(axis=1, initial=_ABSENT)
         # least non-zero GPU usage per node: a fraction g can share a used GPU only where this + g fits
-        self.least_shared = np.where(self.gpu_used != 0, self.gpu_used, _ABSENT).min(axis=1, initial=_ABSENT)
+        self.least_shared = np.where(used != 0, used, _ABSENT).min(axis=1, initial=_ABSENT)
         with np.errstate(divide="ignore", invalid="ignore"):  # nodes without GPUs (or CPU) never fit anyway
-            self.allocated = self._allocated(slice(None))
+            if self.gpu_model is None:
+                self.allocated = 1.0 - self.cpu_free / self.cpu_cap
+            else:
+                self.allocated = self.used_sum / self.gpu_count
+        m = self.schedulable
+        self.idle = float((self.gpu_count[m] - self.used_sum[m]).sum())
+
+    def patch(self, changes: list[tuple[int, NodeView]]) -> None:
+        """Re-read the given rows (same node name and GPU count) from their new NodeViews."""
+        cpu_cap, schedulable, fixed_pool = self.cpu_cap, self.schedulable, self.fixed_pool
+        for row, n in changes:
+            self.gpu_used[row] = _ABSENT
+            self.gpu_used[row, :n.gpu_count] = n.used_shares()
+            if cpu_cap[row] != n.cpu_milli:
+                cpu_cap = cpu_cap.copy() if cpu_cap is self.cpu_cap else cpu_cap
+                cpu_cap[row] = n.cpu_milli
+            self.cpu_free[row] = n.cpu_milli - n.cpu_used
+            self.mem_free[row] = n.memory_mib - n.memory_used
+            if schedulable[row] != n.accepts_training:
+                schedulable = schedulable.copy() if schedulable is self.schedulable else schedulable
+                schedulable[row] = n.accepts_training
+            if fixed_pool[row] != (n.pool is Pool.FIXED):
+                fixed_pool = fixed_pool.copy() if fixed_pool is self.fixed_pool else fixed_pool
+                fixed_pool[row] = n.pool is Pool.FIXED
+        self.cpu_cap, self.schedulable, self.fixed_pool = _frozen(cpu_cap), _frozen(schedulable), _frozen(fixed_pool)
+        self._derive()
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+class _Layout:
+    """A snapshot's node list split into per-model tables: which (model, row) each position is."""
+
+    def __init__(self, nodes: Sequence[NodeView]) -> None:
+        self.nodes = tuple(nodes)
+        positions: dict[str | None, list[int]] = defaultdict(list)  # models in order of first appearance
+        for i, n in enumerate(self.nodes):
+            positions[n.gpu_model].append(i)
+        self.where: list[tuple[str | None, int]] = [(None, 0)] * len(self.nodes)
+        self.rows: dict[str | None, _Rows] = {}
+        for model, where in positions.items():
+            where.sort(key=lambda i: self.nodes[i].name)  # stable, as sorted(nodes, key=name)
+            for row, i in enumerate(where):
+                self.where[i] = (model, row)
+            self.rows[model] = _Rows(model, [self.nodes[i] for i in where])
+
+    def update(self, nodes: Sequence[NodeView]) -> bool:
+        """Catch up with `nodes` by re-reading the nodes whose object changed. Returns False, having
+        changed nothing, unless `nodes` are the same nodes in the same order with the same GPU models
+        and counts: only a fresh layout is right then."""
+        old = self.nodes
+        if len(nodes) != len(old):
+            return False
+        changed = _changed(nodes, old)
+        if not changed:
+            return True
+        by_model: dict[str | None, list[tuple[int, NodeView]]] = defaultdict(list)
+        for i in changed:
+            new, was = nodes[i], old[i]
+            if new.name != was.name or new.gpu_model != was.gpu_model or new.gpu_count != was.gpu_count:
+                return False
+            model, row = self.where[i]
+            by_model[model].append((row, new))
+        for model, changes in by_model.items():
+            self.rows[model].patch(changes)
+        self.nodes = tuple(nodes)
+        return True
+
+
+def _changed(nodes: Sequence[NodeView], old: Sequence[NodeView]) -> list[int]:
+    """Positions where the node object differs (same length); list.index runs in C."""
+    differs = list(map(is_not, nodes, old))
+    changed, i = [], -1
+    try:
+        while True:
+            i = differs.index(True, i + 1)
+            changed.append(i)
+    except ValueError:
+        return changed
+
+
+# The last snapshot's layout (at most one entry; taken out while in use, so concurrent callers
+# never share one: the loser of a race just builds afresh).
+_MEMO: dict[str, _Layout] = {}
+
+
+def node_tables(nodes: Sequence[NodeView]) -> dict[str | None, NodeTable]:
+    """A NodeTable per GPU model (None: CPU-only nodes), models in order of first appearance;
+    equal to `{model: NodeTable(model, nodes of that model)}`, but re-reading only changed nodes."""
+    layout = _MEMO.pop("last", None)
+    if layout is None or not layout.update(nodes):
+        layout = _Layout(nodes)
+    tables = {model: NodeTable.of(rows) for model, rows in layout.rows.items()}
+    _MEMO["last"] = layout
+    return tables
+
+
+def forget_node_tables() -> None:
+    """Drop the memo (tests; or to free the last snapshot's nodes)."""
+    _MEMO.clear()
+
+
+class NodeTable:
+    def __init__(self, gpu_model: str | None, nodes: Sequence[NodeView]) -> None:
+        self._start(_Rows(gpu_model, sorted(nodes, key=lambda n: n.name)))
+
+    @classmethod
+    def of(cls, rows: _Rows) -> NodeTable:
+        table = cls.__new__(cls)
+        table._start(rows)
+        return table
+
+    def _start(self, rows: _Rows) -> None:
+        """Own copies of everything the cycle changes; the rest is shared read-only."""
+        self.gpu_model = rows.gpu_model
+        self.names = rows.names  # shared, never changed (a renamed node means a new _Rows)
+        self.row = rows.row
+        self.gpu_used = rows.gpu_used.copy()
+        self.gpu_count = rows.gpu_count
+        self.cpu_cap = rows.cpu_cap
+        self.cpu_free = rows.cpu_free.copy()
+        self.mem_free = rows.mem_free.copy()
+        self.schedulable = rows.schedulable
+        self.fixed_pool = rows.fixed_pool
+        self.used_sum = rows.used_sum.copy()
+        self.whole_free = rows.whole_free.copy()
+        self.max_share_free = rows.max_share_free.copy()
+        self.least_shared = rows.least_shared.copy()
+        self.allocated = rows.allocated.copy()
         self.failed: list[tuple[float, int, int, Pool | None]] = []  # requests known not to fit now
         self._bounds: tuple[float, float, int, int] | None = None
         self._stale = False
-        self._idle = float((self.gpu_count[self.schedulable] - self.used_sum[self.schedulable]).sum())
+        self._idle = rows.idle
 
     def __len__(self) -> int:
         return len(self.names)

@@ -7,12 +7,12 @@ departments' unused own quota.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 
-from cluster.types import CPU_KEY, GPU_EPS, MEMORY_KEY, JobView, QuotaKind, QuotaView, Resources
+from cluster.types import CPU_KEY, GPU_EPS, MEMORY_KEY, Allocation, JobView, QuotaKind, QuotaView, Resources
 
 # (quota resource key, amount) pairs, zeros dropped, in the order of Resources.amounts()
 Demand = tuple[tuple[str, float], ...]
@@ -34,6 +34,11 @@ def host_demand(cpu_milli: int, memory_mib: int) -> Demand:
 
 def demand_of(resources: Resources) -> Demand:
     return tuple(resources.amounts().items())
+
+
+def allocation_demand(alloc: Allocation) -> Demand:
+    """demand_of(alloc.resources) without building the Resources and its dict."""
+    return demand(alloc.gpu_model, alloc.gpus, alloc.cpu_milli, alloc.memory_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,26 +82,52 @@ _NO_QUOTA = (0.0, 0.0, 0.0, 0.0)  # a resource without a quota row: nothing may 
 
 # Row layout: [own limit, borrowed limit, own used, borrowed used]; (limit, used) index per kind.
 _SLOTS = {QuotaKind.OWN: (0, 2), QuotaKind.BORROWED: (1, 3)}
+_NO_ROWS: Mapping[str, tuple[float, float, float, float]] = MappingProxyType({})
+
+# The rows of the last quota list seen (limits, nothing used), kept while the caller passes the
+# same tuple again (a tuple of frozen QuotaViews cannot change): one entry, replaced whole.
+_LIMITS: dict[str, tuple[tuple[QuotaView, ...], dict[str, dict[str, tuple[float, float, float, float]]]]] = {}
+
+
+def _limits(quotas: Iterable[QuotaView]) -> Mapping[str, Mapping[str, tuple[float, float, float, float]]]:
+    last = _LIMITS.get("last")
+    if last is not None and last[0] is quotas:
+        return last[1]
+    limits: dict[str, dict[str, tuple[float, float, float, float]]] = {}
+    for q in quotas:
+        limits.setdefault(q.department, {})[q.resource] = (q.own, q.borrowed, 0.0, 0.0)
+    if type(quotas) is tuple:
+        _LIMITS["last"] = (quotas, limits)
+    return limits
 
 
 class QuotaLedger:
     """Own and borrowed usage per department and resource key, charged by admitted/running jobs."""
 
     def __init__(self, quotas: Iterable[QuotaView], holders: Iterable[JobView]) -> None:
-        self._rows: defaultdict[str, dict[str, list[float]]] = defaultdict(dict)
-        for q in quotas:
-            self._rows[q.department][q.resource] = [q.own, q.borrowed, 0.0, 0.0]
+        self._limits = _limits(quotas)
+        self._rows: dict[str, dict[str, list[float]]] = {}  # a department's rows, copied when first charged
         for job in holders:
             alloc = job.allocation
             if alloc is not None and alloc.quota_kind is not None:
-                self.charge(job.department, alloc.quota_kind, demand_of(alloc.resources))
+                self.charge(job.department, alloc.quota_kind, allocation_demand(alloc))
+
+    def _read(self, department: str) -> Mapping[str, Sequence[float]]:
+        rows = self._rows.get(department)
+        return self._limits.get(department, _NO_ROWS) if rows is None else rows
+
+    def _write(self, department: str) -> dict[str, list[float]]:
+        rows = self._rows.get(department)
+        if rows is None:
+            rows = self._rows[department] = {r: list(row) for r, row in self._limits.get(department, _NO_ROWS).items()}
+        return rows
 
     def has_own_room(self, department: str, need: Demand) -> bool:
-        return _shortfall(self._rows[department], need, QuotaKind.OWN) is None
+        return _shortfall(self._read(department), need, QuotaKind.OWN) is None
 
     def choose(self, department: str, need: Demand, borrowing: bool) -> QuotaCheck:
         """Own quota when every resource has room there, else borrowed quota when it has room."""
-        rows = self._rows[department]
+        rows = self._read(department)
         own_short = _shortfall(rows, need, QuotaKind.OWN)
         if own_short is None:
             return _OWN_ROOM
@@ -108,7 +139,7 @@ class QuotaLedger:
         return QuotaCheck(None, (own_short, borrowed_short))
 
     def charge(self, department: str, kind: QuotaKind, need: Demand, sign: int = 1) -> None:
-        rows = self._rows[department]
+        rows = self._write(department)
         slot = _SLOTS[kind][1]
         for resource, amount in need:
             row = rows.get(resource)
@@ -120,7 +151,7 @@ class QuotaLedger:
         self.charge(department, kind, need, sign=-1)
 
 
-def _shortfall(rows: dict[str, list[float]], need: Demand, kind: QuotaKind) -> Shortfall | None:
+def _shortfall(rows: Mapping[str, Sequence[float]], need: Demand, kind: QuotaKind) -> Shortfall | None:
     """The first resource without room, or None when all fit."""
     limit_slot, used_slot = _SLOTS[kind]
     for resource, amount in need:
