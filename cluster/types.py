@@ -8,7 +8,8 @@ by the Django models.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -239,3 +240,14 @@ class Snapshot:
         if models is None:
             return (preferred,) if preferred else ()
         return tuple(m for m in (self.gpu_models or sorted(models)) if m in models)
+
+
+def capacity_by_resource(nodes: Iterable[NodeView]) -> Counter[str]:
+    """Total capacity per quota resource key: GPUs of each model, "cpu" millicores, "memory" MiB."""
+    capacity: Counter[str] = Counter()
+    for n in nodes:
+        if n.gpu_model:
+            capacity[n.gpu_model] += n.gpu_count
+        capacity[CPU_KEY] += n.cpu_milli
+        capacity[MEMORY_KEY] += n.memory_mib
+    return capacity

@@ -21,7 +21,7 @@ from cluster.backend import PodSpec
 from cluster.clock import VirtualClock
 from cluster.simulated import SimulatedCluster
 from cluster.simulated.traces import alibaba_node
-from cluster.types import (CPU_KEY, MEMORY_KEY, Allocation, JobStatus, JobView, NodeView, QuotaView,
+from cluster.types import (Allocation, capacity_by_resource, JobStatus, JobView, NodeView, QuotaView,
                            RunProfile, Snapshot)
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, get_profile, schedule
 
@@ -132,12 +132,7 @@ def build_nodes(count: int, shapes: dict[tuple[str, int, int, int], int], rng: r
 def build_quotas(nodes: list[NodeView], departments: tuple[str, ...] = DEPARTMENTS,
                  borrow_ratio: float = 0.3) -> list[QuotaView]:
     """Own quotas split the cluster evenly; each department may borrow `borrow_ratio` of it."""
-    capacity: Counter[str] = Counter()
-    for n in nodes:
-        if n.gpu_model:
-            capacity[n.gpu_model] += n.gpu_count
-        capacity[CPU_KEY] += n.cpu_milli
-        capacity[MEMORY_KEY] += n.memory_mib
+    capacity = capacity_by_resource(nodes)
     share = 1 / len(departments)
     return [QuotaView(d, key, total * share, total * borrow_ratio)
             for d in departments for key, total in sorted(capacity.items())]

@@ -24,12 +24,11 @@ from __future__ import annotations
 import csv
 import hashlib
 from bisect import bisect_right
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.types import CPU_KEY, MEMORY_KEY, JobStatus, JobView, NodeView, QuotaView
+from cluster.types import JobStatus, JobView, NodeView, QuotaView, capacity_by_resource
 from scheduler.replay.trace import PodRow
 
 ANY_FRAMEWORK = "any"
@@ -93,14 +92,7 @@ class Mapping:
         return tuple(out)
 
 
-def cluster_capacity(nodes: Iterable[NodeView]) -> Counter[str]:
-    capacity: Counter[str] = Counter()
-    for n in nodes:
-        if n.gpu_model:
-            capacity[n.gpu_model] += n.gpu_count
-        capacity[CPU_KEY] += n.cpu_milli
-        capacity[MEMORY_KEY] += n.memory_mib
-    return capacity
+cluster_capacity = capacity_by_resource
 
 
 def gpu_models(nodes: Iterable[NodeView]) -> tuple[str, ...]:
