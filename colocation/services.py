@@ -61,7 +61,15 @@ def service_create(*, actor, department: Department, thresholds: list[dict], **f
     _check_thresholds(thresholds)
     service = InferenceService.objects.create(department=department, **fields)
     _set_thresholds(service, thresholds)
+    _record_service(service, actor, "service-created")
     return service
+
+
+def _record_service(service: InferenceService, actor, reason: str) -> None:
+    decision_record(kind=Decision.Kind.SCALING, subject=f"service:{service.name}", department=service.department,
+                    reason=reason, message=f"{service} {reason.split('-')[1]} by {actor}: {service.replicas} replicas "
+                                           f"(min {service.min_replicas}, max {service.max_replicas}), "
+                                           f"autoscaling {'on' if service.autoscaling else 'off'}")
 
 
 @transaction.atomic
@@ -77,6 +85,7 @@ def service_update(*, service: InferenceService, actor, thresholds: list[dict] |
     for name, value in fields.items():
         setattr(service, name, value)
     service.save()
+    _record_service(service, actor, "service-changed")
     return service
 
 

@@ -46,17 +46,33 @@ def department_update(*, department: Department, **fields) -> Department:
     return department
 
 
+def _keep_an_admin(*, department: Department, leaving: Membership | None, actor) -> None:
+    """A department admin cannot leave the department without one; operators can (they administer it anyway)."""
+    if actor.is_staff or leaving is None or leaving.role != Membership.Role.ADMIN:
+        return
+    others = department.memberships.filter(role=Membership.Role.ADMIN).exclude(pk=leaving.pk)
+    if not others.exists():
+        raise ApplicationError.for_field("role", f"{leaving.user} is the last admin of {department}; "
+                                                 "make someone else admin first")
+
+
+@transaction.atomic
 def membership_set(*, department: Department, user, role: str, actor) -> Membership:
     """Add `user` to `department` with `role`, or change the role of an existing member."""
     if not selectors.can_administer(user=actor, department=department):
         raise PermissionDenied(f"only operators and admins of {department} manage its members")
+    current = Membership.objects.select_for_update().filter(user=user, department=department).first()
+    if role != Membership.Role.ADMIN:
+        _keep_an_admin(department=department, leaving=current, actor=actor)
     membership, _ = Membership.objects.update_or_create(user=user, department=department, defaults={"role": role})
     return membership
 
 
+@transaction.atomic
 def membership_remove(*, membership: Membership, actor) -> None:
     if not selectors.can_administer(user=actor, department=membership.department):
         raise PermissionDenied(f"only operators and admins of {membership.department} manage its members")
+    _keep_an_admin(department=membership.department, leaving=membership, actor=actor)
     membership.delete()
 
 

@@ -142,3 +142,22 @@ def test_posting_an_existing_member_changes_the_role(world):
     )
     assert response.status_code in (200, 201), response.json()
     assert list(Membership.objects.filter(user=world.users["member"]).values_list("role", flat=True)) == ["admin"]
+
+
+@pytest.mark.parametrize("how", ["demote", "remove"])
+def test_the_last_department_admin_cannot_leave_it_without_one(world, how):
+    from scheduler.models import Membership
+
+    mine = Membership.objects.get(user=world.users["dept_admin"])
+    client = world.client("dept_admin")
+    before = world.snapshot()
+    if how == "demote":
+        response = client.patch(f"/api/memberships/{mine.pk}/", {"role": "member"}, format="json")
+    else:
+        response = client.delete(f"/api/memberships/{mine.pk}/")
+    assert response.status_code == 400 and "last admin" in response.json()["message"] + str(response.json()["extra"])
+    assert world.snapshot() == before
+    promoted = client.post("/api/memberships/", {"user": "mia", "department": "ml-search", "role": "admin"},
+                           format="json")
+    assert promoted.status_code == 201
+    assert client.delete(f"/api/memberships/{mine.pk}/").status_code == 204  # now someone else is admin

@@ -1,6 +1,8 @@
 """Inference services and their autoscaling thresholds."""
 import pytest
 
+from scheduler.models import Decision
+
 from colocation.models import InferenceService
 from tests.conftest import listed
 
@@ -23,6 +25,8 @@ def test_department_admin_creates_a_service_with_thresholds(world):
     service = InferenceService.objects.get(name="ranker-2")
     assert (service.department.name, service.replicas, service.min_replicas, service.max_replicas) == ("ml-search", 2, 1, 4)
     assert service.thresholds.get().expect_rate == 0.5
+    decision = Decision.objects.get(subject="service:ranker-2")
+    assert decision.reason == "service-created" and "adam" in decision.message and decision.department.name == "ml-search"
 
 
 def test_patch_replaces_thresholds_and_keeps_other_fields(world):
@@ -36,6 +40,7 @@ def test_patch_replaces_thresholds_and_keeps_other_fields(world):
     service.refresh_from_db()
     assert (service.replicas, service.min_replicas, service.max_replicas) == (5, 2, 5)
     assert list(service.thresholds.values_list("metric", flat=True)) == ["memory"]
+    assert Decision.objects.filter(subject=f"service:{service.name}", reason="service-changed").count() == 1
 
 
 BAD_SERVICES = [
