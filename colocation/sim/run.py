@@ -15,18 +15,18 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, REPLACED_BY_LABEL, REPLACES_LABEL, TRAINING,
-                             RESOURCE_GROUP_LABEL, PodView)
+from cluster.backend import DETACHED_FROM_LABEL, REPLACES_LABEL, RESOURCE_GROUP_LABEL
 from cluster.clock import VirtualClock
 from cluster.simulated.inference import replicas_next
 from cluster.types import JobStatus, NodeState, NodeView, Pool, QuotaView
-from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode,
-                               GroupView, InferencePod, Lend, NodeNow, NodePod, PendingPod, PodKind, SetState,
-                               TakeBack, TrainingPod, TransitionRecord, decide_lending, is_final, next_action,
+from colocation import observe
+from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupView, Lend,
+                               SetState, TakeBack, TransitionRecord, Wait, decide_lending, is_final, next_action,
                                preferred_pool, requeue_after_take_back)
 from colocation.policy.states import Direction
 from colocation.sim.config import SIM_START, SimConfig
-from colocation.sim.workload import build_jobs, build_nodes, build_services, group_capacity
+from colocation.sim.workload import (build_jobs, build_nodes, build_services, group_capacity, peak_replicas,
+                                    static_split)
 from scheduler.bench import SimulatedTraining, pod_name
 from scheduler.policy import Admit, Preempt, get_profile, schedule
 
@@ -80,10 +80,18 @@ class CoLocationSim:
         self.cfg = cfg
         self.clock = VirtualClock(SIM_START)
         nodes = build_nodes(cfg)
+        # The inference load is sized on the lending layout, so both runs serve the very same load.
+        self.services, self.load = build_services(cfg, nodes)
+        self.static_online: dict[str, int] = {}  # static baseline: online nodes per group
+        self.static_peak: dict[str, int] = {}  # and the peak replicas they are sized for
+        if not cfg.lend:
+            # sized on a dry run of the autoscaler over a fresh copy of the load (same draws as this run's)
+            self.static_peak = peak_replicas(cfg, self.services, build_services(cfg, nodes)[1])
+            nodes, self.static_online = static_split(cfg, nodes, self.static_peak)
         self.initial = {n.name: (n.state, n.pool) for n in nodes}
         self.group_of = {n.name: n.resource_group for n in nodes}
         self.groups = {g.model or "CPU": g for g in cfg.groups}
-        self.services, self.load = build_services(cfg, nodes)
+        self.group_of_model = {g.model or None: g.model or "CPU" for g in cfg.groups}
         self.arrivals, factors = build_jobs(cfg, nodes, SIM_START)
         quotas = []
         for key in sorted({n.gpu_model for n in nodes if n.gpu_model}):
@@ -103,8 +111,6 @@ class CoLocationSim:
         self._next_arrival = 0
         self._pending_jobs = 0
         self.detached: dict[str, tuple[str, str]] = {}  # detached pod -> (its ReplicaSet, replacement)
-        self._detaches = 0
-        self._group_nodes: dict[str, tuple[NodeView, int, GroupNode]] = {}
         self._dirty = True
         for s in self.services:  # start at what minute 0 needs at expectRate
             want = self.load.replicas_for(self.load.qps(s.index, 0), cfg.autoscale.expect_rate)
@@ -112,6 +118,10 @@ class CoLocationSim:
             self.backend.apply_replicaset(s.name, s.template, n,
                                           node_selector={RESOURCE_GROUP_LABEL: s.group.model or "CPU"})
         self.backend.advance()
+        self._node_index = {n.name: i for i, n in enumerate(self.backend.nodes())}
+
+    def _node(self, name: str) -> NodeView:
+        return self.backend.nodes()[self._node_index[name]]
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
@@ -192,43 +202,20 @@ class CoLocationSim:
 
     # -- (4) lending decisions ----------------------------------------------------------------
     def group_views(self, now: float) -> list[GroupView]:
-        by_group: dict[str, list[GroupNode]] = defaultdict(list)
-        for n in self.backend.nodes():
-            cached = self._group_nodes.get(n.name)
-            if cached is not None and cached[0] is n and cached[1] == self._detaches:
-                by_group[n.resource_group].append(cached[2])
-                continue
-            unit_gpu = n.gpu_model is not None
-            inference, training = [], []
-            for name in n.pods:
-                p = self.backend.pod(name)
-                if p.kind == INFERENCE:
-                    inference.append(InferencePod(name, p.spec.gpus if unit_gpu else p.spec.cpu_milli,
-                                                  p.detached_from is not None))
-                else:
-                    training.append(TrainingPod(name, p.spec.job_id, p.started_at))
-            node = GroupNode.of(n, inference, training)
-            self._group_nodes[n.name] = (n, self._detaches, node)
-            by_group[n.resource_group].append(node)
+        """The policy's view of each group, observed as the live controller does (colocation/observe.py); the
+        sim adds what only it knows: pending training jobs that may use lent nodes, its open transitions."""
+        members = observe.group_nodes(self.backend)
         pending_training: Counter[str] = Counter()
-        pending = 0
         for j in self.training.jobs.values():
-            if j.status is JobStatus.PENDING:
-                pending += 1
-                if j.preferred_pool is not Pool.FIXED:
-                    pending_training[j.gpu_model or "CPU"] += 1
-        self._pending_jobs = pending
-        pending_online: dict[str, list[PendingPod]] = defaultdict(list)
-        for p in self.backend.pending_pods():
-            g = p.spec.gpu_model or "CPU"
-            pending_online[g].append(PendingPod(p.spec.name, p.spec.gpus if p.spec.gpu_model else p.spec.cpu_milli,
-                                                p.replaces is not None))
+            if j.status is JobStatus.PENDING and j.preferred_pool is not Pool.FIXED:
+                pending_training[j.gpu_model or "CPU"] += 1
+        pending_online = observe.pending_online(self.backend, self.group_of_model)
         converting: dict[str, list[Converting]] = defaultdict(list)
         for r in self.records.values():
             converting[self.group_of[r.node]].append(Converting(r.node, r.direction))
-        return [GroupView(g, tuple(by_group[g]), None, pending_training[g], tuple(pending_online[g]),
+        return [GroupView(g, tuple(members[g]), None, pending_training[g], tuple(pending_online[g]),
                           tuple(converting[g]), "GPU" if self.groups[g].model else "millicore")
-                for g in sorted(by_group)]
+                for g in sorted(members)]
 
     def _lend(self, now: float) -> None:
         for d in decide_lending(self.group_views(now), now, self.cfg.lending):
@@ -238,44 +225,23 @@ class CoLocationSim:
                     self.records[node] = TransitionRecord(node, d.direction, started_at=now)
 
     # -- (5) the step machine -----------------------------------------------------------------
-    def node_now(self, name: str) -> NodeNow:
-        node = next(n for n in self.backend.nodes() if n.name == name) if not hasattr(self, "_node_index") \
-            else self.backend.nodes()[self._node_index[name]]
-        pods = []
-        for pod_name_ in node.pods:
-            p = self.backend.pod(pod_name_)
-            if p.kind == TRAINING:
-                pods.append(NodePod(pod_name_, PodKind.TRAINING))
-            else:
-                replacement = p.spec.labels.get(REPLACED_BY_LABEL)
-                if replacement is None:
-                    ready = False
-                else:
-                    r = self.backend.pod(replacement)
-                    pending = any(q.spec.name == replacement for q in self.backend.pending_pods())
-                    # gone (scaled away before it was needed) counts as ready: nothing to wait for
-                    ready = (r is not None and r.ready) or (r is None and not pending)
-                pods.append(NodePod(pod_name_, PodKind.INFERENCE, detached=p.detached_from is not None,
-                                    replacement_ready=ready))
-        return NodeNow(node.name, node.state, node.pool, tuple(pods))
-
     def _steps(self, now: float) -> None:
         if not self.records:
             return
-        if not hasattr(self, "_node_index"):
-            self._node_index = {n.name: i for i, n in enumerate(self.backend.nodes())}
         before = self.serving()
         per_group: Counter[str] = Counter(self.group_of[n] for n in self.records)
         self.metrics.max_converting = max(self.metrics.max_converting, max(per_group.values()))
+        pods = observe.PodIndex.of(self.backend)
         for name in sorted(self.records):
             record = self.records[name]
             for _ in range(MAX_STEPS_PER_TICK):
-                node = self.node_now(name)
-                action = next_action(record, node)
+                action = next_action(record, observe.node_now(self._node(name), pods))
                 self._execute(action, now)
+                if not isinstance(action, Wait):
+                    pods = observe.PodIndex.of(self.backend)  # the action changed the cluster
                 record = replace(record, step=action.step)
                 if isinstance(action, Done):
-                    if not self.node_now(name).state.normal:
+                    if not self._node(name).state.normal:
                         self.metrics.unnormal_after_done += 1
                     self.metrics.transitions[record.direction.value] += 1
                     del self.records[name]
@@ -299,7 +265,6 @@ class CoLocationSim:
         elif isinstance(action, DetachPod):
             rs = self.backend.pod(action.pod).replicaset
             self.detached[action.pod] = (rs, self.backend.detach_pod(action.pod))
-            self._detaches += 1
         elif isinstance(action, DeletePod):
             self.backend.evict(action.pod, "migrated: replacement ready")
             self.detached.pop(action.pod, None)
@@ -319,37 +284,17 @@ class CoLocationSim:
             return  # nothing arrived, finished or moved since the last cycle: it would decide the same
         self._dirty = False
         jobs = self.training.jobs
-        short: list[int] = []
+        pending = 0
         for j in list(jobs.values()):
             if j.status is not JobStatus.PENDING:
                 continue
-            choice = preferred_pool(j, now, self.cfg.lending, killed_by_take_back=j.id in self.killed_jobs)
-            if choice.preferred is not j.preferred_pool:
-                jobs[j.id] = replace(j, preferred_pool=choice.preferred)
-            if len(choice.pools) > 1:
-                short.append(j.id)
-        self._cycle()
-        # Short jobs that found no room on the co-location pool fall back to the fixed pool.
-        fallback = [i for i in short if i in jobs and jobs[i].status is JobStatus.PENDING]
-        if fallback and self._fixed_has_room():
-            for i in fallback:
-                jobs[i] = replace(jobs[i], preferred_pool=Pool.FIXED)
-            self._cycle(only_pending=set(fallback))
-            for i in fallback:
-                if i in jobs and jobs[i].status is JobStatus.PENDING:
-                    jobs[i] = replace(jobs[i], preferred_pool=Pool.COLOCATION)
-
-    def _fixed_has_room(self) -> bool:
-        return any(n.pool is Pool.FIXED and (sum(n.used_shares()) < n.gpu_count - 1e-6 if n.gpu_model
-                                             else n.cpu_used < n.cpu_milli)
-                   for n in self.backend.nodes())
-
-    def _cycle(self, only_pending: set[int] | None = None) -> None:
-        snap = self.training.snapshot()
-        if only_pending is not None:  # the others were just tried, and nothing was freed since
-            snap = replace(snap, jobs=tuple(j for j in snap.jobs if j.status is not JobStatus.PENDING
-                                            or j.id in only_pending))
-        result = schedule(snap, self.profile)
+            pending += 1
+            # co-location is a preference (the scheduler's colocation-first scorer falls back to the fixed
+            # pool), fixed is strict: the first pool of the choice says both
+            pool = preferred_pool(j, now, self.cfg.lending, killed_by_take_back=j.id in self.killed_jobs).pools[0]
+            if pool is not j.preferred_pool:
+                jobs[j.id] = replace(j, preferred_pool=pool)
+        result = schedule(self.training.snapshot(), self.profile)
         pools = None
         for d in result.decisions:
             if isinstance(d, Preempt):
@@ -357,9 +302,11 @@ class CoLocationSim:
             elif isinstance(d, Admit):
                 if pools is None:
                     pools = {n.name: n.pool for n in self.backend.nodes()}
+                pending -= 1
                 if pools[d.node] is Pool.COLOCATION:
                     self.metrics.started_lent += 1
         self.training.apply(result)
+        self._pending_jobs = pending
 
     # -- metrics ------------------------------------------------------------------------------
     def _measure(self, minute: int, now: float) -> None:

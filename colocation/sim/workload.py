@@ -7,11 +7,11 @@ import csv
 import hashlib
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cluster.backend import PodSpec
-from cluster.simulated.inference import InferenceLoad
+from cluster.simulated.inference import InferenceLoad, replicas_next
 from cluster.simulated.traces import alibaba_node
 from cluster.types import GpuShare, JobStatus, JobView, NodeState, NodeView, Pool
 from colocation.sim.config import GroupSpec, SimConfig
@@ -53,6 +53,61 @@ def build_nodes(cfg: SimConfig) -> list[NodeView]:
             node = alibaba_node(r, name=f"{g.name.lower()}-{r['sn'][-4:]}", state=state, pool=pool)
             out.append(node)
     return sorted(out, key=lambda n: n.name)
+
+
+def peak_replicas(cfg: SimConfig, services: list[Service], load: InferenceLoad) -> dict[str, int]:
+    """Per group, the most replicas its services hold at once over the run under the autoscaling rule
+    (`replicas_next`, the same utilization draws as the run) with unlimited room: new replicas serve from
+    the next minute (startup_s < a tick). Uses `load`'s noise draws: pass a fresh InferenceLoad."""
+    th = cfg.autoscale
+    replicas = [max(th.min_replicas, 2, round(load.replicas_for(load.qps(s.index, 0), th.expect_rate)))
+                for s in services]
+    history: list[list[float]] = [[] for _ in services]
+    peak: dict[str, int] = {}
+    for minute in range(cfg.minutes):
+        for s in services:
+            i = s.index
+            h = history[i]
+            h.append(load.utilization(i, minute, replicas[i]))
+            del h[:-max(th.in_minutes, th.out_minutes)]
+            n = replicas_next(h, replicas[i], th)
+            if n != replicas[i]:
+                replicas[i] = n
+                h.clear()
+        per_group: dict[str, int] = {}
+        for s in services:
+            key = s.group.model or "CPU"
+            per_group[key] = per_group.get(key, 0) + replicas[s.index]
+        for key, n in per_group.items():
+            peak[key] = max(peak.get(key, 0), n)
+    return peak
+
+
+def replicas_per_node(g: GroupSpec, shape: NodeView) -> int:
+    per_node = min(shape.cpu_milli // g.replica_cpu_milli, shape.memory_mib // g.replica_memory_mib)
+    if g.model:
+        if g.replica_request >= 1:
+            return min(per_node, shape.gpu_count // int(g.replica_request))
+        return min(per_node, shape.gpu_count * int(1.0 // g.replica_request + 1e-9))
+    return min(per_node, int(shape.cpu_milli // g.replica_request))
+
+
+def static_split(cfg: SimConfig, nodes: list[NodeView], peak: dict[str, int]) -> tuple[list[NodeView], dict[str, int]]:
+    """The static split baseline: per group, the online side gets enough nodes for the inference peak over
+    the run (`peak_replicas` of the same load the lending run serves, over the replicas one node holds); the
+    rest is the training side (fixed pool, offline-normal). Nodes never move."""
+    online: dict[str, int] = {}
+    out = []
+    for g in cfg.groups:
+        key = g.model or "CPU"
+        mine = sorted((n for n in nodes if n.resource_group == key), key=lambda n: n.name)
+        online[key] = min(len(mine), ceil_div(peak.get(key, 0), max(1, replicas_per_node(g, mine[0]))))
+        for i, n in enumerate(mine):
+            if i < online[key]:
+                out.append(replace(n, state=NodeState.ONLINE_NORMAL, pool=Pool.COLOCATION))
+            else:
+                out.append(replace(n, state=NodeState.OFFLINE_NORMAL, pool=Pool.FIXED))
+    return sorted(out, key=lambda n: n.name), online
 
 
 def group_capacity(nodes: list[NodeView], g: GroupSpec, pool: Pool | None = None) -> float:

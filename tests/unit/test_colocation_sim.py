@@ -40,3 +40,30 @@ def test_training_only_on_offline_nodes_and_figures_in_range(sim):
             assert nodes[p.node].state.offline
     f = sim.metrics.summary(1)
     assert 0 <= f["lent_share"] <= 1 and 0 <= f["kill_rate"] <= 1 and sim.metrics.finished > 0
+
+
+@pytest.fixture(scope="module")
+def static():
+    s = CoLocationSim(SimConfig(Path(TRACES_DIR), days=1, training_load=0.1, lend=False).small())
+    s.run()
+    return s
+
+
+def test_static_split_sizes_the_online_side_for_the_inference_peak_and_never_moves(static):
+    m = static.metrics
+    assert sum(m.transitions.values()) == 0 and m.killed == 0
+    for g, n in static.static_online.items():
+        assert 0 < n < sum(1 for node in static.backend.nodes() if node.resource_group == g)
+        assert set(m.online_nodes[g]) == {n}
+    assert m.summary(1)["online_pending_minutes"] == 0  # enough online nodes for the peak
+    nodes = {n.name: n for n in static.backend.nodes()}
+    for p in static.backend.pods():
+        if p.kind == "training":
+            assert nodes[p.node].pool is Pool.FIXED and nodes[p.node].state is static.initial[p.node][0]
+    assert m.finished > 0 and m.summary(1)["lent_share"] == 0
+
+
+def test_both_runs_serve_the_same_load_and_jobs(sim, static):
+    assert [a.job.name for a in sim.arrivals] == [a.job.name for a in static.arrivals]
+    assert [s.name for s in sim.services] == [s.name for s in static.services]
+    assert static.load.qps(0, 600) == sim.load.qps(0, 600)
