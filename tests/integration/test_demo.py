@@ -49,7 +49,8 @@ def _free_port() -> int:
 
 def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path):
     port = _free_port()
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}", "TIDAL_RUN_DIR": str(tmp_path)}
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}", "TIDAL_RUN_DIR": str(tmp_path),
+           "TIDAL_REDIS_NAMESPACE": f"test-up-{port}"}  # not the keys of a demo running on this machine
     up = subprocess.Popen([sys.executable, "manage.py", "up", "--port", str(port), "--exit-after", "120"], cwd=ROOT,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
