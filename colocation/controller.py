@@ -16,6 +16,7 @@ from cluster.simulated import store
 from cluster.types import GpuShare, Pool
 from colocation import observe, services
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
+from colocation.selectors import node_views
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
     SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,
@@ -190,7 +191,5 @@ def _persist(record: NodeTransition, action, now: float, report: LendingReport) 
 
 def run_lending_tick(*, redis, namespace: str, profile: LendingProfile) -> LendingReport | None:
     """One lending tick on the live simulated cluster, unless another loop holds the cluster lock (then None)."""
-    from colocation.selectors import node_views
-
     with store.session(redis, namespace, node_views) as cluster:
         return None if cluster is None else lending_tick(backend=cluster, now=time.time(), profile=profile)

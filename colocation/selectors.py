@@ -1,6 +1,9 @@
 """Reads for the colocation app."""
+from django.conf import settings
+
 from cluster import types as ct
 from colocation.models import Node
+from colocation.policy import LendingProfile
 
 
 def node_views() -> list[ct.NodeView]:
@@ -13,3 +16,8 @@ def node_views() -> list[ct.NodeView]:
         )
         for n in Node.objects.select_related("resource_group", "gpu_model")
     ]
+
+
+def lending_profile() -> LendingProfile:
+    """The one lending profile of the live loops (busy windows and the night rule in the site's time zone)."""
+    return LendingProfile(tz=settings.TIME_ZONE)

@@ -4,12 +4,12 @@ from django.conf import settings
 from redis import Redis
 
 from colocation import controller
-from colocation.policy import LendingProfile
+from colocation.selectors import lending_profile
 
 
 @shared_task(name="colocation.lending_tick", ignore_result=True)
 def lending_tick() -> dict | None:
     report = controller.run_lending_tick(redis=Redis.from_url(settings.REDIS_URL),
                                          namespace=settings.TIDAL_REDIS_NAMESPACE,
-                                         profile=LendingProfile(tz=settings.TIME_ZONE))
+                                         profile=lending_profile())
     return report and report.__dict__

@@ -20,7 +20,8 @@ from cluster.simulated import store
 from cluster.simulated.store import RUNTIME_LABEL
 from cluster.types import Allocation, GpuShare, Pool, JobStatus as JS, JobView, QuotaKind as QK, QuotaView, Snapshot
 from colocation.policy.pools import preferred_pool
-from colocation.policy.profile import DEFAULT as LENDING
+from colocation.policy import LendingProfile
+from colocation.selectors import lending_profile, node_views
 from scheduler.models import Decision, Framework, GPUModel, JobRun, JobStatus, Quota, TrainingJob
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
@@ -193,11 +194,11 @@ def _past_run_times(jobs: list[TrainingJob]) -> dict[str, list[float]]:
     return times
 
 
-def with_pool(view: JobView, now: float, past_run_s: list[float]) -> JobView:
+def with_pool(view: JobView, now: float, profile: LendingProfile, past_run_s: list[float]) -> JobView:
     """A pending job's pool (SPEC §4): fixed when killed by a take-back or long, else co-location first."""
     if view.status is not JS.PENDING or view.preferred_pool is Pool.FIXED:
         return view
-    choice = preferred_pool(view, now, LENDING, past_run_s=past_run_s)
+    choice = preferred_pool(view, now, profile, past_run_s=past_run_s)
     return replace(view, preferred_pool=choice.pools[0])
 
 
@@ -207,7 +208,7 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
         .select_related("department", "framework", "gpu_model", "assigned_gpu_model", "node")
     )
     runs = {run.job_id: run for run in JobRun.objects.filter(job__in=jobs, ended_at__isnull=True)}
-    past = _past_run_times([j for j in jobs if j.status == JobStatus.PENDING])
+    past, pools = _past_run_times([j for j in jobs if j.status == JobStatus.PENDING]), lending_profile()
     quotas = [
         QuotaView(q.department.name, q.resource, float(q.own), float(q.borrowed))
         for q in Quota.objects.select_related("department", "gpu_model")
@@ -217,7 +218,7 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
         certified[str(framework)] = frozenset(m.name for m in framework.certified_on.all())
     return Snapshot(
         now=now, nodes=backend.nodes(), quotas=tuple(quotas),
-        jobs=tuple(with_pool(job_view(j, runs.get(j.pk)), now, past.get(j.task_key, [])) for j in jobs),
+        jobs=tuple(with_pool(job_view(j, runs.get(j.pk)), now, pools, past.get(j.task_key, [])) for j in jobs),
         certified=certified, gpu_models=tuple(GPUModel.objects.values_list("name", flat=True)),
     )
 
@@ -319,7 +320,5 @@ def _record_pending(decisions: list[StillPending]) -> None:
 
 def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | None:
     """One tick on the live simulated cluster, unless another loop holds the cluster lock (then None)."""
-    from colocation.selectors import node_views
-
     with store.session(redis, namespace, node_views) as cluster:
         return None if cluster is None else scheduler_tick(backend=cluster, now=time.time(), profile=profile)

@@ -8,7 +8,6 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from cluster.backend import PodSpec
 from cluster.simulated.inference import InferenceLoad, replicas_next
