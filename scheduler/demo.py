@@ -1,6 +1,5 @@
 """The embedded demo: a cluster from the Alibaba 2023 node list, departments shaped like Helios quotas,
 frameworks, and accounts to sign in with. Idempotent: loading twice changes nothing."""
-import csv
 import math
 from dataclasses import dataclass
 from decimal import Decimal
@@ -9,7 +8,8 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from cluster.simulated.traces import load_alibaba_nodes
+from cluster.simulated.alibaba import read_nodes as read_alibaba_nodes
+from cluster.simulated.traces import helios_shares
 from cluster import types as ct
 from colocation.models import Node, NodeState, Pool, ResourceGroup
 from scheduler.models import Department, Framework, GPUModel, Membership, Quota
@@ -57,17 +57,15 @@ class DemoSummary:
 
 def department_shares(helios_csv: Path, count: int) -> list[float]:
     """The `count` largest virtual-cluster quotas on Helios Earth's last day, as shares summing to 1."""
-    with open(helios_csv, newline="") as f:
-        last = list(csv.DictReader(f))[-1]
-    sizes = sorted((int(v) for k, v in last.items() if k.startswith("vc")), reverse=True)[:count]
-    return [s / sum(sizes) for s in sizes]
+    top = list(helios_shares(helios_csv).values())[:count]
+    return [share / sum(top) for share in top]
 
 
 def read_nodes(traces_dir: Path, every: int) -> tuple[list[ct.NodeView], str]:
     path = traces_dir / NODE_LIST
     if not path.exists():
         return BUILT_IN_NODES, f"built-in cluster ({path} not found)"
-    nodes = load_alibaba_nodes(path)
+    nodes = read_alibaba_nodes(path)
     return nodes[::every], f"{path} (1 node in {every})"
 
 

@@ -9,11 +9,9 @@ Mapping (the trace has no departments, frameworks or GPU models for its pods):
 - arrivals: from TIDAL_DEMO_TRACE_START_S on (day 120, where the trace is dense), inter-arrival times divided
   by speed-up × load factor: the demo cluster holds 1 node in 10 and the trace alone would never contend it.
 """
-import csv
 import itertools
 import time
 import zlib
-from dataclasses import dataclass
 from functools import lru_cache
 from decimal import Decimal
 from pathlib import Path
@@ -21,6 +19,8 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from cluster.simulated import alibaba
+from cluster.simulated.alibaba import PodRow
 from cluster.simulated.store import RUNTIME_LABEL
 from colocation.models import Node
 from scheduler import services
@@ -32,47 +32,34 @@ STATE_KEY = "demo-workload"  # Redis hash under the instance's namespace: starte
 MIN_RUNTIME_S, MAX_RUNTIME_S, NEVER_RAN_S = 120.0, 7200.0, 300.0
 
 
-@dataclass(frozen=True)
-class TracePod:
-    name: str
-    cpu_milli: int
-    memory_mib: int
-    gpus: Decimal
-    created_s: int
-    run_time_s: float | None
-
-
 @lru_cache(maxsize=2)
-def read_pods(path: Path) -> list[TracePod]:
-    with open(path, newline="") as f:
-        return [_pod(row) for row in csv.DictReader(f)]
+def read_pods(path: Path) -> tuple[PodRow, ...]:
+    """The validated pod list (cluster/simulated/alibaba.py), read once per file."""
+    return alibaba.read_pods(path).pods
 
 
-def _pod(row: dict[str, str]) -> TracePod:
-    num_gpu, milli = int(row["num_gpu"]), int(row["gpu_milli"] or 0)
-    gpus = Decimal(num_gpu) if num_gpu != 1 else Decimal(milli) / 1000
-    scheduled, deleted = row["scheduled_time"], row["deletion_time"]
-    run = int(deleted) - int(scheduled) if scheduled and deleted else None
-    return TracePod(row["name"], int(row["cpu_milli"]), int(row["memory_mib"]), gpus, int(row["creation_time"]), run)
+def run_time_s(pod: PodRow) -> float | None:
+    return pod.deletion - pod.scheduled if pod.scheduled is not None and pod.deletion is not None else None
 
 
 def _pick(name: str, options: list):
     return options[zlib.crc32(name.encode()) % len(options)]
 
 
-def submit_pod(pod: TracePod, *, speedup: float) -> bool:
+def submit_pod(pod: PodRow, *, speedup: float) -> bool:
     """Submit one trace pod as a job; False when the demo cluster can never run it (told, not hidden)."""
     department = _pick(pod.name, list(Department.objects.order_by("name")))
     models = sorted(set(Node.objects.exclude(gpu_model=None).values_list("gpu_model__name", flat=True)))
     gpu_model = GPUModel.objects.get(name=_pick(pod.name, models)) if pod.gpus > 0 and models else None
     member = Membership.objects.filter(department=department).order_by("id").first()
     submitter = member.user if member else get_user_model().objects.filter(is_staff=True).order_by("id").first()
-    run_s = pod.run_time_s / speedup if pod.run_time_s is not None else NEVER_RAN_S
+    run = run_time_s(pod)
+    run_s = run / speedup if run is not None else NEVER_RAN_S
     try:
         services.job_submit(
             submitter=submitter, department=department, name=pod.name, image="registry.local/trace-replay:1",
             command=f"replay {pod.name}", framework=Framework.objects.get(name="pytorch", version="2.1"),
-            gpu_model=gpu_model, gpus=pod.gpus if gpu_model else Decimal(0), cpu_milli=pod.cpu_milli,
+            gpu_model=gpu_model, gpus=Decimal(str(pod.gpus)) if gpu_model else Decimal(0), cpu_milli=pod.cpu_milli,
             memory_mib=pod.memory_mib, task_key=f"trace/{pod.name}",
             annotations={RUNTIME_LABEL: f"{min(max(run_s, MIN_RUNTIME_S), MAX_RUNTIME_S):.0f}"},
         )
@@ -89,13 +76,13 @@ def demo_submit_due(*, redis, namespace: str, now: float | None = None) -> int:
     now = time.time() if now is None else now
     speedup, compress = float(settings.TIDAL_DEMO_SPEEDUP), settings.TIDAL_DEMO_SPEEDUP * settings.TIDAL_DEMO_LOAD_FACTOR
     trace = read_pods(path)
-    first = next((i for i, p in enumerate(trace) if p.created_s >= settings.TIDAL_DEMO_TRACE_START_S), 0)
-    start_s = trace[first].created_s  # the demo's t=0 is the first pod from the start day on
+    first = next((i for i, p in enumerate(trace) if p.creation >= settings.TIDAL_DEMO_TRACE_START_S), 0)
+    start_s = trace[first].creation  # the demo's t=0 is the first pod from the start day on
     key = f"{namespace}:{STATE_KEY}"
     redis.hsetnx(key, "started_at", now)
     redis.hsetnx(key, "next", first)
     started, cursor = float(redis.hget(key, "started_at")), int(redis.hget(key, "next"))
-    pods = itertools.takewhile(lambda p: (p.created_s - start_s) / compress <= now - started, trace[cursor:])
+    pods = itertools.takewhile(lambda p: (p.creation - start_s) / compress <= now - started, trace[cursor:])
     due = list(itertools.islice(pods, settings.TIDAL_DEMO_MAX_PER_TICK))
     submitted = sum(submit_pod(p, speedup=speedup) for p in due)
     redis.hset(key, "next", cursor + len(due))

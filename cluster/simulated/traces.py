@@ -1,4 +1,6 @@
-"""Build simulated nodes from public traces (read in place, never copied into the repo)."""
+"""Build simulated nodes and quotas from public traces (read in place, never copied into the repo).
+
+Validated Alibaba node and pod lists: cluster/simulated/alibaba.py."""
 
 from __future__ import annotations
 
@@ -10,16 +12,6 @@ from cluster.types import NodeState, NodeView, Pool
 CPU_GROUP = "CPU"
 
 
-def load_alibaba_nodes(path: str | Path, *, state: NodeState = NodeState.OFFLINE_NORMAL,
-                       pool: Pool = Pool.COLOCATION) -> list[NodeView]:
-    """Nodes from the Alibaba GPU 2023 node list (`sn,cpu_milli,memory_mib,gpu,model`).
-
-    An empty model is a CPU-only node. The resource group is the GPU model (or "CPU").
-    """
-    with open(path, newline="") as f:
-        return [alibaba_node(row, state=state, pool=pool) for row in csv.DictReader(f)]
-
-
 def alibaba_node(row: dict[str, str], *, name: str | None = None,
                  state: NodeState = NodeState.OFFLINE_NORMAL, pool: Pool = Pool.COLOCATION) -> NodeView:
     model = row["model"].strip() or None
@@ -27,3 +19,13 @@ def alibaba_node(row: dict[str, str], *, name: str | None = None,
     return NodeView(name=name or row["sn"], resource_group=model or CPU_GROUP, gpu_model=model,
                     gpu_count=gpus, cpu_milli=int(row["cpu_milli"]), memory_mib=int(row["memory_mib"]),
                     pool=pool, state=state)
+
+
+def helios_shares(path: str | Path) -> dict[str, float]:
+    """GPU quota shares of the Helios Earth virtual clusters on the last day of the file (VCs with a quota),
+    largest first."""
+    with open(path, newline="") as f:
+        last = list(csv.DictReader(f))[-1]
+    sizes = {k: float(v) for k, v in last.items() if k.startswith("vc") and v and float(v) > 0}
+    total = sum(sizes.values())
+    return {k: v / total for k, v in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))}

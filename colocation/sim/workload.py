@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from cluster.backend import PodSpec
 from cluster.simulated.inference import InferenceLoad, replicas_next
+from cluster.simulated.alibaba import read_pods
 from cluster.simulated.traces import alibaba_node
 from cluster.types import GpuShare, JobStatus, JobView, NodeState, NodeView, Pool
 from colocation.sim.config import GroupSpec, SimConfig
@@ -169,18 +170,13 @@ def build_jobs(cfg: SimConfig, nodes: list[NodeView], start: float) -> tuple[lis
     to the CPU group; GPU pods by hash, weighted by group GPUs; >2 GPUs need an 8-GPU group), replicated
     (copies jittered by up to +-JITTER_S/2: the trace comes in bursts) so each group's offered load is `training_load` of its capacity.
     Expected run time = the trace's run time (a perfect profile). Returns arrivals and the factors."""
-    with open(cfg.traces / ALIBABA / POD_FILE, newline="") as f:
-        rows = list(csv.DictReader(f))
     pods = []
-    for r in rows:
-        created, deleted = float(r["creation_time"]), float(r["deletion_time"])
-        sched = float(r["scheduled_time"]) if r["scheduled_time"] else created
-        run = deleted - sched
-        if run <= 0:
-            continue
-        n = int(r["num_gpu"])
-        gpus = int(r["gpu_milli"]) / 1000 if n == 1 else float(n)
-        pods.append((created, r["name"], gpus, int(r["cpu_milli"]), int(r["memory_mib"]), run))
+    for p in read_pods(cfg.traces / ALIBABA / POD_FILE).pods:
+        if p.creation is None or p.deletion is None:
+            continue  # never ended in the trace: no run time to replay
+        run = p.deletion - (p.scheduled if p.scheduled is not None else p.creation)
+        if run > 0:
+            pods.append((p.creation, p.name, p.gpus, p.cpu_milli, p.memory_mib, run))
     span = cfg.days * 86400
     pods.sort()
     # densest window by count of creations

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from scheduler.replay import mapping as mp
 from scheduler.replay.engine import Options, PolicyRun, Setup, build_setup, run_policies
-from scheduler.replay.trace import TraceError, read_nodes, read_pods
+from cluster.simulated.alibaba import TraceError, read_nodes, read_pods
+from cluster.simulated.traces import helios_shares
 
 DEFAULT_POLICIES = ("tidal", "fifo", "quota-borrowing")
 
@@ -37,7 +38,7 @@ def load(nodes_csv: str | Path, pods_csv: str | Path, quota_csv: str | Path | No
     pods = read_pods(pods_csv)
     if quota_csv is not None:
         try:
-            shares = mp.helios_shares(quota_csv)
+            shares = helios_shares(quota_csv)
         except (OSError, ValueError, IndexError, KeyError) as e:
             raise TraceError(quota_csv, 0, f"cannot read department quotas: {e}") from None
     else:

@@ -34,7 +34,7 @@ from scheduler.bench import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, StillPending, get_profile, schedule
 from scheduler.replay import mapping as mp
 from scheduler.replay.metrics import CAPACITY_REASONS, JobRecord, Recorder
-from scheduler.replay.trace import PodRow, PodTrace, Shapes, Unplaceable, unplaceable
+from cluster.simulated.alibaba import PodRow, PodTrace, Shapes, Unplaceable, unplaceable
 
 Progress = Callable[[float], None]  # called with an absolute progress value
 

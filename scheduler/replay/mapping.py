@@ -21,29 +21,18 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from cluster.types import JobStatus, JobView, NodeView, QuotaView, capacity_by_resource
-from scheduler.replay.trace import PodRow
+from cluster.simulated.alibaba import PodRow
 
 ANY_FRAMEWORK = "any"
 BEST_EFFORT_SUFFIX = "/be"
 OWN_QOS = frozenset({"LS", "Guaranteed", ""})
 MIN_RUN_S = 1.0
-
-
-def helios_shares(path: str | Path) -> dict[str, float]:
-    """GPU quota shares of the Helios Earth virtual clusters on the last day of the file (VCs with a quota)."""
-    with open(path, newline="") as f:
-        last = list(csv.DictReader(f))[-1]
-    sizes = {k: float(v) for k, v in last.items() if k.startswith("vc") and v and float(v) > 0}
-    total = sum(sizes.values())
-    return {k: v / total for k, v in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
 def equal_shares(count: int) -> dict[str, float]:

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from scheduler.replay import Options, mapping as mp
 from scheduler.replay.engine import build_setup
-from scheduler.replay.trace import read_nodes, read_pods
+from cluster.simulated.alibaba import read_nodes, read_pods
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.replay import Options, load, mapping as mp
-from scheduler.replay.trace import TraceError, read_nodes, read_pods
+from cluster.simulated.traces import helios_shares
+from cluster.simulated.alibaba import TraceError, read_nodes, read_pods
 from tests.unit.replay_fixtures import NODE_HEADER, POD_HEADER, cluster, pod, setup_for, write
 
 
@@ -49,7 +50,7 @@ def read_nodes_fixture():
 
 def test_helios_shares_come_from_the_last_day(tmp_path):
     csv = write(tmp_path / "earth.csv", "date,vcA,vcB,vcC,total", ["2020-04-01,10,10,0,20", "2020-04-02,30,10,0,40"])
-    assert mp.helios_shares(csv) == {"vcA": 0.75, "vcB": 0.25}
+    assert helios_shares(csv) == {"vcA": 0.75, "vcB": 0.25}
 
 
 def test_untimed_pod_list_runs_the_inflate_experiment(tmp_path):

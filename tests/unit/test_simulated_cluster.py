@@ -4,7 +4,8 @@ import pytest
 
 from cluster.backend import BackendError, EventKind, PodSpec
 from cluster.clock import VirtualClock
-from cluster.simulated import SimulatedCluster, load_alibaba_nodes
+from cluster.simulated import SimulatedCluster
+from cluster.simulated.alibaba import read_nodes
 from cluster.types import GpuShare, NodeState, Resources
 from tests.unit.builders import NodeBuilder
 
@@ -91,7 +92,7 @@ def test_virtual_clock_never_goes_back():
 def test_alibaba_loader(tmp_path):
     csv = tmp_path / "nodes.csv"
     csv.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,0,\nn1,96000,393216,8,G2\n")
-    cpu, gpu = load_alibaba_nodes(csv)
+    cpu, gpu = read_nodes(csv)
     assert (cpu.gpu_model, cpu.gpu_count, cpu.resource_group) == (None, 0, "CPU")
     assert (gpu.name, gpu.gpu_model, gpu.gpu_count, gpu.cpu_milli, gpu.memory_mib) == ("n1", "G2", 8, 96000, 393216)
     assert gpu.state is NodeState.OFFLINE_NORMAL

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from scheduler.policy import PROFILES
 from scheduler.replay import DEFAULT_POLICIES, Options, TraceError, load, replay
 from scheduler.replay.report import summary_json
-from scheduler.replay.trace import trace_name
+from cluster.simulated.alibaba import trace_name
 
 ALIBABA = "alibaba-gpu-2023"
 
