@@ -36,6 +36,11 @@ DETACHED_FROM_LABEL = "tidal.io/detached-from"
 REPLACED_BY_LABEL = "tidal.io/replaced-by"
 REPLACES_LABEL = "tidal.io/replaces"
 RESOURCE_GROUP_LABEL = "tidal.io/resource-group"  # every node matches it in a node selector
+# Who a pod works for; the metrics exporter turns them into kube_pod_labels, the profile pipeline keys by them.
+JOB_LABEL = "tidal.io/job"  # TrainingJob id
+RUN_LABEL = "tidal.io/run"  # JobRun attempt
+TASK_LABEL = "tidal.io/task"  # TrainingJob task_key (all runs of the same job)
+SERVICE_LABEL = "tidal.io/service"  # InferenceService name
 
 
 class BackendError(Exception):

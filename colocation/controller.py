@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 from django.db import transaction
 
-from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, ClusterBackend, PodSpec
+from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, SERVICE_LABEL, ClusterBackend, PodSpec
 from cluster.simulated import store
 from cluster.types import GpuShare, Pool
 from colocation import observe, services
@@ -66,7 +66,8 @@ def replica_template(service: InferenceService) -> PodSpec:
     shares = (GpuShare(0, gpus),) if 0 < gpus <= 1 else tuple(GpuShare(i, 1.0) for i in range(int(gpus)))
     return PodSpec(name=service.name, job_id=None, gpu_model=service.gpu_model.name if shares else None,
                    gpu_shares=shares, cpu_milli=service.cpu_milli_per_replica,
-                   memory_mib=service.memory_mib_per_replica, labels={KIND_LABEL: INFERENCE})
+                   memory_mib=service.memory_mib_per_replica,
+                   labels={KIND_LABEL: INFERENCE, SERVICE_LABEL: service.name})
 
 
 def apply_services(backend: ClusterBackend) -> None:

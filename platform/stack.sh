@@ -180,7 +180,8 @@ start_prometheus() {
   mkdir -p "$RUN/prometheus"
   spawn prometheus prometheus --config.file="$ROOT/platform/prometheus.yml" \
     --storage.tsdb.path="$RUN/prometheus" --storage.tsdb.retention.time=2d \
-    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" --web.enable-lifecycle
+    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" --web.enable-lifecycle \
+    --web.enable-remote-write-receiver
   wait_ready prometheus "http_ready $PROMETHEUS_PORT"
 }
 

@@ -15,7 +15,9 @@ from decimal import Decimal
 from django.db import transaction
 from django.db.models import Max
 
-from cluster.backend import BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec
+from cluster.backend import (
+    JOB_LABEL, RUN_LABEL, TASK_LABEL, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
+)
 from cluster.simulated import store
 from cluster.simulated.store import RUNTIME_LABEL
 from cluster.types import Allocation, GpuShare, Pool, JobStatus as JS, JobView, QuotaKind as QK, QuotaView, Snapshot
@@ -251,7 +253,9 @@ def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> None:
 
 def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
     job, run = _record_admission(decision, now)
-    labels = {RUNTIME_LABEL: job.annotations[RUNTIME_LABEL]} if RUNTIME_LABEL in job.annotations else {}
+    labels = {JOB_LABEL: str(job.pk), RUN_LABEL: str(run.attempt), TASK_LABEL: job.task_key}
+    if RUNTIME_LABEL in job.annotations:
+        labels[RUNTIME_LABEL] = job.annotations[RUNTIME_LABEL]
     spec = PodSpec(name=run.pod, job_id=job.pk, gpu_model=decision.gpu_model, gpu_shares=decision.gpu_shares,
                    cpu_milli=decision.rightsized.cpu_request_milli, memory_mib=decision.rightsized.memory_mib,
                    labels=labels)

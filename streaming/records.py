@@ -1,0 +1,107 @@
+"""The records on the pipeline's topics: JSON objects whose keys are these dataclasses' fields.
+
+Times are epoch milliseconds (ints). Utilizations are fractions (0..1 of what the pod requested,
+GPU utilization 0..1 of the GPUs it holds). A field the source does not have is null (a CPU-only
+pod has no GPU fields; a training pod has no request-rate fields). The Flink job's SQL tables use
+exactly these field names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PodSample:
+    """One pod at one step (topic metrics.pods, key = pod). Built by the publisher from PromQL."""
+
+    ts: int  # epoch ms, a multiple of the publisher's step
+    namespace: str
+    pod: str
+    job: int | None = None  # TrainingJob id (pod label tidal.io/job)
+    run: int | None = None  # JobRun attempt (pod label tidal.io/run)
+    service: str | None = None  # InferenceService name (pod label tidal.io/service)
+    gpu_util: float | None = None  # mean DCGM_FI_DEV_GPU_UTIL over its GPUs / 100
+    gpu_mem_used_mib: float | None = None  # sum DCGM_FI_DEV_FB_USED
+    gpu_mem_free_mib: float | None = None  # sum DCGM_FI_DEV_FB_FREE
+    cpu_cores: float | None = None  # rate(container_cpu_usage_seconds_total), summed over containers
+    mem_bytes: float | None = None  # container_memory_working_set_bytes, summed over containers
+    req_gpus: float | None = None  # kube_pod_container_resource_requests{resource="nvidia_com_gpu"}
+    req_cpu_cores: float | None = None  # ...{resource="cpu"}
+    req_mem_bytes: float | None = None  # ...{resource="memory"}
+    qps: float | None = None  # rate(istio_requests_total)
+    errors_per_s: float | None = None  # rate(istio_requests_total{response_code=~"5.."})
+    latency_mean_ms: float | None = None  # rate(_sum) / rate(_count) of istio_request_duration_milliseconds
+    latency_p99_ms: float | None = None  # histogram_quantile(0.99, ... _bucket)
+
+
+@dataclass(frozen=True, slots=True)
+class JobMinute:
+    """A training run over one event-time minute (topic profiles.job-minute, key = job).
+
+    Means are over the run's (pod, step) samples in the window, each counted once however often
+    it was delivered; peaks are their maxima. Utilization = used / requested."""
+
+    job: int
+    run: int
+    window_start: int  # epoch ms
+    window_end: int
+    samples: int
+    gpu_util_mean: float | None
+    gpu_util_peak: float | None
+    gpu_mem_util_mean: float | None  # FB used / (used + free)
+    gpu_mem_util_peak: float | None
+    cpu_util_mean: float | None  # cpu_cores / req_cpu_cores
+    cpu_util_peak: float | None
+    mem_util_mean: float | None  # mem_bytes / req_mem_bytes
+    mem_util_peak: float | None
+    cpu_cores_mean: float | None  # absolute, for right-sizing (SPEC §1)
+    cpu_cores_peak: float | None
+    req_gpus: float | None
+    req_cpu_cores: float | None
+    req_mem_bytes: float | None
+    emitted_at: int  # epoch ms when Flink closed the window (the lag is measured from here)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceMinute:
+    """An inference service over one event-time minute (topic profiles.service-minute, key = service)."""
+
+    service: str
+    window_start: int
+    window_end: int
+    samples: int
+    replicas: int  # distinct pods seen in the minute
+    gpu_util_mean: float | None  # mean over its pods' samples
+    cpu_util_mean: float | None
+    qps: float | None  # requests/s of the whole service (sum over pods, mean over steps)
+    errors_per_s: float | None
+    latency_mean_ms: float | None  # request-weighted mean over pods
+    latency_p99_ms: float | None  # max of the pods' p99 (an upper bound of the service's p99)
+    emitted_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class LateSample:
+    """A PodSample Flink dropped because its minute had closed > 2 min before (topic metrics.late)."""
+
+    ts: int
+    pod: str
+    job: int | None
+    run: int | None
+    service: str | None
+    emitted_at: int
+
+
+def encode(record: Any) -> bytes:
+    return json.dumps(asdict(record), separators=(",", ":")).encode()
+
+
+def decode(cls: type[T], raw: bytes | str | dict) -> T:
+    """A record from its JSON (unknown keys ignored, missing optional keys null)."""
+    data = raw if isinstance(raw, dict) else json.loads(raw)
+    return cls(**{f.name: data.get(f.name) for f in fields(cls)})  # type: ignore[arg-type]
