@@ -2,6 +2,7 @@
 import os
 from pathlib import Path
 
+from celery.schedules import crontab
 import dj_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -150,6 +151,17 @@ if TIDAL_DEMO_WORKLOAD:
 KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090")
 PUSHGATEWAY_URL = os.environ.get("PUSHGATEWAY_URL", "http://127.0.0.1:9091")
+
+# The profile pipeline (SPEC §2): exporter -> Prometheus -> publisher -> Kafka -> Flink -> Kafka -> sink.
+TIDAL_TOPIC_PREFIX = os.environ.get("TIDAL_TOPIC_PREFIX", "tidal")  # streaming.topics.Topics(prefix)
+TIDAL_EXPORTER_PORT = int(os.environ.get("TIDAL_EXPORTER_PORT", "9108"))  # simulated cluster's /metrics
+TIDAL_METRICS_STEP_S = int(os.environ.get("TIDAL_METRICS_STEP_S", "5"))  # one PodSample per pod per step
+TIDAL_PUBLISHER_INTERVAL_S = float(os.environ.get("TIDAL_PUBLISHER_INTERVAL_S", "10"))
+TIDAL_PUBLISHER_DELAY_S = int(os.environ.get("TIDAL_PUBLISHER_DELAY_S", "10"))  # let scrapes land first
+PROMETHEUS_SD_DIR = os.environ.get("PROMETHEUS_SD_DIR", str(BASE_DIR / ".run" / "prometheus-sd" / "targets"))
+CELERY_BEAT_SCHEDULE["task-profiles-daily"] = {
+    "task": "profiling.task_profiles_daily", "schedule": crontab(hour=3, minute=0),
+}
 
 LOGGING = {
     "version": 1,
