@@ -1,0 +1,51 @@
+"""Serve the live simulated cluster's per-pod metrics (cluster/simulated/metrics.py) for Prometheus.
+
+Read-only: each scrape loads the cluster the control loops keep in Redis (store.load, without the cluster
+lock), so a scrape never delays a tick and never writes; until a tick has stored a cluster there are no pod
+series. The exporter registers itself through a Prometheus file_sd target file."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from cluster.simulated import store
+from cluster.simulated.metrics import ClusterState, PodMetricsCollector, TraceShapes
+
+TARGET_NAME = "cluster-exporter"  # <sd dir>/cluster-exporter.json
+
+
+def redis_source(redis, namespace: str) -> Callable[[], ClusterState | None]:
+    """The pods and nodes of the cluster stored under `namespace`, read afresh on every call."""
+    def read() -> ClusterState | None:
+        cluster = store.load(redis, namespace)
+        return None if cluster is None else (cluster.pods(), cluster.nodes())
+    return read
+
+
+def serve(source: Callable[[], ClusterState | None], shapes: TraceShapes, port: int,
+          addr: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
+    """Start serving /metrics in a daemon thread (port 0: any free port, see server.server_port)."""
+    registry = CollectorRegistry()
+    registry.register(PodMetricsCollector(source, shapes))
+    return start_http_server(port, addr=addr, registry=registry)
+
+
+def target_file(sd_dir: str | Path, name: str = TARGET_NAME) -> Path:
+    return Path(sd_dir) / f"{name}.json"
+
+
+def register_target(sd_dir: str | Path, port: int, name: str = TARGET_NAME, host: str = "127.0.0.1") -> Path:
+    """Write the file_sd target file atomically: Prometheus never reads a half-written one."""
+    path = target_file(sd_dir, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps([{"targets": [f"{host}:{port}"], "labels": {"service": name}}]))
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,429 @@
+"""Per-pod metrics of the simulated cluster under the real exporters' names (DCGM exporter, cAdvisor,
+kube-state-metrics, Istio), shaped by real per-pod series of the Alibaba GenAI serving trace (GenTD26).
+
+Every value is a closed-form function of (pod labels, pod name, start time, now): a scrape recomputes it,
+so counters are the integral of their rate since the pod started (monotonic across scrapes and exporter
+restarts) and a test can compute any value by hand. Pure: no Django; the trace is read in place, once.
+
+Trace containers -> pods. A container gives per-minute series (the mean of the minute's samples; gaps carry
+the last value, except QPS: the gateway only logs minutes with requests). A pod reads minute
+(now - started_at) // 60 of its container's series, wrapping around.
+- training: container and usage profile by a stable hash of the task label (else the pod name), so every
+  run of a task has the same shape; the profile sets the mean GPU utilization (0.10-0.95: some tasks leave
+  most of their GPUs idle, others use nearly all), the GPU-memory level and CPU/memory factors.
+- inference: container by hash of the pod name, with its real duty cycle, GPU memory and QPS; latency is
+  lognormal with a median that rises with load (QPS / capacity); 1% of requests fail with 500.
+GPU values are relative to what the pod holds: DCGM_FI_DEV_GPU_UTIL is how busy the pod keeps its share of
+that GPU (0-100); FB_USED + FB_FREE is its share of the GPU's framebuffer (MiB).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL, RUN_LABEL,
+                             SERVICE_LABEL, TASK_LABEL, PodView)
+from cluster.simulated.alibaba import TraceError
+from cluster.types import NodeView
+
+TRAINING_NAMESPACE = "tidal-training"
+INFERENCE_NAMESPACE = "tidal-inference"
+CONTAINER = "main"
+POD_LABELS = (JOB_LABEL, RUN_LABEL, TASK_LABEL, SERVICE_LABEL)  # exposed as kube_pod_labels
+
+DUTY_FILE = "pod_gpu_duty_cycle_anon.csv"  # value,timestamp_anon,container_ip: GPU util %
+MEMORY_FILE = "pod_gpu_memory_used_bytes_anon.csv"  # timestamp_anon,value,container_ip: bytes
+QPS_FILE = "qps.csv"  # timestamp_anon,value,container_ip,request_type
+GENERATIVE = "Generative Requests"  # the per-container rows (API rows have no container)
+MIN_TRACE_MINUTES = 60  # a shorter container has no usable shape
+
+MINUTE_MS = 60_000
+SCALE = 1_000_000  # series are kept in millionths: integrals are exact integers, so counters never step back
+MIB = 1 << 20
+FB_MIB = {"T4": 16384, "P100": 16384, "V100M16": 16384, "V100M32": 32768, "V100": 16384, "A10": 24576,
+          "G2": 24576, "G3": 32768, "P40": 24576, "RTX3090": 24576, "A100": 40960}  # as scheduler/demo.py
+DEFAULT_FB_MIB = 16384
+
+# Latency: lora_request_trace.csv exec times have median 23 s, p90 53 s. At the typical load (0.5) the
+# median is 2 x BASE = 24 s; sigma = ln(53/23) / 1.28.
+LATENCY_BUCKETS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 15000, 20000, 30000, 45000, 60000, 90000,
+                      120000, 300000, 600000)
+BASE_LATENCY_MS = 12_000.0
+LATENCY_SIGMA = 0.65
+MAX_LOAD = 0.9  # queueing caps the median at 10 x BASE
+ERROR_PER_MILLE = 10  # 1% of requests answer 500
+
+
+# -- series ------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, eq=False)
+class Series:
+    """A per-minute series that repeats; `integral` is O(1) through integer prefix sums."""
+
+    units: np.ndarray  # int64 per minute: value x SCALE
+    prefix: np.ndarray  # int64: prefix[k] = sum(units[:k])
+
+    @classmethod
+    def of(cls, values: Sequence[float] | np.ndarray) -> Series:
+        units = np.rint(np.asarray(values, dtype=float) * SCALE).astype(np.int64)
+        if units.size == 0 or units.min() < 0:
+            raise ValueError("a series needs at least one minute and no negative value")
+        return cls(units, np.concatenate(([0], np.cumsum(units))))
+
+    def __len__(self) -> int:
+        return int(self.units.size)
+
+    @property
+    def mean(self) -> float:
+        return int(self.prefix[-1]) / len(self) / SCALE
+
+    def at(self, elapsed_ms: int) -> float:
+        return int(self.units[elapsed_ms // MINUTE_MS % len(self)]) / SCALE
+
+    def integral(self, elapsed_ms: int) -> float:
+        """Integral of the series (value x seconds) over the first `elapsed_ms`."""
+        minute, rest_ms = divmod(elapsed_ms, MINUTE_MS)
+        cycles, i = divmod(minute, len(self))
+        exact = (cycles * int(self.prefix[-1]) + int(self.prefix[i])) * MINUTE_MS + int(self.units[i]) * rest_ms
+        return exact / (SCALE * 1000)  # exact int, correctly rounded division: monotonic in elapsed_ms
+
+
+# -- trace shapes ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, eq=False)
+class TrainingShape:
+    busy: Series  # GPU duty cycle / its maximum: 0..1
+    memory: Series  # GPU memory / its mean: ~1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ServingShape:
+    util: Series  # GPU duty cycle, 0..1
+    memory: Series  # GPU memory as a fraction of the framebuffer
+    qps: Series  # requests per second
+    latency_sum: Series  # qps x mean latency (ms)
+    buckets: tuple[Series, ...]  # qps x P(latency <= le), per LATENCY_BUCKETS_MS
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TraceShapes:
+    training: tuple[TrainingShape, ...]
+    serving: tuple[ServingShape, ...]
+
+
+def training_shape(duty_pct: Sequence[float], memory_bytes: Sequence[float]) -> TrainingShape:
+    duty, memory = np.asarray(duty_pct, dtype=float), np.asarray(memory_bytes, dtype=float)
+    return TrainingShape(Series.of(duty / duty.max()), Series.of(memory / memory.mean()))
+
+
+def median_latency_ms(qps: np.ndarray, capacity_qps: float) -> np.ndarray:
+    load = np.minimum(qps / capacity_qps, MAX_LOAD)
+    return BASE_LATENCY_MS / (1.0 - load)
+
+
+def serving_shape(duty_pct: Sequence[float], memory_fraction: Sequence[float], qps: Sequence[float],
+                  capacity_qps: float) -> ServingShape:
+    rate = np.asarray(qps, dtype=float)
+    median = median_latency_ms(rate, capacity_qps)
+    erf = np.vectorize(math.erf)
+    buckets = tuple(Series.of(rate * 0.5 * (1 + erf(np.log(le / median) / (LATENCY_SIGMA * math.sqrt(2)))))
+                    for le in LATENCY_BUCKETS_MS)
+    return ServingShape(util=Series.of(np.clip(np.asarray(duty_pct, dtype=float) / 100, 0, 1)),
+                        memory=Series.of(np.clip(memory_fraction, 0, 1)), qps=Series.of(rate),
+                        latency_sum=Series.of(rate * median * math.exp(LATENCY_SIGMA ** 2 / 2)), buckets=buckets)
+
+
+@lru_cache(maxsize=2)
+def load_traces(folder: str | Path) -> TraceShapes:
+    """Shapes from the GenTD26 files in `folder`; TraceError (file:line) on a malformed row."""
+    folder = Path(folder)
+    duty = _per_minute(folder / DUTY_FILE, carry=True)
+    memory = _per_minute(folder / MEMORY_FILE, carry=True)
+    qps = _per_minute(folder / QPS_FILE, carry=False, only=GENERATIVE)
+    training = [training_shape(duty[c], memory[c]) for c in sorted(duty.keys() & memory.keys())
+                if duty[c].max() > 0 and memory[c].mean() > 0]
+    served = sorted(qps.keys() & duty.keys() & memory.keys())
+    if not training or not served:
+        raise ValueError(f"{folder}: no container has {MIN_TRACE_MINUTES}+ minutes of duty cycle, GPU memory"
+                         f" and QPS ({len(training)} training shapes, {len(served)} serving shapes)")
+    framebuffer = max(m.max() for m in memory.values())  # the trace's GPUs: its fullest one
+    rates = np.concatenate([qps[c] for c in served])
+    capacity = 2 * float(np.median(rates[rates > 0]))  # the typical busy minute is at half load
+    serving = [serving_shape(duty[c], memory[c] / framebuffer, qps[c], capacity) for c in served]
+    return TraceShapes(tuple(training), tuple(serving))
+
+
+def _per_minute(path: Path, *, carry: bool, only: str | None = None) -> dict[str, np.ndarray]:
+    """Per container with MIN_TRACE_MINUTES+ minutes: the mean per minute from its first to last sample."""
+    samples: dict[str, tuple[list[int], list[float]]] = {}
+    for minute, value, container in _rows(path, only):
+        minutes, values = samples.setdefault(container, ([], []))
+        minutes.append(minute)
+        values.append(value)
+    out = {}
+    for container, (minutes, values) in samples.items():
+        m = np.asarray(minutes) - min(minutes)
+        if m.max() + 1 >= MIN_TRACE_MINUTES:
+            out[container] = _fill(np.bincount(m, weights=values), np.bincount(m), carry)
+    return out
+
+
+def _fill(sums: np.ndarray, counts: np.ndarray, carry: bool) -> np.ndarray:
+    means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+    if not carry:
+        return means
+    last_seen = np.maximum.accumulate(np.where(counts > 0, np.arange(counts.size), 0))
+    return means[last_seen]
+
+
+def _rows(path: Path, only: str | None) -> Iterator[tuple[int, float, str]]:
+    """(minute, value, container) of every row; TraceError on a malformed one."""
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, [])
+        wanted = ("timestamp_anon", "value", "container_ip") + (("request_type",) if only else ())
+        missing = [c for c in wanted if c not in header]
+        if missing:
+            raise TraceError(path, 1, f"missing columns {', '.join(missing)} (header: {','.join(header)})")
+        t, v, c, *kind = (header.index(col) for col in wanted)
+        for line, row in enumerate(reader, start=2):
+            if len(row) != len(header):
+                raise TraceError(path, line, f"{len(row)} fields, the header has {len(header)}")
+            if only and row[kind[0]] != only:
+                continue
+            yield _minute(path, line, row[t]), _value(path, line, row[v]), _container(path, line, row[c])
+
+
+def _minute(path: Path, line: int, text: str) -> int:
+    try:
+        return int(float(text) // 60)
+    except (ValueError, OverflowError):
+        raise TraceError(path, line, f"timestamp_anon {text!r} is not a number") from None
+
+
+def _value(path: Path, line: int, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(path, line, f"value {text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise TraceError(path, line, f"value {text!r} must be finite and >= 0")
+    return value
+
+
+def _container(path: Path, line: int, text: str) -> str:
+    if not text or text in ("None", "NULL"):
+        raise TraceError(path, line, "no container_ip")
+    return text
+
+
+# -- per pod ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """How a workload uses what it asks for; deterministic from its key (task, or service)."""
+
+    gpu_util: float  # mean GPU utilization over a whole shape cycle (training)
+    gpu_memory: float  # GPU-memory fraction at the shape's mean memory (training)
+    cpu: float  # CPU rate = request x cpu x (0.15 + 0.7 x GPU util)
+    memory: float  # working set = request x memory x (0.3 + 0.6 x GPU-memory fraction)
+
+
+def _unit(key: str, salt: str) -> float:
+    """A stable hash of `key` in [0, 1) (not hash(): that changes between processes)."""
+    digest = hashlib.blake2b(f"{salt}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2 ** 64
+
+
+def usage_of(key: str) -> Usage:
+    util = 0.10 + 0.85 * _unit(key, "gpu-util")
+    return Usage(gpu_util=util, gpu_memory=util * (0.4 + 0.4 * _unit(key, "gpu-memory")),
+                 cpu=0.5 + 0.5 * _unit(key, "cpu"), memory=0.6 + 0.4 * _unit(key, "memory"))
+
+
+def pick(key: str, count: int) -> int:
+    """Which of `count` trace containers a key maps to."""
+    return int(_unit(key, "container") * count)
+
+
+def training_key(pod: PodView) -> str:
+    return pod.spec.labels.get(TASK_LABEL) or pod.spec.name
+
+
+def service_of(pod: PodView) -> str | None:
+    labels = pod.spec.labels
+    return labels.get(SERVICE_LABEL) or labels.get(REPLICASET_LABEL) or labels.get(DETACHED_FROM_LABEL)
+
+
+def is_inference(pod: PodView) -> bool:
+    return pod.spec.labels.get(KIND_LABEL) == INFERENCE
+
+
+@dataclass(frozen=True, slots=True)
+class PodSample:
+    gpu_util: float  # 0..1 of the GPU share(s) held
+    gpu_memory: float  # 0..1 of the framebuffer share(s) held
+    cpu_seconds: float  # counter since the pod started
+    memory_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficSample:
+    requests: int  # since the pod started (the +Inf bucket)
+    errors: int  # of which answered 500
+    latency_sum_ms: float
+    buckets: tuple[int, ...]  # cumulative counts per LATENCY_BUCKETS_MS
+
+
+def elapsed_ms(pod: PodView, now: float) -> int:
+    return max(0, int((now - pod.started_at) * 1000))
+
+
+def affine(mean: float, shape_mean: float) -> tuple[float, float]:
+    """(a, b) with util = a + b x busy: mean `mean` over a cycle, within 0..1 for busy in 0..1, a >= 0
+    (so the CPU integral a x t + b x integral(busy) only grows), and b <= 1 (the trace's swings, not more)."""
+    b = min(1.0, mean / shape_mean, (1 - mean) / (1 - shape_mean)) if 0 < shape_mean < 1 else 0.0
+    return mean - b * shape_mean, b
+
+
+def training_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodSample:
+    key, t = training_key(pod), elapsed_ms(pod, now)
+    shape, use = shapes.training[pick(key, len(shapes.training))], usage_of(key)
+    a, b = affine(use.gpu_util, shape.busy.mean)
+    util_seconds = a * t / 1000 + b * shape.busy.integral(t)
+    return _sample(pod, use, a + b * shape.busy.at(t), util_seconds, use.gpu_memory * shape.memory.at(t), t)
+
+
+def inference_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodSample:
+    t, shape = elapsed_ms(pod, now), serving_for(pod, shapes)
+    use = usage_of(service_of(pod) or pod.spec.name)
+    return _sample(pod, use, shape.util.at(t), shape.util.integral(t), shape.memory.at(t), t)
+
+
+def _sample(pod: PodView, use: Usage, util: float, util_seconds: float, gpu_memory: float, t: int) -> PodSample:
+    cores = pod.spec.cpu_milli / 1000 * use.cpu
+    memory = min(1.0, gpu_memory)
+    return PodSample(gpu_util=min(1.0, util), gpu_memory=memory,
+                     cpu_seconds=cores * (0.15 * t / 1000 + 0.7 * util_seconds),
+                     memory_bytes=pod.spec.memory_mib * MIB * use.memory * (0.3 + 0.6 * memory))
+
+
+def serving_for(pod: PodView, shapes: TraceShapes) -> ServingShape:
+    return shapes.serving[pick(pod.spec.name, len(shapes.serving))]
+
+
+def traffic_sample(pod: PodView, shapes: TraceShapes, now: float) -> TrafficSample:
+    t, shape = elapsed_ms(pod, now), serving_for(pod, shapes)
+    requests = math.floor(shape.qps.integral(t))
+    buckets = tuple(min(requests, math.floor(b.integral(t))) for b in shape.buckets)
+    return TrafficSample(requests, requests * ERROR_PER_MILLE // 1000, shape.latency_sum.integral(t), buckets)
+
+
+# -- metric families -----------------------------------------------------------------------------------
+class _Families:
+    """One family per metric name, filled pod by pod."""
+
+    def __init__(self) -> None:
+        dcgm = ["gpu", "modelName", "Hostname", "pod", "namespace", "container"]
+        cadvisor = ["namespace", "pod", "container", "node"]
+        self.util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=dcgm)
+        self.fb_used = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=dcgm)
+        self.fb_free = GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=dcgm)
+        self.cpu = CounterMetricFamily("container_cpu_usage_seconds_total",
+                                       "Cumulative cpu time consumed in seconds.", labels=cadvisor)
+        self.memory = GaugeMetricFamily("container_memory_working_set_bytes",
+                                        "Current working set in bytes.", labels=cadvisor)
+        self.requests = GaugeMetricFamily("kube_pod_container_resource_requests",
+                                          "The number of requested request resource by a container.",
+                                          labels=cadvisor + ["resource", "unit"])
+        self.labels = GaugeMetricFamily("kube_pod_labels", "Kubernetes labels converted to Prometheus labels.")
+        self.istio = CounterMetricFamily("istio_requests_total", "Total requests.",
+                                         labels=["namespace", "pod", "destination_workload", "response_code"])
+        self.latency = HistogramMetricFamily("istio_request_duration_milliseconds", "Request duration (ms).",
+                                             labels=["namespace", "pod", "destination_workload"])
+
+    def all(self) -> list[Metric]:
+        return [self.util, self.fb_used, self.fb_free, self.cpu, self.memory, self.requests, self.labels,
+                self.istio, self.latency]
+
+
+def prometheus_label(name: str) -> str:
+    """kube-state-metrics' name for a pod label: tidal.io/task -> label_tidal_io_task."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def pod_families(pods: Iterable[PodView], nodes: Iterable[NodeView], now: float, shapes: TraceShapes,
+                 fb_mib: Mapping[str, int] = FB_MIB) -> list[Metric]:
+    """The metric families of every bound pod at `now`."""
+    models = {n.name: n.gpu_model for n in nodes}
+    out = _Families()
+    for pod in pods:
+        inference = is_inference(pod)
+        sample = (inference_sample if inference else training_sample)(pod, shapes, now)
+        namespace = INFERENCE_NAMESPACE if inference else TRAINING_NAMESPACE
+        model = pod.spec.gpu_model or models.get(pod.node) or ""
+        _add_gpus(out, pod, namespace, model, fb_mib.get(model, DEFAULT_FB_MIB), sample)
+        _add_container(out, pod, namespace, sample)
+        if inference and pod.ready:  # only a ready pod is behind the service
+            _add_traffic(out, pod, namespace, traffic_sample(pod, shapes, now))
+    return out.all()
+
+
+def _add_gpus(out: _Families, pod: PodView, namespace: str, model: str, fb_mib: int, s: PodSample) -> None:
+    for share in pod.spec.gpu_shares:  # none for a CPU-only pod
+        labels = [str(share.index), model, pod.node, pod.spec.name, namespace, CONTAINER]
+        held = fb_mib * share.share
+        out.util.add_metric(labels, round(100 * s.gpu_util, 3))
+        out.fb_used.add_metric(labels, round(held * s.gpu_memory))
+        out.fb_free.add_metric(labels, round(held) - round(held * s.gpu_memory))
+
+
+def _add_container(out: _Families, pod: PodView, namespace: str, s: PodSample) -> None:
+    labels = [namespace, pod.spec.name, CONTAINER, pod.node]
+    out.cpu.add_metric(labels, s.cpu_seconds)
+    out.memory.add_metric(labels, round(s.memory_bytes))
+    out.requests.add_metric(labels + ["cpu", "core"], pod.spec.cpu_milli / 1000)
+    out.requests.add_metric(labels + ["memory", "byte"], pod.spec.memory_mib * MIB)
+    if pod.spec.gpu_shares:
+        out.requests.add_metric(labels + ["nvidia_com_gpu", "integer"], pod.spec.gpus)
+    tags = {k: v for k in POD_LABELS if (v := pod.spec.labels.get(k))}
+    if is_inference(pod) and (service := service_of(pod)):
+        tags[SERVICE_LABEL] = service  # a pod detached from its ReplicaSet still serves it
+    out.labels.add_sample("kube_pod_labels", {"namespace": namespace, "pod": pod.spec.name,
+                                              **{prometheus_label(k): v for k, v in tags.items()}}, 1.0)
+
+
+def _add_traffic(out: _Families, pod: PodView, namespace: str, s: TrafficSample) -> None:
+    labels = [namespace, pod.spec.name, service_of(pod) or pod.spec.name]
+    out.istio.add_metric(labels + ["200"], s.requests - s.errors)
+    out.istio.add_metric(labels + ["500"], s.errors)
+    buckets = [(str(float(le)), n) for le, n in zip(LATENCY_BUCKETS_MS, s.buckets, strict=True)]
+    out.latency.add_metric(labels, buckets + [("+Inf", s.requests)], s.latency_sum_ms)
+
+
+# -- collector ------------------------------------------------------------------------------------------
+ClusterState = tuple[Sequence[PodView], Sequence[NodeView]]
+
+
+class PodMetricsCollector(Collector):
+    """Recomputes every pod's metrics on each scrape from `source()` (None: no cluster yet, no series)."""
+
+    def __init__(self, source: Callable[[], ClusterState | None], shapes: TraceShapes,
+                 clock: Callable[[], float] = time.time, fb_mib: Mapping[str, int] = FB_MIB) -> None:
+        self._source, self._shapes, self._clock, self._fb_mib = source, shapes, clock, fb_mib
+
+    def collect(self) -> Iterable[Metric]:
+        state = self._source()
+        if state is None:
+            return []
+        pods, nodes = state
+        return pod_families(pods, nodes, self._clock(), self._shapes, self._fb_mib)

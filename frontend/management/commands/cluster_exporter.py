@@ -1,0 +1,48 @@
+"""Serve the simulated cluster's per-pod metrics (DCGM, cAdvisor, kube-state-metrics and Istio names) and
+register the exporter as a Prometheus target (<PROMETHEUS_SD_DIR>/cluster-exporter.json) until stopped."""
+import signal
+import threading
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from redis import Redis
+
+from cluster.simulated.alibaba import TraceError
+from cluster.simulated.exporter import TARGET_NAME, redis_source, register_target, serve
+from cluster.simulated.metrics import load_traces
+
+GENAI_TRACE = "alibaba-genai-2026"
+
+
+class Command(BaseCommand):
+    help = "Serve the simulated cluster's pod metrics for Prometheus (read-only on the cluster in Redis)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=settings.TIDAL_EXPORTER_PORT, help="0: any free port")
+        parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+        parser.add_argument("--target-name", default=TARGET_NAME, help="name of the file_sd target file")
+
+    def handle(self, *args, port, host, target_name, **options):
+        try:
+            shapes = load_traces(settings.TRACES_DIR / GENAI_TRACE)
+        except (OSError, TraceError, ValueError) as error:
+            raise CommandError(f"cannot read the GenAI trace: {error}") from error
+        source = redis_source(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
+        try:
+            server, thread = serve(source, shapes, port, addr=host)
+        except OSError as error:
+            raise CommandError(f"cannot listen on {host}:{port}: {error}") from error
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        target = register_target(settings.PROMETHEUS_SD_DIR, server.server_port, target_name)
+        self.stdout.write(f"serving http://{host}:{server.server_port}/metrics; Prometheus target {target}",
+                          ending="\n")
+        self.stdout.flush()
+        try:
+            while not stop.wait(1.0):
+                pass
+        finally:
+            target.unlink(missing_ok=True)
+            server.shutdown()
+            thread.join(timeout=5)

@@ -1,0 +1,244 @@
+"""The simulated cluster's per-pod metrics (cluster/simulated/metrics.py): values by hand on tiny trace shapes,
+exposition under the real exporters' names, counters that never step back, and the real trace's shapes."""
+
+import math
+from itertools import pairwise
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, RUN_LABEL, SERVICE_LABEL,
+                             TASK_LABEL, PodSpec, PodView)
+from cluster.simulated.alibaba import TraceError
+from cluster.simulated.metrics import (BASE_LATENCY_MS, LATENCY_BUCKETS_MS, LATENCY_SIGMA, MIB,
+                                       PodMetricsCollector, Series, TraceShapes, affine, load_traces,
+                                       serving_shape, training_shape, usage_of)
+from cluster.types import GpuShare
+from tests.unit.builders import NodeBuilder
+
+START = 1_000_000.0
+TRAIN = training_shape([0, 50, 100], [1, 1, 2])  # busy 0, 0.5, 1 (mean 0.5); memory x0.75, x0.75, x1.5
+SERVE = serving_shape([10, 20, 30], [0.25, 0.5, 0.75], [1, 2, 0], capacity_qps=4)
+SHAPES = TraceShapes((TRAIN,), (SERVE,))
+NODES = (NodeBuilder("n1", gpus=4).build(), NodeBuilder("cpu", model=None, gpus=0).build())
+TRAINING_LABELS = {KIND_LABEL: "training", JOB_LABEL: "7", RUN_LABEL: "2", TASK_LABEL: "task-a"}
+
+
+TWO_GPUS = (GpuShare(0, 1.0), GpuShare(1, 1.0))
+
+
+def training_pod(name="job-7-run-2", gpus=TWO_GPUS, labels=TRAINING_LABELS,
+                 node="n1", started_at=START) -> PodView:
+    model = "T4" if gpus else None
+    return PodView(PodSpec(name, 7, model, tuple(gpus), 4000, 8192, dict(labels)), node, started_at)
+
+
+def web_pod(name="web-0", labels=None, ready=True) -> PodView:
+    labels = labels or {KIND_LABEL: INFERENCE, SERVICE_LABEL: "web"}
+    return PodView(PodSpec(name, None, "T4", (GpuShare(2, 0.5),), 1000, 2048, labels), "n1", START, ready)
+
+
+def scrape(pods, now, shapes=SHAPES) -> dict[tuple[str, frozenset], float]:
+    """Render through a registry like the exporter, parse the text back: {(sample name, labels): value}."""
+    registry = CollectorRegistry()
+    registry.register(PodMetricsCollector(lambda: (pods, NODES), shapes, clock=lambda: now))
+    text = generate_latest(registry).decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples, name, **labels) -> float:
+    (hit,) = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    return hit
+
+
+def names(samples, pod: str) -> set[str]:
+    return {n for (n, ls), _ in samples.items() if ("pod", pod) in ls}
+
+
+# -- series ---------------------------------------------------------------------------------------------
+def test_series_integral_is_the_area_under_the_repeating_minutes():
+    s = Series.of([1, 2, 3])
+    assert s.integral(90_000) == 60 * 1 + 30 * 2
+    assert s.integral(180_000) == 360  # one whole cycle
+    assert s.integral(200_000) == 360 + 20 * 1  # wrapped around
+    assert s.at(200_000) == 1 and s.mean == 2
+
+
+def test_series_integral_never_steps_back_even_across_many_cycles():
+    s = Series.of([0.1234567, 0.7654321, 0.0, 1e-6])
+    values = [s.integral(t) for t in range(0, 40 * 240_000, 997)]
+    assert all(a <= b for a, b in pairwise(values))
+
+
+# -- training pods ------------------------------------------------------------------------------------------
+def test_training_values_by_hand():
+    use = usage_of("task-a")
+    a, b = affine(use.gpu_util, 0.5)
+    assert a >= 0 and a + b <= 1 and a + b * 0.5 == pytest.approx(use.gpu_util)
+    samples = scrape([training_pod()], START + 90)  # minute 1: busy 0.5, memory x0.75
+
+    gpu0 = {"pod": "job-7-run-2", "gpu": "0", "namespace": "tidal-training", "container": "main", "Hostname": "n1",
+            "modelName": "T4"}
+    assert value(samples, "DCGM_FI_DEV_GPU_UTIL", **gpu0) == pytest.approx(100 * use.gpu_util, abs=1e-3)
+    used = round(16384 * use.gpu_memory * 0.75)
+    assert value(samples, "DCGM_FI_DEV_FB_USED", **gpu0) == used
+    assert value(samples, "DCGM_FI_DEV_FB_FREE", **gpu0) == 16384 - used
+    util_seconds = a * 90 + b * (0 * 60 + 0.5 * 30)
+    assert value(samples, "container_cpu_usage_seconds_total", pod="job-7-run-2", node="n1") == pytest.approx(
+        4 * use.cpu * (0.15 * 90 + 0.7 * util_seconds))
+    assert value(samples, "container_memory_working_set_bytes", pod="job-7-run-2") == pytest.approx(
+        8192 * MIB * use.memory * (0.3 + 0.6 * use.gpu_memory * 0.75), abs=1)
+
+
+def test_one_dcgm_series_per_gpu_held_and_kube_state_requests():
+    samples = scrape([training_pod()], START + 30)
+    gpus = {dict(ls)["gpu"] for (n, ls) in samples if n == "DCGM_FI_DEV_GPU_UTIL"}
+    assert gpus == {"0", "1"}
+    requests = {(dict(ls)["resource"], dict(ls)["unit"]): v for (n, ls), v in samples.items()
+                if n == "kube_pod_container_resource_requests"}
+    assert requests == {("cpu", "core"): 4.0, ("memory", "byte"): 8192 * MIB, ("nvidia_com_gpu", "integer"): 2.0}
+    labels = next(dict(ls) for (n, ls) in samples if n == "kube_pod_labels")
+    assert labels == {"namespace": "tidal-training", "pod": "job-7-run-2", "label_tidal_io_job": "7",
+                      "label_tidal_io_run": "2", "label_tidal_io_task": "task-a"}
+
+
+def test_a_cpu_only_pod_has_no_dcgm_series_and_no_gpu_request():
+    samples = scrape([training_pod("cpu-job", gpus=(), node="cpu")], START + 600)
+    assert names(samples, "cpu-job") == {"container_cpu_usage_seconds_total", "container_memory_working_set_bytes",
+                                         "kube_pod_container_resource_requests", "kube_pod_labels"}
+    assert ("resource", "nvidia_com_gpu") not in {kv for (n, ls) in samples for kv in ls}
+
+
+def test_cpu_counter_is_monotonic_and_the_integral_of_its_rate_across_scrapes():
+    pod = training_pod()
+    use = usage_of("task-a")
+    a, b = affine(use.gpu_util, 0.5)
+    rate = [4 * use.cpu * (0.15 + 0.7 * (a + b * busy)) for busy in (0, 0.5, 1)]  # cores per minute
+    first = value(scrape([pod], START + 150), "container_cpu_usage_seconds_total")
+    second = value(scrape([pod], START + 400), "container_cpu_usage_seconds_total")  # 2 cycles + 40 s
+    assert first == pytest.approx(60 * rate[0] + 60 * rate[1] + 30 * rate[2])
+    assert second == pytest.approx(2 * 60 * sum(rate) + 40 * rate[0])
+    assert second > first
+    times = [START + t / 10 for t in range(0, 20_000, 37)]
+    counters = [value(scrape([pod], t), "container_cpu_usage_seconds_total") for t in times]
+    assert all(x <= y for x, y in pairwise(counters))
+
+
+def test_values_are_deterministic_and_shared_by_every_run_of_a_task():
+    run2 = training_pod()
+    run3 = training_pod("job-7-run-3", labels={**TRAINING_LABELS, RUN_LABEL: "3"}, started_at=START + 3600)
+    first, again = scrape([run2], START + 500), scrape([run2], START + 500)  # e.g. a restarted exporter
+    assert first == again
+    later = scrape([run3], START + 3600 + 500)  # same task, same time since start
+    assert value(later, "DCGM_FI_DEV_GPU_UTIL", gpu="0") == value(first, "DCGM_FI_DEV_GPU_UTIL", gpu="0")
+    assert value(later, "container_cpu_usage_seconds_total") == value(first, "container_cpu_usage_seconds_total")
+
+
+def test_task_profiles_leave_some_gpus_idle_and_fill_others():
+    means = [usage_of(f"task-{i}").gpu_util for i in range(200)]
+    assert min(means) >= 0.1 and max(means) <= 0.95
+    assert sum(m < 0.4 for m in means) > 30 and sum(m > 0.8 for m in means) > 30
+
+
+# -- inference pods -------------------------------------------------------------------------------------------
+def test_inference_values_by_hand():
+    samples = scrape([web_pod()], START + 150)  # minutes 0, 1 and half of 2: 60 x 1 + 60 x 2 + 30 x 0 requests
+    web = {"pod": "web-0", "namespace": "tidal-inference", "destination_workload": "web"}
+    assert value(samples, "istio_requests_total", response_code="200", **web) == 179
+    assert value(samples, "istio_requests_total", response_code="500", **web) == 1
+    assert value(samples, "istio_request_duration_milliseconds_count", **web) == 180
+    medians = (BASE_LATENCY_MS / (1 - 1 / 4), BASE_LATENCY_MS / (1 - 2 / 4))  # load = qps / capacity
+    mean = math.exp(LATENCY_SIGMA ** 2 / 2)
+    assert value(samples, "istio_request_duration_milliseconds_sum", **web) == pytest.approx(
+        60 * 1 * medians[0] * mean + 60 * 2 * medians[1] * mean, rel=1e-6)
+    assert value(samples, "DCGM_FI_DEV_GPU_UTIL", pod="web-0", gpu="2") == 30.0  # the trace's duty cycle
+    assert value(samples, "DCGM_FI_DEV_FB_USED", pod="web-0") == round(8192 * 0.75)  # half of a T4
+    assert value(samples, "DCGM_FI_DEV_FB_FREE", pod="web-0") == 8192 - round(8192 * 0.75)
+    assert value(samples, "kube_pod_container_resource_requests", pod="web-0", resource="nvidia_com_gpu") == 0.5
+
+
+def test_latency_histogram_is_cumulative_and_its_counters_grow():
+    previous = None
+    for t in (61, 150, 600, 3600, 7300):
+        samples = scrape([web_pod()], START + t)
+        buckets = [value(samples, "istio_request_duration_milliseconds_bucket", le=str(float(le)))
+                   for le in LATENCY_BUCKETS_MS] + [value(samples, "istio_request_duration_milliseconds_bucket",
+                                                          le="+Inf")]
+        count = value(samples, "istio_request_duration_milliseconds_count")
+        assert buckets == sorted(buckets) and buckets[-1] == count
+        assert count == sum(v for (n, _), v in samples.items() if n == "istio_requests_total")
+        if previous is not None:
+            assert all(x <= y for x, y in zip(previous, buckets))
+        previous = buckets
+
+
+def test_service_of_a_detached_pod_and_no_traffic_before_ready():
+    detached = web_pod("web-3", {KIND_LABEL: INFERENCE, DETACHED_FROM_LABEL: "web"})
+    starting = web_pod("web-4", ready=False)
+    samples = scrape([detached, starting], START + 300)
+    assert value(samples, "kube_pod_labels", pod="web-3") == 1
+    assert next(dict(ls) for (n, ls) in samples if n == "kube_pod_labels" and ("pod", "web-3") in ls) == {
+        "namespace": "tidal-inference", "pod": "web-3", "label_tidal_io_service": "web"}
+    assert value(samples, "istio_requests_total", pod="web-3", response_code="200") >= 0
+    assert not {n for n in names(samples, "web-4") if n.startswith("istio_")}
+    assert "container_cpu_usage_seconds_total" in names(samples, "web-4")
+
+
+def test_no_cluster_stored_means_no_pod_series():
+    registry = CollectorRegistry()
+    registry.register(PodMetricsCollector(lambda: None, SHAPES))
+    assert generate_latest(registry) == b""
+
+
+# -- the real trace ------------------------------------------------------------------------------------------
+GENAI = "/work/shared/traces/alibaba-genai-2026"
+
+
+def test_real_trace_shapes():
+    shapes = load_traces(GENAI)
+    assert len(shapes.training) > 50 and len(shapes.serving) > 50
+    assert all(0 <= s.busy.units.min() and s.busy.units.max() == 1_000_000 for s in shapes.training)
+    assert all(len(s.util) >= 60 and s.qps.mean > 0 for s in shapes.serving)
+    samples = scrape([training_pod(), web_pod()], START + 86_400, shapes)
+    assert 0 <= value(samples, "DCGM_FI_DEV_GPU_UTIL", pod="job-7-run-2", gpu="0") <= 100
+
+
+def write_trace(folder, duty_rows: str) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / "pod_gpu_duty_cycle_anon.csv").write_text("value,timestamp_anon,container_ip\n" + duty_rows)
+    (folder / "pod_gpu_memory_used_bytes_anon.csv").write_text(
+        "timestamp_anon,value,container_ip\n" + "".join(f"{60 * m},100.0,c1\n" for m in range(70)))
+    (folder / "qps.csv").write_text("timestamp_anon,value,container_ip,request_type\n0,1,,API Requests\n" +
+                                    "".join(f"{60 * m},0.5,c1,Generative Requests\n" for m in range(70)))
+
+
+@pytest.mark.parametrize("rows, error", [
+    ("5.0,0,c1\nabc,60,c1\n", r"pod_gpu_duty_cycle_anon.csv:3: value 'abc' is not a number"),
+    ("5.0,0,c1\n-1,60,c1\n", r":3: value '-1' must be finite and >= 0"),
+    ("5.0,0,c1\n5.0,xx,c1\n", r":3: timestamp_anon 'xx' is not a number"),
+    ("5.0,0,\n", r":2: no container_ip"),
+    ("5.0,0\n", r":2: 2 fields, the header has 3"),
+])
+def test_a_malformed_trace_row_is_a_clear_error(tmp_path, rows, error):
+    write_trace(tmp_path, rows)
+    with pytest.raises(TraceError, match=error):
+        load_traces(tmp_path)
+
+
+def test_a_trace_without_long_enough_containers_is_refused(tmp_path):
+    write_trace(tmp_path, "5.0,0,c1\n7.0,600,c1\n")  # 11 minutes
+    with pytest.raises(ValueError, match="no container has 60"):
+        load_traces(tmp_path)
+    write_trace(tmp_path / "ok", "".join(f"{m % 7}.0,{60 * m},c1\n" for m in range(70)))
+    shapes = load_traces(tmp_path / "ok")
+    assert len(shapes.training) == len(shapes.serving) == 1
+
+
+def test_a_trace_file_without_its_columns_is_refused(tmp_path):
+    write_trace(tmp_path, "")
+    (tmp_path / "qps.csv").write_text("timestamp_anon,value,container_ip\n0,1,c1\n")
+    with pytest.raises(TraceError, match=r"qps.csv:1: missing columns request_type"):
+        load_traces(tmp_path)
