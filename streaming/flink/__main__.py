@@ -1,0 +1,50 @@
+"""`python -m streaming.flink`: run the profile job until SIGTERM/SIGINT (make run starts it).
+
+Configuration comes from the environment (platform/stack.sh env): KAFKA_BOOTSTRAP, TIDAL_TOPIC_PREFIX.
+A stop cancels the job; its latest checkpoint stays, and the next start restores from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+from streaming.flink.job import ROOT, Runtime, submit
+from streaming.flink.sql import Spec
+from streaming.topics import Topics, ensure_topics
+
+log = logging.getLogger("streaming.flink")
+FINAL = {"FINISHED", "FAILED", "CANCELED"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument("--prefix", default=os.environ.get("TIDAL_TOPIC_PREFIX", "tidal"))
+    parser.add_argument("--checkpoint-dir", type=Path, help="default .run/flink/<prefix>/checkpoints")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    topics = Topics(args.prefix)
+    ensure_topics(args.bootstrap, topics)
+    runtime = Runtime(checkpoint_dir=args.checkpoint_dir or ROOT / ".run" / "flink" / args.prefix / "checkpoints")
+    result = submit(Spec(bootstrap=args.bootstrap, topics=topics, group_id=f"{args.prefix}.flink-profiles"), runtime)
+    client = result.get_job_client()
+    log.info("profile job %s running (checkpoints in %s)", client.get_job_id(), runtime.checkpoint_dir)
+    stop = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append(True))
+    while not stop:
+        status = client.get_job_status().result().name
+        if status in FINAL:
+            raise SystemExit(f"profile job ended: {status}")
+        time.sleep(1)
+    client.cancel().result()
+    log.info("profile job cancelled; its last checkpoint is kept for the next start")
+
+
+if __name__ == "__main__":
+    main()
