@@ -8,6 +8,7 @@ Acting is ordered so that a crash at any point leaves a state the next tick repa
 """
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -24,6 +25,9 @@ from cluster.types import Allocation, GpuShare, Pool, JobStatus as JS, JobView, 
 from colocation.policy.pools import preferred_pool
 from colocation.policy import LendingProfile
 from colocation.selectors import lending_profile, node_views
+from profiling.policy.aggregate import TaskHistory
+from profiling.selectors import task_histories
+from profiling.services import run_summary_compute
 from scheduler.models import Decision, Framework, GPUModel, JobRun, JobStatus, Quota, TrainingJob
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
@@ -74,7 +78,10 @@ def _open_run(job: TrainingJob) -> JobRun | None:
 
 
 def _end_run(job: TrainingJob, outcome: str, now: float) -> None:
-    job.runs.filter(ended_at__isnull=True).update(ended_at=_at(now), outcome=outcome)
+    for run in job.runs.filter(ended_at__isnull=True):
+        run.ended_at, run.outcome = _at(now), outcome
+        run.save(update_fields=["ended_at", "outcome"])
+        run_summary_compute(run=run)  # its profile joins the task's history at once
 
 
 def _requeue(job: TrainingJob, now: float, *, reason: str, message: str, outcome: str) -> None:
@@ -176,7 +183,7 @@ def _allocation(job: TrainingJob, run: JobRun | None) -> Allocation | None:
     )
 
 
-def job_view(job: TrainingJob, run: JobRun | None) -> JobView:
+def job_view(job: TrainingJob, run: JobRun | None, history: TaskHistory | None = None) -> JobView:
     return JobView(
         id=job.pk, name=job.name, task_key=job.task_key, department=job.department.name, framework=str(job.framework),
         gpu_model=job.gpu_model.name if job.gpu_model else None, gpus=float(job.gpus), cpu_milli=job.cpu_milli,
@@ -184,19 +191,11 @@ def job_view(job: TrainingJob, run: JobRun | None) -> JobView:
         started_at=job.started_at.timestamp() if job.started_at else None, allocation=_allocation(job, run),
         expected_duration_s=job.expected_duration_s,
         preferred_pool=Pool(job.pool_preference) if job.pool_preference else None,
+        history=history.runs if history else (),
     )
 
 
-def _past_run_times(jobs: list[TrainingJob]) -> dict[str, list[float]]:
-    """Run times of the finished runs of each task (all runs of the same job), for the long/short rule."""
-    done = JobRun.objects.filter(job__task_key__in={j.task_key for j in jobs}, outcome=JobRun.Outcome.SUCCEEDED)
-    times: dict[str, list[float]] = {}
-    for task_key, started, ended in done.values_list("job__task_key", "started_at", "ended_at"):
-        times.setdefault(task_key, []).append((ended - started).total_seconds())
-    return times
-
-
-def with_pool(view: JobView, now: float, profile: LendingProfile, past_run_s: list[float]) -> JobView:
+def with_pool(view: JobView, now: float, profile: LendingProfile, past_run_s: Sequence[float]) -> JobView:
     """A pending job's pool (SPEC §4): fixed when killed by a take-back or long, else co-location first."""
     if view.status is not JS.PENDING or view.preferred_pool is Pool.FIXED:
         return view
@@ -210,7 +209,8 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
         .select_related("department", "framework", "gpu_model", "assigned_gpu_model", "node")
     )
     runs = {run.job_id: run for run in JobRun.objects.filter(job__in=jobs, ended_at__isnull=True)}
-    past, pools = _past_run_times([j for j in jobs if j.status == JobStatus.PENDING]), lending_profile()
+    # The tasks' past runs (profiles and run times) from the profiling app: one query for every job.
+    histories, pools = task_histories(task_keys={j.task_key for j in jobs}), lending_profile()
     quotas = [
         QuotaView(q.department.name, q.resource, float(q.own), float(q.borrowed))
         for q in Quota.objects.select_related("department", "gpu_model")
@@ -220,7 +220,8 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
         certified[str(framework)] = frozenset(m.name for m in framework.certified_on.all())
     return Snapshot(
         now=now, nodes=backend.nodes(), quotas=tuple(quotas),
-        jobs=tuple(with_pool(job_view(j, runs.get(j.pk)), now, pools, past.get(j.task_key, [])) for j in jobs),
+        jobs=tuple(with_pool(job_view(j, runs.get(j.pk), histories.get(j.task_key)), now, pools,
+                             histories[j.task_key].run_s if j.task_key in histories else ()) for j in jobs),
         certified=certified, gpu_models=tuple(GPUModel.objects.values_list("name", flat=True)),
     )
 

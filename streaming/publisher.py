@@ -62,6 +62,7 @@ class PublisherConfig:
     chunk_steps: int = 120  # steps per query_range (and per flush + cursor save)
     max_steps_per_cycle: int = 720  # a cycle stops there; the next one starts at once
     rate_window: str = "1m"  # irate() range: must hold >= 2 scrapes
+    namespaces: str = ""  # a regex: publish only pods of these namespaces (empty: all)
     query_timeout_s: float = 60.0
     flush_timeout_s: float = 60.0
     linger_ms: int = 20
@@ -95,21 +96,22 @@ USAGE_FIELDS = ("gpu_util", "gpu_mem_used_mib", "gpu_mem_free_mib", "cpu_cores",
                 "qps", "errors_per_s", "latency_mean_ms", "latency_p99_ms")
 
 
-def build_queries(rate_window: str = "1m") -> tuple[Query, ...]:
+def build_queries(rate_window: str = "1m", namespaces: str = "") -> tuple[Query, ...]:
     w = rate_window
     by = "by (namespace, pod)"
-    cont = 'container!="", container!="POD", pod!=""'  # "" is cAdvisor's pod-level cgroup sum
-    srv = 'reporter!="source", pod!=""'  # the server side of istio's telemetry
+    pod = 'pod!=""' + (f', namespace=~"{namespaces}"' if namespaces else "")
+    cont = f'container!="", container!="POD", {pod}'  # "" is cAdvisor's pod-level cgroup sum
+    srv = f'reporter!="source", {pod}'  # the server side of istio's telemetry
     return (
-        Query("gpu_util", f'avg {by} (DCGM_FI_DEV_GPU_UTIL{{pod!=""}}) / 100'),
-        Query("gpu_mem_used_mib", f'sum {by} (DCGM_FI_DEV_FB_USED{{pod!=""}})'),
-        Query("gpu_mem_free_mib", f'sum {by} (DCGM_FI_DEV_FB_FREE{{pod!=""}})'),
+        Query("gpu_util", f"avg {by} (DCGM_FI_DEV_GPU_UTIL{{{pod}}}) / 100"),
+        Query("gpu_mem_used_mib", f"sum {by} (DCGM_FI_DEV_FB_USED{{{pod}}})"),
+        Query("gpu_mem_free_mib", f"sum {by} (DCGM_FI_DEV_FB_FREE{{{pod}}})"),
         Query("cpu_cores", f"sum {by} (irate(container_cpu_usage_seconds_total{{{cont}}}[{w}]))"),
         Query("mem_bytes", f"sum {by} (container_memory_working_set_bytes{{{cont}}})"),
         Query("requests", "sum by (namespace, pod, resource) (kube_pod_container_resource_requests"
-                          '{resource=~"cpu|memory|nvidia_com_gpu", pod!=""})'),
+                          f'{{resource=~"cpu|memory|nvidia_com_gpu", {pod}}})'),
         Query("labels", f"max by (namespace, pod, {LABEL_JOB}, {LABEL_RUN}, {LABEL_SERVICE}) "
-                        '(kube_pod_labels{pod!=""})'),
+                        f"(kube_pod_labels{{{pod}}})"),
         Query("qps", f"sum {by} (irate(istio_requests_total{{{srv}}}[{w}]))"),
         Query("errors_per_s", f'sum {by} (irate(istio_requests_total{{{srv}, response_code=~"5.."}}[{w}]))'),
         Query("latency_mean_ms", f"sum {by} (irate(istio_request_duration_milliseconds_sum{{{srv}}}[{w}]))"
@@ -287,7 +289,7 @@ class Publisher:
                  clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.topic = Topics(cfg.topic_prefix).pod_samples
-        self.queries = build_queries(cfg.rate_window)
+        self.queries = build_queries(cfg.rate_window, cfg.namespaces)
         self.clock = clock
         self.stop_event = threading.Event()
         make_prom = prometheus or self._prometheus_client

@@ -27,14 +27,18 @@ def test_contract_breaks_when_a_policy_imports_django(tmp_path):
     for package in config["root_packages"]:
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").touch()
+    for contract in config["contracts"]:  # every module a contract names exists, empty
+        for module in contract["source_modules"]:
+            *packages, leaf = module.split(".")
+            folder = tmp_path.joinpath(*packages)
+            for depth in range(1, len(packages) + 1):
+                tmp_path.joinpath(*packages[:depth]).mkdir(exist_ok=True)
+                tmp_path.joinpath(*packages[:depth], "__init__.py").touch()
+            (folder / f"{leaf}.py").touch()
+    (tmp_path / "scheduler" / "policy.py").unlink()
     (tmp_path / "scheduler" / "policy").mkdir()
     (tmp_path / "scheduler" / "policy" / "__init__.py").touch()
     (tmp_path / "scheduler" / "policy" / "priority.py").write_text("import django\n")
-    for name in ("types.py", "clock.py"):
-        (tmp_path / "cluster" / name).touch()
-    for app in ("colocation", "profiling"):
-        (tmp_path / app / "policy").mkdir()
-        (tmp_path / app / "policy" / "__init__.py").touch()
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
 
     result = run_contract(tmp_path)

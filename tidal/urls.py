@@ -5,14 +5,17 @@ from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from colocation.api.urls import ROUTES as COLOCATION_ROUTES
+from profiling.api.urls import ROUTES as PROFILING_ROUTES
+from profiling.api.urls import URLS as PROFILING_URLS
 from scheduler.api.urls import ROUTES as SCHEDULER_ROUTES
 from scheduler.api.views import MeView
 
 router = DefaultRouter()  # one router, so /api/ lists every app's endpoints
-for prefix, viewset, basename in SCHEDULER_ROUTES + COLOCATION_ROUTES:
+for prefix, viewset, basename in SCHEDULER_ROUTES + COLOCATION_ROUTES + PROFILING_ROUTES:
     router.register(prefix, viewset, basename=basename)
 
 api = [
+    *PROFILING_URLS,  # jobs/{id}/profile/, inference-services/{id}/load/: beside the router's jobs and services
     path("", include(router.urls)),
     path("me/", MeView.as_view(), name="me"),
     path("auth/token/", obtain_auth_token, name="token"),

@@ -98,6 +98,11 @@ MATRIX: dict[tuple[str, str], Row] = {
         body={"name": "ranker-2", "department": "ml-search"}),
     ("GET", "/api/inference-services/{id}/"): Row("401 404 200 200 200", "service"),
     ("PATCH", "/api/inference-services/{id}/"): Row("401 404 403 200 200", "service", {"replicas": 3}),
+    # profiles: read-only, visible to whoever may see the job, the task's jobs or the service
+    ("GET", "/api/jobs/{id}/profile/"): Row("401 404 200 200 200", "job"),
+    ("GET", "/api/task-profiles/"): Row("401 200 200 200 200"),
+    ("GET", "/api/task-profiles/{id}/"): Row("401 404 200 200 200", "task_profile"),
+    ("GET", "/api/inference-services/{id}/load/"): Row("401 404 200 200 200", "service"),
 }
 # Served but not part of the schema they describe.
 NOT_IN_SCHEMA: dict[tuple[str, str], Row] = {
@@ -110,6 +115,7 @@ TABLE = {**MATRIX, **NOT_IN_SCHEMA}
 
 def _objects(world) -> dict[str, int]:
     from colocation.models import NodeTransition
+    from profiling.models import TaskProfile
     from scheduler.models import Decision, Department, Membership, Quota
 
     job = world.submit("member")
@@ -130,6 +136,7 @@ def _objects(world) -> dict[str, int]:
                                                     reason="operator-lend", message="lend of cpu-0").pk,
         "resource_group": world.groups["t4"].pk,
         "service": world.service().pk,
+        "task_profile": TaskProfile.objects.create(task_key=job.task_key, runs=0, computed_at=job.submitted_at).pk,
     }
 
 

@@ -50,7 +50,9 @@ def _free_port() -> int:
 def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path):
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}", "TIDAL_RUN_DIR": str(tmp_path),
-           "TIDAL_REDIS_NAMESPACE": f"test-up-{port}"}  # not the keys of a demo running on this machine
+           # Not the keys, topics or exporter port of a demo running on this machine.
+           "TIDAL_REDIS_NAMESPACE": f"test-up-{port}", "TIDAL_TOPIC_PREFIX": f"test-up-{port}",
+           "TIDAL_EXPORTER_PORT": str(_free_port())}
     up = subprocess.Popen([sys.executable, "manage.py", "up", "--port", str(port), "--exit-after", "120"], cwd=ROOT,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -68,7 +70,7 @@ def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path):
         output, _ = up.communicate(timeout=60)
     assert up.returncode == 0, output
     assert "Tidal is up" in output
-    for child in ("web", "worker", "beat"):
+    for child in ("web", "worker", "beat", "exporter", "publisher", "flink", "sink"):
         assert f"stopped {child}" in output
 
 

@@ -14,6 +14,7 @@ from streaming.publisher import (
     Publisher,
     PublisherConfig,
     align_down,
+    build_queries,
     chunk_range,
     cursor_key,
     join,
@@ -277,3 +278,9 @@ def test_run_until_stops_when_the_until_step_is_published():
     pub.run(until_s=(T0 + 23 * S + 100) / 1000)  # 3 cycles (cap 10), no waiting in between
     assert [decode(PodSample, v).ts for _, _, v in producer.sent] == [T0 + i * S for i in range(1, 24)]
     assert redis[cursor_key("tidal")] == str(T0 + 23 * S)
+
+
+def test_a_namespace_regex_narrows_every_query():
+    queries = build_queries(namespaces="team-a|team-b")
+    assert all('namespace=~"team-a|team-b"' in q.expr for q in queries)
+    assert not any("namespace=~" in q.expr for q in build_queries())

@@ -1,5 +1,7 @@
 """Bring Tidal up on its embedded defaults: migrate, load the demo cluster, start the web server, a Celery
-worker and Celery beat, print the console URL and logins; Ctrl-C stops everything it started."""
+worker and Celery beat, and the profile pipeline (the simulated cluster's metrics exporter, the
+Prometheus -> Kafka publisher, the Flink profile job on a local mini-cluster, the profile sink); print the
+console URL and logins; Ctrl-C stops everything it started."""
 import os
 import signal
 import socket
@@ -24,9 +26,11 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("TIDAL_PORT", "8000")))
         parser.add_argument("--all-nodes", action="store_true", help="load every node of the trace, not 1 in 10")
         parser.add_argument("--no-demo", action="store_true", help="do not load the demo cluster")
+        parser.add_argument("--no-pipeline", action="store_true",
+                            help="do not start the profile pipeline (exporter, publisher, Flink job, sink)")
         parser.add_argument("--exit-after", type=float, default=0, help="stop after N seconds (smoke tests)")
 
-    def handle(self, *args, host, port, all_nodes, no_demo, exit_after, **options):
+    def handle(self, *args, host, port, all_nodes, no_demo, no_pipeline, exit_after, **options):
         self._check_port_free(host, port)
         logs = Path(settings.RUN_DIR) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -34,7 +38,7 @@ class Command(BaseCommand):
         call_command("collectstatic", interactive=False, verbosity=0)
         if not no_demo:
             call_command("load_demo", all_nodes=all_nodes, stdout=self.stdout)
-        children = self._start(host, port, logs, demo_workload=not no_demo)
+        children = self._start(host, port, logs, demo_workload=not no_demo, pipeline=not no_pipeline)
         try:
             self._wait_ready(f"http://{host}:{port}/api/schema/", children)
             url = f"http://{host}:{port}/"
@@ -53,7 +57,8 @@ class Command(BaseCommand):
             if probe.connect_ex((host, port)) == 0:
                 raise CommandError(f"{host}:{port} is already in use; choose another with --port or TIDAL_PORT")
 
-    def _start(self, host: str, port: int, logs: Path, demo_workload: bool) -> dict[str, subprocess.Popen]:
+    def _start(self, host: str, port: int, logs: Path, demo_workload: bool,
+               pipeline: bool) -> dict[str, subprocess.Popen]:
         python = sys.executable
         env = {**os.environ, "TIDAL_DEMO_WORKLOAD": "1" if demo_workload else "0"}
         celery = [python, "-m", "celery", "-A", "tidal"]
@@ -63,6 +68,14 @@ class Command(BaseCommand):
             "worker": celery + ["worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", "tidal@%h"],
             "beat": celery + ["beat", "--loglevel", "INFO", "--schedule", str(logs.parent / "celerybeat-schedule")],
         }
+        if pipeline:
+            manage = [python, "manage.py"]
+            commands |= {
+                "exporter": manage + ["cluster_exporter"],
+                "publisher": manage + ["publish_metrics"],
+                "flink": [python, "-m", "streaming.flink"],
+                "sink": manage + ["profile_sink"],
+            }
         children = {}
         for name, command in commands.items():
             log = open(logs / f"{name}.log", "ab")

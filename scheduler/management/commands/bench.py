@@ -1,4 +1,5 @@
-"""`python manage.py bench scheduler --nodes 5000 --pending 10000 --json out.json`"""
+"""`python manage.py bench scheduler --nodes 5000 --pending 10000 --json out.json`
+`python manage.py bench streaming --samples 600000 --pods 1000 --json out.json`"""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class Command(BaseCommand):
     help = "Benchmark a Tidal component and print its figures."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("target", choices=["scheduler"])
+        parser.add_argument("target", choices=["scheduler", "streaming"])
         parser.add_argument("--nodes", type=int, default=5000)
         parser.add_argument("--pending", type=int, default=10000)
         parser.add_argument("--cycles", type=int, default=6)
@@ -24,15 +25,38 @@ class Command(BaseCommand):
         parser.add_argument("--profile", default="tidal")
         parser.add_argument("--node-csv", default=str(settings.TRACES_DIR / "alibaba-gpu-2023/openb_node_list_all_node.csv"),
                             help="node shapes to draw from (built-in Alibaba shapes when the file is missing)")
+        parser.add_argument("--samples", type=int, default=600_000, help="streaming: pod samples to push")
+        parser.add_argument("--pods", type=int, default=1000, help="streaming: pods (one training run each)")
         parser.add_argument("--json", dest="json_path", help="also write the figures to this file")
 
     def handle(self, *args: object, **opts: object) -> None:
-        with tqdm(total=opts["cycles"], desc="scheduling cycles", disable=None) as bar:
-            figures = bench_scheduler(nodes=opts["nodes"], pending=opts["pending"], cycles=opts["cycles"],
-                                      seed=opts["seed"], node_csv=opts["node_csv"], profile=opts["profile"],
-                                      progress=lambda _cycle: bar.update())
+        figures = self._streaming(opts) if opts["target"] == "streaming" else self._scheduler(opts)
         for name, value in figures.items():
             self.stdout.write(f"{name}: {value:.3f}" if isinstance(value, float) else f"{name}: {value}")
         if opts["json_path"]:
             with open(opts["json_path"], "w") as f:
                 json.dump(figures, f, indent=2)
+
+    @staticmethod
+    def _scheduler(opts: dict) -> dict:
+        with tqdm(total=opts["cycles"], desc="scheduling cycles", disable=None) as bar:
+            figures = bench_scheduler(nodes=opts["nodes"], pending=opts["pending"], cycles=opts["cycles"],
+                                      seed=opts["seed"], node_csv=opts["node_csv"], profile=opts["profile"],
+                                      progress=lambda _cycle: bar.update())
+        return figures
+
+    @staticmethod
+    def _streaming(opts: dict) -> dict:
+        from streaming.bench import bench_streaming
+
+        bars: dict[str, tqdm] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar = bars.setdefault(stage, tqdm(total=total, desc=stage, disable=None))
+            bar.update(done - bar.n)
+
+        try:
+            return bench_streaming(samples=opts["samples"], pods=opts["pods"], progress=progress)
+        finally:
+            for bar in bars.values():
+                bar.close()

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from profiling.api import views
+
+ROUTES = [
+    ("task-profiles", views.TaskProfileViewSet, "task-profile"),
+]
+# Read-only sub-resources of the scheduler's jobs and the colocation app's inference services.
+URLS = [
+    path("jobs/<int:pk>/profile/", views.JobProfileView.as_view(), name="job-profile"),
+    path("inference-services/<int:pk>/load/", views.ServiceLoadView.as_view(), name="inference-service-load"),
+]

@@ -1,0 +1,12 @@
+"""FilterSets shared by the API and the console."""
+import django_filters
+
+from profiling.models import TaskProfile
+
+
+class TaskProfileFilterSet(django_filters.FilterSet):
+    task_key_prefix = django_filters.CharFilter(field_name="task_key", lookup_expr="startswith")
+
+    class Meta:
+        model = TaskProfile
+        fields = ["task_key", "task_key_prefix"]

@@ -1,0 +1,180 @@
+"""Reads for the profiling app: task histories for the scheduler, profile and load series for the API."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from cluster.types import JobStatus as JS
+from cluster.types import JobView
+from colocation.models import InferenceService
+from profiling.models import RESOURCES, JobMinute, LateSample, RunSummary, ServiceMinute
+from profiling.policy.aggregate import Minute, Stat, TaskHistory, Usage, combine_minutes, run_profile
+from scheduler.models import JobRun, TrainingJob
+from scheduler.policy.priority import utilization_points
+from scheduler.policy.profile import get_profile
+from scheduler.policy.rightsizing import Request, requested, rightsize
+
+STAT_FIELDS = tuple(f"{resource}_{stat}" for resource in RESOURCES for stat in ("mean", "peak"))
+
+
+def _stats(row) -> dict[str, Stat]:
+    """Per-resource stats of a JobMinute / RunSummary (model or values() dict)."""
+    get = row.get if isinstance(row, dict) else lambda name: getattr(row, name)
+    return {r: Stat(mean=get(f"{r}_mean"), peak=get(f"{r}_peak")) for r in RESOURCES}
+
+
+def usage_of(summary) -> Usage:
+    """A RunSummary (model or values() dict with samples, minutes and the stat fields) as a Usage."""
+    get = summary.get if isinstance(summary, dict) else lambda name: getattr(summary, name)
+    return Usage(samples=get("samples"), minutes=get("minutes"), stats=_stats(summary))
+
+
+# --- what the scheduler reads -----------------------------------------------------------------------
+
+
+def task_histories(*, task_keys: Iterable[str]) -> dict[str, TaskHistory]:
+    """The past of each task, from the run summaries (fresh as soon as a run ends): one query for all tasks.
+    Tasks without an ended run are absent."""
+    keys = set(task_keys)
+    if not keys:
+        return {}
+    rows = (
+        RunSummary.objects.filter(run__job__task_key__in=keys)
+        .order_by("run__ended_at", "run_id")
+        .values("run__job__task_key", "run__job__gpus", "outcome", "run_s", "samples", "minutes", *STAT_FIELDS)
+    )
+    runs: dict[str, list] = {}
+    run_s: dict[str, list[float]] = {}
+    for row in rows:
+        key = row["run__job__task_key"]
+        profile = run_profile(usage_of(row), gpus=float(row["run__job__gpus"]))
+        if profile is not None:
+            runs.setdefault(key, []).append(profile)
+        if row["outcome"] == JobRun.Outcome.SUCCEEDED:
+            run_s.setdefault(key, []).append(row["run_s"])
+    return {key: TaskHistory(task_key=key, runs=tuple(runs.get(key, ())), run_s=tuple(run_s.get(key, ())))
+            for key in runs.keys() | run_s.keys()}
+
+
+# --- run summaries (computed by services on run end; computed on read for a run still going) -----------
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """A run's minutes combined, with its run and wait time (see RunSummary for the wait rule)."""
+
+    usage: Usage
+    run_s: float
+    wait_s: float
+
+
+def run_figures(*, run: JobRun, minutes: Iterable, submitted_at: datetime, previous_end: datetime | None,
+                now: datetime) -> RunFigures:
+    """`minutes`: the run's JobMinute rows (models or values() dicts); `previous_end`: the end of the job's
+    previous attempt (None for attempt 1). An open run's run time counts until `now`."""
+    usage = combine_minutes(
+        Minute(samples=m["samples"] if isinstance(m, dict) else m.samples, stats=_stats(m)) for m in minutes
+    )
+    queued_from = previous_end if run.attempt > 1 and previous_end is not None else submitted_at
+    run_s = ((run.ended_at or now) - run.started_at).total_seconds()
+    return RunFigures(usage=usage, run_s=max(0.0, run_s),
+                      wait_s=max(0.0, (run.started_at - queued_from).total_seconds()))
+
+
+def previous_ends(*, job_ids: Iterable[int]) -> dict[tuple[int, int], datetime | None]:
+    """(job id, attempt) -> when that attempt ended, for the wait time of the attempt after it."""
+    return {(job_id, attempt): ended for job_id, attempt, ended in
+            JobRun.objects.filter(job_id__in=set(job_ids)).values_list("job_id", "attempt", "ended_at")}
+
+
+# --- the API's series --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSeries:
+    run: JobRun
+    summary: dict  # samples, minutes, the resources' {mean, peak}, run_s, wait_s, outcome, final, computed_at
+    minutes: list[JobMinute]
+    late_samples: int
+
+
+@dataclass(frozen=True)
+class Advice:
+    runs: int  # past runs the advice is from (at most the profile's rightsizing_runs)
+    requested: Request
+    rightsized: Request
+    utilization_points: int
+
+
+@dataclass(frozen=True)
+class JobProfile:
+    job: TrainingJob
+    runs: list[RunSeries]
+    late_samples: int
+    advice: Advice | None
+
+
+def _summary_dict(figures: RunFigures | None, summary: RunSummary | None, outcome: str) -> dict:
+    usage = usage_of(summary) if summary else figures.usage
+    return {
+        "samples": usage.samples, "minutes": usage.minutes, **usage.as_dict(),
+        "run_s": summary.run_s if summary else figures.run_s,
+        "wait_s": summary.wait_s if summary else figures.wait_s,
+        "outcome": outcome, "final": summary is not None,
+        "computed_at": summary.computed_at if summary else None,
+    }
+
+
+def job_profile(*, job: TrainingJob, attempt: int | None = None, since: datetime | None = None,
+                until: datetime | None = None, now: datetime | None = None) -> JobProfile:
+    """Every run of `job` (or one attempt) with its per-minute series (optionally within [since, until))
+    and its summary: the stored RunSummary of an ended run, else computed from all its minutes now."""
+    now = now or timezone.now()
+    every_run = list(JobRun.objects.filter(job=job).select_related("summary").order_by("attempt"))
+    ends = {r.attempt: r.ended_at for r in every_run}
+    runs = [r for r in every_run if attempt is None or r.attempt == attempt]
+    all_minutes: dict[int, list[JobMinute]] = {}
+    for m in JobMinute.objects.filter(run__in=runs).order_by("minute"):
+        all_minutes.setdefault(m.run_id, []).append(m)
+    late = {}
+    for run_attempt in LateSample.objects.filter(job_id=job.pk).values_list("run_attempt", flat=True):
+        late[run_attempt] = late.get(run_attempt, 0) + 1
+    series = []
+    for run in runs:
+        minutes = all_minutes.get(run.pk, [])
+        summary = getattr(run, "summary", None) if run.ended_at else None
+        figures = None if summary else run_figures(run=run, minutes=minutes, submitted_at=job.submitted_at,
+                                                   previous_end=ends.get(run.attempt - 1), now=now)
+        shown = [m for m in minutes if (since is None or m.minute >= since) and (until is None or m.minute < until)]
+        series.append(RunSeries(run=run, summary=_summary_dict(figures, summary, run.outcome), minutes=shown,
+                                late_samples=late.get(run.attempt, 0)))
+    return JobProfile(job=job, runs=series, late_samples=sum(late.values()),
+                      advice=rightsizing_advice(job=job))
+
+
+def rightsizing_advice(*, job: TrainingJob) -> Advice | None:
+    """What the scheduler would bind for `job` now from its task's past runs (None: no history, the request
+    is kept), and the utilization term of its priority score (SPEC §1)."""
+    history = task_histories(task_keys=[job.task_key]).get(job.task_key)
+    if history is None or not history.runs:
+        return None
+    profile = get_profile(settings.TIDAL_SCHEDULER_PROFILE)
+    view = JobView(
+        id=job.pk, name=job.name, task_key=job.task_key, department=job.department.name,
+        framework=str(job.framework), gpu_model=job.gpu_model.name if job.gpu_model else None,
+        gpus=float(job.gpus), cpu_milli=job.cpu_milli, memory_mib=job.memory_mib, status=JS.PENDING,
+        submitted_at=job.submitted_at.timestamp(), history=history.runs,
+    )
+    return Advice(runs=min(len(history.runs), profile.rightsizing_runs), requested=requested(view),
+                  rightsized=rightsize(view, profile), utilization_points=utilization_points(view, profile))
+
+
+def service_load(*, service: InferenceService, since: datetime, until: datetime) -> QuerySet[ServiceMinute]:
+    """The service's per-minute load with since <= minute < until, oldest first."""
+    return ServiceMinute.objects.filter(service=service, minute__gte=since, minute__lt=until).order_by("minute")
+

@@ -1,0 +1,254 @@
+"""Writes for the profiling app: the profile sink's upserts, run summaries and the daily task profiles.
+
+Idempotence. The sink may see any record more than once (a Flink restart re-emits, the sink re-reads
+what it had not committed). A (run, minute) / (service, minute) / (pod, ts) row is written once; a record
+with the same measurement changes nothing (not even `written_at`); a re-fired window with new values
+overwrites the row, unless the incoming emission is older than the stored one (a replay of a superseded
+window loses to the newer emission). Records naming an unknown job, run or service, or missing a field,
+are skipped and counted: the sink never stops on a bad record.
+
+The daily batch (`task_profiles_compute`) runs over the DATABASE, not a Flink batch job over archived
+topics: the per-minute rows the sink writes already are the archive (the broker here keeps topics in
+memory only, so there is no archived stream to re-read), and a 1 GiB Flink job for a GROUP BY over a few
+thousand run summaries is waste. Runs are summarized when they end (`run_summary_compute`, called by the
+scheduler's live loop) and again whenever late minutes of an ended run arrive.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+
+from django.db import models, transaction
+from django.utils import timezone
+
+from colocation.models import InferenceService
+from profiling import selectors
+from profiling.models import JobMinute, LateSample, RunSummary, ServiceMinute, TaskProfile
+from profiling.policy.aggregate import combine_runs, mean
+from scheduler.models import JobRun, TrainingJob
+from streaming import records as r
+
+log = logging.getLogger(__name__)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+JOB_MINUTE_VALUES = ("samples", *selectors.STAT_FIELDS, "req_gpus", "req_cpu_cores", "req_mem_bytes")
+SERVICE_MINUTE_VALUES = ("samples", "replicas", "gpu_util_mean", "cpu_util_mean", "qps", "errors_per_s",
+                         "latency_mean_ms", "latency_p99_ms")
+LAST_RUNS = 3
+
+
+@dataclass
+class RecordCounts:
+    """What one call did with its records."""
+
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0  # a replay, or an emission older than the stored one
+    skipped: int = 0  # unknown job/run/service, or a record missing a required field
+
+    def __add__(self, other: RecordCounts) -> RecordCounts:
+        return RecordCounts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def __str__(self) -> str:
+        return (f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, "
+                f"{self.skipped} skipped")
+
+
+def at_ms(ms: int) -> datetime:
+    """An epoch-milliseconds time as an aware UTC datetime (exact: no float on the way)."""
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _latest_per_key(items: Iterable[tuple[tuple, dict]]) -> dict[tuple, dict]:
+    """One row per key: the newest emission (the later one in the batch on a tie)."""
+    latest: dict[tuple, dict] = {}
+    for key, row in items:
+        if key not in latest or row["emitted_at"] >= latest[key]["emitted_at"]:
+            latest[key] = row
+    return latest
+
+
+def _upsert(model: type[models.Model], *, owner: str, rows: dict[tuple, dict], values: tuple[str, ...],
+            now: datetime) -> tuple[RecordCounts, set[int]]:
+    """Write `rows` ({(owner id, minute): field values}) as `model` rows keyed by (owner, minute).
+    Returns the counts and the owner ids whose rows were created or changed."""
+    counts, touched = RecordCounts(), set()
+    if not rows:
+        return counts, touched
+    owner_ids, minutes = {k[0] for k in rows}, {k[1] for k in rows}
+    existing = {(getattr(row, f"{owner}_id"), row.minute): row for row in model.objects.select_for_update()
+                .filter(**{f"{owner}_id__in": owner_ids, "minute__in": minutes})}
+    new, changed = [], []
+    for key, row in rows.items():
+        current = existing.get(key)
+        if current is None:
+            new.append(model(**{f"{owner}_id": key[0], "minute": key[1]}, **row, written_at=now))
+        elif all(getattr(current, name) == row[name] for name in values) or row["emitted_at"] < current.emitted_at:
+            counts.unchanged += 1
+            continue
+        else:
+            for name, value in row.items():
+                setattr(current, name, value)
+            current.written_at = now
+            changed.append(current)
+        touched.add(key[0])
+    # update_conflicts: a row another writer inserted since the read above is overwritten, never lost.
+    model.objects.bulk_create(new, batch_size=500, update_conflicts=True, unique_fields=[owner, "minute"],
+                              update_fields=[*values, "emitted_at", "written_at"])
+    model.objects.bulk_update(changed, [*values, "emitted_at", "written_at"], batch_size=500)
+    counts.created, counts.updated = len(new), len(changed)
+    return counts, touched
+
+
+@transaction.atomic
+def job_minutes_record(*, records: Iterable[r.JobMinute], now: datetime | None = None) -> RecordCounts:
+    """Upsert the per-minute profiles of training runs; refresh the summary of every ended run they change."""
+    now = now or timezone.now()
+    records = list(records)
+    valid = [rec for rec in records if all(_is_int(v) for v in (rec.job, rec.run, rec.window_start,
+                                                                 rec.samples, rec.emitted_at)) and rec.samples >= 0]
+    runs = {(run.job_id, run.attempt): run for run in
+            JobRun.objects.filter(job_id__in={rec.job for rec in valid}, attempt__in={rec.run for rec in valid})}
+    known = [(runs[(rec.job, rec.run)], rec) for rec in valid if (rec.job, rec.run) in runs]
+    rows = _latest_per_key(
+        ((run.pk, at_ms(rec.window_start)),
+         {"samples": rec.samples, "emitted_at": at_ms(rec.emitted_at),
+          **{name: _number(getattr(rec, name)) for name in JOB_MINUTE_VALUES if name != "samples"}})
+        for run, rec in known
+    )
+    counts, touched = _upsert(JobMinute, owner="run", rows=rows, values=JOB_MINUTE_VALUES, now=now)
+    counts.skipped = len(records) - len(known)
+    counts.unchanged += len(known) - len(rows)  # duplicates within the batch
+    ended = [run for run in runs.values() if run.pk in touched and run.ended_at is not None]
+    if ended:  # late minutes refine the summary of a run that has already ended
+        run_summaries_compute(runs=ended, now=now)
+    return counts
+
+
+@transaction.atomic
+def service_minutes_record(*, records: Iterable[r.ServiceMinute], now: datetime | None = None) -> RecordCounts:
+    """Upsert the per-minute load of inference services."""
+    now = now or timezone.now()
+    records = list(records)
+    valid = [rec for rec in records
+             if isinstance(rec.service, str) and all(_is_int(v) for v in (rec.window_start, rec.samples,
+                                                                           rec.replicas, rec.emitted_at))
+             and rec.samples >= 0 and rec.replicas >= 0]
+    services = dict(InferenceService.objects.filter(name__in={rec.service for rec in valid})
+                    .values_list("name", "pk"))
+    known = [rec for rec in valid if rec.service in services]
+    rows = _latest_per_key(
+        ((services[rec.service], at_ms(rec.window_start)),
+         {"samples": rec.samples, "replicas": rec.replicas, "emitted_at": at_ms(rec.emitted_at),
+          **{name: _number(getattr(rec, name)) for name in SERVICE_MINUTE_VALUES[2:]}})
+        for rec in known
+    )
+    counts, _ = _upsert(ServiceMinute, owner="service", rows=rows, values=SERVICE_MINUTE_VALUES, now=now)
+    counts.skipped = len(records) - len(known)
+    counts.unchanged += len(known) - len(rows)
+    return counts
+
+
+@transaction.atomic
+def late_samples_record(*, records: Iterable[r.LateSample]) -> RecordCounts:
+    """Keep each dropped sample once (by pod and time); a replay changes nothing."""
+    records = list(records)
+    rows = {}
+    for rec in records:
+        if isinstance(rec.pod, str) and rec.pod and _is_int(rec.ts) and _is_int(rec.emitted_at):
+            rows.setdefault((rec.pod, at_ms(rec.ts)), rec)
+    existing = set(LateSample.objects.filter(pod__in={k[0] for k in rows}, ts__in={k[1] for k in rows})
+                   .values_list("pod", "ts"))
+    new = [
+        LateSample(ts=ts, pod=pod, job_id=rec.job if _is_int(rec.job) else None,
+                   run_attempt=rec.run if _is_int(rec.run) and rec.run >= 0 else None,
+                   service=rec.service if isinstance(rec.service, str) else "", emitted_at=at_ms(rec.emitted_at))
+        for (pod, ts), rec in rows.items() if (pod, ts) not in existing
+    ]
+    LateSample.objects.bulk_create(new, batch_size=500, ignore_conflicts=True)
+    return RecordCounts(created=len(new), unchanged=len(rows) - len(new), skipped=len(records) - len(rows))
+
+
+# --- summaries and profiles ----------------------------------------------------------------------------
+
+
+def run_summary_compute(*, run: JobRun, now: datetime | None = None) -> RunSummary | None:
+    """Summarize one run from its minutes and its times; None while it has not ended.
+    Called by the scheduler where it ends runs, and again when late minutes of an ended run arrive."""
+    summaries = run_summaries_compute(runs=[run], now=now)
+    return summaries[0] if summaries else None
+
+
+@transaction.atomic
+def run_summaries_compute(*, runs: Iterable[JobRun], now: datetime | None = None) -> list[RunSummary]:
+    """Summarize the ended ones of `runs` (create or replace their RunSummary)."""
+    now = now or timezone.now()
+    runs = [run for run in runs if run.ended_at is not None]
+    if not runs:
+        return []
+    minutes: dict[int, list[dict]] = {}
+    for row in JobMinute.objects.filter(run__in=runs).values("run_id", "samples", *selectors.STAT_FIELDS):
+        minutes.setdefault(row["run_id"], []).append(row)
+    submitted = dict(TrainingJob.objects.filter(pk__in={run.job_id for run in runs})
+                     .values_list("pk", "submitted_at"))
+    ends = selectors.previous_ends(job_ids=submitted)
+    summaries = []
+    for run in runs:
+        figures = selectors.run_figures(run=run, minutes=minutes.get(run.pk, []), submitted_at=submitted[run.job_id],
+                                        previous_end=ends.get((run.job_id, run.attempt - 1)), now=now)
+        stats = {f"{res}_{kind}": getattr(stat, kind)
+                 for res, stat in figures.usage.stats.items() for kind in ("mean", "peak")}
+        summaries.append(RunSummary(run=run, samples=figures.usage.samples, minutes=figures.usage.minutes, **stats,
+                                    run_s=figures.run_s, wait_s=figures.wait_s, outcome=run.outcome,
+                                    computed_at=now))
+    RunSummary.objects.bulk_create(
+        summaries, update_conflicts=True, unique_fields=["run"],
+        update_fields=["samples", "minutes", *selectors.STAT_FIELDS, "run_s", "wait_s", "outcome", "computed_at"],
+    )
+    return summaries
+
+
+def _window(usages: list) -> dict:
+    return {"runs": len(usages), **combine_runs(usages).as_dict()}
+
+
+@transaction.atomic
+def task_profiles_compute(*, now: datetime | None = None) -> int:
+    """The daily batch: every task's profile over its run summaries (last 3 profiled runs and all runs:
+    mean of the run means, max of the peaks; mean run time of succeeded runs; mean wait of all runs).
+    Ended runs without a summary (e.g. cancelled through the API) are summarized first.
+    Returns the number of task profiles written; profiles of tasks without runs any more are deleted."""
+    now = now or timezone.now()
+    missing = list(JobRun.objects.filter(ended_at__isnull=False, summary__isnull=True))
+    for start in range(0, len(missing), 500):
+        run_summaries_compute(runs=missing[start:start + 500], now=now)
+    tasks: dict[str, list[dict]] = {}
+    rows = (RunSummary.objects.order_by("run__ended_at", "run_id")
+            .values("run__job__task_key", "outcome", "run_s", "wait_s", "samples", "minutes", *selectors.STAT_FIELDS))
+    for row in rows.iterator(chunk_size=2000):
+        tasks.setdefault(row["run__job__task_key"], []).append(row)
+    profiles = []
+    for task_key, summaries in tasks.items():
+        usages = [selectors.usage_of(row) for row in summaries if row["samples"] > 0]
+        profiles.append(TaskProfile(
+            task_key=task_key, runs=len(summaries), last_3=_window(usages[-LAST_RUNS:]), all_runs=_window(usages),
+            mean_run_s=mean(row["run_s"] for row in summaries if row["outcome"] == JobRun.Outcome.SUCCEEDED),
+            mean_wait_s=mean(row["wait_s"] for row in summaries), computed_at=now,
+        ))
+    TaskProfile.objects.bulk_create(
+        profiles, batch_size=500, update_conflicts=True, unique_fields=["task_key"],
+        update_fields=["runs", "last_3", "all_runs", "mean_run_s", "mean_wait_s", "computed_at"],
+    )
+    TaskProfile.objects.exclude(task_key__in=tasks.keys()).delete()
+    log.info("task profiles: %d tasks from %d runs (%d ended runs summarized late)",
+             len(profiles), sum(map(len, tasks.values())), len(missing))
+    return len(profiles)

@@ -1,0 +1,165 @@
+"""`bench streaming`: synthetic pod samples through Kafka -> Flink -> Kafka -> profile sink -> database.
+
+The samples are produced first (a backlog on fresh topics), then the Flink job and the sink start and
+drain it: samples/s = samples / (last profile row written - job running), i.e. the pipeline's sustained
+processing rate with the producer's speed taken out (kafka-python produces ~10k records/s on one core
+here, below the rate being measured). Lag = profile row written - window closed in Flink (the row's
+`emitted_at`), per row. Samples come in step order, every other step swapped, so windows see reordering.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from streaming.flink.job import Runtime, submit
+from streaming.flink.sql import Spec
+from streaming.topics import Topics, ensure_topics
+
+STEP_MS = 5_000
+WINDOW_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    samples: int
+    pods: int
+    prefix: str
+
+    @property
+    def steps(self) -> int:
+        return max(self.samples // self.pods, 1)
+
+    @property
+    def minutes(self) -> int:
+        """Windows every pod fills completely (the backlog is minute-aligned)."""
+        return self.steps * STEP_MS // WINDOW_MS
+
+
+def bench_streaming(*, samples: int, pods: int, progress: Callable[[str, int, int], None],
+                    timeout_s: float = 600) -> dict[str, float | int]:
+    setup = Setup(samples=samples, pods=pods, prefix=f"bench-{uuid.uuid4().hex[:8]}")
+    topics = Topics(setup.prefix)
+    ensure_topics(settings.KAFKA_BOOTSTRAP, topics)
+    runs = _fixtures(setup)
+    sink = None
+    job = None
+    try:
+        _produce(setup, topics, runs, progress)
+        sink = subprocess.Popen([sys.executable, "manage.py", "profile_sink", "--prefix", setup.prefix],
+                                cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        runtime = Runtime(checkpoint_dir=Path(settings.RUN_DIR) / "flink" / setup.prefix / "checkpoints")
+        job = submit(Spec(bootstrap=settings.KAFKA_BOOTSTRAP, topics=topics, group_id=f"{setup.prefix}.flink"),
+                     runtime)
+        started = _running(job)
+        written = _wait_rows(setup, runs, progress, timeout_s)
+        return _figures(setup, started, written)
+    finally:
+        if job is not None:
+            job.get_job_client().cancel().result()
+        if sink is not None:
+            sink.terminate()
+            sink.wait(timeout=30)
+        _cleanup(setup, runs)
+
+
+def _fixtures(setup: Setup) -> list[int]:
+    """A department with one running job per pod; the sink keeps only minutes of runs it knows."""
+    from scheduler.models import Department, Framework, JobRun, TrainingJob
+
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    department = Department.objects.create(name=setup.prefix)
+    framework, _ = Framework.objects.get_or_create(name="bench", version="0")
+    now = timezone.now()
+    jobs = TrainingJob.objects.bulk_create(
+        TrainingJob(name=f"bench-{i}", task_key=f"{setup.prefix}-{i}", department=department, submitter=user,
+                    image="bench", command="bench", framework=framework, cpu_milli=2000, memory_mib=4096,
+                    status="running", started_at=now)
+        for i in range(setup.pods))
+    JobRun.objects.bulk_create(JobRun(job=j, attempt=1, pod=f"{setup.prefix}-{j.pk}", started_at=now) for j in jobs)
+    return [j.pk for j in jobs]
+
+
+def _produce(setup: Setup, topics: Topics, jobs: list[int], progress: Callable[[str, int, int], None]) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=settings.KAFKA_BOOTSTRAP, linger_ms=20, batch_size=512 * 1024)
+    first = (int(time.time() * 1000) // WINDOW_MS - setup.minutes - 10) * WINDOW_MS
+    order = list(range(setup.steps))
+    for k in range(0, len(order) - 1, 2):  # swap neighbouring steps: reordering within the 2-min bound
+        order[k], order[k + 1] = order[k + 1], order[k]
+    rng = random.Random(7)
+    for done, step in enumerate(order):
+        ts = first + step * STEP_MS
+        for job in jobs:
+            util = rng.random()
+            producer.send(topics.pod_samples, key=str(job).encode(), value=(
+                f'{{"ts":{ts},"namespace":"bench","pod":"{setup.prefix}-{job}","job":{job},"run":1,'
+                f'"gpu_util":{util:.4f},"gpu_mem_used_mib":{util * 16000:.1f},"gpu_mem_free_mib":'
+                f'{16000 - util * 16000:.1f},"cpu_cores":{2 * util:.4f},"mem_bytes":{util * 4e9:.0f},'
+                f'"req_gpus":1,"req_cpu_cores":2,"req_mem_bytes":4294967296}}').encode())
+        progress("produce", done + 1, setup.steps)
+    # One sample far ahead moves the watermark past every backlog window.
+    producer.send(topics.pod_samples, value=(f'{{"ts":{first + (setup.steps + 60) * STEP_MS},"namespace":"bench",'
+                                             f'"pod":"{setup.prefix}-end","job":{jobs[0]},"run":1}}').encode())
+    producer.flush()
+    producer.close()
+
+
+def _running(job) -> float:
+    client = job.get_job_client()
+    while client.get_job_status().result().name != "RUNNING":
+        time.sleep(0.05)
+    return time.time()
+
+
+def _wait_rows(setup: Setup, jobs: list[int], progress: Callable[[str, int, int], None],
+               timeout_s: float) -> list[tuple[float, float]]:
+    from profiling.models import JobMinute
+
+    expected = setup.minutes * setup.pods
+    rows = JobMinute.objects.filter(run__job_id__in=jobs)
+    deadline = time.monotonic() + timeout_s
+    while (count := rows.count()) < expected:
+        progress("profile rows", count, expected)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count} of {expected} profile rows after {timeout_s:.0f} s")
+        time.sleep(0.2)
+    progress("profile rows", expected, expected)
+    return [(w.timestamp(), e.timestamp()) for w, e in rows.values_list("written_at", "emitted_at")]
+
+
+def _figures(setup: Setup, started: float, written: list[tuple[float, float]]) -> dict[str, float | int]:
+    lags = sorted(w - e for w, e in written)
+    elapsed = max(w for w, _ in written) - started
+    return {
+        "samples": setup.steps * setup.pods, "pods": setup.pods, "profile_rows": len(written),
+        "elapsed_s": round(elapsed, 3), "samples_per_s": round(setup.steps * setup.pods / elapsed, 1),
+        "lag_p50_s": round(statistics.median(lags), 3),
+        "lag_p99_s": round(lags[min(len(lags) - 1, int(len(lags) * 0.99))], 3),
+    }
+
+
+def _cleanup(setup: Setup, jobs: list[int]) -> None:
+    from kafka import KafkaAdminClient
+
+    from scheduler.models import Department, TrainingJob
+
+    TrainingJob.objects.filter(pk__in=jobs).delete()
+    Department.objects.filter(name=setup.prefix).delete()
+    admin = KafkaAdminClient(bootstrap_servers=settings.KAFKA_BOOTSTRAP)
+    try:
+        admin.delete_topics(list(Topics(setup.prefix).all()))
+    finally:
+        admin.close()

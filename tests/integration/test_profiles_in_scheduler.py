@@ -1,0 +1,95 @@
+"""Profiles feed the live scheduler (SPEC §1, §2): one `scheduler.tick` right-sizes a job from its task's run
+summaries, adds the ±20 utilization term, and sends a task whose past runs were long to the fixed pool."""
+import time
+
+import pytest
+
+from cluster.clock import VirtualClock
+from cluster.simulated import store
+from cluster.simulated.engine import SimulatedCluster
+from colocation.selectors import node_views
+from profiling.models import RunSummary
+from scheduler import live
+from scheduler.models import Decision, JobStatus, TrainingJob
+from scheduler.policy.profile import get_profile
+from tests.integration.profiles import end_run, past_jobs, start_run
+
+pytestmark = pytest.mark.django_db
+T0 = time.time() - 7200
+
+
+@pytest.fixture
+def cluster(world):
+    clock = VirtualClock(T0)
+    return SimulatedCluster(node_views(), clock, store.labelled_runtime), clock
+
+
+def tick(cluster_and_clock, seconds: float = 5):
+    cluster, clock = cluster_and_clock
+    clock.advance(seconds)
+    cluster.advance()
+    return live.scheduler_tick(backend=cluster, now=clock.now(), profile=get_profile("tidal"))
+
+
+def submit(world, **kw) -> TrainingJob:
+    job = world.submit(**kw)
+    job.annotations = {store.RUNTIME_LABEL: "600"}
+    job.save()
+    return job
+
+
+def test_task_with_summaries_is_rightsized_and_scored(world, cluster):
+    # ml-search/low: 3 past runs at 40% GPU, 30% peak GPU memory, 1 core mean, 1.5 cores peak.
+    past_jobs(world, *[{"gpu": (0.4, 0.5), "gpu_mem": (0.2, 0.3), "cores": (1.0, 1.5)}] * 3,
+              name="low", gpus="2", cpu_milli=8000)
+    # ml-search/high: 3 past runs at 80% GPU on A100, 3 cores mean, 5 cores peak.
+    past_jobs(world, *[{"gpu": (0.8, 0.9), "gpu_mem": (0.5, 0.6), "cores": (3.0, 5.0)}] * 3,
+              name="high", gpu_model="A100", gpus="2", cpu_milli=8000)
+    low = submit(world, name="low", gpus="2", cpu_milli=8000)
+    high = submit(world, name="high", gpu_model="A100", gpus="2", cpu_milli=8000)
+    fresh = submit(world, name="fresh", gpu_model="A100", gpus="1", cpu_milli=8000)
+
+    report = tick(cluster)
+    assert report.admitted == 3
+    for job in (low, high, fresh):
+        job.refresh_from_db()
+        assert job.status == JobStatus.RUNNING
+
+    # GPUs = ceil(2 × max(0.4, 0.3) / 0.9) = 1; CPU request = 1000m / 0.5, limit = 1500m / 0.5
+    assert (low.alloc_gpus, low.alloc_cpu_milli, low.cpu_limit_milli) == (1, 2000, 3000)
+    assert low.score["utilization"] == -20  # mean GPU utilization 0.4 < target 0.5
+    # GPUs = ceil(2 × 0.8 / 0.9) = 2; CPU request 6000m, limit 10000m capped at the 8000m asked
+    assert (high.alloc_gpus, high.alloc_cpu_milli, high.cpu_limit_milli) == (2, 6000, 8000)
+    assert high.score["utilization"] == 20
+    assert (fresh.alloc_gpus, fresh.alloc_cpu_milli, fresh.score["utilization"]) == (1, 8000, 0)  # no history
+
+    pods = {p.spec.name: p.spec for p in cluster[0].pods()}
+    assert pods[low.runs.get().pod].cpu_milli == 2000  # bound right-sized
+    admission = Decision.objects.get(subject=f"job:{low.pk}", kind="admission")
+    assert admission.data["score"]["utilization"] == -20 and "1 GPU" in admission.data["rightsized"]
+
+
+def test_past_run_times_send_a_long_task_to_the_fixed_pool(world, cluster):
+    done = world.submit(name="long", gpu_model="A100", gpus="1")
+    end_run(start_run(done), minute=20 * 60)  # one succeeded run of 20 h: a long job whenever it comes
+    TrainingJob.objects.filter(pk=done.pk).update(status=JobStatus.SUCCEEDED)
+    long = submit(world, name="long", gpu_model="A100", gpus="1")
+    short = submit(world, name="short", gpu_model="A100", gpus="1")
+
+    tick(cluster)
+    long.refresh_from_db()
+    short.refresh_from_db()
+    assert short.status == JobStatus.RUNNING and short.node.name == "a100-0"  # co-location pool first
+    # the only A100 node is in the co-location pool: the long job goes to the fixed pool's T4 node (pytorch is
+    # certified on both models)
+    assert long.status == JobStatus.RUNNING and long.node.name == "t4-0" and long.assigned_gpu_model.name == "T4"
+
+
+def test_a_run_ended_by_the_loop_is_summarized_at_once(world, cluster):
+    job = submit(world, name="quick", gpus="1")
+    tick(cluster)
+    tick(cluster, seconds=601)  # the pod finished: the loop ends the run
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    summary = RunSummary.objects.get(run=job.runs.get())
+    assert summary.outcome == "succeeded" and summary.run_s == pytest.approx(601, abs=5) and summary.samples == 0
