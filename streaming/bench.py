@@ -9,6 +9,7 @@ here, below the rate being measured). Lag = profile row written - window closed 
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import subprocess
@@ -58,7 +59,8 @@ def bench_streaming(*, samples: int, pods: int, progress: Callable[[str, int, in
     try:
         _produce(setup, topics, runs, progress)
         sink = subprocess.Popen([sys.executable, "manage.py", "profile_sink", "--prefix", setup.prefix],
-                                cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "DJANGO_DEBUG": "0"})  # as in production: no query log
         runtime = Runtime(checkpoint_dir=Path(settings.RUN_DIR) / "flink" / setup.prefix / "checkpoints")
         job = submit(Spec(bootstrap=settings.KAFKA_BOOTSTRAP, topics=topics, group_id=f"{setup.prefix}.flink"),
                      runtime)
@@ -110,9 +112,11 @@ def _produce(setup: Setup, topics: Topics, jobs: list[int], progress: Callable[[
                 f'{16000 - util * 16000:.1f},"cpu_cores":{2 * util:.4f},"mem_bytes":{util * 4e9:.0f},'
                 f'"req_gpus":1,"req_cpu_cores":2,"req_mem_bytes":4294967296}}').encode())
         progress("produce", done + 1, setup.steps)
-    # One sample far ahead moves the watermark past every backlog window.
-    producer.send(topics.pod_samples, value=(f'{{"ts":{first + (setup.steps + 60) * STEP_MS},"namespace":"bench",'
-                                             f'"pod":"{setup.prefix}-end","job":{jobs[0]},"run":1}}').encode())
+    # One sample far ahead on every partition moves the watermark (their minimum) past every backlog window.
+    flush = (f'{{"ts":{first + (setup.steps + 60) * STEP_MS},"namespace":"bench","pod":"{setup.prefix}-end",'
+             f'"job":{jobs[0]},"run":1}}').encode()
+    for partition in producer.partitions_for(topics.pod_samples):
+        producer.send(topics.pod_samples, value=flush, partition=partition)
     producer.flush()
     producer.close()
 

@@ -59,7 +59,7 @@ class ProfileSink:
     writes, and with "before-commit" after the transaction, before the offsets are committed; raising
     there stands for the process dying at that point."""
 
-    def __init__(self, *, bootstrap: str, topics: Topics, group: str | None = None, max_records: int = 500,
+    def __init__(self, *, bootstrap: str, topics: Topics, group: str | None = None, max_records: int = 2000,
                  poll_timeout_ms: int = 500, hook: Callable[[str], None] | None = None) -> None:
         self.bootstrap, self.topics = bootstrap, topics
         self.group = group or group_id(topics.prefix)

@@ -108,14 +108,18 @@ class Command(BaseCommand):
             if child.poll() is not None:
                 raise CommandError(f"{name} exited with code {child.returncode}; see .run/logs/{name}.log")
 
-    def _stop(self, children: dict[str, subprocess.Popen]) -> None:
+    def _stop(self, children: dict[str, subprocess.Popen], grace_s: float = 20) -> None:
+        """SIGTERM to every child at once, then one shared grace period before SIGKILL (a JVM or a Celery
+        warm shutdown must not stretch Ctrl-C by 15 s per child)."""
         for child in children.values():
             if child.poll() is None:
                 os.killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
         for name, child in children.items():
             try:
-                child.wait(timeout=15)
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
+                self.stdout.write(f"killed {name} (no exit within {grace_s:.0f} s of SIGTERM)")
             self.stdout.write(f"stopped {name}")

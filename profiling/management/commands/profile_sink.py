@@ -25,7 +25,7 @@ class Command(BaseCommand):
         idle.add_argument("--max-idle-s", type=float, default=None,
                           help="stop once no record came for this many seconds (after joining the group)")
         idle.add_argument("--until-idle", action="store_true", help=f"--max-idle-s {UNTIL_IDLE_S:g}")
-        parser.add_argument("--max-records", type=int, default=500, help="records per batch (one transaction)")
+        parser.add_argument("--max-records", type=int, default=2000, help="records per batch (one transaction)")
 
     def handle(self, *args: object, **opts: object) -> None:
         max_idle_s = UNTIL_IDLE_S if opts["until_idle"] else opts["max_idle_s"]
