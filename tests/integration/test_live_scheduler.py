@@ -1,38 +1,21 @@
 """The live loop on the real database against the in-process simulated cluster, including crashes
 between deciding and acting."""
-import time
 import uuid
 
 import pytest
 from redis import Redis
 
-from cluster.clock import VirtualClock
 from cluster.simulated import store
-from cluster.simulated.engine import SimulatedCluster
-from colocation.selectors import node_views
 from scheduler import live
 from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
 from scheduler.policy.profile import get_profile
+from tests.integration.livecluster import tick
 
 pytestmark = pytest.mark.django_db
-T0 = time.time() - 7200  # virtual time stays behind the wall clock that stamps submissions and cancels
 
 
 class Crash(Exception):
     """Stands for the worker dying mid-tick."""
-
-
-@pytest.fixture
-def cluster(world):
-    clock = VirtualClock(T0)
-    return SimulatedCluster(node_views(), clock, store.labelled_runtime), clock
-
-
-def tick(cluster_and_clock, seconds: float = 5):
-    cluster, clock = cluster_and_clock
-    clock.advance(seconds)
-    cluster.advance()
-    return live.scheduler_tick(backend=cluster, now=clock.now(), profile=get_profile("tidal"))
 
 
 def submit(world, **kw):

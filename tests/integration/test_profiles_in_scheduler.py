@@ -1,34 +1,15 @@
 """Profiles feed the live scheduler (SPEC §1, §2): one `scheduler.tick` right-sizes a job from its task's run
 summaries, adds the ±20 utilization term, and sends a task whose past runs were long to the fixed pool."""
-import time
 
 import pytest
 
-from cluster.clock import VirtualClock
 from cluster.simulated import store
-from cluster.simulated.engine import SimulatedCluster
-from colocation.selectors import node_views
 from profiling.models import RunSummary
-from scheduler import live
 from scheduler.models import Decision, JobStatus, TrainingJob
-from scheduler.policy.profile import get_profile
+from tests.integration.livecluster import tick
 from tests.integration.profiles import end_run, past_jobs, start_run
 
 pytestmark = pytest.mark.django_db
-T0 = time.time() - 7200
-
-
-@pytest.fixture
-def cluster(world):
-    clock = VirtualClock(T0)
-    return SimulatedCluster(node_views(), clock, store.labelled_runtime), clock
-
-
-def tick(cluster_and_clock, seconds: float = 5):
-    cluster, clock = cluster_and_clock
-    clock.advance(seconds)
-    cluster.advance()
-    return live.scheduler_tick(backend=cluster, now=clock.now(), profile=get_profile("tidal"))
 
 
 def submit(world, **kw) -> TrainingJob:

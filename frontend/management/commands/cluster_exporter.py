@@ -1,5 +1,6 @@
 """Serve the simulated cluster's per-pod metrics (DCGM, cAdvisor, kube-state-metrics and Istio names) and
-register the exporter as a Prometheus target (<PROMETHEUS_SD_DIR>/cluster-exporter.json) until stopped."""
+register the exporter as a Prometheus target (<PROMETHEUS_SD_DIR>/cluster-exporter-<TIDAL_REDIS_NAMESPACE>.json,
+one file per demo cluster, so two demos on one machine do not replace each other's target) until stopped."""
 import signal
 import threading
 
@@ -20,7 +21,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=settings.TIDAL_EXPORTER_PORT, help="0: any free port")
         parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-        parser.add_argument("--target-name", default=TARGET_NAME, help="name of the file_sd target file")
+        parser.add_argument("--target-name", default=f"{TARGET_NAME}-{settings.TIDAL_REDIS_NAMESPACE}",
+                            help="name of the file_sd target file")
 
     def handle(self, *args, port, host, target_name, **options):
         try:
