@@ -6,6 +6,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
+from profiling.services import run_summaries_compute
 from scheduler import selectors
 from scheduler.errors import ApplicationError
 from scheduler.models import (
@@ -257,7 +258,11 @@ def job_cancel(*, job: TrainingJob, actor) -> TrainingJob:
     if job.is_finished:
         raise ApplicationError.for_field("status", f"job {job.pk} is already {job.status}; only unfinished jobs can be cancelled")
     now = timezone.now()
-    job.runs.filter(ended_at__isnull=True).update(ended_at=now, outcome=JobRun.Outcome.CANCELLED)
+    ended = list(job.runs.filter(ended_at__isnull=True))
+    for run in ended:
+        run.ended_at, run.outcome = now, JobRun.Outcome.CANCELLED
+    JobRun.objects.bulk_update(ended, ["ended_at", "outcome"])
+    run_summaries_compute(runs=ended, now=now)  # the run's profile joins its task's history at once
     job.status, job.finished_at = JobStatus.CANCELLED, now
     job.save(update_fields=["status", "finished_at"])
     decision_record(

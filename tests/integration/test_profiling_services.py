@@ -179,3 +179,15 @@ def test_operators_read_raw_records_in_the_admin_and_change_nothing(world, clien
           "serviceminute": ServiceMinute, "latesample": LateSample}[model].objects.first().pk
     detail = client.get(reverse(f"admin:profiling_{model}_change", args=[pk]))
     assert detail.status_code == 200 and b'name="_save"' not in detail.content  # read-only
+
+
+def test_cancelling_a_running_job_summarizes_its_run_at_once(world, job):
+    from scheduler.services import job_cancel
+
+    run = start_run(job)
+    services.job_minutes_record(records=[job_minute(job.pk, 1, i, samples=6) for i in range(2)])
+    job.status = "running"
+    job.save(update_fields=["status"])
+    job_cancel(job=job, actor=world.users["operator"])
+    summary = RunSummary.objects.get(run=run)
+    assert (summary.outcome, summary.minutes, summary.samples) == (JobRun.Outcome.CANCELLED, 2, 12)
