@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from streaming.flink.job import ROOT, Runtime, submit
-from streaming.flink.sql import Spec
+from streaming.flink.sql import Spec, plan_id
 from streaming.topics import Topics, ensure_topics
 
 log = logging.getLogger("streaming.flink")
@@ -25,13 +25,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
     parser.add_argument("--prefix", default=os.environ.get("TIDAL_TOPIC_PREFIX", "tidal"))
-    parser.add_argument("--checkpoint-dir", type=Path, help="default .run/flink/<prefix>/checkpoints")
+    parser.add_argument("--checkpoint-dir", type=Path,
+                        help="default .run/flink/<prefix>/<hash of the job's SQL>: a changed job never restores "
+                             "a checkpoint of another plan")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics(args.prefix)
     ensure_topics(args.bootstrap, topics)
-    runtime = Runtime(checkpoint_dir=args.checkpoint_dir or ROOT / ".run" / "flink" / args.prefix / "checkpoints")
-    result = submit(Spec(bootstrap=args.bootstrap, topics=topics, group_id=f"{args.prefix}.flink-profiles"), runtime)
+    spec = Spec(bootstrap=args.bootstrap, topics=topics, group_id=f"{args.prefix}.flink-profiles")
+    runtime = Runtime(checkpoint_dir=args.checkpoint_dir or ROOT / ".run" / "flink" / args.prefix / plan_id(spec))
+    result = submit(spec, runtime)
     client = result.get_job_client()
     log.info("profile job %s running (checkpoints in %s)", client.get_job_id(), runtime.checkpoint_dir)
     stop = []

@@ -12,6 +12,7 @@ aggregation: the inner window's `window_time` is the outer window's time attribu
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from streaming.records import JobMinute, LateSample, PodSample, ServiceMinute
@@ -124,3 +125,8 @@ FROM {windowed.format('service_steps')}
 GROUP BY service, window_start, window_end""",
         "INSERT INTO late_samples SELECT * FROM late",
     ]
+
+
+def plan_id(spec: Spec) -> str:
+    """A short hash of the job's SQL: checkpoints are only restored into the plan that wrote them."""
+    return hashlib.sha256("\n".join(ddl(spec) + inserts(spec)).encode()).hexdigest()[:12]

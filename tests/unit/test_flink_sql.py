@@ -4,7 +4,7 @@ from dataclasses import fields
 
 import pytest
 
-from streaming.flink.sql import Spec, _interval, ddl, inserts
+from streaming.flink.sql import Spec, _interval, ddl, inserts, plan_id
 from streaming.records import JobMinute, LateSample, PodSample, ServiceMinute
 from streaming.topics import Topics
 
@@ -33,3 +33,8 @@ def test_topics_lateness_and_window_come_from_the_spec():
     assert "rowtime - INTERVAL '0 00:05:00' DAY TO SECOND" in text
     assert "MOD(ts, 30000) + 29999" in text  # the late test uses the same window as the aggregation
     assert text.count("INTERVAL '0 00:00:30' DAY TO SECOND") == 4  # 2 inner + 2 outer tumbling windows
+
+
+def test_the_plan_id_changes_with_the_sql_only():
+    assert plan_id(SPEC) == plan_id(Spec(bootstrap="127.0.0.1:9092", topics=Topics("t"), group_id="g"))
+    assert plan_id(SPEC) != plan_id(Spec(bootstrap="127.0.0.1:9092", topics=Topics("t"), group_id="g", lateness_s=60))
