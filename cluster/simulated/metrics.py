@@ -269,7 +269,7 @@ def is_inference(pod: PodView) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class PodSample:
+class PodReading:
     gpu_util: float  # 0..1 of the GPU share(s) held
     gpu_memory: float  # 0..1 of the framebuffer share(s) held
     cpu_seconds: float  # counter since the pod started
@@ -277,7 +277,7 @@ class PodSample:
 
 
 @dataclass(frozen=True, slots=True)
-class TrafficSample:
+class TrafficReading:
     requests: int  # since the pod started (the +Inf bucket)
     errors: int  # of which answered 500
     latency_sum_ms: float
@@ -295,7 +295,7 @@ def affine(mean: float, shape_mean: float) -> tuple[float, float]:
     return mean - b * shape_mean, b
 
 
-def training_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodSample:
+def training_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodReading:
     key, t = training_key(pod), elapsed_ms(pod, now)
     shape, use = shapes.training[pick(key, len(shapes.training))], usage_of(key)
     a, b = affine(use.gpu_util, shape.busy.mean)
@@ -303,16 +303,16 @@ def training_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodSample:
     return _sample(pod, use, a + b * shape.busy.at(t), util_seconds, use.gpu_memory * shape.memory.at(t), t)
 
 
-def inference_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodSample:
+def inference_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodReading:
     t, shape = elapsed_ms(pod, now), serving_for(pod, shapes)
     use = usage_of(service_of(pod) or pod.spec.name)
     return _sample(pod, use, shape.util.at(t), shape.util.integral(t), shape.memory.at(t), t)
 
 
-def _sample(pod: PodView, use: Usage, util: float, util_seconds: float, gpu_memory: float, t: int) -> PodSample:
+def _sample(pod: PodView, use: Usage, util: float, util_seconds: float, gpu_memory: float, t: int) -> PodReading:
     cores = pod.spec.cpu_milli / 1000 * use.cpu
     memory = min(1.0, gpu_memory)
-    return PodSample(gpu_util=min(1.0, util), gpu_memory=memory,
+    return PodReading(gpu_util=min(1.0, util), gpu_memory=memory,
                      cpu_seconds=cores * (0.15 * t / 1000 + 0.7 * util_seconds),
                      memory_bytes=pod.spec.memory_mib * MIB * use.memory * (0.3 + 0.6 * memory))
 
@@ -321,11 +321,11 @@ def serving_for(pod: PodView, shapes: TraceShapes) -> ServingShape:
     return shapes.serving[pick(pod.spec.name, len(shapes.serving))]
 
 
-def traffic_sample(pod: PodView, shapes: TraceShapes, now: float) -> TrafficSample:
+def traffic_sample(pod: PodView, shapes: TraceShapes, now: float) -> TrafficReading:
     t, shape = elapsed_ms(pod, now), serving_for(pod, shapes)
     requests = math.floor(shape.qps.integral(t))
     buckets = tuple(min(requests, math.floor(b.integral(t))) for b in shape.buckets)
-    return TrafficSample(requests, requests * ERROR_PER_MILLE // 1000, shape.latency_sum.integral(t), buckets)
+    return TrafficReading(requests, requests * ERROR_PER_MILLE // 1000, shape.latency_sum.integral(t), buckets)
 
 
 # -- metric families -----------------------------------------------------------------------------------
@@ -378,7 +378,7 @@ def pod_families(pods: Iterable[PodView], nodes: Iterable[NodeView], now: float,
     return out.all()
 
 
-def _add_gpus(out: _Families, pod: PodView, namespace: str, model: str, fb_mib: int, s: PodSample) -> None:
+def _add_gpus(out: _Families, pod: PodView, namespace: str, model: str, fb_mib: int, s: PodReading) -> None:
     for share in pod.spec.gpu_shares:  # none for a CPU-only pod
         labels = [str(share.index), model, pod.node, pod.spec.name, namespace, CONTAINER]
         held = fb_mib * share.share
@@ -387,7 +387,7 @@ def _add_gpus(out: _Families, pod: PodView, namespace: str, model: str, fb_mib: 
         out.fb_free.add_metric(labels, round(held) - round(held * s.gpu_memory))
 
 
-def _add_container(out: _Families, pod: PodView, namespace: str, s: PodSample) -> None:
+def _add_container(out: _Families, pod: PodView, namespace: str, s: PodReading) -> None:
     labels = [namespace, pod.spec.name, CONTAINER, pod.node]
     out.cpu.add_metric(labels, s.cpu_seconds)
     out.memory.add_metric(labels, round(s.memory_bytes))
@@ -402,7 +402,7 @@ def _add_container(out: _Families, pod: PodView, namespace: str, s: PodSample) -
                                               **{prometheus_label(k): v for k, v in tags.items()}}, 1.0)
 
 
-def _add_traffic(out: _Families, pod: PodView, namespace: str, s: TrafficSample) -> None:
+def _add_traffic(out: _Families, pod: PodView, namespace: str, s: TrafficReading) -> None:
     labels = [namespace, pod.spec.name, service_of(pod) or pod.spec.name]
     out.istio.add_metric(labels + ["200"], s.requests - s.errors)
     out.istio.add_metric(labels + ["500"], s.errors)
