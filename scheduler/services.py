@@ -203,9 +203,13 @@ def _job_errors(*, submitter, department, framework, gpu_model, gpus: Decimal, c
     limits = selectors.node_limits(gpu_models=sorted(certified))
     if gpus > limits.max_gpus and "gpus" not in errors:
         add("gpus", f"{gpus} GPUs is more than the largest node with a GPU model certified for {framework} ({limits.max_gpus})")
-    if cpu_milli > limits.max_cpu_milli:
+    if cpu_milli <= 0:
+        add("cpu_milli", f"must be more than 0, got {cpu_milli}")
+    elif cpu_milli > limits.max_cpu_milli:
         add("cpu_milli", f"{cpu_milli}m CPU is more than any node has ({limits.max_cpu_milli}m)")
-    if memory_mib > limits.max_memory_mib:
+    if memory_mib <= 0:
+        add("memory_mib", f"must be more than 0, got {memory_mib}")
+    elif memory_mib > limits.max_memory_mib:
         add("memory_mib", f"{memory_mib} MiB memory is more than any node has ({limits.max_memory_mib} MiB)")
     return errors
 

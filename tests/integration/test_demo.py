@@ -104,6 +104,7 @@ def test_demo_workload_submits_trace_pods_as_they_come_due(world, settings, tmp_
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
         "p-early,1000,1024,1,1000,,LS,Running,100,200,100\n"  # before the start day: never submitted
         "p-a,2000,2048,1,460,,LS,Running,1000,61000,1000\n"  # t=0, runs 60000 s
+        "p-zero,14000,0,1,1000,,LS,Running,1000,2000,1000\n"  # no memory (one such pod in the trace): skipped
         "p-b,4000,4096,2,1000,,BE,Running,1600,1700,1600\n"  # due 600 trace s later, runs 100 s
         "p-c,1000,1024,0,0,,BE,Pending,99999,,\n"  # never ran
     )
