@@ -91,6 +91,9 @@ def write(prometheus_url: str, series: Iterable[Series], *, batch: int = 2000, t
             },
             timeout=timeout,
         )
+        if resp.status_code == 404:
+            raise RuntimeError(f"{prometheus_url} has no remote-write receiver: it must run with "
+                               "--web.enable-remote-write-receiver (stop it and let platform/stack.sh start one)")
         if resp.status_code // 100 != 2:
             raise RuntimeError(f"remote write rejected: HTTP {resp.status_code}: {resp.text[:500]}")
 
