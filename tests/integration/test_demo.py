@@ -47,14 +47,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path):
+@pytest.mark.parametrize(("stop_with", "children"), [
+    ("ctrl-c", ("web", "worker", "beat", "exporter", "publisher", "flink", "sink")),
+    ("kill", ("web", "worker", "beat")),  # --no-pipeline
+])
+def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path, stop_with, children):
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}", "TIDAL_RUN_DIR": str(tmp_path),
            # Not the keys, topics or exporter port of a demo running on this machine.
            "TIDAL_REDIS_NAMESPACE": f"test-up-{port}", "TIDAL_TOPIC_PREFIX": f"test-up-{port}",
-           "TIDAL_EXPORTER_PORT": str(_free_port())}
-    up = subprocess.Popen([sys.executable, "manage.py", "up", "--port", str(port), "--exit-after", "120"], cwd=ROOT,
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           "TIDAL_EXPORTER_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "manage.py", "up", "--port", str(port), "--exit-after", "120"]
+    up = subprocess.Popen(command + (["--no-pipeline"] if stop_with == "kill" else []), cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          # started the way `make run &` is: with SIGINT ignored; up must still stop on it
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         base = f"http://127.0.0.1:{port}"
         _wait_for(f"{base}/api/schema/")
@@ -66,11 +73,16 @@ def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path):
         nodes = urllib.request.Request(f"{base}/api/nodes/?limit=1", headers={"Authorization": f"Token {token}"})
         assert b'"count":' in urllib.request.urlopen(nodes).read()
     finally:
-        up.send_signal(signal.SIGINT)
-        output, _ = up.communicate(timeout=60)
+        up.send_signal(signal.SIGTERM if stop_with == "kill" else signal.SIGINT)
+        try:
+            output, _ = up.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            output, _ = up.communicate()
+            pytest.fail(f"up did not stop within 60 s of {stop_with}:\n{output}")
     assert up.returncode == 0, output
     assert "Tidal is up" in output
-    for child in ("web", "worker", "beat", "exporter", "publisher", "flink", "sink"):
+    for child in children:
         assert f"stopped {child}" in output
 
 

@@ -18,6 +18,10 @@ from django.core.management.base import BaseCommand, CommandError
 from scheduler.demo import DEMO_PASSWORD, OPERATOR, USERS
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 class Command(BaseCommand):
     help = "Run Tidal locally: web server, Celery worker and beat on the demo cluster."
 
@@ -31,6 +35,9 @@ class Command(BaseCommand):
         parser.add_argument("--exit-after", type=float, default=0, help="stop after N seconds (smoke tests)")
 
     def handle(self, *args, host, port, all_nodes, no_demo, no_pipeline, exit_after, **options):
+        # Ctrl-C and `kill` both stop what we started, even when our parent left SIGINT ignored (`cmd &`).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _interrupt)
         self._check_port_free(host, port)
         logs = Path(settings.RUN_DIR) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
