@@ -112,17 +112,20 @@ def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
     return value
 
 
+def number(path: Path, line: int, name: str, text: str) -> float:
+    """A finite, non-negative number from a trace cell, or a TraceError naming file, line and cell."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(path, line, f"{name} {text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise TraceError(path, line, f"{name} {text!r} must be finite and >= 0")
+    return value
+
+
 def _time(path: Path, line: int, row: dict[str, str], column: str) -> float | None:
     raw = row.get(column, "")
-    if raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise TraceError(path, line, f"{column} {raw!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise TraceError(path, line, f"{column} is negative or not finite ({raw})")
-    return value
+    return None if raw == "" else number(path, line, column, raw)
 
 
 def read_nodes(path: str | Path) -> list[NodeView]:

@@ -35,7 +35,7 @@ from prometheus_client.registry import Collector
 
 from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL, RUN_LABEL,
                              SERVICE_LABEL, TASK_LABEL, PodView)
-from cluster.simulated.alibaba import TraceError
+from cluster.simulated.alibaba import TraceError, number
 from cluster.types import NodeView
 
 TRAINING_NAMESPACE = "tidal-training"
@@ -212,13 +212,7 @@ def _minute(path: Path, line: int, text: str) -> int:
 
 
 def _value(path: Path, line: int, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise TraceError(path, line, f"value {text!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise TraceError(path, line, f"value {text!r} must be finite and >= 0")
-    return value
+    return number(path, line, "value", text)
 
 
 def _container(path: Path, line: int, text: str) -> str:
