@@ -136,3 +136,4 @@ def test_demo_workload_submits_trace_pods_as_they_come_due(world, settings, tmp_
     assert jobs["p-a"].annotations[RUNTIME_LABEL] == "1000"  # 60000 s / 60
     assert jobs["p-b"].annotations[RUNTIME_LABEL] == "120"  # 100 s / 60 = 1.7 s, raised to the 2 min floor
     assert jobs["p-c"].annotations[RUNTIME_LABEL] == "300"  # never ran: 5 min
+    assert jobs["p-a"].task_key == f"trace/{jobs['p-a'].department.name}/2000m-2048Mi-0.46gpu-any-LS"
