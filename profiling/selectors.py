@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from cluster.types import JobStatus as JS
@@ -37,14 +38,20 @@ def usage_of(summary) -> Usage:
 # --- what the scheduler reads -----------------------------------------------------------------------
 
 
+HISTORY_RUNS = 20  # the newest runs per task the scheduler reads (right-sizing uses 3, the pool rule all 20)
+
+
 def task_histories(*, task_keys: Iterable[str]) -> dict[str, TaskHistory]:
-    """The past of each task, from the run summaries (fresh as soon as a run ends): one query for all tasks.
-    Tasks without an ended run are absent."""
+    """The recent past of each task (its newest HISTORY_RUNS ended runs), from the run summaries (fresh as
+    soon as a run ends): one query for all tasks, bounded however many runs a task has had."""
     keys = set(task_keys)
     if not keys:
         return {}
+    newest_first = Window(RowNumber(), partition_by=F("run__job__task_key"),
+                          order_by=[F("run__ended_at").desc(), F("run_id").desc()])
     rows = (
         RunSummary.objects.filter(run__job__task_key__in=keys)
+        .annotate(recency=newest_first).filter(recency__lte=HISTORY_RUNS)
         .order_by("run__ended_at", "run_id")
         .values("run__job__task_key", "run__job__gpus", "outcome", "run_s", "samples", "minutes", *STAT_FIELDS)
     )

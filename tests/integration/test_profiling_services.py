@@ -191,3 +191,11 @@ def test_cancelling_a_running_job_summarizes_its_run_at_once(world, job):
     job_cancel(job=job, actor=world.users["operator"])
     summary = RunSummary.objects.get(run=run)
     assert (summary.outcome, summary.minutes, summary.samples) == (JobRun.Outcome.CANCELLED, 2, 12)
+
+
+def test_the_scheduler_reads_the_newest_twenty_runs_of_a_task_in_run_end_order(world):
+    utils = [round(0.03 * n, 2) for n in range(25)]  # run n at 3n % GPU: tells the runs apart
+    jobs = past_jobs(world, *[{"gpu": (u, u)} for u in utils], run_minutes=1, name="many")
+    history = selectors.task_histories(task_keys={jobs[0].task_key})[jobs[0].task_key]
+    assert [round(r.mean_gpu_util, 2) for r in history.runs] == utils[5:]
+    assert len(history.run_s) == selectors.HISTORY_RUNS == 20
