@@ -62,7 +62,7 @@ class PublisherConfig:
     chunk_steps: int = 120  # steps per query_range (and per flush + cursor save)
     max_steps_per_cycle: int = 720  # a cycle stops there; the next one starts at once
     rate_window: str = "1m"  # irate() range: must hold >= 2 scrapes
-    namespaces: str = ""  # a regex: publish only pods of these namespaces (empty: all)
+    selector: str = ""  # PromQL label matchers every series must also match, e.g. 'namespace=~"team-.*"'
     query_timeout_s: float = 60.0
     flush_timeout_s: float = 60.0
     linger_ms: int = 20
@@ -96,10 +96,10 @@ USAGE_FIELDS = ("gpu_util", "gpu_mem_used_mib", "gpu_mem_free_mib", "cpu_cores",
                 "qps", "errors_per_s", "latency_mean_ms", "latency_p99_ms")
 
 
-def build_queries(rate_window: str = "1m", namespaces: str = "") -> tuple[Query, ...]:
+def build_queries(rate_window: str = "1m", selector: str = "") -> tuple[Query, ...]:
     w = rate_window
     by = "by (namespace, pod)"
-    pod = 'pod!=""' + (f', namespace=~"{namespaces}"' if namespaces else "")
+    pod = 'pod!=""' + (f", {selector}" if selector else "")
     cont = f'container!="", container!="POD", {pod}'  # "" is cAdvisor's pod-level cgroup sum
     srv = f'reporter!="source", {pod}'  # the server side of istio's telemetry
     return (
@@ -289,7 +289,7 @@ class Publisher:
                  clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.topic = Topics(cfg.topic_prefix).pod_samples
-        self.queries = build_queries(cfg.rate_window, cfg.namespaces)
+        self.queries = build_queries(cfg.rate_window, cfg.selector)
         self.clock = clock
         self.stop_event = threading.Event()
         make_prom = prometheus or self._prometheus_client

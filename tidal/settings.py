@@ -158,7 +158,7 @@ TIDAL_EXPORTER_PORT = int(os.environ.get("TIDAL_EXPORTER_PORT", "9108"))  # simu
 TIDAL_METRICS_STEP_S = int(os.environ.get("TIDAL_METRICS_STEP_S", "5"))  # one PodSample per pod per step
 TIDAL_PUBLISHER_INTERVAL_S = float(os.environ.get("TIDAL_PUBLISHER_INTERVAL_S", "10"))
 TIDAL_PUBLISHER_DELAY_S = int(os.environ.get("TIDAL_PUBLISHER_DELAY_S", "10"))  # let scrapes land first
-TIDAL_PUBLISHER_NAMESPACES = os.environ.get("TIDAL_PUBLISHER_NAMESPACES", "")  # regex; empty: every namespace
+TIDAL_PUBLISHER_SELECTOR = os.environ.get("TIDAL_PUBLISHER_SELECTOR", "")  # PromQL label matchers; empty: all pods
 PROMETHEUS_SD_DIR = os.environ.get("PROMETHEUS_SD_DIR", str(BASE_DIR / ".run" / "prometheus-sd" / "targets"))
 CELERY_BEAT_SCHEDULE["task-profiles-daily"] = {
     "task": "profiling.task_profiles_daily", "schedule": crontab(hour=3, minute=0),

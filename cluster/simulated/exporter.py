@@ -21,6 +21,12 @@ from cluster.simulated.metrics import ClusterState, PodMetricsCollector, TraceSh
 TARGET_NAME = "cluster-exporter"  # <sd dir>/cluster-exporter.json
 
 
+def target_name(namespace: str) -> str:
+    """The exporter's file_sd target (and its `service` label) for the demo cluster stored under `namespace`:
+    two demos on one machine neither replace each other's target nor read each other's pods."""
+    return f"{TARGET_NAME}-{namespace}"
+
+
 def redis_source(redis, namespace: str) -> Callable[[], ClusterState | None]:
     """The pods and nodes of the cluster stored under `namespace`, read afresh on every call."""
     def read() -> ClusterState | None:

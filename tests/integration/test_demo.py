@@ -77,8 +77,12 @@ def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path, stop_with, ch
         try:
             output, _ = up.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            up.kill()
-            output, _ = up.communicate()
+            up.terminate()  # SIGTERM: up still stops its children (SIGKILL would orphan them)
+            try:
+                output, _ = up.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                up.kill()
+                output, _ = up.communicate()
             pytest.fail(f"up did not stop within 60 s of {stop_with}:\n{output}")
     assert up.returncode == 0, output
     assert "Tidal is up" in output

@@ -113,7 +113,7 @@ def test_known_metrics_become_exact_profiles_through_restarts_of_every_stage(wor
     train, serve = f"train-{prefix}", f"serve-{prefix}"
 
     # Its own namespace: the publisher reads only that, not other tests' pods of the same job id.
-    settings.TIDAL_PUBLISHER_NAMESPACES = prefix
+    settings.TIDAL_PUBLISHER_SELECTOR = f'namespace="{prefix}"'
     promwrite.write(PROMETHEUS_URL, _series(T, prefix, train, serve, job.pk, service.name))
     promwrite.wait_queryable(PROMETHEUS_URL, f'count(DCGM_FI_DEV_GPU_UTIL{{pod=~".*{prefix}"}})',
                              (T + (STEPS - 1) * STEP) / 1000, 3)

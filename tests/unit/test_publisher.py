@@ -280,7 +280,7 @@ def test_run_until_stops_when_the_until_step_is_published():
     assert redis[cursor_key("tidal")] == str(T0 + 23 * S)
 
 
-def test_a_namespace_regex_narrows_every_query():
-    queries = build_queries(namespaces="team-a|team-b")
-    assert all('namespace=~"team-a|team-b"' in q.expr for q in queries)
+def test_a_selector_narrows_every_query():
+    queries = build_queries(selector='namespace=~"team-a|team-b"')
+    assert all('pod!="", namespace=~"team-a|team-b"' in q.expr for q in queries)
     assert not any("namespace=~" in q.expr for q in build_queries())

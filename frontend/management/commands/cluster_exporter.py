@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from redis import Redis
 
 from cluster.simulated.alibaba import TraceError
-from cluster.simulated.exporter import TARGET_NAME, redis_source, register_target, serve
+from cluster.simulated.exporter import redis_source, register_target, serve, target_name
 from cluster.simulated.metrics import load_traces
 
 GENAI_TRACE = "alibaba-genai-2026"
@@ -21,7 +21,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=settings.TIDAL_EXPORTER_PORT, help="0: any free port")
         parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-        parser.add_argument("--target-name", default=f"{TARGET_NAME}-{settings.TIDAL_REDIS_NAMESPACE}",
+        parser.add_argument("--target-name", default=target_name(settings.TIDAL_REDIS_NAMESPACE),
                             help="name of the file_sd target file")
 
     def handle(self, *args, port, host, target_name, **options):

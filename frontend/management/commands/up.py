@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from cluster.simulated.exporter import target_name
 from scheduler.demo import DEMO_PASSWORD, OPERATOR, USERS
 
 
@@ -79,7 +80,9 @@ class Command(BaseCommand):
             manage = [python, "manage.py"]
             commands |= {
                 "exporter": manage + ["cluster_exporter"],
-                "publisher": manage + ["publish_metrics"],
+                # Only this demo's pods, should other demos' exporters share the Prometheus.
+                "publisher": manage + ["publish_metrics", "--selector",
+                                       f'service="{target_name(settings.TIDAL_REDIS_NAMESPACE)}"'],
                 "flink": [python, "-m", "streaming.flink"],
                 "sink": manage + ["profile_sink"],
             }

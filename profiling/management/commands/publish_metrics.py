@@ -43,8 +43,9 @@ class Command(BaseCommand):
                             help="without a saved cursor, start this many seconds back")
         parser.add_argument("--chunk-steps", type=int, default=None)
         parser.add_argument("--max-steps", type=int, default=None, help="cap of steps per cycle")
-        parser.add_argument("--namespaces", default=settings.TIDAL_PUBLISHER_NAMESPACES,
-                            help="regex: publish only pods of these namespaces (default: all)")
+        parser.add_argument("--selector", default=settings.TIDAL_PUBLISHER_SELECTOR,
+                            help='PromQL label matchers every series must also match, e.g. namespace=~"team-.*" '
+                                 "(default: every pod)")
 
     def handle(self, *args: object, **opts: object) -> None:
         extra = {k: opts[o] for k, o in (("chunk_steps", "chunk_steps"), ("max_steps_per_cycle", "max_steps"))
@@ -58,7 +59,7 @@ class Command(BaseCommand):
             interval_s=settings.TIDAL_PUBLISHER_INTERVAL_S,
             delay_s=settings.TIDAL_PUBLISHER_DELAY_S,
             backfill_s=opts["backfill"],
-            namespaces=opts["namespaces"],
+            selector=opts["selector"],
             **extra,
         )
         logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
