@@ -1,11 +1,12 @@
 """Writes for the profiling app: the profile sink's upserts, run summaries and the daily task profiles.
 
 Idempotence. The sink may see any record more than once (a Flink restart re-emits, the sink re-reads
-what it had not committed). A (run, minute) / (service, minute) / (pod, ts) row is written once; a record
-with the same measurement changes nothing (not even `written_at`); a re-fired window with new values
-overwrites the row, unless the incoming emission is older than the stored one (a replay of a superseded
-window loses to the newer emission). Records naming an unknown job, run or service, or missing a field,
-are skipped and counted: the sink never stops on a bad record.
+what it had not committed). A (run, minute) / (service, minute) / (pod, ts) row is written once and the
+first write wins: the profile job fires each window exactly once, so a later record for a stored minute
+is a replay with the same values - or, just after a Flink restore (watermarks are not checkpointed), a
+window re-opened by a > 2 min late sample, whose partial figures must not replace the real minute.
+Records naming an unknown job, run or service, or missing a field, are skipped and counted: the sink
+never stops on a bad record.
 
 The daily batch (`task_profiles_compute`) runs over the DATABASE, not a Flink batch job over archived
 topics: the per-minute rows the sink writes already are the archive (the broker here keeps topics in
@@ -43,15 +44,14 @@ class RecordCounts:
     """What one call did with its records."""
 
     created: int = 0
-    updated: int = 0
-    unchanged: int = 0  # a replay, or an emission older than the stored one
+    unchanged: int = 0  # already stored: a replay, or the same window emitted again
     skipped: int = 0  # unknown job/run/service, or a record missing a required field
 
     def __add__(self, other: RecordCounts) -> RecordCounts:
         return RecordCounts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
     def __str__(self) -> str:
-        return (f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, "
+        return (f"{self.created} created, {self.unchanged} unchanged, "
                 f"{self.skipped} skipped")
 
 
@@ -68,45 +68,30 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _latest_per_key(items: Iterable[tuple[tuple, dict]]) -> dict[tuple, dict]:
-    """One row per key: the newest emission (the later one in the batch on a tie)."""
-    latest: dict[tuple, dict] = {}
+def _first_per_key(items: Iterable[tuple[tuple, dict]]) -> dict[tuple, dict]:
+    """One row per key: the first in the batch (the first write wins, see the module doc)."""
+    first: dict[tuple, dict] = {}
     for key, row in items:
-        if key not in latest or row["emitted_at"] >= latest[key]["emitted_at"]:
-            latest[key] = row
-    return latest
+        first.setdefault(key, row)
+    return first
 
 
-def _upsert(model: type[models.Model], *, owner: str, rows: dict[tuple, dict], values: tuple[str, ...],
-            now: datetime) -> tuple[RecordCounts, set[int]]:
-    """Write `rows` ({(owner id, minute): field values}) as `model` rows keyed by (owner, minute).
-    Returns the counts and the owner ids whose rows were created or changed."""
+def _insert_new(model: type[models.Model], *, owner: str, rows: dict[tuple, dict],
+                now: datetime) -> tuple[RecordCounts, set[int]]:
+    """Write the `rows` ({(owner id, minute): field values}) that are not stored yet as `model` rows.
+    Returns the counts and the owner ids that got a new row."""
     counts, touched = RecordCounts(), set()
     if not rows:
         return counts, touched
     owner_ids, minutes = {k[0] for k in rows}, {k[1] for k in rows}
-    existing = {(getattr(row, f"{owner}_id"), row.minute): row for row in model.objects.select_for_update()
-                .filter(**{f"{owner}_id__in": owner_ids, "minute__in": minutes})}
-    new, changed = [], []
-    for key, row in rows.items():
-        current = existing.get(key)
-        if current is None:
-            new.append(model(**{f"{owner}_id": key[0], "minute": key[1]}, **row, written_at=now))
-        elif all(getattr(current, name) == row[name] for name in values) or row["emitted_at"] < current.emitted_at:
-            counts.unchanged += 1
-            continue
-        else:
-            for name, value in row.items():
-                setattr(current, name, value)
-            current.written_at = now
-            changed.append(current)
-        touched.add(key[0])
-    # update_conflicts: a row another writer inserted since the read above is overwritten, never lost.
-    model.objects.bulk_create(new, batch_size=500, update_conflicts=True, unique_fields=[owner, "minute"],
-                              update_fields=[*values, "emitted_at", "written_at"])
-    model.objects.bulk_update(changed, [*values, "emitted_at", "written_at"], batch_size=500)
-    counts.created, counts.updated = len(new), len(changed)
-    return counts, touched
+    existing = set(model.objects.filter(**{f"{owner}_id__in": owner_ids, "minute__in": minutes})
+                   .values_list(f"{owner}_id", "minute"))
+    new = [model(**{f"{owner}_id": key[0], "minute": key[1]}, **row, written_at=now)
+           for key, row in rows.items() if key not in existing]
+    # ignore_conflicts: a row another sink inserted since the read above stays (it is the first write).
+    model.objects.bulk_create(new, batch_size=500, ignore_conflicts=True)
+    counts.created, counts.unchanged = len(new), len(rows) - len(new)
+    return counts, {key[0] for key in rows if key not in existing}
 
 
 @transaction.atomic
@@ -119,13 +104,13 @@ def job_minutes_record(*, records: Iterable[r.JobMinute], now: datetime | None =
     runs = {(run.job_id, run.attempt): run for run in
             JobRun.objects.filter(job_id__in={rec.job for rec in valid}, attempt__in={rec.run for rec in valid})}
     known = [(runs[(rec.job, rec.run)], rec) for rec in valid if (rec.job, rec.run) in runs]
-    rows = _latest_per_key(
+    rows = _first_per_key(
         ((run.pk, at_ms(rec.window_start)),
          {"samples": rec.samples, "emitted_at": at_ms(rec.emitted_at),
           **{name: _number(getattr(rec, name)) for name in JOB_MINUTE_VALUES if name != "samples"}})
         for run, rec in known
     )
-    counts, touched = _upsert(JobMinute, owner="run", rows=rows, values=JOB_MINUTE_VALUES, now=now)
+    counts, touched = _insert_new(JobMinute, owner="run", rows=rows, now=now)
     counts.skipped = len(records) - len(known)
     counts.unchanged += len(known) - len(rows)  # duplicates within the batch
     ended = [run for run in runs.values() if run.pk in touched and run.ended_at is not None]
@@ -146,13 +131,13 @@ def service_minutes_record(*, records: Iterable[r.ServiceMinute], now: datetime 
     services = dict(InferenceService.objects.filter(name__in={rec.service for rec in valid})
                     .values_list("name", "pk"))
     known = [rec for rec in valid if rec.service in services]
-    rows = _latest_per_key(
+    rows = _first_per_key(
         ((services[rec.service], at_ms(rec.window_start)),
          {"samples": rec.samples, "replicas": rec.replicas, "emitted_at": at_ms(rec.emitted_at),
           **{name: _number(getattr(rec, name)) for name in SERVICE_MINUTE_VALUES[2:]}})
         for rec in known
     )
-    counts, _ = _upsert(ServiceMinute, owner="service", rows=rows, values=SERVICE_MINUTE_VALUES, now=now)
+    counts, _ = _insert_new(ServiceMinute, owner="service", rows=rows, now=now)
     counts.skipped = len(records) - len(known)
     counts.unchanged += len(known) - len(rows)
     return counts
