@@ -65,8 +65,10 @@ program_of() {
 spawn() {
   local name="$1"; shift
   # The program records its own pid just before it replaces the shell: `$!` can name a setsid that
-  # forked and exited, which looked like the service dying during start.
-  setsid bash -c 'echo $$ > "$0"; exec "$@"' "$(pid_file "$name")" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  # forked and exited, which looked like the service dying during start. Written aside and renamed: a
+  # half-written pid file also looked like that.
+  setsid bash -c 'echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; exec "$@"' "$(pid_file "$name")" "$@" \
+    >>"$LOGS/$name.log" 2>&1 </dev/null &
 }
 
 # Poll `check` until it succeeds; fail naming the service and its log.

@@ -96,16 +96,18 @@ def _insert_new(model: type[models.Model], *, owner: str, rows: dict[tuple, dict
 
 @transaction.atomic
 def job_minutes_record(*, records: Iterable[r.JobMinute], now: datetime | None = None) -> RecordCounts:
-    """Upsert the per-minute profiles of training runs; refresh the summary of every ended run they change."""
+    """Store the per-minute profiles of training runs; refresh the summary of every ended run they add to."""
     now = now or timezone.now()
     records = list(records)
     valid = [rec for rec in records if all(_is_int(v) for v in (rec.job, rec.run, rec.window_start,
                                                                  rec.samples, rec.emitted_at)) and rec.samples >= 0]
-    runs = {(run.job_id, run.attempt): run for run in
-            JobRun.objects.filter(job_id__in={rec.job for rec in valid}, attempt__in={rec.run for rec in valid})}
-    known = [(runs[(rec.job, rec.run)], rec) for rec in valid if (rec.job, rec.run) in runs]
+    # (job, attempt) -> (run id, ended?): plain tuples, the sink's hot path has no use for model instances.
+    runs = {(job, attempt): (pk, ended_at is not None) for pk, job, attempt, ended_at in
+            JobRun.objects.filter(job_id__in={rec.job for rec in valid}, attempt__in={rec.run for rec in valid})
+            .values_list("pk", "job_id", "attempt", "ended_at")}
+    known = [(runs[(rec.job, rec.run)][0], rec) for rec in valid if (rec.job, rec.run) in runs]
     rows = _first_per_key(
-        ((run.pk, at_ms(rec.window_start)),
+        ((run, at_ms(rec.window_start)),
          {"samples": rec.samples, "emitted_at": at_ms(rec.emitted_at),
           **{name: _number(getattr(rec, name)) for name in JOB_MINUTE_VALUES if name != "samples"}})
         for run, rec in known
@@ -113,15 +115,15 @@ def job_minutes_record(*, records: Iterable[r.JobMinute], now: datetime | None =
     counts, touched = _insert_new(JobMinute, owner="run", rows=rows, now=now)
     counts.skipped = len(records) - len(known)
     counts.unchanged += len(known) - len(rows)  # duplicates within the batch
-    ended = [run for run in runs.values() if run.pk in touched and run.ended_at is not None]
+    ended = [pk for pk, has_ended in runs.values() if has_ended and pk in touched]
     if ended:  # late minutes refine the summary of a run that has already ended
-        run_summaries_compute(runs=ended, now=now)
+        run_summaries_compute(runs=JobRun.objects.filter(pk__in=ended), now=now)
     return counts
 
 
 @transaction.atomic
 def service_minutes_record(*, records: Iterable[r.ServiceMinute], now: datetime | None = None) -> RecordCounts:
-    """Upsert the per-minute load of inference services."""
+    """Store the per-minute load of inference services."""
     now = now or timezone.now()
     records = list(records)
     valid = [rec for rec in records
