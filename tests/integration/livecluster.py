@@ -8,7 +8,9 @@ from cluster.simulated.engine import SimulatedCluster
 from scheduler import live
 from scheduler.policy.profile import get_profile
 
-T0 = time.time() - 7200  # virtual time stays behind the wall clock that stamps submissions and cancels
+# Yesterday 03:00 UTC: behind the wall clock that stamps submissions and cancels, and outside every busy
+# window of the lending profile (08-11, 18-22 UTC), so no test depends on the hour CI runs at.
+T0 = (time.time() // 86400 - 1) * 86400 + 3 * 3600
 
 
 def tick(cluster_and_clock: tuple[SimulatedCluster, object], seconds: float = 5):

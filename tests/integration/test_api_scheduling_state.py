@@ -1,5 +1,4 @@
 """What the API tells people about scheduling: why a job waits, what it got, how much quota is used."""
-import time
 
 import pytest
 
@@ -9,13 +8,14 @@ from cluster.simulated.engine import SimulatedCluster
 from colocation.selectors import node_views
 from scheduler import live
 from scheduler.policy.profile import get_profile
+from tests.integration.livecluster import T0
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def tick(world):
-    clock = VirtualClock(time.time() - 3600)
+    clock = VirtualClock(T0)
     cluster = SimulatedCluster(node_views(), clock, store.labelled_runtime)
 
     def run():

@@ -16,6 +16,7 @@ from colocation.selectors import node_views
 from scheduler import live
 from scheduler.models import Decision, JobStatus
 from scheduler.policy.profile import get_profile
+from tests.integration.livecluster import T0
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +35,7 @@ def lab(world):
     for group in world.groups.values():  # automation off unless a test turns it on
         group.lending = False
         group.save()
-    clock = VirtualClock(time.time() - 7200)
+    clock = VirtualClock(T0)
     return world, SimulatedCluster(node_views(), clock, store.labelled_runtime), clock
 
 
