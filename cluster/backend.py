@@ -21,6 +21,7 @@ Pod labels: `tidal.io/kind` = inference|training; an inference pod owned by a Re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -41,6 +42,11 @@ JOB_LABEL = "tidal.io/job"  # TrainingJob id
 RUN_LABEL = "tidal.io/run"  # JobRun attempt
 TASK_LABEL = "tidal.io/task"  # TrainingJob task_key (all runs of the same job)
 SERVICE_LABEL = "tidal.io/service"  # InferenceService name
+
+
+def kube_state_label(name: str) -> str:
+    """kube-state-metrics' name for a pod label in `kube_pod_labels`: tidal.io/task -> label_tidal_io_task."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
 class BackendError(Exception):

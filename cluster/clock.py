@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Protocol
+
+
+def utc(ts: float) -> datetime:
+    """Epoch seconds as an aware UTC datetime (what the database stores)."""
+    return datetime.fromtimestamp(ts, tz=UTC)
 
 
 class Clock(Protocol):

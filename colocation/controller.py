@@ -7,10 +7,10 @@ import logging
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 
 from django.db import transaction
 
+from cluster.clock import utc
 from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, SERVICE_LABEL, ClusterBackend, PodSpec
 from cluster.simulated import store
 from cluster.types import GpuShare, Pool
@@ -38,10 +38,6 @@ class LendingReport:
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     waiting: dict[str, str] = field(default_factory=dict)
-
-
-def _at(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
 def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile) -> LendingReport:
@@ -149,7 +145,7 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
     node = record.node.name
     if isinstance(action, SetState):
         backend.set_node_state(node, action.state)
-        Node.objects.filter(pk=record.node_id).update(state=action.state.value, state_changed_at=_at(now))
+        Node.objects.filter(pk=record.node_id).update(state=action.state.value, state_changed_at=utc(now))
         decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason=f"node-{action.event.value}",
                         message=f"{node} is now {action.state.value} ({record.direction} step {action.step.value})")
     elif isinstance(action, DetachPod):
@@ -172,13 +168,13 @@ def _persist(record: NodeTransition, action, now: float, report: LendingReport) 
     record.waiting_for = action.reason if isinstance(action, Wait) else ""
     node = record.node.name
     if isinstance(action, Done):
-        record.status, record.finished_at = NodeTransition.Status.DONE, _at(now)
+        record.status, record.finished_at = NodeTransition.Status.DONE, utc(now)
         report.done.append(node)
         decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="transition-done",
                         message=f"{record.direction} of {node} done: it is "
                                 f"{Node.objects.get(pk=record.node_id).state}")
     elif isinstance(action, Conflict):
-        record.status, record.finished_at = NodeTransition.Status.FAILED, _at(now)
+        record.status, record.finished_at = NodeTransition.Status.FAILED, utc(now)
         report.failed.append(node)
         decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="transition-failed",
                         message=f"{record.direction} of {node} stopped: {action.reason}; an operator must look")

@@ -10,12 +10,12 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from decimal import Decimal
 
 from django.db import transaction
 from django.db.models import Max
 
+from cluster.clock import utc
 from cluster.backend import (
     JOB_LABEL, RUN_LABEL, TASK_LABEL, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
 )
@@ -47,10 +47,6 @@ class TickReport:
     repaired: list[str] = field(default_factory=list)
 
 
-def _at(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
-
-
 def pod_name(job_id: int, attempt: int) -> str:
     return f"job-{job_id}-{attempt}"
 
@@ -79,7 +75,7 @@ def _open_run(job: TrainingJob) -> JobRun | None:
 
 def _end_run(job: TrainingJob, outcome: str, now: float) -> None:
     for run in job.runs.filter(ended_at__isnull=True):
-        run.ended_at, run.outcome = _at(now), outcome
+        run.ended_at, run.outcome = utc(now), outcome
         run.save(update_fields=["ended_at", "outcome"])
         run_summary_compute(run=run)  # its profile joins the task's history at once
 
@@ -124,7 +120,7 @@ def _record_events(events: list[ClusterEvent], now: float) -> int:
             continue  # an eviction we made ourselves, or a pod of an earlier run
         if event.kind is EventKind.POD_FINISHED:
             _end_run(job, JobRun.Outcome.SUCCEEDED, event.at)
-            job.status, job.finished_at = JobStatus.SUCCEEDED, _at(event.at)
+            job.status, job.finished_at = JobStatus.SUCCEEDED, utc(event.at)
             job.save(update_fields=["status", "finished_at"])
             decision_record(kind=Decision.Kind.PLACEMENT, subject=f"job:{job.pk}", department=job.department,
                             reason="finished", message=f"succeeded on {event.node} after run {run.attempt}")
@@ -146,7 +142,7 @@ def _reconcile(backend: ClusterBackend, now: float, report: TickReport) -> None:
         if pod in pods:
             expected.add(pod)
             if job.status == JobStatus.ADMITTED:  # bound, but the tick died before recording it
-                job.status, job.started_at = JobStatus.RUNNING, _at(pods[pod].started_at)
+                job.status, job.started_at = JobStatus.RUNNING, utc(pods[pod].started_at)
                 job.save(update_fields=["status", "started_at"])
                 report.repaired.append(f"job {job.pk}: pod found, marked running")
             continue
@@ -267,7 +263,7 @@ def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
             _requeue(job, now, reason="bind-failed", outcome=JobRun.Outcome.FAILED,
                      message=f"requeued: the cluster refused to start it on {decision.node} ({error})")
         return False
-    job.status, job.started_at = JobStatus.RUNNING, _at(now)
+    job.status, job.started_at = JobStatus.RUNNING, utc(now)
     job.save(update_fields=["status", "started_at"])
     return True
 
@@ -285,13 +281,13 @@ def _record_admission(decision: Admit, now: float) -> tuple[TrainingJob, JobRun]
     job.quota_kind = decision.quota_kind.value if decision.quota_kind else ""
     job.alloc_gpus, job.alloc_cpu_milli = Decimal(str(round(r.gpus, 3))), r.cpu_request_milli
     job.cpu_limit_milli, job.alloc_memory_mib = r.cpu_limit_milli, r.memory_mib
-    job.admitted_at, job.queue_position, job.pending_reason = _at(now), None, ""
+    job.admitted_at, job.queue_position, job.pending_reason = utc(now), None, ""
     job.score = _score_dict(decision.score)
     job.save()
     attempt = (job.runs.aggregate(n=Max("attempt"))["n"] or 0) + 1
     run = JobRun.objects.create(
         job=job, attempt=attempt, node=node, gpu_model=gpu_model, pod=pod_name(job.pk, attempt),
-        gpu_shares=[[s.index, s.share] for s in decision.gpu_shares], started_at=_at(now),
+        gpu_shares=[[s.index, s.share] for s in decision.gpu_shares], started_at=utc(now),
     )
     decision_record(kind=Decision.Kind.ADMISSION, subject=f"job:{job.pk}", department=job.department,
                     reason=decision.reason.value, message=decision.message,

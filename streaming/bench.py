@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from streaming.flink.job import Runtime, submit
 from streaming.flink.sql import Spec
+from streaming.records import PodSample, encode
 from streaming.topics import Topics, ensure_topics
 
 STEP_MS = 5_000
@@ -105,20 +106,23 @@ def _produce(setup: Setup, topics: Topics, jobs: list[int], progress: Callable[[
     for done, step in enumerate(order):
         ts = first + step * STEP_MS
         for job in jobs:
-            util = rng.random()
-            producer.send(topics.pod_samples, key=str(job).encode(), value=(
-                f'{{"ts":{ts},"namespace":"bench","pod":"{setup.prefix}-{job}","job":{job},"run":1,'
-                f'"gpu_util":{util:.4f},"gpu_mem_used_mib":{util * 16000:.1f},"gpu_mem_free_mib":'
-                f'{16000 - util * 16000:.1f},"cpu_cores":{2 * util:.4f},"mem_bytes":{util * 4e9:.0f},'
-                f'"req_gpus":1,"req_cpu_cores":2,"req_mem_bytes":4294967296}}').encode())
+            sample = _sample(ts, f"{setup.prefix}-{job}", job, rng.random())
+            producer.send(topics.pod_samples, key=sample.pod.encode(), value=encode(sample))
         progress("produce", done + 1, setup.steps)
     # One sample far ahead on every partition moves the watermark (their minimum) past every backlog window.
-    flush = (f'{{"ts":{first + (setup.steps + 60) * STEP_MS},"namespace":"bench","pod":"{setup.prefix}-end",'
-             f'"job":{jobs[0]},"run":1}}').encode()
+    flush = encode(PodSample(ts=first + (setup.steps + 60) * STEP_MS, namespace="bench", pod=f"{setup.prefix}-end",
+                             job=jobs[0], run=1))
     for partition in producer.partitions_for(topics.pod_samples):
         producer.send(topics.pod_samples, value=flush, partition=partition)
     producer.flush()
     producer.close()
+
+
+def _sample(ts: int, pod: str, job: int, util: float) -> PodSample:
+    """What the publisher would send for a 1-GPU, 2-core, 4 GiB training pod working at `util`."""
+    return PodSample(ts=ts, namespace="bench", pod=pod, job=job, run=1, gpu_util=util,
+                     gpu_mem_used_mib=util * 16000, gpu_mem_free_mib=16000 - util * 16000, cpu_cores=2 * util,
+                     mem_bytes=util * 4e9, req_gpus=1.0, req_cpu_cores=2.0, req_mem_bytes=4294967296.0)
 
 
 def _running(job) -> float:

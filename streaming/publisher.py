@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from cluster.backend import JOB_LABEL, RUN_LABEL, SERVICE_LABEL, kube_state_label
 from streaming.records import PodSample, encode
 from streaming.topics import Topics
 
@@ -91,7 +92,7 @@ class Query:
 
 
 REQUEST_FIELDS = {"nvidia_com_gpu": "req_gpus", "cpu": "req_cpu_cores", "memory": "req_mem_bytes"}
-LABEL_JOB, LABEL_RUN, LABEL_SERVICE = "label_tidal_io_job", "label_tidal_io_run", "label_tidal_io_service"
+LABEL_JOB, LABEL_RUN, LABEL_SERVICE = (kube_state_label(n) for n in (JOB_LABEL, RUN_LABEL, SERVICE_LABEL))
 USAGE_FIELDS = ("gpu_util", "gpu_mem_used_mib", "gpu_mem_free_mib", "cpu_cores", "mem_bytes",
                 "qps", "errors_per_s", "latency_mean_ms", "latency_p99_ms")
 

@@ -128,18 +128,23 @@ def _time(path: Path, line: int, row: dict[str, str], column: str) -> float | No
     return None if raw == "" else number(path, line, column, raw)
 
 
+def _new_name(path: Path, line: int, name: str, seen: set[str], what: str) -> str:
+    """A row's name: present and not seen before in the file (then remembered)."""
+    if not name:
+        raise TraceError(path, line, f"empty {what} name")
+    if name in seen:
+        raise TraceError(path, line, f"duplicate {what} {name}")
+    seen.add(name)
+    return name
+
+
 def read_nodes(path: str | Path) -> list[NodeView]:
     """Nodes (offline-normal, co-location pool: all of the trace cluster runs training)."""
     path = Path(path)
     nodes: list[NodeView] = []
     seen: set[str] = set()
     for line, row in _rows(path, NODE_COLUMNS, NODE_COLUMNS):
-        name = row["sn"]
-        if not name:
-            raise TraceError(path, line, "empty node name (sn)")
-        if name in seen:
-            raise TraceError(path, line, f"duplicate node {name}")
-        seen.add(name)
+        name = _new_name(path, line, row["sn"], seen, "node")
         cpu, mem, gpus = (_int(path, line, row, c) for c in ("cpu_milli", "memory_mib", "gpu"))
         model = row["model"] or None
         if model is None and gpus:
@@ -166,12 +171,7 @@ def read_pods(path: str | Path) -> PodTrace:
             if present and len(present) != len(TIME_COLUMNS):
                 raise TraceError(path, 1, f"time columns must come together: has {', '.join(present)}")
             timed = bool(present)
-        name = row["name"]
-        if not name:
-            raise TraceError(path, line, "empty pod name")
-        if name in seen:
-            raise TraceError(path, line, f"duplicate pod {name}")
-        seen.add(name)
+        name = _new_name(path, line, row["name"], seen, "pod")
         cpu, mem, num_gpu, milli = (_int(path, line, row, c) for c in ("cpu_milli", "memory_mib", "num_gpu",
                                                                         "gpu_milli"))
         if num_gpu == 0:

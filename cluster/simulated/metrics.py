@@ -22,7 +22,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL, RUN_LABEL,
-                             SERVICE_LABEL, TASK_LABEL, PodView)
+                             SERVICE_LABEL, TASK_LABEL, PodView, kube_state_label)
 from cluster.simulated.alibaba import TraceError, number
 from cluster.types import NodeView
 
@@ -350,11 +349,6 @@ class _Families:
                 self.istio, self.latency]
 
 
-def prometheus_label(name: str) -> str:
-    """kube-state-metrics' name for a pod label: tidal.io/task -> label_tidal_io_task."""
-    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
-
-
 def pod_families(pods: Iterable[PodView], nodes: Iterable[NodeView], now: float, shapes: TraceShapes,
                  fb_mib: Mapping[str, int] = FB_MIB) -> list[Metric]:
     """The metric families of every bound pod at `now`."""
@@ -393,7 +387,7 @@ def _add_container(out: _Families, pod: PodView, namespace: str, s: PodReading) 
     if is_inference(pod) and (service := service_of(pod)):
         tags[SERVICE_LABEL] = service  # a pod detached from its ReplicaSet still serves it
     out.labels.add_sample("kube_pod_labels", {"namespace": namespace, "pod": pod.spec.name,
-                                              **{prometheus_label(k): v for k, v in tags.items()}}, 1.0)
+                                              **{kube_state_label(k): v for k, v in tags.items()}}, 1.0)
 
 
 def _add_traffic(out: _Families, pod: PodView, namespace: str, s: TrafficReading) -> None:

@@ -5,12 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from colocation.sim.run import CoLocationSim  # noqa: E402
+from colocation.sim.run import CoLocationSim
+from scheduler.replay.report import figure, save_figure  # the replay's plot style (Agg, reproducible PNGs)
 
 
 def by_hour(values: list[float], hours: list[int]) -> list[float]:
@@ -38,25 +34,19 @@ def write(sim: CoLocationSim, static: CoLocationSim, out: Path, command: str, wa
     out.mkdir(parents=True, exist_ok=True)
     m, s = sim.metrics, static.metrics
     figures = summary(sim, static)
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = figure("GPU utilization by hour of day", width=8, height=4)
     ax.plot(range(24), [100 * v for v in by_hour(m.gpu_util, m.hours)], marker="o", label="lending")
     ax.plot(range(24), [100 * v for v in by_hour(s.gpu_util, s.hours)], marker="s", label="static split")
-    ax.set(xlabel="hour of day (UTC)", ylabel="GPU utilization %", title="GPU utilization by hour of day")
-    ax.grid(alpha=0.3)
+    ax.set(xlabel="hour of day (UTC)", ylabel="GPU utilization %")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "gpu_util_by_hour.png", dpi=100)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(10, 4))
+    save_figure(fig, out / "gpu_util_by_hour.png")
+    fig, ax = figure("Online nodes per group (lending)", width=10, height=4)
     days = [i / 1440 for i in range(len(m.pending_online))]
     for g, series in m.online_nodes.items():
         ax.plot(days, series, label=f"{g} online nodes")
-    ax.set(xlabel="day", ylabel="nodes", title="Online nodes per group (lending)")
-    ax.grid(alpha=0.3)
+    ax.set(xlabel="day", ylabel="nodes")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "online_nodes.png", dpi=100)
-    plt.close(fig)
+    save_figure(fig, out / "online_nodes.png")
     fs = s.summary(static.cfg.days)
     c = sim.cfg
     ok = (figures["lent_share"] >= SEED["lent_share"] and figures["kill_rate"] <= SEED["kill_rate"]

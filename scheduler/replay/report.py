@@ -214,14 +214,14 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
 
 
 # -- plots --------------------------------------------------------------------------------------
-def _fig(title: str, width: float = 9, height: float = 4.5):
+def figure(title: str, width: float = 9, height: float = 4.5):
     fig, ax = plt.subplots(figsize=(width, height), dpi=110)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     return fig, ax
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
@@ -229,7 +229,7 @@ def _save(fig, path: Path) -> None:
 
 def _plot_alloc(path: Path, setup: Setup, runs: Sequence[PolicyRun]) -> None:
     inflate = setup.mode == "inflate"
-    fig, ax = _fig(f"Allocated GPUs as share of capacity — {setup.trace.name}")
+    fig, ax = figure(f"Allocated GPUs as share of capacity — {setup.trace.name}")
     for i, r in enumerate(runs):
         xs = [p[0] for p in r.timeline]
         ys = [100 * p[1] for p in r.timeline]
@@ -247,7 +247,7 @@ def _plot_alloc(path: Path, setup: Setup, runs: Sequence[PolicyRun]) -> None:
     ax.set_ylabel("allocated GPUs (% of capacity)")
     ax.set_ylim(bottom=0)
     ax.legend()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _bars(ax, groups: Sequence[str], series: dict[str, Sequence[float]], fmt: str = "{:.0f}") -> None:
@@ -262,7 +262,7 @@ def _bars(ax, groups: Sequence[str], series: dict[str, Sequence[float]], fmt: st
 
 
 def _plot_fragmentation(path: Path, setup: Setup, runs: Sequence[PolicyRun]) -> None:
-    fig, ax = _fig("Unallocated GPUs when the first GPU pod could not be placed (FGD measure)", 8, 4.5)
+    fig, ax = figure("Unallocated GPUs when the first GPU pod could not be placed (FGD measure)", 8, 4.5)
     values = [r.figures["unallocated_gpus_at_first_failure"] for r in runs]
     bars = ax.bar([r.policy for r in runs], [v or 0 for v in values], color=[COLORS.get(r.policy) for r in runs])
     for b, v, r in zip(bars, values, runs):
@@ -271,7 +271,7 @@ def _plot_fragmentation(path: Path, setup: Setup, runs: Sequence[PolicyRun]) -> 
         ax.annotate(label, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=9)
     ax.set_ylabel("unallocated GPUs")
     ax.margins(y=0.25)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _plot_waits(path: Path, setup: Setup, runs: Sequence[PolicyRun]) -> None:
@@ -284,27 +284,27 @@ def _plot_waits(path: Path, setup: Setup, runs: Sequence[PolicyRun]) -> None:
                                         for r in runs})
         ax.set_ylabel("wait (virtual s)")
         ax.legend()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _plot_preemptions(path: Path, runs: Sequence[PolicyRun]) -> None:
-    fig, ax = _fig("Preemptions and GPU-model fallbacks", 8, 4.5)
+    fig, ax = figure("Preemptions and GPU-model fallbacks", 8, 4.5)
     _bars(ax, ["preemptions", "jobs preempted", "model fallbacks"],
           {r.policy: [r.figures["preemptions"], r.figures["jobs_preempted"], r.figures["gpu_model_fallbacks"]]
            for r in runs})
     ax.set_ylabel("count")
     ax.margins(y=0.15)
     ax.legend()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _plot_util(path: Path, setup: Setup, runs: Sequence[PolicyRun]) -> None:
     models = list(setup.capacity_by_model)
     what = "at first failure" if setup.mode == "inflate" else "time mean"
-    fig, ax = _fig(f"GPU allocation per GPU model ({what})", 10, 4.5)
+    fig, ax = figure(f"GPU allocation per GPU model ({what})", 10, 4.5)
     _bars(ax, [f"{m}\n({setup.capacity_by_model[m]} GPUs)" for m in models],
           {r.policy: [100 * r.figures["util_by_gpu_model"][m] for m in models] for r in runs}, "{:.1f}")
     ax.set_ylabel("allocated (% of the model's GPUs)")
     ax.margins(y=0.15)
     ax.legend()
-    _save(fig, path)
+    save_figure(fig, path)
