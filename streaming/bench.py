@@ -106,7 +106,7 @@ def _produce(setup: Setup, topics: Topics, jobs: list[int], progress: Callable[[
     for done, step in enumerate(order):
         ts = first + step * STEP_MS
         for job in jobs:
-            sample = _sample(ts, f"{setup.prefix}-{job}", job, rng.random())
+            sample = _sample(ts, f"{setup.prefix}-{job}", job, round(rng.random(), 4))
             producer.send(topics.pod_samples, key=sample.pod.encode(), value=encode(sample))
         progress("produce", done + 1, setup.steps)
     # One sample far ahead on every partition moves the watermark (their minimum) past every backlog window.
@@ -119,7 +119,8 @@ def _produce(setup: Setup, topics: Topics, jobs: list[int], progress: Callable[[
 
 
 def _sample(ts: int, pod: str, job: int, util: float) -> PodSample:
-    """What the publisher would send for a 1-GPU, 2-core, 4 GiB training pod working at `util`."""
+    """What the publisher would send for a 1-GPU, 2-core, 4 GiB training pod working at `util` (given to 4
+    decimals, as the old hand-written JSON had it: DCGM reports whole percents; 17-digit floats parse slower)."""
     return PodSample(ts=ts, namespace="bench", pod=pod, job=job, run=1, gpu_util=util,
                      gpu_mem_used_mib=util * 16000, gpu_mem_free_mib=16000 - util * 16000, cpu_cores=2 * util,
                      mem_bytes=util * 4e9, req_gpus=1.0, req_cpu_cores=2.0, req_mem_bytes=4294967296.0)

@@ -2,8 +2,8 @@
 
 Times are epoch milliseconds (ints). Utilizations are fractions (0..1 of what the pod requested,
 GPU utilization 0..1 of the GPUs it holds). A field the source does not have is null (a CPU-only
-pod has no GPU fields; a training pod has no request-rate fields). The Flink job's SQL tables use
-exactly these field names.
+pod has no GPU fields; a training pod has no request-rate fields) and left out of the JSON. The
+Flink job's SQL tables use exactly these field names.
 """
 
 from __future__ import annotations
@@ -98,9 +98,11 @@ class LateSample:
 
 
 def encode(record: Any) -> bytes:
-    # Field by field, not dataclasses.asdict: that deep-copies and costs ~20 µs a record on the hot path.
-    return json.dumps({name: getattr(record, name) for name in record.__dataclass_fields__},
-                      separators=(",", ":")).encode()
+    """Compact JSON without the null fields (readers take a missing field as null; a training pod's sample
+    is a third shorter, and Flink's JSON decoding is most of its work). Field by field, not
+    dataclasses.asdict: that deep-copies and costs ~20 µs a record on the hot path."""
+    values = ((name, getattr(record, name)) for name in record.__dataclass_fields__)
+    return json.dumps({name: value for name, value in values if value is not None}, separators=(",", ":")).encode()
 
 
 def decode(cls: type[T], raw: bytes | str | dict) -> T:
