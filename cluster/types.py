@@ -193,6 +193,7 @@ class JobView:
     expected_duration_s: float | None = None
     history: tuple[RunProfile, ...] = ()  # past runs, oldest first; empty: no history
     preferred_pool: Pool | None = None  # hook for the pool policy (fixed/colocation)
+    keep_request: bool = False  # an admin turned right-sizing off: bind the request as asked
 
     def __post_init__(self) -> None:
         check_gpu_request(self.gpus)

@@ -2,6 +2,7 @@
 import django_filters
 
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
+from scheduler.filtersets import StrictBooleanFilter
 
 
 class ResourceGroupFilterSet(django_filters.FilterSet):
@@ -17,6 +18,7 @@ class NodeFilterSet(django_filters.FilterSet):
     gpu_model = django_filters.CharFilter(field_name="gpu_model__name")
     state = django_filters.MultipleChoiceFilter(choices=Node._meta.get_field("state").choices)
     min_gpus = django_filters.NumberFilter(field_name="gpu_count", lookup_expr="gte")
+    pinned = StrictBooleanFilter()
 
     class Meta:
         model = Node
@@ -25,6 +27,7 @@ class NodeFilterSet(django_filters.FilterSet):
 
 class InferenceServiceFilterSet(django_filters.FilterSet):
     department = django_filters.CharFilter(field_name="department__name")
+    autoscaling = StrictBooleanFilter()
 
     class Meta:
         model = InferenceService

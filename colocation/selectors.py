@@ -1,8 +1,13 @@
 """Reads for the colocation app."""
+from dataclasses import dataclass
+from decimal import Decimal
+
 from django.conf import settings
+from django.db.models import DecimalField, F, IntegerField, Q, Sum
+from django.db.models.functions import Coalesce
 
 from cluster import types as ct
-from colocation.models import Node
+from colocation.models import Node, NodeState
 from colocation.policy import LendingProfile
 
 
@@ -21,3 +26,39 @@ def node_views() -> list[ct.NodeView]:
 def lending_profile() -> LendingProfile:
     """The one lending profile of the live loops (busy windows and the night rule in the site's time zone)."""
     return LendingProfile(tz=settings.TIME_ZONE)
+
+
+@dataclass(frozen=True)
+class Room:
+    """The most a single schedulable training node of one GPU model (or any node, for CPU jobs) has free."""
+
+    nodes: int  # schedulable training nodes considered
+    node: str | None  # the one with the most free
+    gpus: Decimal
+    cpu_milli: int
+    memory_mib: int
+
+
+def most_free(*, gpu_model: str | None) -> Room:
+    """Free = capacity minus what admitted and running training jobs were charged; GPU jobs look at nodes of
+    their model, CPU jobs at every node. Only offline-normal nodes take training work."""
+    from scheduler.models import HOLDING_STATUSES  # jobs live in the scheduler app; read-only here
+
+    holding = Q(training_jobs__status__in=HOLDING_STATUSES)
+    nodes = Node.objects.filter(state=NodeState.OFFLINE_NORMAL)
+    if gpu_model:
+        nodes = nodes.filter(gpu_model__name=gpu_model)
+    nodes = nodes.annotate(
+        free_gpus=F("gpu_count") - Coalesce(Sum(Coalesce("training_jobs__alloc_gpus", "training_jobs__gpus"),
+                                                filter=holding), 0, output_field=DecimalField()),
+        free_cpu=F("cpu_milli") - Coalesce(Sum(Coalesce("training_jobs__alloc_cpu_milli", "training_jobs__cpu_milli"),
+                                               filter=holding), 0, output_field=IntegerField()),
+        free_memory=F("memory_mib") - Coalesce(Sum(Coalesce("training_jobs__alloc_memory_mib",
+                                                            "training_jobs__memory_mib"), filter=holding),
+                                               0, output_field=IntegerField()),
+    ).values("name", "free_gpus", "free_cpu", "free_memory")
+    rows = list(nodes)
+    if not rows:
+        return Room(0, None, Decimal(0), 0, 0)
+    best = max(rows, key=lambda r: (r["free_gpus"], r["free_cpu"]) if gpu_model else (r["free_cpu"], r["free_memory"]))
+    return Room(len(rows), best["name"], Decimal(best["free_gpus"]), best["free_cpu"], best["free_memory"])

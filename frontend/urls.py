@@ -1,5 +1,29 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from frontend import views
+from frontend.departments import views as departments
+from frontend.jobs import views as jobs
+from frontend.services import views as services
 
-urlpatterns = [path("", views.home, name="home")]
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("department/", views.department_switch, name="department-switch"),
+    path("jobs/", jobs.job_list, name="jobs"),
+    path("jobs/cancel/", jobs.job_bulk_cancel, name="jobs-cancel"),
+    path("jobs/new/", jobs.job_submit, name="job-submit"),
+    path("jobs/new/gpu-models/", jobs.gpu_model_options, name="job-gpu-models"),
+    path("jobs/<int:pk>/", jobs.job_detail, name="job"),
+    path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job-cancel"),
+    path("jobs/<int:pk>/keep-request/", jobs.job_keep_request, name="job-keep-request"),
+    path("departments/", departments.department_list, name="departments"),
+    path("departments/<slug:name>/", departments.department_detail, name="department"),
+    path("departments/<slug:name>/members/", departments.member_add, name="department-member-add"),
+    path("departments/<slug:name>/members/<int:pk>/", departments.member_change, name="department-member"),
+    path("services/", services.service_list, name="services"),
+    path("services/new/", services.service_create, name="service-create"),
+    path("services/<slug:name>/", services.service_detail, name="service"),
+    path("services/<slug:name>/edit/", services.service_edit, name="service-edit"),
+]

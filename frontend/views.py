@@ -1,8 +1,40 @@
-"""The console's pages. Until the console issue lands, the home page points to the API, docs and admin."""
-from django.shortcuts import render
+"""The console's frame: home, sign-in and the department switcher. Each area has its own views module."""
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
 
-from frontend import selectors
+from frontend import scope
+from frontend.forms import safe_next
+from tidal.throttling import SignInThrottle, retry_after
 
 
+@login_required
 def home(request):
-    return render(request, "frontend/home.html", {"summary": selectors.cluster_summary()})
+    return redirect("jobs")
+
+
+class LoginView(auth_views.LoginView):
+    """Django's sign-in, throttled like the API's token endpoint (per address and user name)."""
+
+    template_name = "frontend/login.html"
+    redirect_authenticated_user = True
+
+    def post(self, request, *args, **kwargs):
+        throttle = SignInThrottle()
+        if throttle.allow_request(request, self):
+            return super().post(request, *args, **kwargs)
+        form = self.get_form_class()(request, initial={"username": request.POST.get("username", "")})
+        message = f"Too many sign-in attempts; try again in {retry_after(throttle)} s."
+        return self.render_to_response(self.get_context_data(form=form, throttled=message), status=429)
+
+
+@login_required
+@require_POST
+def department_switch(request):
+    """Narrow the console to one of the user's departments ("" = all of them); unknown names are ignored."""
+    name = request.POST.get("department", "")
+    allowed = {m.department.name for m in scope.memberships(request)}
+    if name == "" or name in allowed or request.user.is_staff:
+        request.session[scope.SESSION_KEY] = name
+    return redirect(safe_next(request, "/"))

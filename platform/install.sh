@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 REQS="$ROOT/requirements.txt"
 JARS="$ROOT/.run/jars"
-APT_PACKAGES=(postgresql redis-server prometheus prometheus-pushgateway)
+APT_PACKAGES=(postgresql redis-server prometheus prometheus-pushgateway chromium)  # chromium: browser tests
 FLINK_LIBS_WHEEL="shigawire-apache-flink-libraries==2.0.0.post1"
 
 say() { printf '[install] %s\n' "$*"; }

@@ -18,7 +18,7 @@ from profiling.policy.aggregate import Minute, Stat, TaskHistory, Usage, combine
 from scheduler.models import JobRun, TrainingJob
 from scheduler.policy.priority import utilization_points
 from scheduler.policy.profile import get_profile
-from scheduler.policy.rightsizing import Request, requested, rightsize
+from scheduler.policy.rightsizing import RecentUse, Request, recent_use, requested, rightsize
 
 STAT_FIELDS = tuple(f"{resource}_{stat}" for resource in RESOURCES for stat in ("mean", "peak"))
 
@@ -116,6 +116,9 @@ class Advice:
     requested: Request
     rightsized: Request
     utilization_points: int
+    use: RecentUse  # the figures the rule read
+    gpu_util_target: float
+    cpu_util_target: float
 
 
 @dataclass(frozen=True)
@@ -175,10 +178,12 @@ def rightsizing_advice(*, job: TrainingJob) -> Advice | None:
         id=job.pk, name=job.name, task_key=job.task_key, department=job.department.name,
         framework=str(job.framework), gpu_model=job.gpu_model.name if job.gpu_model else None,
         gpus=float(job.gpus), cpu_milli=job.cpu_milli, memory_mib=job.memory_mib, status=JS.PENDING,
-        submitted_at=job.submitted_at.timestamp(), history=history.runs,
+        submitted_at=job.submitted_at.timestamp(), history=history.runs, keep_request=job.keep_request,
     )
     return Advice(runs=min(len(history.runs), profile.rightsizing_runs), requested=requested(view),
-                  rightsized=rightsize(view, profile), utilization_points=utilization_points(view, profile))
+                  rightsized=rightsize(view, profile), utilization_points=utilization_points(view, profile),
+                  use=recent_use(view, profile), gpu_util_target=profile.gpu_util_target,
+                  cpu_util_target=profile.cpu_util_target)
 
 
 def service_load(*, service: InferenceService, since: datetime, until: datetime) -> QuerySet[ServiceMinute]:

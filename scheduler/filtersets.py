@@ -1,7 +1,48 @@
 """One FilterSet per model, shared by the REST API and the console so their filters cannot drift."""
+from datetime import timezone
+
 import django_filters
+from django import forms
+from django.core.exceptions import ValidationError
+from django_filters.fields import IsoDateTimeField
 
 from scheduler.models import Decision, Framework, JobStatus, Membership, Quota, TrainingJob
+
+
+class _UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time in UTC: PostgreSQL refuses offsets beyond ±15:59, which ISO 8601 (and Python) allow."""
+
+    def to_python(self, value):
+        if value == "":  # the parameter is there but empty: not a time (leave it out to not filter)
+            raise ValidationError("a date-time, e.g. 2026-01-31T12:00:00Z", code="invalid")
+        value = super().to_python(value)
+        try:
+            return value.astimezone(timezone.utc) if value is not None else None
+        except OverflowError:
+            raise ValidationError("the time is out of range once converted to UTC", code="overflow")
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = _UtcIsoDateTimeField
+
+
+class _StrictBooleanField(forms.NullBooleanField):
+    def to_python(self, value):
+        if value in (None, True, False):
+            return value
+        if str(value).lower() in ("true", "false"):
+            return str(value).lower() == "true"
+        raise ValidationError("true or false", code="invalid")
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    """true or false; anything else is a 400 (django-filter would quietly not filter)."""
+
+    field_class = _StrictBooleanField
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("widget", forms.TextInput)  # the select widgets turn any unknown text into "no filter"
+        super().__init__(*args, **kwargs)
 
 
 class MembershipFilterSet(django_filters.FilterSet):
@@ -31,12 +72,13 @@ class QuotaFilterSet(django_filters.FilterSet):
 
 
 class TrainingJobFilterSet(django_filters.FilterSet):
+    name = django_filters.CharFilter(lookup_expr="icontains", help_text="part of the job's name")
     department = django_filters.CharFilter(field_name="department__name")
     submitter = django_filters.CharFilter(field_name="submitter__username")
     gpu_model = django_filters.CharFilter(field_name="gpu_model__name")
     status = django_filters.MultipleChoiceFilter(choices=JobStatus.choices)
-    submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
-    submitted_before = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
 
     class Meta:
         model = TrainingJob
@@ -46,7 +88,7 @@ class TrainingJobFilterSet(django_filters.FilterSet):
 class DecisionFilterSet(django_filters.FilterSet):
     department = django_filters.CharFilter(field_name="department__name")
     subject_prefix = django_filters.CharFilter(field_name="subject", lookup_expr="startswith")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
 
     class Meta:
         model = Decision

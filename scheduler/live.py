@@ -187,7 +187,7 @@ def job_view(job: TrainingJob, run: JobRun | None, history: TaskHistory | None =
         started_at=job.started_at.timestamp() if job.started_at else None, allocation=_allocation(job, run),
         expected_duration_s=job.expected_duration_s,
         preferred_pool=Pool(job.pool_preference) if job.pool_preference else None,
-        history=history.runs if history else (),
+        history=history.runs if history else (), keep_request=job.keep_request,
     )
 
 

@@ -10,7 +10,7 @@ from django.db.models.functions import Floor
 
 from cluster.types import JobStatus as JobStatusValue
 from cluster.types import QuotaKind as QuotaKindValue
-from scheduler.querysets import DepartmentScopedQuerySet
+from scheduler.querysets import DepartmentScopedQuerySet, departments_of
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -41,7 +41,7 @@ class DepartmentQuerySet(models.QuerySet):
         """Operators see every department, other users the ones they belong to."""
         if not user.is_authenticated:
             return self.none()
-        return self if user.is_staff else self.filter(memberships__user=user).distinct()
+        return self if user.is_staff else self.filter(pk__in=departments_of(user))
 
 
 class Department(models.Model):
@@ -204,6 +204,8 @@ class TrainingJob(models.Model):
     cpu_limit_milli = models.PositiveIntegerField(null=True, blank=True)
     alloc_memory_mib = models.PositiveIntegerField(null=True, blank=True)
     # Where the job must go next: the fixed training pool after a take-back killed it on a lent node.
+    keep_request = models.BooleanField(
+        default=False, help_text="Set by a department admin or operator: bind the request as asked, no right-sizing.")
     pool_preference = models.CharField(max_length=16, blank=True, choices=[("fixed", "Fixed training pool")])
     # The latest scheduling cycle's view of a pending job: "why am I waiting".
     queue_position = models.PositiveIntegerField(null=True, blank=True, help_text="1-based, in score order.")
@@ -274,7 +276,7 @@ class DecisionQuerySet(DepartmentScopedQuerySet):
             return self.none()
         if user.is_staff:
             return self
-        return self.filter(Q(department__isnull=True) | Q(department__memberships__user=user)).distinct()
+        return self.filter(Q(department__isnull=True) | Q(department__in=departments_of(user)))
 
 
 class Decision(models.Model):
@@ -289,6 +291,7 @@ class Decision(models.Model):
         QUOTA = "quota", "Quota change"
         LENDING = "lending", "Lending"
         SCALING = "scaling", "Scaling"
+        RIGHTSIZING = "rightsizing", "Right-sizing"
 
     kind = models.CharField(max_length=16, choices=Kind.choices, db_index=True)
     subject = models.CharField(max_length=160, db_index=True, help_text='What it is about, e.g. "job:42", "node:n1".')

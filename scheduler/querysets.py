@@ -1,5 +1,12 @@
 """One permission-restricted queryset for the API and the console (NetBox's RestrictedQuerySet idea)."""
+from django.apps import apps
 from django.db import models
+
+
+def departments_of(user) -> models.QuerySet:
+    """The ids of the user's departments, as a subquery: `department__in` needs no join and no DISTINCT, so a
+    restricted list still sorts and pages with the database's indexes."""
+    return apps.get_model("scheduler", "Membership").objects.filter(user=user).values("department")
 
 
 class DepartmentScopedQuerySet(models.QuerySet):
@@ -13,4 +20,4 @@ class DepartmentScopedQuerySet(models.QuerySet):
             return self.none()
         if user.is_staff:
             return self
-        return self.filter(**{f"{self.department_path}__memberships__user": user}).distinct()
+        return self.filter(**{f"{self.department_path}__in": departments_of(user)})

@@ -2,10 +2,10 @@
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db.models import DecimalField, Max, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import CharField, Count, DecimalField, F, Max, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Cast, Coalesce, Concat
 
-from scheduler.models import CPU, MEMORY, Decision, Department, Membership, Quota, QuotaKind, TrainingJob
+from scheduler.models import CPU, MEMORY, Decision, Department, JobStatus, Membership, Quota, QuotaKind, TrainingJob
 
 
 @dataclass(frozen=True)
@@ -91,3 +91,34 @@ def can_administer(*, user, department: Department) -> bool:
 
 def latest_decision(*, job: TrainingJob) -> Decision | None:
     return Decision.objects.filter(subject=f"job:{job.pk}").order_by("-created_at", "-id").first()
+
+
+# --- what the console lists ---------------------------------------------------------------------
+
+
+def with_latest_message(jobs: QuerySet) -> QuerySet:
+    """Jobs annotated with the sentence of their latest decision (`latest_message`), in the same query."""
+    subject = Concat(Value("job:"), Cast(OuterRef("pk"), CharField()))
+    latest = Decision.objects.filter(subject=subject).order_by("-created_at", "-id").values("message")[:1]
+    return jobs.annotate(latest_message=Subquery(latest))
+
+
+def job_decisions(*, job: TrainingJob) -> QuerySet:
+    """Every decision about `job`, oldest first."""
+    return Decision.objects.filter(subject=f"job:{job.pk}").order_by("created_at", "id")
+
+
+def department_queue(*, department: Department) -> QuerySet:
+    """The department's pending jobs in the order the last cycle ranked them (unranked ones last)."""
+    return (TrainingJob.objects.filter(department=department, status=JobStatus.PENDING)
+            .select_related("submitter", "gpu_model")
+            .order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "id"))
+
+
+def job_counts(*, department: Department) -> dict[str, int]:
+    rows = TrainingJob.objects.filter(department=department).values("status").annotate(n=Count("id")).order_by()
+    return {row["status"]: row["n"] for row in rows}
+
+
+def recent_preemptions(*, department: Department, limit: int = 10) -> QuerySet:
+    return Decision.objects.filter(department=department, kind=Decision.Kind.PREEMPTION).order_by("-created_at", "-id")[:limit]

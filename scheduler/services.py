@@ -250,6 +250,27 @@ def job_submit(
     return job
 
 
+@transaction.atomic
+def job_keep_request(*, job: TrainingJob, keep: bool, actor) -> TrainingJob:
+    """Turn right-sizing off (keep the request as asked) or back on for one job: the SPEC's admin override.
+    It applies from the job's next admission."""
+    job = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
+    if not selectors.can_administer(user=actor, department=job.department):
+        raise PermissionDenied(f"only operators and admins of {job.department} override right-sizing")
+    if job.is_finished:
+        raise ApplicationError.for_field("keep_request", f"job {job.pk} is already {job.status}")
+    if job.keep_request != keep:
+        job.keep_request = keep
+        job.save(update_fields=["keep_request"])
+        decision_record(
+            kind=Decision.Kind.RIGHTSIZING, subject=f"job:{job.pk}", department=job.department,
+            reason="request-kept" if keep else "rightsizing-on",
+            message=(f"right-sizing turned off by {actor}: the request is bound as asked" if keep
+                     else f"right-sizing turned back on by {actor}: bound from the task's last runs"),
+        )
+    return job
+
+
 def can_cancel(*, user, job: TrainingJob) -> bool:
     return job.submitter_id == user.pk or selectors.can_administer(user=user, department=job.department)
 

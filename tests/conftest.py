@@ -1,5 +1,6 @@
 """Shared fixtures: a small cluster and people in every role, on the real database (PostgreSQL under `make test`)."""
 import os
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -20,6 +21,11 @@ def pytest_configure(config):
     # `make test` sets TIDAL_REQUIRE_POSTGRES: the suite must not silently fall back to SQLite there.
     if os.environ.get("TIDAL_REQUIRE_POSTGRES") == "1":
         assert os.environ.get("DATABASE_URL", "").startswith("postgres"), "make test runs on PostgreSQL"
+    # The cache (throttle counters) is the shared Redis: each session counts apart from earlier runs and from
+    # other checkouts' sessions, whose users have the same ids.
+    from django.conf import settings
+
+    settings.CACHES["default"]["KEY_PREFIX"] += f":test-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(autouse=True)

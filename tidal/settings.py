@@ -9,9 +9,27 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(os.environ.get("TIDAL_RUN_DIR", BASE_DIR / ".run"))
 TRACES_DIR = Path(os.environ.get("TIDAL_TRACES_DIR", BASE_DIR.parent / "shared" / "traces"))
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "tidal-dev-only-not-secret")
+DEV_SECRET_KEY = "tidal-dev-only-not-secret"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", DEV_SECRET_KEY)
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+    raise RuntimeError("DJANGO_DEBUG=0 needs DJANGO_SECRET_KEY (a long random string); the development key is public")
+
+# Production (DEBUG off) is served over HTTPS: secure cookies, HSTS, redirects. TIDAL_HTTPS=0 turns that off
+# (a plain-HTTP test deployment); behind a TLS-terminating proxy set TIDAL_PROXY_SSL_HEADER=1 so that the
+# proxy's X-Forwarded-Proto is trusted.
+HTTPS = os.environ.get("TIDAL_HTTPS", "0" if DEBUG else "1") == "1"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = HTTPS
+SECURE_HSTS_SECONDS = 31536000 if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = HTTPS
+SECURE_REDIRECT_EXEMPT = [r"^healthz/?$", r"^readyz/?$", r"^metrics/?$"]  # probes and scrapes come over HTTP
+if os.environ.get("TIDAL_PROXY_SSL_HEADER") == "1":
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = CSRF_COOKIE_HTTPONLY = True  # htmx sends the token from the page, not the cookie
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -24,7 +42,9 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc as static files: /api/docs/ works offline
     "django_htmx",
+    "django_tables2",
     "scheduler",
     "colocation",
     "profiling",
@@ -57,6 +77,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "frontend.context_processors.console",
             ],
         },
     },
@@ -79,7 +100,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIDAL_TIME_ZONE", "UTC")
@@ -88,6 +111,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = RUN_DIR / "static"
+DJANGO_TABLES2_TEMPLATE = "frontend/table.html"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -100,10 +124,18 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "scheduler.api.pagination.Pagination",
+    # The API speaks JSON (automation's format; a form body cannot say null, an empty list or a boolean plainly).
+    # The token endpoint keeps DRF's form parsers, so `curl -d username=… -d password=…` works.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "scheduler.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {  # tidal/throttling.py; counted in the Redis cache, shared by every web worker
+        "sign-in": os.environ.get("TIDAL_SIGN_IN_RATE", "10/min"),
+        "submit": os.environ.get("TIDAL_SUBMIT_RATE", "120/min"),
+    },
 }
 
 SPECTACULAR_SETTINGS = {
@@ -112,6 +144,11 @@ SPECTACULAR_SETTINGS = {
     "inference services and the decisions taken about them.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",  # served from drf-spectacular-sidecar's static files, never a CDN
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "scheduler.api.schema.document_errors"],
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduler.models.JobStatus",
@@ -123,6 +160,8 @@ SPECTACULAR_SETTINGS = {
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 TIDAL_REDIS_NAMESPACE = os.environ.get("TIDAL_REDIS_NAMESPACE", "tidal")  # prefix of Tidal's own Redis keys
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                      "KEY_PREFIX": f"{TIDAL_REDIS_NAMESPACE}:cache"}}
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_SERIALIZER = "json"

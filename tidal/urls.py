@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.routers import DefaultRouter
 
 from colocation.api.urls import ROUTES as COLOCATION_ROUTES
@@ -9,6 +9,7 @@ from profiling.api.urls import ROUTES as PROFILING_ROUTES
 from profiling.api.urls import URLS as PROFILING_URLS
 from scheduler.api.urls import ROUTES as SCHEDULER_ROUTES
 from scheduler.api.views import MeView
+from tidal.throttling import SignInThrottle
 
 router = DefaultRouter()  # one router, so /api/ lists every app's endpoints
 for prefix, viewset, basename in SCHEDULER_ROUTES + COLOCATION_ROUTES + PROFILING_ROUTES:
@@ -18,7 +19,7 @@ api = [
     *PROFILING_URLS,  # jobs/{id}/profile/, inference-services/{id}/load/: beside the router's jobs and services
     path("", include(router.urls)),
     path("me/", MeView.as_view(), name="me"),
-    path("auth/token/", obtain_auth_token, name="token"),
+    path("auth/token/", ObtainAuthToken.as_view(throttle_classes=[SignInThrottle]), name="token"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]
@@ -28,3 +29,5 @@ urlpatterns = [
     path("api/", include(api)),
     path("", include("frontend.urls")),
 ]
+
+handler404 = "scheduler.api.errors.page_not_found"

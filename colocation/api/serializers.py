@@ -3,12 +3,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingThreshold
-from scheduler.api.serializers import gpu_model_field
+from scheduler.api.serializers import NameField, gpu_model_field
 from scheduler.models import Department
 
 
 class ResourceGroupSerializer(serializers.ModelSerializer):
-    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     node_count = serializers.IntegerField(read_only=True)
     fixed_pool_nodes = serializers.IntegerField(read_only=True)
 
@@ -30,7 +30,7 @@ class ResourceGroupSettingsSerializer(serializers.ModelSerializer):
 
 class TransitionSerializer(serializers.ModelSerializer):
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = NodeTransition
@@ -44,7 +44,7 @@ class PinSerializer(serializers.Serializer):
 
 class NodeSerializer(serializers.ModelSerializer):
     resource_group = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     transition = serializers.SerializerMethodField(help_text="The transition in progress, if any")
 
     class Meta:
@@ -71,7 +71,7 @@ class ScalingThresholdSerializer(serializers.ModelSerializer):
 
 
 class InferenceServiceSerializer(serializers.ModelSerializer):
-    department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
+    department = NameField(slug_field="name", queryset=Department.objects.all())
     gpu_model = gpu_model_field(required=False, allow_null=True)
     gpus_per_replica = serializers.DecimalField(max_digits=6, decimal_places=3, min_value=0, required=False)
     thresholds = ScalingThresholdSerializer(many=True, required=False)

@@ -2,7 +2,8 @@
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import ProtectedError
-from django.http import Http404
+from django.http import Http404, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -36,3 +37,10 @@ def exception_handler(exc, context):
 
 def _as_dict(detail) -> dict:
     return detail if isinstance(detail, dict) else {"non_field_errors": detail}
+
+
+def page_not_found(request, exception):
+    """Django's 404 handler: the API's error body under /api/, the ordinary page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"message": "Not found.", "extra": {}}, status=404)
+    return defaults.page_not_found(request, exception)

@@ -7,6 +7,16 @@ from scheduler.selectors import latest_decision
 from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
 
 
+class NameField(serializers.SlugRelatedField):
+    """An object by its unique name. A name with a NUL character names nothing (PostgreSQL text cannot hold one,
+    so it must not reach the query)."""
+
+    def to_internal_value(self, data):
+        if "\x00" in str(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data)
+        return super().to_internal_value(data)
+
+
 class FrameworkField(serializers.SlugRelatedField):
     """A framework by its "name-version" key, e.g. "pytorch-2.1"."""
 
@@ -14,6 +24,8 @@ class FrameworkField(serializers.SlugRelatedField):
         super().__init__(slug_field="name", **kwargs)
 
     def to_internal_value(self, data):
+        if "\x00" in str(data):
+            self.fail("does_not_exist", slug_name="name-version", value=data)
         name, _, version = str(data).rpartition("-")
         try:
             return self.get_queryset().get(name=name, version=version)
@@ -25,7 +37,7 @@ class FrameworkField(serializers.SlugRelatedField):
 
 
 def gpu_model_field(**kwargs) -> serializers.SlugRelatedField:
-    return serializers.SlugRelatedField(slug_field="name", queryset=GPUModel.objects.all(), **kwargs)
+    return NameField(slug_field="name", queryset=GPUModel.objects.all(), **kwargs)
 
 
 class DepartmentSerializer(serializers.ModelSerializer):
@@ -35,8 +47,8 @@ class DepartmentSerializer(serializers.ModelSerializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
-    user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
-    department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
+    user = NameField(slug_field="username", queryset=get_user_model().objects.all())
+    department = NameField(slug_field="name", queryset=Department.objects.all())
     role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER)
 
     class Meta:
@@ -76,7 +88,7 @@ class FrameworkCertificationSerializer(serializers.ModelSerializer):
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
+    department = NameField(slug_field="name", queryset=Department.objects.all())
     gpu_model = gpu_model_field(required=False, allow_null=True, default=None)
     resource = serializers.CharField(read_only=True, help_text='GPU model name, "cpu" (millicores) or "memory" (MiB).')
     own = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
@@ -94,8 +106,8 @@ class QuotaAmountsSerializer(serializers.Serializer):
 
 
 class JobRunSerializer(serializers.ModelSerializer):
-    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = JobRun
@@ -105,7 +117,7 @@ class JobRunSerializer(serializers.ModelSerializer):
 class TrainingJobInputSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=128)
     task_key = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
-    department = serializers.SlugRelatedField(slug_field="name", queryset=Department.objects.all())
+    department = NameField(slug_field="name", queryset=Department.objects.all())
     image = serializers.CharField(max_length=256)
     command = serializers.CharField()
     framework = FrameworkField(queryset=Framework.objects.prefetch_related("certified_on"))
@@ -120,17 +132,21 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     department = serializers.SlugRelatedField(slug_field="name", read_only=True)
     submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
     framework = serializers.StringRelatedField()
-    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    assigned_gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    assigned_gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = TrainingJob
         fields = [
             "id", "name", "task_key", "department", "submitter", "image", "command", "framework", "gpu_model",
-            "gpus", "cpu_milli", "memory_mib", "expected_duration_s", "status", "quota_kind", "node",
+            "gpus", "cpu_milli", "memory_mib", "expected_duration_s", "keep_request", "status", "quota_kind", "node",
             "assigned_gpu_model", "submitted_at", "admitted_at", "started_at", "finished_at",
         ]
+
+
+class KeepRequestSerializer(serializers.Serializer):
+    keep_request = serializers.BooleanField(help_text="true: bind the request as asked; false: right-size it")
 
 
 class ScoreSerializer(serializers.Serializer):
@@ -190,7 +206,7 @@ class QuotaUsageSerializer(serializers.Serializer):
 
 
 class DecisionSerializer(serializers.ModelSerializer):
-    department = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    department = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = Decision

@@ -16,6 +16,7 @@ from scheduler.filtersets import (
     TrainingJobFilterSet,
 )
 from scheduler.models import Decision, Department, Framework, GPUModel, Membership, Quota, TrainingJob
+from tidal.throttling import SubmitThrottle
 
 
 class RestrictedMixin:
@@ -48,7 +49,7 @@ class DepartmentViewSet(RestrictedMixin, viewsets.ModelViewSet):
         serializer.instance = services.department_update(department=serializer.instance, **serializer.validated_data)
 
     @extend_schema(responses=s.QuotaUsageSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None)
     def usage(self, request, pk=None):
         """Own and borrowed quota per resource, with what the department's admitted and running jobs hold."""
         usages = selectors.quota_usage(department=self.get_object())
@@ -70,9 +71,10 @@ class MembershipViewSet(RestrictedMixin, viewsets.ModelViewSet):
         serializer.instance = services.membership_set(actor=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer):
-        membership = serializer.instance
+        membership = serializer.instance  # a PATCH without a role changes nothing (but is still checked)
         serializer.instance = services.membership_set(
-            department=membership.department, user=membership.user, actor=self.request.user, **serializer.validated_data
+            department=membership.department, user=membership.user, actor=self.request.user,
+            role=serializer.validated_data.get("role", membership.role),
         )
 
     def perform_destroy(self, instance):
@@ -160,6 +162,9 @@ class TrainingJobViewSet(
     def get_serializer_class(self):
         return s.TrainingJobDetailSerializer if self.action == "retrieve" else s.TrainingJobSerializer
 
+    def get_throttles(self):
+        return [SubmitThrottle()] if self.action == "create" else super().get_throttles()
+
     def get_queryset(self):
         queryset = super().get_queryset()
         return queryset.prefetch_related("runs__node", "runs__gpu_model") if self.action == "retrieve" else queryset
@@ -177,6 +182,17 @@ class TrainingJobViewSet(
     def cancel(self, request, pk=None):
         """Cancel an unfinished job (its submitter, department admins and operators)."""
         job = services.job_cancel(job=self.get_object(), actor=request.user)
+        return Response(s.TrainingJobDetailSerializer(job).data)
+
+
+    @extend_schema(request=s.KeepRequestSerializer, responses=s.TrainingJobDetailSerializer)
+    @action(detail=True, methods=["post"], url_path="keep-request")
+    def keep_request(self, request, pk=None):
+        """Bind the request as asked (no right-sizing), or right-size again: department admins and operators."""
+        body = s.KeepRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = services.job_keep_request(job=self.get_object(), keep=body.validated_data["keep_request"],
+                                        actor=request.user)
         return Response(s.TrainingJobDetailSerializer(job).data)
 
 

@@ -33,6 +33,21 @@ def aging_points(waited_s: float, profile: Profile) -> int:
     return cap * (cap + 1) // 2 + cap * (n - cap)
 
 
+@dataclass(frozen=True, slots=True)
+class AgingStep:
+    in_s: float  # seconds until the next increment
+    points: int  # what it adds
+
+
+def next_aging_step(waited_s: float, profile: Profile) -> AgingStep | None:
+    """When a job that has waited `waited_s` gains its next aging points, and how many (None: no aging)."""
+    if not profile.aging:
+        return None
+    n = max(0, int((waited_s - profile.aging_after_s) // profile.aging_step_s)) if waited_s > profile.aging_after_s else 0
+    at = profile.aging_after_s + (n + 1) * profile.aging_step_s
+    return AgingStep(in_s=at - waited_s, points=min(n + 1, profile.aging_cap))
+
+
 def mean_utilization(job: JobView, runs: int) -> float | None:
     """Mean utilization over the last runs: GPU util for GPU jobs, CPU used/requested otherwise."""
     recent = job.history[-runs:]

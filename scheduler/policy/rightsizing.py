@@ -5,6 +5,7 @@ CPU limit = peak CPU / 0.5. Over the last 3 runs the mean is the mean of the run
 the peak the max of their peaks. Never above the request. Floors: a whole-GPU job keeps at
 least 1 GPU, a fractional job keeps its fraction (sharing granularity is the user's choice),
 CPU stays >= 100m (profile.cpu_floor_milli) and limit >= request. Memory is kept as asked.
+A job whose admin chose to keep its request (`keep_request`) is never right-sized.
 """
 
 from __future__ import annotations
@@ -32,17 +33,37 @@ def requested(job: JobView) -> Request:
     return Request(job.gpus, job.cpu_milli, job.cpu_milli, job.memory_mib)
 
 
-def rightsize(job: JobView, profile: Profile) -> Request:
+@dataclass(frozen=True, slots=True)
+class RecentUse:
+    """What right-sizing reads from the last runs (shown to users beside the advice)."""
+
+    runs: int
+    mean_gpu_util: float  # mean of the runs' means
+    peak_gpu_mem_util: float  # max of the runs' peaks
+    mean_cpu_milli: float
+    peak_cpu_milli: float
+
+    @property
+    def gpu_util(self) -> float:
+        return max(self.mean_gpu_util, self.peak_gpu_mem_util)
+
+
+def recent_use(job: JobView, profile: Profile) -> RecentUse | None:
     runs = job.history[-profile.rightsizing_runs:]
-    if not profile.rightsizing or not runs:
+    if not runs:
+        return None
+    return RecentUse(len(runs), sum(r.mean_gpu_util for r in runs) / len(runs), max(r.peak_gpu_mem_util for r in runs),
+                     sum(r.mean_cpu_milli for r in runs) / len(runs), max(r.peak_cpu_milli for r in runs))
+
+
+def rightsize(job: JobView, profile: Profile) -> Request:
+    use = recent_use(job, profile) if profile.rightsizing and not job.keep_request else None
+    if use is None:
         return requested(job)
-    gpu_util = max(sum(r.mean_gpu_util for r in runs) / len(runs), max(r.peak_gpu_mem_util for r in runs))
-    gpus = _clamp(_ceil(job.gpus * gpu_util / profile.gpu_util_target), min(job.gpus, 1.0), job.gpus)
+    gpus = _clamp(_ceil(job.gpus * use.gpu_util / profile.gpu_util_target), min(job.gpus, 1.0), job.gpus)
     floor = min(profile.cpu_floor_milli, job.cpu_milli)
-    mean_cpu = sum(r.mean_cpu_milli for r in runs) / len(runs)
-    peak_cpu = max(r.peak_cpu_milli for r in runs)
-    cpu_request = int(_clamp(_ceil(mean_cpu / profile.cpu_util_target), floor, job.cpu_milli))
-    cpu_limit = int(_clamp(_ceil(peak_cpu / profile.cpu_util_target), cpu_request, job.cpu_milli))
+    cpu_request = int(_clamp(_ceil(use.mean_cpu_milli / profile.cpu_util_target), floor, job.cpu_milli))
+    cpu_limit = int(_clamp(_ceil(use.peak_cpu_milli / profile.cpu_util_target), cpu_request, job.cpu_milli))
     return Request(float(gpus), cpu_request, cpu_limit, job.memory_mib)
 
 

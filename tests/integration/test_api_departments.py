@@ -161,3 +161,28 @@ def test_the_last_department_admin_cannot_leave_it_without_one(world, how):
                            format="json")
     assert promoted.status_code == 201
     assert client.delete(f"/api/memberships/{mine.pk}/").status_code == 204  # now someone else is admin
+
+
+@pytest.mark.parametrize("format_, status", [("json", 200), ("multipart", 415)])
+def test_patching_a_membership_without_a_role_changes_nothing(world, format_, status):
+    """Was a 500 (TypeError) found by schemathesis, with either body; the API now reads JSON only."""
+    from scheduler.models import Membership
+
+    membership = Membership.objects.get(user__username="mia")
+    response = world.client("dept_admin").patch(f"/api/memberships/{membership.pk}/", {}, format=format_)
+    assert response.status_code == status and Membership.objects.get(pk=membership.pk).role == "member"
+
+
+@pytest.mark.parametrize("query, field", [
+    ("limit=632555331597895204864", "limit"), ("offset=632555331597895204864", "offset"),  # were 500s (bigint)
+    ("limit=1001", "limit"), ("limit=null", "limit"), ("limit=0", "limit"), ("offset=-1", "offset"),
+    ("offset=x", "offset"), ("offset=1&offset=2", "offset"),
+])
+def test_paging_parameters_that_are_not_numbers_are_refused(world, query, field):
+    response = world.client("operator").get(f"/api/departments/?{query}")
+    assert response.status_code == 400 and field in response.json()["extra"]["fields"]
+
+
+def test_an_unknown_api_path_is_a_json_404(world):
+    response = world.client("operator").get("/api/departments/1.5/")
+    assert response.status_code == 404 and response.json() == {"message": "Not found.", "extra": {}}

@@ -47,3 +47,14 @@ def test_inventory_is_read_only_even_for_operators(world, url):
     before = world.snapshot()
     assert world.client("operator").post(url, {"name": "x"}, format="json").status_code == 405
     assert world.snapshot() == before
+
+
+@pytest.mark.parametrize("query, status", [("pinned=true", 200), ("pinned=False", 200), ("pinned=null", 400),
+                                           ("pinned=yes", 400)])
+def test_boolean_filters_take_true_or_false_only(world, query, status):
+    assert world.client("member").get(f"/api/nodes/?{query}").status_code == status
+
+
+def test_the_api_reads_json_only(world):
+    response = world.client("operator").post("/api/departments/", {"name": "ml-form"}, format="multipart")
+    assert response.status_code == 415

@@ -164,3 +164,22 @@ def test_users_list_their_departments_jobs(world, jobs, role, expected):
     assert listed(world.client(role).get("/api/jobs/")) == {jobs[key] for key in expected}
     ads_jobs = {jobs[key] for key in expected if key.startswith("ads")}
     assert listed(world.client(role).get("/api/jobs/?department=ml-ads")) == ads_jobs
+
+
+@pytest.mark.parametrize("query", ["submitted_after=3249-12-11T21:40:23.93%2B20:33", "submitted_before=9999-12-31T23:59:59-23:00",
+                                   "submitted_after=2000-01-01T00:00:06%2B21:57"])
+def test_times_with_any_iso_offset_are_filters_not_server_errors(world, query):
+    """PostgreSQL refuses offsets beyond ±15:59 (schemathesis found the 500): times are compared in UTC."""
+    world.submit("member")
+    response = world.client("member").get(f"/api/jobs/?{query}")
+    assert response.status_code in (200, 400), response.content
+    if response.status_code == 400:
+        assert "out of range" in str(response.json())
+
+
+@pytest.mark.parametrize("field, value", [("department", "ml-search\x00"), ("gpu_model", "T4\x00"),
+                                          ("framework", "pytorch-2.1\x00")])
+def test_a_name_with_a_nul_character_names_nothing(world, field, value):
+    """Was a 500 (PostgreSQL text cannot hold NUL)."""
+    response = world.client("member").post("/api/jobs/", world.job_payload(**{field: value}), format="json")
+    assert response.status_code == 400 and field in response.json()["extra"]["fields"]

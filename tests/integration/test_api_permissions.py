@@ -79,6 +79,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("POST", "/api/jobs/"): Row("401 400 201 201 201", body=JOB),
     ("GET", "/api/jobs/{id}/"): Row("401 404 200 200 200", "job"),
     ("POST", "/api/jobs/{id}/cancel/"): Row("401 404 200 200 200", "job"),  # the member submitted it
+    ("POST", "/api/jobs/{id}/keep-request/"): Row("401 404 403 200 200", "job", {"keep_request": True}),
     ("GET", "/api/decisions/"): Row("401 200 200 200 200"),
     ("GET", "/api/decisions/{id}/"): Row("401 404 200 200 200", "decision"),
     # inventory: read-only for everyone signed in

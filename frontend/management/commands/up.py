@@ -51,6 +51,10 @@ class Command(BaseCommand):
             self._wait_ready(f"http://{host}:{port}/api/schema/", children)
             url = f"http://{host}:{port}/"
             self.stdout.write(self.style.SUCCESS(f"Tidal is up: {url}  (API {url}api/docs/, admin {url}admin/)"))
+            if settings.DEBUG:
+                self.stdout.write(self.style.WARNING(
+                    "DEBUG is on (the demo's default): errors show Django's debug page. Set DJANGO_DEBUG=0, "
+                    "DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS anywhere but on your own machine."))
             self.stdout.write(f"sign in as {OPERATOR[0]} / {OPERATOR[1]} (operator) or "
                               f"{', '.join(u for u, _, _ in USERS)} / {DEMO_PASSWORD}; logs in {logs}; Ctrl-C stops")
             self._supervise(children, exit_after)

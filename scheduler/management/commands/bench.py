@@ -1,5 +1,6 @@
 """`python manage.py bench scheduler --nodes 5000 --pending 10000 --json out.json`
-`python manage.py bench streaming --samples 600000 --pods 1000 --json out.json`"""
+`python manage.py bench streaming --samples 600000 --pods 1000 --json out.json`
+`python manage.py bench console --jobs 10000 --departments 200 --json out.json`"""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ class Command(BaseCommand):
     help = "Benchmark a Tidal component and print its figures."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("target", choices=["scheduler", "streaming"])
+        parser.add_argument("target", choices=["scheduler", "streaming", "console"])
         parser.add_argument("--nodes", type=int, default=5000)
         parser.add_argument("--pending", type=int, default=10000)
         parser.add_argument("--cycles", type=int, default=6)
@@ -27,10 +28,14 @@ class Command(BaseCommand):
                             help="node shapes to draw from (built-in Alibaba shapes when the file is missing)")
         parser.add_argument("--samples", type=int, default=600_000, help="streaming: pod samples to push")
         parser.add_argument("--pods", type=int, default=1000, help="streaming: pods (one training run each)")
+        parser.add_argument("--jobs", type=int, default=10_000, help="console: training jobs in the database")
+        parser.add_argument("--departments", type=int, default=200, help="console: departments")
+        parser.add_argument("--repeat", type=int, default=40, help="console: timed requests per page")
         parser.add_argument("--json", dest="json_path", help="also write the figures to this file")
 
     def handle(self, *args: object, **opts: object) -> None:
-        figures = self._streaming(opts) if opts["target"] == "streaming" else self._scheduler(opts)
+        run = {"scheduler": self._scheduler, "streaming": self._streaming, "console": self._console}[opts["target"]]
+        figures = run(opts)
         for name, value in figures.items():
             self.stdout.write(f"{name}: {value:.3f}" if isinstance(value, float) else f"{name}: {value}")
         if opts["json_path"]:
@@ -47,7 +52,11 @@ class Command(BaseCommand):
 
     @staticmethod
     def _streaming(opts: dict) -> dict:
+        from django.core.management import call_command
+
         from streaming.bench import bench_streaming
+
+        call_command("migrate", verbosity=0)  # its sink writes the configured database: a fresh clone has no tables
 
         bars: dict[str, tqdm] = {}
 
@@ -60,3 +69,11 @@ class Command(BaseCommand):
         finally:
             for bar in bars.values():
                 bar.close()
+
+    @staticmethod
+    def _console(opts: dict) -> dict:
+        from frontend.bench import PAGES, bench_console
+
+        with tqdm(total=len(PAGES), desc="console pages", disable=None) as bar:
+            return bench_console(jobs=opts["jobs"], departments=opts["departments"], repeat=opts["repeat"],
+                                 progress=lambda _page: bar.update())

@@ -1,0 +1,52 @@
+"""What every console page's frame shows: the navigation for the user's role and their departments."""
+from dataclasses import dataclass
+
+from django.urls import reverse
+
+from frontend import scope
+
+NAV = (  # (label, url name, who sees it)
+    ("My jobs", "jobs", "member"),
+    ("Submit a job", "job-submit", "member"),
+    ("Departments", "departments", "member"),
+    ("Inference services", "services", "member"),
+)
+
+
+@dataclass(frozen=True)
+class NavItem:
+    label: str
+    url: str
+    active: bool
+
+
+def console(request) -> dict:
+    user = request.user
+    if not user.is_authenticated:
+        return {}
+    memberships = scope.memberships(request)
+    items = [NavItem(label, reverse(name), _active(request.path, reverse(name))) for label, name, _ in NAV]
+    if user.is_staff:
+        items.append(NavItem("Admin", reverse("admin:index"), False))
+    role = ("operator" if user.is_staff else
+            "department admin" if any(m.role == "admin" for m in memberships) else "member")
+    return {"console": {
+        "nav": items, "role_label": role, "department": scope.current_department(request),
+        "departments": _switchable(user, memberships),
+    }}
+
+
+def _switchable(user, memberships) -> list[dict]:
+    """The switcher's choices: the user's departments (operators: every department)."""
+    if user.is_staff:
+        from scheduler.models import Department
+
+        roles = {m.department.name: m.role for m in memberships}
+        return [{"name": name, "role": roles.get(name, "")} for name in Department.objects.values_list("name", flat=True)]
+    return [{"name": m.department.name, "role": m.role} for m in memberships]
+
+
+def _active(path: str, url: str) -> bool:
+    """The deepest nav entry the path is under ("/jobs/new/" is Submit, not My jobs)."""
+    others = [reverse(name) for _, name, _ in NAV if reverse(name) != url]
+    return path.startswith(url) and not any(o.startswith(url) and len(o) > len(url) and path.startswith(o) for o in others)

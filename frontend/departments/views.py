@@ -1,0 +1,108 @@
+"""Department pages: quota bars, jobs, queue, preemptions; admins manage members."""
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from django_tables2 import RequestConfig
+
+from frontend import scope
+from frontend.departments.forms import MemberForm, RoleForm
+from frontend.departments.tables import DepartmentTable
+from frontend.forms import apply_errors
+from scheduler import selectors, services
+from scheduler.errors import ApplicationError
+from scheduler.models import Department, JobStatus, Membership
+
+
+@login_required
+def department_list(request):
+    departments = Department.objects.restrict(request.user).annotate(
+        members=Count("memberships", distinct=True),
+        pending=Count("jobs", filter=Q(jobs__status=JobStatus.PENDING), distinct=True),
+        running=Count("jobs", filter=Q(jobs__status=JobStatus.RUNNING), distinct=True),
+    )
+    table = DepartmentTable(departments)
+    RequestConfig(request, paginate={"per_page": 50}).configure(table)
+    return render(request, "frontend/departments/list.html", {"table": table, "breadcrumbs": [("Departments", None)]})
+
+
+@login_required
+def department_detail(request, name: str, *, member_form: MemberForm | None = None,
+                      role_errors: dict | None = None, status: int = 200):
+    department = scope.visible(Department.objects, request, name=name)
+    admin = selectors.can_administer(user=request.user, department=department)
+    queue = selectors.with_latest_message(selectors.department_queue(department=department))
+    counts = selectors.job_counts(department=department)
+    context = {
+        "department": department, "admin": admin, "quotas": [_bar(q) for q in selectors.quota_usage(department=department)],
+        "counts": [(s.value, s.label, counts.get(s.value, 0)) for s in JobStatus],
+        "queue": queue[:20], "queued": counts.get(JobStatus.PENDING, 0),
+        "preemptions": selectors.recent_preemptions(department=department),
+        "members": Membership.objects.filter(department=department).select_related("user").order_by("user__username"),
+        "member_form": member_form or MemberForm(), "role_errors": role_errors or {},
+        "breadcrumbs": [("Departments", reverse("departments")), (department.name, None)],
+    }
+    return render(request, "frontend/departments/detail.html", context, status=status)
+
+
+@login_required
+@require_POST
+def member_add(request, name: str):
+    department = scope.visible(Department.objects, request, name=name)
+    _require_admin(request, department)
+    form = MemberForm(request.POST)
+    if form.is_valid():
+        try:
+            services.membership_set(department=department, user=form.cleaned_data["user"],
+                                    role=form.cleaned_data["role"], actor=request.user)
+        except ApplicationError as error:
+            apply_errors(form, error, aliases={"user": "username"})
+        else:
+            messages.success(request, f"{form.cleaned_data['username']} is now {form.cleaned_data['role']} of {department}.")
+            return redirect("department", name=department.name)
+    return department_detail(request, name, member_form=form, status=400)
+
+
+@login_required
+@require_POST
+def member_change(request, name: str, pk: int):
+    """Change a member's role (`role`), or remove them (`remove`)."""
+    department = scope.visible(Department.objects, request, name=name)
+    _require_admin(request, department)
+    membership = scope.visible(Membership.objects.filter(department=department).select_related("user", "department"),
+                               request, pk=pk)
+    try:
+        if "remove" in request.POST:
+            services.membership_remove(membership=membership, actor=request.user)
+            messages.success(request, f"{membership.user} removed from {department}.")
+        else:
+            form = RoleForm(request.POST)
+            if not form.is_valid():
+                return department_detail(request, name, role_errors={pk: form.errors["role"]}, status=400)
+            services.membership_set(department=department, user=membership.user, role=form.cleaned_data["role"],
+                                    actor=request.user)
+            messages.success(request, f"{membership.user} is now {form.cleaned_data['role']} of {department}.")
+    except ApplicationError as error:
+        return department_detail(request, name, role_errors={pk: [error.message]}, status=400)
+    return redirect("department", name=department.name)
+
+
+def _require_admin(request, department: Department) -> None:
+    if not selectors.can_administer(user=request.user, department=department):
+        raise PermissionDenied(f"only operators and admins of {department} manage its members")
+
+
+def _bar(usage: selectors.QuotaUsage) -> dict:
+    """Widths (in % of own + borrowed) of the four segments of a quota bar."""
+    total = float(usage.own + usage.borrowed) or 1.0
+    own_used = min(usage.own_used, usage.own)
+    borrowed_used = min(usage.borrowed_used, usage.borrowed)
+
+    def share(x) -> float:
+        return round(float(x) / total * 100, 2)
+
+    return {"usage": usage, "own_used": share(own_used), "own_free": share(usage.own - own_used),
+            "borrowed_used": share(borrowed_used), "borrowed_free": share(usage.borrowed - borrowed_used)}

@@ -1,0 +1,112 @@
+"""Inference services: list, detail with load chart, create and edit (department admins and operators)."""
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django_tables2 import RequestConfig
+
+from colocation import services
+from colocation.filtersets import InferenceServiceFilterSet
+from colocation.models import InferenceService
+from frontend import scope
+from frontend.forms import apply_errors
+from frontend.services.forms import ServiceForm, threshold_forms, thresholds_of
+from frontend.services.tables import ServiceTable
+from profiling.models import ServiceMinute
+from profiling.selectors import service_load
+from scheduler.errors import ApplicationError
+from scheduler.models import Decision
+from scheduler.selectors import can_administer
+
+SERVICES = InferenceService.objects.select_related("department", "gpu_model")
+LOAD_WINDOW = timedelta(hours=3)
+
+
+@login_required
+def service_list(request):
+    latest = ServiceMinute.objects.filter(service=OuterRef("pk")).order_by("-minute")
+    services_ = SERVICES.restrict(request.user).annotate(load_qps=Subquery(latest.values("qps")[:1]),
+                                                        load_gpu=Subquery(latest.values("gpu_util_mean")[:1]))
+    department = scope.current_department(request)
+    if department:
+        services_ = services_.filter(department__name=department)
+    filters = InferenceServiceFilterSet(request.GET, queryset=services_)
+    table = ServiceTable(filters.qs if filters.is_valid() else services_.none())
+    RequestConfig(request, paginate={"per_page": 50}).configure(table)
+    can_create = request.user.is_staff or any(m.role == "admin" for m in scope.memberships(request))
+    return render(request, "frontend/services/list.html", {
+        "table": table, "can_create": can_create, "breadcrumbs": [("Inference services", None)]})
+
+
+@login_required
+def service_detail(request, name: str):
+    service = scope.visible(SERVICES.prefetch_related("thresholds"), request, name=name)
+    now = timezone.now()
+    load = list(service_load(service=service, since=now - LOAD_WINDOW, until=now))
+    decisions = Decision.objects.filter(subject=f"service:{service.name}").order_by("-created_at", "-id")[:15]
+    return render(request, "frontend/services/detail.html", {
+        "service": service, "charts": load_charts(load), "decisions": decisions,
+        "can_edit": can_administer(user=request.user, department=service.department),
+        "breadcrumbs": [("Inference services", reverse("services")), (service.name, None)],
+    })
+
+
+@login_required
+def service_create(request):
+    return _edit(request, None)
+
+
+@login_required
+def service_edit(request, name: str):
+    service = scope.visible(SERVICES.prefetch_related("thresholds"), request, name=name)
+    if not can_administer(user=request.user, department=service.department):
+        raise PermissionDenied(f"only operators and admins of {service.department} change its services")
+    return _edit(request, service)
+
+
+def _edit(request, service: InferenceService | None):
+    data = request.POST if request.method == "POST" else None
+    initial = {"department": scope.current_department(request) or scope.first_department(request)} if not service else None
+    form = ServiceForm(data, instance=service, initial=initial, user=request.user)
+    thresholds = threshold_forms(data, service)
+    if data is not None and form.is_valid() and all(t.is_valid() for t in thresholds):
+        try:
+            saved = _save(request, form, thresholds, service)
+        except ApplicationError as error:
+            apply_errors(form, error)
+        else:
+            messages.success(request, f"Service {saved.name} saved.")
+            return redirect("service", name=saved.name)
+    crumbs = [("Inference services", reverse("services"))]
+    crumbs += [(service.name, reverse("service", args=[service.name])), ("Edit", None)] if service else [("New", None)]
+    return render(request, "frontend/services/form.html", {"form": form, "thresholds": thresholds, "service": service,
+                                                           "breadcrumbs": crumbs}, status=400 if data else 200)
+
+
+def _save(request, form: ServiceForm, thresholds, service: InferenceService | None) -> InferenceService:
+    values = form.values()
+    if service is None:
+        return services.service_create(actor=request.user, thresholds=thresholds_of(thresholds), **values)
+    return services.service_update(service=service, actor=request.user, thresholds=thresholds_of(thresholds), **values)
+
+
+def load_charts(load: list[ServiceMinute]) -> list[dict]:
+    """Utilization, traffic and replicas per minute, from the service-load profiles."""
+    def points(field: str) -> list:
+        return [[int(m.minute.timestamp() * 1000), getattr(m, field)] for m in load if getattr(m, field) is not None]
+
+    return [
+        {"id": "chart-util", "title": "Utilization (mean over pods)", "percent": True, "series": [
+            {"label": "GPU", "points": points("gpu_util_mean")}, {"label": "CPU", "points": points("cpu_util_mean")}]},
+        {"id": "chart-traffic", "title": "Traffic", "y_label": "requests/s", "series": [
+            {"label": "QPS", "points": points("qps")}, {"label": "errors/s", "points": points("errors_per_s")}]},
+        {"id": "chart-replicas", "title": "Replicas", "series": [
+            {"label": "pods seen", "points": points("replicas"), "stepped": True}]},
+        {"id": "chart-latency", "title": "Latency", "y_label": "ms", "series": [
+            {"label": "mean", "points": points("latency_mean_ms")}, {"label": "p99", "points": points("latency_p99_ms")}]},
+    ] if load else []

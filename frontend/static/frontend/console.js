@@ -1,0 +1,91 @@
+// Tidal console: local times and relative ages, auto-submitting selects, select-all boxes, charts.
+// Runs on load and again on every htmx swap (htmx.onLoad), so live partials get the same treatment.
+(function () {
+  "use strict";
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  const full = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+  const short = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+  const clock = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+
+  function age(ms) {
+    const s = Math.round(Math.abs(ms) / 1000), future = ms < 0;
+    const text = s < 60 ? s + " s" : s < 3600 ? Math.round(s / 60) + " min" :
+      s < 172800 ? (s / 3600).toFixed(s < 36000 ? 1 : 0) + " h" : Math.round(s / 86400) + " d";
+    return future ? "in " + text : text + " ago";
+  }
+
+  function times(root) {
+    root.querySelectorAll("time[datetime]").forEach(function (el) {
+      const at = new Date(el.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      el.title = full.format(at) + " (" + zone + ")";
+      const mode = el.dataset.show || "relative";
+      el.textContent = mode === "local" ? short.format(at) : mode === "both" ?
+        short.format(at) + " · " + age(Date.now() - at) : age(Date.now() - at);
+    });
+  }
+
+  function autosubmit(root) {
+    root.querySelectorAll("select[data-autosubmit]:not([data-bound])").forEach(function (el) {
+      el.dataset.bound = "1";
+      el.addEventListener("change", function () { el.form.requestSubmit(); });
+    });
+  }
+
+  function selectAll(root) {
+    root.querySelectorAll("input[data-select-all]:not([data-bound])").forEach(function (box) {
+      box.dataset.bound = "1";
+      box.addEventListener("change", function () {
+        box.closest("form").querySelectorAll("input[name=" + box.dataset.selectAll + "]:not(:disabled)")
+          .forEach(function (b) { b.checked = box.checked; });
+      });
+    });
+  }
+
+  function sameDay(spec) {  // ticks show the time alone when every point is within one day
+    const xs = spec.series.flatMap(function (s) { return s.points.map(function (p) { return p[0]; }); });
+    return !xs.length || Math.max.apply(null, xs) - Math.min.apply(null, xs) < 86400000;
+  }
+
+  const palette = ["#0b6bcb", "#d4521b", "#1a7f37", "#8250df", "#bf8700", "#c62828"];
+  function charts(root) {
+    if (!window.Chart) return;
+    root.querySelectorAll("canvas[data-chart]").forEach(function (canvas) {
+      const spec = JSON.parse(document.getElementById(canvas.dataset.chart).textContent);
+      const old = Chart.getChart(canvas);
+      if (old) old.destroy();
+      new Chart(canvas, {
+        type: "line",
+        data: {
+          datasets: spec.series.map(function (s, i) {
+            return { label: s.label, data: s.points.map(function (p) { return { x: p[0], y: p[1] }; }),
+              borderColor: s.color || palette[i % palette.length], backgroundColor: s.color || palette[i % palette.length],
+              borderWidth: 1.6, pointRadius: s.points.length > 60 ? 0 : 2, borderDash: s.dash || [], stepped: !!s.stepped,
+              spanGaps: false, tension: 0 };
+          }),
+        },
+        options: {
+          animation: false, maintainAspectRatio: false, parsing: false, normalized: true,
+          interaction: { mode: "index", intersect: false },
+          plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } },
+            tooltip: { callbacks: { title: function (items) { return items.length ? short.format(new Date(items[0].parsed.x)) : ""; } } } },
+          scales: {
+            x: { type: "linear", ticks: { maxTicksLimit: 8, maxRotation: 0,
+              callback: function (v) { return (sameDay(spec) ? clock : short).format(new Date(v)); } } },
+            y: { beginAtZero: true, max: spec.y_max === undefined ? undefined : spec.y_max,
+              title: { display: !!spec.y_label, text: spec.y_label || "" },
+              ticks: { callback: function (v) { return spec.percent ? Math.round(v * 100) + "%" : v; } } },
+          },
+        },
+      });
+    });
+  }
+
+  function init(root) { times(root); autosubmit(root); selectAll(root); charts(root); }
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-tz]").forEach(function (el) { el.textContent = zone; });
+    init(document);
+    if (window.htmx) htmx.onLoad(function (el) { if (el !== document.body) init(el); });
+  });
+  setInterval(function () { times(document); }, 30000);
+})();

@@ -1,0 +1,37 @@
+"""The API's pagination: `?limit=&offset=`, strict and bounded as the schema says (a value that is not a number,
+or out of range, is a 400 rather than silently the default, and no number reaches the database as an overflow)."""
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import LimitOffsetPagination
+
+MAX_OFFSET = 10**15  # far past any table; beyond a 64-bit OFFSET, PostgreSQL would raise
+
+
+class Pagination(LimitOffsetPagination):
+    max_limit = 1000
+
+    def get_schema_operation_parameters(self, view) -> list[dict]:
+        parameters = super().get_schema_operation_parameters(view)
+        bounds = {self.limit_query_param: {"minimum": 1, "maximum": self.max_limit},
+                  self.offset_query_param: {"minimum": 0, "maximum": MAX_OFFSET}}
+        for parameter in parameters:
+            parameter["schema"].update(bounds.get(parameter["name"], {}))
+        return parameters
+
+    def get_limit(self, request) -> int:
+        return self._number(request, self.limit_query_param, least=1, most=self.max_limit, default=self.default_limit)
+
+    def get_offset(self, request) -> int:
+        return self._number(request, self.offset_query_param, least=0, most=MAX_OFFSET, default=0)
+
+    @staticmethod
+    def _number(request, name: str, *, least: int, most: int, default: int) -> int:
+        values = request.query_params.getlist(name)
+        if not values:
+            return default
+        try:
+            value = int(values[-1])
+        except ValueError:
+            value = least - 1
+        if len(values) > 1 or not least <= value <= most:
+            raise ValidationError({name: [f"one whole number from {least} to {most}"]})
+        return value

@@ -1,0 +1,135 @@
+"""The console in a real browser (Debian's Chromium through Playwright), as its users work with it."""
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from cluster.clock import VirtualClock
+from cluster.simulated import store
+from cluster.simulated.engine import SimulatedCluster
+from colocation.selectors import node_views
+from scheduler import live
+from scheduler.models import JobStatus, Membership, Quota, TrainingJob
+from scheduler.policy.profile import get_profile
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def schedule_once() -> None:
+    """One real scheduling cycle on the world's nodes, as the live loop runs it."""
+    cluster = SimulatedCluster(node_views(), VirtualClock(time.time()), store.labelled_runtime)
+    live.scheduler_tick(backend=cluster, now=time.time(), profile=get_profile("tidal"))
+
+
+def test_a_member_submits_finds_understands_and_cancels_a_job(world, console):
+    # ml-search has no GPU quota at all: the job must wait, and the page must say why.
+    Quota.objects.filter(department__name="ml-search", resource_kind="gpu").update(own=0, borrowed=0)
+    page = console.page
+    console.sign_in("mia")
+    console.shot("my-jobs-empty")
+    expect(page.get_by_text("No jobs here yet")).to_be_visible()
+
+    page.get_by_role("link", name="Submit a job").first.click()
+    expect(page.get_by_label("Department")).to_have_value("ml-search")  # the user's department is preselected
+    page.get_by_label("Name").fill("bert-large")
+    page.get_by_label("Image").fill("registry.local/bert:2")
+    page.get_by_label("Command").fill("python train.py --epochs 3")
+    page.get_by_label("Framework").select_option(label="pytorch-2.1")
+    expect(page.locator("#id_gpu_model option")).to_have_count(3)  # none, A100, T4: certified models only
+    page.get_by_label("GPU model").select_option("T4")
+    page.get_by_label("GPUs").fill("1.5")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#id_gpus_error")).to_contain_text("fractions are only allowed below 1 GPU")
+    expect(page.get_by_label("Name")).to_have_value("bert-large")  # what was typed is kept
+    console.shot("submit-field-error")
+    assert not TrainingJob.objects.exists()
+
+    page.get_by_label("GPUs").fill("1")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("bert-large")
+    job = TrainingJob.objects.get(name="bert-large")
+
+    schedule_once()
+    console.open("/jobs/")
+    row = page.locator("#jobs tbody tr", has_text="bert-large")
+    expect(row).to_contain_text("Pending")
+    expect(row.locator("td.num").nth(3)).to_have_text("1")  # queue position
+    console.shot("my-jobs")
+
+    row.get_by_role("link", name="bert-large").click()
+    expect(page.locator(".why")).to_contain_text("quota")
+    expect(page.get_by_text("Queue position")).to_be_visible()
+    expect(page.locator(".score")).to_contain_text("Total")
+    expect(page.locator("#decisions ~ ol, .events").first).to_contain_text("submitted by mia")
+    console.shot("job-detail-pending")
+
+    page.get_by_role("link", name="Cancel…").click()
+    console.shot("cancel-confirm")
+    page.get_by_role("button", name="Yes, cancel the job").click()
+    expect(page.locator("h1 .badge")).to_have_text("Cancelled")
+    console.shot("job-cancelled")
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED
+
+
+def test_a_department_admin_sees_quota_bars_and_manages_members(world, console):
+    world.hold(world.submit("member", name="holder"))
+    page = console.page
+    console.sign_in("adam")
+    page.get_by_role("link", name="Departments", exact=True).click()
+    console.shot("departments")
+    page.get_by_role("link", name="ml-search", exact=True).click()
+    expect(page.locator('.bar[aria-label^="T4: own 1 of 2 used"]')).to_be_visible()
+    console.shot("department")
+
+    page.get_by_label("User name").fill("olga")
+    page.get_by_role("button", name="Add").click()
+    expect(page.locator("#members ~ div table, table").last).to_contain_text("olga")
+    assert Membership.objects.filter(user__username="olga", department__name="ml-search").exists()
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("tr", has_text="olga").get_by_role("button", name="Remove").click()
+    expect(page.locator(".messages")).to_contain_text("olga removed")
+    assert not Membership.objects.filter(user__username="olga", department__name="ml-search").exists()
+
+    admin = page.locator("tr", has_text="adam")
+    admin.get_by_label("Role").select_option("member")
+    admin.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("alert")).to_contain_text("last admin")
+    console.shot("department-last-admin")
+
+
+def test_another_department_cannot_see_or_open_the_jobs(world, console):
+    job = world.submit("member", name="search-secret")
+    console.sign_in("olga")
+    console.open("/jobs/?scope=departments")
+    expect(console.page.locator("#jobs")).not_to_contain_text("search-secret")
+    response = console.open(f"/jobs/{job.pk}/")
+    assert response.status == 404
+    assert console.open("/departments/ml-search/").status == 404
+    console.shot("outsider-404")
+
+
+def test_the_api_docs_render_offline(world, console):
+    console.sign_in("mia")
+    console.open("/api/docs/")
+    expect(console.page.locator(".opblock").first).to_be_visible()
+    assert console.page.locator(".opblock").count() > 40  # every operation of the API is listed
+    expect(console.page.locator(".opblock-summary-path", has_text=re.compile(r"^/api/jobs/$")).first).to_be_visible()
+    console.shot("api-docs")
+
+
+def test_services_page_for_an_admin(world, console):
+    world.service("ml-search", name="ranker")
+    page = console.page
+    console.sign_in("adam")
+    page.get_by_role("link", name="Inference services").click()
+    page.get_by_role("link", name="ranker").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("ranker")
+    console.shot("service")
+    page.get_by_role("link", name="Edit").click()
+    page.get_by_label("Min replicas").fill("20")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#id_min_replicas_error")).to_contain_text("min_replicas 20 is above max_replicas")
+    console.shot("service-edit-error")

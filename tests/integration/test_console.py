@@ -1,0 +1,350 @@
+"""The web console's views on the real database: permissions, forms through the services, CSRF, query counts,
+and that no page points at another host."""
+import re
+from decimal import Decimal
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.test import Client
+from django.urls import reverse
+
+from scheduler.models import Decision, JobStatus, Membership, TrainingJob
+
+pytestmark = pytest.mark.django_db
+
+
+def signed_in(world, role: str, **kwargs) -> Client:
+    client = Client(**kwargs)
+    if role != "anonymous":
+        client.force_login(world.users[role])
+    return client
+
+
+@pytest.fixture
+def pages(world):
+    """Every console page for an object of ml-search (a job, the department, a service)."""
+    job = world.submit("member")
+    service = world.service("ml-search")
+    return {
+        "jobs": reverse("jobs"), "submit": reverse("job-submit"), "job": reverse("job", args=[job.pk]),
+        "job-cancel": reverse("job-cancel", args=[job.pk]), "departments": reverse("departments"),
+        "department": reverse("department", args=["ml-search"]), "services": reverse("services"),
+        "service": reverse("service", args=[service.name]), "service-edit": reverse("service-edit", args=[service.name]),
+        "service-create": reverse("service-create"), "submit-again": reverse("job-submit") + f"?from={job.pk}",
+    }
+
+
+def test_anonymous_is_sent_to_sign_in(world, pages):
+    client = signed_in(world, "anonymous")
+    for name, url in pages.items():
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/login/?next="), name
+
+
+def test_every_page_renders_for_its_department(world, pages):
+    client = signed_in(world, "dept_admin")
+    for name, url in pages.items():
+        assert client.get(url).status_code == 200, name
+
+
+@pytest.mark.parametrize("page", ["job", "job-cancel", "department", "service", "service-edit", "submit-again"])
+def test_another_department_gets_404(world, pages, page):
+    """A member of ml-ads cannot open ml-search's objects, nor learn that they exist."""
+    assert signed_in(world, "outsider").get(pages[page]).status_code == 404
+
+
+def test_members_do_not_edit_services(world, pages):
+    assert signed_in(world, "member").get(pages["service-edit"]).status_code == 403
+
+
+def test_no_page_loads_anything_from_another_host(world, pages):
+    client = signed_in(world, "operator")
+    for name, url in {**pages, "docs": reverse("docs"), "login": reverse("login")}.items():
+        html = client.get(url).content.decode()
+        external = re.findall(r'(?:src|href|action)\s*=\s*["\'](?:https?:)?//[^"\']+', html)
+        assert not external, f"{name} loads from another host: {external}"
+        for asset in re.findall(r'(?:src|href)="/static/([^"]+)"', html):
+            assert finders.find(asset), f"{name}: {asset} is not a static file of the project"
+
+
+def test_api_docs_use_local_swagger_ui(world):
+    html = signed_in(world, "member").get(reverse("docs")).content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
+
+
+# --- My jobs -----------------------------------------------------------------------------------
+
+
+def test_my_jobs_lists_mine_and_filters_in_the_query_string(world):
+    mine = world.submit("member", name="mine-t4")
+    world.submit("member", name="mine-a100", gpu_model="A100")
+    theirs = world.submit("dept_admin", name="admins")
+    client = signed_in(world, "member")
+    html = client.get(reverse("jobs")).content.decode()
+    assert "mine-t4" in html and "mine-a100" in html and "admins" not in html
+    assert f'value="{mine.pk}"' in html  # own pending jobs can be selected for cancelling
+    assert "waiting for the next scheduling cycle" in html  # the latest decision's sentence
+    html = client.get(reverse("jobs") + "?scope=departments&gpu_model=T4").content.decode()
+    assert "mine-t4" in html and "admins" in html and "mine-a100" not in html
+    html = client.get(reverse("jobs") + "?name=A100").content.decode()
+    assert "mine-a100" in html and "mine-t4" not in html
+    assert f'value="{theirs.pk}"' not in html  # others' jobs are shown, not selectable
+
+
+def test_jobs_of_other_departments_are_never_listed(world):
+    world.submit("member", name="search-job")
+    html = signed_in(world, "outsider").get(reverse("jobs") + "?scope=departments&department=ml-search").content.decode()
+    assert "search-job" not in html
+
+
+def test_the_jobs_table_is_an_htmx_partial_for_live_refresh(world):
+    world.submit("member", name="live-job")
+    response = signed_in(world, "member").get(reverse("jobs"), HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert "live-job" in html and "<html" not in html and 'id="jobs-live"' in html
+
+
+def test_bulk_cancel_cancels_only_my_pending_jobs(world):
+    mine = world.submit("member", name="a")
+    running = world.hold(world.submit("member", name="b"))
+    admins = world.submit("dept_admin", name="c")
+    response = signed_in(world, "member").post(reverse("jobs-cancel"), {"job": [mine.pk, running.pk, admins.pk]})
+    assert response.status_code == 302
+    statuses = dict(TrainingJob.objects.values_list("name", "status"))
+    assert statuses == {"a": JobStatus.CANCELLED, "b": JobStatus.RUNNING, "c": JobStatus.PENDING}
+
+
+# --- Submit ------------------------------------------------------------------------------------
+
+
+def _form(world, **overrides) -> dict:
+    data = {"department": "ml-search", "name": "bert", "image": "registry/bert:1", "command": "python train.py",
+            "framework": world.frameworks["pytorch-2.1"].pk, "gpu_model": "T4", "gpus": "0.5", "cpu_milli": "4000",
+            "memory_mib": "16384", "expected_duration_min": "90", "task_key": ""}
+    data.update(overrides)
+    return data
+
+
+@pytest.mark.parametrize("overrides, field, text", [
+    ({"gpus": "1.5"}, "gpus", "fractions are only allowed below 1 GPU"),
+    ({"gpus": "-1"}, "gpus", "greater than or equal to 0"),
+    ({"cpu_milli": "10000000"}, "cpu_milli", "more than any node has"),
+    ({"gpu_model": "P40"}, "gpu_model", "Select a valid choice"),  # not certified for pytorch: not offered
+    ({"name": ""}, "name", "This field is required"),
+    ({"department": "ml-ads"}, "department", "Select a valid choice"),  # not a department of the user
+])
+def test_a_bad_submission_shows_the_error_beside_its_field_and_writes_nothing(world, overrides, field, text):
+    client = signed_in(world, "member")
+    before = world.snapshot()
+    response = client.post(reverse("job-submit"), _form(world, **overrides))
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert any(text in e for e in errors[field]), errors
+    html = response.content.decode()
+    assert f'id="id_{field}_error"' in html and 'value="registry/bert:1"' in html  # what was typed is kept
+    assert world.snapshot() == before
+
+
+def test_a_valid_submission_goes_through_job_submit(world):
+    response = signed_in(world, "member").post(reverse("job-submit"), _form(world))
+    job = TrainingJob.objects.get(name="bert")
+    assert response.status_code == 302 and response["Location"] == reverse("job", args=[job.pk])
+    assert (job.gpus, job.gpu_model.name, job.expected_duration_s, job.task_key) == (Decimal("0.5"), "T4", 5400,
+                                                                                      "ml-search/bert")
+    assert Decision.objects.filter(subject=f"job:{job.pk}", reason="submitted").exists()
+
+
+def test_submit_again_prefills_the_form_with_the_same_task_key(world):
+    source = world.submit("member", name="resnet", gpus="0.5")
+    response = signed_in(world, "member").get(reverse("job-submit") + f"?from={source.pk}")
+    form = response.context["form"]
+    assert form.initial["task_key"] == source.task_key and form.initial["gpus"] == Decimal("0.5")
+    assert f'value="{source.task_key}"' in response.content.decode()
+
+
+def test_gpu_model_choices_follow_the_framework(world):
+    client = signed_in(world, "member")
+    caffe = client.get(reverse("job-gpu-models") + f"?framework={world.frameworks['caffe-1.0'].pk}").content.decode()
+    pytorch = client.get(reverse("job-gpu-models") + f"?framework={world.frameworks['pytorch-2.1'].pk}").content.decode()
+    assert "P40" in caffe and "T4" not in caffe
+    assert "T4" in pytorch and "A100" in pytorch and "P40" not in pytorch
+
+
+# --- Job detail --------------------------------------------------------------------------------
+
+
+def test_job_detail_explains_why_it_waits(world):
+    job = world.submit("member")
+    for other in range(2):
+        world.hold(world.submit("member", name=f"holder-{other}"))  # 2 of 2 own T4 GPUs held
+    job.queue_position, job.pending_reason = 3, "quota-exhausted"
+    job.score = {"base": 1000, "utilization": 0, "aging": 3, "total": 1003}
+    job.save()
+    Decision.objects.create(kind="pending", subject=f"job:{job.pk}", department=job.department,
+                            reason="quota-exhausted", message="pending: own T4 quota 2/2 used, needs 1")
+    html = signed_in(world, "member").get(reverse("job", args=[job.pk])).content.decode()
+    assert "Pending: own T4 quota 2/2 used, needs 1" in html
+    assert "2 jobs of higher score ahead" in html
+    assert "own 2/2 used · borrowed 0/1 used" in html  # the T4 quota behind the sentence
+    assert "on borrowed quota" in html and "1003" in html
+    assert "Next aging step" in html
+
+
+def test_cancel_asks_first_then_cancels(world):
+    job = world.submit("member")
+    client = signed_in(world, "member")
+    assert "Yes, cancel the job" in client.get(reverse("job-cancel", args=[job.pk])).content.decode()
+    assert TrainingJob.objects.get(pk=job.pk).status == JobStatus.PENDING
+    client.post(reverse("job-cancel", args=[job.pk]))
+    assert TrainingJob.objects.get(pk=job.pk).status == JobStatus.CANCELLED
+
+
+def test_a_member_cannot_cancel_a_colleagues_job(world):
+    job = world.submit("dept_admin")
+    signed_in(world, "member").post(reverse("job-cancel", args=[job.pk]))
+    assert TrainingJob.objects.get(pk=job.pk).status == JobStatus.PENDING
+
+
+# --- Department --------------------------------------------------------------------------------
+
+
+def test_department_page_shows_quota_bars_queue_and_members(world):
+    world.hold(world.submit("member", name="holder"))
+    html = signed_in(world, "member").get(reverse("department", args=["ml-search"])).content.decode()
+    assert 'aria-label="T4: own 1 of 2 used, borrowed 0 of 1 used"' in html
+    assert "mia" in html and "adam" in html
+    assert "Add a member" not in html  # members read, admins manage
+
+
+def test_admin_adds_and_removes_a_member(world):
+    client = signed_in(world, "dept_admin")
+    client.post(reverse("department-member-add", args=["ml-search"]), {"username": "olga", "role": "member"})
+    membership = Membership.objects.get(user__username="olga", department__name="ml-search")
+    client.post(reverse("department-member", args=["ml-search", membership.pk]), {"remove": "1"})
+    assert not Membership.objects.filter(pk=membership.pk).exists()
+
+
+def test_the_last_admin_cannot_leave(world):
+    admin = Membership.objects.get(user__username="adam", department__name="ml-search")
+    response = signed_in(world, "dept_admin").post(reverse("department-member", args=["ml-search", admin.pk]),
+                                                   {"role": "member"})
+    assert response.status_code == 400 and "last admin" in response.content.decode()
+    assert Membership.objects.get(pk=admin.pk).role == "admin"
+
+
+def test_adding_an_unknown_user_is_a_field_error(world):
+    response = signed_in(world, "dept_admin").post(reverse("department-member-add", args=["ml-search"]),
+                                                   {"username": "nobody", "role": "member"})
+    assert response.status_code == 400 and "no user named" in response.context["member_form"].errors["username"][0]
+
+
+def test_a_member_cannot_manage_members(world):
+    response = signed_in(world, "member").post(reverse("department-member-add", args=["ml-search"]),
+                                               {"username": "olga", "role": "admin"})
+    assert response.status_code == 403 and not Membership.objects.filter(user__username="olga",
+                                                                         department__name="ml-search").exists()
+
+
+# --- Inference services ------------------------------------------------------------------------
+
+
+def _service_form(**overrides) -> dict:
+    data = {"name": "ranker", "department": "ml-search", "gpu_model": "T4", "priority": "5", "autoscaling": "on",
+            "replicas": "2", "min_replicas": "2", "max_replicas": "8", "gpus_per_replica": "1",
+            "cpu_milli_per_replica": "4000", "memory_mib_per_replica": "16384",
+            "t-gpu-metric": "gpu", "t-gpu-min_rate": "0.2", "t-gpu-expect_rate": "0.5", "t-gpu-max_rate": "0.8"}
+    for metric in ("cpu", "memory", "gpu_memory"):
+        data[f"t-{metric}-metric"] = metric
+    data.update(overrides)
+    return data
+
+
+def test_admin_creates_a_service_with_thresholds(world):
+    response = signed_in(world, "dept_admin").post(reverse("service-create"), _service_form())
+    assert response.status_code == 302
+    from colocation.models import InferenceService
+
+    service = InferenceService.objects.get(name="ranker")
+    assert [(t.metric, t.min_rate, t.expect_rate, t.max_rate) for t in service.thresholds.all()] == [
+        ("gpu", 0.2, 0.5, 0.8)]
+
+
+@pytest.mark.parametrize("overrides, text", [
+    ({"min_replicas": "9"}, "min_replicas 9 is above max_replicas 8"),
+    ({"t-gpu-min_rate": "0.9"}, "need 0 ≤ min_rate ≤ expect_rate ≤ max_rate ≤ 1"),
+    ({"t-gpu-max_rate": ""}, "give min, expect and max"),
+    ({"department": "ml-ads"}, "Select a valid choice"),
+])
+def test_a_bad_service_is_refused_with_the_apis_rules(world, overrides, text):
+    client = signed_in(world, "dept_admin")
+    before = world.snapshot()
+    response = client.post(reverse("service-create"), _service_form(**overrides))
+    assert response.status_code == 400 and text in response.content.decode()
+    assert world.snapshot() == before
+
+
+# --- CSRF, query counts ------------------------------------------------------------------------
+
+
+def test_every_form_needs_its_csrf_token(world, pages):
+    job = world.submit("member")
+    service = world.service("ml-search", name="csrf-svc")
+    admin = Membership.objects.get(user__username="adam")
+    client = signed_in(world, "dept_admin", enforce_csrf_checks=True)
+    posts = [reverse("job-submit"), reverse("jobs-cancel"), reverse("job-cancel", args=[job.pk]),
+             reverse("department-switch"), reverse("department-member-add", args=["ml-search"]),
+             reverse("department-member", args=["ml-search", admin.pk]), reverse("service-create"),
+             reverse("service-edit", args=[service.name]), reverse("logout")]
+    for url in posts:
+        assert client.post(url, {}).status_code == 403, url
+    html = client.get(reverse("job-submit")).content.decode()
+    assert 'name="csrfmiddlewaretoken"' in html
+
+
+@pytest.mark.parametrize("page, most", [("jobs", 12), ("job", 22), ("department", 16), ("departments", 10),
+                                        ("services", 10), ("service", 12), ("submit", 12)])
+def test_queries_per_page_do_not_grow_with_rows(world, pages, django_assert_max_num_queries, page, most):
+    """Forty more jobs, runs and decisions must not add queries (no N+1)."""
+    for n in range(40):
+        job = world.hold(world.submit("member", name=f"bulk-{n}", gpus="0.1"))
+        Decision.objects.create(kind="admission", subject=f"job:{job.pk}", department=job.department,
+                                reason="admitted", message="admitted")
+    client = signed_in(world, "dept_admin")
+    with django_assert_max_num_queries(most):
+        assert client.get(pages[page]).status_code == 200
+
+
+# --- Right-sizing override ---------------------------------------------------------------------
+
+
+def test_an_admin_keeps_a_jobs_request_and_it_is_a_decision(world):
+    job = world.submit("member")
+    signed_in(world, "dept_admin").post(reverse("job-keep-request", args=[job.pk]), {"keep": "1"})
+    job.refresh_from_db()
+    assert job.keep_request
+    decision = Decision.objects.get(subject=f"job:{job.pk}", kind="rightsizing")
+    assert decision.reason == "request-kept" and "adam" in decision.message
+    html = signed_in(world, "member").get(reverse("job", args=[job.pk])).content.decode()
+    assert "Right-sizing is off for this job" in html and "Keep the request as asked" not in html
+
+
+def test_a_member_cannot_override_rightsizing(world):
+    job = world.submit("member")
+    response = signed_in(world, "member").post(reverse("job-keep-request", args=[job.pk]), {"keep": "1"})
+    job.refresh_from_db()
+    assert response.status_code == 403 and not job.keep_request
+
+
+@pytest.mark.parametrize("role, status", [("member", 403), ("dept_admin", 200), ("operator", 200), ("outsider", 404)])
+def test_the_api_override_follows_the_same_rule(world, role, status):
+    job = world.submit("member")
+    response = world.client(role).post(f"/api/jobs/{job.pk}/keep-request/", {"keep_request": True}, format="json")
+    job.refresh_from_db()
+    assert response.status_code == status and job.keep_request == (status == 200)
+
+
+def test_the_api_override_rejects_a_bad_body(world):
+    job = world.submit("member")
+    response = world.client("operator").post(f"/api/jobs/{job.pk}/keep-request/", {"keep_request": "maybe"},
+                                             format="json")
+    assert response.status_code == 400 and "keep_request" in response.json()["extra"]["fields"]
