@@ -26,6 +26,7 @@ from scheduler import live
 from scheduler.errors import ApplicationError
 from scheduler.models import Decision, JobStatus, TrainingJob
 from scheduler.services import decision_record
+from tidal import telemetry
 
 log = logging.getLogger(__name__)
 MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting run in one tick
@@ -189,4 +190,10 @@ def _persist(record: NodeTransition, action, now: float, report: LendingReport) 
 def run_lending_tick(*, redis, namespace: str, profile: LendingProfile) -> LendingReport | None:
     """One lending tick on the live simulated cluster, unless another loop holds the cluster lock (then None)."""
     with store.session(redis, namespace, node_views) as cluster:
-        return None if cluster is None else lending_tick(backend=cluster, now=time.time(), profile=profile)
+        if cluster is None:
+            return None
+        started = time.perf_counter()
+        report = lending_tick(backend=cluster, now=time.time(), profile=profile)
+        telemetry.observe(redis, namespace, "lending_tick", time.perf_counter() - started)
+        telemetry.put_groups(redis, namespace, observe.group_allocation(cluster.nodes()), time.time())
+        return report

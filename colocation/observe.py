@@ -83,3 +83,17 @@ def node_now(node: NodeView, pods: PodIndex) -> NodeNow:
             ready = other.ready if other is not None else replacement not in pods.pending
         seen.append(NodePod(name, PodKind.INFERENCE, detached=pod.detached_from is not None, replacement_ready=ready))
     return NodeNow(node.name, node.state, node.pool, tuple(seen))
+
+
+def group_allocation(nodes: tuple[NodeView, ...]) -> dict[str, dict[str, float]]:
+    """Capacity and what is bound, per resource group: GPUs, CPU cores and memory bytes (for /metrics)."""
+    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for node in nodes:
+        group = out[node.resource_group]
+        group["gpu_capacity"] += node.gpu_count
+        group["gpu_allocated"] += sum(node.gpu_used)
+        group["cpu_capacity"] += node.cpu_milli / 1000
+        group["cpu_allocated"] += node.cpu_used / 1000
+        group["memory_capacity"] += node.memory_mib * 2**20
+        group["memory_allocated"] += node.memory_used * 2**20
+    return {name: dict(figures) for name, figures in out.items()}

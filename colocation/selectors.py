@@ -3,11 +3,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import DecimalField, F, IntegerField, Q, Sum
+from django.db.models import Count, DecimalField, F, IntegerField, Q, Sum
 from django.db.models.functions import Coalesce
 
 from cluster import types as ct
-from colocation.models import Node, NodeState
+from colocation.models import Node, NodeState, NodeTransition
 from colocation.policy import LendingProfile
 
 
@@ -62,3 +62,17 @@ def most_free(*, gpu_model: str | None) -> Room:
         return Room(0, None, Decimal(0), 0, 0)
     best = max(rows, key=lambda r: (r["free_gpus"], r["free_cpu"]) if gpu_model else (r["free_cpu"], r["free_memory"]))
     return Room(len(rows), best["name"], Decimal(best["free_gpus"]), best["free_cpu"], best["free_memory"])
+
+
+# --- counts for /metrics ---------------------------------------------------------------------------
+
+
+def node_counts() -> list[tuple[str, str, str, bool, int]]:
+    """(resource group, state, pool, pinned, nodes)."""
+    return list(Node.objects.order_by().values_list("resource_group__name", "state", "pool", "pinned")
+                .annotate(n=Count("id")))
+
+
+def transition_counts() -> list[tuple[str, str, int]]:
+    """(direction, status, transitions) over all time."""
+    return list(NodeTransition.objects.order_by().values_list("direction", "status").annotate(n=Count("id")))

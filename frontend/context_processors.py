@@ -10,6 +10,7 @@ NAV = (  # (label, url name, who sees it)
     ("Submit a job", "job-submit", "member"),
     ("Departments", "departments", "member"),
     ("Inference services", "services", "member"),
+    ("Operations", "ops", "operator"),
 )
 
 
@@ -25,7 +26,8 @@ def console(request) -> dict:
     if not user.is_authenticated:
         return {}
     memberships = scope.memberships(request)
-    items = [NavItem(label, reverse(name), _active(request.path, reverse(name))) for label, name, _ in NAV]
+    items = [NavItem(label, reverse(name), _active(request.path, reverse(name)))
+             for label, name, who in NAV if who == "member" or user.is_staff]
     if user.is_staff:
         items.append(NavItem("Admin", reverse("admin:index"), False))
     role = ("operator" if user.is_staff else

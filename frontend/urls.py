@@ -2,6 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from frontend import views
+from frontend.dashboards import views as ops
 from frontend.departments import views as departments
 from frontend.jobs import views as jobs
 from frontend.services import views as services
@@ -11,6 +12,7 @@ urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("department/", views.department_switch, name="department-switch"),
+    path("metrics", views.metrics, name="metrics"),
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/cancel/", jobs.job_bulk_cancel, name="jobs-cancel"),
     path("jobs/new/", jobs.job_submit, name="job-submit"),
@@ -26,4 +28,10 @@ urlpatterns = [
     path("services/new/", services.service_create, name="service-create"),
     path("services/<slug:name>/", services.service_detail, name="service"),
     path("services/<slug:name>/edit/", services.service_edit, name="service-edit"),
+    path("ops/", ops.overview, name="ops"),
+    path("ops/nodes/", ops.nodes, name="ops-nodes"),
+    path("ops/nodes/<str:name>/<slug:verb>/", ops.node_action, name="ops-node-action"),
+    path("ops/quotas/", ops.quotas, name="ops-quotas"),
+    path("ops/autoscaling/", ops.autoscaling, name="ops-autoscaling"),
+    path("ops/decisions/", ops.decisions, name="ops-decisions"),
 ]

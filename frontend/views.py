@@ -1,11 +1,16 @@
-"""The console's frame: home, sign-in and the department switcher. Each area has its own views module."""
+"""The console's frame: home, sign-in, the department switcher and /metrics. Each area has its own views module."""
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
 from django.shortcuts import redirect
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from redis import Redis
 
 from frontend import scope
 from frontend.forms import safe_next
+from frontend.metrics import TidalCollector
 from tidal.throttling import SignInThrottle, retry_after
 
 
@@ -38,3 +43,12 @@ def department_switch(request):
     if name == "" or name in allowed or request.user.is_staff:
         request.session[scope.SESSION_KEY] = name
     return redirect(safe_next(request, "/"))
+
+
+@require_GET
+def metrics(request):
+    """Prometheus exposition of Tidal's own metrics, for the scraper: no login, nothing personal."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TidalCollector(redis=Redis.from_url(settings.REDIS_URL), namespace=settings.TIDAL_REDIS_NAMESPACE,
+                                     topic_prefix=settings.TIDAL_TOPIC_PREFIX))
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,12 +1,13 @@
 """Reads for the profiling app: task histories for the scheduler, profile and load series for the API."""
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import F, QuerySet, Window
+from django.db.models import F, Max, QuerySet, Sum, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -190,3 +191,29 @@ def service_load(*, service: InferenceService, since: datetime, until: datetime)
     """The service's per-minute load with since <= minute < until, oldest first."""
     return ServiceMinute.objects.filter(service=service, minute__gte=since, minute__lt=until).order_by("minute")
 
+
+
+# --- figures for /metrics --------------------------------------------------------------------------
+
+
+def gpus_in_use(*, minute: datetime) -> dict[str, float]:
+    """GPUs really busy in one minute, per resource group: utilization x GPUs of every training run and
+    inference service profiled in that minute (a service's replicas x GPUs per replica)."""
+    used: dict[str, float] = defaultdict(float)
+    jobs = (JobMinute.objects.filter(minute=minute, gpu_util_mean__isnull=False, run__node__isnull=False).order_by()
+            .values_list("run__node__resource_group__name").annotate(busy=Sum(F("gpu_util_mean") * F("req_gpus"))))
+    for group, busy in jobs:
+        used[group] += busy or 0.0
+    services = (ServiceMinute.objects.filter(minute=minute, gpu_util_mean__isnull=False).order_by()
+                .values_list("service__gpu_model__resource_groups__name", "gpu_util_mean", "replicas",
+                             "service__gpus_per_replica"))
+    for group, util, replicas, per_replica in services:
+        if group:
+            used[group] += util * replicas * float(per_replica)
+    return dict(used)
+
+
+def newest_minutes() -> dict[str, datetime | None]:
+    """The newest minute the sink has written for jobs and for services (the pipeline's lag behind now)."""
+    return {"job": JobMinute.objects.aggregate(m=Max("minute"))["m"],
+            "service": ServiceMinute.objects.aggregate(m=Max("minute"))["m"]}

@@ -33,6 +33,7 @@ from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
 from scheduler.policy.profile import Profile
 from scheduler.services import decision_record
+from tidal import telemetry
 
 log = logging.getLogger(__name__)
 LIVE = (JobStatus.PENDING, JobStatus.ADMITTED, JobStatus.RUNNING)
@@ -322,4 +323,9 @@ def _record_pending(decisions: list[StillPending]) -> None:
 def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | None:
     """One tick on the live simulated cluster, unless another loop holds the cluster lock (then None)."""
     with store.session(redis, namespace, node_views) as cluster:
-        return None if cluster is None else scheduler_tick(backend=cluster, now=time.time(), profile=profile)
+        if cluster is None:
+            return None
+        started = time.perf_counter()
+        report = scheduler_tick(backend=cluster, now=time.time(), profile=profile)
+        telemetry.observe(redis, namespace, "scheduler_cycle", time.perf_counter() - started)
+        return report

@@ -1,11 +1,14 @@
 """Reads for the scheduler app: quota usage, inventory limits, restricted querysets for users."""
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 
-from django.db.models import CharField, Count, DecimalField, F, Max, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models import (CharField, Count, DecimalField, DurationField, ExpressionWrapper, F, Max, OuterRef, Q,
+                              QuerySet, Subquery, Sum, Value)
 from django.db.models.functions import Cast, Coalesce, Concat
 
-from scheduler.models import CPU, MEMORY, Decision, Department, JobStatus, Membership, Quota, QuotaKind, TrainingJob
+from scheduler.models import (CPU, MEMORY, Decision, Department, JobRun, JobStatus, Membership, Quota, QuotaKind,
+                              TrainingJob)
 
 
 @dataclass(frozen=True)
@@ -33,19 +36,26 @@ def _used_by_kind(jobs: QuerySet, resource: str) -> dict[str, Decimal]:
 
 def quota_usage(*, department: Department) -> list[QuotaUsage]:
     """Own and borrowed amounts of each quota of `department`, with what its jobs hold of them."""
-    holding = TrainingJob.objects.filter(department=department).holding_quota()
-    usages = []
-    for quota in Quota.objects.filter(department=department).select_related("gpu_model"):
-        used = _used_by_kind(holding, quota.resource)
-        usages.append(
-            QuotaUsage(
-                resource=quota.resource,
-                own=quota.own,
-                own_used=used.get(QuotaKind.OWN, Decimal(0)),
-                borrowed=quota.borrowed,
-                borrowed_used=used.get(QuotaKind.BORROWED, Decimal(0)),
-            )
-        )
+    return quota_usages(departments=Department.objects.filter(pk=department.pk)).get(department.name, [])
+
+
+def quota_usages(*, departments: QuerySet) -> dict[str, list[QuotaUsage]]:
+    """Every quota of `departments` with what their jobs hold of it, in two queries (the operators' quota page)."""
+    held: dict[tuple[str, str, str], Decimal] = {}
+    jobs = TrainingJob.objects.filter(department__in=departments).holding_quota().order_by()
+    for row in jobs.values("department__name", "quota_kind", "assigned_gpu_model__name").annotate(
+            gpus=Sum(Coalesce("alloc_gpus", "gpus")), cpu=Sum(Coalesce("alloc_cpu_milli", "cpu_milli")),
+            memory=Sum(Coalesce("alloc_memory_mib", "memory_mib"))):
+        for resource, amount in ((row["assigned_gpu_model__name"], row["gpus"]), (CPU, row["cpu"]),
+                                 (MEMORY, row["memory"])):
+            key = (row["department__name"], resource, row["quota_kind"])
+            held[key] = held.get(key, Decimal(0)) + Decimal(amount or 0)
+    usages: dict[str, list[QuotaUsage]] = {}
+    for quota in Quota.objects.filter(department__in=departments).select_related("department", "gpu_model"):
+        name = quota.department.name
+        usages.setdefault(name, []).append(QuotaUsage(
+            resource=quota.resource, own=quota.own, own_used=held.get((name, quota.resource, QuotaKind.OWN), Decimal(0)),
+            borrowed=quota.borrowed, borrowed_used=held.get((name, quota.resource, QuotaKind.BORROWED), Decimal(0))))
     return usages
 
 
@@ -122,3 +132,34 @@ def job_counts(*, department: Department) -> dict[str, int]:
 
 def recent_preemptions(*, department: Department, limit: int = 10) -> QuerySet:
     return Decision.objects.filter(department=department, kind=Decision.Kind.PREEMPTION).order_by("-created_at", "-id")[:limit]
+
+
+# --- counts for /metrics ---------------------------------------------------------------------------
+
+
+def pending_counts() -> list[tuple[str, str, int]]:
+    """(department, pending reason, jobs) of every pending job."""
+    return list(TrainingJob.objects.filter(status=JobStatus.PENDING).order_by()
+                .values_list("department__name", "pending_reason").annotate(n=Count("id")))
+
+
+def decision_counts() -> list[tuple[str, str, int]]:
+    """(kind, reason, decisions) over all time: counters for Prometheus (rates come from its `rate()`)."""
+    return list(Decision.objects.order_by().values_list("kind", "reason").annotate(n=Count("id")))
+
+
+def run_outcome_counts() -> list[tuple[str, int]]:
+    """(outcome, runs) of every ended run: preempted and killed runs among them."""
+    return list(JobRun.objects.exclude(outcome=JobRun.Outcome.RUNNING).order_by()
+                .values_list("outcome").annotate(n=Count("id")))
+
+
+def first_wait_histogram(bounds: tuple[float, ...]) -> tuple[list[int], float, int]:
+    """Queue wait of every job's first run (start minus submit): cumulative counts per bound, sum, count."""
+    wait = ExpressionWrapper(F("started_at") - F("job__submitted_at"), output_field=DurationField())
+    runs = JobRun.objects.filter(attempt=1).order_by().annotate(wait=wait)
+    figures = runs.aggregate(total=Sum("wait"), count=Count("id"),
+                             **{f"le{i}": Count("id", filter=Q(wait__lte=timedelta(seconds=b)))
+                                for i, b in enumerate(bounds)})
+    total = figures["total"].total_seconds() if figures["total"] else 0.0
+    return [figures[f"le{i}"] for i in range(len(bounds))], total, figures["count"]

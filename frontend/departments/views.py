@@ -37,7 +37,7 @@ def department_detail(request, name: str, *, member_form: MemberForm | None = No
     queue = selectors.with_latest_message(selectors.department_queue(department=department))
     counts = selectors.job_counts(department=department)
     context = {
-        "department": department, "admin": admin, "quotas": [_bar(q) for q in selectors.quota_usage(department=department)],
+        "department": department, "admin": admin, "quotas": [quota_bar(q) for q in selectors.quota_usage(department=department)],
         "counts": [(s.value, s.label, counts.get(s.value, 0)) for s in JobStatus],
         "queue": queue[:20], "queued": counts.get(JobStatus.PENDING, 0),
         "preemptions": selectors.recent_preemptions(department=department),
@@ -95,7 +95,7 @@ def _require_admin(request, department: Department) -> None:
         raise PermissionDenied(f"only operators and admins of {department} manage its members")
 
 
-def _bar(usage: selectors.QuotaUsage) -> dict:
+def quota_bar(usage: selectors.QuotaUsage) -> dict:
     """Widths (in % of own + borrowed) of the four segments of a quota bar."""
     total = float(usage.own + usage.borrowed) or 1.0
     own_used = min(usage.own_used, usage.own)

@@ -19,7 +19,9 @@ PRODUCTION = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50
 
 
 def manage(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env={**os.environ, **env},
+    # Without the browser tests' DJANGO_ALLOW_ASYNC_UNSAFE (their Playwright loop needs it; production never sets it).
+    base = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env={**base, **env},
                           capture_output=True, text=True, timeout=120)
 
 

@@ -15,7 +15,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from cluster.simulated.exporter import target_name
+from cluster.simulated.exporter import register_target, target_file, target_name
+from frontend import metrics
 from scheduler.demo import DEMO_PASSWORD, OPERATOR, USERS
 
 
@@ -46,9 +47,13 @@ class Command(BaseCommand):
         call_command("collectstatic", interactive=False, verbosity=0)
         if not no_demo:
             call_command("load_demo", all_nodes=all_nodes, stdout=self.stdout)
+        web_target = metrics.web_target(settings.TIDAL_REDIS_NAMESPACE)
         children = self._start(host, port, logs, demo_workload=not no_demo, pipeline=not no_pipeline)
         try:
             self._wait_ready(f"http://{host}:{port}/api/schema/", children)
+            # Prometheus scrapes Tidal's own /metrics: the operators' dashboards read their history there.
+            register_target(settings.PROMETHEUS_SD_DIR, port, web_target,
+                            host="127.0.0.1" if host in ("0.0.0.0", "::") else host)
             url = f"http://{host}:{port}/"
             self.stdout.write(self.style.SUCCESS(f"Tidal is up: {url}  (API {url}api/docs/, admin {url}admin/)"))
             if settings.DEBUG:
@@ -61,6 +66,7 @@ class Command(BaseCommand):
         except KeyboardInterrupt:  # Ctrl-C at any moment is a clean stop
             self.stdout.write("\nstopping…")
         finally:
+            target_file(settings.PROMETHEUS_SD_DIR, web_target).unlink(missing_ok=True)
             self._stop(children)
 
     @staticmethod

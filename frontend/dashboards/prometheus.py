@@ -1,0 +1,44 @@
+"""The dashboards' history, read from Prometheus (it scrapes Tidal's /metrics; no new tables hold history)."""
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from django.conf import settings
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from requests import RequestException
+
+RANGES = {"hour": (3600, 15), "day": (86400, 300), "week": (7 * 86400, 1800)}  # name: (span s, step s)
+DEFAULT_RANGE = "hour"
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    points: list[list[float]]  # [[epoch ms, value], ...], the charts' format
+
+
+class PrometheusDown(Exception):
+    pass
+
+
+def _label(metric: dict, by: tuple[str, ...], fallback: str) -> str:
+    return " ".join(str(metric.get(k, "")) for k in by).strip() or fallback
+
+
+def lines(query: str, *, span_s: int, step_s: int, now: float, by: tuple[str, ...] = (), label: str = "",
+          ) -> list[Line]:
+    """One line per series of `query` over the last `span_s` seconds, labelled by the `by` labels."""
+    client = PrometheusConnect(url=settings.PROMETHEUS_URL, disable_ssl=True)
+    try:
+        result = client.custom_query_range(query, start_time=datetime.fromtimestamp(now - span_s, timezone.utc),
+                                           end_time=datetime.fromtimestamp(now, timezone.utc), step=str(step_s),
+                                           params={"timeout": "5s"})
+    except (PrometheusApiClientException, RequestException) as error:
+        raise PrometheusDown(f"Prometheus at {settings.PROMETHEUS_URL} did not answer: {error}") from error
+    return sorted((Line(_label(r["metric"], by, label or query),
+                        [[float(t) * 1000, _number(v)] for t, v in r["values"]]) for r in result),
+                  key=lambda line: line.label)
+
+
+def _number(text: str) -> float | None:
+    value = float(text)
+    return None if value != value else value  # NaN (0/0 over an idle window): a gap, not a point

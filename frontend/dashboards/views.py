@@ -1,0 +1,217 @@
+"""The operators' dashboards: cluster overview, nodes and lending, quotas, autoscaling, decisions.
+Operators only (a signed-in member gets 403); reads through the apps' selectors, writes through their services."""
+from collections import defaultdict
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from functools import wraps
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+from django_tables2 import RequestConfig
+from redis import Redis
+
+from colocation import services as colocation_services
+from colocation.models import InferenceService, Node, NodeState, NodeTransition
+from colocation.policy import Direction
+from frontend.dashboards import charts, prometheus
+from frontend.dashboards.forms import QuotaForm
+from frontend.dashboards.tables import DecisionTable
+from frontend.departments.views import quota_bar
+from frontend.forms import apply_errors
+from frontend.metrics import web_target
+from scheduler import selectors, services
+from scheduler.errors import ApplicationError
+from scheduler.filtersets import DecisionFilterSet
+from scheduler.models import Decision, Department, Quota
+from tidal import telemetry
+
+TABS = (("Overview", "ops"), ("Nodes and lending", "ops-nodes"), ("Quotas", "ops-quotas"),
+        ("Autoscaling", "ops-autoscaling"), ("Decisions", "ops-decisions"))
+ACTIONS = {  # verb in the URL: (label, what it does)
+    "lend": ("Lend to training", "the controller drains its inference replicas and opens it to training jobs"),
+    "take-back": ("Take back for inference", "its training jobs are evicted and requeued onto the fixed pool"),
+    "pin": ("Pin", "the lending automation leaves it where it is"),
+    "unpin": ("Unpin", "the lending automation may move it again"),
+}
+
+
+def operator_required(view):
+    @login_required
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_staff:
+            raise PermissionDenied("the operations dashboards are for platform operators")
+        return view(request, *args, **kwargs)
+    return wrapper
+
+
+def _range(request) -> str:
+    name = request.GET.get("range", prometheus.DEFAULT_RANGE)
+    return name if name in prometheus.RANGES else prometheus.DEFAULT_RANGE
+
+
+def _page(request, template: str, url_name: str, status: int = 200, **context):
+    title = next(label for label, name in TABS if name == url_name)
+    crumbs = [("Operations", reverse("ops")), (title, None)] if url_name != "ops" else [("Operations", None)]
+    return render(request, template, {"tabs": TABS, "tab": url_name, "title": title, "breadcrumbs": crumbs,
+                                      "ranges": list(prometheus.RANGES), "range": _range(request), **context},
+                  status=status)
+
+
+# --- overview --------------------------------------------------------------------------------------
+
+
+@operator_required
+def overview(request):
+    specs, error = [], ""
+    selector = f'service="{web_target(settings.TIDAL_REDIS_NAMESPACE)}"'
+    try:
+        specs = [charts.spec(chart, selector=selector, range_name=_range(request)) for chart in charts.OVERVIEW]
+    except prometheus.PrometheusDown as down:
+        error = str(down)
+    at, groups = telemetry.groups(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
+    return _page(request, "frontend/dashboards/overview.html", "ops", ranged=True, charts=specs, error=error,
+                 groups=[_group_now(name, f) for name, f in sorted(groups.items())],
+                 observed_at=datetime.fromtimestamp(at, dt_timezone.utc) if at else None)
+
+
+def _group_now(name: str, f: dict[str, float]) -> dict:
+    gpu = f["gpu_capacity"] > 0
+    capacity, allocated = (f["gpu_capacity"], f["gpu_allocated"]) if gpu else (f["cpu_capacity"], f["cpu_allocated"])
+    return {"name": name, "unit": "GPUs" if gpu else "CPU cores", "capacity": capacity, "allocated": allocated,
+            "pct": round(100 * allocated / capacity) if capacity else 0}
+
+
+# --- nodes and lending -----------------------------------------------------------------------------
+
+
+@operator_required
+def nodes(request):
+    span_s, _ = prometheus.RANGES[_range(request)]
+    now = timezone.now()
+    since = now - timedelta(seconds=span_s)
+    grid: dict[str, list[dict]] = defaultdict(list)
+    open_by_node = {t.node_id: t for t in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN)}
+    for node in Node.objects.order_by("resource_group__name", "name").values(
+            "id", "name", "resource_group__name", "state", "pool", "pinned", "gpu_count"):
+        node["transition"] = open_by_node.get(node["id"])
+        grid[node["resource_group__name"]].append(node)
+    transitions = list(NodeTransition.objects.filter(Q(started_at__gte=since) | Q(status=NodeTransition.Status.OPEN))
+                       .select_related("node", "requested_by").order_by("-started_at")[:200])
+    selected = _selected_node(request)
+    return _page(request, "frontend/dashboards/nodes.html", "ops-nodes", ranged=True, grid=dict(grid),
+                 states=[(s.value, s.label) for s in NodeState], open=[t for t in transitions if t.status == "open"],
+                 timeline=_timeline(transitions, since, now), selected=selected, actions=ACTIONS)
+
+
+def _selected_node(request) -> dict | None:
+    name = request.GET.get("node")
+    node = Node.objects.select_related("resource_group", "gpu_model").filter(name=name).first() if name else None
+    if node is None:
+        return None
+    verbs = ["unpin" if node.pinned else "pin"]
+    if not node.pinned and not node.transitions.filter(status=NodeTransition.Status.OPEN).exists():
+        verbs.insert(0, "take-back" if node.state.startswith("offline") else "lend")
+    return {"node": node, "verbs": verbs, "decisions": Decision.objects.filter(subject=f"node:{node.name}")[:10]}
+
+
+def _timeline(transitions: list[NodeTransition], since, now) -> list[dict]:
+    """Each transition as a bar over the range: left and width in % of the range; open ones run to now."""
+    span = (now - since).total_seconds()
+    bars = []
+    for t in sorted(transitions, key=lambda t: t.started_at):
+        start, end = max(t.started_at, since), t.finished_at or now
+        bars.append({"t": t, "left": round(100 * (start - since).total_seconds() / span, 2),
+                     "width": max(0.4, round(100 * (end - start).total_seconds() / span, 2)),
+                     "seconds": (end - t.started_at).total_seconds()})
+    return bars
+
+
+@operator_required
+@require_POST
+def node_action(request, name: str, verb: str):
+    node = get_object_or_404(Node, name=name)
+    if verb not in ACTIONS:
+        raise PermissionDenied(f"unknown action {verb!r}")
+    try:
+        if verb in ("pin", "unpin"):
+            colocation_services.node_pin(node=node, pinned=verb == "pin", actor=request.user)
+        else:
+            direction = Direction.LEND if verb == "lend" else Direction.TAKE_BACK
+            colocation_services.transition_request(node=node, direction=direction, actor=request.user,
+                                                   reason=f"operator-{verb}",
+                                                   message=f"{verb} of {node} requested by {request.user}")
+    except ApplicationError as error:
+        messages.error(request, f"{node}: {error.message}")
+    else:
+        messages.success(request, f"{ACTIONS[verb][0]}: {node} — {ACTIONS[verb][1]}.")
+    return redirect(f"{reverse('ops-nodes')}?node={node.name}")
+
+
+# --- quotas ----------------------------------------------------------------------------------------
+
+
+@operator_required
+def quotas(request):
+    """Every department's quotas and usage; operators change own/borrowed inline (quota_set's rules)."""
+    failed, status = None, 200
+    if request.method == "POST":
+        quota = get_object_or_404(Quota.objects.select_related("department", "gpu_model"), pk=request.POST.get("quota"))
+        form = QuotaForm(request.POST, prefix=f"q{quota.pk}")
+        if form.is_valid():
+            try:
+                services.quota_set(department=quota.department, resource_kind=quota.resource_kind,
+                                   gpu_model=quota.gpu_model, actor=request.user, **form.cleaned_data)
+            except ApplicationError as error:
+                apply_errors(form, error)
+            else:
+                messages.success(request, f"{quota.department} {quota.resource} quota saved.")
+                return redirect(f"{reverse('ops-quotas')}#q{quota.pk}")
+        failed, status = (quota.pk, form), 400
+    departments = Department.objects.order_by("name")
+    usages = selectors.quota_usages(departments=departments)
+    quota_ids = {(q.department.name, q.resource): q.pk for q in Quota.objects.select_related("department", "gpu_model")}
+    rows = []
+    for name, usage in sorted(usages.items()):
+        for u in usage:
+            pk = quota_ids[(name, u.resource)]
+            form = failed[1] if failed and failed[0] == pk else QuotaForm(
+                prefix=f"q{pk}", initial={"own": u.own, "borrowed": u.borrowed})
+            rows.append({"department": name, "usage": u, "pk": pk, "form": form, "bar": quota_bar(u)})
+    borrowing = [r for r in rows if r["usage"].borrowed_used > 0]
+    lending = defaultdict(list)  # resource -> departments with own quota left idle, which borrowers run on
+    for r in rows:
+        if r["usage"].own > r["usage"].own_used:
+            lending[r["usage"].resource].append((r["department"], r["usage"].own - r["usage"].own_used))
+    return _page(request, "frontend/dashboards/quotas.html", "ops-quotas", status=status, rows=rows,
+                 borrowing=[(r, lending.get(r["usage"].resource, [])[:5]) for r in borrowing])
+
+
+# --- autoscaling and decisions ---------------------------------------------------------------------
+
+
+@operator_required
+def autoscaling(request):
+    services_ = InferenceService.objects.select_related("department", "gpu_model").order_by("-priority", "name")
+    scaling = Decision.objects.filter(kind=Decision.Kind.SCALING)[:50]
+    return _page(request, "frontend/dashboards/autoscaling.html", "ops-autoscaling", services=services_,
+                 decisions=scaling)
+
+
+@operator_required
+def decisions(request):
+    filters = DecisionFilterSet(request.GET, queryset=Decision.objects.select_related("department"))
+    found = filters.qs if filters.is_valid() else Decision.objects.none()
+    if text := request.GET.get("q", "").strip():
+        found = found.filter(Q(message__icontains=text) | Q(subject__icontains=text) | Q(reason__icontains=text))
+    table = DecisionTable(found)
+    RequestConfig(request, paginate={"per_page": 50}).configure(table)
+    return _page(request, "frontend/dashboards/decisions.html", "ops-decisions", table=table, filters=filters,
+                 kinds=Decision.Kind.choices, q=text)
