@@ -20,16 +20,18 @@ from django.urls import reverse
 from django.utils import timezone
 
 PAGES = ("my_jobs", "department_jobs", "all_jobs_operator", "job_pending", "job_running", "submit",
-         "departments_operator", "department", "services", "service")
+         "departments_operator", "department", "services", "service",
+         "ops_overview", "ops_nodes", "ops_quotas", "ops_decisions")
 STATUSES = (("pending", 0.3), ("running", 0.2), ("succeeded", 0.4), ("cancelled", 0.05), ("failed", 0.05))
 
 
-def bench_console(*, jobs: int, departments: int, repeat: int, seed: int = 7,
+def bench_console(*, jobs: int, departments: int, nodes: int, repeat: int, seed: int = 7,
                   progress: Callable[[str], None] = lambda _page: None) -> dict:
     old = setup_databases(verbosity=0, interactive=False)
     try:
-        pages = _fill(jobs=jobs, departments=departments, rng=random.Random(seed))
-        figures: dict[str, float | int] = {"jobs": jobs, "departments": departments, "repeat": repeat}
+        pages = _fill(jobs=jobs, departments=departments, nodes=nodes, rng=random.Random(seed))
+        figures: dict[str, float | int] = {"jobs": jobs, "departments": departments, "nodes": nodes,
+                                           "repeat": repeat}
         for name, (user, url) in pages.items():
             client = Client()
             client.force_login(user)
@@ -52,7 +54,7 @@ def _p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
 
-def _fill(*, jobs: int, departments: int, rng: random.Random) -> dict[str, tuple]:
+def _fill(*, jobs: int, departments: int, nodes: int, rng: random.Random) -> dict[str, tuple]:
     """A cluster's worth of rows; returns the pages to time as name -> (user, url)."""
     from colocation.models import InferenceService, Node, NodeState, ResourceGroup, ScalingThreshold
     from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
@@ -63,9 +65,10 @@ def _fill(*, jobs: int, departments: int, rng: random.Random) -> dict[str, tuple
     framework = Framework.objects.create(name="pytorch", version="2.1")
     framework.certified_on.set([t4])
     group = ResourceGroup.objects.create(name="t4", hardware_class="T4", gpu_model=t4)
-    nodes = Node.objects.bulk_create(
+    inventory = Node.objects.bulk_create(
         Node(name=f"t4-{i}", resource_group=group, gpu_model=t4, gpu_count=8, cpu_milli=96000, memory_mib=786432,
-             state=NodeState.OFFLINE_NORMAL) for i in range(200))
+             state=rng.choice([NodeState.OFFLINE_NORMAL, NodeState.ONLINE_NORMAL])) for i in range(nodes))
+    _transitions(inventory, rng)
     depts = Department.objects.bulk_create(Department(name=f"dept-{i:03d}") for i in range(departments))
     users = User.objects.bulk_create(User(username=f"user-{i:03d}") for i in range(departments))
     Membership.objects.bulk_create(Membership(user=u, department=d, role="admin") for u, d in zip(users, depts))
@@ -86,7 +89,7 @@ def _fill(*, jobs: int, departments: int, rng: random.Random) -> dict[str, tuple
             gpus=Decimal(rng.choice(["0.5", "1", "2"])), cpu_milli=4000, memory_mib=16384, status=status,
             queue_position=i + 1 if status == "pending" else None, pending_reason="quota-exhausted" if status == "pending" else "",
             score={"base": 1000000, "utilization": 0, "aging": 3, "total": 1000003},
-            node=rng.choice(nodes) if status == "running" else None,
+            node=rng.choice(inventory) if status == "running" else None,
             assigned_gpu_model=t4 if status == "running" else None, quota_kind="own" if status == "running" else ""))
     created = TrainingJob.objects.bulk_create(rows, batch_size=2000)
     TrainingJob.objects.update(submitted_at=now - timedelta(hours=2))
@@ -111,6 +114,25 @@ def _fill(*, jobs: int, departments: int, rng: random.Random) -> dict[str, tuple
         "department": (admin, reverse("department", args=[dept.name])),
         "services": (admin, reverse("services")),
         "service": (admin, reverse("service", args=[service.name])),
+        "ops_overview": (operator, reverse("ops")),
+        "ops_nodes": (operator, reverse("ops-nodes") + f"?node={inventory[0].name}"),
+        "ops_quotas": (operator, reverse("ops-quotas")),
+        "ops_decisions": (operator, reverse("ops-decisions") + "?q=quota"),
     }
     assert tuple(pages) == PAGES
     return pages
+
+
+def _transitions(inventory: list, rng: random.Random) -> None:
+    """An hour of lending: 100 finished transitions and 5 open ones, for the nodes page's timeline."""
+    from colocation.models import Direction, NodeTransition
+
+    now = timezone.now()
+    records = NodeTransition.objects.bulk_create(
+        NodeTransition(node=node, direction=rng.choice(Direction.values), reason="bench", message="bench",
+                       step="done" if i >= 5 else "drain", status="done" if i >= 5 else "open")
+        for i, node in enumerate(rng.sample(inventory, min(105, len(inventory)))))
+    for i, record in enumerate(records):
+        started = now - timedelta(minutes=rng.randrange(1, 59))
+        NodeTransition.objects.filter(pk=record.pk).update(
+            started_at=started, finished_at=None if i < 5 else started + timedelta(seconds=rng.randrange(20, 300)))

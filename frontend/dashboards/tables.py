@@ -2,6 +2,7 @@ import django_tables2 as tables
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
+from frontend.templatetags.console import when
 from scheduler.models import Decision
 
 SUBJECT_PAGES = {"job": "job", "department": "department", "service": "service"}
@@ -19,7 +20,7 @@ def subject_url(subject: str) -> str | None:
 
 
 class DecisionTable(tables.Table):
-    created_at = tables.TemplateColumn('{% load console %}{% when value "both" %}', verbose_name="When")
+    created_at = tables.Column(verbose_name="When")
     kind = tables.Column()
     subject = tables.Column()
     department = tables.Column(linkify=("department", {"name": tables.A("department__name")}))
@@ -31,6 +32,9 @@ class DecisionTable(tables.Table):
         fields = ("created_at", "kind", "subject", "department", "reason", "message")
         order_by = ("-created_at",)
         empty_text = "No decision matches: widen the filters."
+
+    def render_created_at(self, value) -> str:
+        return when(value, "both")
 
     def render_kind(self, record) -> str:
         return format_html('<span class="badge kind">{}</span>', record.get_kind_display())

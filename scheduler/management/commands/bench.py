@@ -19,7 +19,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("target", choices=["scheduler", "streaming", "console"])
-        parser.add_argument("--nodes", type=int, default=5000)
+        parser.add_argument("--nodes", type=int, default=None,
+                            help="scheduler: 5000; console: 1523 (every node of the Alibaba GPU trace)")
         parser.add_argument("--pending", type=int, default=10000)
         parser.add_argument("--cycles", type=int, default=6)
         parser.add_argument("--seed", type=int, default=7)
@@ -45,7 +46,7 @@ class Command(BaseCommand):
     @staticmethod
     def _scheduler(opts: dict) -> dict:
         with tqdm(total=opts["cycles"], desc="scheduling cycles", disable=None) as bar:
-            figures = bench_scheduler(nodes=opts["nodes"], pending=opts["pending"], cycles=opts["cycles"],
+            figures = bench_scheduler(nodes=(opts["nodes"] or 5000), pending=opts["pending"], cycles=opts["cycles"],
                                       seed=opts["seed"], node_csv=opts["node_csv"], profile=opts["profile"],
                                       progress=lambda _cycle: bar.update())
         return figures
@@ -75,5 +76,6 @@ class Command(BaseCommand):
         from frontend.bench import PAGES, bench_console
 
         with tqdm(total=len(PAGES), desc="console pages", disable=None) as bar:
-            return bench_console(jobs=opts["jobs"], departments=opts["departments"], repeat=opts["repeat"],
+            return bench_console(jobs=opts["jobs"], departments=opts["departments"], nodes=opts["nodes"] or 1523,
+                                 repeat=opts["repeat"],
                                  progress=lambda _page: bar.update())
