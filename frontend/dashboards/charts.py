@@ -60,4 +60,4 @@ def spec(chart: Chart, *, selector: str, range_name: str, now: float | None = No
         for line in prometheus.lines(promql, span_s=span_s, step_s=step_s, now=now, by=query.by, label=query.label):
             series.append({"label": line.label, "points": line.points, "stepped": chart.stepped})
     return {"id": chart.id, "title": chart.title, "percent": chart.percent, "y_label": chart.y_label,
-            "note": chart.note, "series": series}
+            "note": chart.note, "series": series, "x_min": (now - span_s) * 1000, "x_max": now * 1000}

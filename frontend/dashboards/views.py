@@ -88,7 +88,8 @@ def overview(request):
 def _group_now(name: str, f: dict[str, float]) -> dict:
     gpu = f["gpu_capacity"] > 0
     capacity, allocated = (f["gpu_capacity"], f["gpu_allocated"]) if gpu else (f["cpu_capacity"], f["cpu_allocated"])
-    return {"name": name, "unit": "GPUs" if gpu else "CPU cores", "capacity": capacity, "allocated": allocated,
+    return {"name": name, "unit": "GPUs" if gpu else "CPU cores", "capacity": round(capacity, 2),
+            "allocated": round(allocated, 2),
             "pct": round(100 * allocated / capacity) if capacity else 0}
 
 
@@ -215,13 +216,19 @@ def _quota_row(department: str, usage: selectors.QuotaUsage, pk: int, failed) ->
             "errors": {("form" if k == "__all__" else k): " ".join(v) for k, v in form.errors.items()} if form else {}}
 
 
-def _borrowing(rows: list[dict]) -> list[tuple[dict, list]]:
-    """Who runs on borrowed quota, beside the departments whose own quota of that resource sits idle."""
-    idle = defaultdict(list)
+def _borrowing(rows: list[dict]) -> list[dict]:
+    """Per resource: who runs on borrowed quota, and whose own quota sits idle (what borrowers run on)."""
+    by_resource: dict[str, dict] = {}
     for r in rows:
-        if r["usage"].own > r["usage"].own_used:
-            idle[r["usage"].resource].append((r["department"], r["usage"].own - r["usage"].own_used))
-    return [(r, idle.get(r["usage"].resource, [])[:5]) for r in rows if r["usage"].borrowed_used > 0]
+        u = r["usage"]
+        entry = by_resource.setdefault(u.resource, {"resource": u.resource, "borrowers": [], "idle": []})
+        if u.borrowed_used > 0:
+            entry["borrowers"].append((r["department"], u.borrowed_used))
+        if u.own > u.own_used:
+            entry["idle"].append((r["department"], u.own - u.own_used))
+    for entry in by_resource.values():
+        entry["idle"] = sorted(entry["idle"], key=lambda d: -d[1])[:5]
+    return [e for _, e in sorted(by_resource.items()) if e["borrowers"]]
 
 
 # --- autoscaling and decisions ---------------------------------------------------------------------

@@ -83,3 +83,9 @@ def td_attrs(column) -> str:
     if html is None:
         html = column._td_html = column.attrs["td"].as_html()
     return html
+
+
+@register.filter
+def quota_amount(value, resource: str) -> str:
+    """An amount of a quota's resource in its unit: cores for cpu, MiB/GiB for memory, GPUs otherwise."""
+    return cores(value) if resource == "cpu" else mib(value) if resource == "memory" else f"{gpus(value)} GPU"

@@ -101,11 +101,11 @@ def test_quota_below_what_is_in_use_is_refused_beside_its_field(world):
 def test_quota_page_shows_who_borrows(world):
     world.hold(world.submit(gpus="1"), quota_kind="borrowed")
     page = signed_in(world, "operator").get("/ops/quotas/")
-    borrowing = {row["usage"].resource: (row, lenders) for row, lenders in page.context["borrowing"]}
+    borrowing = {b["resource"]: b for b in page.context["borrowing"]}
     assert set(borrowing) == {"T4", "cpu", "memory"}  # a job runs wholly on one kind of quota
-    row, lenders = borrowing["T4"]
-    assert row["department"] == "ml-search" and row["usage"].borrowed_used == 1
-    assert ("ml-ads", 2) in [(name, int(idle)) for name, idle in lenders]
+    assert borrowing["T4"]["borrowers"] == [("ml-search", 1)]
+    assert ("ml-ads", 2) in borrowing["T4"]["idle"]
+    assert "ml-search</a> 1 GPU" in page.content.decode()
 
 
 def test_decisions_are_searchable_and_linked_to_their_subject(world):

@@ -42,7 +42,8 @@
     });
   }
 
-  function sameDay(spec) {  // ticks show the time alone when every point is within one day
+  function sameDay(spec) {  // ticks show the time alone when the axis spans less than a day
+    if (spec.x_min !== undefined) return spec.x_max - spec.x_min < 86400000;
     const xs = spec.series.flatMap(function (s) { return s.points.map(function (p) { return p[0]; }); });
     return !xs.length || Math.max.apply(null, xs) - Math.min.apply(null, xs) < 86400000;
   }
@@ -70,7 +71,7 @@
           plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } },
             tooltip: { callbacks: { title: function (items) { return items.length ? short.format(new Date(items[0].parsed.x)) : ""; } } } },
           scales: {
-            x: { type: "linear", ticks: { maxTicksLimit: 8, maxRotation: 0,
+            x: { type: "linear", min: spec.x_min, max: spec.x_max, ticks: { maxTicksLimit: 8, maxRotation: 0,
               callback: function (v) { return (sameDay(spec) ? clock : short).format(new Date(v)); } } },
             y: { beginAtZero: true, max: spec.y_max === undefined ? undefined : spec.y_max,
               title: { display: !!spec.y_label, text: spec.y_label || "" },

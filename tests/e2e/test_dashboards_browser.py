@@ -1,0 +1,107 @@
+"""The operators' dashboards in a real browser, on live data: the live server's /metrics scraped by the real
+Prometheus, the lending controller moving a node the operator lent."""
+import json
+import re
+import time
+import uuid
+
+import pytest
+from playwright.sync_api import expect
+from prometheus_api_client import PrometheusConnect
+from redis import Redis
+
+from cluster.simulated.exporter import register_target
+from colocation.controller import run_lending_tick
+from colocation.models import NodeTransition
+from colocation.selectors import lending_profile
+from frontend.metrics import web_target
+from scheduler import live
+from scheduler.policy.profile import get_profile
+from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def scraped(world, live_server, settings):
+    """This test's Tidal (own Redis namespace) with its live server registered as a Prometheus target."""
+    settings.TIDAL_REDIS_NAMESPACE = namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+    redis = Redis.from_url(settings.REDIS_URL)
+    world.submit(gpus="1")
+    live.run_live_tick(redis=redis, namespace=namespace, profile=get_profile("tidal"))
+    run_lending_tick(redis=redis, namespace=namespace, profile=lending_profile())
+    target = register_target(PROMETHEUS_SD_DIR, int(live_server.url.rsplit(":", 1)[1]), web_target(namespace))
+    prom = PrometheusConnect(url=PROMETHEUS_URL, disable_ssl=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not prom.custom_query(f'tidal_nodes{{service="{web_target(namespace)}"}}'):
+        time.sleep(0.5)
+    yield redis, namespace
+    target.unlink(missing_ok=True)
+    for key in redis.scan_iter(f"{namespace}:*"):
+        redis.delete(key)
+
+
+def test_operator_reads_the_overview_from_prometheus(scraped, console):
+    console.sign_in("otto")
+    console.page.get_by_role("link", name="Operations").click()
+    page = console.page
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Operations")
+    expect(page.locator(".bar-row", has_text="t4")).to_contain_text("1 / 4 GPUs")  # allocated now, from the tick
+    nodes = page.locator("canvas[data-chart=chart-nodes]")
+    expect(nodes).to_be_visible()
+    spec = json.loads(page.locator("#chart-nodes").text_content())
+    assert {s["label"] for s in spec["series"]} == {"offline-normal", "online-normal"}
+    assert page.locator("[role=alert]").count() == 0
+    console.shot("ops-overview")
+    page.get_by_role("link", name="last day").click()
+    expect(page).to_have_url(re.compile(r"range=day$"))
+    console.shot("ops-overview-day")
+
+
+def test_operator_lends_a_node_and_watches_its_transition_complete(scraped, console):
+    redis, namespace = scraped
+    console.sign_in("otto")
+    console.open("/ops/nodes/")
+    page = console.page
+    console.shot("ops-nodes")
+    page.get_by_role("link", name="t4-1", exact=True).click()
+    expect(page.get_by_role("heading", name="t4-1")).to_be_visible()
+    page.get_by_text("Lend to training…").click()
+    page.get_by_role("button", name="Confirm: lend to training").click()
+    expect(page.locator(".messages")).to_contain_text("Lend to training: t4-1")
+    expect(page.locator(".tl-row", has_text="t4-1")).to_contain_text("In progress")
+    console.shot("ops-nodes-lending")
+    for _ in range(10):  # the controller moves it a step per tick
+        run_lending_tick(redis=redis, namespace=namespace, profile=lending_profile())
+        if not NodeTransition.objects.filter(status="open").exists():
+            break
+    assert NodeTransition.objects.get(node__name="t4-1").status == "done"
+    console.open("/ops/nodes/?node=t4-1")
+    expect(page.locator(".tl-row", has_text="t4-1")).to_contain_text("Done")
+    expect(page.get_by_role("heading", name="t4-1")).to_contain_text("offline-normal")
+    expect(page.locator(".events")).to_contain_text("requested by otto")
+    console.shot("ops-nodes-lent")
+
+
+def test_operator_edits_a_quota_and_a_member_is_kept_out(world, console):
+    world.hold(world.submit(gpus="2"))
+    console.sign_in("otto")
+    console.open("/ops/quotas/?department=ml-search")
+    page = console.page
+    own = page.get_by_label("Own T4 quota of ml-search")
+    own.fill("1")
+    own.locator("xpath=ancestor::form").get_by_role("button", name="Save").click()
+    expect(page.get_by_role("alert").first).to_contain_text("below the 2")
+    expect(page.get_by_label("Own T4 quota of ml-search")).to_have_value("1")
+    console.shot("ops-quotas-error")
+    page.get_by_label("Own T4 quota of ml-search").fill("6")
+    page.get_by_label("Own T4 quota of ml-search").locator("xpath=ancestor::form").get_by_role(
+        "button", name="Save").click()
+    expect(page.locator(".messages")).to_contain_text("ml-search T4 quota saved")
+    console.open("/ops/decisions/?q=quota")
+    expect(page.locator("table tbody")).to_contain_text("set to own 6")
+    console.shot("ops-decisions")
+    page.context.clear_cookies()
+    console.sign_in("mia")
+    expect(page.get_by_role("link", name="Operations")).to_have_count(0)
+    assert console.open("/ops/").status == 403
