@@ -34,4 +34,7 @@ urlpatterns = [
     path("ops/quotas/", ops.quotas, name="ops-quotas"),
     path("ops/autoscaling/", ops.autoscaling, name="ops-autoscaling"),
     path("ops/decisions/", ops.decisions, name="ops-decisions"),
+    path("ops/replays/", ops.replays, name="ops-replays"),
+    path("ops/replays/<int:pk>/", ops.replay_detail, name="ops-replay"),
+    path("ops/replays/<int:pk>/<str:name>", ops.replay_plot, name="ops-replay-plot"),
 ]

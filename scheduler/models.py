@@ -311,3 +311,38 @@ class Decision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.subject}: {self.message}"
+
+
+class ReplayRun(models.Model):
+    """A what-if replay an operator started from the console: a trace, policies and knobs; run by a Celery
+    task that reports its progress here; the report (figures and plots) is kept in `report_dir`."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                                     related_name="replays")
+    trace = models.CharField(max_length=128, help_text="pod list name, or the uploaded file's name")
+    pods_path = models.CharField(max_length=512)
+    policies = models.JSONField(default=list)
+    load_factor = models.FloatField(default=1.0)
+    inflate = models.BooleanField(default=False)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    progress = models.JSONField(default=dict, blank=True, help_text="policy -> [done, total]")
+    figures = models.JSONField(default=dict, blank=True, help_text="headline figures per policy")
+    report_dir = models.CharField(max_length=512, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(load_factor__gt=0), name="replayrun_load_factor_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"replay {self.pk} of {self.trace}: {self.status}"

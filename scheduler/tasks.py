@@ -3,7 +3,7 @@ from celery import shared_task
 from django.conf import settings
 from redis import Redis
 
-from scheduler import live, workload
+from scheduler import live, whatif, workload
 from scheduler.policy.profile import get_profile
 
 
@@ -17,3 +17,8 @@ def scheduler_tick() -> dict | None:
 @shared_task(name="scheduler.demo_workload", ignore_result=True)
 def demo_workload_tick() -> int:
     return workload.demo_submit_due(redis=Redis.from_url(settings.REDIS_URL), namespace=settings.TIDAL_REDIS_NAMESPACE)
+
+
+@shared_task(name="scheduler.replay", ignore_result=True)
+def replay_run(run_id: int) -> str:
+    return whatif.replay_execute(run_id=run_id).status

@@ -6,3 +6,21 @@ class QuotaForm(forms.Form):
 
     own = forms.DecimalField(max_digits=14, decimal_places=3, min_value=0, label="Own")
     borrowed = forms.DecimalField(max_digits=14, decimal_places=3, min_value=0, label="Borrowed")
+
+
+class ReplayForm(forms.Form):
+    """A what-if replay: a trace of the traces folder or an uploaded pod list, policies and knobs."""
+
+    trace = forms.ChoiceField(required=False, label="Trace", help_text="an Alibaba 2023 pod list of the traces folder")
+    upload = forms.FileField(required=False, label="…or upload a pod list",
+                             help_text="CSV in the same schema (name,cpu_milli,memory_mib,num_gpu,gpu_milli,…)")
+    policies = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, label="Policies")
+    load_factor = forms.FloatField(initial=1.0, label="Load factor",
+                                   help_text="arrivals this many times faster (run times unchanged)")
+    inflate = forms.BooleanField(required=False, label="Inflate",
+                                 help_text="FGD experiment: submit sampled pods until the first cannot be placed")
+
+    def __init__(self, *args, traces: list[str], policies: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["trace"].choices = [("", "— upload instead —")] + [(t, t) for t in traces]
+        self.fields["policies"].choices = [(p, p) for p in policies]

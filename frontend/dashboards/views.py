@@ -12,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
+from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -24,19 +25,21 @@ from colocation import services as colocation_services
 from colocation.models import InferenceService, Node, NodeState, NodeTransition
 from colocation.policy import Direction
 from frontend.dashboards import charts, prometheus
-from frontend.dashboards.forms import QuotaForm
+from frontend.dashboards.forms import QuotaForm, ReplayForm
 from frontend.dashboards.tables import DecisionTable
 from frontend.departments.views import quota_bar
 from frontend.forms import apply_errors
 from frontend.metrics import web_target
-from scheduler import selectors, services
+from scheduler import selectors, services, whatif
 from scheduler.errors import ApplicationError
 from scheduler.filtersets import DecisionFilterSet
-from scheduler.models import Decision, Department, Quota
+from scheduler.models import Decision, Department, Quota, ReplayRun
+from scheduler.policy import PROFILES
+from scheduler.replay import DEFAULT_POLICIES
 from tidal import telemetry
 
 TABS = (("Overview", "ops"), ("Nodes and lending", "ops-nodes"), ("Quotas", "ops-quotas"),
-        ("Autoscaling", "ops-autoscaling"), ("Decisions", "ops-decisions"))
+        ("Autoscaling", "ops-autoscaling"), ("Decisions", "ops-decisions"), ("What-if replay", "ops-replays"))
 ACTIONS = {  # verb in the URL: (label, what it does)
     "lend": ("Lend to training", "the controller drains its inference replicas and opens it to training jobs"),
     "take-back": ("Take back for inference", "its training jobs are evicted and requeued onto the fixed pool"),
@@ -63,7 +66,8 @@ def _range(request) -> str:
 def _page(request, template: str, url_name: str, status: int = 200, **context):
     title = next(label for label, name in TABS if name == url_name)
     crumbs = [("Operations", reverse("ops")), (title, None)] if url_name != "ops" else [("Operations", None)]
-    return render(request, template, {"tabs": TABS, "tab": url_name, "title": title, "breadcrumbs": crumbs,
+    context.setdefault("breadcrumbs", crumbs)
+    return render(request, template, {"tabs": TABS, "tab": url_name, "title": title,
                                       "ranges": list(prometheus.RANGES), "range": _range(request), **context},
                   status=status)
 
@@ -252,3 +256,40 @@ def decisions(request):
     RequestConfig(request, paginate={"per_page": 50}).configure(table)
     return _page(request, "frontend/dashboards/decisions.html", "ops-decisions", table=table, filters=filters,
                  kinds=Decision.Kind.choices, q=text)
+
+
+# --- what-if replay --------------------------------------------------------------------------------
+
+
+@operator_required
+def replays(request):
+    """Start a replay of a trace with chosen policies (a Celery task); the runs so far, newest first."""
+    data, files = (request.POST, request.FILES) if request.method == "POST" else (None, None)
+    form = ReplayForm(data, files, traces=whatif.pod_lists(), policies=sorted(PROFILES),
+                      initial={"policies": list(DEFAULT_POLICIES), "trace": "gpuspec10"})
+    if data is not None and form.is_valid():
+        try:
+            run = whatif.replay_request(actor=request.user, **form.cleaned_data)
+        except ApplicationError as error:
+            apply_errors(form, error)
+        else:
+            return redirect("ops-replay", pk=run.pk)
+    runs = ReplayRun.objects.select_related("requested_by")[:30]
+    return _page(request, "frontend/dashboards/replays.html", "ops-replays", status=400 if data else 200, form=form,
+                 runs=runs)
+
+
+@operator_required
+def replay_detail(request, pk: int):
+    run = get_object_or_404(ReplayRun.objects.select_related("requested_by"), pk=pk)
+    return _page(request, "frontend/dashboards/replay.html", "ops-replays", run=run, plots=whatif.report_files(run),
+                 breadcrumbs=[("Operations", reverse("ops")), ("What-if replay", reverse("ops-replays")),
+                              (f"Replay {run.pk}", None)])
+
+
+@operator_required
+def replay_plot(request, pk: int, name: str):
+    run = get_object_or_404(ReplayRun, pk=pk)
+    if name not in whatif.report_files(run):  # only the report's own plots, by bare name
+        raise Http404("no such plot")
+    return FileResponse(open(f"{run.report_dir}/{name}", "rb"), content_type="image/png")

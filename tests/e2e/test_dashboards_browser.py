@@ -105,3 +105,31 @@ def test_operator_edits_a_quota_and_a_member_is_kept_out(world, console):
     console.sign_in("mia")
     expect(page.get_by_role("link", name="Operations")).to_have_count(0)
     assert console.open("/ops/").status == 403
+
+
+def test_operator_replays_a_small_trace_and_reads_the_report(world, console, settings, tmp_path):
+    """The replay task runs in-process (eager) when the form is sent, as a Celery worker would run it."""
+    from tidal.celery import app
+
+    lines = (settings.TRACES_DIR / "alibaba-gpu-2023" / "openb_pod_list_default.csv").read_text().splitlines(True)
+    trace = tmp_path / "first-120-pods.csv"
+    trace.write_text("".join(lines[:121]))
+    settings.RUN_DIR = tmp_path
+    app.conf.task_always_eager = True
+    try:
+        console.sign_in("otto")
+        console.open("/ops/replays/")
+        page = console.page
+        page.get_by_label("Trace:").select_option("")
+        page.get_by_label("…or upload a pod list").set_input_files(str(trace))
+        page.get_by_label("quota-borrowing").uncheck()
+        page.get_by_label("Load factor").fill("2")
+        console.shot("ops-replay-form")
+        page.get_by_role("button", name="Start replay").click()
+        expect(page.get_by_role("heading", level=2).first).to_contain_text("first-120-pods.csv")
+        expect(page.get_by_role("region", name="Figures")).to_contain_text("fifo")
+        expect(page.locator("section[aria-labelledby=plots] img").first).to_be_visible()
+        assert page.locator("section[aria-labelledby=plots] img").first.evaluate("i => i.naturalWidth") > 100
+        console.shot("ops-replay-report")
+    finally:
+        app.conf.task_always_eager = False

@@ -1,0 +1,116 @@
+"""What-if replays requested from the console: services to request one (validated before anything is kept)
+and to execute it (the body of the Celery task), over the same replay code as `manage.py replay`."""
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from cluster.simulated.alibaba import TraceError, read_pods
+from scheduler.errors import ApplicationError
+from scheduler.models import ReplayRun
+from scheduler.policy import PROFILES
+from scheduler.replay import Options, load, replay
+from scheduler.replay.report import summary_json
+
+ALIBABA = "alibaba-gpu-2023"
+PLOTS = (".png",)
+
+
+def pod_lists() -> list[str]:
+    """The Alibaba pod lists in the traces folder, by name (default, gpuspec10, ...)."""
+    folder = Path(settings.TRACES_DIR) / ALIBABA
+    return sorted(p.stem.removeprefix("openb_pod_list_") for p in folder.glob("openb_pod_list_*.csv"))
+
+
+def _uploads() -> Path:
+    return Path(settings.RUN_DIR) / "replays" / "uploads"
+
+
+def replay_request(*, actor, policies: list[str], load_factor: float, inflate: bool, trace: str = "",
+                   upload=None) -> ReplayRun:
+    """Keep and enqueue a replay of a named pod list or of an uploaded CSV (same schema, checked line by line
+    before anything is kept)."""
+    if not actor.is_staff:
+        raise PermissionDenied("only platform operators start replays")
+    errors: dict[str, list[str]] = {}
+    if not policies or set(policies) - set(PROFILES):
+        errors["policies"] = [f"choose one or more of {', '.join(sorted(PROFILES))}"]
+    if not load_factor > 0:
+        errors["load_factor"] = [f"must be above 0, got {load_factor}"]
+    if bool(trace) == bool(upload):
+        errors["trace"] = ["choose a trace or upload a pod list (one of them)"]
+    elif trace and trace not in pod_lists():
+        errors["trace"] = [f"no pod list named {trace!r} in {settings.TRACES_DIR / ALIBABA}"]
+    if errors:
+        raise ApplicationError("the replay was not started", fields=errors)
+    path = Path(settings.TRACES_DIR) / ALIBABA / f"openb_pod_list_{trace}.csv" if trace else _keep(upload)
+    run = ReplayRun.objects.create(requested_by=actor, trace=trace or upload.name, pods_path=str(path),
+                                   policies=policies, load_factor=load_factor, inflate=inflate)
+    from scheduler.tasks import replay_run  # the task calls back into this module
+
+    transaction.on_commit(lambda: replay_run.delay(run.pk))
+    return run
+
+
+def _keep(upload) -> Path:
+    """Save the uploaded pod list and read it through: a bad row is an error naming its line; nothing kept."""
+    _uploads().mkdir(parents=True, exist_ok=True)
+    path = _uploads() / f"{uuid.uuid4().hex}.csv"
+    with path.open("wb") as out:
+        for chunk in upload.chunks():
+            out.write(chunk)
+    try:
+        read_pods(path)
+    except (TraceError, UnicodeDecodeError) as error:
+        path.unlink(missing_ok=True)
+        problem = f"line {error.line}: {error.problem}" if isinstance(error, TraceError) else "not UTF-8 text"
+        raise ApplicationError("the uploaded pod list is not valid", fields={"upload": [problem]}) from None
+    return path
+
+
+def replay_execute(*, run_id: int) -> ReplayRun:
+    """Run a queued replay (policies one after the other, progress saved about once a second) and keep its
+    report; any failure is kept on the run with its message."""
+    run = ReplayRun.objects.get(pk=run_id)
+    if run.status != ReplayRun.Status.QUEUED:
+        return run
+    run.status = ReplayRun.Status.RUNNING
+    run.save(update_fields=["status"])
+    out = Path(settings.RUN_DIR) / "replays" / str(run.pk)
+    try:
+        options = Options(load_factor=run.load_factor, inflate=run.inflate)
+        setup = load(Path(settings.TRACES_DIR) / ALIBABA / "openb_node_list_all_node.csv", run.pods_path,
+                     Path(settings.TRACES_DIR) / "helios" / "Earth_gpu_number.csv", options)
+        outcome = replay(setup, run.policies, out, f"console replay {run.pk}", workers=1, bar=_progress(run))
+    except (TraceError, OSError, ValueError) as error:
+        run.status, run.error = ReplayRun.Status.FAILED, str(error)
+    else:
+        run.status, run.figures, run.report_dir = ReplayRun.Status.DONE, summary_json(outcome.runs), str(out)
+    run.finished_at = timezone.now()
+    run.save()
+    return run
+
+
+def _progress(run: ReplayRun):
+    last = [0.0]
+
+    def bar(policy: str, total: float):
+        def update(value: float) -> None:
+            run.progress[policy] = [round(value), round(total)]
+            if time.monotonic() - last[0] > 1 or value >= total:
+                last[0] = time.monotonic()
+                ReplayRun.objects.filter(pk=run.pk).update(progress=run.progress)
+        return update
+    return bar
+
+
+def report_files(run: ReplayRun) -> list[str]:
+    """The plots of a finished run's report, by file name."""
+    folder = Path(run.report_dir) if run.report_dir else None
+    return sorted(p.name for p in folder.iterdir() if p.suffix in PLOTS) if folder and folder.is_dir() else []

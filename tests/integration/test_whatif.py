@@ -1,0 +1,74 @@
+"""What-if replay from the console: a trace or an uploaded pod list, run by the Celery task's service, its
+report kept and shown."""
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from scheduler import whatif
+from scheduler.models import ReplayRun
+from tests.integration.test_dashboards import signed_in
+
+DEFAULT = whatif.ALIBABA + "/openb_pod_list_default.csv"
+
+
+@pytest.fixture
+def small_trace(settings) -> bytes:
+    """The first 120 pods of the default Alibaba pod list."""
+    lines = (settings.TRACES_DIR / DEFAULT).read_bytes().splitlines(keepends=True)
+    return b"".join(lines[:121])
+
+
+@pytest.fixture
+def eager(settings, tmp_path):
+    """The task runs in-process at commit, as a worker would run it; reports go to a temporary folder."""
+    from tidal.celery import app
+
+    settings.RUN_DIR = tmp_path
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_uploaded_pod_list_is_replayed_and_its_report_shown(world, small_trace, eager):
+    operator = signed_in(world, "operator")
+    response = operator.post("/ops/replays/", {
+        "upload": SimpleUploadedFile("mine.csv", small_trace, content_type="text/csv"),
+        "policies": ["tidal", "fifo"], "load_factor": "2", "trace": ""})
+    run = ReplayRun.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/ops/replays/{run.pk}/"
+    assert (run.trace, run.status, run.load_factor) == ("mine.csv", "done", 2.0), run.error
+    assert set(run.figures) == {"tidal", "fifo"} and 0 < run.figures["tidal"]["gpu_alloc_share"] <= 1
+    assert run.progress["tidal"][0] == run.progress["tidal"][1] > 0  # progress reached the end
+    page = operator.get(f"/ops/replays/{run.pk}/")
+    plots = page.context["plots"]
+    assert plots and all(f'src="/ops/replays/{run.pk}/{name}"' in page.content.decode() for name in plots)
+    image = operator.get(f"/ops/replays/{run.pk}/{plots[0]}")
+    assert image.status_code == 200 and b"".join(image.streaming_content)[:4] == b"\x89PNG"
+    assert operator.get(f"/ops/replays/{run.pk}/..%2Freport.md").status_code == 404
+    assert operator.get(f"/ops/replays/{run.pk}/report.md").status_code == 404  # plots only
+
+
+@pytest.mark.django_db
+def test_a_bad_pod_list_is_refused_with_its_line_and_nothing_is_kept(world, small_trace, settings, tmp_path):
+    settings.RUN_DIR = tmp_path
+    bad = small_trace.replace(b"openb-pod-0002,", b"openb-pod-0002,lots-of-", 1)
+    page = signed_in(world, "operator").post("/ops/replays/", {
+        "upload": SimpleUploadedFile("bad.csv", bad), "policies": ["tidal"], "load_factor": "1"})
+    assert page.status_code == 400 and not ReplayRun.objects.exists()
+    assert "line 4:" in page.context["form"].errors["upload"][0]
+    assert not list((tmp_path / "replays" / "uploads").iterdir())
+    page = signed_in(world, "operator").post("/ops/replays/", {"trace": "nope", "policies": ["nope"],
+                                                               "load_factor": "0"})
+    assert page.status_code == 400 and set(page.context["form"].errors) >= {"policies"}
+    page = signed_in(world, "operator").post("/ops/replays/", {"trace": "default", "policies": ["tidal"],
+                                                               "load_factor": "0"})
+    assert page.context["form"].errors["load_factor"] == ["must be above 0, got 0.0"]
+    assert not ReplayRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_only_operators_replay(world):
+    assert signed_in(world, "member").post("/ops/replays/", {"trace": "default"}).status_code == 403
+    assert Client().get("/ops/replays/").status_code == 302
+    assert not ReplayRun.objects.exists()
