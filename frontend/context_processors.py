@@ -11,6 +11,7 @@ NAV = (  # (label, url name, who sees it)
     ("Departments", "departments", "member"),
     ("Inference services", "services", "member"),
     ("Operations", "ops", "operator"),
+    ("Quotas and decisions", "ops-quotas", "admin"),  # a department admin's slice of the dashboards
 )
 
 
@@ -26,12 +27,13 @@ def console(request) -> dict:
     if not user.is_authenticated:
         return {}
     memberships = scope.memberships(request)
-    items = [NavItem(label, reverse(name), _active(request.path, reverse(name)))
-             for label, name, who in NAV if who == "member" or user.is_staff]
+    admin = any(m.role == "admin" for m in memberships)
+    shown = {"member", "operator"} if user.is_staff else {"member", "admin"} if admin else {"member"}
+    urls = [(label, reverse(name)) for label, name, who in NAV if who in shown]
+    items = [NavItem(label, url, _active(request.path, url, [u for _, u in urls])) for label, url in urls]
     if user.is_staff:
         items.append(NavItem("Admin", reverse("admin:index"), False))
-    role = ("operator" if user.is_staff else
-            "department admin" if any(m.role == "admin" for m in memberships) else "member")
+    role = "operator" if user.is_staff else "department admin" if admin else "member"
     return {"console": {
         "nav": items, "role_label": role, "department": scope.current_department(request),
         "departments": _switchable(user, memberships),
@@ -48,7 +50,7 @@ def _switchable(user, memberships) -> list[dict]:
     return [{"name": m.department.name, "role": m.role} for m in memberships]
 
 
-def _active(path: str, url: str) -> bool:
+def _active(path: str, url: str, urls: list[str]) -> bool:
     """The deepest nav entry the path is under ("/jobs/new/" is Submit, not My jobs)."""
-    others = [reverse(name) for _, name, _ in NAV if reverse(name) != url]
+    others = [u for u in urls if u != url]
     return path.startswith(url) and not any(o.startswith(url) and len(o) > len(url) and path.startswith(o) for o in others)

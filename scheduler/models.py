@@ -314,8 +314,13 @@ class Decision(models.Model):
 
 
 class ReplayRun(models.Model):
-    """A what-if replay an operator started from the console: a trace, policies and knobs; run by a Celery
-    task that reports its progress here; the report (figures and plots) is kept in `report_dir`."""
+    """A what-if run an operator started from the console — a trace replay (trace, policies, knobs) or a
+    co-location simulation (days) — run by a Celery task that reports its progress here; the report
+    (figures and plots) is kept in `report_dir`."""
+
+    class Kind(models.TextChoices):
+        REPLAY = "replay", "Trace replay"
+        COLOCATION = "colocation", "Co-location simulation"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -323,10 +328,13 @@ class ReplayRun(models.Model):
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
 
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.REPLAY)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                                      related_name="replays")
     trace = models.CharField(max_length=128, help_text="pod list name, or the uploaded file's name")
-    pods_path = models.CharField(max_length=512)
+    pods_path = models.CharField(max_length=512, blank=True)
+    days = models.PositiveSmallIntegerField(default=1, help_text="co-location: simulated days")
+    small = models.BooleanField(default=False, help_text="co-location: a small cluster")
     policies = models.JSONField(default=list)
     load_factor = models.FloatField(default=1.0)
     inflate = models.BooleanField(default=False)

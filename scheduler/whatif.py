@@ -1,5 +1,6 @@
-"""What-if replays requested from the console: services to request one (validated before anything is kept)
-and to execute it (the body of the Celery task), over the same replay code as `manage.py replay`."""
+"""What-if runs requested from the console — trace replays and co-location simulations: services to request
+one (validated before anything is kept) and to execute it (the body of the Celery task), over the same code as
+`manage.py replay` and `manage.py colocate_sim`."""
 from __future__ import annotations
 
 import time
@@ -12,6 +13,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from cluster.simulated.alibaba import TraceError, read_pods
+from colocation.sim import SimConfig
+from colocation.sim.report import simulate
 from scheduler.errors import ApplicationError
 from scheduler.models import ReplayRun
 from scheduler.policy import PROFILES
@@ -20,6 +23,7 @@ from scheduler.replay.report import summary_json
 
 ALIBABA = "alibaba-gpu-2023"
 PLOTS = (".png",)
+MAX_DAYS = 7
 
 
 def pod_lists() -> list[str]:
@@ -50,8 +54,22 @@ def replay_request(*, actor, policies: list[str], load_factor: float, inflate: b
     if errors:
         raise ApplicationError("the replay was not started", fields=errors)
     path = Path(settings.TRACES_DIR) / ALIBABA / f"openb_pod_list_{trace}.csv" if trace else _keep(upload)
-    run = ReplayRun.objects.create(requested_by=actor, trace=trace or upload.name, pods_path=str(path),
-                                   policies=policies, load_factor=load_factor, inflate=inflate)
+    return _enqueue(ReplayRun.objects.create(requested_by=actor, trace=trace or upload.name, pods_path=str(path),
+                                             policies=policies, load_factor=load_factor, inflate=inflate))
+
+
+def colocation_request(*, actor, days: int, small: bool) -> ReplayRun:
+    """Keep and enqueue a co-location simulation: lending against a static split over `days` (1-7) of the
+    GenAI and World Cup traffic traces."""
+    if not actor.is_staff:
+        raise PermissionDenied("only platform operators start simulations")
+    if not 1 <= days <= MAX_DAYS:
+        raise ApplicationError("the simulation was not started", fields={"days": [f"1 to {MAX_DAYS}, got {days}"]})
+    return _enqueue(ReplayRun.objects.create(kind=ReplayRun.Kind.COLOCATION, requested_by=actor, days=days,
+                                             small=small, trace="small cluster" if small else "trace cluster"))
+
+
+def _enqueue(run: ReplayRun) -> ReplayRun:
     from scheduler.tasks import replay_run  # the task calls back into this module
 
     transaction.on_commit(lambda: replay_run.delay(run.pk))
@@ -84,17 +102,38 @@ def replay_execute(*, run_id: int) -> ReplayRun:
     run.save(update_fields=["status"])
     out = Path(settings.RUN_DIR) / "replays" / str(run.pk)
     try:
-        options = Options(load_factor=run.load_factor, inflate=run.inflate)
-        setup = load(Path(settings.TRACES_DIR) / ALIBABA / "openb_node_list_all_node.csv", run.pods_path,
-                     Path(settings.TRACES_DIR) / "helios" / "Earth_gpu_number.csv", options)
-        outcome = replay(setup, run.policies, out, f"console replay {run.pk}", workers=1, bar=_progress(run))
+        figures = _simulate(run, out) if run.kind == ReplayRun.Kind.COLOCATION else _replay(run, out)
     except (TraceError, OSError, ValueError) as error:
         run.status, run.error = ReplayRun.Status.FAILED, str(error)
     else:
-        run.status, run.figures, run.report_dir = ReplayRun.Status.DONE, summary_json(outcome.runs), str(out)
+        run.status, run.figures, run.report_dir = ReplayRun.Status.DONE, figures, str(out)
     run.finished_at = timezone.now()
     run.save()
     return run
+
+
+def _replay(run: ReplayRun, out: Path) -> dict:
+    options = Options(load_factor=run.load_factor, inflate=run.inflate)
+    setup = load(Path(settings.TRACES_DIR) / ALIBABA / "openb_node_list_all_node.csv", run.pods_path,
+                 Path(settings.TRACES_DIR) / "helios" / "Earth_gpu_number.csv", options)
+    outcome = replay(setup, run.policies, out, f"console replay {run.pk}", workers=1, bar=_progress(run))
+    return summary_json(outcome.runs)
+
+
+def _simulate(run: ReplayRun, out: Path) -> dict:
+    cfg = SimConfig(Path(settings.TRACES_DIR), days=run.days)
+    cfg = cfg.small() if run.small else cfg
+    progress = _progress(run)
+
+    def bar(label: str, total: int):
+        update, minutes = progress(label, total), [0]
+
+        def tick(_minute) -> None:
+            minutes[0] += 1
+            update(minutes[0])
+        return tick
+    figures, _wall = simulate(cfg, out, f"console co-location simulation {run.pk}", bar)
+    return figures
 
 
 def _progress(run: ReplayRun):

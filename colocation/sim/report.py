@@ -110,3 +110,18 @@ def write_json(figures: dict[str, float], path: Path) -> None:
     keys = ("lent_share", "kill_rate", "online_pending_minutes", "transitions_per_day", "gpu_util_mean",
             "gpu_util_mean_static")
     path.write_text(json.dumps({k: figures[k] for k in keys}, indent=2))
+
+
+def simulate(cfg, out: Path, command: str, bar=lambda label, total: (lambda minute: None)) -> tuple[dict, float]:
+    """Run the lending simulation and the static split on one configuration and write their report;
+    `bar(label, total minutes)` returns what each simulated minute calls (progress). The figures, the wall time."""
+    import time
+
+    started = time.perf_counter()
+    runs = []
+    for label, c in (("lending", cfg), ("static", cfg.with_(lend=False))):
+        sim = CoLocationSim(c)
+        sim.run(bar(label, c.minutes))
+        runs.append(sim)
+    wall = time.perf_counter() - started
+    return write(runs[0], runs[1], out, command, wall), wall

@@ -24,3 +24,12 @@ class ReplayForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["trace"].choices = [("", "— upload instead —")] + [(t, t) for t in traces]
         self.fields["policies"].choices = [(p, p) for p in policies]
+
+
+class ColocationForm(forms.Form):
+    """A co-location simulation: lending whole machines against a static split, on the traffic traces."""
+
+    days = forms.IntegerField(initial=1, min_value=1, max_value=7, label="Days",
+                              help_text="simulated days of GenAI and World Cup traffic (1 to 7)")
+    small = forms.BooleanField(required=False, initial=True, label="Small cluster",
+                               help_text="a few dozen nodes instead of the trace's cluster: seconds, not minutes")

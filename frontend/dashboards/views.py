@@ -1,5 +1,6 @@
-"""The operators' dashboards: cluster overview, nodes and lending, quotas, autoscaling, decisions.
-Operators only (a signed-in member gets 403); reads through the apps' selectors, writes through their services."""
+"""The operators' dashboards: cluster overview, nodes and lending, quotas, autoscaling, decisions, what-if.
+Operators only, except the quotas and decisions pages, which department admins see for their own departments
+(read-only); anyone else signed in gets 403. Reads through the apps' selectors, writes through their services."""
 from collections import defaultdict
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -24,8 +25,9 @@ from redis import Redis
 from colocation import services as colocation_services
 from colocation.models import InferenceService, Node, NodeState, NodeTransition
 from colocation.policy import Direction
+from frontend import scope
 from frontend.dashboards import charts, prometheus
-from frontend.dashboards.forms import QuotaForm, ReplayForm
+from frontend.dashboards.forms import ColocationForm, QuotaForm, ReplayForm
 from frontend.dashboards.tables import DecisionTable
 from frontend.departments.views import quota_bar
 from frontend.forms import apply_errors
@@ -33,19 +35,22 @@ from frontend.metrics import web_target
 from scheduler import selectors, services, whatif
 from scheduler.errors import ApplicationError
 from scheduler.filtersets import DecisionFilterSet
-from scheduler.models import Decision, Department, Quota, ReplayRun
+from scheduler.models import Decision, Department, Membership, Quota, ReplayRun
 from scheduler.policy import PROFILES
 from scheduler.replay import DEFAULT_POLICIES
 from tidal import telemetry
 
 TABS = (("Overview", "ops"), ("Nodes and lending", "ops-nodes"), ("Quotas", "ops-quotas"),
-        ("Autoscaling", "ops-autoscaling"), ("Decisions", "ops-decisions"), ("What-if replay", "ops-replays"))
+        ("Autoscaling", "ops-autoscaling"), ("Decisions", "ops-decisions"), ("What-if", "ops-replays"))
 ACTIONS = {  # verb in the URL: (label, what it does)
     "lend": ("Lend to training", "the controller drains its inference replicas and opens it to training jobs"),
     "take-back": ("Take back for inference", "its training jobs are evicted and requeued onto the fixed pool"),
     "pin": ("Pin", "the lending automation leaves it where it is"),
     "unpin": ("Unpin", "the lending automation may move it again"),
 }
+
+
+ADMIN_TABS = ("ops-quotas", "ops-decisions")  # department admins see their departments' slice of these
 
 
 def operator_required(view):
@@ -58,6 +63,21 @@ def operator_required(view):
     return wrapper
 
 
+def admin_or_operator(view):
+    @login_required
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not (request.user.is_staff or administered(request)):
+            raise PermissionDenied("for platform operators and department admins")
+        return view(request, *args, **kwargs)
+    return wrapper
+
+
+def administered(request) -> list[str]:
+    """The departments the user administers."""
+    return [m.department.name for m in scope.memberships(request) if m.role == Membership.Role.ADMIN]
+
+
 def _range(request) -> str:
     name = request.GET.get("range", prometheus.DEFAULT_RANGE)
     return name if name in prometheus.RANGES else prometheus.DEFAULT_RANGE
@@ -65,9 +85,11 @@ def _range(request) -> str:
 
 def _page(request, template: str, url_name: str, status: int = 200, **context):
     title = next(label for label, name in TABS if name == url_name)
-    crumbs = [("Operations", reverse("ops")), (title, None)] if url_name != "ops" else [("Operations", None)]
+    tabs = TABS if request.user.is_staff else [t for t in TABS if t[1] in ADMIN_TABS]
+    crumbs = [("Operations", reverse("ops") if request.user.is_staff else None), (title, None)] \
+        if url_name != "ops" else [("Operations", None)]
     context.setdefault("breadcrumbs", crumbs)
-    return render(request, template, {"tabs": TABS, "tab": url_name, "title": title,
+    return render(request, template, {"tabs": tabs, "tab": url_name, "title": title,
                                       "ranges": list(prometheus.RANGES), "range": _range(request), **context},
                   status=status)
 
@@ -182,12 +204,15 @@ def node_action(request, name: str, verb: str):
 # --- quotas ----------------------------------------------------------------------------------------
 
 
-@operator_required
+@admin_or_operator
 def quotas(request):
-    """Every department's quotas and usage, 25 departments a page; operators change own/borrowed in place
-    (quota_set's rules: never below what is in use). A refused change comes back with its errors, status 400."""
+    """Every department's quotas and usage (an admin's: their departments'), 25 departments a page; operators
+    change own/borrowed in place (quota_set's rules: never below what is in use). A refused change comes back
+    with its errors, status 400."""
     failed, status = None, 200
     if request.method == "POST":
+        if not request.user.is_staff:
+            raise PermissionDenied("only platform operators change quotas")
         quota = get_object_or_404(Quota.objects.select_related("department", "gpu_model"), pk=request.POST.get("quota"))
         form = QuotaForm(request.POST, prefix=f"q{quota.pk}")
         if form.is_valid():
@@ -201,14 +226,16 @@ def quotas(request):
                 return redirect(f"{request.get_full_path()}#q{quota.pk}")
         failed, status = (quota.pk, form), 400
     name = request.GET.get("department", "").strip()
-    departments = Department.objects.filter(name__icontains=name) if name else Department.objects.all()
+    departments = Department.objects.all() if request.user.is_staff else Department.objects.filter(
+        name__in=administered(request))
+    departments = departments.filter(name__icontains=name) if name else departments
     page = Paginator(departments.order_by("name").values_list("name", flat=True), 25).get_page(request.GET.get("page"))
     usages = selectors.quota_usages(departments=Department.objects.filter(name__in=list(page)))
     ids = {(q.department.name, q.resource): q.pk
            for q in Quota.objects.filter(department__name__in=list(page)).select_related("department", "gpu_model")}
     rows = [_quota_row(dept, u, ids[(dept, u.resource)], failed) for dept, usage in sorted(usages.items()) for u in usage]
     return _page(request, "frontend/dashboards/quotas.html", "ops-quotas", status=status, rows=rows, page=page,
-                 department=name, borrowing=_borrowing(rows))
+                 department=name, borrowing=_borrowing(rows), can_edit=request.user.is_staff)
 
 
 def _quota_row(department: str, usage: selectors.QuotaUsage, pk: int, failed) -> dict:
@@ -246,9 +273,13 @@ def autoscaling(request):
                  decisions=scaling)
 
 
-@operator_required
+@admin_or_operator
 def decisions(request):
-    filters = DecisionFilterSet(request.GET, queryset=Decision.objects.select_related("department"))
+    """Every decision (an admin's: their departments' and cluster-wide ones), searchable."""
+    visible = Decision.objects.select_related("department")
+    if not request.user.is_staff:
+        visible = visible.filter(Q(department__isnull=True) | Q(department__name__in=administered(request)))
+    filters = DecisionFilterSet(request.GET, queryset=visible)
     found = filters.qs if filters.is_valid() else Decision.objects.none()
     if text := request.GET.get("q", "").strip():
         found = found.filter(Q(message__icontains=text) | Q(subject__icontains=text) | Q(reason__icontains=text))
@@ -263,27 +294,31 @@ def decisions(request):
 
 @operator_required
 def replays(request):
-    """Start a replay of a trace with chosen policies (a Celery task); the runs so far, newest first."""
-    data, files = (request.POST, request.FILES) if request.method == "POST" else (None, None)
-    form = ReplayForm(data, files, traces=whatif.pod_lists(), policies=sorted(PROFILES),
-                      initial={"policies": list(DEFAULT_POLICIES), "trace": "gpuspec10"})
-    if data is not None and form.is_valid():
+    """Start a trace replay or a co-location simulation (a Celery task each); the runs so far, newest first."""
+    posted = request.POST.get("what") if request.method == "POST" else None
+    replay_form = ReplayForm(request.POST if posted == "replay" else None, request.FILES if posted == "replay" else None,
+                             traces=whatif.pod_lists(), policies=sorted(PROFILES),
+                             initial={"policies": list(DEFAULT_POLICIES), "trace": "gpuspec10"}, prefix="replay")
+    sim_form = ColocationForm(request.POST if posted == "colocation" else None, prefix="sim")
+    form, start = {"replay": (replay_form, whatif.replay_request),
+                   "colocation": (sim_form, whatif.colocation_request)}.get(posted, (None, None))
+    if form is not None and form.is_valid():
         try:
-            run = whatif.replay_request(actor=request.user, **form.cleaned_data)
+            run = start(actor=request.user, **form.cleaned_data)
         except ApplicationError as error:
             apply_errors(form, error)
         else:
             return redirect("ops-replay", pk=run.pk)
     runs = ReplayRun.objects.select_related("requested_by")[:30]
-    return _page(request, "frontend/dashboards/replays.html", "ops-replays", status=400 if data else 200, form=form,
-                 runs=runs)
+    return _page(request, "frontend/dashboards/replays.html", "ops-replays", status=400 if form else 200,
+                 replay_form=replay_form, sim_form=sim_form, runs=runs)
 
 
 @operator_required
 def replay_detail(request, pk: int):
     run = get_object_or_404(ReplayRun.objects.select_related("requested_by"), pk=pk)
     return _page(request, "frontend/dashboards/replay.html", "ops-replays", run=run, plots=whatif.report_files(run),
-                 breadcrumbs=[("Operations", reverse("ops")), ("What-if replay", reverse("ops-replays")),
+                 breadcrumbs=[("Operations", reverse("ops")), ("What-if", reverse("ops-replays")),
                               (f"Replay {run.pk}", None)])
 
 

@@ -120,7 +120,7 @@ def test_operator_replays_a_small_trace_and_reads_the_report(world, console, set
         console.sign_in("otto")
         console.open("/ops/replays/")
         page = console.page
-        page.get_by_label("Trace:").select_option("")
+        page.get_by_label("Trace:").select_option("")  # upload instead
         page.get_by_label("…or upload a pod list").set_input_files(str(trace))
         page.get_by_label("quota-borrowing").uncheck()
         page.get_by_label("Load factor").fill("2")

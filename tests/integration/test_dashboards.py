@@ -16,17 +16,43 @@ def signed_in(world, role: str, **kwargs) -> Client:
     return client
 
 
+ADMIN_PAGES = ["/ops/quotas/", "/ops/decisions/"]
+
+
 @pytest.mark.parametrize("path", PAGES)
 def test_only_operators_open_the_dashboards(world, path):
     assert Client().get(path)["Location"].startswith("/login/?next=")
-    for role in ("member", "dept_admin", "outsider"):
+    for role in ("member", "outsider"):
         assert signed_in(world, role).get(path).status_code == 403
+    admin = signed_in(world, "dept_admin").get(path).status_code
+    assert admin == (200 if path in ADMIN_PAGES else 403)
     assert signed_in(world, "operator").get(path).status_code == 200
+
+
+def test_a_department_admin_sees_their_departments_slice_read_only(world):
+    admin = signed_in(world, "dept_admin")
+    world.submit()  # a decision of ml-search
+    world.submit(department="ml-ads", role="operator")  # a decision of ml-ads
+    page = admin.get("/ops/quotas/")
+    assert {r["department"] for r in page.context["rows"]} == {"ml-search"} and not page.context["can_edit"]
+    assert "<form method=\"post\" class=\"inline-form\"" not in page.content.decode()
+    assert [label for label, _ in page.context["tabs"]] == ["Quotas", "Decisions"]
+    quota = Quota.objects.get(department__name="ml-search", gpu_model__name="T4")
+    assert admin.post("/ops/quotas/", {"quota": quota.pk, f"q{quota.pk}-own": "9",
+                                       f"q{quota.pk}-borrowed": "0"}).status_code == 403
+    quota.refresh_from_db()
+    assert quota.own == 2
+    departments = {d.department.name for d in admin.get("/ops/decisions/").context["table"].rows.data.data
+                   if d.department}
+    assert departments == {"ml-search"}
+    nav = admin.get("/jobs/").content.decode()
+    assert 'href="/ops/quotas/"' in nav and 'href="/ops/"' not in nav
 
 
 def test_the_operations_link_is_for_operators_only(world):
     assert 'href="/ops/"' in signed_in(world, "operator").get("/jobs/").content.decode()
-    assert 'href="/ops/"' not in signed_in(world, "member").get("/jobs/").content.decode()
+    member = signed_in(world, "member").get("/jobs/").content.decode()
+    assert 'href="/ops/"' not in member and 'href="/ops/quotas/"' not in member
 
 
 def test_overview_reads_its_history_from_prometheus_and_says_when_it_cannot(world, settings):

@@ -11,6 +11,11 @@ from tests.integration.test_dashboards import signed_in
 DEFAULT = whatif.ALIBABA + "/openb_pod_list_default.csv"
 
 
+def replay(**fields) -> dict:
+    """The replay form's POST body (its fields are prefixed)."""
+    return {"what": "replay", **{f"replay-{k}": v for k, v in fields.items()}}
+
+
 @pytest.fixture
 def small_trace(settings) -> bytes:
     """The first 120 pods of the default Alibaba pod list."""
@@ -32,9 +37,9 @@ def eager(settings, tmp_path):
 @pytest.mark.django_db(transaction=True)
 def test_an_uploaded_pod_list_is_replayed_and_its_report_shown(world, small_trace, eager):
     operator = signed_in(world, "operator")
-    response = operator.post("/ops/replays/", {
-        "upload": SimpleUploadedFile("mine.csv", small_trace, content_type="text/csv"),
-        "policies": ["tidal", "fifo"], "load_factor": "2", "trace": ""})
+    response = operator.post("/ops/replays/", replay(
+        upload=SimpleUploadedFile("mine.csv", small_trace, content_type="text/csv"), policies=["tidal", "fifo"],
+        load_factor="2", trace=""))
     run = ReplayRun.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/ops/replays/{run.pk}/"
     assert (run.trace, run.status, run.load_factor) == ("mine.csv", "done", 2.0), run.error
@@ -53,22 +58,34 @@ def test_an_uploaded_pod_list_is_replayed_and_its_report_shown(world, small_trac
 def test_a_bad_pod_list_is_refused_with_its_line_and_nothing_is_kept(world, small_trace, settings, tmp_path):
     settings.RUN_DIR = tmp_path
     bad = small_trace.replace(b"openb-pod-0002,", b"openb-pod-0002,lots-of-", 1)
-    page = signed_in(world, "operator").post("/ops/replays/", {
-        "upload": SimpleUploadedFile("bad.csv", bad), "policies": ["tidal"], "load_factor": "1"})
+    page = signed_in(world, "operator").post("/ops/replays/", replay(
+        upload=SimpleUploadedFile("bad.csv", bad), policies=["tidal"], load_factor="1"))
     assert page.status_code == 400 and not ReplayRun.objects.exists()
-    assert "line 4:" in page.context["form"].errors["upload"][0]
+    assert "line 4:" in page.context["replay_form"].errors["upload"][0]
     assert not list((tmp_path / "replays" / "uploads").iterdir())
-    page = signed_in(world, "operator").post("/ops/replays/", {"trace": "nope", "policies": ["nope"],
-                                                               "load_factor": "0"})
-    assert page.status_code == 400 and set(page.context["form"].errors) >= {"policies"}
-    page = signed_in(world, "operator").post("/ops/replays/", {"trace": "default", "policies": ["tidal"],
-                                                               "load_factor": "0"})
-    assert page.context["form"].errors["load_factor"] == ["must be above 0, got 0.0"]
+    page = signed_in(world, "operator").post("/ops/replays/", replay(trace="nope", policies=["nope"], load_factor="0"))
+    assert page.status_code == 400 and set(page.context["replay_form"].errors) >= {"policies"}
+    page = signed_in(world, "operator").post("/ops/replays/", replay(trace="default", policies=["tidal"],
+                                                                      load_factor="0"))
+    assert page.context["replay_form"].errors["load_factor"] == ["must be above 0, got 0.0"]
+    page = signed_in(world, "operator").post("/ops/replays/", {"what": "colocation", "sim-days": "8"})
+    assert page.status_code == 400 and page.context["sim_form"].errors["days"]
     assert not ReplayRun.objects.exists()
 
 
 @pytest.mark.django_db
 def test_only_operators_replay(world):
-    assert signed_in(world, "member").post("/ops/replays/", {"trace": "default"}).status_code == 403
+    assert signed_in(world, "member").post("/ops/replays/", replay(trace="default")).status_code == 403
     assert Client().get("/ops/replays/").status_code == 302
     assert not ReplayRun.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_colocation_simulation_runs_from_the_console(world, eager):
+    response = signed_in(world, "operator").post("/ops/replays/", {"what": "colocation", "sim-days": "1",
+                                                                    "sim-small": "on"})
+    run = ReplayRun.objects.get()
+    assert response.status_code == 302 and (run.kind, run.status, run.days) == ("colocation", "done", 1), run.error
+    assert run.progress == {"lending": [1440, 1440], "static": [1440, 1440]}
+    assert 0 < run.figures["gpu_util_mean"] <= 1 and "gpu_util_mean_static" in run.figures
+    assert whatif.report_files(run)

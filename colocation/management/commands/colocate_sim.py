@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-import time
 from pathlib import Path
 
 from django.conf import settings
@@ -13,8 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from colocation.sim import SimConfig
-from colocation.sim.report import write, write_json
-from colocation.sim.run import CoLocationSim
+from colocation.sim.report import simulate, write_json
 
 
 class Command(BaseCommand):
@@ -40,16 +38,19 @@ class Command(BaseCommand):
         if opts["fixed_share"] is not None:
             cfg = cfg.with_(fixed_share=opts["fixed_share"])
         out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / "colocate-sim"
-        started = time.perf_counter()
-        runs = []
-        for label, c in (("lending", cfg), ("static", cfg.with_(lend=False))):
-            sim = CoLocationSim(c)
-            with tqdm(total=c.minutes, desc=label, unit="min", file=self.stderr, mininterval=0.5) as bar:
-                sim.run(lambda _m: bar.update(1))
-            runs.append(sim)
-        wall = time.perf_counter() - started
         command = "python manage.py colocate_sim " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "colocate_sim"
-        figures = write(runs[0], runs[1], out, command, wall)
+        bars: list[tqdm] = []
+
+        def bar(label: str, total: int):
+            b = tqdm(total=total, desc=label, unit="min", file=self.stderr, mininterval=0.5)
+            bars.append(b)
+            return lambda _minute: b.update(1)
+
+        try:
+            figures, wall = simulate(cfg, out, command, bar)
+        finally:
+            for b in bars:
+                b.close()
         if opts["json_path"]:
             write_json(figures, Path(opts["json_path"]))
         self.stdout.write(f"{out}/report.md: " + ", ".join(f"{k}={v:.3g}" for k, v in figures.items())
