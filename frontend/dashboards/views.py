@@ -31,7 +31,7 @@ from frontend.dashboards.forms import ColocationForm, QuotaForm, ReplayForm
 from frontend.dashboards.tables import DecisionTable
 from frontend.departments.views import quota_bar
 from frontend.forms import apply_errors
-from frontend.metrics import web_target
+from frontend.metrics import WAIT_BUCKETS, web_target
 from scheduler import selectors, services, whatif
 from scheduler.errors import ApplicationError
 from scheduler.filtersets import DecisionFilterSet
@@ -107,8 +107,18 @@ def overview(request):
         error = str(down)
     at, groups = telemetry.groups(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
     return _page(request, "frontend/dashboards/overview.html", "ops", ranged=True, charts=specs, error=error,
+                 waits=_wait_histogram(),
                  groups=[_group_now(name, f) for name, f in sorted(groups.items())],
                  observed_at=datetime.fromtimestamp(at, dt_timezone.utc) if at else None)
+
+
+def _wait_histogram() -> list[dict]:
+    """How long every job waited for its first run, in the buckets of tidal_queue_wait_seconds."""
+    cumulative, _total, count = selectors.first_wait_histogram(WAIT_BUCKETS)
+    bounds = [*WAIT_BUCKETS, None]
+    counts = [c - p for c, p in zip([*cumulative, count], [0, *cumulative])]
+    most = max(counts, default=0) or 1
+    return [{"up_to": b, "jobs": n, "pct": round(100 * n / most)} for b, n in zip(bounds, counts)] if count else []
 
 
 def _group_now(name: str, f: dict[str, float]) -> dict:

@@ -1,11 +1,12 @@
 """The operators' dashboards: who may open them, what they show, and what their actions do."""
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import Client
 
 from colocation.models import NodeTransition
-from scheduler.models import Decision, Quota
+from scheduler.models import Decision, JobRun, Quota
 
 PAGES = ["/ops/", "/ops/nodes/", "/ops/quotas/", "/ops/autoscaling/", "/ops/decisions/"]
 
@@ -56,7 +57,10 @@ def test_the_operations_link_is_for_operators_only(world):
 
 
 def test_overview_reads_its_history_from_prometheus_and_says_when_it_cannot(world, settings):
+    job = world.submit()
+    JobRun.objects.create(job=job, attempt=1, started_at=job.submitted_at + timedelta(seconds=45))
     page = signed_in(world, "operator").get("/ops/?range=day")
+    assert [(w["up_to"], w["jobs"]) for w in page.context["waits"] if w["jobs"]] == [(60.0, 1)]
     assert page.status_code == 200 and page.context["range"] == "day" and not page.context["error"]
     assert [c["id"] for c in page.context["charts"]][:2] == ["chart-allocated", "chart-used"]
     settings.PROMETHEUS_URL = "http://127.0.0.1:9"  # nothing listens there
@@ -158,6 +162,6 @@ def test_dashboard_forms_are_csrf_protected(world):
 def test_dashboards_query_counts_do_not_grow_with_the_cluster(world, django_assert_max_num_queries):
     operator = signed_in(world, "operator")
     for path, most in (("/ops/nodes/?node=t4-1", 14), ("/ops/quotas/", 10), ("/ops/decisions/", 10),
-                       ("/ops/autoscaling/", 10), ("/ops/", 10)):
+                       ("/ops/autoscaling/", 10), ("/ops/", 11)):
         with django_assert_max_num_queries(most):
             assert operator.get(path).status_code == 200
