@@ -34,9 +34,19 @@ def lines(query: str, *, span_s: int, step_s: int, now: float, by: tuple[str, ..
                                            params={"timeout": "5s"})
     except (PrometheusApiClientException, RequestException) as error:
         raise PrometheusDown(f"Prometheus at {settings.PROMETHEUS_URL} did not answer: {error}") from error
-    return sorted((Line(_label(r["metric"], by, label or query),
-                        [[float(t) * 1000, _number(v)] for t, v in r["values"]]) for r in result),
+    return sorted((Line(_label(r["metric"], by, label or query), _with_gaps(r["values"], step_s)) for r in result),
                   key=lambda line: line.label)
+
+
+def _with_gaps(values: list, step_s: int) -> list[list]:
+    """[[ms, value], ...], with a null point wherever samples are missing for more than two steps (Tidal was
+    down, or the series absent), so the chart shows a gap instead of a straight line across it."""
+    points: list[list] = []
+    for t, v in values:
+        if points and float(t) - points[-1][0] / 1000 > 2 * step_s:
+            points.append([points[-1][0] + step_s * 1000, None])
+        points.append([float(t) * 1000, _number(v)])
+    return points
 
 
 def _number(text: str) -> float | None:

@@ -165,3 +165,10 @@ def test_dashboards_query_counts_do_not_grow_with_the_cluster(world, django_asse
                        ("/ops/autoscaling/", 10), ("/ops/", 11)):
         with django_assert_max_num_queries(most):
             assert operator.get(path).status_code == 200
+
+
+def test_charts_show_a_gap_where_samples_are_missing():
+    from frontend.dashboards.prometheus import _with_gaps
+
+    assert _with_gaps([[0, "1"], [15, "2"], [100, "NaN"], [115, "3"]], 15) == [
+        [0, 1.0], [15000, 2.0], [30000, None], [100000, None], [115000, 3.0]]
