@@ -1,5 +1,6 @@
 """FilterSets shared by the API and the console."""
 import django_filters
+from django import forms
 
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from scheduler.filtersets import StrictBooleanFilter
@@ -13,11 +14,17 @@ class ResourceGroupFilterSet(django_filters.FilterSet):
         fields = ["name", "hardware_class", "gpu_model"]
 
 
+class IntegerFilter(django_filters.NumberFilter):
+    """A whole number (NumberFilter takes decimals, which the schema of an integer field does not admit)."""
+
+    field_class = forms.IntegerField
+
+
 class NodeFilterSet(django_filters.FilterSet):
     resource_group = django_filters.CharFilter(field_name="resource_group__name")
     gpu_model = django_filters.CharFilter(field_name="gpu_model__name")
     state = django_filters.MultipleChoiceFilter(choices=Node._meta.get_field("state").choices)
-    min_gpus = django_filters.NumberFilter(field_name="gpu_count", lookup_expr="gte")
+    min_gpus = IntegerFilter(field_name="gpu_count", lookup_expr="gte", min_value=0)
     pinned = StrictBooleanFilter()
 
     class Meta:

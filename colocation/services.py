@@ -7,7 +7,7 @@ from colocation.models import InferenceService, Node, NodeTransition, ResourceGr
 from colocation.policy.states import Direction as PolicyDirection
 from colocation.policy.states import Event, transition
 from scheduler import selectors as scheduler_selectors
-from scheduler.errors import ApplicationError
+from scheduler.errors import ApplicationError, Conflict
 from scheduler.models import Decision, Department
 from scheduler.services import decision_record
 
@@ -76,7 +76,7 @@ def _record_service(service: InferenceService, actor, reason: str) -> None:
 def service_update(*, service: InferenceService, actor, thresholds: list[dict] | None = None, **fields) -> InferenceService:
     _require_admin(actor=actor, department=service.department)
     if fields.pop("department", service.department) != service.department:
-        raise ApplicationError.for_field("department", "a service cannot move to another department")
+        raise Conflict.for_field("department", "a service cannot move to another department")
     current = {name: getattr(service, name) for name in SERVICE_FIELDS}
     _check_bounds({**current, **fields})
     if thresholds is not None:
@@ -118,7 +118,7 @@ def transition_request(*, node: Node, direction: PolicyDirection, actor, reason:
     node = Node.objects.select_for_update().get(pk=node.pk)
     errors = _transition_errors(node, direction)
     if errors:
-        raise ApplicationError(errors[0], fields={"node": errors})
+        raise Conflict(errors[0], fields={"node": errors})
     record = NodeTransition.objects.create(node=node, direction=direction.value, requested_by=actor, reason=reason,
                                            message=message)
     decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node.name}", reason=reason, message=message,

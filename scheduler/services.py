@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from profiling.services import run_summaries_compute
 from scheduler import selectors
-from scheduler.errors import ApplicationError
+from scheduler.errors import ApplicationError, Conflict
 from scheduler.models import (
     CPU,
     MEMORY,
@@ -53,7 +53,7 @@ def _keep_an_admin(*, department: Department, leaving: Membership | None, actor)
         return
     others = department.memberships.filter(role=Membership.Role.ADMIN).exclude(pk=leaving.pk)
     if not others.exists():
-        raise ApplicationError.for_field("role", f"{leaving.user} is the last admin of {department}; "
+        raise Conflict.for_field("role", f"{leaving.user} is the last admin of {department}; "
                                                  "make someone else admin first")
 
 
@@ -99,14 +99,14 @@ def quota_set(
     resource = gpu_model.name if gpu_model else resource_kind
     Department.objects.select_for_update().get(pk=department.pk)  # serialize with admissions
     used = selectors.quota_used(department=department, resource=resource)
-    errors = {}
-    for kind, amount in (("own", own), ("borrowed", borrowed)):
-        if amount < 0:
-            errors[kind] = [f"must be zero or more, got {amount}"]
-        elif amount < used[kind]:
-            errors[kind] = [f"{kind} {resource} quota {amount} is below the {used[kind]} already in use"]
-    if errors:
-        raise ApplicationError("quota below what is in use", fields=errors)
+    amounts = (("own", own), ("borrowed", borrowed))
+    negative = {kind: [f"must be zero or more, got {amount}"] for kind, amount in amounts if amount < 0}
+    if negative:
+        raise ApplicationError("a quota is never negative", fields=negative)
+    below = {kind: [f"{kind} {resource} quota {amount} is below the {used[kind]} already in use"]
+             for kind, amount in amounts if amount < used[kind]}
+    if below:
+        raise Conflict("quota below what is in use", fields=below)
     quota, created = Quota.objects.update_or_create(department=department, **key, defaults={"own": own, "borrowed": borrowed})
     decision_record(
         kind=Decision.Kind.QUOTA,
@@ -123,7 +123,7 @@ def quota_set(
 def quota_delete(*, quota: Quota, actor) -> None:
     used = selectors.quota_used(department=quota.department, resource=quota.resource)
     if any(used.values()):
-        raise ApplicationError(f"{quota.department} still holds {quota.resource}: {used}; cannot delete its quota")
+        raise Conflict(f"{quota.department} still holds {quota.resource}: {used}; cannot delete its quota")
     decision_record(
         kind=Decision.Kind.QUOTA,
         subject=f"department:{quota.department.name}",
@@ -150,7 +150,7 @@ def gpu_model_create(*, name: str, memory_gib: int) -> GPUModel:
 def _check_name_kept(entity, fields: dict) -> None:
     """Names are permanent: quotas, decisions and automation refer to departments and GPU models by name."""
     if "name" in fields and fields["name"] != entity.name:
-        raise ApplicationError.for_field(
+        raise Conflict.for_field(
             "name", f"{entity.name} cannot be renamed (decisions and quotas refer to it by name); create a new one"
         )
 
@@ -258,7 +258,7 @@ def job_keep_request(*, job: TrainingJob, keep: bool, actor) -> TrainingJob:
     if not selectors.can_administer(user=actor, department=job.department):
         raise PermissionDenied(f"only operators and admins of {job.department} override right-sizing")
     if job.is_finished:
-        raise ApplicationError.for_field("keep_request", f"job {job.pk} is already {job.status}")
+        raise Conflict.for_field("keep_request", f"job {job.pk} is already {job.status}")
     if job.keep_request != keep:
         job.keep_request = keep
         job.save(update_fields=["keep_request"])
@@ -281,7 +281,7 @@ def job_cancel(*, job: TrainingJob, actor) -> TrainingJob:
     if not can_cancel(user=actor, job=job):
         raise PermissionDenied("only the submitter, department admins and operators cancel a job")
     if job.is_finished:
-        raise ApplicationError.for_field("status", f"job {job.pk} is already {job.status}; only unfinished jobs can be cancelled")
+        raise Conflict.for_field("status", f"job {job.pk} is already {job.status}; only unfinished jobs can be cancelled")
     now = timezone.now()
     ended = list(job.runs.filter(ended_at__isnull=True))
     for run in ended:

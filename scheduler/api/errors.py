@@ -14,7 +14,7 @@ from scheduler.errors import ApplicationError
 
 def exception_handler(exc, context):
     if isinstance(exc, ApplicationError):
-        return Response({"message": exc.message, "extra": exc.extra}, status=400)
+        return Response({"message": exc.message, "extra": exc.extra}, status=exc.status)
     if isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(as_serializer_error(exc))
     elif isinstance(exc, Http404):
@@ -23,16 +23,27 @@ def exception_handler(exc, context):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, ProtectedError):
         names = ", ".join(sorted({str(obj) for obj in exc.protected_objects})[:5])
-        return Response({"message": f"still in use by: {names}", "extra": {}}, status=400)
+        return Response({"message": f"still in use by: {names}", "extra": {}}, status=409)
 
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
+        if _only_unique(exc.get_codes()):  # a name or combination already taken: a conflict, not bad input
+            response.status_code = 409
         response.data = {"message": "Validation error", "extra": {"fields": _as_dict(response.data)}}
     else:
         response.data = {"message": response.data.get("detail", str(exc)), "extra": {}}
     return response
+
+
+def _only_unique(codes) -> bool:
+    """Every error code of a ValidationError is a uniqueness one (UniqueValidator, UniqueTogetherValidator)."""
+    if isinstance(codes, dict):
+        return bool(codes) and all(_only_unique(c) for c in codes.values())
+    if isinstance(codes, list):
+        return bool(codes) and all(_only_unique(c) for c in codes)
+    return codes == "unique"
 
 
 def _as_dict(detail) -> dict:

@@ -39,7 +39,8 @@ def test_operator_creates_a_department(world):
 def test_bad_department_name_is_rejected_and_writes_nothing(world, name):
     before = world.snapshot()
     response = world.client("operator").post("/api/departments/", {"name": name}, format="json")
-    assert response.status_code == 400 and "name" in response.json()["extra"]["fields"]
+    assert response.status_code == (409 if name == "ml-search" else 400)  # a taken name is a conflict
+    assert "name" in response.json()["extra"]["fields"]
     assert world.snapshot() == before
 
 
@@ -47,7 +48,7 @@ def test_department_cannot_be_renamed_but_its_description_can_change(world):
     search = world.departments["ml-search"]
     before = world.snapshot()
     renamed = world.client("operator").patch(f"/api/departments/{search.pk}/", {"name": "ml-find"}, format="json")
-    assert renamed.status_code == 400 and "cannot be renamed" in renamed.json()["extra"]["fields"]["name"][0]
+    assert renamed.status_code == 409 and "cannot be renamed" in renamed.json()["extra"]["fields"]["name"][0]
     assert world.snapshot() == before
     described = world.client("operator").patch(f"/api/departments/{search.pk}/", {"description": "web search"},
                                                format="json")
@@ -58,7 +59,7 @@ def test_department_with_jobs_cannot_be_deleted(world):
     world.submit()
     before = world.snapshot()
     response = world.client("operator").delete(f"/api/departments/{world.departments['ml-search'].pk}/")
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert world.snapshot() == before
 
 
@@ -155,7 +156,7 @@ def test_the_last_department_admin_cannot_leave_it_without_one(world, how):
         response = client.patch(f"/api/memberships/{mine.pk}/", {"role": "member"}, format="json")
     else:
         response = client.delete(f"/api/memberships/{mine.pk}/")
-    assert response.status_code == 400 and "last admin" in response.json()["message"] + str(response.json()["extra"])
+    assert response.status_code == 409 and "last admin" in response.json()["message"] + str(response.json()["extra"])
     assert world.snapshot() == before
     promoted = client.post("/api/memberships/", {"user": "mia", "department": "ml-search", "role": "admin"},
                            format="json")

@@ -95,7 +95,7 @@ def test_cancelling_a_finished_job_is_rejected_and_writes_nothing(world, status)
     TrainingJob.objects.filter(pk=job.pk).update(status=status)
     before = world.snapshot()
     response = world.client("member").post(f"/api/jobs/{job.pk}/cancel/")
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert f"already {status}" in response.json()["message"]
     assert world.snapshot() == before
 

@@ -34,7 +34,7 @@ def test_operator_lends_a_node_and_sees_the_transition(world):
 def test_illegal_moves_are_rejected_and_change_nothing(world, node, action, expected):
     before = world.snapshot()
     response = post(world, node, action)
-    assert response.status_code == 400
+    assert response.status_code == 409  # the node's state refuses it
     assert expected in response.json()["message"] and response.json()["extra"]["fields"]["node"]
     assert world.snapshot() == before
 
@@ -43,7 +43,7 @@ def test_a_node_in_a_transition_takes_no_second_one(world):
     assert post(world, "a100-0", "take-back").status_code == 202
     before = world.snapshot()
     again = post(world, "a100-0", "take-back")
-    assert again.status_code == 400 and "already in a transition" in again.json()["message"]
+    assert again.status_code == 409 and "already in a transition" in again.json()["message"]
     assert world.snapshot() == before
     assert NodeTransition.objects.filter(node=world.nodes["a100-0"], status="open").count() == 1
 
@@ -51,7 +51,7 @@ def test_a_node_in_a_transition_takes_no_second_one(world):
 def test_pinned_nodes_are_not_moved_until_unpinned(world):
     assert post(world, "t4-1", "pin", {"pinned": True}).json()["pinned"] is True
     refused = post(world, "t4-1", "lend")
-    assert refused.status_code == 400 and "pinned" in refused.json()["message"]
+    assert refused.status_code == 409 and "pinned" in refused.json()["message"]
     assert post(world, "t4-1", "pin", {"pinned": False}).json()["pinned"] is False
     assert post(world, "t4-1", "lend").status_code == 202
 

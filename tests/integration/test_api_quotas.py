@@ -60,7 +60,7 @@ def test_quota_below_what_is_in_use_is_rejected_and_writes_nothing(world, kind, 
     quota = _quota(world, "ml-search", resource)
     before = world.snapshot()
     response = world.client("operator").patch(f"/api/quotas/{quota.pk}/", {kind: amount}, format="json")
-    assert response.status_code == 400
+    assert response.status_code == 409  # valid amounts, refused by what is in use now
     assert kind in response.json()["extra"]["fields"], response.json()
     assert world.snapshot() == before
 
@@ -76,7 +76,7 @@ def test_quota_in_use_cannot_be_deleted(world):
     quota = _quota(world, "ml-search", "T4")
     before = world.snapshot()
     response = world.client("operator").delete(f"/api/quotas/{quota.pk}/")
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert world.snapshot() == before
 
 
