@@ -133,3 +133,22 @@ def test_operator_replays_a_small_trace_and_reads_the_report(world, console, set
         console.shot("ops-replay-report")
     finally:
         app.conf.task_always_eager = False
+
+
+def test_operator_walks_every_dashboard_tab(world, console):
+    """Each dashboard opens from the tabs, by keyboard-reachable links, with no error and nothing from elsewhere."""
+    world.service("ml-search")
+    console.sign_in("otto")
+    console.open("/ops/")
+    page = console.page
+    for tab, landmark in (("Nodes and lending", "Nodes"), ("Quotas", "Quotas and usage"),
+                          ("Autoscaling", "Inference services"), ("Decisions", None), ("What-if", "Replay a trace")):
+        page.get_by_role("navigation", name="Dashboards").get_by_role("link", name=tab).click()
+        expect(page.get_by_role("link", name=tab)).to_have_attribute("aria-current", "page")
+        if landmark:
+            expect(page.get_by_role("heading", name=landmark).first).to_be_visible()
+        console.shot(f"ops-{tab.lower().replace(' ', '-')}")
+    expect(page.get_by_text("ml-search-ranker")).to_have_count(0)  # services live on the autoscaling tab
+    page.get_by_role("link", name="Autoscaling").click()
+    expect(page.get_by_role("link", name="ml-search-ranker")).to_be_visible()
+    expect(page.get_by_text("is not built yet")).to_be_visible()
