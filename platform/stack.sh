@@ -78,7 +78,8 @@ wait_ready() {
     if (( SECONDS >= deadline )); then
       die "$name not ready on 127.0.0.1:$(port_of "$name") after ${READY_TIMEOUT}s; see $LOGS/$name.log"
     fi
-    if [[ -f "$(pid_file "$name")" ]] && ! our_pid "$name" >/dev/null; then
+    # Asked twice: while the pid's bash execs the service, /proc/<pid>/cmdline can read empty for an instant.
+    if [[ -f "$(pid_file "$name")" ]] && ! our_pid "$name" >/dev/null && ! { sleep 0.3; our_pid "$name" >/dev/null; }; then
       die "$name exited during start; see $LOGS/$name.log"
     fi
     sleep 0.1
