@@ -146,6 +146,20 @@ class InferenceService(models.Model):
     cpu_milli_per_replica = models.PositiveIntegerField(default=4000)
     memory_mib_per_replica = models.PositiveIntegerField(default=16384)
     autoscaling = models.BooleanField(default=True)
+    # SPEC §3 filters and system rules; the policy is colocation/policy/autoscaling.py
+    offline = models.BooleanField(default=False, help_text="Not serving: the autoscaler leaves it alone.")
+    manual_deploy = models.BooleanField(default=False, help_text="Being deployed by hand: the autoscaler leaves it alone.")
+    peak_start = models.TimeField(null=True, blank=True, help_text="Daytime peak window (local time): no scale-in inside it.")
+    peak_end = models.TimeField(null=True, blank=True)
+    scale_to_zero_idle_min = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Scale to zero after this many idle minutes (no requests); empty: never.")
+    busy_signal = models.BooleanField(
+        default=False, help_text="Scale on the workers' busy fraction (its 'busy' threshold) instead of utilization.")
+    vertical = models.BooleanField(default=False, help_text="Apply the per-replica resource recommendation on the next rollout.")
+    recommended_gpus_per_replica = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
+    recommended_cpu_milli = models.PositiveIntegerField(null=True, blank=True)
+    recommended_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    replicas_changed_at = models.DateTimeField(null=True, blank=True, help_text="When the replica count last changed.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = InferenceServiceQuerySet.as_manager()
@@ -155,10 +169,16 @@ class InferenceService(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(min_replicas__lte=F("max_replicas")), name="service_min_le_max"),
             models.CheckConstraint(
-                condition=Q(replicas__gte=F("min_replicas")) & Q(replicas__lte=F("max_replicas")),
+                condition=(Q(replicas__gte=F("min_replicas")) | Q(replicas=0, scale_to_zero_idle_min__isnull=False))
+                & Q(replicas__lte=F("max_replicas")),
                 name="service_replicas_within_bounds",
             ),
             models.CheckConstraint(condition=Q(gpus_per_replica__gte=0), name="service_gpus_non_negative"),
+            models.CheckConstraint(condition=(Q(peak_start__isnull=True) & Q(peak_end__isnull=True))
+                                   | (Q(peak_start__isnull=False) & Q(peak_end__isnull=False)),
+                                   name="service_peak_window_both_or_none"),
+            models.CheckConstraint(condition=Q(scale_to_zero_idle_min__isnull=True) | Q(scale_to_zero_idle_min__gt=0),
+                                   name="service_idle_minutes_positive"),
         ]
 
     def __str__(self) -> str:
@@ -173,6 +193,7 @@ class ScalingThreshold(models.Model):
         CPU = "cpu", "CPU utilization"
         MEMORY = "memory", "Memory utilization"
         GPU_MEMORY = "gpu_memory", "GPU-memory utilization"
+        BUSY = "busy", "Busy fraction of the workers"
 
     service = models.ForeignKey(InferenceService, on_delete=models.CASCADE, related_name="thresholds")
     metric = models.CharField(max_length=16, choices=Metric.choices)
@@ -195,3 +216,20 @@ class ScalingThreshold(models.Model):
 
     def __str__(self) -> str:
         return f"{self.service} {self.metric}: {self.min_rate}/{self.expect_rate}/{self.max_rate}"
+
+
+class ScalingSchedule(models.Model):
+    """Scheduled scaling: inside the window (cron day-of-week syntax, local times) the service keeps at least
+    `min_replicas`."""
+
+    service = models.ForeignKey(InferenceService, on_delete=models.CASCADE, related_name="schedules")
+    weekdays = models.CharField(max_length=32, default="*", help_text='Cron day-of-week: "*", "1-5", "0,6" (0 = Sunday).')
+    start = models.TimeField()
+    end = models.TimeField(help_text="Exclusive; an end at or before the start runs past midnight.")
+    min_replicas = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["service", "start", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.service} {self.weekdays} {self.start:%H:%M}-{self.end:%H:%M} >= {self.min_replicas}"

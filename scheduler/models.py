@@ -292,6 +292,7 @@ class Decision(models.Model):
         LENDING = "lending", "Lending"
         SCALING = "scaling", "Scaling"
         RIGHTSIZING = "rightsizing", "Right-sizing"
+        ALERT = "alert", "Alert"
 
     kind = models.CharField(max_length=16, choices=Kind.choices, db_index=True)
     subject = models.CharField(max_length=160, db_index=True, help_text='What it is about, e.g. "job:42", "node:n1".')

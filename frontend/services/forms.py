@@ -46,7 +46,6 @@ def _values_of(service: InferenceService) -> dict:
 class ThresholdForm(forms.Form):
     """One metric's minRate / expectRate / maxRate; all three blank = no threshold on that metric."""
 
-    metric = forms.ChoiceField(choices=ScalingThreshold.Metric.choices, widget=forms.HiddenInput)
     min_rate = forms.FloatField(min_value=0, max_value=1, required=False, label="min")
     expect_rate = forms.FloatField(min_value=0, max_value=1, required=False, label="expect")
     max_rate = forms.FloatField(min_value=0, max_value=1, required=False, label="max")
@@ -58,9 +57,10 @@ class ThresholdForm(forms.Form):
             raise forms.ValidationError("give min, expect and max, or leave all three blank")
         return data
 
-    @property
-    def label(self) -> str:
-        return ScalingThreshold.Metric(self["metric"].value()).label
+    def __init__(self, *args, metric: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.metric = metric  # fixed by the form's place, never read from the request
+        self.label = ScalingThreshold.Metric(metric).label
 
 
 def threshold_forms(data=None, service: InferenceService | None = None) -> list[ThresholdForm]:
@@ -68,11 +68,10 @@ def threshold_forms(data=None, service: InferenceService | None = None) -> list[
     forms_ = []
     for metric in ScalingThreshold.Metric.values:
         t = current.get(metric)
-        initial = {"metric": metric, **({"min_rate": t.min_rate, "expect_rate": t.expect_rate, "max_rate": t.max_rate}
-                                        if t else {})}
-        forms_.append(ThresholdForm(data, prefix=f"t-{metric}", initial=initial, label_suffix=""))
+        initial = {"min_rate": t.min_rate, "expect_rate": t.expect_rate, "max_rate": t.max_rate} if t else {}
+        forms_.append(ThresholdForm(data, prefix=f"t-{metric}", initial=initial, label_suffix="", metric=metric))
     return forms_
 
 
 def thresholds_of(forms_: list[ThresholdForm]) -> list[dict]:
-    return [f.cleaned_data for f in forms_ if f.cleaned_data.get("min_rate") is not None]
+    return [{"metric": f.metric, **f.cleaned_data} for f in forms_ if f.cleaned_data.get("min_rate") is not None]

@@ -1,0 +1,371 @@
+"""Inference autoscaling (SPEC §3), pure: a service's scaling decision from its policy, its recent per-minute
+loads, its forecast and `now`; then one arbitration across a resource group by priority.
+
+The live loop (colocation/autoscaler.py), the co-location simulation and the offline evaluation
+(`manage.py autoscale_eval`) all call `decide_group`/`decide_service`: one policy, three callers.
+
+A minute's load is measured at the replica count it names; the rules use only minutes measured since the
+replica count last changed (a minute at the old count says nothing about the new one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import time
+from enum import StrEnum
+
+from colocation.policy.schedules import Schedule, scheduled_minimum
+from colocation.policy.windows import in_window, local
+
+METRICS = ("gpu", "cpu", "memory", "gpu_memory")
+BUSY = "busy"
+SYSTEM_MIN_REPLICAS = 2
+OUT_MINUTES = 2  # scale out when over maxRate in each of the last 2 minutes
+IN_MINUTES = 5  # scale in when under minRate in each of the last 5 minutes
+STABLE_S = 180  # the replica count must have been stable this long
+STALE_S = 120  # a minute whose end lies further back than this is dropped
+SILENT_MINUTES = 5  # no metrics this long: restore yesterday's maximum
+AHEAD = 5  # forecast minutes looked at
+AHEAD_OVER = 2  # of which this many over maxRate trigger a scale-out ahead of the peak
+MINUTE = 60
+FLOAT_SLACK = 1e-9  # 0.9/0.6*4 is 6.000000000000001: not a reason for a 7th replica
+
+
+class Reason(StrEnum):
+    SCALE_OUT = "scale-out"
+    SCALE_IN = "scale-in"
+    PREDICTIVE_OUT = "predictive-scale-out"
+    HOLD = "hold"
+    SKIP_OFF = "skip-autoscaling-off"
+    SKIP_OFFLINE = "skip-offline"
+    SKIP_MANUAL = "skip-manual-deploy"
+    SKIP_SCALING = "skip-scaling"
+    SKIP_UNSTABLE = "skip-unstable"
+    STALE = "stale-metrics"
+    FALLBACK = "fallback-yesterday-max"
+    TO_ZERO = "scale-to-zero"
+    FROM_ZERO = "scale-from-zero"
+    SCHEDULE = "schedule-minimum"
+    PEAK_WINDOW = "peak-window"
+    PRIORITY = "priority-capped"
+
+
+SKIPS = frozenset({Reason.SKIP_OFF, Reason.SKIP_OFFLINE, Reason.SKIP_MANUAL, Reason.SKIP_SCALING,
+                   Reason.SKIP_UNSTABLE})
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """maxRate / minRate / expectRate of one metric, fractions of what a replica has."""
+
+    min_rate: float
+    expect_rate: float
+    max_rate: float
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_rate <= self.expect_rate <= self.max_rate <= 1 or self.expect_rate <= 0:
+            raise ValueError(f"need 0 <= minRate <= expectRate <= maxRate <= 1 and expectRate > 0, got "
+                             f"{self.min_rate}/{self.expect_rate}/{self.max_rate}")
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    thresholds: tuple[tuple[str, Rates], ...] = (("gpu", Rates(0.3, 0.6, 0.8)),)
+    min_replicas: int = SYSTEM_MIN_REPLICAS
+    max_replicas: int = 10
+    priority: int = 0
+    autoscaling: bool = True
+    predictive: bool = True  # off: the reactive rule alone
+    peak_window: tuple[time, time] | None = None  # local [start, end): no scale-in inside
+    scale_to_zero_idle_min: int | None = None
+    schedules: tuple[Schedule, ...] = ()
+    busy_signal: bool = False  # scale on the "busy" threshold instead of utilization
+    tz: str = "UTC"
+
+    def rates(self) -> dict[str, Rates]:
+        """The metrics this policy scales on."""
+        wanted = {BUSY} if self.busy_signal else set(METRICS)
+        return {m: r for m, r in self.thresholds if m in wanted}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadMinute:
+    """One minute of a service, measured with `replicas` serving; utilizations are per replica, 0..1."""
+
+    at: float  # start of the minute, epoch seconds
+    replicas: int
+    gpu: float | None = None
+    cpu: float | None = None
+    memory: float | None = None
+    gpu_memory: float | None = None
+    busy: float | None = None
+    qps: float | None = None  # at the gateway: also counted while no replica runs
+
+    def value(self, metric: str) -> float | None:
+        return getattr(self, metric)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceView:
+    name: str
+    policy: ScalingPolicy
+    replicas: int  # desired now
+    ready: int  # serving now
+    loads: tuple[LoadMinute, ...] = ()  # the last hour or so, oldest first
+    replicas_changed_at: float | None = None
+    offline: bool = False
+    manual_deploy: bool = False
+    forecast: tuple[tuple[str, tuple[float, ...]], ...] = ()  # metric -> utilization at `replicas`, h1..h5
+    forecast_note: str = ""  # why no forecast is used, when none is
+    yesterday_max: int | None = None
+    per_replica: float = 1.0  # what one replica takes of its group (GPUs, or CPU millicores)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDecision:
+    service: str
+    current: int
+    target: int
+    reason: Reason
+    message: str
+    data: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def changes(self) -> bool:
+        return self.target != self.current
+
+
+# --- one service ----------------------------------------------------------------------------------
+
+
+def decide_service(view: ServiceView, now: float) -> ScaleDecision:
+    """SPEC §3 for one service: filters, the reactive and predictive rules, scale to zero, then system rules."""
+    skip = _skip(view, now)
+    if skip is not None:
+        return skip
+    fresh = _recent_run(view.loads, now)
+    if not fresh:
+        return _silent(view, now)
+    if view.replicas == 0:
+        return _from_zero(view, fresh[-1])
+    idle = _idle(view, now)
+    if idle is not None:
+        return _bounded(view, now, idle)
+    since_change = [m for m in fresh if view.replicas_changed_at is None or m.at >= view.replicas_changed_at]
+    return _bounded(view, now, _rules(view, since_change))
+
+
+def _skip(view: ServiceView, now: float) -> ScaleDecision | None:
+    n = view.replicas
+    if not view.policy.autoscaling:
+        return _hold(view, Reason.SKIP_OFF, f"{view.name}: autoscaling is off; stays at {n} replicas")
+    if view.offline:
+        return _hold(view, Reason.SKIP_OFFLINE, f"{view.name} is offline; left at {n} replicas")
+    if view.manual_deploy:
+        return _hold(view, Reason.SKIP_MANUAL, f"{view.name} is being deployed by hand; left at {n} replicas")
+    if view.ready != n:
+        return _hold(view, Reason.SKIP_SCALING, f"{view.name} is still scaling: {view.ready} of {n} replicas ready")
+    changed = view.replicas_changed_at
+    if changed is not None and now - changed < STABLE_S:
+        return _hold(view, Reason.SKIP_UNSTABLE, f"{view.name} changed to {n} replicas {int(now - changed)} s ago; "
+                                                 f"waiting until it has been stable {STABLE_S // 60} minutes")
+    return None
+
+
+def _recent_run(loads: Sequence[LoadMinute], now: float) -> list[LoadMinute]:
+    """The unbroken run of minutes ending at the newest, or nothing when the newest lags more than STALE_S
+    behind `now` (its metrics are dropped). A missing minute breaks the run: "each of the last k minutes"
+    means k consecutive measured minutes."""
+    if not loads or now - (loads[-1].at + MINUTE) > STALE_S:
+        return []
+    run = [loads[-1]]
+    for m in reversed(loads[:-1]):
+        if run[-1].at - m.at != MINUTE:
+            break
+        run.append(m)
+    return run[::-1]
+
+
+def _hold(view: ServiceView, reason: Reason, message: str, **data) -> ScaleDecision:
+    return ScaleDecision(view.name, view.replicas, view.replicas, reason, message, data)
+
+
+def _silent(view: ServiceView, now: float) -> ScaleDecision:
+    """No fresh metrics: wait, and after SILENT_MINUTES restore yesterday's maximum."""
+    last = max((m.at + MINUTE for m in view.loads), default=None)
+    silent_min = math.inf if last is None else (now - last) // MINUTE
+    if silent_min < SILENT_MINUTES or view.yesterday_max is None:
+        why = "" if silent_min < SILENT_MINUTES else "; yesterday's maximum is unknown"
+        since = "ever" if last is None else f"{int(silent_min)} minutes"
+        return _hold(view, Reason.STALE, f"{view.name}: no fresh metrics for {since}; stays at {view.replicas}{why}")
+    target = _clamp(view, view.yesterday_max, _floor(view, now))
+    return ScaleDecision(view.name, view.replicas, target, Reason.FALLBACK,
+                         f"{view.name}: no metrics for {SILENT_MINUTES}+ minutes; restored to yesterday's maximum "
+                         f"of {view.yesterday_max} replicas" + _bounded_note(target, view.yesterday_max),
+                         {"silent_minutes": None if last is None else int(silent_min)})
+
+
+def _from_zero(view: ServiceView, newest: LoadMinute) -> ScaleDecision:
+    if not newest.qps:
+        return _hold(view, Reason.HOLD, f"{view.name}: at zero replicas, no requests")
+    target = max(SYSTEM_MIN_REPLICAS, view.policy.min_replicas)
+    return ScaleDecision(view.name, 0, min(target, view.policy.max_replicas), Reason.FROM_ZERO,
+                         f"{view.name}: back from zero on {newest.qps:.2f} requests/s at the gateway", {"qps": newest.qps})
+
+
+def _idle(view: ServiceView, now: float) -> ScaleDecision | None:
+    """Scale to zero when every one of the last `idle` minutes, up to the newest, had no request."""
+    idle = view.policy.scale_to_zero_idle_min
+    if not idle:
+        return None
+    by_minute = {int(m.at // MINUTE): m for m in view.loads}
+    newest = max(by_minute)
+    window = [by_minute.get(newest - i) for i in range(idle)]
+    if any(m is None or m.qps is None or m.qps > 0 for m in window):
+        return None
+    return ScaleDecision(view.name, view.replicas, 0, Reason.TO_ZERO,
+                         f"{view.name}: no request for {idle} minutes; scaled to zero")
+
+
+def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
+    """The reactive rule per metric and the predictive rule; the largest answer wins."""
+    n, policy = view.replicas, view.policy
+    answers: list[tuple[int, Reason, str, str]] = []  # (replicas, reason, metric, why)
+    for metric, rates in sorted(policy.rates().items()):
+        ys = [v for m in loads if (v := m.value(metric)) is not None]
+        if len(ys) >= OUT_MINUTES and all(v > rates.max_rate for v in ys[-OUT_MINUTES:]):
+            k = math.ceil(ys[-1] / rates.expect_rate * n - FLOAT_SLACK)
+            answers.append((max(n, k), Reason.SCALE_OUT, metric,
+                            f"{metric} {_pcts(ys[-OUT_MINUTES:])} over maxRate {rates.max_rate:.0%} for "
+                            f"{OUT_MINUTES} minutes: ceil({ys[-1]:.2f}/{rates.expect_rate:.2f}×{n}) = {k}"))
+        elif len(ys) >= IN_MINUTES and all(v < rates.min_rate for v in ys[-IN_MINUTES:]):
+            k = math.floor(ys[-1] / rates.expect_rate * n + FLOAT_SLACK)
+            answers.append((min(n, k), Reason.SCALE_IN, metric,
+                            f"{metric} under minRate {rates.min_rate:.0%} for {IN_MINUTES} minutes "
+                            f"(now {ys[-1]:.0%}): floor({ys[-1]:.2f}/{rates.expect_rate:.2f}×{n}) = {k}"))
+        elif ys:
+            answers.append((n, Reason.HOLD, metric, f"{metric} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
+                                                    f"{rates.max_rate:.0%}"))
+    ahead = _ahead(view)
+    if ahead is not None:
+        answers.append(ahead)
+    if not answers:
+        return _hold(view, Reason.STALE, f"{view.name}: no metric it scales on was measured at {n} replicas yet")
+    replicas, reason, metric, why = max(answers, key=lambda a: (a[0], a[1] is not Reason.HOLD))
+    if reason is Reason.HOLD and replicas == n:
+        why = "; ".join(a[3] for a in answers if a[1] is Reason.HOLD) or why
+        if view.forecast_note and policy.predictive:
+            why += f"; {view.forecast_note}"
+    verb = {Reason.HOLD: "stays at", Reason.SCALE_IN: "scales in to"}.get(reason, "scales out to")
+    return ScaleDecision(view.name, n, replicas, reason, f"{view.name} {verb} {replicas} replicas: {why}",
+                         {"metric": metric, "loads": {m: _last(loads, m) for m in policy.rates()}})
+
+
+def _ahead(view: ServiceView) -> tuple[int, Reason, str, str] | None:
+    """Predictive: if any AHEAD_OVER of the next AHEAD forecast minutes exceed maxRate, scale out ahead of the
+    peak to what the forecast peak needs."""
+    if not view.policy.predictive:
+        return None
+    rates, n, best = view.policy.rates(), view.replicas, None
+    for metric, values in view.forecast:
+        if metric not in rates:
+            continue
+        ahead, r = values[:AHEAD], rates[metric]
+        if sum(v > r.max_rate for v in ahead) >= AHEAD_OVER:
+            k = max(n, math.ceil(max(ahead) / r.expect_rate * n - FLOAT_SLACK))
+            why = (f"{metric} forecast {_pcts(ahead)} over the next {AHEAD} minutes exceeds maxRate "
+                   f"{r.max_rate:.0%} {sum(v > r.max_rate for v in ahead)} times: ceil({max(ahead):.2f}/"
+                   f"{r.expect_rate:.2f}×{n}) = {k} ahead of the peak")
+            if best is None or k > best[0]:
+                best = (k, Reason.PREDICTIVE_OUT, metric, why)
+    return best
+
+
+# --- system rules ---------------------------------------------------------------------------------
+
+
+def _floor(view: ServiceView, now: float) -> int:
+    policy = view.policy
+    return max(SYSTEM_MIN_REPLICAS, policy.min_replicas, scheduled_minimum(policy.schedules, now, policy.tz))
+
+
+def _clamp(view: ServiceView, k: int, floor: int) -> int:
+    return max(min(floor, view.policy.max_replicas), min(k, view.policy.max_replicas))
+
+
+def in_peak(policy: ScalingPolicy, now: float) -> bool:
+    w = policy.peak_window
+    return w is not None and in_window(local(now, policy.tz).time(), w[0], w[1])
+
+
+def _bounded(view: ServiceView, now: float, d: ScaleDecision) -> ScaleDecision:
+    """At least 2 replicas (unless scaled to zero), the schedules' minimum, never above the maximum, no
+    scale-in inside the daytime peak window."""
+    n = view.replicas
+    if d.target < n and in_peak(view.policy, now):
+        start, end = view.policy.peak_window
+        return ScaleDecision(view.name, n, n, Reason.PEAK_WINDOW,
+                             f"{view.name} stays at {n} replicas: no scale-in in the peak window "
+                             f"{start:%H:%M}–{end:%H:%M} ({d.message})", d.data)
+    if d.reason is Reason.TO_ZERO:
+        scheduled = scheduled_minimum(view.policy.schedules, now, view.policy.tz)
+        if not scheduled:
+            return d
+        d = _hold(view, Reason.HOLD, d.message)
+    floor = _floor(view, now)
+    target = _clamp(view, d.target, floor)
+    if target == d.target:
+        return d
+    if target > d.target and target > n and floor > max(SYSTEM_MIN_REPLICAS, view.policy.min_replicas):
+        return ScaleDecision(view.name, n, target, Reason.SCHEDULE,
+                             f"{view.name} scales to {target} replicas: a schedule keeps at least {floor} now", d.data)
+    bound = "maximum" if target < d.target else "minimum"
+    return ScaleDecision(view.name, n, target, d.reason if target != n else Reason.HOLD,
+                         f"{d.message}; bounded by its {bound} to {target}", d.data)
+
+
+# --- a group at once ------------------------------------------------------------------------------
+
+
+def decide_group(views: Sequence[ServiceView], capacity: float, now: float) -> list[ScaleDecision]:
+    """Every service of one resource group. When the group's `capacity` (what inference could have of it)
+    cannot give every service what it asks, higher-priority services get theirs first and lower-priority
+    ones shrink, never below their minimum; skipped services keep what they have."""
+    decisions = {v.name: decide_service(v, now) for v in views}
+    by_name = {v.name: v for v in views}
+    asked = sum(d.target * by_name[n].per_replica for n, d in decisions.items())
+    if asked <= capacity + FLOAT_SLACK:
+        return [decisions[v.name] for v in views]
+    fixed = {n for n, d in decisions.items() if d.reason in SKIPS or d.target == 0}
+    floors = {n: 0 if n in fixed else min(decisions[n].target, _floor(by_name[n], now)) for n in decisions}
+    left = capacity - sum(decisions[n].target * by_name[n].per_replica for n in fixed) \
+        - sum(floors[n] * by_name[n].per_replica for n in decisions if n not in fixed)
+    out = dict(decisions)
+    for v in sorted((by_name[n] for n in decisions if n not in fixed), key=lambda v: (-v.policy.priority, v.name)):
+        d = decisions[v.name]
+        extra = max(0, min(d.target - floors[v.name], int(max(0.0, left) // v.per_replica + FLOAT_SLACK)))
+        left -= extra * v.per_replica
+        got = floors[v.name] + extra
+        if got < d.target:
+            out[v.name] = ScaleDecision(
+                v.name, d.current, got, Reason.PRIORITY,
+                f"{v.name} gets {got} of the {d.target} replicas it asks (priority {v.policy.priority}): the group "
+                f"cannot serve every service and higher-priority ones come first", {**d.data, "asked": d.target})
+    return [out[v.name] for v in views]
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _bounded_note(target: int, asked: int) -> str:
+    return f" (bounded to {target})" if target != asked else ""
+
+
+def _pcts(values: Sequence[float]) -> str:
+    return "/".join(f"{v:.0%}" for v in values)
+
+
+def _last(loads: Sequence[LoadMinute], metric: str) -> float | None:
+    return next((v for m in reversed(loads) if (v := m.value(metric)) is not None), None)
