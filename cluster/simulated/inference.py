@@ -1,14 +1,11 @@
 """Simulated inference load, from public traces read in place (paths passed in), and the
-real-time threshold autoscaling rule of SPEC §3. Pure: no Django, no backend.
+per-replica utilization the autoscaler (colocation/policy/autoscaling.py) reacts to. Pure: no Django, no backend.
 
 - Request rate: the World Cup 98 per-minute request counts (local time = GMT+2), each service on
   its own day and phase (drawn from the seed, so deterministic), scaled to its peak QPS.
 - GPU utilization per replica: y = k · (QPS per ready replica) · (1 + noise), clipped to [0, 1];
   k (GPU busy fraction per request/s on one pod) and the noise spread come from the Alibaba GenAI
   serving trace: per minute, sum of pod duty cycles / system QPS, over the busiest half of minutes.
-- Replicas (`replicas_next`): scale out when y > maxRate in each of the last 2 minutes
-  (N' = ceil(y/expectRate·N)); scale in when y < minRate in each of the last 5 minutes
-  (N' = floor(y/expectRate·N)); at least 2 replicas; within the service's min/max.
 """
 
 from __future__ import annotations
@@ -27,46 +24,6 @@ from pathlib import Path
 WORLDCUP_FILE = "invocation_count.csv"
 LOCAL_OFFSET_MIN = 120  # the site's local time was GMT+2
 DAY_MIN = 1440
-FLOAT_SLACK = 1e-9  # 0.9/0.6*4 is 6.000000000000001: not a reason for a 7th replica
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleThresholds:
-    """Per-service real-time thresholds (fractions of GPU utilization) and replica bounds."""
-
-    min_rate: float = 0.3
-    expect_rate: float = 0.6
-    max_rate: float = 0.8
-    min_replicas: int = 2
-    max_replicas: int = 10_000
-    out_minutes: int = 2
-    in_minutes: int = 5
-
-    def __post_init__(self) -> None:
-        if not 0 < self.min_rate <= self.expect_rate <= self.max_rate:
-            raise ValueError(f"need 0 < minRate <= expectRate <= maxRate, got "
-                             f"{self.min_rate}/{self.expect_rate}/{self.max_rate}")
-        if self.max_replicas < self.min_replicas:
-            raise ValueError("max_replicas < min_replicas")
-
-
-SYSTEM_MIN_REPLICAS = 2  # SPEC §3 system rule
-
-
-def replicas_next(history: Sequence[float], n: int, thresholds: ScaleThresholds = ScaleThresholds()) -> int:
-    """Replica count after this minute; `history` is utilization per minute, newest last, measured
-    with the current `n` replicas (the caller restarts it when the count changes)."""
-    th = thresholds
-    floor_n = max(SYSTEM_MIN_REPLICAS, th.min_replicas)
-    clamp = lambda k: max(floor_n, min(th.max_replicas, k))  # noqa: E731
-    if n <= 0:
-        return clamp(n)
-    y = history[-1] if history else None
-    if y is not None and len(history) >= th.out_minutes and all(v > th.max_rate for v in history[-th.out_minutes:]):
-        return clamp(max(n, math.ceil(y / th.expect_rate * n - FLOAT_SLACK)))
-    if y is not None and len(history) >= th.in_minutes and all(v < th.min_rate for v in history[-th.in_minutes:]):
-        return clamp(min(n, math.floor(y / th.expect_rate * n + FLOAT_SLACK)))
-    return clamp(n)
 
 
 # -- traces ----------------------------------------------------------------------------------

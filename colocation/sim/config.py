@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cluster.simulated.inference import ScaleThresholds
+from colocation.policy.autoscaling import Rates, ScalingPolicy
 from colocation.policy.profile import LendingProfile, Thresholds
 
 SIM_START = 1_700_006_400.0  # 2023-11-15 00:00 UTC: a midnight, so minute-of-day = local hour in UTC
@@ -41,7 +41,9 @@ class SimConfig:
     # Inference: the services of a group together need this share of the group's co-location
     # capacity at their peak (p99 minute), with replicas at the autoscaler's expectRate.
     inference_peak: float = 0.50
-    autoscale: ScaleThresholds = ScaleThresholds(min_rate=0.3, expect_rate=0.6, max_rate=0.8)
+    # SPEC §3 on GPU utilization; reactive only: the simulation has no forecast model.
+    autoscale: ScalingPolicy = ScalingPolicy(thresholds=(("gpu", Rates(0.3, 0.6, 0.8)),), max_replicas=10_000,
+                                             predictive=False)
     startup_s: float = 30.0
     # Training: Alibaba 2023 pods of the densest `days` window, replicated so that the offered load
     # (GPU-seconds submitted per second) is this share of the group's GPUs (CPU: of its cores).

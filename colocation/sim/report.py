@@ -49,6 +49,7 @@ def write(sim: CoLocationSim, static: CoLocationSim, out: Path, command: str, wa
     save_figure(fig, out / "online_nodes.png")
     fs = s.summary(static.cfg.days)
     c = sim.cfg
+    gpu = c.autoscale.rates()["gpu"]
     ok = (figures["lent_share"] >= SEED["lent_share"] and figures["kill_rate"] <= SEED["kill_rate"]
           and figures["online_pending_minutes_outside_take_back"] == 0)
     lines = [
@@ -76,8 +77,9 @@ def write(sim: CoLocationSim, static: CoLocationSim, out: Path, command: str, wa
         "(by name) of each group form the fixed training pool (never lent); the rest start online.",
         f"- Inference: World Cup 98 per-minute curve per service (own day and phase), scaled so a group's services "
         f"need {c.inference_peak:.0%} of its co-location capacity at their p99 minute at expectRate; per-replica "
-        "GPU utilization from the Alibaba GenAI serving trace (k per QPS, noise); SPEC §3 autoscaling "
-        f"(min/expect/max {c.autoscale.min_rate}/{c.autoscale.expect_rate}/{c.autoscale.max_rate}), "
+        "GPU utilization from the Alibaba GenAI serving trace (k per QPS, noise); SPEC §3 autoscaling by the "
+        f"live loop's policy (`colocation.policy.autoscaling`, reactive; min/expect/max {gpu.min_rate}/"
+        f"{gpu.expect_rate}/{gpu.max_rate}), "
         f"{c.startup_s:.0f} s startup.",
         f"- Training: Alibaba 2023 pods of the densest {c.days}-day window, GPU pods to a GPU group by hash "
         "(weighted by GPUs), CPU pods to the CPU group, replicated (copies jittered ±3 h) so the offered load is "

@@ -1,8 +1,9 @@
 """The co-location simulation: one cluster on a virtual clock, 1-minute ticks, the real policies.
 
 Each tick: (1) the backend advances (training pods finish, inference pods become ready, pending
-pods are retried); (2) training jobs arrive; (3) inference autoscaling (SPEC §3 threshold rule,
-`replicas_next`) applied as ReplicaSet scales; (4) `decide_lending` per group opens transitions;
+pods are retried); (2) training jobs arrive; (3) inference autoscaling (SPEC §3: the real policy,
+`autoscaling.decide_group` per group) applied as ReplicaSet scales; (4) `decide_lending` per group
+opens transitions;
 (5) the step machine (`next_action`) runs each open transition as far as it can this tick;
 (6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"))`) with each pending job's pool
 from `preferred_pool`. The acting layer here plays the controller's part; no policy is copied.
@@ -17,16 +18,17 @@ from dataclasses import dataclass, field, replace
 
 from cluster.backend import DETACHED_FROM_LABEL, REPLACES_LABEL, RESOURCE_GROUP_LABEL
 from cluster.clock import VirtualClock
-from cluster.simulated.inference import replicas_next
 from cluster.types import JobStatus, NodeState, NodeView, Pool, QuotaView
 from colocation import observe
 from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupView, Lend,
                                SetState, TakeBack, TransitionRecord, Wait, decide_lending, is_final, next_action,
                                preferred_pool, requeue_after_take_back)
+from colocation.policy import autoscaling
 from colocation.policy.states import Direction
+from colocation.sim.autoscale import Measured
 from colocation.sim.config import SIM_START, SimConfig
-from colocation.sim.workload import (build_jobs, build_nodes, build_services, group_capacity, peak_replicas,
-                                    static_split)
+from colocation.sim.workload import (build_jobs, build_nodes, build_services, group_capacity, initial_replicas,
+                                    peak_replicas, static_split)
 from scheduler.bench import SimulatedTraining, pod_name
 from scheduler.policy import Admit, Preempt, get_profile, schedule
 
@@ -106,15 +108,14 @@ class CoLocationSim:
         self.total_gpus = sum(n.gpu_count for n in nodes)
         self.records: dict[str, TransitionRecord] = {}
         self.killed_jobs: set[int] = set()
-        self.history: dict[str, list[float]] = {s.name: [] for s in self.services}
+        self.measured = Measured(cfg.autoscale)
         self.util_now: dict[str, float] = {}
         self._next_arrival = 0
         self._pending_jobs = 0
         self.detached: dict[str, tuple[str, str]] = {}  # detached pod -> (its ReplicaSet, replacement)
         self._dirty = True
         for s in self.services:  # start at what minute 0 needs at expectRate
-            want = self.load.replicas_for(self.load.qps(s.index, 0), cfg.autoscale.expect_rate)
-            n = max(cfg.autoscale.min_replicas, 2, round(want))
+            n = initial_replicas(cfg, self.load, s.index)
             self.backend.apply_replicaset(s.name, s.template, n,
                                           node_selector={RESOURCE_GROUP_LABEL: s.group.model or "CPU"})
         self.backend.advance()
@@ -136,7 +137,7 @@ class CoLocationSim:
         now = self.clock.now()
         self._finish()
         self._arrive(now)
-        self._autoscale(minute)
+        self._autoscale(minute, now)
         if self.cfg.lend:
             self._lend(now)
         self._steps(now)
@@ -180,25 +181,29 @@ class CoLocationSim:
                 out[rs] += 1
         return out
 
-    def _autoscale(self, minute: int) -> None:
+    def _autoscale(self, minute: int, now: float) -> None:
+        """Measure the minute that just ended, then let the policy decide every group at once; the group's
+        capacity is what inference could have of it (every node but the fixed pool)."""
         serving = self.serving()
         sets = {rs.name: rs for rs in self.backend.replicasets()}
-        th = self.cfg.autoscale
+        by_group: dict[str, list[autoscaling.ServiceView]] = defaultdict(list)
         for s in self.services:
-            rs = sets[s.name]
             y = self.load.utilization(s.index, minute, serving[s.name])
             self.util_now[s.name] = y
-            history = self.history[s.name]
-            if rs.ready < rs.replicas or rs.pending:  # SPEC §3 filter: skip a service already scaling
-                history.clear()
-                continue
-            history.append(y)
-            del history[:-max(th.in_minutes, th.out_minutes)]
-            n = replicas_next(history, rs.replicas, th)
-            if n != rs.replicas:
-                self.backend.apply_replicaset(s.name, s.template, n)
-                history.clear()
-                self.metrics.scale_events += 1
+            self.measured.record(s.name, now - self.cfg.tick_s, serving[s.name], y)
+            rs = sets[s.name]
+            by_group[s.group.model or "CPU"].append(self.measured.view(s.name, rs.replicas, rs.ready, s.request))
+        capacity: Counter[str] = Counter()
+        for n in self.backend.nodes():
+            if n.pool is not Pool.FIXED:
+                capacity[n.resource_group] += n.gpu_count if n.gpu_model else n.cpu_milli
+        templates = {s.name: s.template for s in self.services}
+        for group, views in by_group.items():
+            for d in autoscaling.decide_group(views, capacity[group], now):
+                if d.changes:
+                    self.backend.apply_replicaset(d.service, templates[d.service], d.target)
+                    self.measured.changed(d.service, now)
+                    self.metrics.scale_events += 1
 
     # -- (4) lending decisions ----------------------------------------------------------------
     def group_views(self, now: float) -> list[GroupView]:

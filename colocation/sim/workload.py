@@ -10,11 +10,13 @@ import random
 from dataclasses import dataclass, replace
 
 from cluster.backend import PodSpec
-from cluster.simulated.inference import InferenceLoad, replicas_next
+from cluster.simulated.inference import InferenceLoad
 from cluster.simulated.alibaba import read_pods
 from cluster.simulated.traces import alibaba_node
 from cluster.types import GpuShare, JobStatus, JobView, NodeState, NodeView, Pool
-from colocation.sim.config import GroupSpec, SimConfig
+from colocation.policy.autoscaling import decide_service
+from colocation.sim.autoscale import Measured
+from colocation.sim.config import SIM_START, GroupSpec, SimConfig
 
 ALIBABA = "alibaba-gpu-2023"
 NODE_FILE = "openb_node_list_all_node.csv"
@@ -55,25 +57,29 @@ def build_nodes(cfg: SimConfig) -> list[NodeView]:
     return sorted(out, key=lambda n: n.name)
 
 
+def initial_replicas(cfg: SimConfig, load: InferenceLoad, index: int) -> int:
+    """What minute 0 needs at expectRate, within the policy's bounds."""
+    policy = cfg.autoscale
+    want = round(load.replicas_for(load.qps(index, 0), policy.rates()["gpu"].expect_rate))
+    return min(policy.max_replicas, max(policy.min_replicas, 2, want))
+
+
 def peak_replicas(cfg: SimConfig, services: list[Service], load: InferenceLoad) -> dict[str, int]:
-    """Per group, the most replicas its services hold at once over the run under the autoscaling rule
-    (`replicas_next`, the same utilization draws as the run) with unlimited room: new replicas serve from
+    """Per group, the most replicas its services hold at once over the run under the autoscaling policy
+    (`decide_service`, the same utilization draws as the run) with unlimited room: new replicas serve from
     the next minute (startup_s < a tick). Uses `load`'s noise draws: pass a fresh InferenceLoad."""
-    th = cfg.autoscale
-    replicas = [max(th.min_replicas, 2, round(load.replicas_for(load.qps(s.index, 0), th.expect_rate)))
-                for s in services]
-    history: list[list[float]] = [[] for _ in services]
+    replicas = [initial_replicas(cfg, load, s.index) for s in services]
+    measured = Measured(cfg.autoscale)
     peak: dict[str, int] = {}
     for minute in range(cfg.minutes):
+        now = SIM_START + minute * cfg.tick_s
         for s in services:
             i = s.index
-            h = history[i]
-            h.append(load.utilization(i, minute, replicas[i]))
-            del h[:-max(th.in_minutes, th.out_minutes)]
-            n = replicas_next(h, replicas[i], th)
-            if n != replicas[i]:
-                replicas[i] = n
-                h.clear()
+            measured.record(s.name, now - cfg.tick_s, replicas[i], load.utilization(i, minute, replicas[i]))
+            d = decide_service(measured.view(s.name, replicas[i], replicas[i], s.request), now)
+            if d.changes:
+                replicas[i] = d.target
+                measured.changed(s.name, now)
         per_group: dict[str, int] = {}
         for s in services:
             key = s.group.model or "CPU"
@@ -151,7 +157,7 @@ def build_services(cfg: SimConfig, nodes: list[NodeView]) -> tuple[list[Service]
                          [1.0] * len(names), cfg.days, cfg.seed)
     model = load.model
     # peak replicas N at expectRate: QPS = N * expectRate / k
-    qps = [n * cfg.autoscale.expect_rate / model.per_qps for n in peaks]
+    qps = [n * cfg.autoscale.rates()["gpu"].expect_rate / model.per_qps for n in peaks]
     load = InferenceLoad(cfg.traces / "worldcup98-per-minute", cfg.traces / "alibaba-genai-2026", names, qps,
                          cfg.days, cfg.seed)
     return services, load

@@ -7,7 +7,6 @@ from cluster.backend import (DETACHED_FROM_LABEL, KIND_LABEL, REPLACED_BY_LABEL,
                              REPLICASET_LABEL, BackendError, EventKind, PodSpec)
 from cluster.clock import VirtualClock
 from cluster.simulated import SimulatedCluster
-from cluster.simulated.inference import ScaleThresholds, replicas_next
 from cluster.types import GpuShare, NodeState
 from tests.unit.builders import NodeBuilder
 
@@ -151,31 +150,3 @@ def test_cluster_pickled_before_inference_loads():
     old.__setstate__(pickle.loads(pickle.dumps(state)))
     old.apply_replicaset("web", TEMPLATE, 1)
     assert old.pod("web-0") is not None
-
-
-# -- SPEC §3 real-time threshold rule ------------------------------------------------------------
-TH = ScaleThresholds(min_rate=0.3, expect_rate=0.6, max_rate=0.8, min_replicas=2, max_replicas=20)
-
-
-@pytest.mark.parametrize("history, n, want, why", [
-    ([0.9, 0.9], 4, 6, "above maxRate 2 minutes: ceil(0.9/0.6*4) = 6 (not 7 from float error)"),
-    ([0.7, 0.9], 4, 4, "only the last minute above maxRate"),
-    ([0.9], 4, 4, "one minute of history is not enough"),
-    ([0.85, 0.95], 4, 7, "ceil(0.95/0.6*4) = ceil(6.33) = 7"),
-    ([1.0, 1.0], 15, 20, "capped at max replicas"),
-    ([0.2] * 5, 6, 2, "below minRate 5 minutes: floor(0.2/0.6*6) = 2"),
-    ([0.25] * 5, 12, 5, "floor(0.25/0.6*12) = 5"),
-    ([0.2, 0.2, 0.2, 0.2, 0.35], 6, 6, "the last minute is not below minRate"),
-    ([0.2] * 4, 6, 6, "four minutes are not enough"),
-    ([0.05] * 5, 3, 2, "never below 2 replicas"),
-    ([0.5] * 6, 1, 2, "the system minimum lifts a single replica"),
-    ([0.5] * 5, 5, 5, "between the thresholds: unchanged"),
-])
-def test_replicas_next_threshold_rule(history, n, want, why):
-    assert replicas_next(history, n, TH) == want, why
-
-
-def test_replicas_next_respects_service_minimum_and_validates():
-    assert replicas_next([0.1] * 5, 10, ScaleThresholds(min_replicas=4)) == 4
-    with pytest.raises(ValueError):
-        ScaleThresholds(min_rate=0.9, expect_rate=0.6, max_rate=0.8)

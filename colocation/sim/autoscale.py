@@ -1,0 +1,40 @@
+"""The simulation's side of SPEC §3 autoscaling: it measures each service every minute and asks the real policy
+(`colocation.policy.autoscaling`), as the live loop does; nothing here decides."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from colocation.policy.autoscaling import LoadMinute, ScalingPolicy, ServiceView
+
+KEEP_MINUTES = 30  # loads a view carries: the rules look at the last 5, scale to zero at its idle time
+
+
+@dataclass
+class _Tracked:
+    loads: deque[LoadMinute] = field(default_factory=lambda: deque(maxlen=KEEP_MINUTES))
+    changed_at: float | None = None
+
+
+class Measured:
+    """Per service: the minutes measured so far and when its replica count last changed."""
+
+    def __init__(self, policy: ScalingPolicy) -> None:
+        self.policy = policy
+        self._by_name: dict[str, _Tracked] = {}
+
+    def _of(self, name: str) -> _Tracked:
+        return self._by_name.setdefault(name, _Tracked())
+
+    def record(self, name: str, at: float, serving: int, gpu: float) -> None:
+        """One minute starting at `at`, measured with `serving` replicas at `gpu` utilization each."""
+        self._of(name).loads.append(LoadMinute(at, serving, gpu=gpu))
+
+    def view(self, name: str, replicas: int, ready: int, per_replica: float) -> ServiceView:
+        tracked = self._of(name)
+        return ServiceView(name, self.policy, replicas, ready, tuple(tracked.loads), tracked.changed_at,
+                           per_replica=per_replica)
+
+    def changed(self, name: str, now: float) -> None:
+        self._of(name).changed_at = now
