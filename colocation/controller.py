@@ -58,12 +58,16 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
 
 
 def replica_template(service: InferenceService) -> PodSpec:
-    """One replica of `service` as a pod template: a fraction of one GPU, or whole GPUs."""
+    """One replica of `service` as a pod template: a fraction of one GPU, or whole GPUs. With vertical scaling on,
+    the autoscaler's per-replica recommendation replaces what is set (new pods only: the next rollout)."""
+    v = service.vertical
     gpus = float(service.gpus_per_replica) if service.gpu_model_id else 0.0
+    if v and service.gpu_model_id and service.recommended_gpus_per_replica is not None:
+        gpus = float(service.recommended_gpus_per_replica)
     shares = (GpuShare(0, gpus),) if 0 < gpus <= 1 else tuple(GpuShare(i, 1.0) for i in range(int(gpus)))
     return PodSpec(name=service.name, job_id=None, gpu_model=service.gpu_model.name if shares else None,
-                   gpu_shares=shares, cpu_milli=service.cpu_milli_per_replica,
-                   memory_mib=service.memory_mib_per_replica,
+                   gpu_shares=shares, cpu_milli=(v and service.recommended_cpu_milli) or service.cpu_milli_per_replica,
+                   memory_mib=(v and service.recommended_memory_mib) or service.memory_mib_per_replica,
                    labels={KIND_LABEL: INFERENCE, SERVICE_LABEL: service.name})
 
 

@@ -1,4 +1,7 @@
 """Writes for the colocation app."""
+from datetime import datetime
+from decimal import Decimal
+
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
@@ -150,3 +153,22 @@ def group_settings_set(*, group: ResourceGroup, actor, **fields) -> ResourceGrou
                     message=f"{group} lending {'on' if group.lending else 'off'}, thresholds "
                             f"{group.min_rate}/{group.expect_rate}/{group.max_rate} set by {actor}")
     return group
+
+
+# --- the autoscaler's writes ----------------------------------------------------------------------------
+
+
+def service_scale(*, service: InferenceService, replicas: int, now: datetime) -> InferenceService:
+    """The autoscaler applied a new replica count (the caller records the decision)."""
+    service.replicas, service.replicas_changed_at = replicas, now
+    service.save(update_fields=["replicas", "replicas_changed_at"])
+    return service
+
+
+def service_recommend(*, service: InferenceService, gpus: float | None, cpu_milli: int | None,
+                      memory_mib: int | None) -> InferenceService:
+    """Store the vertical recommendation; replica_template uses it for new pods when `service.vertical` is on."""
+    service.recommended_gpus_per_replica = None if gpus is None else Decimal(str(gpus))
+    service.recommended_cpu_milli, service.recommended_memory_mib = cpu_milli, memory_mib
+    service.save(update_fields=["recommended_gpus_per_replica", "recommended_cpu_milli", "recommended_memory_mib"])
+    return service

@@ -113,8 +113,14 @@ class TidalCollector:
         yield scaling
 
     def _loops(self) -> Iterator[Metric]:
+        alerts = CounterMetricFamily("tidal_autoscaler_alerts", "Autoscaler alerts (failed scale, a service short "
+                                     "of its replicas, capped by priority) by service and reason",
+                                     labels=["service", "reason"])
+        for (service, reason), n in sorted(telemetry.alerts(self.redis, self.namespace).items()):
+            alerts.add_metric([service, reason], n)
+        yield alerts
         for loop, help_ in (("scheduler_cycle", "Scheduling cycle duration"),
-                            ("lending_tick", "Lending tick duration")):
+                            ("lending_tick", "Lending tick duration"), ("autoscale_tick", "Autoscaling tick duration")):
             h = telemetry.histogram(self.redis, self.namespace, loop)
             yield HistogramMetricFamily(f"tidal_{loop}_seconds", help_, sum_value=h.sum,
                                         buckets=[("+Inf" if b == float("inf") else repr(b), c) for b, c in h.buckets])

@@ -11,6 +11,7 @@ from django.db import transaction
 from cluster.simulated.alibaba import read_nodes as read_alibaba_nodes
 from cluster.simulated.traces import helios_shares
 from cluster import types as ct
+from colocation.loads import PEAK_SHARE
 from colocation.models import Node, NodeState, Pool, ResourceGroup
 from scheduler.models import Department, Framework, GPUModel, Membership, Quota
 
@@ -142,26 +143,37 @@ def _seed_users() -> None:
                                          defaults={"role": role})
 
 
-ONLINE_LOAD = 0.3  # demo inference services fill this share of their group's online GPUs: below minRate, so
-# the lending controller has idle machines to lend while training waits
+# Demo inference services (one per GPU group with room to breathe) start sized for their peak, as a static
+# deployment would be: STATIC_SHARE of the group's online GPUs, between minRate and maxRate of the lending
+# thresholds (0.4-0.8), so nothing moves before the autoscaler does. Their traffic (colocation/loads.py) peaks at
+# what that many replicas serve at expectRate (max_replicas × PEAK_SHARE); in the night trough the autoscaler
+# scales them in below the lending minRate, so nodes are lent to training, and at the morning peak they need
+# more than the online side kept after lending, so nodes are taken back.
+STATIC_SHARE = 0.7
+MIN_SERVICE_NODES = 4  # co-location nodes a group needs to host a demo service (smaller groups only train)
+DEMO_RATES = {"min_rate": 0.3, "expect_rate": 0.6, "max_rate": 0.8}  # GPU utilization per replica
 
 
 def _seed_services() -> None:
-    """One inference service per GPU group, sized to ONLINE_LOAD of the group's online GPUs."""
+    """One inference service per GPU group with at least MIN_SERVICE_NODES co-location nodes."""
     from colocation.models import InferenceService, ScalingThreshold
 
     departments = list(Department.objects.order_by("name"))
     for i, group in enumerate(ResourceGroup.objects.exclude(gpu_model=None).order_by("name")):
-        online = Node.objects.filter(resource_group=group, state=NodeState.ONLINE_NORMAL)
-        replicas = max(2, math.floor(sum(n.gpu_count for n in online) * ONLINE_LOAD))
+        nodes = Node.objects.filter(resource_group=group, pool=Pool.COLOCATION)
+        if nodes.count() < MIN_SERVICE_NODES:
+            continue
+        online = sum(n.gpu_count for n in nodes.filter(state=NodeState.ONLINE_NORMAL))
+        per_replica = 2 if max(n.gpu_count for n in nodes) >= 8 else 1
+        replicas = max(2, math.floor(online * STATIC_SHARE / per_replica))
         service, created = InferenceService.objects.get_or_create(
             name=f"{group.name}-serving",
             defaults=dict(department=departments[i % len(departments)], gpu_model=group.gpu_model, priority=10,
-                          replicas=replicas, min_replicas=2, max_replicas=max(replicas * 3, 2), gpus_per_replica=1,
-                          cpu_milli_per_replica=4000, memory_mib_per_replica=16384),
+                          replicas=replicas, min_replicas=2, max_replicas=math.ceil(replicas / PEAK_SHARE),
+                          gpus_per_replica=per_replica, cpu_milli_per_replica=4000, memory_mib_per_replica=16384),
         )
         if created:
-            ScalingThreshold.objects.create(service=service, metric="gpu", min_rate=0.4, expect_rate=0.6, max_rate=0.8)
+            ScalingThreshold.objects.create(service=service, metric="gpu", **DEMO_RATES)
 
 
 @transaction.atomic

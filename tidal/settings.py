@@ -186,6 +186,15 @@ CELERY_BEAT_SCHEDULE: dict = {
 }
 if TIDAL_DEMO_WORKLOAD:
     CELERY_BEAT_SCHEDULE["demo-workload"] = {"task": "scheduler.demo_workload", "schedule": 5.0}
+# The live demo's inference traffic (make run): World Cup 98 on a compressed clock, one demo day in
+# TIDAL_DEMO_DAY_S real seconds from TIDAL_DEMO_START_HOUR (cluster/simulated/traffic.py, colocation/loads.py).
+TIDAL_DEMO_TRAFFIC = os.environ.get("TIDAL_DEMO_TRAFFIC", "0") == "1"
+TIDAL_DEMO_DAY_S = float(os.environ.get("TIDAL_DEMO_DAY_S", "600"))
+TIDAL_DEMO_START_HOUR = float(os.environ.get("TIDAL_DEMO_START_HOUR", "22"))
+# The inference autoscaler (colocation/autoscaler.py): every minute; every 5 s under the demo traffic (12 demo minutes).
+TIDAL_AUTOSCALE_INTERVAL_S = float(os.environ.get("TIDAL_AUTOSCALE_INTERVAL_S", "5" if TIDAL_DEMO_TRAFFIC else "60"))
+TIDAL_ALERT_WEBHOOK_URL = os.environ.get("TIDAL_ALERT_WEBHOOK_URL", "")  # POSTed a JSON body per autoscaler alert
+CELERY_BEAT_SCHEDULE["autoscale-tick"] = {"task": "colocation.autoscale_tick", "schedule": TIDAL_AUTOSCALE_INTERVAL_S}
 
 KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090")

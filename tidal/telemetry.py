@@ -2,7 +2,8 @@
 `/metrics` is served by the web processes, so neither process-local nor per-process registries would do.
 
 - loop durations as Prometheus histograms (cumulative bucket counters, sum, count);
-- the latest per-resource-group allocation, as the lending tick saw it on the cluster backend.
+- the latest per-resource-group allocation, as the lending tick saw it on the cluster backend;
+- the autoscaler's alerts, a counter per (service, reason).
 """
 import json
 import math
@@ -51,3 +52,14 @@ def groups(redis, namespace: str) -> tuple[float | None, dict[str, dict[str, flo
         return None, {}
     value = json.loads(raw)
     return value["at"], value["groups"]
+
+
+def count_alert(redis, namespace: str, service: str, reason: str) -> None:
+    """One more autoscaler alert (colocation/autoscaler.py) of `service` for `reason`."""
+    redis.hincrby(_key(namespace, "autoscaler-alerts"), f"{service}|{reason}", 1)
+
+
+def alerts(redis, namespace: str) -> dict[tuple[str, str], int]:
+    """{(service, reason): alerts raised so far}."""
+    raw = redis.hgetall(_key(namespace, "autoscaler-alerts"))
+    return {tuple(k.decode().split("|", 1)): int(v) for k, v in raw.items()}

@@ -78,7 +78,8 @@ class Command(BaseCommand):
     def _start(self, host: str, port: int, logs: Path, demo_workload: bool,
                pipeline: bool) -> dict[str, subprocess.Popen]:
         python = sys.executable
-        env = {**os.environ, "TIDAL_DEMO_WORKLOAD": "1" if demo_workload else "0"}
+        demo = "1" if demo_workload else "0"  # the demo's training jobs and its inference traffic
+        env = {**os.environ, "TIDAL_DEMO_WORKLOAD": demo, "TIDAL_DEMO_TRAFFIC": demo}
         celery = [python, "-m", "celery", "-A", "tidal"]
         commands = {
             "web": [python, "-m", "gunicorn", "tidal.wsgi", "--bind", f"{host}:{port}", "--workers", "2",

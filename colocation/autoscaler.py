@@ -1,0 +1,367 @@
+"""The live inference autoscaler (SPEC §3): every tick, under the cluster lock, observe each service (replicas
+and ready pods on the backend, its recent loads, its forecast), let the pure policy decide per resource group
+(`colocation.policy.autoscaling.decide_group`), apply changed targets through the backend's ReplicaSets,
+record the decisions and raise alerts. The lending controller then sees the new online usage.
+
+Two clocks: `now` is real epoch seconds (what is stored); the policy runs on `clock.demo(now)` when a demo
+clock is given (the live demo compresses a day into minutes), else on `now` itself.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from cluster.backend import REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, BackendError, ClusterBackend
+from cluster.clock import utc
+from cluster.simulated import store
+from cluster.simulated.traffic import DemoClock
+from cluster.types import Pool
+from colocation import loads as load_sources
+from colocation import services
+from colocation.controller import replica_template
+from colocation.models import InferenceService, ResourceGroup
+from colocation.policy import autoscaling, schedules, vertical
+from colocation.policy.autoscaling import Rates, ScaleDecision, ScalingPolicy, ServiceView
+from colocation.policy.windows import zone
+from colocation.selectors import node_views
+from profiling.selectors import service_load
+from scheduler.models import Decision
+from scheduler.services import decision_record
+from tidal import telemetry
+
+log = logging.getLogger(__name__)
+SHORT_AFTER_S = 300.0  # real seconds a service may stay below its desired replicas before an alert
+VERTICAL_EVERY_S = 3600.0  # vertical recommendations are recomputed at most this often (real time)
+ALERT_KEY = "autoscaler:episodes"  # Redis hash: service -> open alert episode
+VERTICAL_KEY = "autoscaler:vertical-at"  # Redis hash: service -> when its recommendation was last computed
+
+Forecasts = Callable[[InferenceService, float], tuple[tuple, str]]
+
+
+@dataclass
+class AutoscaleReport:
+    decisions: dict[str, str] = field(default_factory=dict)  # service -> reason
+    scaled: dict[str, tuple[int, int]] = field(default_factory=dict)  # service -> (from, to)
+    recorded: int = 0
+    alerts: list[str] = field(default_factory=list)
+    recommended: list[str] = field(default_factory=list)
+
+
+# --- forecasts ---------------------------------------------------------------------------------------
+
+
+def profile_forecast(service: InferenceService, now: float) -> tuple[tuple, str]:
+    """The forecasting models' next 5 minutes (profiling.services.forecast_service); never raises."""
+    try:
+        from profiling.services import forecast_service
+    except ImportError:
+        return (), "no forecast: no forecasting model is available"
+    try:
+        forecast, note = forecast_service(service=service, now=utc(now))
+        return tuple(forecast or ()), note or ""
+    except Exception as error:  # a broken model must not stop scaling
+        log.warning("forecast of %s failed: %s", service.name, error)
+        return (), f"no forecast: the model failed ({error})"
+
+
+def no_forecast(service: InferenceService, now: float) -> tuple[tuple, str]:
+    return (), "no forecast: the demo's compressed clock is not what the models were trained on"
+
+
+# --- the tick ----------------------------------------------------------------------------------------
+
+
+def autoscale_tick(*, backend: ClusterBackend, now: float, loads: load_sources.LoadSource,
+                   forecasts: Forecasts = profile_forecast, clock: DemoClock | None = None, redis=None,
+                   namespace: str = "tidal") -> AutoscaleReport:
+    report = AutoscaleReport()
+    policy_now = clock.demo(now) if clock else now
+    services_ = list(InferenceService.objects.select_related("gpu_model", "department")
+                     .prefetch_related("thresholds", "schedules"))
+    groups = _group_of(services_)
+    _ensure_replicasets(backend, services_, groups)
+    serving = serving_counts(backend)
+    capacity = inference_capacity(backend)
+    views: dict[str, list[ServiceView]] = defaultdict(list)
+    for service in services_:
+        views[groups[service.name]].append(service_view(service, backend, serving, now, policy_now, loads, forecasts,
+                                                        clock))
+    by_name = {s.name: s for s in services_}
+    for group, members in sorted(views.items()):
+        for d in autoscaling.decide_group(members, capacity.get(group, 0.0), policy_now):
+            _act(d, by_name[d.service], backend, group, now, report, redis, namespace)
+            _watch_short(by_name[d.service], d, serving.get(d.service, 0), now, report, redis, namespace)
+    for service in services_:
+        _recommend(service, now, report, redis, namespace)
+    return report
+
+
+def _ensure_replicasets(backend: ClusterBackend, services_: list[InferenceService], groups: dict[str, str]) -> None:
+    """A service new since the lending tick last ran gets its ReplicaSet (as controller.apply_services does)."""
+    existing = {rs.name for rs in backend.replicasets()}
+    for service in services_:
+        if service.name not in existing:
+            group = groups[service.name]
+            try:
+                backend.apply_replicaset(service.name, replica_template(service), service.replicas,
+                                         node_selector={RESOURCE_GROUP_LABEL: group} if group else None)
+            except BackendError as error:
+                log.warning("no ReplicaSet for %s: %s", service.name, error)
+
+
+def serving_counts(backend: ClusterBackend) -> dict[str, int]:
+    """Pods serving each ReplicaSet: its ready pods, plus detached ones still standing in for a replacement
+    that is not ready yet (create-before-delete during a lend)."""
+    out = {rs.name: rs.ready for rs in backend.replicasets()}
+    pods = {p.spec.name: p for p in backend.pods()}
+    for pod in pods.values():
+        owner = pod.detached_from
+        if owner is None or not pod.ready:
+            continue
+        replacement = pods.get(pod.spec.labels.get(REPLACED_BY_LABEL, ""))
+        if replacement is None or not replacement.ready:
+            out[owner] = out.get(owner, 0) + 1
+    return out
+
+
+def inference_capacity(backend: ClusterBackend) -> dict[str, float]:
+    """What inference could have of each group: its online and co-location nodes, not the fixed pool (GPUs, or
+    CPU millicores for a CPU group)."""
+    out: dict[str, float] = defaultdict(float)
+    for node in backend.nodes():
+        if node.pool is not Pool.FIXED:
+            out[node.resource_group] += node.gpu_count if node.gpu_model else node.cpu_milli
+    return dict(out)
+
+
+def _group_of(services_: list[InferenceService]) -> dict[str, str]:
+    group_of_model = {g.gpu_model_id: g.name for g in ResourceGroup.objects.all()}
+    return {s.name: group_of_model.get(s.gpu_model_id, "") for s in services_}
+
+
+# --- observing one service ---------------------------------------------------------------------------
+
+
+def scaling_policy(service: InferenceService) -> ScalingPolicy:
+    peak = (service.peak_start, service.peak_end) if service.peak_start and service.peak_end else None
+    return ScalingPolicy(
+        thresholds=tuple((t.metric, Rates(t.min_rate, t.expect_rate, t.max_rate)) for t in service.thresholds.all()),
+        min_replicas=service.min_replicas, max_replicas=service.max_replicas, priority=service.priority,
+        autoscaling=service.autoscaling, peak_window=peak, scale_to_zero_idle_min=service.scale_to_zero_idle_min,
+        schedules=tuple(schedules.Schedule(schedules.parse_weekdays(s.weekdays), s.start, s.end, s.min_replicas)
+                        for s in service.schedules.all()),
+        busy_signal=service.busy_signal, tz=settings.TIME_ZONE)
+
+
+def per_replica(service: InferenceService) -> float:
+    """What one replica takes of its group: GPUs, or CPU millicores for a CPU-only service."""
+    return float(service.gpus_per_replica) if service.gpu_model_id else float(service.cpu_milli_per_replica)
+
+
+def service_view(service: InferenceService, backend: ClusterBackend, serving: dict[str, int], now: float,
+                 policy_now: float, loads: load_sources.LoadSource, forecasts: Forecasts,
+                 clock: DemoClock | None) -> ServiceView:
+    to_policy = clock.demo if clock else (lambda t: t)
+    try:
+        replicas = backend.replicaset(service.name).replicas
+    except BackendError:
+        replicas = service.replicas
+    changed = to_policy(service.replicas_changed_at.timestamp()) if service.replicas_changed_at else None
+    forecast, note = forecasts(service, now)
+    return ServiceView(
+        service.name, scaling_policy(service), replicas, serving.get(service.name, 0),
+        loads.recent(service, policy_now), changed, service.offline, service.manual_deploy,
+        tuple(forecast), note, yesterday_max(service, policy_now, clock), per_replica(service))
+
+
+def yesterday_max(service: InferenceService, policy_now: float, clock: DemoClock | None) -> int | None:
+    """The most replicas the scaling decisions of the policy's yesterday (local calendar day) named."""
+    today = datetime.fromtimestamp(policy_now, zone(settings.TIME_ZONE)).replace(hour=0, minute=0, second=0,
+                                                                                 microsecond=0)
+    start, end = (today - timedelta(days=1)).timestamp(), today.timestamp()
+    if clock:
+        start, end = clock.real(start), clock.real(end)
+    rows = Decision.objects.filter(kind=Decision.Kind.SCALING, subject=f"service:{service.name}",
+                                   created_at__gte=utc(start), created_at__lt=utc(end)).values_list("data", flat=True)
+    seen = [v for data in rows for k in ("current", "target") if isinstance(v := (data or {}).get(k), int)]
+    return max(seen, default=None)
+
+
+# --- acting ------------------------------------------------------------------------------------------
+
+
+def _act(d: ScaleDecision, service: InferenceService, backend: ClusterBackend, group: str, now: float,
+         report: AutoscaleReport, redis, namespace: str) -> None:
+    report.decisions[d.service] = d.reason.value
+    if d.changes:
+        try:
+            selector = {RESOURCE_GROUP_LABEL: group} if group else None
+            backend.apply_replicaset(service.name, replica_template(service), d.target, node_selector=selector)
+        except BackendError as error:
+            _alert(service, "scale-failed", f"{service.name}: scaling from {d.current} to {d.target} replicas "
+                                            f"failed: {error}", {"current": d.current, "target": d.target},
+                   now, report, redis, namespace)
+            return
+        _close(service, "scale-failed", redis, namespace)
+        services.service_scale(service=service, replicas=d.target, now=utc(now))
+        report.scaled[d.service] = (d.current, d.target)
+    elif _same_as_last(service, d.reason.value):
+        return
+    decision_record(kind=Decision.Kind.SCALING, subject=f"service:{service.name}", reason=d.reason.value,
+                    message=d.message, department=service.department,
+                    data={**_jsonable(d.data), "current": d.current, "target": d.target})
+    report.recorded += 1
+
+
+def _same_as_last(service: InferenceService, reason: str) -> bool:
+    """A hold or skip is recorded only when its reason differs from the service's previous scaling decision."""
+    last = (Decision.objects.filter(kind=Decision.Kind.SCALING, subject=f"service:{service.name}")
+            .values_list("reason", flat=True).first())
+    return last == reason
+
+
+def _jsonable(data: dict) -> dict:
+    return json.loads(json.dumps(data, default=str))
+
+
+# --- alerts ------------------------------------------------------------------------------------------
+
+
+def _watch_short(service: InferenceService, d: ScaleDecision, ready: int, now: float, report: AutoscaleReport,
+                 redis, namespace: str) -> None:
+    """Alert once per episode when a service was capped below what it asked, or stays short of its desired
+    replicas longer than SHORT_AFTER_S."""
+    if d.reason is autoscaling.Reason.PRIORITY:
+        _alert(service, "priority-capped", d.message, {"current": d.current, "target": d.target,
+                                                        "asked": d.data.get("asked")}, now, report, redis, namespace)
+    else:
+        _close(service, "priority-capped", redis, namespace)
+    desired = d.target
+    if ready >= desired or redis is None:
+        _close(service, "short", redis, namespace)
+        return
+    since = _episode(redis, namespace, service.name, "short-since")
+    if since is None:
+        _set_episode(redis, namespace, service.name, "short-since", now)
+    elif now - since > SHORT_AFTER_S:
+        _alert(service, "short", f"{service.name} has had only {ready} of {desired} replicas ready for "
+                                 f"{int((now - since) // 60)} minutes", {"ready": ready, "desired": desired},
+               now, report, redis, namespace)
+
+
+def _alert(service: InferenceService, reason: str, message: str, data: dict, now: float, report: AutoscaleReport,
+           redis, namespace: str) -> None:
+    if redis is not None and _episode(redis, namespace, service.name, reason) is not None:
+        return  # this episode was already raised
+    if redis is not None:
+        _set_episode(redis, namespace, service.name, reason, now)
+        telemetry.count_alert(redis, namespace, service.name, reason)
+    decision_record(kind=Decision.Kind.ALERT, subject=f"service:{service.name}", reason=reason, message=message,
+                    department=service.department, data=_jsonable(data))
+    report.alerts.append(f"{service.name}:{reason}")
+    _post_webhook({"service": service.name, "department": service.department.name, "reason": reason,
+                   "message": message, "at": utc(now).isoformat(), **_jsonable(data)})
+
+
+def _post_webhook(body: dict) -> None:
+    url = settings.TIDAL_ALERT_WEBHOOK_URL
+    if not url:
+        return
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=2):
+            pass
+    except Exception as error:  # an unreachable receiver never breaks the tick
+        log.warning("alert webhook %s failed: %s", url, error)
+
+
+def _episode(redis, namespace: str, service: str, reason: str) -> float | None:
+    raw = redis.hget(f"{namespace}:{ALERT_KEY}", f"{service}|{reason}")
+    return float(raw) if raw is not None else None
+
+
+def _set_episode(redis, namespace: str, service: str, reason: str, now: float) -> None:
+    redis.hset(f"{namespace}:{ALERT_KEY}", f"{service}|{reason}", now)
+
+
+def _close(service: InferenceService, reason: str, redis, namespace: str) -> None:
+    if redis is not None:
+        fields = [f"{service.name}|{reason}"] + ([f"{service.name}|short-since"] if reason == "short" else [])
+        redis.hdel(f"{namespace}:{ALERT_KEY}", *fields)
+
+
+# --- vertical ----------------------------------------------------------------------------------------
+
+
+def _recommend(service: InferenceService, now: float, report: AutoscaleReport, redis, namespace: str) -> None:
+    """At most every VERTICAL_EVERY_S: recommend per-replica resources from the last day of the service's
+    profile; store and record it when it changed."""
+    if redis is not None:
+        last = redis.hget(f"{namespace}:{VERTICAL_KEY}", service.name)
+        if last is not None and now - float(last) < VERTICAL_EVERY_S:
+            return
+        redis.hset(f"{namespace}:{VERTICAL_KEY}", service.name, now)
+    rows = service_load(service=service, since=utc(now - 86400), until=utc(now))
+    gpu, cpu = [], []
+    for g, c in rows.values_list("gpu_util_mean", "cpu_util_mean"):
+        if g is not None:
+            gpu.append(g)
+        if c is not None:
+            cpu.append(c)
+    expect = {t.metric: t.expect_rate for t in service.thresholds.all()}
+    current = vertical.Resources(float(service.gpus_per_replica) if service.gpu_model_id else 0.0,
+                                 service.cpu_milli_per_replica, service.memory_mib_per_replica)
+    rec = vertical.recommend(current, vertical.Usage(tuple(gpu), tuple(cpu), ()),
+                             gpu_expect=expect.get("gpu", vertical.DEFAULT_EXPECT),
+                             cpu_expect=expect.get("cpu", vertical.DEFAULT_EXPECT))
+    if rec is None:
+        return
+    stored = (None if service.recommended_gpus_per_replica is None else float(service.recommended_gpus_per_replica),
+              service.recommended_cpu_milli, service.recommended_memory_mib)
+    if stored == (rec.resources.gpus, rec.resources.cpu_milli, rec.resources.memory_mib):
+        return
+    services.service_recommend(service=service, gpus=rec.resources.gpus, cpu_milli=rec.resources.cpu_milli,
+                               memory_mib=rec.resources.memory_mib)
+    applied = "applied on the next rollout" if service.vertical else "not applied (vertical scaling is off)"
+    decision_record(kind=Decision.Kind.SCALING, subject=f"service:{service.name}", reason="vertical-recommendation",
+                    message=f"{service.name}: {rec.message}; {applied}", department=service.department,
+                    data={"gpus": rec.resources.gpus, "cpu_milli": rec.resources.cpu_milli,
+                          "memory_mib": rec.resources.memory_mib, "minutes": rec.minutes})
+    report.recommended.append(service.name)
+
+
+# --- the loop's entry point --------------------------------------------------------------------------
+
+
+def run_autoscale_tick(*, redis, namespace: str) -> AutoscaleReport | None:
+    """One autoscaling tick on the live simulated cluster, unless another loop holds the cluster lock (None).
+    With TIDAL_DEMO_TRAFFIC the demo's traffic and clock drive the policy; else the service-load profiles."""
+    with store.session(redis, namespace, node_views) as cluster:
+        if cluster is None:
+            return None
+        started, now = time.perf_counter(), time.time()
+        loads, forecasts, clock = _sources(cluster, redis, namespace, now)
+        report = autoscale_tick(backend=cluster, now=now, loads=loads, forecasts=forecasts, clock=clock, redis=redis,
+                                namespace=namespace)
+        telemetry.observe(redis, namespace, "autoscale_tick", time.perf_counter() - started)
+        return report
+
+
+def _sources(cluster: ClusterBackend, redis, namespace: str, now: float):
+    if settings.TIDAL_DEMO_TRAFFIC:
+        clock = load_sources.demo_clock(redis=redis, namespace=namespace, now=now)
+        traffic = load_sources.demo_traffic(clock=clock)
+        if traffic is not None:
+            return (load_sources.DemoLoads(redis=redis, namespace=namespace, traffic=traffic, clock=clock,
+                                           serving=serving_counts(cluster)), no_forecast, clock)
+    return load_sources.ProfileLoads(), profile_forecast, None
+

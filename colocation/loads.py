@@ -1,0 +1,115 @@
+"""Where the autoscaler's per-minute loads come from: a `LoadSource` answers `recent(service, now)` with the
+service's last minutes (`colocation.policy.autoscaling.LoadMinute`, oldest first, times in the policy's clock).
+
+- `ProfileLoads`: the service-load profiles (profiling.models.ServiceMinute: mean GPU/CPU utilization, QPS,
+  replicas) written by the profile pipeline. A minute is written once Flink's watermark passes it, about
+  3 minutes after it starts (1-minute window + 2-minute lateness bound + the publisher's delay), while the
+  policy drops a minute whose end lies more than 2 minutes behind `now` (SPEC §3: "drop metrics that lag
+  more than 2 minutes"). So with today's pipeline every minute arrives already stale: the policy answers
+  "stale-metrics" and, after 5 silent minutes, restores yesterday's maximum. Using this source for live
+  decisions needs a pipeline lateness bound under a minute (or a direct Prometheus read); it is right for
+  vertical recommendations and forecasts, which look at hours of history.
+- `DemoLoads`: the live demo's traffic (cluster/simulated/traffic.py) on the demo's compressed clock; each
+  minute is measured at the ready count the loop sees when it first reads it, kept in Redis next to the
+  simulated cluster. `make run` uses this one (TIDAL_DEMO_TRAFFIC=1).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from django.conf import settings
+
+from cluster.clock import utc
+from cluster.simulated.inference import genai_util_model
+from cluster.simulated.traffic import DemoClock, DemoTraffic, peak_qps_for, service_traffic
+from colocation.models import InferenceService
+from colocation.policy import LendingProfile
+from colocation.policy.autoscaling import LoadMinute
+from profiling.selectors import service_load
+
+MINUTE = 60
+DEMO_KEY = "demo-traffic"  # under the instance's namespace, beside "simulated-cluster"
+KEEP_MIN = 90  # minutes kept per service: the rules look at 5, scale to zero at its idle time
+PEAK_SHARE = 2 / 3  # a demo service's peak needs this share of its max_replicas at expectRate
+WORLDCUP = "worldcup98-per-minute"
+GENAI = "alibaba-genai-2026"
+
+
+class LoadSource(Protocol):
+    def recent(self, service: InferenceService, now: float) -> tuple[LoadMinute, ...]:
+        """The service's recent minutes, oldest first; `now` and the minutes' `at` in the policy's clock."""
+        ...
+
+
+class ProfileLoads:
+    """The service-load profiles of the last `window_min` minutes (see the module's note on their lag)."""
+
+    def __init__(self, window_min: int = 30) -> None:
+        self.window_min = window_min
+
+    def recent(self, service: InferenceService, now: float) -> tuple[LoadMinute, ...]:
+        rows = service_load(service=service, since=utc(now - self.window_min * MINUTE), until=utc(now))
+        return tuple(LoadMinute(r.minute.timestamp(), r.replicas, gpu=r.gpu_util_mean, cpu=r.cpu_util_mean,
+                                qps=r.qps) for r in rows)
+
+
+class DemoLoads:
+    """The demo's traffic, measured minute by minute at the serving replicas the loop sees (`serving`)."""
+
+    def __init__(self, *, redis, namespace: str, traffic: DemoTraffic, clock: DemoClock,
+                 serving: Mapping[str, int]) -> None:
+        self.redis, self.namespace, self.traffic, self.clock, self.serving = redis, namespace, traffic, clock, serving
+
+    def recent(self, service: InferenceService, now: float) -> tuple[LoadMinute, ...]:
+        name = service.name
+        if name not in self.traffic.services:
+            return ()
+        key = f"{self.namespace}:{DEMO_KEY}:{name}"
+        measured = json.loads(self.redis.get(key) or "[]")  # [[demo minute, ready], ...]
+        last = self.clock.minute(now) - 1  # the newest complete minute
+        first = measured[-1][0] + 1 if measured else self.clock.minute(self.clock.demo_start)
+        ready = self.serving.get(name, 0)
+        measured += [[m, ready] for m in range(max(first, last - KEEP_MIN + 1), last + 1)]
+        measured = measured[-KEEP_MIN:]
+        self.redis.set(key, json.dumps(measured))
+        t = self.traffic
+        return tuple(LoadMinute(m * MINUTE, r, gpu=t.gpu(name, m * MINUTE, r), cpu=t.cpu(name, m * MINUTE, r),
+                                qps=t.qps(name, m * MINUTE)) for m, r in measured)
+
+
+# --- the demo's configuration --------------------------------------------------------------------------
+
+
+def demo_clock(*, redis, namespace: str, now: float) -> DemoClock:
+    """The demo's clock, started by the first tick that asks (kept in Redis, so every process agrees)."""
+    key = f"{namespace}:{DEMO_KEY}:clock"
+    fresh = DemoClock.starting(now, speed=86400 / settings.TIDAL_DEMO_DAY_S, start_hour=settings.TIDAL_DEMO_START_HOUR,
+                               tz=settings.TIME_ZONE)
+    redis.set(key, json.dumps([fresh.real_start, fresh.demo_start, fresh.speed, fresh.origin]), nx=True)
+    return DemoClock(*json.loads(redis.get(key)))
+
+
+def demo_traffic(*, clock: DemoClock, traces_dir: Path | None = None) -> DemoTraffic | None:
+    """Every autoscaled service's demo curve: its peak needs PEAK_SHARE of its max_replicas at expectRate of
+    its GPU threshold (scheduler/demo.py sizes the services); None without the traces."""
+    traces = Path(traces_dir or settings.TRACES_DIR)
+    if not (traces / WORLDCUP).is_dir() or not (traces / GENAI).is_dir():
+        return None
+    specs, model = [], genai_util_model(str(traces / GENAI))
+    for service in InferenceService.objects.prefetch_related("thresholds"):
+        gpu = next((t for t in service.thresholds.all() if t.metric == "gpu"), None)
+        if gpu is not None:
+            peak = peak_qps_for(service.max_replicas * PEAK_SHARE, gpu.expect_rate, model)
+            specs.append(service_traffic(service.name, peak))
+    return DemoTraffic(traces / WORLDCUP, traces / GENAI, specs, origin=clock.origin)
+
+
+def demo_lending_profile(profile: LendingProfile) -> LendingProfile:
+    """The demo's lending profile: its busy windows are real wall-clock hours (08-11 take back, 18-22 lend),
+    while its traffic runs on the compressed demo clock; holding a non-urgent conversion against a real-time
+    window would make the demo depend on the hour it is started at. Urgent take-backs (online pods pending)
+    ignore windows anyway."""
+    return profile.with_(hold_against_window=False)
