@@ -1,0 +1,45 @@
+"""The four policies side by side on the same minutes of traffic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from colocation.autoscale_eval.forecasting import Forecast
+from colocation.autoscale_eval.policies import Hpa, Spec, Static
+from colocation.autoscale_eval.run import Run, run
+from colocation.autoscale_eval.service import ServiceModel
+from colocation.policy import hpa
+from colocation.policy.autoscaling import ScalingPolicy
+
+POLICIES = ("static", "hpa", "reactive", "tidal")
+MAX_OVER_STATIC = 2  # the autoscaled service may grow to this many times the static (peak) size
+
+Progress = Callable[[str, int], Callable[[int], None]]  # (label, total) -> tick(n)
+
+
+def _scaling(model: ServiceModel, max_replicas: int, predictive: bool) -> ScalingPolicy:
+    return ScalingPolicy(thresholds=(("gpu", model.rates),), min_replicas=model.min_replicas,
+                         max_replicas=max_replicas, predictive=predictive)
+
+
+def replay(demand: np.ndarray, start: float, model: ServiceModel, fc: Forecast | None,
+           progress: Progress | None = None) -> tuple[dict[str, Run], int, int]:
+    """The four policies on the same minutes, each from the replicas the first minute needs (static: the peak's).
+    Without a forecast tidal runs without one (and its decisions say why)."""
+    static = model.replicas_for(float(demand.max()))
+    top, first = MAX_OVER_STATIC * static, model.replicas_for(float(demand[0]))
+    autoscalers = {
+        "static": (Static(), static),
+        "hpa": (Hpa(hpa.HpaSpec(model.rates.expect_rate, model.min_replicas, top)), first),
+        "reactive": (Spec("reactive", _scaling(model, top, False)), first),
+        "tidal": (Spec("tidal", _scaling(model, top, True),
+                       fc.values if fc is not None and fc.usable else None,
+                       fc.notional if fc is not None else 1, fc.note if fc is not None else "no forecast"), first),
+    }
+    runs = {}
+    for name, (policy, initial) in autoscalers.items():
+        tick = progress(name, len(demand)) if progress else None
+        runs[name] = run(policy, demand, start, model, initial, tick)
+    return runs, static, top

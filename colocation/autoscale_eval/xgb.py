@@ -1,0 +1,30 @@
+"""The forecast tidal uses, from the project's XGBoost forecaster (profiling/policy/forecast.py): the trace's
+minutes become one service's load rows at a fixed notional replica count, so the model forecasts the work
+(utilization × replicas); the policy side scales it to the current replica count. Trained on the days before
+the evaluated ones only."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from colocation.autoscale_eval.forecasting import Forecast
+from colocation.autoscale_eval.policies import SERVICE
+from profiling.policy import forecast as fc
+
+TZ = "UTC"  # the trace's clock is local wall time labelled UTC (see trace.Trace)
+
+
+def rows(demand: np.ndarray, start: float, notional: int, capacity: float) -> list[fc.Minute]:
+    per_replica = notional * capacity
+    return [fc.Minute(start + 60.0 * i, notional, float(d) / per_replica, None, qps=float(d) / 60.0)
+            for i, d in enumerate(demand)]
+
+
+def forecast(demand: np.ndarray, start: float, split: int, notional: int, capacity: float, seed: int = 0) -> Forecast:
+    """Train on minutes [0, split), forecast and score minutes [split, end)."""
+    series = rows(demand, start, notional, capacity)
+    model = fc.train({SERVICE: series[:split]}, "gpu", tz=TZ, holidays=frozenset())
+    values = np.asarray(fc.predict_series(model, SERVICE, series, tz=TZ, holidays=frozenset()))[split:]
+    ev = fc.evaluate(model, {SERVICE: series}, tz=TZ, holidays=frozenset(), since=start + 60.0 * split)
+    mae = {k: [round(float(v), 6) for v in ev.mae[k]] for k in ("xgboost", "last_value", "seasonal")}
+    return Forecast(values, mae, int(ev.minutes), int(ev.seasonal_lag), bool(fc.usable(ev)), notional, split)

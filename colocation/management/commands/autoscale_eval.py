@@ -1,0 +1,70 @@
+"""`python manage.py autoscale_eval --trace worldcup98 [--days N] [--json PATH] [--out DIR] [--seed N]`: thin;
+the work is in colocation/autoscale_eval/ (no Django there)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from colocation.autoscale_eval.evaluate import EvalConfig, evaluate
+from colocation.autoscale_eval.report import write_json
+from colocation.autoscale_eval.service import CAPACITY, STARTUP_MIN, ServiceModel
+from colocation.autoscale_eval.trace import TRACES, TraceError
+
+
+class Command(BaseCommand):
+    help = ("Replay a per-minute traffic trace through a service model with four autoscaling policies side by side "
+            "(static, Kubernetes HPA, SPEC reactive, tidal = reactive + XGBoost predictive + system rules): "
+            "overloaded minutes, replica-hours, scale events, forecast MAE, plots. Traces: worldcup98 (88 days; "
+            "the last --days whole days are evaluated, all earlier days train the forecast); genai (the Alibaba "
+            "GenAI QPS trace spans 22 hours, too short to train on earlier days: refused with that reason).")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--trace", default="worldcup98", help=f"one of {', '.join(TRACES)}")
+        parser.add_argument("--days", type=int, default=14, help="whole days evaluated, at the end of the trace")
+        parser.add_argument("--json", dest="json_path", help="write the figures here")
+        parser.add_argument("--out", help="report and plots folder (default: out/autoscale-eval)")
+        parser.add_argument("--seed", type=int, default=0, help="the forecast model's random seed")
+        parser.add_argument("--capacity", type=float, default=CAPACITY,
+                            help="requests/min one replica serves at utilization 1.0")
+        parser.add_argument("--startup-min", type=int, default=STARTUP_MIN,
+                            help="minutes before a new replica serves")
+
+    def handle(self, *args: object, **opts: object) -> None:
+        try:
+            model = ServiceModel(capacity=opts["capacity"], startup_min=opts["startup_min"])
+        except ValueError as e:
+            raise CommandError(str(e)) from e
+        cfg = EvalConfig(Path(settings.TRACES_DIR), trace=opts["trace"], days=opts["days"], model=model,
+                         seed=opts["seed"])
+        out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / "autoscale-eval"
+        command = "python manage.py autoscale_eval " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 \
+            else "python manage.py autoscale_eval"
+        bars: list[tqdm] = []
+
+        def progress(label: str, total: int):
+            bar = tqdm(total=total, desc=f"{label:>9}", unit="min" if total > 1 else "step", file=self.stderr,
+                       mininterval=0.5, leave=True)
+            bars.append(bar)
+            return bar.update
+
+        try:
+            result = evaluate(cfg, out, command, progress)
+        except TraceError as e:
+            raise CommandError(str(e)) from e
+        finally:
+            for bar in bars:
+                bar.close()
+        if opts["json_path"]:
+            write_json(result.figures, Path(opts["json_path"]))
+        p = result.figures["policies"]
+        self.stdout.write(f"{out}/report.md ({result.figures['wall_s']} s): " + "; ".join(
+            f"{name} overloaded {r['overloaded_min']} min, {r['replica_hours']:.0f} replica-h, "
+            f"{r['scale_events']} events" for name, r in p.items()))
+        mae = result.figures["forecast"]["mae"]
+        self.stdout.write("forecast MAE h5: " + ", ".join(f"{k} {v[4]:.4f}" for k, v in mae.items()))

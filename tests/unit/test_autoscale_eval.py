@@ -1,0 +1,179 @@
+"""The offline autoscaling evaluation (colocation/autoscale_eval/) on a small synthetic diurnal trace: the service
+model, the replay loop, the four policies (reactive and tidal through the real decide_service), the figures."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from colocation.autoscale_eval import report
+from colocation.autoscale_eval.compare import replay
+from colocation.autoscale_eval.forecasting import Forecast
+from colocation.autoscale_eval.policies import Measured, Step
+from colocation.autoscale_eval.run import run
+from colocation.autoscale_eval.service import Pool, ServiceModel
+from colocation.autoscale_eval.trace import Trace, TraceError, split
+from colocation.policy.autoscaling import Reason
+
+DAY = 1440
+START = 1_700_006_400.0  # a midnight
+MODEL = ServiceModel(capacity=100.0, startup_min=3)
+
+
+def diurnal(days: int = 2) -> np.ndarray:
+    """Requests/min: a night trough of 200 and a day peak of 1400 (static: ceil(1400/60) = 24 replicas)."""
+    t = np.arange(days * DAY)
+    return 800.0 - 600.0 * np.cos(2 * math.pi * t / DAY)
+
+
+def oracle(demand: np.ndarray, notional: int) -> Forecast:
+    """A perfect forecast of the work: what tidal would do if the model were exact."""
+    ext = np.concatenate([demand, np.repeat(demand[-1], 5)])
+    values = np.stack([ext[1 + h:len(demand) + 1 + h] for h in range(5)], axis=1) / (notional * MODEL.capacity)
+    mae = {"xgboost": [0.0] * 5, "last_value": [0.1] * 5, "seasonal": [0.1] * 5}
+    return Forecast(values, mae, len(demand), DAY, True, notional, 0)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    demand = diurnal()
+    runs, static, top = replay(demand, START, MODEL, oracle(demand, 24))
+    return demand, runs, static, top
+
+
+class Fixed:
+    """A stand-in policy: asks for `target` replicas at `minute`."""
+
+    name = "fixed"
+
+    def __init__(self, minute: int, target: int) -> None:
+        self.minute, self.target, self.seen = minute, target, []
+
+    def step(self, minute: int, now: float, seen: Measured, size: int, ready: int) -> Step:
+        self.seen.append(seen)
+        return Step(self.target if minute == self.minute else size, "test", "")
+
+    def changed(self, now: float) -> None:
+        pass
+
+
+def test_static_is_sized_for_the_peak_and_never_overloads(runs):
+    demand, r, static, _ = runs
+    assert static == math.ceil(1400 / 60)
+    assert set(r["static"].replicas) == {static}
+    f = r["static"].figures(MODEL, demand)
+    assert f["overloaded_min"] == 0 and f["over_max_rate_min"] == 0 and f["scale_events"] == 0
+
+
+def test_replica_hours_count_every_provisioned_replica_minute(runs):
+    demand, r, static, _ = runs
+    assert r["static"].figures(MODEL, demand)["replica_hours"] == pytest.approx(static * len(demand) / 60)
+    for name in ("hpa", "reactive", "tidal"):
+        assert r[name].figures(MODEL, demand)["replica_hours"] == pytest.approx(r[name].replicas.sum() / 60, abs=0.01)
+        assert r[name].figures(MODEL, demand)["replica_hours"] < 0.8 * static * len(demand) / 60
+
+
+def test_startup_delay_then_serving_and_scale_in_at_once():
+    demand = np.full(12, 300.0)
+    grow = run(Fixed(0, 6), demand, START, MODEL, initial=3)
+    assert list(grow.replicas[:3]) == [3, 6, 6]
+    assert list(grow.ready[:6]) == [3, 3, 3, 3, 6, 6]  # asked at the end of minute 0, serving from minute 1 + 3
+    assert grow.utilization[3] == pytest.approx(1.0) and grow.utilization[4] == pytest.approx(0.5)
+    shrink = run(Fixed(0, 2), demand, START, MODEL, initial=3)
+    assert list(shrink.ready[:3]) == [3, 2, 2]
+    assert shrink.utilization[1] == pytest.approx(1.5) and shrink.figures(MODEL, demand)["overloaded_min"] == 11
+
+
+def test_measured_utilization_is_capped_like_a_duty_cycle():
+    demand = np.array([500.0, 500.0])
+    policy = Fixed(-1, 0)
+    r = run(policy, demand, START, MODEL, initial=2)
+    assert r.utilization[0] == pytest.approx(2.5) and policy.seen[0].gpu == 1.0 and policy.seen[0].qps == 500 / 60
+
+
+def test_pool_removes_starting_replicas_first():
+    pool = Pool(2)
+    pool.scale(4, minute=10, startup_min=3)
+    assert pool.ready(12) == 2 and pool.ready(13) == 4
+    pool.scale(3, minute=11, startup_min=3)
+    assert pool.size == 3 and pool.ready(13) == 3
+
+
+def test_reactive_and_tidal_decide_through_the_spec_policy(runs):
+    _, r, _, top = runs
+    reactive = {e.reason for e in r["reactive"].events}
+    assert {Reason.SCALE_OUT, Reason.SCALE_IN} <= reactive and reactive <= {x.value for x in Reason}
+    assert Reason.PREDICTIVE_OUT not in reactive
+    tidal = {e.reason for e in r["tidal"].events}
+    assert Reason.PREDICTIVE_OUT in tidal and Reason.SCALE_IN in tidal
+    out = next(e for e in r["reactive"].events if e.reason == Reason.SCALE_OUT)
+    assert "over maxRate 80% for 2 minutes" in out.message and out.after > out.before
+    ahead = next(e for e in r["tidal"].events if e.reason == Reason.PREDICTIVE_OUT)
+    assert "ahead of the peak" in ahead.message
+    assert all(2 <= e.after <= top for name in ("reactive", "tidal") for e in r[name].events)
+
+
+def test_hpa_scales_with_its_own_reasons(runs):
+    demand, r, _, _ = runs
+    reasons = {e.reason for e in r["hpa"].events}
+    assert reasons == {"hpa-scale-out", "hpa-scale-in"}
+    assert "target 60%" in r["hpa"].events[0].message
+
+
+def test_a_perfect_forecast_overloads_less_than_the_reactive_rule():
+    demand = diurnal()
+    demand[2000:2030] *= 1.6  # a sharp half-hour surge at midday
+    runs, _, _ = replay(demand, START, MODEL, oracle(demand, 24))
+    f = {n: runs[n].figures(MODEL, demand) for n in runs}
+    assert f["tidal"]["over_max_rate_min"] < f["reactive"]["over_max_rate_min"]
+
+
+def test_tidal_without_a_usable_forecast_says_so():
+    demand = diurnal(1)[:600]
+    bad = oracle(demand, 24)
+    bad = Forecast(bad.values, bad.mae, bad.minutes, bad.seasonal_lag, False, 24, 0)
+    runs, _, _ = replay(demand, START, MODEL, bad)
+    assert Reason.PREDICTIVE_OUT not in {e.reason for e in runs["tidal"].events}
+    assert [e.reason for e in runs["tidal"].events] == [e.reason for e in runs["reactive"].events]
+
+
+def test_figures_and_json_shape(runs, tmp_path):
+    demand, r, _, _ = runs
+    policies = {n: r[n].figures(MODEL, demand) for n in ("static", "hpa", "reactive", "tidal")}
+    mae = {"xgboost": [0.01] * 5, "last_value": [0.02] * 5, "seasonal": [0.03] * 5}
+    path = tmp_path / "ae.json"
+    report.write_json({"policies": policies, "forecast": {"mae": mae}}, path)
+    data = json.loads(path.read_text())
+    assert set(data["policies"]) == {"static", "hpa", "reactive", "tidal"}
+    for fig in data["policies"].values():
+        assert isinstance(fig["overloaded_min"], int) and isinstance(fig["replica_hours"], float)
+        assert isinstance(fig["scale_events"], int)
+    assert set(data["forecast"]["mae"]) == {"xgboost", "last_value", "seasonal"}
+    acc = report.acceptance(policies, mae)
+    assert acc["hours_vs_static"] and acc["forecast_h5"]
+
+
+@pytest.mark.parametrize("tidal, other, met", [(0, 0, True), (5, 10, True), (6, 10, False), (1, 0, False)])
+def test_overload_acceptance_is_half_or_better(tidal, other, met):
+    def figs(n):
+        return {"overloaded_min": n, "replica_hours": 1.0}
+    policies = {"tidal": figs(tidal), "reactive": figs(other), "hpa": figs(other), "static": figs(0)}
+    mae = {"xgboost": [1.0] * 5, "last_value": [1.0] * 5, "seasonal": [1.0] * 5}
+    acc = report.acceptance(policies, mae)
+    assert acc["overload_vs_reactive"] is met and acc["overload_vs_hpa"] is met and not acc["forecast_h5"]
+
+
+def test_split_keeps_earlier_days_for_training():
+    trace = Trace("synthetic", diurnal(10), START)
+    assert split(trace, 3) == 7 * DAY
+    with pytest.raises(TraceError, match="--days"):
+        split(trace, 0)
+    with pytest.raises(TraceError, match="training"):
+        split(trace, 10)
+
+
+def test_busiest_day_is_the_zoom():
+    demand = diurnal(3)
+    demand[DAY + 700] = 5000.0
+    assert report.busiest_day(demand) == 1
