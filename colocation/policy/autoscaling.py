@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import time
 from enum import StrEnum
 
@@ -149,12 +149,28 @@ def decide_service(view: ServiceView, now: float) -> ScaleDecision:
     if not fresh:
         return _silent(view, now)
     if view.replicas == 0:
-        return _from_zero(view, fresh[-1])
+        return _from_zero(view, now, fresh[-1])
     idle = _idle(view, now)
-    if idle is not None:
-        return _bounded(view, now, idle)
+    blocked = None if idle is None else _zero_blocked(view, now)
+    if idle is not None and blocked is None:
+        return idle
     since_change = [m for m in fresh if view.replicas_changed_at is None or m.at >= view.replicas_changed_at]
-    return _bounded(view, now, _rules(view, since_change))
+    d = _bounded(view, now, _rules(view, since_change))
+    if idle is None:
+        return d
+    return replace(d, message=f"{d.message}; not scaled to zero after {view.policy.scale_to_zero_idle_min} idle "
+                              f"minutes: {blocked}")
+
+
+def _zero_blocked(view: ServiceView, now: float) -> str | None:
+    """Why an idle service may not go to zero now (the normal rules apply instead), or None."""
+    policy = view.policy
+    if in_peak(policy, now):
+        start, end = policy.peak_window
+        return f"no scale-in in the peak window {start:%H:%M}–{end:%H:%M}"
+    if scheduled_minimum(policy.schedules, now, policy.tz):
+        return f"a schedule keeps at least {_floor(view, now)} now"
+    return None
 
 
 def _skip(view: ServiceView, now: float) -> ScaleDecision | None:
@@ -201,18 +217,25 @@ def _silent(view: ServiceView, now: float) -> ScaleDecision:
         since = "ever" if last is None else f"{int(silent_min)} minutes"
         return _hold(view, Reason.STALE, f"{view.name}: no fresh metrics for {since}; stays at {view.replicas}{why}")
     target = _clamp(view, view.yesterday_max, _floor(view, now))
+    note = _bounded_note(target, view.yesterday_max)
+    if target < view.replicas <= view.policy.max_replicas and in_peak(view.policy, now):
+        target, note = view.replicas, f" (kept at {view.replicas}: no scale-in in the peak window)"
     return ScaleDecision(view.name, view.replicas, target, Reason.FALLBACK,
                          f"{view.name}: no metrics for {SILENT_MINUTES}+ minutes; restored to yesterday's maximum "
-                         f"of {view.yesterday_max} replicas" + _bounded_note(target, view.yesterday_max),
+                         f"of {view.yesterday_max} replicas" + note,
                          {"silent_minutes": None if last is None else int(silent_min)})
 
 
-def _from_zero(view: ServiceView, newest: LoadMinute) -> ScaleDecision:
-    if not newest.qps:
-        return _hold(view, Reason.HOLD, f"{view.name}: at zero replicas, no requests")
-    target = max(SYSTEM_MIN_REPLICAS, view.policy.min_replicas)
-    return ScaleDecision(view.name, 0, min(target, view.policy.max_replicas), Reason.FROM_ZERO,
-                         f"{view.name}: back from zero on {newest.qps:.2f} requests/s at the gateway", {"qps": newest.qps})
+def _from_zero(view: ServiceView, now: float, newest: LoadMinute) -> ScaleDecision:
+    """Back from zero on the first request at the gateway, or when a schedule's window opens."""
+    target = min(_floor(view, now), view.policy.max_replicas)
+    if newest.qps:
+        return ScaleDecision(view.name, 0, target, Reason.FROM_ZERO, f"{view.name}: back from zero to {target} "
+                             f"replicas on {newest.qps:.2f} requests/s at the gateway", {"qps": newest.qps})
+    if scheduled_minimum(view.policy.schedules, now, view.policy.tz):
+        return ScaleDecision(view.name, 0, target, Reason.SCHEDULE, f"{view.name} scales from zero to {target} "
+                             f"replicas: a schedule keeps at least {target} now")
+    return _hold(view, Reason.HOLD, f"{view.name}: at zero replicas, no requests")
 
 
 def _idle(view: ServiceView, now: float) -> ScaleDecision | None:
@@ -234,7 +257,7 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
     n, policy = view.replicas, view.policy
     answers: list[tuple[int, Reason, str, str]] = []  # (replicas, reason, metric, why)
     for metric, rates in sorted(policy.rates().items()):
-        ys = [v for m in loads if (v := m.value(metric)) is not None]
+        ys = _trailing(loads, metric)
         if len(ys) >= OUT_MINUTES and all(v > rates.max_rate for v in ys[-OUT_MINUTES:]):
             k = math.ceil(ys[-1] / rates.expect_rate * n - FLOAT_SLACK)
             answers.append((max(n, k), Reason.SCALE_OUT, metric,
@@ -301,29 +324,41 @@ def in_peak(policy: ScalingPolicy, now: float) -> bool:
 
 
 def _bounded(view: ServiceView, now: float, d: ScaleDecision) -> ScaleDecision:
-    """At least 2 replicas (unless scaled to zero), the schedules' minimum, never above the maximum, no
-    scale-in inside the daytime peak window."""
-    n = view.replicas
-    if d.target < n and in_peak(view.policy, now):
-        start, end = view.policy.peak_window
-        return ScaleDecision(view.name, n, n, Reason.PEAK_WINDOW,
-                             f"{view.name} stays at {n} replicas: no scale-in in the peak window "
-                             f"{start:%H:%M}–{end:%H:%M} ({d.message})", d.data)
-    if d.reason is Reason.TO_ZERO:
-        scheduled = scheduled_minimum(view.policy.schedules, now, view.policy.tz)
-        if not scheduled:
-            return d
-        d = _hold(view, Reason.HOLD, d.message)
+    """At least 2 replicas, the schedules' minimum, never above the maximum, no scale-in inside the daytime peak
+    window (scale to zero is decided before: never inside the peak window nor while a schedule is active)."""
+    n, policy = view.replicas, view.policy
     floor = _floor(view, now)
     target = _clamp(view, d.target, floor)
+    if target < n and in_peak(policy, now):
+        if n <= policy.max_replicas:
+            start, end = policy.peak_window
+            return ScaleDecision(view.name, n, n, Reason.PEAK_WINDOW,
+                                 f"{view.name} stays at {n} replicas: no scale-in in the peak window "
+                                 f"{start:%H:%M}–{end:%H:%M} ({d.message})", d.data)
+        target = policy.max_replicas  # above its maximum: down to it, no further, in the peak window
     if target == d.target:
         return d
-    if target > d.target and target > n and floor > max(SYSTEM_MIN_REPLICAS, view.policy.min_replicas):
-        return ScaleDecision(view.name, n, target, Reason.SCHEDULE,
-                             f"{view.name} scales to {target} replicas: a schedule keeps at least {floor} now", d.data)
-    bound = "maximum" if target < d.target else "minimum"
-    return ScaleDecision(view.name, n, target, d.reason if target != n else Reason.HOLD,
-                         f"{d.message}; bounded by its {bound} to {target}", d.data)
+    if target > d.target and floor > max(SYSTEM_MIN_REPLICAS, policy.min_replicas):
+        why = f"a schedule keeps at least {floor} now" + (f", its maximum is {target}" if target < floor else "")
+        if target > n:
+            return ScaleDecision(view.name, n, target, Reason.SCHEDULE,
+                                 f"{view.name} scales to {target} replicas: {why} ({d.message})", d.data)
+    else:
+        why = f"bounded by its {'maximum' if target < d.target else 'minimum'} to {target}"
+    return ScaleDecision(view.name, n, target, _direction(d.reason, n, target), f"{d.message}; {why}", d.data)
+
+
+UPWARD = frozenset({Reason.SCALE_OUT, Reason.PREDICTIVE_OUT, Reason.FROM_ZERO, Reason.FALLBACK, Reason.SCHEDULE})
+
+
+def _direction(reason: Reason, current: int, target: int) -> Reason:
+    """The decision's reason after a bound moved its target: a hold that changes nothing, else one that says
+    which way it goes."""
+    if target == current:
+        return Reason.HOLD
+    if target > current:
+        return reason if reason in UPWARD else Reason.SCALE_OUT
+    return Reason.SCALE_IN
 
 
 # --- a group at once ------------------------------------------------------------------------------
@@ -345,7 +380,8 @@ def decide_group(views: Sequence[ServiceView], capacity: float, now: float) -> l
     out = dict(decisions)
     for v in sorted((by_name[n] for n in decisions if n not in fixed), key=lambda v: (-v.policy.priority, v.name)):
         d = decisions[v.name]
-        extra = max(0, min(d.target - floors[v.name], int(max(0.0, left) // v.per_replica + FLOAT_SLACK)))
+        room = math.floor(max(0.0, left) / v.per_replica + FLOAT_SLACK) if v.per_replica > 0 else d.target
+        extra = max(0, min(d.target - floors[v.name], room))
         left -= extra * v.per_replica
         got = floors[v.name] + extra
         if got < d.target:
@@ -361,6 +397,16 @@ def decide_group(views: Sequence[ServiceView], capacity: float, now: float) -> l
 
 def _bounded_note(target: int, asked: int) -> str:
     return f" (bounded to {target})" if target != asked else ""
+
+
+def _trailing(loads: Sequence[LoadMinute], metric: str) -> list[float]:
+    """The metric's values over the newest minutes up to the first one that lacks it, oldest first."""
+    ys: list[float] = []
+    for m in reversed(loads):
+        if (v := m.value(metric)) is None:
+            break
+        ys.append(v)
+    return ys[::-1]
 
 
 def _pcts(values: Sequence[float]) -> str:

@@ -1,0 +1,412 @@
+"""SPEC §3 inference autoscaling (colocation/policy/autoscaling.py): one table per rule, each with a case that
+fires and one that does not, then properties over random services (bounds, the peak window, the fallback after
+exactly 5 silent minutes, the group's priority arbitration)."""
+
+from dataclasses import replace
+from datetime import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from colocation.policy.autoscaling import (SKIPS, LoadMinute, Rates, Reason, ScaleDecision, ScalingPolicy,
+                                           ServiceView, decide_group, decide_service, in_peak)
+from colocation.policy.schedules import Schedule, scheduled_minimum
+from tests.unit.colocation_builders import at
+
+NOW = at("14:00")  # Tuesday 2024-03-05, UTC
+GPU = Rates(0.3, 0.6, 0.8)
+POLICY = ScalingPolicy(thresholds=(("gpu", GPU),), min_replicas=2, max_replicas=10)
+EVERY_DAY = frozenset(range(7))
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def loads(*values: float | None, metric: str = "gpu", n: int = 4, qps: float | None = 1.0, end: float = NOW,
+          **other: float | None) -> tuple[LoadMinute, ...]:
+    """One minute per value, oldest first; the newest ends at `end`."""
+    k = len(values)
+    return tuple(LoadMinute(end - 60 * (k - i), n, **{metric: v}, qps=qps, **other) for i, v in enumerate(values))
+
+
+def svc(minutes: tuple[LoadMinute, ...] = (), n: int = 4, policy: ScalingPolicy = POLICY, **kw) -> ServiceView:
+    return ServiceView("svc-a", policy, n, kw.pop("ready", n), minutes, **kw)
+
+
+def pol(**kw) -> ScalingPolicy:
+    return replace(POLICY, **kw)
+
+
+def check(view: ServiceView, now: float, target: int, reason: Reason, says: str = "") -> ScaleDecision:
+    d = decide_service(view, now)
+    assert (d.target, d.reason) == (target, reason), d.message
+    assert d.current == view.replicas and isinstance(d.reason, Reason)
+    assert view.name in d.message
+    assert says in d.message
+    return d
+
+
+def case(view, target, reason, says="", *, now=NOW, id):
+    return pytest.param(view, now, target, reason, says, id=id)
+
+
+OUT = loads(0.9, 0.9)  # over maxRate 0.8 in each of the last 2 minutes at 4 replicas: ceil(0.9/0.6×4) = 6
+
+# --- the reactive rule ----------------------------------------------------------------------------
+
+REACTIVE = [
+    case(svc(OUT), 6, Reason.SCALE_OUT, "= 6", id="out-fires-float-slack-6-not-7"),
+    case(svc(loads(0.85, 0.95)), 7, Reason.SCALE_OUT, "ceil(0.95/0.60×4) = 7", id="out-uses-current-y"),
+    case(svc(loads(0.5, 0.9, 0.9)), 6, Reason.SCALE_OUT, id="out-fires-on-last-2-only"),
+    case(svc(loads(0.9, 0.7)), 4, Reason.HOLD, "within", id="out-not-newest-within"),
+    case(svc(loads(0.7, 0.9)), 4, Reason.HOLD, id="out-not-only-newest-over"),
+    case(svc(loads(0.9)), 4, Reason.HOLD, id="out-not-one-minute"),
+    case(svc(loads(0.8, 0.8)), 4, Reason.HOLD, id="out-not-at-exactly-maxrate"),
+    case(svc(loads(*[0.2] * 5), n=10), 3, Reason.SCALE_IN, "floor(0.20/0.60×10) = 3", id="in-fires"),
+    case(svc(loads(0.4, *[0.2] * 5), n=10), 3, Reason.SCALE_IN, id="in-fires-on-last-5-only"),
+    case(svc(loads(*[0.2] * 4), n=10), 10, Reason.HOLD, id="in-not-4-minutes"),
+    case(svc(loads(*[0.2] * 4, 0.4), n=10), 10, Reason.HOLD, id="in-not-newest-within"),
+    case(svc(loads(*[0.3] * 5), n=10), 10, Reason.HOLD, id="in-not-at-exactly-minrate"),
+]
+
+BOTH = (("gpu", GPU), ("cpu", Rates(0.3, 0.5, 0.8)))
+LARGEST = [
+    case(svc(loads(0.9, 0.9, cpu=0.95), policy=pol(thresholds=BOTH)), 8, Reason.SCALE_OUT, "cpu",
+         id="largest-cpu-8-beats-gpu-6"),
+    case(svc(loads(0.9, 0.9, cpu=0.5), policy=pol(thresholds=BOTH)), 6, Reason.SCALE_OUT, "gpu",
+         id="largest-gpu-out-beats-cpu-hold"),
+    case(svc(loads(*[0.1] * 5, cpu=0.5), n=10, policy=pol(thresholds=BOTH)), 10, Reason.HOLD,
+         id="largest-cpu-hold-beats-gpu-in"),
+    case(svc(loads(*[0.1] * 5, cpu=0.2), n=10, policy=pol(thresholds=BOTH)), 4, Reason.SCALE_IN, "cpu",
+         id="in-when-every-metric-says-in"),
+]
+
+# --- the predictive rule --------------------------------------------------------------------------
+
+FLAT = loads(0.5, 0.5)
+TWO_OVER = (("gpu", (0.7, 0.85, 0.7, 0.9, 0.7)),)
+PREDICTIVE = [
+    case(svc(FLAT, forecast=TWO_OVER), 6, Reason.PREDICTIVE_OUT, "ahead of the peak", id="fires-2-of-5"),
+    case(svc(FLAT, forecast=(("gpu", (0.7, 0.85, 0.7, 0.7, 0.7)),)), 4, Reason.HOLD, id="not-1-of-5"),
+    case(svc(FLAT, forecast=(("gpu", (0.5, 0.5, 0.5, 0.5, 0.85, 0.95)),)), 4, Reason.HOLD,
+         id="not-6th-minute-ignored"),
+    case(svc(FLAT, forecast=TWO_OVER, policy=pol(predictive=False)), 4, Reason.HOLD, id="not-predictive-off"),
+    case(svc(FLAT, forecast=(("cpu", (0.9,) * 5),)), 4, Reason.HOLD, id="not-metric-without-threshold"),
+    case(svc(loads(0.95, 0.95), forecast=TWO_OVER), 7, Reason.SCALE_OUT, id="reactive-larger-wins"),
+    case(svc(FLAT, forecast_note="the model is worse than the seasonal baseline; not used"), 4, Reason.HOLD,
+         "the model is worse than the seasonal baseline; not used", id="forecast-note-in-hold"),
+]
+
+# --- filters --------------------------------------------------------------------------------------
+
+FILTERS = [
+    case(svc(loads(0.9, 0.9, end=NOW - 120)), 6, Reason.SCALE_OUT, id="fresh-newest-ended-120s-ago"),
+    case(svc(loads(0.9, 0.9, end=NOW - 121)), 4, Reason.STALE, "no fresh metrics", id="stale-ended-121s-ago"),
+    case(svc(loads(0.9, end=NOW - 120) + loads(0.9)), 4, Reason.HOLD, id="missing-minute-breaks-the-run"),
+    case(svc(loads(0.9, None, 0.9)), 4, Reason.HOLD, id="minute-without-metric-breaks-the-run"),
+    case(svc(loads(*[0.2] * 3, end=NOW - 180) + loads(0.2, 0.2), n=10), 10, Reason.HOLD,
+         id="missing-minute-breaks-scale-in"),
+    case(svc(OUT, replicas_changed_at=NOW - 180), 6, Reason.SCALE_OUT, id="minutes-after-change-count"),
+    case(svc(loads(0.9, 0.9, end=NOW - 120), replicas_changed_at=NOW - 240), 6, Reason.SCALE_OUT,
+         id="minute-starting-at-change-counts"),
+    case(svc(loads(0.9, 0.9, end=NOW - 120), replicas_changed_at=NOW - 200), 4, Reason.HOLD,
+         id="minute-before-change-ignored"),
+    case(svc(OUT, replicas_changed_at=NOW - 180), 6, Reason.SCALE_OUT, id="stable-exactly-3-minutes"),
+    case(svc(OUT, policy=pol(autoscaling=False)), 4, Reason.SKIP_OFF, "autoscaling is off", id="skip-off"),
+    case(svc(OUT, offline=True), 4, Reason.SKIP_OFFLINE, "offline", id="skip-offline"),
+    case(svc(OUT, manual_deploy=True), 4, Reason.SKIP_MANUAL, "by hand", id="skip-manual-deploy"),
+    case(svc(OUT, ready=3), 4, Reason.SKIP_SCALING, "3 of 4", id="skip-still-scaling"),
+    case(svc(OUT, replicas_changed_at=NOW - 179), 4, Reason.SKIP_UNSTABLE, "stable 3 minutes", id="skip-unstable"),
+]
+
+# --- system rules ---------------------------------------------------------------------------------
+
+LOW10 = loads(*[0.05] * 5, n=10)  # floor(0.05/0.6×10) = 0
+DAYTIME = pol(peak_window=(time(9), time(18)))
+NIGHT = pol(peak_window=(time(22), time(6)))  # across midnight
+
+
+def low10(now: float, policy: ScalingPolicy = POLICY, **kw) -> ServiceView:
+    return svc(loads(*[0.05] * 5, n=10, end=now), n=10, policy=policy, **kw)
+
+
+SYSTEM = [
+    case(svc(LOW10, n=10), 2, Reason.SCALE_IN, "bounded by its minimum to 2", id="at-least-2"),
+    case(svc(loads(*[0.2] * 5), n=10), 3, Reason.SCALE_IN, id="at-least-2-not-needed"),
+    case(svc(LOW10, n=10, policy=pol(min_replicas=4)), 4, Reason.SCALE_IN, "minimum to 4", id="min-replicas"),
+    case(svc(loads(0.5, 0.5), n=1), 2, Reason.SCALE_OUT, "minimum to 2", id="below-2-raised-to-2"),
+    case(svc(OUT, policy=pol(max_replicas=5)), 5, Reason.SCALE_OUT, "bounded by its maximum to 5", id="max"),
+    case(svc(loads(0.5, 0.5), n=12), 10, Reason.SCALE_IN, "maximum to 10", id="above-max-brought-down"),
+    case(low10(NOW, DAYTIME), 10, Reason.PEAK_WINDOW, "peak window 09:00–18:00", id="peak-no-scale-in"),
+    case(svc(OUT, policy=DAYTIME), 6, Reason.SCALE_OUT, id="peak-scale-out-allowed"),
+    case(low10(at("18:00"), DAYTIME), 2, Reason.SCALE_IN, now=at("18:00"), id="peak-end-is-outside"),
+    case(low10(at("08:59"), DAYTIME), 2, Reason.SCALE_IN, now=at("08:59"), id="peak-just-before"),
+    case(low10(at("09:00"), DAYTIME), 10, Reason.PEAK_WINDOW, now=at("09:00"), id="peak-start-is-inside"),
+    case(low10(at("23:00"), NIGHT), 10, Reason.PEAK_WINDOW, now=at("23:00"), id="peak-across-midnight-late"),
+    case(low10(at("05:59"), NIGHT), 10, Reason.PEAK_WINDOW, now=at("05:59"), id="peak-across-midnight-early"),
+    case(low10(NOW, NIGHT), 2, Reason.SCALE_IN, id="peak-across-midnight-outside"),
+]
+
+TUE = frozenset({2})
+
+
+def scheduled(*schedules: Schedule, **kw) -> ScalingPolicy:
+    return pol(schedules=schedules, **kw)
+
+
+SCHEDULES = [
+    case(svc(FLAT, policy=scheduled(Schedule(TUE, time(12), time(16), 5))), 5, Reason.SCHEDULE,
+         "a schedule keeps at least 5", id="schedule-raises-floor"),
+    case(svc(FLAT, policy=scheduled(Schedule(frozenset({3}), time(12), time(16), 5))), 4, Reason.HOLD,
+         id="schedule-other-weekday"),
+    case(svc(FLAT, policy=scheduled(Schedule(TUE, time(15), time(16), 5))), 4, Reason.HOLD, id="schedule-later"),
+    case(svc(FLAT, policy=scheduled(Schedule(TUE, time(12), time(14), 5))), 4, Reason.HOLD,
+         id="schedule-end-exclusive"),
+    case(svc(LOW10, n=10, policy=scheduled(Schedule(TUE, time(12), time(16), 5))), 5, Reason.SCALE_IN,
+         "a schedule keeps at least 5", id="schedule-limits-scale-in"),
+    case(svc(loads(0.5, 0.5, end=at("01:00")), policy=scheduled(Schedule(frozenset({1}), time(22), time(2), 5))),
+         5, Reason.SCHEDULE, now=at("01:00"), id="schedule-monday-night-holds-tuesday-1am"),
+    case(svc(loads(0.5, 0.5, end=at("01:00")), policy=scheduled(Schedule(TUE, time(22), time(2), 5))),
+         4, Reason.HOLD, now=at("01:00"), id="schedule-tuesday-night-not-tuesday-1am"),
+    case(svc(loads(0.5, 0.5, end=at("23:00")), policy=scheduled(Schedule(TUE, time(22), time(2), 5))),
+         5, Reason.SCHEDULE, now=at("23:00"), id="schedule-tuesday-night-at-23"),
+    case(svc(OUT, policy=scheduled(Schedule(TUE, time(12), time(16), 5))), 6, Reason.SCALE_OUT,
+         id="schedule-does-not-cap-scale-out"),
+]
+
+# --- fallback, scale to zero, busy ----------------------------------------------------------------
+
+SILENT5 = loads(0.5, 0.5, end=NOW - 300)  # the newest minute ended 5 minutes ago
+SILENT4 = loads(0.5, 0.5, end=NOW - 299)
+FALLBACK = [
+    case(svc(SILENT5, yesterday_max=7), 7, Reason.FALLBACK, "yesterday's maximum of 7", id="fires-5-silent"),
+    case(svc(SILENT4, yesterday_max=7), 4, Reason.STALE, "for 4 minutes", id="not-4-silent"),
+    case(svc(SILENT5), 4, Reason.STALE, "yesterday's maximum is unknown", id="unknown-yesterday-max"),
+    case(svc((), yesterday_max=7), 7, Reason.FALLBACK, id="never-any-metric"),
+    case(svc(SILENT5, yesterday_max=30), 10, Reason.FALLBACK, "bounded to 10", id="bounded-by-max"),
+    case(svc(SILENT5, yesterday_max=1), 2, Reason.FALLBACK, "bounded to 2", id="bounded-by-min"),
+    case(svc(SILENT5, n=8, yesterday_max=3, policy=DAYTIME), 8, Reason.FALLBACK, "peak window",
+         id="no-scale-in-in-peak"),
+    case(svc(SILENT5, yesterday_max=7, offline=True), 4, Reason.SKIP_OFFLINE, id="not-offline"),
+]
+
+IDLE = pol(scale_to_zero_idle_min=3)
+QUIET = loads(0.0, 0.0, 0.0, qps=0.0)
+ALWAYS = Schedule(EVERY_DAY, time(0), time(0), 3)  # start == end: the whole day
+ZERO = [
+    case(svc(QUIET, policy=IDLE), 0, Reason.TO_ZERO, "no request for 3 minutes", id="to-zero-fires"),
+    case(svc(loads(0.0, qps=0.5, end=NOW - 120) + loads(0.0, 0.0, qps=0.0), policy=IDLE), 4, Reason.HOLD,
+         id="to-zero-one-request-in-window"),
+    case(svc(loads(0.0, 0.0, qps=0.0), policy=IDLE), 4, Reason.HOLD, id="to-zero-not-yet-2-minutes"),
+    case(svc(QUIET), 4, Reason.HOLD, id="to-zero-not-configured"),
+    case(svc(QUIET, policy=replace(IDLE, peak_window=(time(9), time(18)))), 4, Reason.HOLD,
+         "not scaled to zero after 3 idle minutes: no scale-in in the peak window", id="to-zero-not-in-peak"),
+    case(svc(QUIET, policy=replace(IDLE, schedules=(ALWAYS,))), 4, Reason.HOLD,
+         "not scaled to zero after 3 idle minutes: a schedule keeps at least 3 now", id="to-zero-not-scheduled"),
+    case(svc(loads(*[0.0] * 5, qps=0.0), policy=replace(IDLE, schedules=(ALWAYS,))), 3, Reason.SCALE_IN,
+         "a schedule keeps at least 3", id="scheduled-idle-scales-in-to-schedule-min"),
+    case(svc(loads(0.0, qps=0.5, n=0), n=0, policy=IDLE), 2, Reason.FROM_ZERO, "0.50 requests/s",
+         id="from-zero-first-request"),
+    case(svc(loads(0.0, qps=0.5, n=0), n=0, policy=replace(IDLE, min_replicas=3)), 3, Reason.FROM_ZERO,
+         id="from-zero-to-min-replicas"),
+    case(svc(loads(0.0, qps=0.0, n=0), n=0, policy=IDLE), 0, Reason.HOLD, "no requests", id="zero-stays-no-request"),
+    case(svc(loads(0.0, qps=0.0, n=0), n=0, policy=replace(IDLE, schedules=(ALWAYS,))), 3, Reason.SCHEDULE,
+         "a schedule keeps at least 3", id="zero-schedule-brings-back"),
+]
+
+BUSY = Rates(0.6, 0.7, 0.8)
+BUSY_ON = pol(thresholds=(("gpu", GPU), ("busy", BUSY)), busy_signal=True)
+BUSY_SIGNAL = [
+    case(svc(loads(0.9, 0.9, metric="busy", gpu=0.5), policy=BUSY_ON), 6, Reason.SCALE_OUT, "busy",
+         id="busy-fires"),
+    case(svc(loads(0.7, 0.7, metric="busy", gpu=0.95), policy=BUSY_ON), 4, Reason.HOLD, "busy 70%",
+         id="busy-replaces-utilization"),
+    case(svc(loads(0.9, 0.9, metric="busy", gpu=0.5), policy=replace(BUSY_ON, busy_signal=False)), 4, Reason.HOLD,
+         id="busy-ignored-when-off"),
+    case(svc(loads(*[0.3] * 5, metric="busy", gpu=0.5), n=10, policy=BUSY_ON), 4, Reason.SCALE_IN,
+         id="busy-scale-in"),
+]
+
+
+@pytest.mark.parametrize("view, now, target, reason, says",
+                         REACTIVE + LARGEST + PREDICTIVE + FILTERS + SYSTEM + SCHEDULES + FALLBACK + ZERO + BUSY_SIGNAL)
+def test_rule(view, now, target, reason, says):
+    check(view, now, target, reason, says)
+
+
+def test_scale_out_sentence_shows_the_formula():
+    d = check(svc(OUT), NOW, 6, Reason.SCALE_OUT)
+    assert d.message == ("svc-a scales out to 6 replicas: gpu 90%/90% over maxRate 80% for 2 minutes: "
+                         "ceil(0.90/0.60×4) = 6")
+    assert d.changes and d.data["metric"] == "gpu"
+
+
+def test_in_peak():
+    assert in_peak(DAYTIME, NOW) and not in_peak(POLICY, NOW)
+    assert in_peak(replace(DAYTIME, tz="America/New_York"), at("14:00", tz="America/New_York"))
+    assert not in_peak(replace(DAYTIME, tz="America/New_York"), at("08:00", tz="America/New_York"))
+
+
+# --- a group at once ------------------------------------------------------------------------------
+
+
+def asking(name: str, target: int, priority: int = 0, per: float = 1.0, n: int = 4, **kw) -> ServiceView:
+    """A service at `n` replicas whose load asks for `target` (gpu at expectRate × target / n, over maxRate)."""
+    y = 0.6 * target / n
+    view = svc(loads(y, y, n=n), n=n, policy=pol(priority=priority, max_replicas=20), per_replica=per, **kw)
+    return replace(view, name=name)
+
+
+def group(views, capacity):
+    return {d.service: (d.target, d.reason) for d in decide_group(views, capacity, NOW)}
+
+
+GROUPS = [
+    pytest.param([asking("a", 6, 1), asking("b", 6, 0)], 12, {"a": (6, Reason.SCALE_OUT), "b": (6, Reason.SCALE_OUT)},
+                 id="enough-capacity-nobody-capped"),
+    pytest.param([asking("a", 6, 1), asking("b", 6, 0)], 9, {"a": (6, Reason.SCALE_OUT), "b": (3, Reason.PRIORITY)},
+                 id="higher-priority-first"),
+    pytest.param([asking("a", 6, 0), asking("b", 6, 1)], 9, {"a": (3, Reason.PRIORITY), "b": (6, Reason.SCALE_OUT)},
+                 id="priority-not-list-order"),
+    pytest.param([asking("a", 6, 1), asking("b", 6, 0)], 4, {"a": (2, Reason.PRIORITY), "b": (2, Reason.PRIORITY)},
+                 id="never-below-floor"),
+    pytest.param([asking("a", 6, 1), asking("b", 6, 0, offline=True)], 8,
+                 {"a": (4, Reason.PRIORITY), "b": (4, Reason.SKIP_OFFLINE)}, id="skipped-keep-theirs"),
+    pytest.param([asking("a", 6, 0, per=0.1)], 0.5, {"a": (5, Reason.PRIORITY)}, id="fractional-float-slack"),
+]
+
+
+@pytest.mark.parametrize("views, capacity, want", GROUPS)
+def test_group(views, capacity, want):
+    assert group(views, capacity) == want
+
+
+def test_capped_sentence_names_priority_and_ask():
+    d = decide_group([asking("a", 6, 1), asking("b", 6, 0)], 9, NOW)[1]
+    assert d.message.startswith("b gets 3 of the 6 replicas it asks (priority 0)") and d.data["asked"] == 6
+
+
+# --- properties -----------------------------------------------------------------------------------
+
+unit = st.floats(0, 1, allow_nan=False)
+value = st.one_of(st.none(), unit)
+hour = st.integers(0, 23).map(lambda h: time(h))
+METRICS = ["gpu", "cpu", "busy"]
+
+
+@st.composite
+def rates(draw) -> Rates:
+    lo, mid, hi = sorted(draw(st.tuples(unit, st.floats(0.05, 1), unit)))
+    return Rates(lo, max(mid, 0.05), max(hi, mid, 0.05))
+
+
+@st.composite
+def policies(draw, peak: bool | None = None) -> ScalingPolicy:
+    min_replicas = draw(st.integers(0, 5))
+    window = (draw(hour), draw(hour))
+    has_peak = draw(st.booleans()) if peak is None else peak
+    if peak:
+        window = (time(13), time(15)) if draw(st.booleans()) else (time(23), time(15))  # NOW inside
+    schedules = tuple(Schedule(frozenset(draw(st.sets(st.integers(0, 6), min_size=1))), draw(hour), draw(hour),
+                               draw(st.integers(0, 8))) for _ in range(draw(st.integers(0, 2))))
+    return ScalingPolicy(
+        thresholds=tuple((m, draw(rates())) for m in draw(st.sets(st.sampled_from(METRICS), min_size=1))),
+        min_replicas=min_replicas, max_replicas=draw(st.integers(max(2, min_replicas), 12)),
+        priority=draw(st.integers(0, 3)), autoscaling=draw(st.integers(0, 9)) > 0, predictive=draw(st.booleans()),
+        peak_window=window if has_peak else None, scale_to_zero_idle_min=draw(st.sampled_from([None, 1, 3])),
+        schedules=schedules, busy_signal=draw(st.booleans()))
+
+
+@st.composite
+def minutes(draw, n: int, end: float) -> tuple[LoadMinute, ...]:
+    out, t = [], end - 60
+    for _ in range(draw(st.integers(0, 8))):
+        qps = draw(st.sampled_from([None, 0.0, 0.0, 2.5]))
+        out.append(LoadMinute(t, n, gpu=draw(value), cpu=draw(value), busy=draw(value), qps=qps))
+        t -= 60 * draw(st.sampled_from([1, 1, 1, 2]))  # now and then a missing minute
+    return tuple(reversed(out))
+
+
+@st.composite
+def views(draw, peak: bool | None = None, name: str = "svc-p") -> ServiceView:
+    policy = draw(policies(peak))
+    n = draw(st.integers(0, policy.max_replicas))
+    end = NOW - draw(st.sampled_from([0, 30, 60, 120, 121, 240, 300, 400]))
+    forecast = tuple((m, tuple(draw(unit) for _ in range(5))) for m in draw(st.sets(st.sampled_from(["gpu", "cpu"]))))
+    return ServiceView(name, policy, n, n if draw(st.integers(0, 5)) else max(0, n - 1), draw(minutes(n, end)),
+                       replicas_changed_at=draw(st.sampled_from([None, NOW - 179, NOW - 180, NOW - 150 - 60 * 3])),
+                       offline=draw(st.integers(0, 9)) == 0, manual_deploy=draw(st.integers(0, 9)) == 0,
+                       forecast=forecast, yesterday_max=draw(st.one_of(st.none(), st.integers(0, 15))),
+                       per_replica=draw(st.sampled_from([0.25, 1.0, 2.0])))
+
+
+def floor_of(view: ServiceView) -> int:
+    p = view.policy
+    return max(2, p.min_replicas, scheduled_minimum(p.schedules, NOW, p.tz))
+
+
+@SETTINGS
+@given(views())
+def test_bounds(view):
+    d = decide_service(view, NOW)
+    n = view.replicas
+    assert isinstance(d.reason, Reason) and view.name in d.message and d.current == n
+    assert d.target <= view.policy.max_replicas
+    if d.reason in SKIPS or d.reason is Reason.STALE:
+        assert d.target == n  # skipped, or no metrics yet: left as it is
+    elif d.reason is Reason.TO_ZERO:
+        assert d.target == 0 < n and view.policy.scale_to_zero_idle_min
+    elif n == 0:
+        assert d.target == 0 or d.target >= min(2, view.policy.max_replicas)  # from zero: at least 2
+    else:
+        assert d.target >= max(2, view.policy.min_replicas)
+
+
+@SETTINGS
+@given(views(peak=True))
+def test_never_scales_in_inside_the_peak_window(view):
+    assert in_peak(view.policy, NOW)
+    assert decide_service(view, NOW).target >= view.replicas
+    if view.loads:  # nor the fallback to yesterday's maximum
+        assert decide_service(_runnable(view, 330), NOW).target >= view.replicas
+
+
+def _runnable(view: ServiceView, silent_s: float) -> ServiceView:
+    """Autoscaling on, stable, not skipped, yesterday's maximum known; its newest minute ended `silent_s` ago."""
+    shift = NOW - silent_s - (view.loads[-1].at + 60)
+    moved = tuple(replace(m, at=m.at + shift) for m in view.loads)
+    return replace(view, policy=replace(view.policy, autoscaling=True), ready=view.replicas, offline=False,
+                   manual_deploy=False, replicas_changed_at=None, loads=moved,
+                   yesterday_max=view.yesterday_max or 3)
+
+
+@SETTINGS
+@given(views().filter(lambda v: v.loads), st.integers(0, 59))
+def test_fallback_after_exactly_5_silent_minutes(view, into_minute):
+    five = decide_service(_runnable(view, 5 * 60 + into_minute), NOW)
+    assert five.reason is Reason.FALLBACK
+    assert five.target <= view.policy.max_replicas
+    four = decide_service(_runnable(view, 4 * 60 + into_minute), NOW)
+    assert four.reason is Reason.STALE and four.target == view.replicas
+
+
+@SETTINGS
+@given(st.lists(views(), min_size=1, max_size=4), st.floats(0, 40))
+def test_group_priority_keeps_floors_and_capacity(vs, capacity):
+    vs = [replace(v, name=f"s{i}") for i, v in enumerate(vs)]
+    alone = {v.name: decide_service(v, NOW) for v in vs}
+    out = {d.service: d for d in decide_group(vs, capacity, NOW)}
+    assert list(out) == [v.name for v in vs]
+    fixed = {n for n, d in alone.items() if d.reason in SKIPS or d.target == 0}
+    for v in vs:
+        ask, got = alone[v.name], out[v.name]
+        if v.name in fixed:
+            assert got == ask
+        else:
+            assert min(ask.target, floor_of(v)) <= got.target <= ask.target
+            assert got.reason is ask.reason or got.reason is Reason.PRIORITY
+    need = sum(alone[v.name].target * v.per_replica if v.name in fixed else
+               min(alone[v.name].target, floor_of(v)) * v.per_replica for v in vs)
+    if need <= capacity:
+        assert sum(out[v.name].target * v.per_replica for v in vs) <= capacity + 1e-6
+    if sum(d.target * v.per_replica for v, d in zip(vs, alone.values())) <= capacity:
+        assert out == alone  # enough for everyone: nobody capped

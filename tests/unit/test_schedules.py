@@ -1,0 +1,105 @@
+"""Scheduled scaling (colocation/policy/schedules.py): cron's day-of-week field, and which schedules hold when
+(wall-clock windows on their weekdays, across midnight, in the policy's time zone)."""
+
+from datetime import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from colocation.policy.schedules import Schedule, cron_weekday, parse_weekdays, scheduled_minimum
+from tests.unit.colocation_builders import at
+
+WEEK = frozenset(range(7))
+
+
+def _id(value) -> str | None:
+    """Readable test ids: the text as written, schedules as "days start-end>=min"."""
+    if isinstance(value, str):
+        return value or "empty"
+    if isinstance(value, tuple) and all(isinstance(s, Schedule) for s in value):
+        return "+".join(f"{''.join(map(str, sorted(s.weekdays)))} {s.start:%H}-{s.end:%H}>={s.min_replicas}"
+                        for s in value) or "none"
+    return None
+
+
+@pytest.mark.parametrize("text, days", [
+    ("*", WEEK),
+    ("1-5", {1, 2, 3, 4, 5}),
+    ("mon-fri", {1, 2, 3, 4, 5}),
+    ("Mon-FRI", {1, 2, 3, 4, 5}),
+    ("0,6", {0, 6}),
+    ("sat,sun", {0, 6}),
+    (" 1 , 3 ", {1, 3}),
+    ("7", {0}),  # 7 is Sunday too
+    ("5-7", {5, 6, 0}),
+    ("7-7", {0}),
+    ("mon-sun", WEEK),
+    ("*/2", {0, 2, 4, 6}),
+    ("1-5/2", {1, 3, 5}),
+    ("1/2", {1, 3, 5}),  # from Monday, every other day to the week's end
+    ("mon-wed,fri", {1, 2, 3, 5}),
+], ids=_id)
+def test_parse_weekdays(text, days):
+    assert parse_weekdays(text) == frozenset(days)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "empty"),
+    ("  ", "empty"),
+    ("8", "'8': '8' is not a day"),
+    ("mon,funday", "'funday'"),
+    ("1-x", "'1-x': 'x' is not a day"),
+    ("5-1", "'5-1': the range runs backwards"),
+    ("fri-mon", "'fri-mon': the range runs backwards"),
+    ("*/0", "'*/0': the step"),
+    ("*/x", "'*/x': the step"),
+    ("1-5/", "'1-5/': the step"),
+    ("-1", "'-1'"),
+], ids=_id)
+def test_parse_weekdays_names_the_bad_part(text, says):
+    with pytest.raises(ValueError) as e:
+        parse_weekdays(text)
+    assert says in str(e.value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 7), st.integers(0, 7))
+def test_numeric_ranges(a, b):
+    if a > b:
+        with pytest.raises(ValueError):
+            parse_weekdays(f"{a}-{b}")
+    else:
+        assert parse_weekdays(f"{a}-{b}") == frozenset(d % 7 for d in range(a, b + 1))
+    assert parse_weekdays(str(a)) == {a % 7}
+
+
+def test_cron_weekday():
+    assert cron_weekday(at("14:00"), "UTC") == 2  # 2024-03-05 is a Tuesday
+    assert cron_weekday(at("14:00", day="2024-03-03"), "UTC") == 0  # Sunday
+    assert cron_weekday(at("23:30"), "UTC") == 2
+    assert cron_weekday(at("23:30"), "Europe/Berlin") == 3  # already Wednesday there
+
+
+TUE, MON = frozenset({2}), frozenset({1})
+
+
+@pytest.mark.parametrize("schedules, hhmm, tz, want", [
+    ((), "14:00", "UTC", 0),
+    ((Schedule(TUE, time(12), time(16), 5),), "14:00", "UTC", 5),
+    ((Schedule(TUE, time(12), time(16), 5),), "12:00", "UTC", 5),  # start inside
+    ((Schedule(TUE, time(12), time(16), 5),), "16:00", "UTC", 0),  # end outside
+    ((Schedule(TUE, time(12), time(16), 5),), "11:59", "UTC", 0),
+    ((Schedule(MON, time(12), time(16), 5),), "14:00", "UTC", 0),  # another weekday
+    ((Schedule(TUE, time(12), time(16), 5), Schedule(WEEK, time(0), time(23), 3)), "14:00", "UTC", 5),  # largest
+    ((Schedule(TUE, time(12), time(16), 5), Schedule(WEEK, time(0), time(23), 3)), "17:00", "UTC", 3),
+    ((Schedule(WEEK, time(0), time(0), 4),), "03:00", "UTC", 4),  # start == end: the whole day
+    ((Schedule(MON, time(22), time(2), 6),), "01:00", "UTC", 6),  # Monday night runs into Tuesday
+    ((Schedule(TUE, time(22), time(2), 6),), "01:00", "UTC", 0),  # Tuesday night has not started
+    ((Schedule(TUE, time(22), time(2), 6),), "23:00", "UTC", 6),
+    ((Schedule(MON, time(22), time(2), 6),), "02:00", "UTC", 0),
+    ((Schedule(TUE, time(15), time(16), 5),), "14:00", "Europe/Berlin", 5),  # 15:00 in Berlin
+    ((Schedule(TUE, time(15), time(16), 5),), "14:00", "UTC", 0),
+], ids=_id)
+def test_scheduled_minimum(schedules, hhmm, tz, want):
+    assert scheduled_minimum(schedules, at(hhmm, tz="UTC"), tz) == want
