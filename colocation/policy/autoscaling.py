@@ -37,6 +37,7 @@ class Reason(StrEnum):
     SCALE_OUT = "scale-out"
     SCALE_IN = "scale-in"
     PREDICTIVE_OUT = "predictive-scale-out"
+    PREDICTIVE_LIMIT = "predictive-scale-in-limit"
     HOLD = "hold"
     SKIP_OFF = "skip-autoscaling-off"
     SKIP_OFFLINE = "skip-offline"
@@ -281,9 +282,29 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
         why = "; ".join(a[3] for a in answers if a[1] is Reason.HOLD) or why
         if view.forecast_note and policy.predictive:
             why += f"; {view.forecast_note}"
+    if reason is Reason.SCALE_IN:
+        replicas, reason, why = _limit_in(view, replicas, why)
     verb = {Reason.HOLD: "stays at", Reason.SCALE_IN: "scales in to"}.get(reason, "scales out to")
+    if reason is Reason.PREDICTIVE_LIMIT:
+        verb = "stays at" if replicas == n else "scales in only to"
     return ScaleDecision(view.name, n, replicas, reason, f"{view.name} {verb} {replicas} replicas: {why}",
                          {"metric": metric, "loads": {m: _last(loads, m) for m in policy.rates()}})
+
+
+def _limit_in(view: ServiceView, k: int, why: str) -> tuple[int, Reason, str]:
+    """Predictive: never scale in below what the forecast's next AHEAD minutes need to stay within maxRate (the
+    floor formula lands near maxRate, so a rise right after a scale-in would overload the fewer replicas)."""
+    rates, n, need, note = view.policy.rates(), view.replicas, k, ""
+    for metric, values in view.forecast if view.policy.predictive else ():
+        if metric in rates and values[:AHEAD]:
+            peak, r = max(values[:AHEAD]), rates[metric]
+            m = math.ceil(peak / r.max_rate * n - FLOAT_SLACK)
+            if m > need:
+                need, note = m, (f"the {metric} forecast peaks at {peak:.0%} of {n} replicas within {AHEAD} "
+                                 f"minutes: ceil({peak:.2f}/{r.max_rate:.2f}×{n}) = {m} keep it under maxRate")
+    if need <= k:
+        return k, Reason.SCALE_IN, why
+    return min(n, need), Reason.PREDICTIVE_LIMIT, f"{why}; but {note}"
 
 
 def _ahead(view: ServiceView) -> tuple[int, Reason, str, str] | None:

@@ -94,6 +94,16 @@ PREDICTIVE = [
     case(svc(loads(0.95, 0.95), forecast=TWO_OVER), 7, Reason.SCALE_OUT, id="reactive-larger-wins"),
     case(svc(FLAT, forecast_note="the model is worse than the seasonal baseline; not used"), 4, Reason.HOLD,
          "the model is worse than the seasonal baseline; not used", id="forecast-note-in-hold"),
+    # scale-in limited by the forecast: 10 replicas at 20% would go to floor(0.2/0.6×10) = 3, but a forecast peak of
+    # 40% of 10 replicas needs ceil(0.4/0.8×10) = 5 to stay under maxRate
+    case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.2, 0.3, 0.4, 0.3, 0.2)),)), 5, Reason.PREDICTIVE_LIMIT,
+         "ceil(0.40/0.80×10) = 5", id="in-limited-by-forecast-peak"),
+    case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.2, 0.2, 0.24, 0.2, 0.2)),)), 3, Reason.SCALE_IN,
+         id="in-not-limited-forecast-fits"),
+    case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.2, 0.9, 0.2, 0.2, 0.2)),)), 10, Reason.PREDICTIVE_LIMIT,
+         "stays at 10", id="in-held-whole-by-forecast-peak"),
+    case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.9,) * 5),), policy=pol(predictive=False)), 3,
+         Reason.SCALE_IN, id="in-not-limited-predictive-off"),
 ]
 
 # --- filters --------------------------------------------------------------------------------------
