@@ -156,9 +156,18 @@ def scaling_policy(service: InferenceService) -> ScalingPolicy:
         thresholds=tuple((t.metric, Rates(t.min_rate, t.expect_rate, t.max_rate)) for t in service.thresholds.all()),
         min_replicas=service.min_replicas, max_replicas=service.max_replicas, priority=service.priority,
         autoscaling=service.autoscaling, peak_window=peak, scale_to_zero_idle_min=service.scale_to_zero_idle_min,
-        schedules=tuple(schedules.Schedule(schedules.parse_weekdays(s.weekdays), s.start, s.end, s.min_replicas)
-                        for s in service.schedules.all()),
+        schedules=tuple(_schedules(service)),
         busy_signal=service.busy_signal, tz=settings.TIME_ZONE)
+
+
+def _schedules(service: InferenceService):
+    """The service's schedules; one whose stored weekdays do not parse (written around the API) is skipped, not
+    a reason to stop scaling every service."""
+    for s in service.schedules.all():
+        try:
+            yield schedules.Schedule(schedules.parse_weekdays(s.weekdays), s.start, s.end, s.min_replicas)
+        except ValueError as error:
+            log.warning("%s: schedule %s ignored: %s", service.name, s.pk, error)
 
 
 def per_replica(service: InferenceService) -> float:
