@@ -32,6 +32,7 @@ from colocation.policy import autoscaling, schedules, vertical
 from colocation.policy.autoscaling import Rates, ScaleDecision, ScalingPolicy, ServiceView
 from colocation.policy.windows import zone
 from colocation.selectors import node_views
+from profiling import forecasting
 from profiling.selectors import service_load
 from scheduler.models import Decision
 from scheduler.services import decision_record
@@ -59,14 +60,10 @@ class AutoscaleReport:
 
 
 def profile_forecast(service: InferenceService, now: float) -> tuple[tuple, str]:
-    """The forecasting models' next 5 minutes (profiling.services.forecast_service); never raises."""
+    """The forecasting models' next 5 minutes (profiling.forecasting.forecast_service); never raises."""
     try:
-        from profiling.services import forecast_service
-    except ImportError:
-        return (), "no forecast: no forecasting model is available"
-    try:
-        forecast, note = forecast_service(service=service, now=utc(now))
-        return tuple(forecast or ()), note or ""
+        forecast, note = forecasting.forecast_service(service=service, now=utc(now))
+        return tuple(forecast), note
     except Exception as error:  # a broken model must not stop scaling
         log.warning("forecast of %s failed: %s", service.name, error)
         return (), f"no forecast: the model failed ({error})"

@@ -157,3 +157,57 @@ class LateSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pod} @ {self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class ForecastModel(models.Model):
+    """One trained load forecaster (profiling/policy/forecast.py) for one target, with its held-out error and that
+    of the naive baselines; the autoscaler uses the newest one of a target only if `usable`."""
+
+    class Target(models.TextChoices):
+        GPU = "gpu", "GPU utilization"
+        CPU = "cpu", "CPU utilization"
+
+    target = models.CharField(max_length=8, choices=Target.choices)
+    version = models.PositiveIntegerField(help_text="Increasing per target.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    trained_from = models.DateTimeField()
+    trained_to = models.DateTimeField(help_text="Training used only minutes before this; scoring only after.")
+    minutes = models.PositiveIntegerField(help_text="Training rows (service-minutes) of the 1-minute horizon.")
+    services = models.JSONField(default=list)
+    mae = models.JSONField(default=dict, help_text='{"xgboost"|"last_value"|"seasonal": [MAE at 1..5 minutes]}')
+    evaluated_minutes = models.PositiveIntegerField(default=0)
+    seasonal_lag_min = models.PositiveIntegerField(default=0)
+    usable = models.BooleanField(default=False)
+    note = models.TextField(blank=True, help_text="Why it is not used, when it is not.")
+    blob = models.BinaryField()
+
+    class Meta:
+        ordering = ["target", "-version"]
+        constraints = [models.UniqueConstraint(fields=["target", "version"], name="forecastmodel_unique_version")]
+
+    def __str__(self) -> str:
+        return f"{self.target} forecaster v{self.version}"
+
+
+class Forecast(models.Model):
+    """What a model forecast for one service `horizon` minutes after `made_at` (kept to show forecast vs actual)."""
+
+    service = models.ForeignKey("colocation.InferenceService", on_delete=models.CASCADE, related_name="forecasts")
+    model = models.ForeignKey(ForecastModel, on_delete=models.CASCADE, related_name="forecasts")
+    target = models.CharField(max_length=8, choices=ForecastModel.Target.choices)
+    made_at = models.DateTimeField(help_text="Start of the last measured minute the forecast was made from.")
+    horizon = models.PositiveSmallIntegerField()
+    minute = models.DateTimeField(help_text="The minute forecast.")
+    value = models.FloatField(help_text="Utilization at `replicas`.")
+    replicas = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["service", "minute", "horizon"]
+        constraints = [
+            models.UniqueConstraint(fields=["service", "target", "made_at", "horizon"], name="forecast_unique"),
+            models.CheckConstraint(condition=Q(horizon__gte=1) & Q(horizon__lte=5), name="forecast_horizon_1_5"),
+        ]
+        indexes = [models.Index(fields=["service", "minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.service_id} {self.target} @ {self.minute:%H:%M} (+{self.horizon})"

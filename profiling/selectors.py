@@ -14,7 +14,7 @@ from django.utils import timezone
 from cluster.types import JobStatus as JS
 from cluster.types import JobView
 from colocation.models import InferenceService
-from profiling.models import RESOURCES, JobMinute, LateSample, RunSummary, ServiceMinute
+from profiling.models import RESOURCES, Forecast, JobMinute, LateSample, RunSummary, ServiceMinute
 from profiling.policy.aggregate import Minute, Stat, TaskHistory, Usage, combine_minutes, run_profile
 from scheduler.models import JobRun, TrainingJob
 from scheduler.policy.priority import utilization_points
@@ -191,6 +191,24 @@ def service_load(*, service: InferenceService, since: datetime, until: datetime)
     """The service's per-minute load with since <= minute < until, oldest first."""
     return ServiceMinute.objects.filter(service=service, minute__gte=since, minute__lt=until).order_by("minute")
 
+
+
+def forecasts_vs_actuals(*, service: InferenceService, since: datetime, until: datetime, horizon: int = 5,
+                         target: str = "gpu") -> list[dict]:
+    """Per minute in [since, until): what was forecast `horizon` minutes earlier (utilization at the replicas it
+    was made at, rescaled to the replicas that served the minute) and what was measured."""
+    forecasts = {f.minute: f for f in Forecast.objects.filter(service=service, target=target, horizon=horizon,
+                                                               minute__gte=since, minute__lt=until)}
+    field = "gpu_util_mean" if target == "gpu" else "cpu_util_mean"
+    actual = {m.minute: m for m in service_load(service=service, since=since, until=until)}
+    rows = []
+    for minute in sorted(forecasts.keys() | actual.keys()):
+        f, a = forecasts.get(minute), actual.get(minute)
+        served = a.replicas if a is not None and a.replicas else None
+        value = None if f is None else f.value * f.replicas / (served or f.replicas)
+        rows.append({"minute": minute, "forecast": value, "actual": getattr(a, field) if a is not None else None,
+                     "replicas": served})
+    return rows
 
 
 # --- figures for /metrics --------------------------------------------------------------------------

@@ -211,6 +211,9 @@ PROMETHEUS_SD_DIR = os.environ.get("PROMETHEUS_SD_DIR", str(BASE_DIR / ".run" / 
 CELERY_BEAT_SCHEDULE["task-profiles-daily"] = {
     "task": "profiling.task_profiles_daily", "schedule": crontab(hour=3, minute=0),
 }
+CELERY_BEAT_SCHEDULE["forecast-train-daily"] = {
+    "task": "profiling.forecast_train_daily", "schedule": crontab(hour=4, minute=0),
+}
 
 LOGGING = {
     "version": 1,

@@ -4,7 +4,7 @@ from datetime import timedelta
 from django.utils import timezone
 from rest_framework import serializers
 
-from profiling.models import JobMinute, ServiceMinute, TaskProfile
+from profiling.models import ForecastModel, JobMinute, ServiceMinute, TaskProfile
 
 MAX_LOAD_WINDOW = timedelta(days=7)
 DEFAULT_LOAD_WINDOW = timedelta(hours=1)
@@ -129,3 +129,36 @@ class ServiceLoadSerializer(serializers.Serializer):
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
     minutes = ServiceMinuteSerializer(many=True)
+
+
+class ForecastQuerySerializer(ServiceLoadQuerySerializer):
+    horizon = serializers.IntegerField(required=False, default=5, min_value=1, max_value=5,
+                                       help_text="Minutes ahead the forecast was made (1-5)")
+    target = serializers.ChoiceField(choices=ForecastModel.Target.choices, required=False, default="gpu")
+
+    def validate(self, attrs):
+        return {**super().validate(attrs), "horizon": attrs["horizon"], "target": attrs["target"]}
+
+
+class ForecastPointSerializer(serializers.Serializer):
+    minute = serializers.DateTimeField()
+    forecast = serializers.FloatField(allow_null=True, help_text="Utilization forecast `horizon` minutes earlier, "
+                                                                 "at the replicas that served the minute")
+    actual = serializers.FloatField(allow_null=True)
+    replicas = serializers.IntegerField(allow_null=True)
+
+
+class ForecastsSerializer(serializers.Serializer):
+    service = serializers.CharField(source="service.name")
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    horizon = serializers.IntegerField()
+    target = serializers.CharField()
+    minutes = ForecastPointSerializer(many=True)
+
+
+class ForecastModelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ForecastModel
+        fields = ["id", "target", "version", "created_at", "trained_from", "trained_to", "minutes", "services", "mae",
+                  "evaluated_minutes", "seasonal_lag_min", "usable", "note"]

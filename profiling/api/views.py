@@ -7,7 +7,7 @@ from colocation.models import InferenceService
 from profiling import selectors
 from profiling.api import serializers as s
 from profiling.filtersets import TaskProfileFilterSet
-from profiling.models import TaskProfile
+from profiling.models import ForecastModel, TaskProfile
 from scheduler.api.views import RestrictedMixin
 from scheduler.models import TrainingJob
 
@@ -57,3 +57,32 @@ class TaskProfileViewSet(RestrictedMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = s.TaskProfileSerializer
     filterset_class = TaskProfileFilterSet
     ordering_fields = ["task_key", "runs", "computed_at"]
+
+
+class ServiceForecastsView(RestrictedMixin, generics.GenericAPIView):
+    """An inference service's forecast versus actual load per minute in [since, until) (at most 7 days, by default
+    the last hour): what the forecaster said `horizon` minutes earlier and what was measured."""
+
+    base_queryset = InferenceService.objects.all()
+    serializer_class = s.ForecastsSerializer
+    filter_backends = []
+
+    @extend_schema(parameters=[s.ForecastQuerySerializer], responses=s.ForecastsSerializer)
+    def get(self, request, pk=None):
+        service = self.get_object()
+        query = s.ForecastQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        rows = selectors.forecasts_vs_actuals(service=service, since=q["since"], until=q["until"],
+                                              horizon=q["horizon"], target=q["target"])
+        return Response(s.ForecastsSerializer({"service": service, **q, "minutes": rows}).data)
+
+
+class ForecastModelViewSet(viewsets.ReadOnlyModelViewSet):
+    """The registry of trained load forecasters, newest first per target: training window, held-out MAE per
+    horizon against the naive baselines, and whether the autoscaler uses it (and why not)."""
+
+    queryset = ForecastModel.objects.defer("blob")
+    serializer_class = s.ForecastModelSerializer
+    filterset_fields = ["target", "usable"]
+    ordering_fields = ["created_at", "version"]

@@ -104,6 +104,9 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/task-profiles/"): Row("401 200 200 200 200"),
     ("GET", "/api/task-profiles/{id}/"): Row("401 404 200 200 200", "task_profile"),
     ("GET", "/api/inference-services/{id}/load/"): Row("401 404 200 200 200", "service"),
+    ("GET", "/api/inference-services/{id}/forecasts/"): Row("401 404 200 200 200", "service"),
+    ("GET", "/api/forecast-models/"): Row("401 200 200 200 200"),
+    ("GET", "/api/forecast-models/{id}/"): Row("401 200 200 200 200", "forecast_model"),
 }
 # Served but not part of the schema they describe.
 NOT_IN_SCHEMA: dict[tuple[str, str], Row] = {
@@ -116,7 +119,7 @@ TABLE = {**MATRIX, **NOT_IN_SCHEMA}
 
 def _objects(world) -> dict[str, int]:
     from colocation.models import NodeTransition
-    from profiling.models import TaskProfile
+    from profiling.models import ForecastModel, TaskProfile
     from scheduler.models import Decision, Department, Membership, Quota
 
     job = world.submit("member")
@@ -138,6 +141,9 @@ def _objects(world) -> dict[str, int]:
         "resource_group": world.groups["t4"].pk,
         "service": world.service().pk,
         "task_profile": TaskProfile.objects.create(task_key=job.task_key, runs=0, computed_at=job.submitted_at).pk,
+        "forecast_model": ForecastModel.objects.create(
+            target="gpu", version=1, trained_from=job.submitted_at, trained_to=job.submitted_at, minutes=0,
+            blob=b"{}").pk,
     }
 
 

@@ -217,7 +217,7 @@ def test_priority_decides_who_gets_the_group_when_it_cannot_serve_both(lab):
 
 
 def test_the_forecast_scales_out_ahead_of_the_peak(lab, monkeypatch):
-    import profiling.services
+    from profiling import forecasting
 
     world = lab[0]
     service(world, "ranker")
@@ -231,7 +231,7 @@ def test_the_forecast_scales_out_ahead_of_the_peak(lab, monkeypatch):
         asked.append((service.name, now))
         return (("gpu", (0.7, 0.85, 0.9, 0.95, 0.9)),), "xgboost gpu v3"
 
-    monkeypatch.setattr(profiling.services, "forecast_service", forecast_service, raising=False)
+    monkeypatch.setattr(forecasting, "forecast_service", forecast_service)
     report = tick(lab, loads, forecasts=autoscaler.profile_forecast)
     assert report.scaled == {"ranker": (2, 4)}  # ceil(0.95 / 0.5 × 2)
     ahead = decisions("ranker")[-1]
@@ -241,7 +241,7 @@ def test_the_forecast_scales_out_ahead_of_the_peak(lab, monkeypatch):
     def broken(*, service, now):
         raise RuntimeError("model file missing")
 
-    monkeypatch.setattr(profiling.services, "forecast_service", broken, raising=False)
+    monkeypatch.setattr(forecasting, "forecast_service", broken)
     assert autoscaler.profile_forecast(InferenceService.objects.get(name="ranker"), 0.0) == \
         ((), "no forecast: the model failed (model file missing)")
 
