@@ -1,14 +1,16 @@
 """Reads for the colocation app."""
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, DecimalField, F, IntegerField, Q, Sum
+from django.db.models import Count, DecimalField, F, IntegerField, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
 from cluster import types as ct
-from colocation.models import Node, NodeState, NodeTransition
+from colocation.models import InferenceService, Node, NodeState, NodeTransition
 from colocation.policy import LendingProfile
+from scheduler.models import Decision
 
 
 def node_views() -> list[ct.NodeView]:
@@ -76,3 +78,15 @@ def node_counts() -> list[tuple[str, str, str, bool, int]]:
 def transition_counts() -> list[tuple[str, str, int]]:
     """(direction, status, transitions) over all time."""
     return list(NodeTransition.objects.order_by().values_list("direction", "status").annotate(n=Count("id")))
+
+
+def scaling_history(*, service: InferenceService, since: datetime | None = None, until: datetime | None = None,
+                    kind: str | None = None) -> QuerySet[Decision]:
+    """The autoscaler's decisions and alerts about `service` (and the changes people made to it), newest first."""
+    rows = Decision.objects.filter(subject=f"service:{service.name}",
+                                   kind__in=[kind] if kind else [Decision.Kind.SCALING, Decision.Kind.ALERT])
+    if since:
+        rows = rows.filter(created_at__gte=since)
+    if until:
+        rows = rows.filter(created_at__lt=until)
+    return rows.select_related("department").order_by("-created_at", "-id")

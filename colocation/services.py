@@ -6,7 +6,9 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from cluster.types import NodeState, Pool
-from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingThreshold
+from colocation.models import (InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule,
+                               ScalingThreshold)
+from colocation.policy.schedules import parse_weekdays
 from colocation.policy.states import Direction as PolicyDirection
 from colocation.policy.states import Event, transition
 from scheduler import selectors as scheduler_selectors
@@ -16,7 +18,8 @@ from scheduler.services import decision_record
 
 SERVICE_FIELDS = (
     "name", "gpu_model", "priority", "replicas", "min_replicas", "max_replicas", "gpus_per_replica",
-    "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling",
+    "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "offline", "manual_deploy", "peak_start",
+    "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical",
 )
 
 
@@ -30,25 +33,61 @@ def _check_bounds(values: dict) -> None:
     errors = {}
     if low > high:
         errors["min_replicas"] = [f"min_replicas {low} is above max_replicas {high}"]
+    elif replicas == 0 and values.get("scale_to_zero_idle_min"):
+        pass  # scaled to zero: allowed only with an idle time
     elif not low <= replicas <= high:
-        errors["replicas"] = [f"replicas {replicas} is outside [{low}, {high}]"]
+        errors["replicas"] = [f"replicas {replicas} is outside [{low}, {high}]"
+                              + (" (0 needs scale_to_zero_idle_min)" if replicas == 0 else "")]
+    if (values.get("peak_start") is None) != (values.get("peak_end") is None):
+        errors["peak_end" if values.get("peak_end") is None else "peak_start"] = [
+            "give both ends of the peak window, or neither"]
+    idle = values.get("scale_to_zero_idle_min")
+    if idle is not None and idle <= 0:
+        errors["scale_to_zero_idle_min"] = ["must be a positive number of minutes, or empty for never"]
     if errors:
-        raise ApplicationError("replica bounds are inconsistent", fields=errors)
+        raise ApplicationError("the autoscaling policy is inconsistent", fields=errors)
 
 
-def _check_thresholds(thresholds: list[dict]) -> None:
+def _check_thresholds(thresholds: list[dict], busy_signal: bool) -> None:
+    """SPEC §3: 0 < minRate < expectRate < maxRate ≤ 1 per resource, each resource once."""
     errors = []
     for t in thresholds:
-        if not 0 <= t["min_rate"] <= t["expect_rate"] <= t["max_rate"] <= 1:
+        if not 0 < t["min_rate"] < t["expect_rate"] < t["max_rate"] <= 1:
             errors.append(
-                f"{t['metric']}: need 0 ≤ min_rate ≤ expect_rate ≤ max_rate ≤ 1, got "
+                f"{t['metric']}: need 0 < min_rate < expect_rate < max_rate ≤ 1, got "
                 f"{t['min_rate']}/{t['expect_rate']}/{t['max_rate']}"
             )
     metrics = [t["metric"] for t in thresholds]
     if len(metrics) != len(set(metrics)):
         errors.append("each metric appears at most once")
+    if busy_signal and ScalingThreshold.Metric.BUSY not in metrics:
+        errors.append("the busy signal needs a busy threshold (e.g. 0.6/0.7/0.8)")
     if errors:
         raise ApplicationError("invalid scaling thresholds", fields={"thresholds": errors})
+
+
+def _check_schedules(schedules: list[dict], max_replicas: int) -> None:
+    """Each schedule's weekdays parse as cron's day-of-week field and its minimum fits under max_replicas."""
+    errors, bad = [], False
+    for s in schedules:
+        mine = {}
+        try:
+            parse_weekdays(s.get("weekdays", "*"))
+        except ValueError as error:
+            mine["weekdays"] = [str(error)]
+        if s["min_replicas"] > max_replicas:
+            mine["min_replicas"] = [f"{s['min_replicas']} is above max_replicas {max_replicas}"]
+        if s["start"] == s["end"]:
+            mine["end"] = ["the window is empty: end equals start"]
+        errors.append(mine)
+        bad = bad or bool(mine)
+    if bad:
+        raise ApplicationError("invalid scaling schedules", fields={"schedules": errors})
+
+
+def _set_schedules(service: InferenceService, schedules: list[dict]) -> None:
+    service.schedules.all().delete()
+    ScalingSchedule.objects.bulk_create(ScalingSchedule(service=service, **s) for s in schedules)
 
 
 def _set_thresholds(service: InferenceService, thresholds: list[dict]) -> None:
@@ -57,13 +96,16 @@ def _set_thresholds(service: InferenceService, thresholds: list[dict]) -> None:
 
 
 @transaction.atomic
-def service_create(*, actor, department: Department, thresholds: list[dict], **fields) -> InferenceService:
+def service_create(*, actor, department: Department, thresholds: list[dict], schedules: list[dict] | None = None,
+                   **fields) -> InferenceService:
     _require_admin(actor=actor, department=department)
-    defaults = {f.name: f.get_default() for f in InferenceService._meta.fields if f.name in SERVICE_FIELDS}
-    _check_bounds({**defaults, **fields})
-    _check_thresholds(thresholds)
+    values = {**{f.name: f.get_default() for f in InferenceService._meta.fields if f.name in SERVICE_FIELDS}, **fields}
+    _check_bounds(values)
+    _check_thresholds(thresholds, values["busy_signal"])
+    _check_schedules(schedules or [], values["max_replicas"])
     service = InferenceService.objects.create(department=department, **fields)
     _set_thresholds(service, thresholds)
+    _set_schedules(service, schedules or [])
     _record_service(service, actor, "service-created")
     return service
 
@@ -76,15 +118,23 @@ def _record_service(service: InferenceService, actor, reason: str) -> None:
 
 
 @transaction.atomic
-def service_update(*, service: InferenceService, actor, thresholds: list[dict] | None = None, **fields) -> InferenceService:
+def service_update(*, service: InferenceService, actor, thresholds: list[dict] | None = None,
+                   schedules: list[dict] | None = None, **fields) -> InferenceService:
+    """Change what is given; thresholds and schedules, when given, replace the service's."""
     _require_admin(actor=actor, department=service.department)
     if fields.pop("department", service.department) != service.department:
         raise Conflict.for_field("department", "a service cannot move to another department")
-    current = {name: getattr(service, name) for name in SERVICE_FIELDS}
-    _check_bounds({**current, **fields})
+    values = {**{name: getattr(service, name) for name in SERVICE_FIELDS}, **fields}
+    _check_bounds(values)
+    if thresholds is not None or fields.get("busy_signal"):
+        _check_thresholds(thresholds if thresholds is not None else list(service.thresholds.values(
+            "metric", "min_rate", "expect_rate", "max_rate")), values["busy_signal"])
     if thresholds is not None:
-        _check_thresholds(thresholds)
         _set_thresholds(service, thresholds)
+    _check_schedules(schedules if schedules is not None else list(service.schedules.values(
+        "weekdays", "start", "end", "min_replicas")), values["max_replicas"])
+    if schedules is not None:
+        _set_schedules(service, schedules)
     for name, value in fields.items():
         setattr(service, name, value)
     service.save()

@@ -2,9 +2,9 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingThreshold
+from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule, ScalingThreshold
 from scheduler.api.serializers import NameField, gpu_model_field
-from scheduler.models import Department
+from scheduler.models import Decision, Department
 
 
 class ResourceGroupSerializer(serializers.ModelSerializer):
@@ -70,16 +70,49 @@ class ScalingThresholdSerializer(serializers.ModelSerializer):
         fields = ["metric", "min_rate", "expect_rate", "max_rate"]
 
 
+class ScalingScheduleSerializer(serializers.ModelSerializer):
+    weekdays = serializers.CharField(max_length=32, required=False, default="*",
+                                     help_text='Cron day-of-week: "*", "1-5", "mon-fri", "0,6" (0 and 7 = Sunday).')
+    start = serializers.TimeField(format="%H:%M", help_text="Local time (TIME_ZONE), inclusive.")
+    end = serializers.TimeField(format="%H:%M", help_text="Exclusive; at or before start: runs past midnight.")
+
+    class Meta:
+        model = ScalingSchedule
+        fields = ["weekdays", "start", "end", "min_replicas"]
+
+
 class InferenceServiceSerializer(serializers.ModelSerializer):
     department = NameField(slug_field="name", queryset=Department.objects.all())
     gpu_model = gpu_model_field(required=False, allow_null=True)
     gpus_per_replica = serializers.DecimalField(max_digits=6, decimal_places=3, min_value=0, required=False)
     thresholds = ScalingThresholdSerializer(many=True, required=False)
+    schedules = ScalingScheduleSerializer(many=True, required=False)
+    peak_start = serializers.TimeField(format="%H:%M", required=False, allow_null=True,
+                                       help_text="Daytime peak window, local time: no scale-in inside it.")
+    peak_end = serializers.TimeField(format="%H:%M", required=False, allow_null=True)
+    scale_to_zero_idle_min = serializers.IntegerField(min_value=1, required=False, allow_null=True,
+                                                      help_text="Scale to zero after this many minutes without a "
+                                                                "request; null: never.")
 
     class Meta:
         model = InferenceService
         fields = [
             "id", "name", "department", "gpu_model", "priority", "replicas", "min_replicas", "max_replicas",
-            "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "thresholds",
-            "created_at",
+            "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "offline",
+            "manual_deploy", "peak_start", "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical",
+            "thresholds", "schedules", "replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
+            "recommended_memory_mib", "created_at",
         ]
+        read_only_fields = ["replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
+                            "recommended_memory_mib"]
+
+
+class ScalingHistoryQuerySerializer(serializers.Serializer):
+    since = serializers.DateTimeField(required=False, help_text="From (inclusive)")
+    until = serializers.DateTimeField(required=False, help_text="Until (exclusive)")
+    kind = serializers.ChoiceField(choices=[Decision.Kind.SCALING, Decision.Kind.ALERT], required=False)
+
+    def validate(self, attrs):
+        if attrs.get("since") and attrs.get("until") and attrs["since"] >= attrs["until"]:
+            raise serializers.ValidationError({"until": ["must be after since"]})
+        return attrs

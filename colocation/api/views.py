@@ -5,13 +5,14 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from colocation import services
+from colocation import selectors, services
 from colocation.api import serializers as s
 from cluster.types import Pool
 from colocation.filtersets import InferenceServiceFilterSet, NodeFilterSet, ResourceGroupFilterSet, TransitionFilterSet
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.policy.states import Direction as PolicyDirection
 from scheduler.api.permissions import IsOperator, IsOperatorOrReadOnly
+from scheduler.api.serializers import DecisionSerializer
 from scheduler.api.views import RestrictedMixin
 
 
@@ -86,7 +87,8 @@ class InferenceServiceViewSet(
 ):
     """Inference services and their autoscaling thresholds; department admins create and change them."""
 
-    base_queryset = InferenceService.objects.select_related("department", "gpu_model").prefetch_related("thresholds")
+    base_queryset = (InferenceService.objects.select_related("department", "gpu_model")
+                     .prefetch_related("thresholds", "schedules"))
     serializer_class = s.InferenceServiceSerializer
     filterset_class = InferenceServiceFilterSet
     http_method_names = ["get", "post", "patch", "head", "options"]
@@ -96,6 +98,16 @@ class InferenceServiceViewSet(
         serializer.instance = services.service_create(
             actor=self.request.user, thresholds=data.pop("thresholds", []), **data
         )
+
+    @extend_schema(parameters=[s.ScalingHistoryQuerySerializer], responses=DecisionSerializer(many=True))
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def scaling(self, request, pk=None):
+        """The service's scaling history: every autoscaling decision and alert about it, newest first."""
+        service = self.get_object()
+        query = s.ScalingHistoryQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        page = self.paginate_queryset(selectors.scaling_history(service=service, **query.validated_data))
+        return self.get_paginated_response(DecisionSerializer(page, many=True).data)
 
     def perform_update(self, serializer):
         serializer.instance = services.service_update(

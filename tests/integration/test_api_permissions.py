@@ -105,6 +105,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/task-profiles/{id}/"): Row("401 404 200 200 200", "task_profile"),
     ("GET", "/api/inference-services/{id}/load/"): Row("401 404 200 200 200", "service"),
     ("GET", "/api/inference-services/{id}/forecasts/"): Row("401 404 200 200 200", "service"),
+    ("GET", "/api/inference-services/{id}/scaling/"): Row("401 404 200 200 200", "service"),
     ("GET", "/api/forecast-models/"): Row("401 200 200 200 200"),
     ("GET", "/api/forecast-models/{id}/"): Row("401 200 200 200 200", "forecast_model"),
 }

@@ -271,7 +271,7 @@ def test_admin_creates_a_service_with_thresholds(world):
 
 @pytest.mark.parametrize("overrides, text", [
     ({"min_replicas": "9"}, "min_replicas 9 is above max_replicas 8"),
-    ({"t-gpu-min_rate": "0.9"}, "need 0 ≤ min_rate ≤ expect_rate ≤ max_rate ≤ 1"),
+    ({"t-gpu-min_rate": "0.9"}, "need 0 &lt; min_rate &lt; expect_rate &lt; max_rate ≤ 1"),
     ({"t-gpu-max_rate": ""}, "give min, expect and max"),
     ({"department": "ml-ads"}, "Select a valid choice"),
 ])
