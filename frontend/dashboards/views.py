@@ -12,7 +12,8 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery, Value
+from django.db.models.functions import Concat
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -277,10 +278,21 @@ def _borrowing(rows: list[dict]) -> list[dict]:
 
 @operator_required
 def autoscaling(request):
-    services_ = InferenceService.objects.select_related("department", "gpu_model").order_by("-priority", "name")
-    scaling = Decision.objects.filter(kind=Decision.Kind.SCALING)[:50]
+    """Every service with its last autoscaling decision and alert; recent alerts and decisions."""
+    def latest(kind: str):
+        about = Decision.objects.filter(kind=kind, subject=Concat(Value("service:"), OuterRef("name")))
+        return about.order_by("-created_at", "-id")
+
+    services_ = InferenceService.objects.select_related("department", "gpu_model").annotate(
+        last_reason=Subquery(latest(Decision.Kind.SCALING).values("reason")[:1]),
+        last_message=Subquery(latest(Decision.Kind.SCALING).values("message")[:1]),
+        last_at=Subquery(latest(Decision.Kind.SCALING).values("created_at")[:1]),
+        last_alert=Subquery(latest(Decision.Kind.ALERT).values("message")[:1]),
+    ).order_by("-priority", "name")
+    alerts = Decision.objects.filter(kind=Decision.Kind.ALERT).order_by("-created_at")[:20]
+    scaling = Decision.objects.filter(kind=Decision.Kind.SCALING).order_by("-created_at")[:50]
     return _page(request, "frontend/dashboards/autoscaling.html", "ops-autoscaling", services=services_,
-                 decisions=scaling)
+                 alerts=alerts, decisions=scaling)
 
 
 @admin_or_operator

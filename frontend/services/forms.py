@@ -3,13 +3,21 @@ from django import forms
 from django.core.validators import MinValueValidator
 
 from colocation.models import InferenceService, ScalingThreshold
+from colocation.policy.schedules import parse_weekdays
 from scheduler.models import Department, GPUModel
 
 
 FIELDS = ["name", "department", "gpu_model", "priority", "autoscaling", "replicas", "min_replicas", "max_replicas",
-          "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica"]
+          "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica", "peak_start", "peak_end",
+          "scale_to_zero_idle_min", "busy_signal", "offline", "manual_deploy", "vertical"]
+POLICY_FIELDS = FIELDS[11:]
 LABELS = {"gpus_per_replica": "GPUs per replica", "cpu_milli_per_replica": "CPU per replica (millicores)",
-          "memory_mib_per_replica": "Memory per replica (MiB)", "autoscaling": "Autoscaling on"}
+          "memory_mib_per_replica": "Memory per replica (MiB)", "autoscaling": "Autoscaling on",
+          "peak_start": "Peak window from", "peak_end": "Peak window to",
+          "scale_to_zero_idle_min": "Scale to zero after (idle minutes)", "busy_signal": "Scale on the busy signal",
+          "offline": "Offline", "manual_deploy": "Being deployed by hand",
+          "vertical": "Apply per-replica recommendations"}
+SCHEDULE_ROWS = 2  # blank schedule rows offered beyond the service's own
 
 
 class ServiceForm(forms.Form):
@@ -27,6 +35,8 @@ class ServiceForm(forms.Form):
             queryset=GPUModel.objects.all(), to_field_name="name", required=False, label="GPU model",
             empty_label="none (CPU only)")
         self.fields["gpus_per_replica"].validators.append(MinValueValidator(0))
+        for name in ("peak_start", "peak_end"):
+            self.fields[name].widget = forms.TimeInput(attrs={"type": "time"}, format="%H:%M")
         if instance:  # names are permanent and a service stays in its department (the API's rules)
             for name in ("name", "department"):
                 self.fields[name].disabled = True
@@ -75,3 +85,51 @@ def threshold_forms(data=None, service: InferenceService | None = None) -> list[
 
 def thresholds_of(forms_: list[ThresholdForm]) -> list[dict]:
     return [{"metric": f.metric, **f.cleaned_data} for f in forms_ if f.cleaned_data.get("min_rate") is not None]
+
+
+class ScheduleForm(forms.Form):
+    """One scheduled-scaling window; a row left blank is no schedule."""
+
+    weekdays = forms.CharField(max_length=32, required=False, initial="*", label="Days (cron)",
+                               help_text='"*", "1-5", "mon-fri", "0,6"')
+    start = forms.TimeField(required=False, widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"))
+    end = forms.TimeField(required=False, widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"))
+    min_replicas = forms.IntegerField(min_value=0, required=False, label="At least")
+
+    def clean_weekdays(self) -> str:
+        text = self.cleaned_data["weekdays"].strip() or "*"
+        try:
+            parse_weekdays(text)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from error
+        return text
+
+    def clean(self):
+        data = super().clean()
+        given = [data.get(k) for k in ("start", "end", "min_replicas")]
+        if any(v is not None for v in given) and any(v is None for v in given):
+            raise forms.ValidationError("give start, end and a minimum, or leave the row blank")
+        return data
+
+    @property
+    def blank(self) -> bool:
+        return self.cleaned_data.get("start") is None
+
+
+def schedule_forms(data=None, service: InferenceService | None = None) -> list[ScheduleForm]:
+    current = [{"weekdays": s.weekdays, "start": s.start, "end": s.end, "min_replicas": s.min_replicas}
+               for s in service.schedules.all()] if service else []
+    rows = current + [{} for _ in range(SCHEDULE_ROWS)]
+    return [ScheduleForm(data, prefix=f"s-{i}", initial=initial, label_suffix="") for i, initial in enumerate(rows)]
+
+
+def schedules_of(forms_: list[ScheduleForm]) -> list[dict]:
+    return [f.cleaned_data for f in forms_ if not f.blank]
+
+
+def apply_schedule_errors(forms_: list[ScheduleForm], errors: list[dict]) -> None:
+    """The service's per-schedule errors (one dict per non-blank row, in order) beside that row's fields."""
+    for form, problems in zip([f for f in forms_ if not f.blank], errors):
+        for field, messages in (problems or {}).items():
+            for message in messages:
+                form.add_error(field if field in form.fields else None, message)

@@ -15,12 +15,13 @@ from colocation.filtersets import InferenceServiceFilterSet
 from colocation.models import InferenceService
 from frontend import scope
 from frontend.forms import apply_errors
-from frontend.services.forms import ServiceForm, threshold_forms, thresholds_of
+from frontend.services.forms import (POLICY_FIELDS, ServiceForm, apply_schedule_errors, schedule_forms, schedules_of,
+                                     threshold_forms, thresholds_of)
 from frontend.services.tables import ServiceTable
 from profiling.models import ServiceMinute
-from profiling.selectors import service_load
+from colocation.selectors import scaling_history
+from profiling.selectors import forecasts_vs_actuals, service_load
 from scheduler.errors import ApplicationError
-from scheduler.models import Decision
 from scheduler.selectors import can_administer
 
 SERVICES = InferenceService.objects.select_related("department", "gpu_model")
@@ -45,12 +46,13 @@ def service_list(request):
 
 @login_required
 def service_detail(request, name: str):
-    service = scope.visible(SERVICES.prefetch_related("thresholds"), request, name=name)
+    service = scope.visible(SERVICES.prefetch_related("thresholds", "schedules"), request, name=name)
     now = timezone.now()
     load = list(service_load(service=service, since=now - LOAD_WINDOW, until=now))
-    decisions = Decision.objects.filter(subject=f"service:{service.name}").order_by("-created_at", "-id")[:15]
+    decisions = scaling_history(service=service)[:20]
+    forecast = forecasts_vs_actuals(service=service, since=now - LOAD_WINDOW, until=now, horizon=5)
     return render(request, "frontend/services/detail.html", {
-        "service": service, "charts": load_charts(load), "decisions": decisions,
+        "service": service, "charts": load_charts(load) + forecast_charts(forecast), "decisions": decisions,
         "can_edit": can_administer(user=request.user, department=service.department),
         "breadcrumbs": [("Inference services", reverse("services")), (service.name, None)],
     })
@@ -74,25 +76,29 @@ def _edit(request, service: InferenceService | None):
     initial = {"department": scope.current_department(request) or scope.first_department(request)} if not service else None
     form = ServiceForm(data, instance=service, initial=initial, user=request.user)
     thresholds = threshold_forms(data, service)
-    if data is not None and form.is_valid() and all(t.is_valid() for t in thresholds):
+    schedules = schedule_forms(data, service)
+    if data is not None and form.is_valid() and all(f.is_valid() for f in thresholds + schedules):
         try:
-            saved = _save(request, form, thresholds, service)
+            saved = _save(request, form, thresholds, schedules, service)
         except ApplicationError as error:
-            apply_errors(form, error)
+            fields = dict((error.extra or {}).get("fields") or {})
+            apply_schedule_errors(schedules, fields.pop("schedules", []))
+            apply_errors(form, ApplicationError(error.message, fields=fields))
         else:
             messages.success(request, f"Service {saved.name} saved.")
             return redirect("service", name=saved.name)
     crumbs = [("Inference services", reverse("services"))]
     crumbs += [(service.name, reverse("service", args=[service.name])), ("Edit", None)] if service else [("New", None)]
-    return render(request, "frontend/services/form.html", {"form": form, "thresholds": thresholds, "service": service,
-                                                           "breadcrumbs": crumbs}, status=400 if data else 200)
+    return render(request, "frontend/services/form.html", {
+        "form": form, "thresholds": thresholds, "schedules": schedules, "service": service, "breadcrumbs": crumbs,
+        "policy_fields": [form[name] for name in POLICY_FIELDS]}, status=400 if data else 200)
 
 
-def _save(request, form: ServiceForm, thresholds, service: InferenceService | None) -> InferenceService:
-    values = form.values()
+def _save(request, form: ServiceForm, thresholds, schedules, service: InferenceService | None) -> InferenceService:
+    values = {**form.values(), "thresholds": thresholds_of(thresholds), "schedules": schedules_of(schedules)}
     if service is None:
-        return services.service_create(actor=request.user, thresholds=thresholds_of(thresholds), **values)
-    return services.service_update(service=service, actor=request.user, thresholds=thresholds_of(thresholds), **values)
+        return services.service_create(actor=request.user, **values)
+    return services.service_update(service=service, actor=request.user, **values)
 
 
 def load_charts(load: list[ServiceMinute]) -> list[dict]:
@@ -110,3 +116,15 @@ def load_charts(load: list[ServiceMinute]) -> list[dict]:
         {"id": "chart-latency", "title": "Latency", "y_label": "ms", "series": [
             {"label": "mean", "points": points("latency_mean_ms")}, {"label": "p99", "points": points("latency_p99_ms")}]},
     ] if load else []
+
+
+def forecast_charts(rows: list[dict]) -> list[dict]:
+    """GPU utilization forecast 5 minutes earlier against what was measured (only once forecasts exist)."""
+    def points(field: str) -> list:
+        return [[int(r["minute"].timestamp() * 1000), r[field]] for r in rows if r[field] is not None]
+
+    if not any(r["forecast"] is not None for r in rows):
+        return []
+    return [{"id": "chart-forecast", "title": "GPU utilization: forecast 5 minutes ahead vs actual", "percent": True,
+             "series": [{"label": "actual", "points": points("actual")},
+                        {"label": "forecast", "points": points("forecast")}]}]

@@ -151,4 +151,5 @@ def test_operator_walks_every_dashboard_tab(world, console):
     expect(page.get_by_text("ml-search-ranker")).to_have_count(0)  # services live on the autoscaling tab
     page.get_by_role("link", name="Autoscaling").click()
     expect(page.get_by_role("link", name="ml-search-ranker")).to_be_visible()
-    expect(page.get_by_text("is not built yet")).to_be_visible()
+    expect(page.get_by_role("heading", name="Alerts")).to_be_visible()
+    expect(page.get_by_text("No alert.")).to_be_visible()

@@ -283,6 +283,52 @@ def test_a_bad_service_is_refused_with_the_apis_rules(world, overrides, text):
     assert world.snapshot() == before
 
 
+def test_the_autoscaling_policy_and_a_schedule_round_trip_through_the_form(world):
+    from colocation.models import InferenceService
+
+    client = signed_in(world, "dept_admin")
+    form = _service_form(peak_start="09:00", peak_end="18:00", scale_to_zero_idle_min="30", **{
+        "s-0-weekdays": "mon-fri", "s-0-start": "08:00", "s-0-end": "20:00", "s-0-min_replicas": "3"})
+    assert client.post(reverse("service-create"), form).status_code == 302
+    service = InferenceService.objects.get(name="ranker")
+    assert (service.peak_start.hour, service.peak_end.hour, service.scale_to_zero_idle_min) == (9, 18, 30)
+    assert [(s.weekdays, s.start.hour, s.end.hour, s.min_replicas) for s in service.schedules.all()] == [
+        ("mon-fri", 8, 20, 3)]
+    page = client.get(reverse("service-edit", args=["ranker"])).content.decode()
+    assert 'value="mon-fri"' in page and 'value="09:00"' in page
+    detail = client.get(reverse("service", args=["ranker"])).content.decode()
+    assert "No scale-in during the peak window 09:00–18:00" in detail and "at least 3 replicas" in detail
+    assert "service-created" in detail  # the scaling history
+
+
+@pytest.mark.parametrize("overrides, text", [
+    ({"s-0-weekdays": "mon-funday", "s-0-start": "08:00", "s-0-end": "20:00", "s-0-min_replicas": "3"}, "funday"),
+    ({"s-0-start": "08:00", "s-0-end": "20:00", "s-0-min_replicas": "9"}, "above max_replicas 8"),
+    ({"s-0-start": "08:00"}, "give start, end and a minimum"),
+    ({"peak_start": "09:00"}, "give both ends of the peak window"),
+])
+def test_a_bad_schedule_or_window_is_refused_beside_its_field(world, overrides, text):
+    client = signed_in(world, "dept_admin")
+    before = world.snapshot()
+    response = client.post(reverse("service-create"), _service_form(**overrides))
+    assert response.status_code == 400 and text in response.content.decode()
+    assert world.snapshot() == before
+
+
+def test_the_autoscaling_dashboard_shows_each_services_last_decision_and_alert(world):
+    from scheduler.services import decision_record
+
+    service = world.service("ml-search")
+    subject = f"service:{service.name}"
+    decision_record(kind=Decision.Kind.SCALING, subject=subject, reason="scale-in", department=service.department,
+                    message=f"{service.name} scales in to 2 replicas: gpu under minRate 20% for 5 minutes")
+    decision_record(kind=Decision.Kind.ALERT, subject=subject, reason="short", department=service.department,
+                    message=f"{service.name} has had only 1 of 3 replicas ready for 6 minutes")
+    page = signed_in(world, "operator").get("/ops/autoscaling/").content.decode()
+    assert "gpu under minRate 20% for 5 minutes" in page and "only 1 of 3 replicas ready" in page
+    assert "not built yet" not in page
+
+
 # --- CSRF, query counts ------------------------------------------------------------------------
 
 
