@@ -3,7 +3,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule, ScalingThreshold
-from scheduler.api.serializers import NameField, gpu_model_field
+from scheduler.api.serializers import DecisionSerializer, NameField, gpu_model_field
 from scheduler.models import Decision, Department
 
 
@@ -70,11 +70,19 @@ class ScalingThresholdSerializer(serializers.ModelSerializer):
         fields = ["metric", "min_rate", "expect_rate", "max_rate"]
 
 
+@extend_schema_field({"type": "string", "pattern": r"^([01]\d|2[0-3]):[0-5]\d$", "example": "08:00"})
+class ClockTimeField(serializers.TimeField):
+    """A local wall-clock time of day, HH:MM, in and out."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(format="%H:%M", input_formats=["%H:%M"], **kwargs)
+
+
 class ScalingScheduleSerializer(serializers.ModelSerializer):
     weekdays = serializers.CharField(max_length=32, required=False, default="*",
                                      help_text='Cron day-of-week: "*", "1-5", "mon-fri", "0,6" (0 and 7 = Sunday).')
-    start = serializers.TimeField(format="%H:%M", help_text="Local time (TIME_ZONE), inclusive.")
-    end = serializers.TimeField(format="%H:%M", help_text="Exclusive; at or before start: runs past midnight.")
+    start = ClockTimeField(help_text="Local time (TIME_ZONE), inclusive.")
+    end = ClockTimeField(help_text="Exclusive; at or before start: runs past midnight.")
 
     class Meta:
         model = ScalingSchedule
@@ -87,10 +95,10 @@ class InferenceServiceSerializer(serializers.ModelSerializer):
     gpus_per_replica = serializers.DecimalField(max_digits=6, decimal_places=3, min_value=0, required=False)
     thresholds = ScalingThresholdSerializer(many=True, required=False)
     schedules = ScalingScheduleSerializer(many=True, required=False)
-    peak_start = serializers.TimeField(format="%H:%M", required=False, allow_null=True,
-                                       help_text="Daytime peak window, local time: no scale-in inside it.")
-    peak_end = serializers.TimeField(format="%H:%M", required=False, allow_null=True)
-    scale_to_zero_idle_min = serializers.IntegerField(min_value=1, required=False, allow_null=True,
+    peak_start = ClockTimeField(required=False, allow_null=True,
+                                help_text="Daytime peak window, local time: no scale-in inside it.")
+    peak_end = ClockTimeField(required=False, allow_null=True)
+    scale_to_zero_idle_min = serializers.IntegerField(min_value=1, max_value=7 * 24 * 60, required=False, allow_null=True,
                                                       help_text="Scale to zero after this many minutes without a "
                                                                 "request; null: never.")
 
@@ -105,6 +113,15 @@ class InferenceServiceSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
                             "recommended_memory_mib"]
+
+
+class ScalingHistoryPageSerializer(serializers.Serializer):
+    """One page of a service's scaling history (the API's limit/offset pagination)."""
+
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = DecisionSerializer(many=True)
 
 
 class ScalingHistoryQuerySerializer(serializers.Serializer):

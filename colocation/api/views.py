@@ -12,6 +12,7 @@ from colocation.filtersets import InferenceServiceFilterSet, NodeFilterSet, Reso
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.policy.states import Direction as PolicyDirection
 from scheduler.api.permissions import IsOperator, IsOperatorOrReadOnly
+from scheduler.api.pagination import PAGE_PARAMETERS
 from scheduler.api.serializers import DecisionSerializer
 from scheduler.api.views import RestrictedMixin
 
@@ -99,7 +100,7 @@ class InferenceServiceViewSet(
             actor=self.request.user, thresholds=data.pop("thresholds", []), **data
         )
 
-    @extend_schema(parameters=[s.ScalingHistoryQuerySerializer], responses=DecisionSerializer(many=True))
+    @extend_schema(parameters=[s.ScalingHistoryQuerySerializer, *PAGE_PARAMETERS], responses=s.ScalingHistoryPageSerializer)
     @action(detail=True, methods=["get"], filter_backends=[])
     def scaling(self, request, pk=None):
         """The service's scaling history: every autoscaling decision and alert about it, newest first."""

@@ -1,5 +1,6 @@
 """The API's pagination: `?limit=&offset=`, strict and bounded as the schema says (a value that is not a number,
 or out of range, is a 400 rather than silently the default, and no number reaches the database as an overflow)."""
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 
@@ -35,3 +36,12 @@ class Pagination(LimitOffsetPagination):
         if len(values) > 1 or not least <= value <= most:
             raise ValidationError({name: [f"one whole number from {least} to {most}"]})
         return value
+
+
+# For a paginated @action, which drf-spectacular does not paginate by itself.
+PAGE_PARAMETERS = [
+    OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": Pagination.max_limit},
+                     description="Number of results to return per page."),
+    OpenApiParameter("offset", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+                     description="The initial index from which to return the results."),
+]
