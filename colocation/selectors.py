@@ -4,12 +4,13 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, DecimalField, F, IntegerField, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, DecimalField, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce, Concat
 
 from cluster import types as ct
-from colocation.models import InferenceService, Node, NodeState, NodeTransition
+from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup
 from colocation.policy import LendingProfile
+from profiling.models import ServiceMinute
 from scheduler.models import Decision
 
 
@@ -90,3 +91,31 @@ def scaling_history(*, service: InferenceService, since: datetime | None = None,
     if until:
         rows = rows.filter(created_at__lt=until)
     return rows.select_related("department").order_by("-created_at", "-id")
+
+
+def autoscaling_overview(*, group: str = "", department: str = "", reason: str = "",
+                         alerts_since: datetime) -> QuerySet[InferenceService]:
+    """Every service with its resource group, its last autoscaling decision, its alerts since `alerts_since`
+    and the pods its latest load minute saw; filtered by group, department and last decision's reason."""
+    about = Decision.objects.filter(subject=Concat(Value("service:"), OuterRef("name")))
+    last = about.filter(kind=Decision.Kind.SCALING).order_by("-created_at", "-id")
+    alerts = (about.filter(kind=Decision.Kind.ALERT, created_at__gte=alerts_since).order_by()
+              .values("subject").annotate(n=Count("id")).values("n"))
+    by_model = ResourceGroup.objects.filter(gpu_model=OuterRef("gpu_model")).values("name")[:1]
+    cpu_group = ResourceGroup.objects.filter(gpu_model__isnull=True).values("name")[:1]
+    seen = ServiceMinute.objects.filter(service=OuterRef("pk")).order_by("-minute").values("replicas")[:1]
+    rows = InferenceService.objects.select_related("department", "gpu_model").annotate(
+        group=Coalesce(Subquery(by_model), Subquery(cpu_group)),
+        last_reason=Subquery(last.values("reason")[:1]), last_message=Subquery(last.values("message")[:1]),
+        last_at=Subquery(last.values("created_at")[:1]),
+        open_alerts=Coalesce(Subquery(alerts, output_field=IntegerField()), 0),
+        last_alert=Subquery(about.filter(kind=Decision.Kind.ALERT).order_by("-created_at", "-id").values("message")[:1]),
+        pods_seen=Subquery(seen),
+    )
+    if group:
+        rows = rows.filter(group=group)
+    if department:
+        rows = rows.filter(department__name=department)
+    if reason:
+        rows = rows.filter(last_reason=reason)
+    return rows.order_by("-priority", "name")

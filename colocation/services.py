@@ -28,7 +28,7 @@ def _require_admin(*, actor, department: Department) -> None:
         raise PermissionDenied(f"only operators and admins of {department} manage its inference services")
 
 
-def _check_bounds(values: dict) -> None:
+def _bounds_errors(values: dict) -> dict:
     low, high, replicas = values["min_replicas"], values["max_replicas"], values["replicas"]
     errors = {}
     if low > high:
@@ -44,31 +44,45 @@ def _check_bounds(values: dict) -> None:
     idle = values.get("scale_to_zero_idle_min")
     if idle is not None and idle <= 0:
         errors["scale_to_zero_idle_min"] = ["must be a positive number of minutes, or empty for never"]
-    if errors:
-        raise ApplicationError("the autoscaling policy is inconsistent", fields=errors)
+    return errors
 
 
-def _check_thresholds(thresholds: list[dict], busy_signal: bool) -> None:
-    """SPEC §3: 0 < minRate < expectRate < maxRate ≤ 1 per resource, each resource once."""
-    errors = []
-    for t in thresholds:
-        if not 0 < t["min_rate"] < t["expect_rate"] < t["max_rate"] <= 1:
-            errors.append(
-                f"{t['metric']}: need 0 < min_rate < expect_rate < max_rate ≤ 1, got "
-                f"{t['min_rate']}/{t['expect_rate']}/{t['max_rate']}"
-            )
-    metrics = [t["metric"] for t in thresholds]
-    if len(metrics) != len(set(metrics)):
-        errors.append("each metric appears at most once")
-    if busy_signal and ScalingThreshold.Metric.BUSY not in metrics:
-        errors.append("the busy signal needs a busy threshold (e.g. 0.6/0.7/0.8)")
-    if errors:
-        raise ApplicationError("invalid scaling thresholds", fields={"thresholds": errors})
+def _by_index(errors: list[dict]) -> dict[str, dict]:
+    """Errors of list items as DRF (3.15+) reports them: {"<index>": {field: [messages]}}, bad items only."""
+    return {str(i): e for i, e in enumerate(errors) if e}
 
 
-def _check_schedules(schedules: list[dict], max_replicas: int) -> None:
+def _threshold_errors(t: dict, seen: set) -> dict:
+    """SPEC §3: 0 < minRate < expectRate < maxRate ≤ 1, each resource once; errors by the field at fault."""
+    low, expect, high = t["min_rate"], t["expect_rate"], t["max_rate"]
+    mine = {}
+    if low <= 0:
+        mine["min_rate"] = [f"min_rate must be above 0, got {low}"]
+    elif low >= expect:
+        mine["min_rate"] = [f"need min_rate < expect_rate, got {low} ≥ {expect}"]
+    if expect >= high:
+        mine["expect_rate"] = [f"need expect_rate < max_rate, got {expect} ≥ {high}"]
+    if high > 1:
+        mine["max_rate"] = [f"max_rate must be at most 1, got {high}"]
+    if t["metric"] in seen:
+        mine["metric"] = [f"{t['metric']} appears twice: each metric at most once"]
+    seen.add(t["metric"])
+    return mine
+
+
+def _thresholds_errors(thresholds: list[dict], busy_signal: bool) -> dict:
+    """Per threshold, keyed by its index like DRF's nested list errors; the busy signal's need on its own field."""
+    seen: set = set()
+    per_item = _by_index([_threshold_errors(t, seen) for t in thresholds])
+    errors = {"thresholds": per_item} if per_item else {}
+    if busy_signal and ScalingThreshold.Metric.BUSY not in seen:
+        errors["busy_signal"] = ["the busy signal needs a busy threshold (e.g. 0.6/0.7/0.8)"]
+    return errors
+
+
+def _schedules_errors(schedules: list[dict], max_replicas: int) -> dict:
     """Each schedule's weekdays parse as cron's day-of-week field and its minimum fits under max_replicas."""
-    errors, bad = [], False
+    errors = []
     for s in schedules:
         mine = {}
         try:
@@ -80,9 +94,18 @@ def _check_schedules(schedules: list[dict], max_replicas: int) -> None:
         if s["start"] == s["end"]:
             mine["end"] = ["the window is empty: end equals start"]
         errors.append(mine)
-        bad = bad or bool(mine)
-    if bad:
-        raise ApplicationError("invalid scaling schedules", fields={"schedules": errors})
+    return {"schedules": _by_index(errors)} if any(errors) else {}
+
+
+def _check_policy(values: dict, thresholds: list[dict], schedules: list[dict], *, stored_thresholds: bool = False) -> None:
+    """Every rule at once, so one 400 names every bad field (before anything is written). Stored thresholds
+    (not being changed) are only checked for the busy signal's need."""
+    threshold_errors = _thresholds_errors(thresholds, values["busy_signal"])
+    if stored_thresholds:
+        threshold_errors.pop("thresholds", None)
+    errors = {**_bounds_errors(values), **threshold_errors, **_schedules_errors(schedules, values["max_replicas"])}
+    if errors:
+        raise ApplicationError("the autoscaling policy is invalid", fields=errors)
 
 
 def _set_schedules(service: InferenceService, schedules: list[dict]) -> None:
@@ -100,9 +123,7 @@ def service_create(*, actor, department: Department, thresholds: list[dict], sch
                    **fields) -> InferenceService:
     _require_admin(actor=actor, department=department)
     values = {**{f.name: f.get_default() for f in InferenceService._meta.fields if f.name in SERVICE_FIELDS}, **fields}
-    _check_bounds(values)
-    _check_thresholds(thresholds, values["busy_signal"])
-    _check_schedules(schedules or [], values["max_replicas"])
+    _check_policy(values, thresholds, schedules or [])
     service = InferenceService.objects.create(department=department, **fields)
     _set_thresholds(service, thresholds)
     _set_schedules(service, schedules or [])
@@ -125,14 +146,12 @@ def service_update(*, service: InferenceService, actor, thresholds: list[dict] |
     if fields.pop("department", service.department) != service.department:
         raise Conflict.for_field("department", "a service cannot move to another department")
     values = {**{name: getattr(service, name) for name in SERVICE_FIELDS}, **fields}
-    _check_bounds(values)
-    if thresholds is not None or fields.get("busy_signal"):
-        _check_thresholds(thresholds if thresholds is not None else list(service.thresholds.values(
-            "metric", "min_rate", "expect_rate", "max_rate")), values["busy_signal"])
+    current_thresholds = list(service.thresholds.values("metric", "min_rate", "expect_rate", "max_rate"))
+    current_schedules = list(service.schedules.values("weekdays", "start", "end", "min_replicas"))
+    _check_policy(values, current_thresholds if thresholds is None else thresholds,
+                  current_schedules if schedules is None else schedules, stored_thresholds=thresholds is None)
     if thresholds is not None:
         _set_thresholds(service, thresholds)
-    _check_schedules(schedules if schedules is not None else list(service.schedules.values(
-        "weekdays", "start", "end", "min_replicas")), values["max_replicas"])
     if schedules is not None:
         _set_schedules(service, schedules)
     for name, value in fields.items():

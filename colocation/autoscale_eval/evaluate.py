@@ -64,7 +64,7 @@ def _figures(cfg: EvalConfig, trace: Trace, at: int, runs: dict[str, Run], fc: F
         "trace": trace.name,
         "days": cfg.days,
         "eval_days": [first_day, first_day + cfg.days - 1],
-        "train_days": first_day,
+        "train_days": fc.train_minutes // DAY_MIN,
         "service": {"capacity": m.capacity, "startup_min": m.startup_min, "min_rate": m.rates.min_rate,
                     "expect_rate": m.rates.expect_rate, "max_rate": m.rates.max_rate,
                     "min_replicas": m.min_replicas, "max_replicas": top, "static_replicas": static},

@@ -4,8 +4,8 @@ loads, its forecast and `now`; then one arbitration across a resource group by p
 The live loop (colocation/autoscaler.py), the co-location simulation and the offline evaluation
 (`manage.py autoscale_eval`) all call `decide_group`/`decide_service`: one policy, three callers.
 
-A minute's load is measured at the replica count it names; the rules use only minutes measured since the
-replica count last changed (a minute at the old count says nothing about the new one).
+A minute's load is measured at the replica count it names; the rules use only the newest minutes measured at the
+current count since it last changed (a minute at the old count says nothing about the new one).
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ class Rates:
                              f"{self.min_rate}/{self.expect_rate}/{self.max_rate}")
 
 
+BUSY_RATES = Rates(0.6, 0.7, 0.8)  # SPEC §3: the workers' busy fraction kept within 0.6-0.8
+
+
 @dataclass(frozen=True, slots=True)
 class ScalingPolicy:
     thresholds: tuple[tuple[str, Rates], ...] = (("gpu", Rates(0.3, 0.6, 0.8)),)
@@ -86,9 +89,10 @@ class ScalingPolicy:
     tz: str = "UTC"
 
     def rates(self) -> dict[str, Rates]:
-        """The metrics this policy scales on."""
-        wanted = {BUSY} if self.busy_signal else set(METRICS)
-        return {m: r for m, r in self.thresholds if m in wanted}
+        """The metrics this policy scales on; the busy signal without its own threshold keeps 0.6-0.8 (SPEC §3)."""
+        if self.busy_signal:
+            return {BUSY: dict(self.thresholds).get(BUSY, BUSY_RATES)}
+        return {m: r for m, r in self.thresholds if m in METRICS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +159,7 @@ def decide_service(view: ServiceView, now: float) -> ScaleDecision:
     blocked = None if idle is None else _zero_blocked(view, now)
     if idle is not None and blocked is None:
         return idle
-    since_change = [m for m in fresh if view.replicas_changed_at is None or m.at >= view.replicas_changed_at]
-    d = _bounded(view, now, _rules(view, since_change))
+    d = _bounded(view, now, _rules(view, _at_current_count(view, fresh)))
     if idle is None:
         return d
     return replace(d, message=f"{d.message}; not scaled to zero after {view.policy.scale_to_zero_idle_min} idle "
@@ -205,6 +208,18 @@ def _recent_run(loads: Sequence[LoadMinute], now: float) -> list[LoadMinute]:
     return run[::-1]
 
 
+def _at_current_count(view: ServiceView, run: Sequence[LoadMinute]) -> list[LoadMinute]:
+    """The newest minutes of `run` measured at the current replica count and begun since it last changed: a
+    minute served by the old count (a replica still starting, or one going away) says nothing about the new one,
+    and ceil(y/expectRate × N) with y measured at fewer replicas than N would overshoot."""
+    changed, kept = view.replicas_changed_at, []
+    for m in reversed(run):
+        if m.replicas != view.replicas or (changed is not None and m.at < changed):
+            break
+        kept.append(m)
+    return kept[::-1]
+
+
 def _hold(view: ServiceView, reason: Reason, message: str, **data) -> ScaleDecision:
     return ScaleDecision(view.name, view.replicas, view.replicas, reason, message, data)
 
@@ -228,8 +243,12 @@ def _silent(view: ServiceView, now: float) -> ScaleDecision:
 
 
 def _from_zero(view: ServiceView, now: float, newest: LoadMinute) -> ScaleDecision:
-    """Back from zero on the first request at the gateway, or when a schedule's window opens."""
+    """Back from zero on the first request at the gateway, or when a schedule's window opens; a service without
+    scale to zero may not stay at zero (at least 2 replicas)."""
     target = min(_floor(view, now), view.policy.max_replicas)
+    if not view.policy.scale_to_zero_idle_min:
+        return ScaleDecision(view.name, 0, target, Reason.SCALE_OUT, f"{view.name} scales out to {target} replicas: "
+                             f"it is at zero without scale to zero; bounded by its minimum to {target}")
     if newest.qps:
         return ScaleDecision(view.name, 0, target, Reason.FROM_ZERO, f"{view.name}: back from zero to {target} "
                              f"replicas on {newest.qps:.2f} requests/s at the gateway", {"qps": newest.qps})
@@ -261,14 +280,14 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
         ys = _trailing(loads, metric)
         if len(ys) >= OUT_MINUTES and all(v > rates.max_rate for v in ys[-OUT_MINUTES:]):
             k = math.ceil(ys[-1] / rates.expect_rate * n - FLOAT_SLACK)
-            answers.append((max(n, k), Reason.SCALE_OUT, metric,
+            answers.append((max(n + 1, k), Reason.SCALE_OUT, metric,  # over maxRate >= expectRate: one more at least
                             f"{metric} {_pcts(ys[-OUT_MINUTES:])} over maxRate {rates.max_rate:.0%} for "
-                            f"{OUT_MINUTES} minutes: ceil({ys[-1]:.2f}/{rates.expect_rate:.2f}×{n}) = {k}"))
+                            f"{OUT_MINUTES} minutes: ceil({ys[-1]:.2f}/{rates.expect_rate:.2f}×{n}) = {k}" + _nudged(k, max(n + 1, k))))
         elif len(ys) >= IN_MINUTES and all(v < rates.min_rate for v in ys[-IN_MINUTES:]):
             k = math.floor(ys[-1] / rates.expect_rate * n + FLOAT_SLACK)
-            answers.append((min(n, k), Reason.SCALE_IN, metric,
+            answers.append((min(n - 1, k), Reason.SCALE_IN, metric,  # under minRate <= expectRate: one fewer at least
                             f"{metric} under minRate {rates.min_rate:.0%} for {IN_MINUTES} minutes "
-                            f"(now {ys[-1]:.0%}): floor({ys[-1]:.2f}/{rates.expect_rate:.2f}×{n}) = {k}"))
+                            f"(now {ys[-1]:.0%}): floor({ys[-1]:.2f}/{rates.expect_rate:.2f}×{n}) = {k}" + _nudged(k, min(n - 1, k))))
         elif ys:
             answers.append((n, Reason.HOLD, metric, f"{metric} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
                                                     f"{rates.max_rate:.0%}"))
@@ -428,6 +447,11 @@ def _trailing(loads: Sequence[LoadMinute], metric: str) -> list[float]:
             break
         ys.append(v)
     return ys[::-1]
+
+
+def _nudged(k: int, target: int) -> str:
+    """Rounding at the threshold's edge (maxRate = expectRate, or minRate = expectRate) still moves one replica."""
+    return f", moved to {target} (one replica at least)" if k != target else ""
 
 
 def _pcts(values: Sequence[float]) -> str:

@@ -61,6 +61,8 @@ def parse_weekdays(text: str) -> frozenset[int]:
         raise ValueError("empty: use * for every day")
     days: set[int] = set()
     for part in text.split(","):
+        if not part.strip():
+            raise ValueError(f"{text!r}: an empty part between commas")
         base, slash, step_text = part.partition("/")
         step = _step(step_text, part) if slash else 1
         first, last = _span(base, part, bool(slash))

@@ -23,8 +23,9 @@ from django.views.decorators.http import require_POST
 from django_tables2 import RequestConfig
 from redis import Redis
 
+from colocation import selectors as colocation_selectors
 from colocation import services as colocation_services
-from colocation.models import InferenceService, Node, NodeState, NodeTransition
+from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup
 from colocation.policy import Direction
 from frontend import scope
 from frontend.dashboards import charts, prometheus
@@ -276,23 +277,26 @@ def _borrowing(rows: list[dict]) -> list[dict]:
 # --- autoscaling and decisions ---------------------------------------------------------------------
 
 
+ALERT_WINDOW = timedelta(hours=1)
+
+
 @operator_required
 def autoscaling(request):
-    """Every service with its last autoscaling decision and alert; recent alerts and decisions."""
-    def latest(kind: str):
-        about = Decision.objects.filter(kind=kind, subject=Concat(Value("service:"), OuterRef("name")))
-        return about.order_by("-created_at", "-id")
-
-    services_ = InferenceService.objects.select_related("department", "gpu_model").annotate(
-        last_reason=Subquery(latest(Decision.Kind.SCALING).values("reason")[:1]),
-        last_message=Subquery(latest(Decision.Kind.SCALING).values("message")[:1]),
-        last_at=Subquery(latest(Decision.Kind.SCALING).values("created_at")[:1]),
-        last_alert=Subquery(latest(Decision.Kind.ALERT).values("message")[:1]),
-    ).order_by("-priority", "name")
-    alerts = Decision.objects.filter(kind=Decision.Kind.ALERT).order_by("-created_at")[:20]
-    scaling = Decision.objects.filter(kind=Decision.Kind.SCALING).order_by("-created_at")[:50]
+    """Every service with its group, replicas, last autoscaling decision and recent alerts; recent alerts and
+    scaling decisions; filtered by resource group, department and the last decision's reason."""
+    chosen = {k: request.GET.get(k, "").strip() for k in ("group", "department", "reason")}
+    services_ = colocation_selectors.autoscaling_overview(**chosen, alerts_since=timezone.now() - ALERT_WINDOW)
+    names = [s.name for s in services_]
+    recent = Decision.objects.filter(subject__in=[f"service:{n}" for n in names]).order_by("-created_at", "-id")
+    scaling = recent.filter(kind=Decision.Kind.SCALING)
+    if chosen["reason"]:
+        scaling = scaling.filter(reason=chosen["reason"])
+    reasons = (Decision.objects.filter(kind=Decision.Kind.SCALING, subject__startswith="service:").order_by("reason")
+               .values_list("reason", flat=True).distinct())
     return _page(request, "frontend/dashboards/autoscaling.html", "ops-autoscaling", services=services_,
-                 alerts=alerts, decisions=scaling)
+                 alerts=recent.filter(kind=Decision.Kind.ALERT)[:20], decisions=scaling[:50], chosen=chosen,
+                 groups=ResourceGroup.objects.order_by("name").values_list("name", flat=True),
+                 departments=Department.objects.order_by("name").values_list("name", flat=True), reasons=list(reasons))
 
 
 @admin_or_operator

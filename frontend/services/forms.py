@@ -127,9 +127,19 @@ def schedules_of(forms_: list[ScheduleForm]) -> list[dict]:
     return [f.cleaned_data for f in forms_ if not f.blank]
 
 
-def apply_schedule_errors(forms_: list[ScheduleForm], errors: list[dict]) -> None:
-    """The service's per-schedule errors (one dict per non-blank row, in order) beside that row's fields."""
-    for form, problems in zip([f for f in forms_ if not f.blank], errors):
-        for field, messages in (problems or {}).items():
+def apply_row_errors(rows: list[forms.Form], errors: dict[str, dict]) -> None:
+    """A service's per-item errors ({"<index of the item it was given>": {field: [messages]}}) beside that
+    row's fields."""
+    for index, problems in errors.items():
+        form = rows[int(index)]
+        for field, messages in problems.items():
             for message in messages:
                 form.add_error(field if field in form.fields else None, message)
+
+
+def apply_schedule_errors(forms_: list[ScheduleForm], errors: dict[str, dict]) -> None:
+    apply_row_errors([f for f in forms_ if not f.blank], errors)
+
+
+def apply_threshold_errors(forms_: list[ThresholdForm], errors: dict[str, dict]) -> None:
+    apply_row_errors([f for f in forms_ if f.cleaned_data.get("min_rate") is not None], errors)

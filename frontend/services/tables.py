@@ -1,7 +1,9 @@
 import django_tables2 as tables
+from django.utils.html import format_html
 
 from colocation.models import InferenceService
-from frontend.templatetags.console import badge, pct
+from frontend.templatetags.console import badge, pct, when
+from scheduler.models import Decision
 
 
 class ServiceTable(tables.Table):
@@ -34,3 +36,35 @@ class ServiceTable(tables.Table):
 
     def render_load_gpu(self, value):
         return pct(value)
+
+
+class ScalingHistoryTable(tables.Table):
+    """A service's scaling decisions and alerts, newest first (the selector's order; not re-sortable)."""
+
+    created_at = tables.Column(verbose_name="When", orderable=False)
+    kind = tables.Column(orderable=False)
+    reason = tables.Column(orderable=False, attrs={"td": {"class": "mono small"}})
+    replicas = tables.Column(verbose_name="Replicas", accessor="data", orderable=False, default="—",
+                             attrs={"td": {"class": "num"}, "th": {"class": "num"}})
+    message = tables.Column(verbose_name="Why", orderable=False)
+
+    class Meta:
+        model = Decision
+        fields = ()
+        sequence = ("created_at", "kind", "reason", "replicas", "message")
+        empty_text = "No scaling decision yet: the autoscaler records every scale, and each hold or skip once."
+
+    def render_created_at(self, value) -> str:
+        return when(value, "both")
+
+    def render_kind(self, record) -> str:
+        return badge("failed" if record.kind == Decision.Kind.ALERT else "running", record.get_kind_display())
+
+    def render_replicas(self, value) -> str:
+        current, target = (value or {}).get("current"), (value or {}).get("target")
+        if not isinstance(current, int) or not isinstance(target, int):
+            return "—"
+        return f"{current} → {target}" if current != target else str(current)
+
+    def render_message(self, value) -> str:
+        return format_html("{}", value[:1].upper() + value[1:])

@@ -15,12 +15,13 @@ from colocation.filtersets import InferenceServiceFilterSet
 from colocation.models import InferenceService
 from frontend import scope
 from frontend.forms import apply_errors
-from frontend.services.forms import (POLICY_FIELDS, ServiceForm, apply_schedule_errors, schedule_forms, schedules_of,
-                                     threshold_forms, thresholds_of)
-from frontend.services.tables import ServiceTable
-from profiling.models import ServiceMinute
+from frontend.services.forms import (POLICY_FIELDS, ServiceForm, apply_schedule_errors, apply_threshold_errors,
+                                     schedule_forms, schedules_of, threshold_forms, thresholds_of)
 from colocation.selectors import scaling_history
+from frontend.services.tables import ScalingHistoryTable, ServiceTable
+from profiling.models import ServiceMinute
 from profiling.selectors import forecasts_vs_actuals, service_load
+from scheduler.models import Decision
 from scheduler.errors import ApplicationError
 from scheduler.selectors import can_administer
 
@@ -48,14 +49,37 @@ def service_list(request):
 def service_detail(request, name: str):
     service = scope.visible(SERVICES.prefetch_related("thresholds", "schedules"), request, name=name)
     now = timezone.now()
-    load = list(service_load(service=service, since=now - LOAD_WINDOW, until=now))
-    decisions = scaling_history(service=service)[:20]
-    forecast = forecasts_vs_actuals(service=service, since=now - LOAD_WINDOW, until=now, horizon=5)
+    since = now - LOAD_WINDOW
+    load = list(service_load(service=service, since=since, until=now))
+    history = ScalingHistoryTable(scaling_history(service=service), prefix="h-")
+    RequestConfig(request, paginate={"per_page": 15}).configure(history)
+    scaled = scaling_history(service=service, since=since, kind=Decision.Kind.SCALING).only("created_at", "data")
+    forecast = forecast_charts(forecasts_vs_actuals(service=service, since=since, until=now, horizon=5))
     return render(request, "frontend/services/detail.html", {
-        "service": service, "charts": load_charts(load) + forecast_charts(forecast), "decisions": decisions,
+        "service": service, "history": history, "measured": load[-1] if load else None,
+        "replica_charts": [replica_chart(service, list(scaled)[::-1], load, since, now)],
+        "charts": load_charts(load), "forecast_charts": forecast,
         "can_edit": can_administer(user=request.user, department=service.department),
         "breadcrumbs": [("Inference services", reverse("services")), (service.name, None)],
     })
+
+
+def _ms(at) -> int:
+    return int(at.timestamp() * 1000)
+
+
+def replica_chart(service: InferenceService, scaled: list[Decision], load: list[ServiceMinute], since, now) -> dict:
+    """Desired replicas over the window from the scaling decisions' data (current → target, oldest first),
+    against the pods the service-load profiles saw."""
+    steps = [(d.created_at, d.data.get("current"), d.data.get("target")) for d in scaled
+             if isinstance((d.data or {}).get("target"), int) and isinstance(d.data.get("current"), int)]
+    desired = [[_ms(since), steps[0][1] if steps else service.replicas]]
+    desired += [[_ms(at), target] for at, _, target in steps] + [[_ms(now), service.replicas]]
+    seen = [[_ms(m.minute), m.replicas] for m in load if m.replicas is not None]
+    return {"id": "chart-desired", "title": "Replicas", "note": "desired (the autoscaler's decisions) and pods seen",
+            "x_min": _ms(since), "x_max": _ms(now), "series": [
+                {"label": "desired", "points": desired, "stepped": True},
+                {"label": "pods seen", "points": seen, "stepped": True, "dash": [4, 3]}]}
 
 
 @login_required
@@ -82,7 +106,8 @@ def _edit(request, service: InferenceService | None):
             saved = _save(request, form, thresholds, schedules, service)
         except ApplicationError as error:
             fields = dict((error.extra or {}).get("fields") or {})
-            apply_schedule_errors(schedules, fields.pop("schedules", []))
+            apply_schedule_errors(schedules, fields.pop("schedules", {}))
+            apply_threshold_errors(thresholds, fields.pop("thresholds", {}))
             apply_errors(form, ApplicationError(error.message, fields=fields))
         else:
             messages.success(request, f"Service {saved.name} saved.")
@@ -111,8 +136,6 @@ def load_charts(load: list[ServiceMinute]) -> list[dict]:
             {"label": "GPU", "points": points("gpu_util_mean")}, {"label": "CPU", "points": points("cpu_util_mean")}]},
         {"id": "chart-traffic", "title": "Traffic", "y_label": "requests/s", "series": [
             {"label": "QPS", "points": points("qps")}, {"label": "errors/s", "points": points("errors_per_s")}]},
-        {"id": "chart-replicas", "title": "Replicas", "series": [
-            {"label": "pods seen", "points": points("replicas"), "stepped": True}]},
         {"id": "chart-latency", "title": "Latency", "y_label": "ms", "series": [
             {"label": "mean", "points": points("latency_mean_ms")}, {"label": "p99", "points": points("latency_p99_ms")}]},
     ] if load else []

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from colocation.models import InferenceService, ScalingSchedule
+from colocation.models import InferenceService, ScalingSchedule, ScalingThreshold
 from scheduler.models import Decision
 from scheduler.services import decision_record
 
@@ -39,27 +39,43 @@ def test_zero_replicas_only_with_scale_to_zero(world):
     assert response.status_code == 400 and "replicas" in response.json()["extra"]["fields"]
 
 
-@pytest.mark.parametrize("overrides, field, says", [
-    ({"thresholds": [{**GPU, "min_rate": 0.6}]}, "thresholds", "min_rate < expect_rate"),
-    ({"thresholds": [{**GPU, "min_rate": 0.0}]}, "thresholds", "need 0 < min_rate"),
-    ({"thresholds": [{**GPU, "expect_rate": 0.8}]}, "thresholds", "expect_rate < max_rate"),
-    ({"thresholds": [{**GPU, "max_rate": 1.2}]}, "thresholds", "1"),
-    ({"thresholds": [GPU]}, "thresholds", "busy signal needs a busy threshold"),
-    ({"peak_end": None}, "peak_end", "both ends"),
-    ({"peak_start": "25:00"}, "peak_start", ""),
-    ({"scale_to_zero_idle_min": 0}, "scale_to_zero_idle_min", ""),
-    ({"schedules": [{**NIGHTLY, "weekdays": "mon-funday"}]}, "schedules", "funday"),
-    ({"schedules": [{**NIGHTLY, "min_replicas": 11}]}, "schedules", "above max_replicas 10"),
-    ({"schedules": [{**NIGHTLY, "end": "08:00"}]}, "schedules", "empty"),
-    ({"min_replicas": 12}, "min_replicas", "above max_replicas"),
+@pytest.mark.parametrize("overrides, path, says", [
+    ({"thresholds": [BUSY, {**GPU, "min_rate": 0.6}]}, ("thresholds", "1", "min_rate"), "need min_rate < expect_rate"),
+    ({"thresholds": [BUSY, {**GPU, "min_rate": 0.0}]}, ("thresholds", "1", "min_rate"), "must be above 0"),
+    ({"thresholds": [BUSY, {**GPU, "expect_rate": 0.8}]}, ("thresholds", "1", "expect_rate"), "need expect_rate < max_rate"),
+    ({"thresholds": [BUSY, {**GPU, "max_rate": 1.2}]}, ("thresholds", "1", "max_rate"), "1"),
+    ({"thresholds": [BUSY, GPU, {**GPU, "min_rate": 0.2}]}, ("thresholds", "2", "metric"), "appears twice"),
+    ({"thresholds": [GPU]}, ("busy_signal",), "busy signal needs a busy threshold"),
+    ({"peak_end": None}, ("peak_end",), "both ends"),
+    ({"peak_start": "25:00"}, ("peak_start",), "format"),
+    ({"scale_to_zero_idle_min": 0}, ("scale_to_zero_idle_min",), ""),
+    ({"schedules": [{**NIGHTLY, "weekdays": "mon-funday"}]}, ("schedules", "0", "weekdays"), "funday"),
+    ({"schedules": [NIGHTLY, {**NIGHTLY, "weekdays": "8"}]}, ("schedules", "1", "weekdays"), "8"),
+    ({"schedules": [{**NIGHTLY, "min_replicas": 11}]}, ("schedules", "0", "min_replicas"), "above max_replicas 10"),
+    ({"schedules": [{**NIGHTLY, "end": "08:00"}]}, ("schedules", "0", "end"), "empty"),
+    ({"min_replicas": 12}, ("min_replicas",), "above max_replicas"),
+    ({"replicas": 0, "scale_to_zero_idle_min": None}, ("replicas",), "0 needs scale_to_zero_idle_min"),
 ], ids=lambda v: v if isinstance(v, str) else None)
-def test_a_bad_policy_is_a_400_naming_the_field_and_writes_nothing(world, overrides, field, says):
-    before = Decision.objects.count()
+def test_a_bad_policy_is_a_400_naming_the_field_and_writes_nothing(world, overrides, path, says):
+    before = (Decision.objects.count(), ScalingThreshold.objects.count(), ScalingSchedule.objects.count())
     response = create(world, **overrides)
     assert response.status_code == 400, response.json()
+    messages = response.json()["extra"]["fields"]
+    for step in path:  # nested like DRF's list errors: {"thresholds": {"1": {"min_rate": [...]}}}
+        messages = messages[step]
+    assert isinstance(messages, list) and says in " ".join(messages), response.json()
+    assert not InferenceService.objects.filter(name="ranker").exists()
+    assert (Decision.objects.count(), ScalingThreshold.objects.count(), ScalingSchedule.objects.count()) == before
+
+
+def test_every_bad_field_is_named_in_one_400(world):
+    response = create(world, min_replicas=12, thresholds=[{**GPU, "min_rate": 0.7}], busy_signal=True,
+                      schedules=[{**NIGHTLY, "weekdays": "someday"}])
+    assert response.status_code == 400
     fields = response.json()["extra"]["fields"]
-    assert field in fields and says in str(fields[field])
-    assert not InferenceService.objects.filter(name="ranker").exists() and Decision.objects.count() == before
+    assert set(fields) == {"min_replicas", "thresholds", "busy_signal", "schedules"}
+    assert fields["thresholds"] == {"0": {"min_rate": ["need min_rate < expect_rate, got 0.7 ≥ 0.6"]}}
+    assert list(fields["schedules"]["0"]) == ["weekdays"]
 
 
 def test_patch_replaces_schedules_and_refuses_without_changing_anything(world):
@@ -79,12 +95,19 @@ def test_patch_replaces_schedules_and_refuses_without_changing_anything(world):
     assert off.status_code == 200 and off.json()["thresholds"] == [GPU]
 
 
-def test_members_read_the_policy_but_cannot_change_it(world):
+def test_who_may_read_and_change_the_policy(world):
     service_id = create(world).json()["id"]
-    member = world.client("member")
-    assert member.get(f"/api/inference-services/{service_id}/").status_code == 200
-    assert member.patch(f"/api/inference-services/{service_id}/", {"priority": 1}, format="json").status_code == 403
+    url = f"/api/inference-services/{service_id}/"
+    change = {"priority": 1, "schedules": []}
+    assert world.client("member").get(url).status_code == 200
+    assert world.client("member").patch(url, change, format="json").status_code == 403
     assert create(world, role="member", name="mine").status_code == 403
+    assert world.client("outsider").patch(url, change, format="json").status_code == 404  # not even visible
+    assert world.client("anonymous").get(url).status_code == 401
+    assert ScalingSchedule.objects.filter(service_id=service_id).count() == 1
+    assert world.client("operator").patch(url, change, format="json").status_code == 200
+    assert create(world, role="operator", name="ops-made", department="ml-ads").status_code == 201
+    assert InferenceService.objects.get(pk=service_id).priority == 1
 
 
 def test_scaling_history_newest_first_filtered_by_kind_and_time(world):

@@ -269,21 +269,35 @@ def test_admin_creates_a_service_with_thresholds(world):
         ("gpu", 0.2, 0.5, 0.8)]
 
 
-@pytest.mark.parametrize("overrides, text", [
-    ({"min_replicas": "9"}, "min_replicas 9 is above max_replicas 8"),
-    ({"t-gpu-min_rate": "0.9"}, "need 0 &lt; min_rate &lt; expect_rate &lt; max_rate ≤ 1"),
-    ({"t-gpu-max_rate": ""}, "give min, expect and max"),
-    ({"department": "ml-ads"}, "Select a valid choice"),
-    ({"s-0-weekdays": "mon-funday", "s-0-start": "08:00", "s-0-end": "20:00", "s-0-min_replicas": "3"}, "funday"),
-    ({"s-0-start": "08:00", "s-0-end": "20:00", "s-0-min_replicas": "9"}, "above max_replicas 8"),
-    ({"s-0-start": "08:00"}, "give start, end and a minimum"),
-    ({"peak_start": "09:00"}, "give both ends of the peak window"),
+@pytest.mark.parametrize("overrides, beside, text", [
+    ({"min_replicas": "9"}, "min_replicas", "min_replicas 9 is above max_replicas 8"),
+    ({"t-gpu-min_rate": "0.9"}, "t-gpu-min_rate", "need min_rate &lt; expect_rate, got 0.9 ≥ 0.5"),
+    ({"t-gpu-min_rate": "0"}, "t-gpu-min_rate", "min_rate must be above 0"),
+    ({"t-cpu-min_rate": "0.5", "t-cpu-expect_rate": "0.7", "t-cpu-max_rate": "0.7"}, "t-cpu-expect_rate",
+     "need expect_rate &lt; max_rate"),
+    ({"busy_signal": "on"}, "busy_signal", "the busy signal needs a busy threshold"),
+    ({"t-gpu-max_rate": ""}, None, "give min, expect and max"),
+    ({"department": "ml-ads"}, "department", "Select a valid choice"),
+    ({"s-0-weekdays": "mon-funday", "s-0-start": "08:00", "s-0-end": "20:00", "s-0-min_replicas": "3"},
+     "s-0-weekdays", "funday"),
+    ({"s-0-start": "08:00", "s-0-end": "20:00", "s-0-min_replicas": "9"}, "s-0-min_replicas", "above max_replicas 8"),
+    ({"s-0-start": "08:00", "s-0-end": "08:00", "s-0-min_replicas": "2"}, "s-0-end", "the window is empty"),
+    ({"s-0-start": "08:00"}, None, "give start, end and a minimum"),
+    ({"peak_start": "09:00"}, "peak_end", "give both ends of the peak window"),
 ])
-def test_a_bad_service_is_refused_with_the_apis_rules(world, overrides, text):
+def test_a_bad_service_is_refused_with_the_apis_rules(world, overrides, beside, text):
     client = signed_in(world, "dept_admin")
     before = world.snapshot()
     response = client.post(reverse("service-create"), _service_form(**overrides))
-    assert response.status_code == 400 and text in response.content.decode()
+    html = response.content.decode()
+    assert response.status_code == 400 and text in html
+    if beside:  # the message sits in that field's own error list
+        errors = html.split(f'id="id_{beside}_error"', 1)[1].split("</ul>", 1)[0]
+        assert text in errors, errors
+    assert 'value="ranker"' in html  # what was typed is kept
+    for name, value in overrides.items():
+        if value and name not in ("department", "busy_signal"):
+            assert f'value="{value}"' in html, name
     assert world.snapshot() == before
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from colocation.policy.autoscaling import (SKIPS, LoadMinute, Rates, Reason, ScaleDecision, ScalingPolicy,
-                                           ServiceView, decide_group, decide_service, in_peak)
+from colocation.policy.autoscaling import (BUSY_RATES, SKIPS, LoadMinute, Rates, Reason, ScaleDecision,
+                                           ScalingPolicy, ServiceView, decide_group, decide_service, in_peak)
 from colocation.policy.schedules import Schedule, scheduled_minimum
 from tests.unit.colocation_builders import at
 
@@ -18,17 +18,19 @@ NOW = at("14:00")  # Tuesday 2024-03-05, UTC
 GPU = Rates(0.3, 0.6, 0.8)
 POLICY = ScalingPolicy(thresholds=(("gpu", GPU),), min_replicas=2, max_replicas=10)
 EVERY_DAY = frozenset(range(7))
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
-def loads(*values: float | None, metric: str = "gpu", n: int = 4, qps: float | None = 1.0, end: float = NOW,
+def loads(*values: float | None, metric: str = "gpu", n: int | None = None, qps: float | None = 1.0, end: float = NOW,
           **other: float | None) -> tuple[LoadMinute, ...]:
-    """One minute per value, oldest first; the newest ends at `end`."""
+    """One minute per value, oldest first; the newest ends at `end`; measured at `n` replicas (by default at the
+    count of the service they are given to, see `svc`)."""
     k = len(values)
     return tuple(LoadMinute(end - 60 * (k - i), n, **{metric: v}, qps=qps, **other) for i, v in enumerate(values))
 
 
 def svc(minutes: tuple[LoadMinute, ...] = (), n: int = 4, policy: ScalingPolicy = POLICY, **kw) -> ServiceView:
+    minutes = tuple(m if m.replicas is not None else replace(m, replicas=n) for m in minutes)
     return ServiceView("svc-a", policy, n, kw.pop("ready", n), minutes, **kw)
 
 
@@ -66,6 +68,13 @@ REACTIVE = [
     case(svc(loads(*[0.2] * 4), n=10), 10, Reason.HOLD, id="in-not-4-minutes"),
     case(svc(loads(*[0.2] * 4, 0.4), n=10), 10, Reason.HOLD, id="in-not-newest-within"),
     case(svc(loads(*[0.3] * 5), n=10), 10, Reason.HOLD, id="in-not-at-exactly-minrate"),
+    # maxRate = expectRate (or minRate = expectRate): the formula rounds back to N, yet the load is past the threshold
+    case(svc(loads(0.6 + 1e-10, 0.6 + 1e-10), policy=pol(thresholds=(("gpu", Rates(0.3, 0.6, 0.6)),))), 5,
+         Reason.SCALE_OUT, "moved to 5 (one replica at least)", id="out-at-edge-moves-one"),
+    case(svc(loads(*[0.6 - 1e-10] * 5), policy=pol(thresholds=(("gpu", Rates(0.6, 0.6, 0.8)),))), 3,
+         Reason.SCALE_IN, "moved to 3 (one replica at least)", id="in-at-edge-moves-one"),
+    case(svc(loads(0.6, 0.6), policy=pol(thresholds=(("gpu", Rates(0.3, 0.6, 0.6)),))), 4, Reason.HOLD,
+         id="out-not-at-edge-itself"),
 ]
 
 BOTH = (("gpu", GPU), ("cpu", Rates(0.3, 0.5, 0.8)))
@@ -121,6 +130,14 @@ FILTERS = [
     case(svc(loads(0.9, 0.9, end=NOW - 120), replicas_changed_at=NOW - 200), 4, Reason.HOLD,
          id="minute-before-change-ignored"),
     case(svc(OUT, replicas_changed_at=NOW - 180), 6, Reason.SCALE_OUT, id="stable-exactly-3-minutes"),
+    # 4 → 6 three minutes ago; the new replicas took their time, so the minutes since were served by 4: at 6 they
+    # would give ceil(0.9/0.6×6) = 9, where 4 replicas at 90% need 6
+    case(svc(loads(0.9, 0.9, n=4), n=6, replicas_changed_at=NOW - 180), 6, Reason.STALE, "measured at 6 replicas",
+         id="minutes-at-old-count-ignored"),
+    case(svc(loads(0.9, 0.9, n=4), n=6), 6, Reason.STALE, id="minutes-at-other-count-ignored-without-change-time"),
+    case(svc(loads(0.9, n=4, end=NOW - 60) + loads(0.9, n=6), n=6), 6, Reason.HOLD, id="old-count-breaks-the-run"),
+    case(svc(loads(0.5, n=4, end=NOW - 120) + loads(0.9, 0.9, n=6), n=6), 9, Reason.SCALE_OUT, "×6) = 9",
+         id="two-minutes-at-new-count-fire"),
     case(svc(OUT, policy=pol(autoscaling=False)), 4, Reason.SKIP_OFF, "autoscaling is off", id="skip-off"),
     case(svc(OUT, offline=True), 4, Reason.SKIP_OFFLINE, "offline", id="skip-offline"),
     case(svc(OUT, manual_deploy=True), 4, Reason.SKIP_MANUAL, "by hand", id="skip-manual-deploy"),
@@ -219,6 +236,8 @@ ZERO = [
     case(svc(loads(0.0, qps=0.5, n=0), n=0, policy=replace(IDLE, min_replicas=3)), 3, Reason.FROM_ZERO,
          id="from-zero-to-min-replicas"),
     case(svc(loads(0.0, qps=0.0, n=0), n=0, policy=IDLE), 0, Reason.HOLD, "no requests", id="zero-stays-no-request"),
+    case(svc(loads(0.0, qps=0.0, n=0), n=0), 2, Reason.SCALE_OUT, "at zero without scale to zero",
+         id="zero-without-scale-to-zero-raised-to-2"),
     case(svc(loads(0.0, qps=0.0, n=0), n=0, policy=replace(IDLE, schedules=(ALWAYS,))), 3, Reason.SCHEDULE,
          "a schedule keeps at least 3", id="zero-schedule-brings-back"),
 ]
@@ -234,6 +253,12 @@ BUSY_SIGNAL = [
          id="busy-ignored-when-off"),
     case(svc(loads(*[0.3] * 5, metric="busy", gpu=0.5), n=10, policy=BUSY_ON), 4, Reason.SCALE_IN,
          id="busy-scale-in"),
+    case(svc(loads(0.9, 0.9, metric="busy"), policy=pol(busy_signal=True)), 6, Reason.SCALE_OUT,
+         "over maxRate 80% for 2 minutes: ceil(0.90/0.70×4) = 6", id="busy-default-thresholds-out"),
+    case(svc(loads(*[0.5] * 5, metric="busy"), n=10, policy=pol(busy_signal=True)), 7, Reason.SCALE_IN,
+         "under minRate 60%", id="busy-default-thresholds-in"),
+    case(svc(loads(*[0.6] * 5, metric="busy"), n=10, policy=pol(busy_signal=True)), 10, Reason.HOLD,
+         "busy 60% within 60%–80%", id="busy-default-thresholds-hold"),
 ]
 
 
@@ -331,7 +356,8 @@ def minutes(draw, n: int, end: float) -> tuple[LoadMinute, ...]:
     out, t = [], end - 60
     for _ in range(draw(st.integers(0, 8))):
         qps = draw(st.sampled_from([None, 0.0, 0.0, 2.5]))
-        out.append(LoadMinute(t, n, gpu=draw(value), cpu=draw(value), busy=draw(value), qps=qps))
+        served = draw(st.sampled_from([n, n, n, n + 1, max(0, n - 1)]))  # now and then measured at another count
+        out.append(LoadMinute(t, served, gpu=draw(value), cpu=draw(value), busy=draw(value), qps=qps))
         t -= 60 * draw(st.sampled_from([1, 1, 1, 2]))  # now and then a missing minute
     return tuple(reversed(out))
 
@@ -365,10 +391,51 @@ def test_bounds(view):
         assert d.target == n  # skipped, or no metrics yet: left as it is
     elif d.reason is Reason.TO_ZERO:
         assert d.target == 0 < n and view.policy.scale_to_zero_idle_min
-    elif n == 0:
-        assert d.target == 0 or d.target >= min(2, view.policy.max_replicas)  # from zero: at least 2
-    else:
+    elif d.target == 0:  # stays at zero: only with scale to zero (no request, no schedule)
+        assert n == 0 and d.reason is Reason.HOLD and view.policy.scale_to_zero_idle_min
+    else:  # from zero too
         assert d.target >= max(2, view.policy.min_replicas)
+
+
+UP = {Reason.SCALE_OUT, Reason.PREDICTIVE_OUT, Reason.FROM_ZERO, Reason.SCHEDULE}
+DOWN = {Reason.SCALE_IN, Reason.TO_ZERO}
+STAYS = SKIPS | {Reason.HOLD, Reason.STALE, Reason.PEAK_WINDOW}
+
+
+@SETTINGS
+@given(views())
+def test_reason_says_which_way(view):
+    """A decision's reason code agrees with what it does (a chart of reasons must not show a "scale-out" that
+    changed nothing)."""
+    d = decide_service(view, NOW)
+    assert d.message.startswith(view.name) and d.message.strip() != view.name
+    if d.reason in UP:
+        assert d.target > d.current
+    elif d.reason in DOWN:
+        assert d.target < d.current
+    elif d.reason in STAYS:
+        assert d.target == d.current
+    elif d.reason is Reason.PREDICTIVE_LIMIT:
+        assert d.target <= d.current
+    else:
+        assert d.reason is Reason.FALLBACK
+
+
+@SETTINGS
+@given(st.integers(2, 30), st.floats(0, 1, allow_nan=False))
+def test_busy_signal_steers_into_its_band(n, y):
+    """The busy signal with its default thresholds (0.6/0.7/0.8): outside 0.6–0.8 it moves the replicas so the same
+    work lands at expectRate 0.7 (over it after a scale-in, under it after a scale-out); inside, it holds."""
+    assert BUSY_RATES == Rates(0.6, 0.7, 0.8)
+    view = svc(loads(*[y] * 5, metric="busy", gpu=0.95, n=n), n=n, policy=pol(busy_signal=True, max_replicas=100))
+    d = decide_service(view, NOW)
+    after = y * n / d.target
+    if y > 0.8:
+        assert d.reason is Reason.SCALE_OUT and d.target > n and after <= 0.7 + 1e-6
+    elif y < 0.6 and n > 2:
+        assert d.reason is Reason.SCALE_IN and d.target < n and (after >= 0.7 - 1e-6 or d.target == 2)
+    else:  # within the band (or already at the system minimum): the GPU at 95% does not count
+        assert (d.target, d.reason) == (n, Reason.HOLD)
 
 
 @SETTINGS
@@ -406,6 +473,7 @@ def test_group_priority_keeps_floors_and_capacity(vs, capacity):
     alone = {v.name: decide_service(v, NOW) for v in vs}
     out = {d.service: d for d in decide_group(vs, capacity, NOW)}
     assert list(out) == [v.name for v in vs]
+    assert all(d.message.startswith(d.service) and isinstance(d.reason, Reason) for d in out.values())
     fixed = {n for n, d in alone.items() if d.reason in SKIPS or d.target == 0}
     for v in vs:
         ask, got = alone[v.name], out[v.name]
