@@ -25,6 +25,7 @@ class EvalConfig:
     trace: str = "worldcup98"
     days: int = 14
     seed: int = 0  # the forecast model's random seed
+    train_days: int = 0  # 0: every day before the evaluated ones
     model: ServiceModel = field(default_factory=ServiceModel)
 
 
@@ -43,7 +44,8 @@ def evaluate(cfg: EvalConfig, out: Path, command: str, progress: Progress | None
     demand, start = trace.demand[at:], trace.start + 60.0 * at
     notional = cfg.model.replicas_for(float(demand.max()))
     tick = progress("forecast", 1) if progress else None
-    fc = forecast(trace.demand, trace.start, at, notional, cfg.model.capacity, cfg.seed)
+    fc = forecast(trace.demand, trace.start, at, notional, cfg.model.capacity, cfg.seed,
+                  cfg.train_days)
     if tick:
         tick(1)
     runs, static, top = replay(demand, start, cfg.model, fc, progress)

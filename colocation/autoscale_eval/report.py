@@ -78,7 +78,7 @@ def markdown(figures: dict, command: str, wall_s: float) -> str:
         f"`{command}` — {wall_s:.1f} s wall", "",
         f"Evaluated the last {figures['days']} whole days of the trace (days {figures['eval_days'][0]}–"
         f"{figures['eval_days'][1]}, local time); the forecast was trained only on the {figures['train_days']} "
-        "days just before them (SPEC: the last month of history).", "",
+        "days just before them.", "",
         f"Service model: {s['capacity']:.0f} requests/min per replica at utilization 1.0, new replicas serve after "
         f"{s['startup_min']} minutes, scale-in at once; thresholds min/expect/max {s['min_rate']}/{s['expect_rate']}/"
         f"{s['max_rate']} on GPU utilization; {s['min_replicas']}..{s['max_replicas']} replicas; static = "

@@ -12,8 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, Q, Subquery, Value
-from django.db.models.functions import Concat
+from django.db.models import Q
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -25,7 +24,7 @@ from redis import Redis
 
 from colocation import selectors as colocation_selectors
 from colocation import services as colocation_services
-from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup
+from colocation.models import Node, NodeState, NodeTransition, ResourceGroup
 from colocation.policy import Direction
 from frontend import scope
 from frontend.dashboards import charts, prometheus

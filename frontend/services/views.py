@@ -53,7 +53,7 @@ def service_detail(request, name: str):
     load = list(service_load(service=service, since=since, until=now))
     history = ScalingHistoryTable(scaling_history(service=service), prefix="h-")
     RequestConfig(request, paginate={"per_page": 15}).configure(history)
-    scaled = scaling_history(service=service, since=since, kind=Decision.Kind.SCALING).only("created_at", "data")
+    scaled = scaling_history(service=service, since=since, kind=Decision.Kind.SCALING).select_related(None)
     forecast = forecast_charts(forecasts_vs_actuals(service=service, since=since, until=now, horizon=5))
     return render(request, "frontend/services/detail.html", {
         "service": service, "history": history, "measured": load[-1] if load else None,
@@ -76,8 +76,8 @@ def replica_chart(service: InferenceService, scaled: list[Decision], load: list[
     desired = [[_ms(since), steps[0][1] if steps else service.replicas]]
     desired += [[_ms(at), target] for at, _, target in steps] + [[_ms(now), service.replicas]]
     seen = [[_ms(m.minute), m.replicas] for m in load if m.replicas is not None]
-    return {"id": "chart-desired", "title": "Replicas", "note": "desired (the autoscaler's decisions) and pods seen",
-            "x_min": _ms(since), "x_max": _ms(now), "series": [
+    return {"id": "chart-desired", "title": "Desired and seen", "note": "the autoscaler's decisions; pods the load "
+            "profiles saw", "x_min": _ms(since), "x_max": _ms(now), "series": [
                 {"label": "desired", "points": desired, "stepped": True},
                 {"label": "pods seen", "points": seen, "stepped": True, "dash": [4, 3]}]}
 

@@ -121,14 +121,37 @@ def test_the_api_docs_render_offline(world, console):
 
 
 def test_services_page_for_an_admin(world, console):
-    world.service("ml-search", name="ranker")
+    from scheduler.models import Decision
+    from scheduler.services import decision_record
+
+    service = world.service("ml-search", name="ranker", replicas=3)
+    for current, target in ((2, 4), (4, 3)):
+        decision_record(kind=Decision.Kind.SCALING, subject="service:ranker", reason="scale-out" if target > current
+                        else "scale-in", department=service.department, data={"current": current, "target": target},
+                        message=f"ranker scales from {current} to {target} replicas")
+    decision_record(kind=Decision.Kind.ALERT, subject="service:ranker", reason="short", department=service.department,
+                    message="ranker has had only 2 of 3 replicas ready for 6 minutes")
     page = console.page
     console.sign_in("adam")
     page.get_by_role("link", name="Inference services").click()
     page.get_by_role("link", name="ranker").click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("ranker")
+    history = page.locator("#scaling-live")
+    expect(history.get_by_role("row")).to_have_count(4)  # header + 3, newest first
+    expect(history.get_by_role("row").nth(1)).to_contain_text("only 2 of 3 replicas ready")
+    expect(history.get_by_role("row").nth(3)).to_contain_text("2 → 4")
+    expect(page.locator('canvas[data-chart="chart-desired"]')).to_be_visible()
+    expect(page.get_by_text("No forecast yet")).to_be_visible()
     console.shot("service")
+    page.screenshot(path="/tmp/ui-service-detail.png", full_page=True)
     page.get_by_role("link", name="Edit").click()
+    gpu = page.get_by_role("group", name="GPU utilization")
+    gpu.get_by_label("min").fill("0.6")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#id_t-gpu-min_rate_error")).to_contain_text("need min_rate < expect_rate")
+    expect(page.get_by_role("group", name="GPU utilization").get_by_label("min")).to_have_value("0.6")
+    page.screenshot(path="/tmp/ui-service-threshold-error.png", full_page=True)
+    page.get_by_role("group", name="GPU utilization").get_by_label("min").fill("0.2")
     page.get_by_label("Min replicas").fill("20")
     page.get_by_role("button", name="Save").click()
     expect(page.locator("#id_min_replicas_error")).to_contain_text("min_replicas 20 is above max_replicas")
@@ -142,6 +165,7 @@ def test_services_page_for_an_admin(world, console):
     page.get_by_role("button", name="Save").click()
     expect(page.locator("#id_s-0-weekdays_error")).to_contain_text("funday")
     console.shot("service-schedule-error")
+    page.screenshot(path="/tmp/ui-service-schedule-error.png", full_page=True)
     page.get_by_role("group", name="Schedule 1").get_by_label("Days (cron)").fill("mon-fri")
     page.get_by_label("Peak window from").fill("09:00")
     page.get_by_label("Peak window to").fill("18:00")
@@ -149,3 +173,4 @@ def test_services_page_for_an_admin(world, console):
     expect(page.get_by_text("No scale-in during the peak window 09:00–18:00")).to_be_visible()
     expect(page.get_by_text("at least 3 replicas")).to_be_visible()
     console.shot("service-policy")
+    page.screenshot(path="/tmp/ui-service-policy.png", full_page=True)

@@ -137,7 +137,8 @@ def test_operator_replays_a_small_trace_and_reads_the_report(world, console, set
 
 def test_operator_walks_every_dashboard_tab(world, console):
     """Each dashboard opens from the tabs, by keyboard-reachable links, with no error and nothing from elsewhere."""
-    world.service("ml-search")
+    world.service("ml-search", gpu_model=world.gpu_models["T4"])
+    world.service("ml-ads", name="ads-cpu")
     console.sign_in("otto")
     console.open("/ops/")
     page = console.page
@@ -153,3 +154,8 @@ def test_operator_walks_every_dashboard_tab(world, console):
     expect(page.get_by_role("link", name="ml-search-ranker")).to_be_visible()
     expect(page.get_by_role("heading", name="Alerts")).to_be_visible()
     expect(page.get_by_text("No alert.")).to_be_visible()
+    page.get_by_label("Resource group", exact=True).select_option("t4")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.get_by_role("link", name="ml-search-ranker")).to_be_visible()
+    expect(page.get_by_role("link", name="ads-cpu")).to_have_count(0)
+    page.screenshot(path="/tmp/ui-ops-autoscaling.png", full_page=True)

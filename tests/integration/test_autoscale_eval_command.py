@@ -10,7 +10,7 @@ from colocation.autoscale_eval.report import PLOTS
 
 def test_autoscale_eval_writes_json_report_and_plots(tmp_path):
     out, figures = tmp_path / "out", tmp_path / "ae.json"
-    call_command("autoscale_eval", trace="worldcup98", days=2, out=str(out), json_path=str(figures))
+    call_command("autoscale_eval", trace="worldcup98", days=2, train_days=3, out=str(out), json_path=str(figures))
     data = json.loads(figures.read_text())
     assert set(data["policies"]) == {"static", "hpa", "reactive", "tidal"}
     for fig in data["policies"].values():
@@ -22,7 +22,7 @@ def test_autoscale_eval_writes_json_report_and_plots(tmp_path):
     assert data["policies"]["reactive"]["replica_hours"] < static["replica_hours"]
     for name in ("xgboost", "last_value", "seasonal"):
         assert len(data["forecast"]["mae"][name]) == 5
-    assert data["eval_days"] == [85, 86] and data["train_days"] == 28  # the month before them
+    assert data["eval_days"] == [85, 86] and data["train_days"] == 3  # --train-days
     for name in PLOTS + ("report.md",):
         assert (out / name).stat().st_size > 0, name
     assert "trained only on the" in (out / "report.md").read_text()

@@ -1,6 +1,7 @@
 """The web console's views on the real database: permissions, forms through the services, CSRF, query counts,
 and that no page points at another host."""
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -319,18 +320,58 @@ def test_the_autoscaling_policy_and_a_schedule_round_trip_through_the_form(world
     assert "service-created" in detail  # the scaling history
 
 
+def test_the_service_page_shows_replicas_history_and_no_forecast_yet(world):
+    import json
+
+    from django.utils import timezone
+
+    from scheduler.services import decision_record
+
+    service = world.service("ml-search", replicas=3, gpu_model=world.gpu_models["T4"])
+    subject = f"service:{service.name}"
+    for i, (current, target) in enumerate(((2, 4), (4, 3))):
+        decision_record(kind=Decision.Kind.SCALING, subject=subject, reason=f"step-{i}", department=service.department,
+                        message=f"{service.name} goes from {current} to {target}",
+                        data={"current": current, "target": target})
+    for i in range(16):  # more than one page of history
+        decision_record(kind=Decision.Kind.ALERT, subject=subject, reason="short", department=service.department,
+                        message=f"alert number {i}")
+    Decision.objects.filter(subject=subject, reason="step-0").update(created_at=timezone.now() - timedelta(hours=1))
+    client = signed_in(world, "member")
+    response = client.get(reverse("service", args=[service.name]))
+    page = response.content.decode()
+    assert 'hx-get="' in page and 'id="scaling-live"' in page and 'hx-trigger="every 10s"' in page
+    assert "Alert number 15" in page and "Alert number 0" not in page  # newest first, paginated
+    assert "No forecast yet" in page
+    chart = json.loads(page.split('<script id="chart-desired" type="application/json">', 1)[1].split("</script>")[0])
+    desired = [v for _, v in chart["series"][0]["points"]]
+    assert desired == [2, 4, 3, 3]  # from the decisions' current/target to the service's count now
+    second = client.get(reverse("service", args=[service.name]), {"h-page": 2}).content.decode()
+    assert "Alert number 0" in second and "2 → 4" in second and "4 → 3" in second
+
+
 def test_the_autoscaling_dashboard_shows_each_services_last_decision_and_alert(world):
     from scheduler.services import decision_record
 
-    service = world.service("ml-search")
+    service = world.service("ml-search", gpu_model=world.gpu_models["T4"])
+    other = world.service("ml-ads", name="ads-cpu")
     subject = f"service:{service.name}"
     decision_record(kind=Decision.Kind.SCALING, subject=subject, reason="scale-in", department=service.department,
                     message=f"{service.name} scales in to 2 replicas: gpu under minRate 20% for 5 minutes")
     decision_record(kind=Decision.Kind.ALERT, subject=subject, reason="short", department=service.department,
                     message=f"{service.name} has had only 1 of 3 replicas ready for 6 minutes")
-    page = signed_in(world, "operator").get("/ops/autoscaling/").content.decode()
+    decision_record(kind=Decision.Kind.SCALING, subject=f"service:{other.name}", reason="hold",
+                    department=other.department, message="ads-cpu holds at 2 replicas")
+    operator = signed_in(world, "operator")
+    page = operator.get("/ops/autoscaling/").content.decode()
     assert "gpu under minRate 20% for 5 minutes" in page and "only 1 of 3 replicas ready" in page
-    assert "not built yet" not in page
+    row = page.split(f'>{service.name}</a>', 1)[1].split("</tr>", 1)[0]
+    assert ">t4<" in row and ">1</span>" in row  # its group and one alert in the last hour
+    assert "Ads-cpu holds" in page and "not built yet" not in page
+    for query in ({"department": "ml-search"}, {"reason": "scale-in"}, {"group": "t4"}):
+        filtered = operator.get("/ops/autoscaling/", query).content.decode()
+        assert f">{service.name}</a>" in filtered and ">ads-cpu</a>" not in filtered, query
+    assert "No service matches" in operator.get("/ops/autoscaling/", {"reason": "nothing"}).content.decode()
 
 
 # --- CSRF, query counts ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ NOW = at("14:00")  # Tuesday 2024-03-05, UTC
 GPU = Rates(0.3, 0.6, 0.8)
 POLICY = ScalingPolicy(thresholds=(("gpu", GPU),), min_replicas=2, max_replicas=10)
 EVERY_DAY = frozenset(range(7))
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
 def loads(*values: float | None, metric: str = "gpu", n: int | None = None, qps: float | None = 1.0, end: float = NOW,
@@ -307,6 +307,9 @@ GROUPS = [
     pytest.param([asking("a", 6, 1), asking("b", 6, 0, offline=True)], 8,
                  {"a": (4, Reason.PRIORITY), "b": (4, Reason.SKIP_OFFLINE)}, id="skipped-keep-theirs"),
     pytest.param([asking("a", 6, 0, per=0.1)], 0.5, {"a": (5, Reason.PRIORITY)}, id="fractional-float-slack"),
+    # SPEC §3: lower-priority services give resources back; the peak window stops the autoscaler's own scale-in only
+    pytest.param([asking("a", 6, 1), replace(asking("b", 6, 0), policy=pol(peak_window=(time(9), time(18))))], 8,
+                 {"a": (6, Reason.SCALE_OUT), "b": (2, Reason.PRIORITY)}, id="priority-shrinks-even-in-peak-window"),
 ]
 
 

@@ -39,6 +39,15 @@ def _id(value) -> str | None:
     ("1-5/2", {1, 3, 5}),
     ("1/2", {1, 3, 5}),  # from Monday, every other day to the week's end
     ("mon-wed,fri", {1, 2, 3, 5}),
+    ("sun", {0}),
+    ("sat-sun", {6, 0}),  # Sunday closes the week
+    ("5-sun", {5, 6, 0}),
+    ("0-7", WEEK),
+    ("*/1", WEEK),
+    ("*/7", {0}),
+    ("7/2", {0}),  # from Sunday written as 7: nothing after it in the week
+    ("SUN-sat/3", {0, 3, 6}),
+    ("1-5/2,0", {0, 1, 3, 5}),
 ], ids=_id)
 def test_parse_weekdays(text, days):
     assert parse_weekdays(text) == frozenset(days)
@@ -56,6 +65,10 @@ def test_parse_weekdays(text, days):
     ("*/x", "'*/x': the step"),
     ("1-5/", "'1-5/': the step"),
     ("-1", "'-1'"),
+    ("1,,2", "'1,,2': an empty part between commas"),
+    ("mon,", "an empty part"),
+    ("sun-sat-mon", "'sat-mon' is not a day"),
+    ("1/2/3", "'1/2/3': the step"),
 ], ids=_id)
 def test_parse_weekdays_names_the_bad_part(text, says):
     with pytest.raises(ValueError) as e:
@@ -72,6 +85,29 @@ def test_numeric_ranges(a, b):
     else:
         assert parse_weekdays(f"{a}-{b}") == frozenset(d % 7 for d in range(a, b + 1))
     assert parse_weekdays(str(a)) == {a % 7}
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.integers(0, 7), st.integers(0, 7), st.integers(1, 8))
+def test_stepped_ranges_as_cron(a, b, step):
+    """"a-b/n" is every n-th day from a to b, and "a/n" every n-th from a to the week's end, 7 counting as 0."""
+    if a <= b:
+        assert parse_weekdays(f"{a}-{b}/{step}") == frozenset(d % 7 for d in range(a, b + 1, step))
+    assert parse_weekdays(f"{a}/{step}") == frozenset(d % 7 for d in range(a, max(a, 6) + 1, step))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.sets(st.integers(0, 6), min_size=1), st.integers(0, 22), st.integers(1, 23), st.integers(0, 7 * 24 - 1),
+       st.integers(1, 9))
+def test_a_schedule_holds_inside_its_window_on_its_days_only(days, start, length, hour_of_week, least):
+    """A same-day window [start, end) on its weekdays: its minimum inside, 0 outside; 2024-03-03 is a Sunday, so
+    the hour of the week counts from Sunday 00:00."""
+    end = min(start + length, 23)
+    schedule = Schedule(frozenset(days), time(start), time(end), least)
+    day, hour = divmod(hour_of_week, 24)
+    now = at(f"{hour:02d}:30", day=f"2024-03-{3 + day:02d}")
+    assert cron_weekday(now, "UTC") == day
+    assert scheduled_minimum((schedule,), now, "UTC") == (least if day in days and start <= hour < end else 0)
 
 
 def test_cron_weekday():

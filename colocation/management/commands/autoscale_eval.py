@@ -30,6 +30,8 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_path", help="write the figures here")
         parser.add_argument("--out", help="report and plots folder (default: out/autoscale-eval)")
         parser.add_argument("--seed", type=int, default=0, help="the forecast model's random seed")
+        parser.add_argument("--train-days", type=int, default=0,
+                            help="train the forecast on this many days before the evaluated ones (0: all of them)")
         parser.add_argument("--capacity", type=float, default=CAPACITY,
                             help="requests/min one replica serves at utilization 1.0")
         parser.add_argument("--startup-min", type=int, default=STARTUP_MIN,
@@ -41,7 +43,7 @@ class Command(BaseCommand):
         except ValueError as e:
             raise CommandError(str(e)) from e
         cfg = EvalConfig(Path(settings.TRACES_DIR), trace=opts["trace"], days=opts["days"], model=model,
-                         seed=opts["seed"])
+                         seed=opts["seed"], train_days=max(0, opts["train_days"]))
         out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / "autoscale-eval"
         command = "python manage.py autoscale_eval " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 \
             else "python manage.py autoscale_eval"
