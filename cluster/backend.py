@@ -42,6 +42,9 @@ JOB_LABEL = "tidal.io/job"  # TrainingJob id
 RUN_LABEL = "tidal.io/run"  # JobRun attempt
 TASK_LABEL = "tidal.io/task"  # TrainingJob task_key (all runs of the same job)
 SERVICE_LABEL = "tidal.io/service"  # InferenceService name
+# How long the demo's emulated workload runs (the simulated cluster and the Kubernetes API emulator's kubelet end the
+# pod after it); a real cluster's containers ignore it.
+RUNTIME_LABEL = "tidal.io/sim-runtime-s"
 
 
 def kube_state_label(name: str) -> str:
@@ -53,6 +56,15 @@ class BackendError(Exception):
     """The backend refused an action (unknown pod/node, no room, ...)."""
 
 
+class BackendBusy(BackendError):
+    """Not now: e.g. an eviction a PodDisruptionBudget refuses (HTTP 429). Retry on a later tick."""
+
+
+class BackendUnavailable(Exception):
+    """The cluster could not be asked (unreachable, 5xx, timeout): nothing is known to have happened. Not a
+    BackendError, so no caller mistakes an outage for a refusal; the tick stops and is retried with backoff."""
+
+
 @dataclass(frozen=True, slots=True)
 class PodSpec:
     name: str
@@ -62,7 +74,8 @@ class PodSpec:
     cpu_milli: int
     memory_mib: int
     labels: Mapping[str, str] = field(default_factory=dict)
-
+    image: str = ""  # container image and shell command (a backend that runs containers needs them)
+    command: str = ""
 
     @property
     def gpus(self) -> float:
@@ -75,6 +88,7 @@ class PodView:
     node: str
     started_at: float  # when it was bound
     ready: bool = True  # an inference pod is ready `startup_s` after it is bound; training at once
+    terminating: bool = False  # deletion requested, still on its node (Kubernetes' graceful termination)
 
     @property
     def kind(self) -> str | None:
@@ -118,6 +132,7 @@ class ReplicaSetView:
 class EventKind(str, Enum):
     POD_STARTED = "pod-started"
     POD_FINISHED = "pod-finished"
+    POD_FAILED = "pod-failed"  # its container failed (not an eviction)
     POD_EVICTED = "pod-evicted"
     POD_CREATED = "pod-created"  # a ReplicaSet pod was bound to a node
     POD_READY = "pod-ready"
@@ -156,6 +171,10 @@ class ClusterBackend(Protocol):
     def replicasets(self) -> tuple[ReplicaSetView, ...]:
         ...
 
+    def replicaset(self, name: str) -> ReplicaSetView:
+        """One ReplicaSet; BackendError when it does not exist."""
+        ...
+
     def detach_pod(self, pod: str) -> str:
         """Take a bound pod out of its ReplicaSet; returns the name of the replacement it gets
         (bound or pending). The old pod keeps running until evicted."""
@@ -166,8 +185,9 @@ class ClusterBackend(Protocol):
         ...
 
     def evict(self, pod: str, reason: str) -> None:
-        """Evict a bound pod; its resources are freed. A pod still owned by a ReplicaSet is
-        recreated by it; a detached one is simply gone (create-before-delete, part 2)."""
+        """Evict a bound pod; its resources are freed once it is gone (at once, or after graceful termination, when
+        it shows as `terminating` meanwhile). A pod still owned by a ReplicaSet is recreated by it; a detached one is
+        simply gone (create-before-delete, part 2). BackendBusy when a disruption budget refuses it for now."""
         ...
 
     def set_node_state(self, node: str, state: NodeState,

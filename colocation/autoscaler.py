@@ -21,8 +21,6 @@ from django.conf import settings
 
 from cluster.backend import REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, BackendError, ClusterBackend
 from cluster.clock import utc
-from cluster.simulated import store
-from cluster.simulated.traffic import DemoClock
 from cluster.types import Pool
 from colocation import loads as load_sources
 from colocation import services
@@ -31,7 +29,7 @@ from colocation.models import InferenceService, ResourceGroup
 from colocation.policy import autoscaling, schedules, vertical
 from colocation.policy.autoscaling import Rates, ScaleDecision, ScalingPolicy, ServiceView
 from colocation.policy.windows import zone
-from colocation.selectors import node_views
+from colocation.backends import live_cluster
 from profiling import forecasting
 from profiling.selectors import service_load
 from scheduler.models import Decision
@@ -77,7 +75,7 @@ def no_forecast(service: InferenceService, now: float) -> tuple[tuple, str]:
 
 
 def autoscale_tick(*, backend: ClusterBackend, now: float, loads: load_sources.LoadSource,
-                   forecasts: Forecasts = profile_forecast, clock: DemoClock | None = None, redis=None,
+                   forecasts: Forecasts = profile_forecast, clock: load_sources.DemoClock | None = None, redis=None,
                    namespace: str = "tidal") -> AutoscaleReport:
     report = AutoscaleReport()
     policy_now = clock.demo(now) if clock else now
@@ -174,7 +172,7 @@ def per_replica(service: InferenceService) -> float:
 
 def service_view(service: InferenceService, backend: ClusterBackend, serving: dict[str, int], now: float,
                  policy_now: float, loads: load_sources.LoadSource, forecasts: Forecasts,
-                 clock: DemoClock | None) -> ServiceView:
+                 clock: load_sources.DemoClock | None) -> ServiceView:
     to_policy = clock.demo if clock else (lambda t: t)
     try:
         replicas = backend.replicaset(service.name).replicas
@@ -188,7 +186,7 @@ def service_view(service: InferenceService, backend: ClusterBackend, serving: di
         tuple(forecast), note, yesterday_max(service, policy_now, clock), per_replica(service))
 
 
-def yesterday_max(service: InferenceService, policy_now: float, clock: DemoClock | None) -> int | None:
+def yesterday_max(service: InferenceService, policy_now: float, clock: load_sources.DemoClock | None) -> int | None:
     """The most replicas the scaling decisions of the policy's yesterday (local calendar day) named."""
     today = datetime.fromtimestamp(policy_now, zone(settings.TIME_ZONE)).replace(hour=0, minute=0, second=0,
                                                                                  microsecond=0)
@@ -349,9 +347,9 @@ def _recommend(service: InferenceService, now: float, report: AutoscaleReport, r
 
 
 def run_autoscale_tick(*, redis, namespace: str) -> AutoscaleReport | None:
-    """One autoscaling tick on the live simulated cluster, unless another loop holds the cluster lock (None).
+    """One autoscaling tick on the configured cluster, unless this worker must not act now (None).
     With TIDAL_DEMO_TRAFFIC the demo's traffic and clock drive the policy; else the service-load profiles."""
-    with store.session(redis, namespace, node_views) as cluster:
+    with live_cluster(redis=redis, namespace=namespace) as cluster:
         if cluster is None:
             return None
         started, now = time.perf_counter(), time.time()

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field, replace
 from django.db import transaction
 
 from cluster.clock import utc
-from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, SERVICE_LABEL, ClusterBackend, PodSpec
-from cluster.simulated import store
+from cluster.backend import (INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend,
+                             PodSpec)
 from cluster.types import GpuShare, Pool
 from colocation import observe, services
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
-from colocation.selectors import node_views
+from colocation.backends import live_cluster
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
     SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,
@@ -135,7 +135,12 @@ def _advance(record: NodeTransition, backend: ClusterBackend, nodes: dict, pods:
     state = TransitionRecord(name, Direction(record.direction), Step(record.step), record.started_at.timestamp())
     for _ in range(MAX_STEPS_PER_TICK):
         action = next_action(state, observe.node_now(nodes[name], pods))
-        _execute(action, record, backend, pods, now)
+        try:
+            _execute(action, record, backend, pods, now)
+        except BackendBusy as busy:  # e.g. a disruption budget: the same step is tried again next tick
+            report.waiting[name] = record.waiting_for = f"the cluster refused it for now: {busy}"
+            record.save(update_fields=["waiting_for"])
+            break
         report.steps += 1
         state = replace(state, step=action.step)
         _persist(record, action, now, report)
@@ -154,7 +159,7 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
         decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason=f"node-{action.event.value}",
                         message=f"{node} is now {action.state.value} ({record.direction} step {action.step.value})")
     elif isinstance(action, DetachPod):
-        replacement = backend.detach_pod(action.pod)
+        replacement = backend.detach_pod(action.pod) or "(being created)"
         decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="pod-migrating",
                         message=f"inference pod {action.pod} leaves {node}: replacement {replacement} starts "
                                 f"elsewhere first; the old pod keeps serving until it is ready")
@@ -192,8 +197,8 @@ def _persist(record: NodeTransition, action, now: float, report: LendingReport) 
 
 
 def run_lending_tick(*, redis, namespace: str, profile: LendingProfile) -> LendingReport | None:
-    """One lending tick on the live simulated cluster, unless another loop holds the cluster lock (then None)."""
-    with store.session(redis, namespace, node_views) as cluster:
+    """One lending tick on the configured cluster, unless this worker must not act now (then None)."""
+    with live_cluster(redis=redis, namespace=namespace) as cluster:
         if cluster is None:
             return None
         started = time.perf_counter()

@@ -74,14 +74,15 @@ def node_now(node: NodeView, pods: PodIndex) -> NodeNow:
         if pod is None:
             continue
         if pod.kind != INFERENCE:
-            seen.append(NodePod(name, PodKind.TRAINING))
+            seen.append(NodePod(name, PodKind.TRAINING, terminating=pod.terminating))
             continue
         replacement = pod.spec.labels.get(REPLACED_BY_LABEL)
         ready = False
         if replacement is not None:
             other = pods.bound.get(replacement)
             ready = other.ready if other is not None else replacement not in pods.pending
-        seen.append(NodePod(name, PodKind.INFERENCE, detached=pod.detached_from is not None, replacement_ready=ready))
+        seen.append(NodePod(name, PodKind.INFERENCE, detached=pod.detached_from is not None, replacement_ready=ready,
+                            terminating=pod.terminating))
     return NodeNow(node.name, node.state, node.pool, tuple(seen))
 
 

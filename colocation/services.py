@@ -1,4 +1,5 @@
 """Writes for the colocation app."""
+import logging
 from datetime import datetime
 from decimal import Decimal
 
@@ -13,9 +14,10 @@ from colocation.policy.states import Direction as PolicyDirection
 from colocation.policy.states import Event, transition
 from scheduler import selectors as scheduler_selectors
 from scheduler.errors import ApplicationError, Conflict
-from scheduler.models import Decision, Department
+from scheduler.models import Decision, Department, GPUModel
 from scheduler.services import decision_record
 
+log = logging.getLogger(__name__)
 SERVICE_FIELDS = (
     "name", "gpu_model", "priority", "replicas", "min_replicas", "max_replicas", "gpus_per_replica",
     "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "offline", "manual_deploy", "peak_start",
@@ -241,3 +243,35 @@ def service_recommend(*, service: InferenceService, gpus: float | None, cpu_mill
     service.recommended_cpu_milli, service.recommended_memory_mib = cpu_milli, memory_mib
     service.save(update_fields=["recommended_gpus_per_replica", "recommended_cpu_milli", "recommended_memory_mib"])
     return service
+
+
+# --- inventory from the cluster ----------------------------------------------------------------------------
+
+
+def inventory_sync(*, nodes) -> list[str]:
+    """Nodes the cluster has (a Kubernetes backend's inventory) join Tidal's, and known ones follow its sizes and
+    state. A node of a resource group or GPU model Tidal does not know is left out (and logged): an operator
+    creates those first. Returns the names of the nodes added."""
+    groups = {g.name: g for g in ResourceGroup.objects.all()}
+    models = {m.name: m for m in GPUModel.objects.all()}
+    known = {n.name: n for n in Node.objects.all()}
+    added, changed = [], []
+    for view in nodes:
+        node = known.get(view.name)
+        fields = {"gpu_count": view.gpu_count, "cpu_milli": view.cpu_milli, "memory_mib": view.memory_mib,
+                  "pool": view.pool.value, "state": view.state.value}
+        if node is not None:
+            if any(getattr(node, k) != v for k, v in fields.items()):
+                for k, v in fields.items():
+                    setattr(node, k, v)
+                changed.append(node)
+            continue
+        group, model = groups.get(view.resource_group), models.get(view.gpu_model) if view.gpu_model else None
+        if group is None or (view.gpu_model and model is None):
+            log.warning("node %s left out: unknown resource group %r or GPU model %r",
+                                                view.name, view.resource_group, view.gpu_model)
+            continue
+        Node.objects.create(name=view.name, resource_group=group, gpu_model=model, **fields)
+        added.append(view.name)
+    Node.objects.bulk_update(changed, ["gpu_count", "cpu_milli", "memory_mib", "pool", "state"])
+    return added

@@ -17,14 +17,13 @@ from django.db.models import Max
 
 from cluster.clock import utc
 from cluster.backend import (
-    JOB_LABEL, RUN_LABEL, TASK_LABEL, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
+    JOB_LABEL, RUN_LABEL, RUNTIME_LABEL, TASK_LABEL, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
 )
-from cluster.simulated import store
-from cluster.simulated.store import RUNTIME_LABEL
 from cluster.types import Allocation, GpuShare, Pool, JobStatus as JS, JobView, QuotaKind as QK, QuotaView, Snapshot
 from colocation.policy.pools import preferred_pool
 from colocation.policy import LendingProfile
-from colocation.selectors import lending_profile, node_views
+from colocation.backends import live_cluster
+from colocation.selectors import lending_profile
 from profiling.policy.aggregate import TaskHistory
 from profiling.selectors import task_histories
 from profiling.services import run_summary_compute
@@ -113,7 +112,8 @@ def _record_events(events: list[ClusterEvent], now: float) -> int:
     """Finished pods end their job; pods evicted by someone else put their job back in the queue."""
     finished = 0
     for event in events:
-        if event.job_id is None or event.kind not in (EventKind.POD_FINISHED, EventKind.POD_EVICTED):
+        if event.job_id is None or event.kind not in (EventKind.POD_FINISHED, EventKind.POD_FAILED,
+                                                      EventKind.POD_EVICTED):
             continue
         job = TrainingJob.objects.select_for_update().filter(pk=event.job_id, status=JobStatus.RUNNING).first()
         run = job and _open_run(job)
@@ -125,6 +125,13 @@ def _record_events(events: list[ClusterEvent], now: float) -> int:
             job.save(update_fields=["status", "finished_at"])
             decision_record(kind=Decision.Kind.PLACEMENT, subject=f"job:{job.pk}", department=job.department,
                             reason="finished", message=f"succeeded on {event.node} after run {run.attempt}")
+            finished += 1
+        elif event.kind is EventKind.POD_FAILED:
+            _end_run(job, JobRun.Outcome.FAILED, event.at)
+            job.status, job.finished_at = JobStatus.FAILED, utc(event.at)
+            job.save(update_fields=["status", "finished_at"])
+            decision_record(kind=Decision.Kind.PLACEMENT, subject=f"job:{job.pk}", department=job.department,
+                            reason="failed", message=f"failed on {event.node} in run {run.attempt}: {event.detail}")
             finished += 1
         else:
             _requeue(job, now, reason="evicted", outcome=JobRun.Outcome.KILLED,
@@ -152,7 +159,7 @@ def _reconcile(backend: ClusterBackend, now: float, report: TickReport) -> None:
                      message="requeued: it was admitted but its pod is not on the cluster")
         report.repaired.append(f"job {job.pk}: no pod, requeued")
     for name in pods.keys() - expected:
-        if _job_of_pod(name) is not None:
+        if _job_of_pod(name) is not None and not pods[name].terminating:
             _evict(backend, name, "orphan: its job is no longer admitted or running")
             report.repaired.append(f"pod {name}: orphan evicted")
 
@@ -256,7 +263,7 @@ def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
         labels[RUNTIME_LABEL] = job.annotations[RUNTIME_LABEL]
     spec = PodSpec(name=run.pod, job_id=job.pk, gpu_model=decision.gpu_model, gpu_shares=decision.gpu_shares,
                    cpu_milli=decision.rightsized.cpu_request_milli, memory_mib=decision.rightsized.memory_mib,
-                   labels=labels)
+                   labels=labels, image=job.image, command=job.command)
     try:
         backend.bind(spec, decision.node)
     except BackendError as error:
@@ -321,8 +328,8 @@ def _record_pending(decisions: list[StillPending]) -> None:
 
 
 def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | None:
-    """One tick on the live simulated cluster, unless another loop holds the cluster lock (then None)."""
-    with store.session(redis, namespace, node_views) as cluster:
+    """One tick on the configured cluster, unless this worker must not act now (then None; colocation/backends.py)."""
+    with live_cluster(redis=redis, namespace=namespace) as cluster:
         if cluster is None:
             return None
         started = time.perf_counter()

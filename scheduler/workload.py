@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 
 from cluster.simulated import alibaba
 from cluster.simulated.alibaba import PodRow
-from cluster.simulated.store import RUNTIME_LABEL
+from cluster.backend import RUNTIME_LABEL
 from colocation.models import Node
 from scheduler import services
 from scheduler.errors import ApplicationError

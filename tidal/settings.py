@@ -2,8 +2,9 @@
 import os
 from pathlib import Path
 
-from celery.schedules import crontab
 import dj_database_url
+from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(os.environ.get("TIDAL_RUN_DIR", BASE_DIR / ".run"))
@@ -195,6 +196,20 @@ TIDAL_DEMO_START_HOUR = float(os.environ.get("TIDAL_DEMO_START_HOUR", "22"))
 TIDAL_AUTOSCALE_INTERVAL_S = float(os.environ.get("TIDAL_AUTOSCALE_INTERVAL_S", "5" if TIDAL_DEMO_TRAFFIC else "60"))
 TIDAL_ALERT_WEBHOOK_URL = os.environ.get("TIDAL_ALERT_WEBHOOK_URL", "")  # POSTed a JSON body per autoscaler alert
 CELERY_BEAT_SCHEDULE["autoscale-tick"] = {"task": "colocation.autoscale_tick", "schedule": TIDAL_AUTOSCALE_INTERVAL_S}
+
+# The cluster the live loops act on (colocation/backends.py): the embedded simulated one, or Kubernetes through
+# TIDAL_KUBECONFIG (empty: the in-cluster service account). README "Running against a Kubernetes cluster".
+TIDAL_CLUSTER_BACKEND = os.environ.get("TIDAL_CLUSTER_BACKEND", "simulated")
+if TIDAL_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
+    raise ImproperlyConfigured(f"TIDAL_CLUSTER_BACKEND must be simulated or kubernetes, not {TIDAL_CLUSTER_BACKEND!r}")
+TIDAL_KUBECONFIG = os.environ.get("TIDAL_KUBECONFIG", "")
+TIDAL_K8S_NAMESPACE = os.environ.get("TIDAL_K8S_NAMESPACE", "tidal-workloads")  # Tidal's pods and ReplicaSets
+TIDAL_K8S_LEASE_NAMESPACE = os.environ.get("TIDAL_K8S_LEASE_NAMESPACE", TIDAL_K8S_NAMESPACE)
+TIDAL_K8S_LEASE_S = int(os.environ.get("TIDAL_K8S_LEASE_S", "15"))  # a silent leader is replaced after this
+TIDAL_K8S_POD_IMAGE = os.environ.get("TIDAL_K8S_POD_IMAGE", "busybox:1.37")  # for pods that name no image
+TIDAL_LEADER_ID = os.environ.get("TIDAL_LEADER_ID", "")  # default: hostname-pid
+TIDAL_CLUSTER_BACKOFF_S = float(os.environ.get("TIDAL_CLUSTER_BACKOFF_S", "5"))  # doubles per failed tick, max 300
+TIDAL_CLUSTER_ALERT_AFTER = int(os.environ.get("TIDAL_CLUSTER_ALERT_AFTER", "3"))  # failed ticks before an alert
 
 KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090")

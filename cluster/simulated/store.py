@@ -9,17 +9,16 @@ import pickle
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from cluster.backend import PodSpec
+from cluster.backend import RUNTIME_LABEL, PodSpec
 from cluster.clock import SystemClock
 from cluster.simulated.engine import SimulatedCluster
 from cluster.types import NodeView
 
-RUNTIME_LABEL = "tidal.io/sim-runtime-s"  # how long a simulated pod runs; absent: until evicted
 KEY = "simulated-cluster"  # under the instance's namespace, e.g. "tidal:simulated-cluster"
 
 
 def labelled_runtime(pod: PodSpec) -> float | None:
-    """Run time of a simulated pod, from its label (module-level, so the cluster pickles)."""
+    """Run time of a simulated pod, from its label (module-level, so the cluster pickles); absent: until evicted."""
     value = pod.labels.get(RUNTIME_LABEL)
     return float(value) if value is not None else None
 

@@ -43,7 +43,7 @@ class NodePod:
     kind: PodKind
     detached: bool = False  # inference: taken out of its ReplicaSet, replacement requested
     replacement_ready: bool = False  # inference: that replacement is running and ready
-    terminating: bool = False  # training: eviction requested, not gone yet
+    terminating: bool = False  # deletion or eviction requested, not gone yet (graceful termination)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,18 +155,21 @@ def next_action(record: TransitionRecord, node: NodeNow) -> Action:
 
 
 def _drain_lend(node: NodeNow) -> Action | None:
-    waiting = []
+    waiting, stopping = [], []
     for pod in node.pods:
         if pod.kind is not PodKind.INFERENCE:
             continue  # training may stay: the node is heading offline
-        if not pod.detached:
+        if pod.terminating:
+            stopping.append(pod.name)  # deleted, shutting down: it holds its resources until it is gone
+        elif not pod.detached:
             return DetachPod(node.name, pod.name)
-        if pod.replacement_ready:
+        elif pod.replacement_ready:
             return DeletePod(node.name, pod.name)
-        waiting.append(pod.name)
-    if waiting:
-        return Wait(node.name, f"replacements of {', '.join(waiting)} not ready yet")
-    return None
+        else:
+            waiting.append(pod.name)
+    reasons = ([f"replacements of {', '.join(waiting)} not ready yet"] if waiting else []) + \
+        ([f"{', '.join(stopping)} still shutting down"] if stopping else [])
+    return Wait(node.name, "; ".join(reasons)) if reasons else None
 
 
 def _drain_take_back(node: NodeNow) -> Action | None:

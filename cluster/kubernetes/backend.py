@@ -1,0 +1,437 @@
+"""The ClusterBackend on a Kubernetes cluster, through the official client.
+
+Reads: one consistent read per tick (nodes, every pod, Tidal's ReplicaSets), kept until this backend writes or
+`refresh()` starts the next tick — the periodic full resync that no missed watch event can outlive. Events: a
+watch on Tidal's pods and on the nodes in background threads (watch.Reflector), plus terminal pods re-reported
+on every drain until they are cleaned up. Errors: 429 is BackendBusy (try later), 404/409/422 BackendError (a
+refusal), 5xx, timeouts and refused connections BackendUnavailable (the tick stops; see colocation/backends.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from cluster.backend import (
+    DETACHED_FROM_LABEL, INFERENCE, KIND_LABEL, REPLACED_BY_LABEL, REPLACES_LABEL, REPLICASET_LABEL, TRAINING,
+    BackendBusy, BackendError, BackendUnavailable, ClusterEvent, EventKind, PendingPodView, PodSpec, PodView,
+    ReplicaSetView,
+)
+from cluster.kubernetes import conventions as cv
+from cluster.kubernetes import objects as ko
+from cluster.kubernetes.watch import Reflector
+from cluster.types import GPU_EPS, NodeState, NodeView
+
+log = logging.getLogger(__name__)
+DETACHED_AT_ANNOTATION = "tidal.io/detached-at"  # when a pod left its ReplicaSet: its replacement is younger
+TEMPLATE_HASH_ANNOTATION = "tidal.io/template-hash"
+CONFLICT_RETRIES = 5
+
+
+class NotFound(BackendError):
+    pass
+
+
+class Conflict(BackendError):
+    """409: the object changed since it was read (or the name is taken)."""
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    namespace: str = "tidal-workloads"  # where Tidal's pods and ReplicaSets live
+    image: str = "busybox:1.37"  # for pods whose job names no image (inference services have none yet)
+    labels: ko.Labels = field(default_factory=ko.Labels)
+    grace_period_s: int = 30  # evicted pods' termination grace
+    replacement_wait_s: float = 5.0  # how long detach_pod waits for the ReplicaSet controller's new pod
+    request_timeout_s: float = 10.0
+
+
+@dataclass
+class _Read:
+    """One read of the cluster, turned into views."""
+
+    nodes: dict[str, NodeView]
+    device_gib: dict[str, int | None]  # per node
+    pods: dict[str, PodView]  # Tidal's bound, live pods
+    raw: dict[str, Mapping]  # Tidal's pods, every phase, by name
+    pending: list[PendingPodView]
+    replicasets: dict[str, ReplicaSetView]
+    raw_replicasets: dict[str, Mapping]
+
+
+class KubernetesCluster:
+    def __init__(self, api: client.ApiClient, settings: KubeSettings = KubeSettings(),
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings, self._clock = settings, clock
+        self._core, self._apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        self._read: _Read | None = None
+        self._reported: set[str] = set()  # terminal pods whose event an earlier drain gave
+        self._pods_watch = Reflector("pods", self._core.list_namespaced_pod, self._pod_events,
+                                     namespace=settings.namespace, label_selector=KIND_LABEL)
+        self._nodes_watch = Reflector("nodes", self._core.list_node, self._node_events)
+
+    # -- reading -------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Forget the last read (a new tick starts) and link detached pods to replacements that appeared since."""
+        self._read = None
+        self._link_replacements()
+
+    def nodes(self) -> tuple[NodeView, ...]:
+        return tuple(self._state().nodes.values())
+
+    def pods(self) -> tuple[PodView, ...]:
+        return tuple(self._state().pods.values())
+
+    def pod(self, name: str) -> PodView | None:
+        return self._state().pods.get(name)
+
+    def pending_pods(self) -> tuple[PendingPodView, ...]:
+        return tuple(sorted(self._state().pending, key=lambda p: p.since))
+
+    def replicasets(self) -> tuple[ReplicaSetView, ...]:
+        return tuple(self._state().replicasets.values())
+
+    def replicaset(self, name: str) -> ReplicaSetView:
+        try:
+            return self._state().replicasets[name]
+        except KeyError:
+            raise BackendError(f"unknown replicaset {name}") from None
+
+    def _state(self) -> _Read:
+        if self._read is None:
+            self._read = self._load()
+        return self._read
+
+    def _load(self) -> _Read:
+        names, ns = self.settings.labels, self.settings.namespace
+        nodes = {ko.meta(n)["name"]: n for n in self._list(self._core.list_node) if ko.is_tidal_node(n, names)}
+        gib = {name: cv.device_gib(ko.allocatable(n)) for name, n in nodes.items()}
+        raw, others = {}, defaultdict(lambda: [0, 0])
+        for pod in self._list(self._core.list_pod_for_all_namespaces):
+            if ko.meta(pod).get("namespace") == ns and KIND_LABEL in ko.labels_of(pod):
+                raw[ko.meta(pod)["name"]] = pod
+            elif ko.phase(pod) not in ko.TERMINAL and ko.node_name(pod) in nodes:  # DaemonSets and the like
+                cpu, memory, _ = ko.requests_of(pod.get("spec") or {})
+                others[ko.node_name(pod)][0] += cpu
+                others[ko.node_name(pod)][1] += memory
+        pods, pending = self._pod_views(raw, gib, nodes)
+        by_node: dict[str, list[PodView]] = defaultdict(list)
+        for view in pods.values():
+            by_node[view.node].append(view)
+        views = {name: ko.node_view(n, names, by_node[name], tuple(others[name])) for name, n in nodes.items()}
+        rs_raw = {ko.meta(r)["name"]: r for r in self._list(self._apps.list_namespaced_replica_set, ns)}
+        return _Read(views, gib, pods, raw, pending, self._rs_views(rs_raw, pods, pending), rs_raw)
+
+    def _pod_views(self, raw: Mapping[str, Mapping], gib: Mapping[str, int | None],
+                   nodes: Mapping[str, Mapping]) -> tuple[dict[str, PodView], list[PendingPodView]]:
+        """Live pods as views; whole GPUs another scheduler placed are counted on the lowest free devices."""
+        pods: dict[str, PodView] = {}
+        pending: list[PendingPodView] = []
+        unknown: list[tuple[Mapping, PodSpec]] = []
+        used: dict[str, list[float]] = {n: [0.0] * ko.gpu_count(node) for n, node in nodes.items()}
+        for pod in sorted(raw.values(), key=lambda p: ko.meta(p).get("creationTimestamp") or ""):
+            if ko.phase(pod) in ko.TERMINAL:
+                continue
+            node = ko.node_name(pod)
+            spec, known = ko.pod_spec(pod, gib.get(node))
+            if not node:
+                if REPLICASET_LABEL in spec.labels and not ko.terminating(pod):
+                    pending.append(ko.pending_view(pod, spec))
+                continue
+            if node not in nodes:
+                continue  # on a node that is not Tidal's
+            if not known:
+                unknown.append((pod, spec))
+                continue
+            for s in spec.gpu_shares:
+                if s.index < len(used[node]):
+                    used[node][s.index] += s.share
+            pods[spec.name] = ko.pod_view(pod, spec)
+        for pod, spec in unknown:
+            placed = ko.place_unknown(spec, used[ko.node_name(pod)])
+            for s in placed.gpu_shares:
+                used[ko.node_name(pod)][s.index] += s.share
+            pods[spec.name] = ko.pod_view(pod, placed)
+        return pods, pending
+
+    def _rs_views(self, rs_raw: Mapping[str, Mapping], pods: Mapping[str, PodView],
+                  pending: list[PendingPodView]) -> dict[str, ReplicaSetView]:
+        out = {}
+        for name, rs in rs_raw.items():
+            template, _ = ko.pod_spec((rs.get("spec") or {}).get("template") or {})
+            owned = [p for p in pods.values() if p.replicaset == name and not p.terminating]
+            waiting = sum(1 for p in pending if p.replicaset == name)
+            out[name] = ko.replicaset_view(rs, template, owned, waiting, self.settings.labels)
+        return out
+
+    # -- ReplicaSets -----------------------------------------------------------------------------------
+    def apply_replicaset(self, name: str, template: PodSpec, replicas: int, *,
+                         node_selector: Mapping[str, str] | None = None) -> None:
+        if replicas < 0:
+            raise BackendError(f"replicaset {name}: replicas must be >= 0, got {replicas}")
+        for s in template.gpu_shares:
+            if not 0 < s.share <= 1:
+                raise BackendError(f"replicaset {name}: bad GPU share {s}")
+        stored = self._state().raw_replicasets.get(name)
+        if node_selector is None and stored is not None:
+            node_selector = self._state().replicasets[name].node_selector
+        try:
+            body = ko.replicaset(name, template, replicas, self.settings.namespace, self.settings.image,
+                                 node_selector, self._template_gib(template), self.settings.labels)
+        except ValueError as error:
+            raise BackendError(f"replicaset {name}: {error}") from None
+        digest = hashlib.sha256(json.dumps(body["spec"]["template"], sort_keys=True).encode()).hexdigest()[:16]
+        body["metadata"]["annotations"] = {TEMPLATE_HASH_ANNOTATION: digest}
+        if stored is None:
+            self._write(self._apps.create_namespaced_replica_set, self.settings.namespace, body)
+            return
+        old = stored.get("spec") or {}
+        patch: dict = {}
+        if old.get("replicas") != replicas:
+            patch["spec"] = {"replicas": replicas}
+        if ko.annotations_of(stored).get(TEMPLATE_HASH_ANNOTATION) != digest:  # new pods get the new template
+            patch = {"metadata": {"annotations": body["metadata"]["annotations"]},
+                     "spec": {"replicas": replicas, "template": body["spec"]["template"]}}
+        if patch:
+            self._write(self._apps.patch_namespaced_replica_set, name, self.settings.namespace, patch)
+
+    def _template_gib(self, template: PodSpec) -> int | None:
+        """GiB of one device of the template's GPU model (gpushare needs it for a fractional replica)."""
+        if not template.gpu_shares or template.gpus >= 1 - GPU_EPS:
+            return None
+        state = self._state()
+        return next((state.device_gib[n.name] for n in state.nodes.values()
+                     if n.gpu_model == template.gpu_model and state.device_gib.get(n.name)), None)
+
+    def detach_pod(self, pod: str) -> str:
+        """Relabel the pod out of its ReplicaSet's selector (the ReplicaSet controller then creates a replacement)
+        and link the two; "" when the replacement has not appeared within replacement_wait_s (linked later)."""
+        raw = self._state().raw.get(pod)
+        if raw is None or not ko.node_name(raw) or ko.phase(raw) in ko.TERMINAL:
+            raise BackendError(f"pod {pod} is not bound")
+        owner = ko.labels_of(raw).get(REPLICASET_LABEL)
+        if owner is None:
+            raise BackendError(f"pod {pod} belongs to no replicaset (already detached?)")
+        before = {p for p, r in self._state().raw.items() if ko.labels_of(r).get(REPLICASET_LABEL) == owner}
+        self._write(self._core.patch_namespaced_pod, pod, self.settings.namespace, {"metadata": {
+            "labels": {REPLICASET_LABEL: None, DETACHED_FROM_LABEL: owner},
+            "annotations": {DETACHED_AT_ANNOTATION: f"{self._clock():.3f}"}, "ownerReferences": None}})
+        deadline = time.monotonic() + self.settings.replacement_wait_s
+        while True:
+            fresh = self._list(self._core.list_namespaced_pod, self.settings.namespace,
+                               label_selector=f"{REPLICASET_LABEL}={owner}")
+            new = sorted((p for p in fresh if ko.meta(p)["name"] not in before and
+                          REPLACES_LABEL not in ko.labels_of(p)),
+                         key=lambda p: ko.meta(p).get("creationTimestamp") or "")
+            if new:
+                replacement = ko.meta(new[0])["name"]
+                self._link(pod, replacement)
+                return replacement
+            if time.monotonic() >= deadline:
+                log.info("detached %s: no replacement yet, linked on a later tick", pod)
+                return ""
+            time.sleep(0.05)
+
+    def _link(self, old: str, new: str) -> None:
+        self._write(self._core.patch_namespaced_pod, new, self.settings.namespace,
+                    {"metadata": {"labels": {REPLACES_LABEL: old}}})
+        self._write(self._core.patch_namespaced_pod, old, self.settings.namespace,
+                    {"metadata": {"labels": {REPLACED_BY_LABEL: new}}})
+
+    def _link_replacements(self) -> None:
+        """A detached pod whose replacement came after detach_pod stopped waiting gets it now: the oldest unclaimed
+        pod of its ReplicaSet created after it was detached."""
+        state = self._state()
+        claimed = {ko.labels_of(p).get(REPLACES_LABEL) for p in state.raw.values()}
+        for name, pod in state.raw.items():
+            labels = ko.labels_of(pod)
+            owner = labels.get(DETACHED_FROM_LABEL)
+            if owner is None or REPLACED_BY_LABEL in labels or name in claimed or ko.terminating(pod):
+                continue
+            since = float(ko.annotations_of(pod).get(DETACHED_AT_ANNOTATION, "0"))
+            candidates = sorted((ko.meta(p).get("creationTimestamp") or "", n) for n, p in state.raw.items()
+                                if ko.labels_of(p).get(REPLICASET_LABEL) == owner
+                                and REPLACES_LABEL not in ko.labels_of(p)
+                                and ko.timestamp(ko.meta(p).get("creationTimestamp")) >= int(since))
+            if candidates:
+                self._link(name, candidates[0][1])
+                state = self._state()
+
+    # -- training pods ---------------------------------------------------------------------------------
+    def bind(self, pod: PodSpec, node: str) -> None:
+        state = self._state()
+        view = state.nodes.get(node)
+        if view is None:
+            raise BackendError(f"unknown node {node}")
+        self._check_fits(pod, view)
+        try:
+            body = ko.bound_pod(pod, node, self.settings.namespace, self.settings.image, state.device_gib.get(node),
+                                self.settings.grace_period_s, time.time_ns())
+        except ValueError as error:
+            raise BackendError(f"pod {pod.name} on {node}: {error}") from None
+        try:
+            self._write(self._core.create_namespaced_pod, self.settings.namespace, body)
+        except Conflict:
+            raise BackendError(f"pod {pod.name} is already bound") from None
+
+    @staticmethod
+    def _check_fits(pod: PodSpec, node: NodeView) -> None:
+        """The kubelet would refuse it (OutOfcpu, ...) after the fact; refuse it before, as the simulator does."""
+        if not node.state.normal:
+            raise BackendError(f"node {node.name} is {node.state.value}")
+        if pod.gpu_shares and pod.gpu_model != node.gpu_model:
+            raise BackendError(f"pod {pod.name} wants {pod.gpu_model}, node {node.name} has {node.gpu_model}")
+        used = node.used_shares()
+        for s in pod.gpu_shares:
+            if not 0 <= s.index < node.gpu_count or not 0 < s.share <= 1:
+                raise BackendError(f"pod {pod.name}: bad GPU share {s}")
+            if used[s.index] + s.share > 1.0 + GPU_EPS:
+                raise BackendError(f"pod {pod.name}: GPU {s.index} on {node.name} has {1 - used[s.index]:.2f} free, "
+                                   f"needs {s.share}")
+        if node.cpu_used + pod.cpu_milli > node.cpu_milli or node.memory_used + pod.memory_mib > node.memory_mib:
+            raise BackendError(f"pod {pod.name} does not fit CPU/memory on {node.name}")
+
+    def evict(self, pod: str, reason: str) -> None:
+        """The Eviction API (disruption budgets apply: 429 is BackendBusy). The reason goes on the pod first, so
+        `kubectl describe` tells why it went."""
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=self.settings.namespace),
+                                 delete_options=client.V1DeleteOptions(grace_period_seconds=self.settings.grace_period_s))
+        try:
+            self._write(self._core.patch_namespaced_pod, pod, self.settings.namespace,
+                        {"metadata": {"annotations": {"tidal.io/eviction-reason": reason[:256]}}})
+            self._write(self._core.create_namespaced_pod_eviction, pod, self.settings.namespace, body)
+        except NotFound:
+            raise BackendError(f"pod {pod} is not bound") from None
+
+    def delete(self, pod: str, grace_period_s: int = 0) -> None:
+        try:
+            self._write(self._core.delete_namespaced_pod, pod, self.settings.namespace,
+                        grace_period_seconds=grace_period_s)
+        except NotFound:
+            pass
+
+    # -- nodes -----------------------------------------------------------------------------------------
+    def set_node_state(self, node: str, state: NodeState, labels: Mapping[str, str] | None = None) -> None:
+        """Tidal's labels plus cordon/uncordon, guarded by resourceVersion: a 409 is re-read and retried."""
+        names = self.settings.labels
+        for attempt in range(CONFLICT_RETRIES):
+            current = self._get(self._core.read_node, node)
+            patch = {"metadata": {"resourceVersion": ko.meta(current).get("resourceVersion"),
+                                  "labels": {**(labels or {}), names.state: state.value}},
+                     "spec": {"unschedulable": None if state.normal else True}}
+            try:
+                self._write(self._core.patch_node, node, patch)
+                return
+            except Conflict:
+                log.info("node %s changed while we set it %s (attempt %d); re-reading", node, state.value, attempt + 1)
+        raise BackendBusy(f"node {node} kept changing: {state.value} not set after {CONFLICT_RETRIES} tries")
+
+    # -- events ----------------------------------------------------------------------------------------
+    def drain_events(self) -> list[ClusterEvent]:
+        """What the watches saw since the last drain, then every terminal pod still on the cluster (level-triggered:
+        a missed watch event cannot strand its job). A terminal pod already reported is deleted now."""
+        self._pods_watch.start()
+        self._nodes_watch.start()
+        events = self._pods_watch.drain() + self._nodes_watch.drain()
+        now = self._clock()
+        for name, pod in self._state().raw.items():
+            if ko.phase(pod) not in ko.TERMINAL or ko.labels_of(pod).get(KIND_LABEL) != TRAINING:
+                continue
+            if name in self._reported:
+                self.delete(name)
+                self._reported.discard(name)
+            else:
+                events.extend(_terminal_events(pod, now))
+                self._reported.add(name)
+        return sorted(events, key=lambda e: e.at)
+
+    def stop(self) -> None:
+        self._pods_watch.stop()
+        self._nodes_watch.stop()
+
+    def _pod_events(self, kind: str, pod: Mapping, previous: Mapping | None) -> Iterable[ClusterEvent]:
+        now = self._clock()
+        before_node = ko.node_name(previous) if previous else ""
+        spec, _ = ko.pod_spec(pod)
+        node = ko.node_name(pod)
+        if kind == "DELETED":
+            if previous is not None and ko.phase(previous) not in ko.TERMINAL and before_node:
+                deleted = EventKind.POD_DELETED if spec.labels.get(KIND_LABEL) == INFERENCE else EventKind.POD_EVICTED
+                yield ClusterEvent(deleted, now, before_node, spec.name, spec.job_id, "deleted")
+            return
+        if node and not before_node:
+            started = EventKind.POD_CREATED if REPLICASET_LABEL in spec.labels else EventKind.POD_STARTED
+            yield ClusterEvent(started, now, node, spec.name, spec.job_id)
+        if ko.is_ready(pod) and not (previous and ko.is_ready(previous)) and spec.labels.get(KIND_LABEL) == INFERENCE:
+            yield ClusterEvent(EventKind.POD_READY, now, node, spec.name)
+        if ko.phase(pod) in ko.TERMINAL and not (previous and ko.phase(previous) in ko.TERMINAL):
+            yield from _terminal_events(pod, now)
+
+    def _node_events(self, kind: str, node: Mapping, previous: Mapping | None) -> Iterable[ClusterEvent]:
+        names = self.settings.labels
+        if kind == "DELETED" or previous is None or not ko.is_tidal_node(node, names):
+            return
+        old, new = ko.node_state(previous, names), ko.node_state(node, names)
+        if old is not new:
+            yield ClusterEvent(EventKind.NODE_STATE_CHANGED, self._clock(), ko.meta(node)["name"],
+                               detail=f"{old.value}->{new.value}")
+
+    # -- calls -----------------------------------------------------------------------------------------
+    def _list(self, fn: Callable, *args, **kwargs) -> list[Mapping]:
+        return self._call(fn, *args, **kwargs).get("items") or []
+
+    def _get(self, fn: Callable, *args, **kwargs) -> Mapping:
+        return self._call(fn, *args, **kwargs)
+
+    def _write(self, fn: Callable, *args, **kwargs) -> Mapping:
+        self._read = None  # what we read no longer holds
+        return self._call(fn, *args, **kwargs)
+
+    def _call(self, fn: Callable, *args, **kwargs) -> Mapping:
+        what = fn.__name__
+        try:
+            response = fn(*args, _preload_content=False, _request_timeout=self.settings.request_timeout_s, **kwargs)
+        except ApiException as error:
+            raise _refusal(what, error) from None
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise BackendUnavailable(f"{what}: the API server did not answer ({error})") from None
+        return json.loads(response.data or b"{}")
+
+
+def _terminal_events(pod: Mapping, now: float) -> list[ClusterEvent]:
+    spec, _ = ko.pod_spec(pod)
+    status = pod.get("status") or {}
+    node = ko.node_name(pod)
+    if ko.phase(pod) == "Succeeded":
+        return [ClusterEvent(EventKind.POD_FINISHED, now, node, spec.name, spec.job_id)]
+    reason = status.get("reason") or ""
+    detail = f"{reason}: {status.get('message', '')}".strip(": ") or "failed"
+    kind = EventKind.POD_EVICTED if reason in ("Evicted", "Preempting", "NodeShutdown", "Terminated") else \
+        EventKind.POD_FAILED
+    return [ClusterEvent(kind, now, node, spec.name, spec.job_id, detail)]
+
+
+def _refusal(what: str, error: ApiException) -> Exception:
+    message = error.reason or ""
+    try:
+        message = json.loads(error.body or "{}").get("message") or message
+    except (ValueError, AttributeError):
+        pass
+    text = f"{what}: {error.status} {message}"
+    if error.status == 429:
+        return BackendBusy(text)
+    if error.status == 404:
+        return NotFound(text)
+    if error.status == 409:
+        return Conflict(text)
+    if error.status == 0 or error.status >= 500:
+        return BackendUnavailable(text)
+    return BackendError(text)

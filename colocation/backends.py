@@ -1,0 +1,131 @@
+"""The live loops' one way to the cluster, chosen by TIDAL_CLUSTER_BACKEND: `simulated` (the demo's in-process
+cluster, kept in Redis between ticks) or `kubernetes` (kubeconfig or in-cluster config).
+
+A tick gets the backend, or None when this worker must not act now: another tick holds the cluster lock, another
+worker holds the leader Lease (kubernetes), or the cluster failed recently and the tick is in backoff. When the
+cluster cannot be reached (BackendUnavailable) the tick stops where it was — the acting order of the loops makes
+that safe — and later ticks back off exponentially; after TIDAL_CLUSTER_ALERT_AFTER failures in a row an alert
+Decision says so, and another says when the cluster answers again.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+
+from django.conf import settings
+
+from cluster.backend import BackendUnavailable, ClusterBackend
+from cluster.simulated import store
+from colocation.selectors import node_views
+from colocation.services import inventory_sync
+from scheduler.models import Decision
+from scheduler.services import decision_record
+
+log = logging.getLogger(__name__)
+FAILURES_KEY = "cluster:failures"
+RETRY_AT_KEY = "cluster:retry-at"
+MAX_BACKOFF_S = 300.0
+
+
+@contextmanager
+def live_cluster(*, redis, namespace: str) -> Iterator[ClusterBackend | None]:
+    """The configured cluster for one control-loop tick (see the module's docstring)."""
+    if _in_backoff(redis, namespace):
+        yield None
+        return
+    acting = False
+    try:
+        with _session(redis, namespace) as backend:
+            acting = True
+            yield backend
+    except BackendUnavailable as error:
+        _failed(redis, namespace, error)
+        if not acting:  # failed before the tick began (e.g. asking for the lease): the tick skips
+            yield None
+        return
+    if backend is not None:
+        _recovered(redis, namespace)
+
+
+def _session(redis, namespace: str):
+    if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
+        return _kubernetes_session(redis, namespace)
+    return store.session(redis, namespace, node_views)
+
+
+@contextmanager
+def _kubernetes_session(redis, namespace: str) -> Iterator[ClusterBackend | None]:
+    lock = redis.lock(f"{namespace}:{store.LOCK}", timeout=120)
+    if not lock.acquire(blocking=False):
+        yield None
+        return
+    try:
+        backend, elector = kubernetes_backend()
+        if not elector.acquire(time.time()):
+            log.info("not the leader (lease %s held by another worker): not acting", elector.name)
+            yield None
+            return
+        backend.refresh()
+        inventory_sync(nodes=backend.nodes())
+        yield backend
+    finally:
+        lock.release()
+
+
+@cache
+def kubernetes_backend():
+    """One backend (and its watches) and one lease elector per process, from the settings."""
+    from kubernetes import client, config
+
+    from cluster.kubernetes.backend import KubeSettings, KubernetesCluster
+    from cluster.kubernetes.conventions import LEASE_NAME
+    from cluster.kubernetes.lease import LeaseElector
+
+    configuration = client.Configuration()
+    if settings.TIDAL_KUBECONFIG:
+        config.load_kube_config(config_file=settings.TIDAL_KUBECONFIG, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    configuration.retries = 1  # a tick must fail fast: it is retried with backoff anyway
+    api = client.ApiClient(configuration)
+    backend = KubernetesCluster(api, KubeSettings(namespace=settings.TIDAL_K8S_NAMESPACE,
+                                                  image=settings.TIDAL_K8S_POD_IMAGE))
+    identity = settings.TIDAL_LEADER_ID or f"{socket.gethostname()}-{os.getpid()}"
+    return backend, LeaseElector(api, settings.TIDAL_K8S_LEASE_NAMESPACE, LEASE_NAME, identity,
+                                 duration_s=settings.TIDAL_K8S_LEASE_S)
+
+
+# --- faults ------------------------------------------------------------------------------------------------
+
+
+def _in_backoff(redis, namespace: str) -> bool:
+    retry_at = redis.get(f"{namespace}:{RETRY_AT_KEY}")
+    return retry_at is not None and time.time() < float(retry_at)
+
+
+def _failed(redis, namespace: str, error: BackendUnavailable) -> None:
+    failures = int(redis.incr(f"{namespace}:{FAILURES_KEY}"))
+    delay = min(settings.TIDAL_CLUSTER_BACKOFF_S * 2 ** (failures - 1), MAX_BACKOFF_S)
+    redis.set(f"{namespace}:{RETRY_AT_KEY}", time.time() + delay)
+    log.warning("cluster unavailable (%d in a row): %s; next try in %.0f s", failures, error, delay)
+    if failures == settings.TIDAL_CLUSTER_ALERT_AFTER:
+        decision_record(kind=Decision.Kind.ALERT, subject="cluster", reason="cluster-unavailable",
+                        message=f"the cluster has not answered {failures} ticks in a row ({error}); the control "
+                                f"loops retry with backoff and act again when it answers",
+                        data={"failures": failures, "error": str(error)})
+
+
+def _recovered(redis, namespace: str) -> None:
+    failures = int(redis.get(f"{namespace}:{FAILURES_KEY}") or 0)
+    if not failures:
+        return
+    redis.delete(f"{namespace}:{FAILURES_KEY}", f"{namespace}:{RETRY_AT_KEY}")
+    if failures >= settings.TIDAL_CLUSTER_ALERT_AFTER:
+        decision_record(kind=Decision.Kind.ALERT, subject="cluster", reason="cluster-available",
+                        message=f"the cluster answers again after {failures} failed ticks",
+                        data={"failures": failures})

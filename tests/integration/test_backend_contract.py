@@ -1,0 +1,281 @@
+"""One behavioural contract for ClusterBackend, run against both backends: the simulated cluster, and the Kubernetes
+backend talking to the Kubernetes API emulator (kmock with Tidal's cluster actors; no real kube-apiserver can be
+installed here — cluster/emulator). The same test functions; only the harness differs."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from cluster.backend import (
+    DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLACED_BY_LABEL, REPLACES_LABEL, RESOURCE_GROUP_LABEL,
+    RUNTIME_LABEL, TRAINING, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
+)
+from cluster.clock import VirtualClock
+from cluster.simulated import store
+from cluster.simulated.engine import SimulatedCluster
+from cluster.types import GpuShare, NodeState, NodeView, Pool
+
+STARTUP_S = 0.3
+NODES = (
+    NodeView("gpu-a", "t4", "T4", 2, 16000, 65536, Pool.COLOCATION, NodeState.ONLINE_NORMAL),
+    NodeView("gpu-b", "t4", "T4", 2, 16000, 65536, Pool.COLOCATION, NodeState.ONLINE_NORMAL),
+    NodeView("gpu-c", "t4", "T4", 2, 16000, 65536, Pool.FIXED, NodeState.OFFLINE_NORMAL),
+    NodeView("cpu-a", "cpu", None, 0, 8000, 32768, Pool.FIXED, NodeState.OFFLINE_NORMAL),
+)
+
+
+@dataclass
+class Harness:
+    backend: ClusterBackend
+    settle_fn: object
+    wait_fn: object
+    seen: list[ClusterEvent] = field(default_factory=list)
+
+    def settle(self) -> None:
+        """Let the cluster do what it does unasked (place, start, ready, terminate) until nothing changes."""
+        self.settle_fn()
+
+    def wait(self, seconds: float) -> None:
+        """Let `seconds` of cluster time pass."""
+        self.wait_fn(seconds)
+
+    def events(self, kind: EventKind, pod: str | None = None, node: str | None = None) -> list[ClusterEvent]:
+        """Matching events drained so far (the Kubernetes watch delivers them asynchronously: poll a little)."""
+        deadline = time.monotonic() + 5
+        while True:
+            self.seen += self.backend.drain_events()
+            found = [e for e in self.seen if e.kind is kind and pod in (None, e.pod) and node in (None, e.node)]
+            if found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
+
+    def node(self, name: str) -> NodeView:
+        return next(n for n in self.backend.nodes() if n.name == name)
+
+    def pod(self, name: str):
+        return next((p for p in self.backend.pods() if p.spec.name == name), None)
+
+
+def _simulated() -> Iterator[Harness]:
+    clock = VirtualClock(1_000_000.0)
+    cluster = SimulatedCluster(NODES, clock, store.labelled_runtime, startup_s=STARTUP_S)
+
+    def wait(seconds: float) -> None:
+        clock.advance(seconds)
+        cluster.advance()
+
+    yield Harness(cluster, lambda: wait(STARTUP_S + 0.01), wait)
+
+
+def _kubernetes() -> Iterator[Harness]:
+    from cluster.emulator import Emulator
+    from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
+
+    with Emulator(nodes=NODES, namespace="tidal-workloads", startup_s=STARTUP_S, termination_s=0.1) as emu:
+        backend = KubernetesCluster(emu.api_client(), KubeSettings(namespace="tidal-workloads", replacement_wait_s=3,
+                                                                   grace_period_s=1))
+
+        def settle() -> None:
+            deadline = time.monotonic() + 10
+            while True:  # readiness comes STARTUP_S after start: settle until the pods' states stop moving
+                emu.settle()
+                backend.refresh()
+                before = [(p.spec.name, p.ready, p.terminating) for p in backend.pods()]
+                time.sleep(STARTUP_S + 0.1)
+                emu.settle()
+                backend.refresh()
+                after = [(p.spec.name, p.ready, p.terminating) for p in backend.pods()]
+                if before == after or time.monotonic() > deadline:
+                    return
+
+        def wait(seconds: float) -> None:
+            time.sleep(seconds)
+            emu.settle()
+            backend.refresh()
+
+        harness = Harness(backend, settle, wait)
+        harness.seen += backend.drain_events()  # start the watches
+        yield harness
+        backend.stop()
+
+
+@pytest.fixture(params=["simulated", "kubernetes"])
+def cluster(request) -> Iterator[Harness]:
+    yield from (_simulated() if request.param == "simulated" else _kubernetes())
+
+
+def training(name: str, shares: tuple[GpuShare, ...] = (), cpu: int = 1000, mem: int = 1024, job: int = 1,
+             **labels: str) -> PodSpec:
+    return PodSpec(name=name, job_id=job, gpu_model="T4" if shares else None, gpu_shares=shares, cpu_milli=cpu,
+                   memory_mib=mem, labels={JOB_LABEL: str(job), **labels})
+
+
+def serving(name: str = "svc", gpus: float = 0.5) -> PodSpec:
+    shares = (GpuShare(0, gpus),) if gpus <= 1 else tuple(GpuShare(i, 1.0) for i in range(int(gpus)))
+    return PodSpec(name=name, job_id=None, gpu_model="T4", gpu_shares=shares, cpu_milli=2000, memory_mib=4096,
+                   labels={KIND_LABEL: INFERENCE})
+
+
+T4_ONLINE = {RESOURCE_GROUP_LABEL: "t4"}
+
+
+# --- inventory -----------------------------------------------------------------------------------------------
+
+
+def test_nodes_show_the_inventory(cluster):
+    nodes = {n.name: n for n in cluster.backend.nodes()}
+    assert set(nodes) == {n.name for n in NODES}
+    for want in NODES:
+        got = nodes[want.name]
+        assert (got.resource_group, got.gpu_model, got.gpu_count, got.cpu_milli, got.memory_mib, got.pool, got.state) \
+            == (want.resource_group, want.gpu_model, want.gpu_count, want.cpu_milli, want.memory_mib, want.pool,
+                want.state)
+        assert sum(got.used_shares()) == 0 and got.cpu_used == 0 and got.pods == ()
+
+
+# --- binding training pods ----------------------------------------------------------------------------------
+
+
+def test_bind_takes_exactly_the_given_shares(cluster):
+    cluster.backend.bind(training("job-1-1", (GpuShare(0, 0.5), GpuShare(1, 1.0)), cpu=3000, mem=2048), "gpu-c")
+    cluster.backend.bind(training("job-2-1", (GpuShare(0, 0.25),), job=2), "gpu-c")
+    node = cluster.node("gpu-c")
+    assert node.used_shares() == (0.75, 1.0)
+    assert (node.cpu_used, node.memory_used) == (4000, 3072)
+    assert set(node.pods) == {"job-1-1", "job-2-1"}
+    pod = cluster.pod("job-1-1")
+    assert pod.node == "gpu-c" and pod.ready and pod.kind == TRAINING and pod.spec.job_id == 1
+    assert pod.spec.gpu_shares == (GpuShare(0, 0.5), GpuShare(1, 1.0))
+    assert cluster.events(EventKind.POD_STARTED, pod="job-1-1")
+
+
+@pytest.mark.parametrize("pod, node, why", [
+    (training("job-9-1", (GpuShare(0, 1.0),)), "nowhere", "unknown node"),
+    (training("job-9-1", (GpuShare(2, 1.0),)), "gpu-c", "bad GPU share"),
+    (training("job-9-1", cpu=64000), "gpu-c", "does not fit"),
+    (training("job-9-1", (GpuShare(0, 1.0),)), "cpu-a", "wants T4"),
+], ids=["unknown-node", "no-such-gpu", "too-much-cpu", "wrong-model"])
+def test_bind_refuses_what_cannot_run_and_changes_nothing(cluster, pod, node, why):
+    with pytest.raises(BackendError, match=why):
+        cluster.backend.bind(pod, node)
+    assert cluster.pod("job-9-1") is None
+    assert all(n.pods == () for n in cluster.backend.nodes())
+
+
+def test_bind_refuses_a_full_gpu_a_taken_name_and_an_unnormal_node(cluster):
+    cluster.backend.bind(training("job-1-1", (GpuShare(0, 0.75),)), "gpu-c")
+    with pytest.raises(BackendError, match="free"):
+        cluster.backend.bind(training("job-2-1", (GpuShare(0, 0.5),), job=2), "gpu-c")
+    with pytest.raises(BackendError, match="already bound"):
+        cluster.backend.bind(training("job-1-1", (GpuShare(1, 0.5),)), "gpu-c")
+    cluster.backend.set_node_state("cpu-a", NodeState.OFFLINE_UNNORMAL)
+    with pytest.raises(BackendError, match="unnormal"):
+        cluster.backend.bind(training("job-3-1", job=3), "cpu-a")
+    assert cluster.node("gpu-c").used_shares() == (0.75, 0.0)
+
+
+# --- evicting ----------------------------------------------------------------------------------------------
+
+
+def test_evict_frees_the_pod_and_reports_it(cluster):
+    cluster.backend.bind(training("job-1-1", (GpuShare(0, 1.0),)), "gpu-c")
+    cluster.backend.evict("job-1-1", "preempted for job 2")
+    pod = cluster.pod("job-1-1")
+    assert pod is None or pod.terminating  # gone, or shutting down within its grace period
+    cluster.settle()
+    assert cluster.pod("job-1-1") is None
+    assert cluster.node("gpu-c").used_shares() == (0.0, 0.0)
+    assert cluster.events(EventKind.POD_EVICTED, pod="job-1-1")
+    with pytest.raises(BackendError, match="not bound"):
+        cluster.backend.evict("job-1-1", "again")
+
+
+def test_a_training_pod_that_ends_is_reported_finished(cluster):
+    cluster.backend.bind(training("job-1-1", (GpuShare(0, 1.0),), **{RUNTIME_LABEL: "1"}), "gpu-c")
+    cluster.wait(1.5)
+    finished = cluster.events(EventKind.POD_FINISHED, pod="job-1-1")
+    assert finished and finished[0].job_id == 1 and finished[0].node == "gpu-c"
+    assert cluster.pod("job-1-1") is None
+    assert cluster.node("gpu-c").used_shares() == (0.0, 0.0)
+
+
+# --- node states -------------------------------------------------------------------------------------------
+
+
+def test_node_state_and_labels_change_together(cluster):
+    cluster.backend.set_node_state("gpu-a", NodeState.OFFLINE_UNNORMAL, {"tidal.io/lent-by": "lending"})
+    node = cluster.node("gpu-a")
+    assert node.state is NodeState.OFFLINE_UNNORMAL and node.labels["tidal.io/lent-by"] == "lending"
+    changed = cluster.events(EventKind.NODE_STATE_CHANGED, node="gpu-a")
+    assert changed and changed[-1].detail == "online-normal->offline-unnormal"
+    cluster.backend.set_node_state("gpu-a", NodeState.OFFLINE_NORMAL)
+    assert cluster.node("gpu-a").state is NodeState.OFFLINE_NORMAL
+    with pytest.raises(BackendError):
+        cluster.backend.set_node_state("nowhere", NodeState.OFFLINE_NORMAL)
+
+
+# --- ReplicaSets -------------------------------------------------------------------------------------------
+
+
+def test_replicaset_places_its_pods_and_they_become_ready(cluster):
+    cluster.backend.apply_replicaset("svc", serving(), 3, node_selector=T4_ONLINE)
+    cluster.settle()
+    rs = cluster.backend.replicaset("svc")
+    assert (rs.replicas, len(rs.pods), rs.ready, rs.pending) == (3, 3, 3, 0)
+    assert dict(rs.node_selector) == T4_ONLINE
+    pods = [cluster.pod(name) for name in rs.pods]
+    assert all(p.kind == INFERENCE and p.replicaset == "svc" and p.ready for p in pods)
+    assert {p.node for p in pods} <= {"gpu-a", "gpu-b"}  # online nodes of the group only, not the fixed gpu-c
+    assert sum(sum(cluster.node(n).used_shares()) for n in ("gpu-a", "gpu-b")) == pytest.approx(1.5)
+    assert cluster.events(EventKind.POD_READY)
+
+
+def test_replicaset_scales_down_and_keeps_what_does_not_fit_pending(cluster):
+    cluster.backend.apply_replicaset("svc", serving(gpus=1), 6, node_selector=T4_ONLINE)  # room for 4
+    cluster.settle()
+    rs = cluster.backend.replicaset("svc")
+    assert (len(rs.pods), rs.pending) == (4, 2)
+    pending = cluster.backend.pending_pods()
+    assert len(pending) == 2 and all(p.replicaset == "svc" and p.spec.gpus == 1 for p in pending)
+    cluster.backend.apply_replicaset("svc", serving(gpus=1), 2)
+    cluster.settle()
+    rs = cluster.backend.replicaset("svc")
+    assert (rs.replicas, len(rs.pods), rs.pending) == (2, 2, 0)
+    assert cluster.backend.pending_pods() == ()
+    with pytest.raises(BackendError):
+        cluster.backend.apply_replicaset("svc", serving(), -1)
+    with pytest.raises(BackendError):
+        cluster.backend.replicaset("nothing")
+
+
+def test_detach_starts_a_replacement_before_the_old_pod_goes(cluster):
+    """Create-before-delete: the detached pod keeps serving until its replacement is ready, then is evicted."""
+    cluster.backend.apply_replicaset("svc", serving(gpus=1), 1, node_selector=T4_ONLINE)
+    cluster.settle()
+    (old,) = cluster.backend.replicaset("svc").pods
+    source = cluster.pod(old).node
+    cluster.backend.set_node_state(source, NodeState.OFFLINE_UNNORMAL)  # the lend marks it first
+    replacement = cluster.backend.detach_pod(old)
+    cluster.settle()
+    detached = cluster.pod(old)
+    assert detached is not None and detached.ready and detached.detached_from == "svc" and detached.replicaset is None
+    new = cluster.pod(replacement)
+    assert new is not None and new.ready and new.node != source and new.spec.labels[REPLACES_LABEL] == old
+    assert detached.spec.labels[REPLACED_BY_LABEL] == replacement
+    assert cluster.backend.replicaset("svc").pods == (replacement,)
+    cluster.backend.evict(old, "migrated: its replacement is ready")
+    cluster.settle()
+    assert cluster.pod(old) is None and cluster.backend.replicaset("svc").ready == 1
+    assert sum(cluster.node(source).used_shares()) == 0
+    with pytest.raises(BackendError):
+        cluster.backend.detach_pod(replacement + "-nope")
+
+
+def test_detaching_a_pod_outside_any_replicaset_is_refused(cluster):
+    cluster.backend.bind(training("job-1-1"), "cpu-a")
+    with pytest.raises(BackendError, match="replicaset"):
+        cluster.backend.detach_pod("job-1-1")
+    assert DETACHED_FROM_LABEL not in cluster.pod("job-1-1").spec.labels

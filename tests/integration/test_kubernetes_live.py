@@ -1,0 +1,240 @@
+"""The live loops end to end on the Kubernetes backend, against the Kubernetes API emulator (kmock with Tidal's
+cluster actors standing in for kube-scheduler, the ReplicaSet controller and the kubelet; no real kube-apiserver
+can be installed here): the scheduler's tick, the lending controller's lend (create-before-delete) and take-back,
+leader election, and faults — the emulator stopped mid-tick, answering 500, 409 and 429."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from redis import Redis
+
+from cluster.backend import RUNTIME_LABEL
+from cluster.emulator import Emulator
+from cluster.kubernetes.conventions import LEASE_NAME
+from cluster.kubernetes.lease import LeaseElector
+from colocation import backends, controller, services
+from colocation.models import Node, NodeState, NodeTransition, Pool
+from colocation.policy import Direction
+from colocation.selectors import lending_profile, node_views
+from scheduler import live
+from scheduler.models import Decision, JobStatus, TrainingJob
+from scheduler.policy.profile import get_profile
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the watch threads read nothing from the database, but the
+# ticks commit as in production
+NS = "tidal-workloads"
+
+
+@pytest.fixture
+def kube(world, settings, tmp_path):
+    """The world's inventory (without the fixed T4 node, so T4 training lands on lent nodes) plus a second online
+    T4 node, on the emulator; the live loops configured for it."""
+    Node.objects.filter(name="t4-0").delete()
+    Node.objects.create(name="t4-2", resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"], gpu_count=2,
+                        cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION, state=NodeState.ONLINE_NORMAL)
+    for group in world.groups.values():
+        group.lending = False
+        group.save()
+    with Emulator(nodes=node_views(), namespace=NS, startup_s=0.3, termination_s=0.1) as emu:
+        settings.TIDAL_CLUSTER_BACKEND = "kubernetes"
+        settings.TIDAL_KUBECONFIG = str(emu.kubeconfig(tmp_path / "kubeconfig"))
+        settings.TIDAL_K8S_NAMESPACE = settings.TIDAL_K8S_LEASE_NAMESPACE = NS
+        settings.TIDAL_LEADER_ID = "worker-a"
+        settings.TIDAL_REDIS_NAMESPACE = f"test-k8s-{uuid.uuid4().hex[:8]}"
+        settings.TIDAL_CLUSTER_BACKOFF_S = 0.01
+        backends.kubernetes_backend.cache_clear()
+        redis = Redis.from_url(settings.REDIS_URL)
+        yield world, emu, redis, settings.TIDAL_REDIS_NAMESPACE
+        backends.kubernetes_backend()[0].stop()
+        backends.kubernetes_backend.cache_clear()
+        for key in redis.scan_iter(f"{settings.TIDAL_REDIS_NAMESPACE}:*"):
+            redis.delete(key)
+
+
+def schedule(kube):
+    _, emu, redis, namespace = kube
+    emu.settle()
+    return live.run_live_tick(redis=redis, namespace=namespace, profile=get_profile("tidal"))
+
+
+def lend_tick(kube):
+    _, emu, redis, namespace = kube
+    emu.settle()
+    return controller.run_lending_tick(redis=redis, namespace=namespace, profile=lending_profile())
+
+
+def until(step, done, ticks: int = 40, pause: float = 0.1):
+    for _ in range(ticks):
+        step()
+        if done():
+            return
+        time.sleep(pause)
+    raise AssertionError("did not converge")
+
+
+def pods(emu, **labels) -> list[dict]:
+    return [p for p in emu.objects("pods", NS)
+            if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())]
+
+
+def node_of(emu, name: str) -> dict:
+    return next(n for n in emu.objects("nodes") if n["metadata"]["name"] == name)
+
+
+def submit(world, **fields):
+    job = world.submit(gpus="1", gpu_model="T4", **fields)
+    return TrainingJob.objects.get(pk=job.pk)
+
+
+# --- the loops ---------------------------------------------------------------------------------------------
+
+
+def test_the_scheduler_binds_on_the_cluster_and_records_the_end(kube):
+    world, emu, _, _ = kube
+    services.transition_request(node=Node.objects.get(name="t4-1"), direction=Direction.LEND, actor=None,
+                                reason="operator", message="for training")
+    until(lambda: lend_tick(kube), lambda: Node.objects.get(name="t4-1").state == NodeState.OFFLINE_NORMAL)
+    job = submit(world)
+    job.annotations = {RUNTIME_LABEL: "1"}
+    job.save()
+    report = schedule(kube)
+    assert report.admitted == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.node.name == "t4-1"
+    (pod,) = pods(emu, **{"tidal.io/job": str(job.pk)})
+    assert pod["spec"]["nodeName"] == "t4-1" and pod["metadata"]["name"] == job.runs.get().pod
+    assert pod["spec"]["containers"][0]["image"] == job.image
+    until(lambda: schedule(kube), lambda: TrainingJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED)
+    assert Decision.objects.filter(subject=f"job:{job.pk}", reason="finished").count() == 1
+
+
+def test_lend_migrates_inference_create_before_delete_and_take_back_requeues_training(kube):
+    world, emu, _, _ = kube
+    world.service(name="search-api", gpu_model=world.gpu_models["T4"], replicas=1, min_replicas=1, max_replicas=2,
+                  gpus_per_replica=1, cpu_milli_per_replica=2000, memory_mib_per_replica=4096, autoscaling=False)
+    until(lambda: lend_tick(kube), lambda: any(_ready(p) for p in pods(emu, **{"tidal.io/service": "search-api"})))
+    (first,) = pods(emu, **{"tidal.io/service": "search-api"})
+    assert first["spec"]["nodeName"] == "t4-1"
+
+    services.transition_request(node=Node.objects.get(name="t4-1"), direction=Direction.LEND, actor=None,
+                                reason="operator", message="lend it")
+    serving = []
+
+    def step():
+        lend_tick(kube)
+        serving.append(sum(_ready(p) for p in pods(emu, **{"tidal.io/service": "search-api"})))
+
+    until(step, lambda: NodeTransition.objects.get(node__name="t4-1").status == NodeTransition.Status.DONE)
+    assert min(serving) >= 1  # the service never dropped its replica
+    live_pods = [p for p in pods(emu, **{"tidal.io/service": "search-api"}) if not p["metadata"].get("deletionTimestamp")]
+    assert [p["spec"]["nodeName"] for p in live_pods] == ["t4-2"]
+    t4_1 = node_of(emu, "t4-1")
+    assert t4_1["metadata"]["labels"]["tidal.io/state"] == "offline-normal" and not t4_1["spec"].get("unschedulable")
+    assert Node.objects.get(name="t4-1").state == NodeState.OFFLINE_NORMAL
+
+    job = submit(world)
+    schedule(kube)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.node.name == "t4-1"
+    services.transition_request(node=Node.objects.get(name="t4-1"), direction=Direction.TAKE_BACK, actor=None,
+                                reason="operator", message="peak")
+    until(lambda: lend_tick(kube), lambda: NodeTransition.objects.filter(
+        node__name="t4-1", status=NodeTransition.Status.DONE).count() == 2)
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING and job.pool_preference == "fixed"
+    assert [r.outcome for r in job.runs.all()] == ["killed"]
+    assert pods(emu, **{"tidal.io/job": str(job.pk)}) == []
+    assert node_of(emu, "t4-1")["metadata"]["labels"]["tidal.io/state"] == "online-normal"
+    assert Node.objects.get(name="t4-1").state == NodeState.ONLINE_NORMAL
+
+
+def _ready(pod: dict) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+# --- leader election ---------------------------------------------------------------------------------------
+
+
+def test_only_the_lease_holder_acts_and_a_silent_leader_is_replaced(kube):
+    world, emu, redis, namespace = kube
+    api = emu.api_client()
+    a = LeaseElector(api, NS, LEASE_NAME, "worker-a", duration_s=15)
+    b = LeaseElector(api, NS, LEASE_NAME, "worker-b", duration_s=15)
+    now = time.time()
+    assert a.acquire(now) and not b.acquire(now + 1) and a.acquire(now + 10)
+    assert b.acquire(now + 26)  # a stopped renewing 16 s ago
+    assert not a.acquire(now + 27)  # a lost it: it must not act
+
+    submit(world)
+    assert schedule(kube) is None  # this worker (worker-a) is not the leader now: nothing is bound
+    assert pods(emu) == [] and TrainingJob.objects.get().status == JobStatus.PENDING
+
+
+# --- faults ------------------------------------------------------------------------------------------------
+
+
+def test_the_cluster_stopping_mid_tick_loses_no_job(kube, monkeypatch):
+    world, emu, redis, namespace = kube
+    services.transition_request(node=Node.objects.get(name="t4-1"), direction=Direction.LEND, actor=None,
+                                reason="operator", message="for training")
+    until(lambda: lend_tick(kube), lambda: Node.objects.get(name="t4-1").state == NodeState.OFFLINE_NORMAL)
+    job = submit(world)
+    backend, _ = backends.kubernetes_backend()
+    bind = backend.bind
+
+    def stop_then_bind(pod, node):
+        emu.stop()  # the API server goes away between the admission being recorded and the pod being created
+        return bind(pod, node)
+
+    monkeypatch.setattr(backend, "bind", stop_then_bind)
+    assert schedule(kube) is None  # the tick stopped where it was
+    monkeypatch.setattr(backend, "bind", bind)
+    job.refresh_from_db()
+    assert job.status == JobStatus.ADMITTED  # recorded, not yet known to have started
+    emu.start()
+    until(lambda: schedule(kube), lambda: TrainingJob.objects.get(pk=job.pk).status == JobStatus.RUNNING)
+    job.refresh_from_db()
+    assert len(pods(emu, **{"tidal.io/job": str(job.pk)})) == 1  # exactly one pod: no job lost or doubled
+    assert job.runs.filter(ended_at__isnull=True).count() == 1
+
+
+def test_server_errors_back_off_raise_one_alert_and_recover(kube):
+    world, emu, redis, namespace = kube
+    emu.fail("GET", rf"/leases/{LEASE_NAME}$", 500, times=3)  # a path only Tidal asks (the actors list nodes too)
+    for _ in range(3):
+        assert schedule(kube) is None
+        time.sleep(0.1)  # past the (test's tiny) backoff
+    alerts = Decision.objects.filter(kind=Decision.Kind.ALERT, subject="cluster")
+    assert list(alerts.values_list("reason", flat=True)) == ["cluster-unavailable"]
+    assert "3 ticks in a row" in alerts.get().message
+    time.sleep(0.2)
+    assert schedule(kube) is not None
+    assert Decision.objects.filter(kind=Decision.Kind.ALERT, reason="cluster-available").count() == 1
+
+
+def test_a_conflict_is_reread_and_a_disruption_budget_is_waited_for(kube):
+    world, emu, redis, namespace = kube
+    emu.fail("PATCH", r"/api/v1/nodes/t4-1$", 409, times=2)  # someone else writes the node meanwhile
+    services.transition_request(node=Node.objects.get(name="t4-1"), direction=Direction.LEND, actor=None,
+                                reason="operator", message="for training")
+    until(lambda: lend_tick(kube), lambda: Node.objects.get(name="t4-1").state == NodeState.OFFLINE_NORMAL)
+    job = submit(world)
+    schedule(kube)
+    assert TrainingJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
+
+    emu.fail("POST", r"/pods/[^/]+/eviction$", 429, times=2)
+    services.transition_request(node=Node.objects.get(name="t4-1"), direction=Direction.TAKE_BACK, actor=None,
+                                reason="operator", message="peak")
+    first = lend_tick(kube)
+    assert "refused it for now" in first.waiting["t4-1"]
+    assert TrainingJob.objects.get(pk=job.pk).status == JobStatus.RUNNING  # not requeued: its pod still runs
+    until(lambda: lend_tick(kube), lambda: NodeTransition.objects.filter(
+        node__name="t4-1", direction=Direction.TAKE_BACK.value, status=NodeTransition.Status.DONE).exists())
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING and [r.outcome for r in job.runs.all()] == ["killed"]
+    assert node_of(emu, "t4-1")["metadata"]["labels"]["tidal.io/state"] == "online-normal"
+    assert not node_of(emu, "t4-1")["spec"].get("unschedulable")
