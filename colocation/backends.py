@@ -10,7 +10,6 @@ Decision says so, and another says when the cluster answers again.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -95,7 +94,8 @@ def kubernetes_backend():
     api = client.ApiClient(configuration)
     backend = KubernetesCluster(api, KubeSettings(namespace=settings.TIDAL_K8S_NAMESPACE,
                                                   image=settings.TIDAL_K8S_POD_IMAGE))
-    identity = settings.TIDAL_LEADER_ID or f"{socket.gethostname()}-{os.getpid()}"
+    # One identity per host (a worker pod): its pool processes share the leadership, the cluster lock orders them.
+    identity = settings.TIDAL_LEADER_ID or socket.gethostname()
     return backend, LeaseElector(api, settings.TIDAL_K8S_LEASE_NAMESPACE, LEASE_NAME, identity,
                                  duration_s=settings.TIDAL_K8S_LEASE_S)
 

@@ -235,25 +235,48 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
 
 def _act(result: CycleResult, backend: ClusterBackend, now: float, report: TickReport) -> None:
     pending = []
+    stopping: set[int] = set()  # victims whose pods still hold their room (graceful termination)
     for decision in result.decisions:
         if isinstance(decision, Preempt):
-            _preempt(decision, backend, now)
+            if _preempt(decision, backend, now):
+                stopping.add(decision.job_id)
             report.preempted += 1
         elif isinstance(decision, Admit):
-            report.admitted += _admit(decision, backend, now)
+            if stopping.intersection(decision.preempting):
+                _wait_for_victims(decision, stopping)
+            else:
+                report.admitted += _admit(decision, backend, now)
         elif isinstance(decision, StillPending):
             pending.append(decision)
     _record_pending(pending)
     report.pending = len(pending)
 
 
-def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> None:
+def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
+    """Requeue the victim, then evict its pod; True when the pod is still shutting down (it keeps its room)."""
     with transaction.atomic():
         job = TrainingJob.objects.select_for_update().select_related("department").get(pk=decision.job_id)
         run = _open_run(job)
         _requeue(job, now, reason=decision.reason.value, message=decision.message, outcome=JobRun.Outcome.PREEMPTED)
-    if run and run.pod:
-        _evict(backend, run.pod, f"preempted for job {decision.for_job_id}")
+    if not (run and run.pod):
+        return False
+    _evict(backend, run.pod, f"preempted for job {decision.for_job_id}")
+    return any(p.spec.name == run.pod for p in backend.pods())
+
+
+@transaction.atomic
+def _wait_for_victims(decision: Admit, stopping: set[int]) -> None:
+    """The preemptor stays pending until its victims' pods are gone (a cluster with graceful termination); the
+    next cycle admits it into the room they leave."""
+    job = TrainingJob.objects.select_related("department").get(pk=decision.job_id)
+    victims = sorted(stopping.intersection(decision.preempting))
+    reason = "waiting-for-preemption"
+    if job.pending_reason != reason:
+        decision_record(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department, reason=reason,
+                        message=f"preempted {', '.join(f'job {v}' for v in victims)} on {decision.node}; admitted "
+                                f"once their pods have stopped", data={"node": decision.node, "victims": victims})
+    job.pending_reason = reason
+    job.save(update_fields=["pending_reason"])
 
 
 def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import urllib3
 from kubernetes import client
@@ -277,10 +277,26 @@ class KubernetesCluster:
                                 self.settings.grace_period_s, time.time_ns())
         except ValueError as error:
             raise BackendError(f"pod {pod.name} on {node}: {error}") from None
-        try:
-            self._write(self._core.create_namespaced_pod, self.settings.namespace, body)
+        try:  # not _write: a tick binds many pods, so the read is updated with this one instead of redone
+            created = self._call(self._core.create_namespaced_pod, self.settings.namespace, body)
         except Conflict:
             raise BackendError(f"pod {pod.name} is already bound") from None
+        except Exception:
+            self._read = None
+            raise
+        self._remember_bound(created, state)
+
+    @staticmethod
+    def _remember_bound(pod: Mapping, state: _Read) -> None:
+        spec, _ = ko.pod_spec(pod, state.device_gib.get(ko.node_name(pod)))
+        view = ko.pod_view(pod, spec)
+        node = state.nodes[view.node]
+        used = list(node.used_shares())
+        for s in spec.gpu_shares:
+            used[s.index] += s.share
+        state.raw[spec.name], state.pods[spec.name] = pod, view
+        state.nodes[view.node] = replace(node, gpu_used=tuple(used), cpu_used=node.cpu_used + spec.cpu_milli,
+                                         memory_used=node.memory_used + spec.memory_mib, pods=node.pods + (spec.name,))
 
     @staticmethod
     def _check_fits(pod: PodSpec, node: NodeView) -> None:
@@ -305,18 +321,26 @@ class KubernetesCluster:
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=self.settings.namespace),
                                  delete_options=client.V1DeleteOptions(grace_period_seconds=self.settings.grace_period_s))
         try:
-            self._write(self._core.patch_namespaced_pod, pod, self.settings.namespace,
-                        {"metadata": {"annotations": {"tidal.io/eviction-reason": reason[:256]}}})
-            self._write(self._core.create_namespaced_pod_eviction, pod, self.settings.namespace, body)
+            self._call(self._core.patch_namespaced_pod, pod, self.settings.namespace,
+                       {"metadata": {"annotations": {"tidal.io/eviction-reason": reason[:256]}}})
+            self._call(self._core.create_namespaced_pod_eviction, pod, self.settings.namespace, body)
         except NotFound:
+            self._read = None
             raise BackendError(f"pod {pod} is not bound") from None
+        except Exception:
+            self._read = None
+            raise
+        self._remember_evicted(pod)
 
-    def delete(self, pod: str, grace_period_s: int = 0) -> None:
-        try:
-            self._write(self._core.delete_namespaced_pod, pod, self.settings.namespace,
-                        grace_period_seconds=grace_period_s)
-        except NotFound:
-            pass
+    def _remember_evicted(self, pod: str) -> None:
+        """Evicted is terminating (it holds its resources until it is gone), as the next read would show it: the
+        tick's read stays valid, so preempting many pods costs no re-read each."""
+        state = self._read
+        view = state.pods.get(pod) if state else None
+        if view is None:
+            self._read = None
+        else:
+            state.pods[pod] = replace(view, terminating=True)
 
     # -- nodes -----------------------------------------------------------------------------------------
     def set_node_state(self, node: str, state: NodeState, labels: Mapping[str, str] | None = None) -> None:
@@ -341,17 +365,26 @@ class KubernetesCluster:
         self._pods_watch.start()
         self._nodes_watch.start()
         events = self._pods_watch.drain() + self._nodes_watch.drain()
-        now = self._clock()
-        for name, pod in self._state().raw.items():
+        now, state = self._clock(), self._state()
+        for name, pod in list(state.raw.items()):
             if ko.phase(pod) not in ko.TERMINAL or ko.labels_of(pod).get(KIND_LABEL) != TRAINING:
                 continue
             if name in self._reported:
-                self.delete(name)
-                self._reported.discard(name)
+                self._delete_terminal(name, state)
             else:
                 events.extend(_terminal_events(pod, now))
                 self._reported.add(name)
         return sorted(events, key=lambda e: e.at)
+
+    def _delete_terminal(self, name: str, state: _Read) -> None:
+        """Clean up a terminal pod without dropping the tick's read: the scheduler reconciles against the same
+        read its events came from, so a pod that ends in between cannot look "missing" before it looks finished."""
+        try:
+            self._call(self._core.delete_namespaced_pod, name, self.settings.namespace, grace_period_seconds=0)
+        except NotFound:
+            pass
+        state.raw.pop(name, None)
+        self._reported.discard(name)
 
     def stop(self) -> None:
         self._pods_watch.stop()

@@ -238,3 +238,23 @@ def test_a_conflict_is_reread_and_a_disruption_budget_is_waited_for(kube):
     assert job.status == JobStatus.PENDING and [r.outcome for r in job.runs.all()] == ["killed"]
     assert node_of(emu, "t4-1")["metadata"]["labels"]["tidal.io/state"] == "online-normal"
     assert not node_of(emu, "t4-1")["spec"].get("unschedulable")
+
+
+def test_a_preemptor_waits_for_its_victims_to_stop_instead_of_failing_to_bind(kube):
+    """On Kubernetes an evicted pod keeps its GPUs until it has stopped; the job that preempted it is admitted on a
+    later tick, never bound onto GPUs that are still taken."""
+    world, emu, _, _ = kube
+    borrowers = [world.submit("outsider", department="ml-ads", gpus="1", gpu_model="A100", name=f"ads-{i}")
+                 for i in range(6)]  # 4 own + 2 borrowed of a100-0's 8 GPUs
+    schedule(kube)
+    assert TrainingJob.objects.filter(pk__in=[j.pk for j in borrowers], status=JobStatus.RUNNING).count() == 6
+    owners = [world.submit(gpus="1", gpu_model="A100", name=f"search-{i}") for i in range(4)]  # own quota: 2 reclaim
+    report = schedule(kube)
+    assert report.preempted == 2 and report.admitted == 2
+    waiting = Decision.objects.filter(reason="waiting-for-preemption")
+    assert waiting.count() == 2 and "once their pods have stopped" in waiting.first().message
+    until(lambda: schedule(kube), lambda: TrainingJob.objects.filter(
+        pk__in=[j.pk for j in owners], status=JobStatus.RUNNING).count() == 4)
+    assert not Decision.objects.filter(reason="bind-failed").exists()
+    assert TrainingJob.objects.filter(department__name="ml-ads", status=JobStatus.PENDING).count() == 2
+    assert len([p for p in emu.objects("pods", NS) if p["spec"].get("nodeName") == "a100-0"]) == 8

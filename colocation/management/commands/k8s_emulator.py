@@ -17,7 +17,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--port", type=int, default=16443)
-        parser.add_argument("--kubeconfig", default=".run/k8s-emulator.kubeconfig")
+        parser.add_argument("--kubeconfig", default=str(Path(settings.RUN_DIR) / "k8s-emulator.kubeconfig"))
         parser.add_argument("--startup-s", type=float, default=5.0, help="seconds before a started pod is Ready")
         parser.add_argument("--no-demo", action="store_true", help="seed the inventory as it is, without the demo")
 
@@ -30,7 +30,7 @@ class Command(BaseCommand):
             path = emu.kubeconfig(Path(kubeconfig)).resolve()
             self.stdout.write(f"Kubernetes API emulator at {emu.url} with {len(nodes)} nodes; kubeconfig {path}")
             self.stdout.write("Run Tidal against it: "
-                              f"TIDAL_CLUSTER_BACKEND=kubernetes TIDAL_KUBECONFIG={path} make run")
+                              f"TIDAL_CLUSTER_BACKEND=kubernetes TIDAL_KUBECONFIG={path} make run ARGS=--no-pipeline")
             try:
                 threading.Event().wait()
             except KeyboardInterrupt:
