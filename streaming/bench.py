@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import statistics
 import subprocess
 import sys
@@ -59,14 +60,12 @@ def bench_streaming(*, samples: int, pods: int, progress: Callable[[str, int, in
     job = None
     try:
         _produce(setup, topics, runs, progress)
-        sink = subprocess.Popen([sys.executable, "manage.py", "profile_sink", "--prefix", setup.prefix],
-                                cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "DJANGO_DEBUG": "0"})  # as in production: no query log
+        sink = start_sink(setup.prefix)
         runtime = Runtime(checkpoint_dir=Path(settings.RUN_DIR) / "flink" / setup.prefix / "checkpoints")
         job = submit(Spec(bootstrap=settings.KAFKA_BOOTSTRAP, topics=topics, group_id=f"{setup.prefix}.flink"),
                      runtime)
         started = _running(job)
-        written = _wait_rows(setup, runs, progress, timeout_s)
+        written = _wait_rows(setup, runs, progress, timeout_s, sink)
         return _figures(setup, started, written)
     finally:
         if job is not None:
@@ -133,8 +132,25 @@ def _running(job) -> float:
     return time.time()
 
 
+def start_sink(prefix: str) -> subprocess.Popen:
+    """The profile sink on the bench's topics, as in production (DEBUG off: no query log), its output in
+    RUN_DIR/logs/bench-sink.log. DEBUG off needs a secret key; the sink signs nothing, so a fresh clone without
+    DJANGO_SECRET_KEY gets a throwaway one rather than a sink that dies at import."""
+    env = {**os.environ, "DJANGO_DEBUG": "0",
+           "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50)}
+    log = sink_log()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, "manage.py", "profile_sink", "--prefix", prefix],
+                                cwd=settings.BASE_DIR, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def sink_log() -> Path:
+    return Path(settings.RUN_DIR) / "logs" / "bench-sink.log"
+
+
 def _wait_rows(setup: Setup, jobs: list[int], progress: Callable[[str, int, int], None],
-               timeout_s: float) -> list[tuple[float, float]]:
+               timeout_s: float, sink: subprocess.Popen) -> list[tuple[float, float]]:
     from profiling.models import JobMinute
 
     expected = setup.minutes * setup.pods
@@ -142,11 +158,19 @@ def _wait_rows(setup: Setup, jobs: list[int], progress: Callable[[str, int, int]
     deadline = time.monotonic() + timeout_s
     while (count := rows.count()) < expected:
         progress("profile rows", count, expected)
+        check_alive(sink)
         if time.monotonic() > deadline:
             raise TimeoutError(f"{count} of {expected} profile rows after {timeout_s:.0f} s")
         time.sleep(0.2)
     progress("profile rows", expected, expected)
     return [(w.timestamp(), e.timestamp()) for w, e in rows.values_list("written_at", "emitted_at")]
+
+
+def check_alive(sink: subprocess.Popen) -> None:
+    """A sink that exited writes no more rows: say why now rather than after the whole timeout."""
+    if sink.poll() is not None:
+        tail = sink_log().read_text(errors="replace")[-2000:] if sink_log().exists() else ""
+        raise RuntimeError(f"the profile sink exited ({sink.returncode}); {sink_log()} ends:\n{tail}")
 
 
 def _figures(setup: Setup, started: float, written: list[tuple[float, float]]) -> dict[str, float | int]:

@@ -35,3 +35,4 @@ urlpatterns = [
 ]
 
 handler404 = "scheduler.api.errors.page_not_found"
+handler500 = "scheduler.api.errors.server_error"

@@ -3,6 +3,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule, ScalingThreshold
+from scheduler.api.jsontypes import JSONTypes
 from scheduler.api.serializers import DecisionSerializer, NameField, gpu_model_field
 from scheduler.models import Decision, Department
 
@@ -18,7 +19,7 @@ class ResourceGroupSerializer(serializers.ModelSerializer):
                   "min_rate", "expect_rate", "max_rate"]
 
 
-class ResourceGroupSettingsSerializer(serializers.ModelSerializer):
+class ResourceGroupSettingsSerializer(JSONTypes, serializers.ModelSerializer):
     min_rate = serializers.FloatField(min_value=0, max_value=1, required=False)
     expect_rate = serializers.FloatField(min_value=0, max_value=1, required=False)
     max_rate = serializers.FloatField(min_value=0, max_value=1, required=False)
@@ -38,7 +39,7 @@ class TransitionSerializer(serializers.ModelSerializer):
                   "started_at", "updated_at", "finished_at"]
 
 
-class PinSerializer(serializers.Serializer):
+class PinSerializer(JSONTypes, serializers.Serializer):
     pinned = serializers.BooleanField()
 
 
@@ -60,7 +61,7 @@ class NodeSerializer(serializers.ModelSerializer):
         return TransitionSerializer(open_[0]).data if open_ else None
 
 
-class ScalingThresholdSerializer(serializers.ModelSerializer):
+class ScalingThresholdSerializer(JSONTypes, serializers.ModelSerializer):
     min_rate = serializers.FloatField(min_value=0, max_value=1)
     expect_rate = serializers.FloatField(min_value=0, max_value=1)
     max_rate = serializers.FloatField(min_value=0, max_value=1)
@@ -78,7 +79,7 @@ class ClockTimeField(serializers.TimeField):
         super().__init__(format="%H:%M", input_formats=["%H:%M"], **kwargs)
 
 
-class ScalingScheduleSerializer(serializers.ModelSerializer):
+class ScalingScheduleSerializer(JSONTypes, serializers.ModelSerializer):
     weekdays = serializers.CharField(max_length=32, required=False, default="*",
                                      help_text='Cron day-of-week: "*", "1-5", "mon-fri", "0,6" (0 and 7 = Sunday).')
     start = ClockTimeField(help_text="Local time (TIME_ZONE), inclusive.")
@@ -89,7 +90,7 @@ class ScalingScheduleSerializer(serializers.ModelSerializer):
         fields = ["weekdays", "start", "end", "min_replicas"]
 
 
-class InferenceServiceSerializer(serializers.ModelSerializer):
+class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
     department = NameField(slug_field="name", queryset=Department.objects.all())
     gpu_model = gpu_model_field(required=False, allow_null=True)
     gpus_per_replica = serializers.DecimalField(max_digits=6, decimal_places=3, min_value=0, required=False)

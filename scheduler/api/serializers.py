@@ -3,6 +3,7 @@ from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduler.api.jsontypes import JSONTypes
 from scheduler.selectors import latest_decision
 from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
 
@@ -10,6 +11,11 @@ from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, 
 class NameField(serializers.SlugRelatedField):
     """An object by its unique name. A name with a NUL character names nothing (PostgreSQL text cannot hold one,
     so it must not reach the query)."""
+
+    def run_validation(self, data=serializers.empty):
+        if data == "":  # DRF reads "" as null for a relation (a form's habit); in JSON it is a name, and no name
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data)
+        return super().run_validation(data)
 
     def to_internal_value(self, data):
         if "\x00" in str(data):
@@ -40,13 +46,13 @@ def gpu_model_field(**kwargs) -> serializers.SlugRelatedField:
     return NameField(slug_field="name", queryset=GPUModel.objects.all(), **kwargs)
 
 
-class DepartmentSerializer(serializers.ModelSerializer):
+class DepartmentSerializer(JSONTypes, serializers.ModelSerializer):
     class Meta:
         model = Department
         fields = ["id", "name", "description", "created_at"]
 
 
-class MembershipSerializer(serializers.ModelSerializer):
+class MembershipSerializer(JSONTypes, serializers.ModelSerializer):
     user = NameField(slug_field="username", queryset=get_user_model().objects.all())
     department = NameField(slug_field="name", queryset=Department.objects.all())
     role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER)
@@ -57,20 +63,20 @@ class MembershipSerializer(serializers.ModelSerializer):
         validators = []  # uniqueness is an upsert in membership_set (after its permission check), not an error
 
 
-class MembershipRoleSerializer(serializers.ModelSerializer):
+class MembershipRoleSerializer(JSONTypes, serializers.ModelSerializer):
     class Meta:
         model = Membership
         fields = ["role"]
 
 
-class GPUModelSerializer(serializers.ModelSerializer):
+class GPUModelSerializer(JSONTypes, serializers.ModelSerializer):
     class Meta:
         model = GPUModel
         fields = ["id", "name", "memory_gib"]
         extra_kwargs = {"memory_gib": {"min_value": 1}}
 
 
-class FrameworkSerializer(serializers.ModelSerializer):
+class FrameworkSerializer(JSONTypes, serializers.ModelSerializer):
     key = serializers.CharField(source="__str__", read_only=True)
     certified_on = gpu_model_field(many=True)
 
@@ -79,7 +85,7 @@ class FrameworkSerializer(serializers.ModelSerializer):
         fields = ["id", "key", "name", "version", "certified_on"]
 
 
-class FrameworkCertificationSerializer(serializers.ModelSerializer):
+class FrameworkCertificationSerializer(JSONTypes, serializers.ModelSerializer):
     certified_on = gpu_model_field(many=True)
 
     class Meta:
@@ -87,7 +93,7 @@ class FrameworkCertificationSerializer(serializers.ModelSerializer):
         fields = ["certified_on"]
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(JSONTypes, serializers.ModelSerializer):
     department = NameField(slug_field="name", queryset=Department.objects.all())
     gpu_model = gpu_model_field(required=False, allow_null=True, default=None)
     resource = serializers.CharField(read_only=True, help_text='GPU model name, "cpu" (millicores) or "memory" (MiB).')
@@ -100,7 +106,7 @@ class QuotaSerializer(serializers.ModelSerializer):
         validators = []  # uniqueness is an upsert in quota_set, not an error
 
 
-class QuotaAmountsSerializer(serializers.Serializer):
+class QuotaAmountsSerializer(JSONTypes, serializers.Serializer):
     own = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
     borrowed = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
 
@@ -114,7 +120,7 @@ class JobRunSerializer(serializers.ModelSerializer):
         fields = ["attempt", "node", "gpu_model", "started_at", "ended_at", "outcome"]
 
 
-class TrainingJobInputSerializer(serializers.Serializer):
+class TrainingJobInputSerializer(JSONTypes, serializers.Serializer):
     name = serializers.CharField(max_length=128)
     task_key = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
     department = NameField(slug_field="name", queryset=Department.objects.all())
@@ -145,7 +151,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         ]
 
 
-class KeepRequestSerializer(serializers.Serializer):
+class KeepRequestSerializer(JSONTypes, serializers.Serializer):
     keep_request = serializers.BooleanField(help_text="true: bind the request as asked; false: right-size it")
 
 

@@ -86,6 +86,7 @@ def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path, stop_with, ch
             pytest.fail(f"up did not stop within 60 s of {stop_with}:\n{output}")
     assert up.returncode == 0, output
     assert "Tidal is up" in output
+    assert output.count("DEBUG is on") == 1  # the demo's settings say so once, at start-up
     for child in children:
         assert f"stopped {child}" in output
 
@@ -141,3 +142,9 @@ def test_demo_workload_submits_trace_pods_as_they_come_due(world, settings, tmp_
     assert jobs["p-b"].annotations[RUNTIME_LABEL] == "120"  # 100 s / 60 = 1.7 s, raised to the 2 min floor
     assert jobs["p-c"].annotations[RUNTIME_LABEL] == "300"  # never ran: 5 min
     assert jobs["p-a"].task_key == f"trace/{jobs['p-a'].department.name}/2000m-2048Mi-0.46gpu-any-LS"
+
+
+def test_up_names_debug_only_when_it_is_on():
+    from frontend.management.commands.up import debug_notice
+
+    assert "DJANGO_DEBUG=0" in debug_notice(debug=True) and debug_notice(debug=False) is None

@@ -20,6 +20,14 @@ from frontend import metrics
 from scheduler.demo import DEMO_PASSWORD, OPERATOR, USERS
 
 
+def debug_notice(*, debug: bool) -> str | None:
+    """The one start-up line that says error pages show tracebacks, and what production sets instead."""
+    if not debug:
+        return None
+    return ("DEBUG is on (the embedded demo's default): error pages show tracebacks; for production set DJANGO_DEBUG=0 "
+            "with DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS (README: Configuration)")
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -41,6 +49,8 @@ class Command(BaseCommand):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _interrupt)
         self._check_port_free(host, port)
+        if notice := debug_notice(debug=settings.DEBUG):  # first, before the slow start: the demo is not production
+            self.stdout.write(self.style.WARNING(notice))
         logs = Path(settings.RUN_DIR) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         call_command("migrate", verbosity=0)
@@ -56,10 +66,6 @@ class Command(BaseCommand):
                             host="127.0.0.1" if host in ("0.0.0.0", "::") else host)
             url = f"http://{host}:{port}/"
             self.stdout.write(self.style.SUCCESS(f"Tidal is up: {url}  (API {url}api/docs/, admin {url}admin/)"))
-            if settings.DEBUG:
-                self.stdout.write(self.style.WARNING(
-                    "DEBUG is on (the demo's default): errors show Django's debug page. Set DJANGO_DEBUG=0, "
-                    "DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS anywhere but on your own machine."))
             self.stdout.write(f"sign in as {OPERATOR[0]} / {OPERATOR[1]} (operator) or "
                               f"{', '.join(u for u, _, _ in USERS)} / {DEMO_PASSWORD}; logs in {logs}; Ctrl-C stops")
             self._supervise(children, exit_after)

@@ -15,7 +15,9 @@ from scheduler.bench import bench_scheduler
 
 
 class Command(BaseCommand):
-    help = "Benchmark a Tidal component and print its figures."
+    help = ("Benchmark a Tidal component and print its figures. `streaming` migrates the configured database "
+            "(DATABASE_URL) first, since its sink writes there, and removes its rows afterwards; `console` uses a "
+            "throwaway database of its own; `scheduler` uses none.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("target", choices=["scheduler", "streaming", "console"])
