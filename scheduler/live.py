@@ -120,23 +120,24 @@ def _record_events(events: list[ClusterEvent], now: float) -> int:
         if job is None or run is None or run.pod != event.pod:
             continue  # an eviction we made ourselves, or a pod of an earlier run
         if event.kind is EventKind.POD_FINISHED:
-            _end_run(job, JobRun.Outcome.SUCCEEDED, event.at)
-            job.status, job.finished_at = JobStatus.SUCCEEDED, utc(event.at)
-            job.save(update_fields=["status", "finished_at"])
-            decision_record(kind=Decision.Kind.PLACEMENT, subject=f"job:{job.pk}", department=job.department,
-                            reason="finished", message=f"succeeded on {event.node} after run {run.attempt}")
+            _end_job(job, event.at, JobStatus.SUCCEEDED, f"succeeded on {event.node} after run {run.attempt}")
             finished += 1
         elif event.kind is EventKind.POD_FAILED:
-            _end_run(job, JobRun.Outcome.FAILED, event.at)
-            job.status, job.finished_at = JobStatus.FAILED, utc(event.at)
-            job.save(update_fields=["status", "finished_at"])
-            decision_record(kind=Decision.Kind.PLACEMENT, subject=f"job:{job.pk}", department=job.department,
-                            reason="failed", message=f"failed on {event.node} in run {run.attempt}: {event.detail}")
+            _end_job(job, event.at, JobStatus.FAILED, f"failed on {event.node} in run {run.attempt}: {event.detail}")
             finished += 1
         else:
             _requeue(job, now, reason="evicted", outcome=JobRun.Outcome.KILLED,
                      message=f"requeued: its pod on {event.node} was evicted ({event.detail or 'no reason given'})")
     return finished
+
+
+def _end_job(job: TrainingJob, at: float, status: str, message: str) -> None:
+    """Its pod ended on its own: the run and the job end with the same outcome (succeeded or failed)."""
+    _end_run(job, JobRun.Outcome(status), at)
+    job.status, job.finished_at = status, utc(at)
+    job.save(update_fields=["status", "finished_at"])
+    decision_record(kind=Decision.Kind.PLACEMENT, subject=f"job:{job.pk}", department=job.department,
+                    reason="finished" if status == JobStatus.SUCCEEDED else "failed", message=message)
 
 
 def _reconcile(backend: ClusterBackend, now: float, report: TickReport) -> None:

@@ -48,6 +48,20 @@ def test_finished_pod_ends_the_job(world, cluster):
     assert not cluster[0].pods()
 
 
+def test_a_failed_pod_fails_its_job_once(world, cluster):
+    from cluster.backend import ClusterEvent, EventKind
+
+    job = submit(world, gpus="0.5")
+    tick(cluster)
+    run = TrainingJob.objects.get(pk=job.pk).runs.get()
+    at = cluster[1].now() + 1
+    failed = ClusterEvent(EventKind.POD_FAILED, at, run.node.name, run.pod, job.pk, "Error: exit code 3")
+    assert live._record_events([failed, failed], now=at) == 1  # reported twice (a watch and a resync): once
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and job.runs.get().outcome == JobRun.Outcome.FAILED
+    assert "exit code 3" in Decision.objects.get(subject=f"job:{job.pk}", reason="failed").message
+
+
 def test_crash_after_deciding_before_binding_is_repaired(world, cluster, monkeypatch):
     job = submit(world, gpus="1")
     backend = cluster[0]
