@@ -20,28 +20,63 @@ from scheduler.policy.framework import PodRequest
 from scheduler.policy.nodes import NodeTable, node_tables
 from scheduler.policy.placement import Placement, place
 from scheduler.policy.preemption import Candidate, VictimIndex, Victims
-from scheduler.policy.priority import ScoreBreakdown, rebased, score
+from scheduler.policy.priority import (ScoreBreakdown, aging_points, base_points, rebased, score, utilization_points,
+                                      waited_s)
 from scheduler.policy.profile import Profile, QueueOrder
-from scheduler.policy.quota import (Demand, QuotaCheck, QuotaLedger, allocation_demand, demand, gpu_demand,
+from scheduler.policy.quota import (Demand, QuotaLedger, allocation_demand, demand, gpu_demand,
                                     host_demand)
 from scheduler.policy.rightsizing import Request, requested, rightsize
 
 
-@dataclass(frozen=True, slots=True)
+# Scratch types of the cycle are plain (not frozen) slotted dataclasses: several are built for every
+# waiting job of every cycle, and a frozen dataclass takes about 4x as long to construct.
+@dataclass(slots=True)
 class Queued:
     job: JobView
     request: Request  # right-sized
     score: ScoreBreakdown  # with the quota kind the job would get at the start of the cycle
     models: tuple[str | None, ...]  # certified models, preferred first; (None,) for CPU-only
+    host: Demand  # the CPU and memory part of the quota demand (the same on every model)
 
 
-@dataclass(frozen=True, slots=True)
+class _PerJob:
+    """What only depends on a job and the profile (right-sized request, utilization points),
+    kept from one cycle to the next: the pending jobs of one cycle are mostly the very same
+    (frozen) JobView objects in the next. Entries are checked by identity, so the memo only
+    saves work; it holds the jobs of the last cycle only."""
+
+    def __init__(self) -> None:
+        self.profile: Profile | None = None
+        self.last: dict[int, tuple[JobView, Request, int]] = {}
+        self.now: dict[int, tuple[JobView, Request, int]] = {}
+
+    def start(self, profile: Profile) -> None:
+        if self.profile is not profile and self.profile != profile:
+            self.last = {}
+        self.profile = profile
+
+    def get(self, job: JobView, profile: Profile) -> tuple[Request, int]:
+        entry = self.last.get(id(job))
+        if entry is None or entry[0] is not job:
+            entry = (job, rightsize(job, profile), utilization_points(job, profile))
+        self.now[id(job)] = entry
+        return entry[1], entry[2]
+
+    def finish(self) -> None:
+        self.last, self.now = self.now, {}
+
+
+# One memo per process, taken out while a cycle uses it (a concurrent cycle builds its own).
+_PER_JOB: dict[str, _PerJob] = {}
+
+
+@dataclass(slots=True)
 class _NoRoom:
     """A model whose quota had room but whose nodes did not; formatted only if the job waits."""
 
     pod: PodRequest
     kind: QuotaKind | None
-    bounds: tuple[float, float, int, int]  # most free on one node (upper bounds)
+    bounds: tuple[float, float, int, int] | None  # most free on one node (upper bounds); None: not shown
 
     def __str__(self) -> str:
         whole, share, cpu, mem = self.bounds
@@ -51,7 +86,6 @@ class _NoRoom:
                 f"{whole:g} whole GPUs, {share:.2f} of a GPU, {cpu}m CPU, {mem} MiB")
 
 
-_UNMETERED = QuotaCheck(None, ())
 _ADMITTED = {QuotaKind.OWN: Reason.ADMITTED_OWN, QuotaKind.BORROWED: Reason.ADMITTED_BORROWED, None: Reason.ADMITTED}
 
 
@@ -78,6 +112,7 @@ class _Cycle:
         self._certified: dict[tuple[str, str | None], tuple[str | None, ...]] = {}
         self._split: dict[tuple[tuple[str | None, ...], str | None], tuple[list, list]] = {}
         self._victims: dict[str | None, VictimIndex] = {}
+        self._breakdowns: dict[tuple[int, int, int], ScoreBreakdown] = {}
 
     @cached_property
     def tables(self) -> dict[str | None, NodeTable]:
@@ -86,6 +121,13 @@ class _Cycle:
     @cached_property
     def holders(self) -> list[JobView]:
         return [j for j in self.snap.jobs if j.status.holds_resources and j.allocation is not None]
+
+    @cached_property
+    def holders_by_model(self) -> dict[str | None, list[JobView]]:
+        by_model: dict[str | None, list[JobView]] = defaultdict(list)
+        for job in self.holders:
+            by_model[job.allocation.gpu_model].append(job)
+        return by_model
 
     @cached_property
     def ledger(self) -> QuotaLedger:
@@ -97,10 +139,10 @@ class _Cycle:
         if index is None:
             table = self.tables[model]
             candidates = []
-            for job in self.holders:
+            for job in self.holders_by_model.get(model, ()):
                 alloc = job.allocation
-                if alloc.gpu_model != model or alloc.node not in table.row:
-                    continue  # another model, or a node outside the snapshot: nothing to reclaim there
+                if alloc.node not in table.row:
+                    continue  # a node outside the snapshot: nothing to reclaim there
                 candidates.append(Candidate(
                     job, alloc, table.row[alloc.node], score(job, alloc.quota_kind, self.now, self.profile).total,
                     job.run_time_s(self.now), alloc.quota_kind is QuotaKind.BORROWED))
@@ -118,22 +160,40 @@ class _Cycle:
         return CycleResult(self.now, tuple(self.decisions))
 
     def queue(self) -> list[Queued]:
-        items = [self._queued(j) for j in self.snap.jobs if j.status is JobStatus.PENDING]
+        per_job = _PER_JOB.pop("last", None) or _PerJob()
+        per_job.start(self.profile)
+        pending = JobStatus.PENDING
+        items = [self._queued(j, per_job) for j in self.snap.jobs if j.status is pending]
+        per_job.finish()
+        _PER_JOB["last"] = per_job
         if self.profile.order is QueueOrder.FIFO:
             items.sort(key=lambda q: (q.job.submitted_at, q.job.id))
         else:
             items.sort(key=lambda q: (-q.score.total, q.job.submitted_at, q.job.id))
         return items
 
-    def _queued(self, job: JobView) -> Queued:
-        request = rightsize(job, self.profile)
+    def _queued(self, job: JobView, per_job: _PerJob) -> Queued:
+        profile = self.profile
+        request, utilization = per_job.get(job, profile)
         models = self._models(job)
+        host = host_demand(request.cpu_request_milli, request.memory_mib)
         kind = None
-        if self.profile.quotas:
+        if profile.quotas:
             first = models[0] if models else job.gpu_model
-            need = demand(first, request.gpus, request.cpu_request_milli, request.memory_mib)
+            need = gpu_demand(first, request.gpus) + host
             kind = QuotaKind.OWN if self.ledger.has_own_room(job.department, need) else QuotaKind.BORROWED
-        return Queued(job, request, score(job, kind, self.now, self.profile), models)
+        # = score(job, kind, now, profile), with the utilization term from the memo
+        return Queued(job, request, self._breakdown(base_points(kind, profile), utilization,
+                                                    aging_points(waited_s(job, self.now), profile)), models, host)
+
+    def _breakdown(self, base: int, utilization: int, aging: int) -> ScoreBreakdown:
+        """ScoreBreakdown(...), one shared (frozen) object per distinct score: a handful of values
+        per cycle, and building a frozen dataclass costs more than looking one up."""
+        key = (base, utilization, aging)
+        breakdown = self._breakdowns.get(key)
+        if breakdown is None:
+            breakdown = self._breakdowns[key] = ScoreBreakdown(base, utilization, aging)
+        return breakdown
 
     def _models(self, job: JobView) -> tuple[str | None, ...]:
         if job.gpus == 0:
@@ -165,25 +225,37 @@ class _Cycle:
 
     # -- one job ----------------------------------------------------------------------
     def _try(self, q: Queued, position: int) -> bool:
-        job, req = q.job, q.request
+        job, req, profile = q.job, q.request, self.profile
         refusals: list[tuple[str | None, object]] = []  # (model, why) formatted only if the job waits
         attempts: list[_NoRoom] = []
-        host = host_demand(req.cpu_request_milli, req.memory_mib)
-        for model in self._model_order(q):
+        quota = self.ledger.checker(job.department, q.host, profile.borrowing) if profile.quotas else None
+        for n, model in enumerate(self._model_order(q)):
+            # Every model tried and not used adds to `refusals`, so the first two models are the ones
+            # a waiting job's message spells out (see _why); the others it only names, so for them
+            # the refusals are not built (why = None).
+            spelled = n < 2
+            if quota is None:
+                kind = None
+            elif spelled:
+                check = quota.choose(gpu_demand(model, req.gpus))
+                for why in check.refused:
+                    refusals.append((model, why))
+                kind = check.kind
+            else:
+                kind = quota.kind(gpu_demand(model, req.gpus))
+            if kind is None and quota is not None:
+                if not spelled:
+                    refusals.append((model, None))
+                continue
             pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, job.preferred_pool)
-            check = self.ledger.choose(job.department, gpu_demand(model, req.gpus) + host, self.profile.borrowing) \
-                if self.profile.quotas else _UNMETERED
-            if check.refused:
-                refusals.extend((model, r) for r in check.refused)
-                if check.kind is None:
-                    continue
             table = self.tables[model]
-            placement = place(pod, table, self.profile)
+            placement = place(pod, table, profile)
             if placement is not None:
-                self._admit(q, pod, check.kind, placement, ())
+                self._admit(q, pod, kind, placement, ())
                 return True
-            attempts.append(_NoRoom(pod, check.kind, table.bounds()))
-            refusals.append((model, attempts[-1]))
+            attempt = _NoRoom(pod, kind, table.bounds() if spelled else None)
+            attempts.append(attempt)
+            refusals.append((model, attempt if spelled else None))
         if self.profile.preemption and self._preempt_for(q, attempts):
             return True
         self._pending(q, position, *self._why(q, attempts, refusals))
@@ -197,15 +269,26 @@ class _Cycle:
         if not refusals:
             return Reason.NO_CAPACITY, "no node of a compatible GPU model exists"
         # Spelled out for the preferred and the best fallback model; the rest only named (cheap).
-        shown = list(dict.fromkeys(m for m, _ in refusals))[:2]
-        message = "; ".join(str(why) for model, why in refusals if model in shown)
-        others = sorted(m or "CPU" for m in {m for m, _ in refusals} if m not in shown)
+        # Refusals come model by model, so the first two models seen are the first two listed.
+        shown: list[str | None] = []
+        parts: list[str] = []
+        others: set[str | None] = set()
+        for model, why in refusals:
+            if model not in shown:
+                if len(shown) == 2:
+                    others.add(model)
+                    continue
+                shown.append(model)
+            parts.append(str(why))
+        message = "; ".join(parts)
         if others:
-            message += f"; no quota or room on the other certified models either ({', '.join(others)})"
+            named = ", ".join(sorted(m or "CPU" for m in others))
+            message += f"; no quota or room on the other certified models either ({named})"
         if not attempts:
             return Reason.QUOTA_EXHAUSTED, message
-        if any(a.kind is not QuotaKind.BORROWED for a in attempts):
-            return Reason.NO_CAPACITY, message
+        for a in attempts:
+            if a.kind is not QuotaKind.BORROWED:
+                return Reason.NO_CAPACITY, message
         return Reason.NO_IDLE_CAPACITY, message
 
     # -- preemption -------------------------------------------------------------------

@@ -18,9 +18,11 @@ from cluster.types import Pool
 from scheduler.policy.nodes import NodeTable
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PodRequest:
-    """What one placement needs, on one GPU model (None: CPU-only)."""
+    """What one placement needs, on one GPU model (None: CPU-only). Treated as immutable, but not
+    frozen: one is built per model tried for every job of every cycle, and a frozen dataclass takes
+    about 4x as long to construct."""
 
     gpu_model: str | None
     gpus: float

@@ -84,6 +84,16 @@ class _Rows:
         self._derive()
 
 
+_WHOLE_GPUS: list[GpuShare] = []
+
+
+def _whole_gpu(index: int) -> GpuShare:
+    """GpuShare(index, 1.0), one shared (frozen) object per index: cheaper than building one per admission."""
+    while len(_WHOLE_GPUS) <= index:
+        _WHOLE_GPUS.append(GpuShare(len(_WHOLE_GPUS), 1.0))
+    return _WHOLE_GPUS[index]
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
@@ -207,21 +217,24 @@ class NodeTable:
         self.failed.clear()  # freed capacity may now fit what failed before
 
     def _change(self, row: int, shares: Sequence[GpuShare], cpu: int, mem: int, sign: int) -> None:
-        # One node has a handful of GPUs: plain Python beats NumPy calls here.
-        real = self.gpu_used[row, : self.gpu_count[row]].tolist()
+        # One node has a handful of GPUs: plain Python (floats, list comprehensions) beats NumPy calls
+        # and NumPy scalars here; the values are the same doubles either way.
+        count = int(self.gpu_count[row])
+        real = self.gpu_used[row, :count].tolist()
         for s in shares:
             real[s.index] = min(1.0, max(0.0, real[s.index] + sign * s.share))
-        self.gpu_used[row, : len(real)] = real
+        self.gpu_used[row, :count] = real
         used = sum(real)
         if self.schedulable[row]:
-            self._idle += self.used_sum[row] - used
+            self._idle += float(self.used_sum[row]) - used
         self.used_sum[row] = used
-        self.whole_free[row] = sum(u <= GPU_EPS for u in real)
+        self.whole_free[row] = len([u for u in real if u <= GPU_EPS])
         self.max_share_free[row] = 1.0 - min(real, default=_ABSENT)
-        self.least_shared[row] = min((u for u in real if u != 0), default=_ABSENT)
+        self.least_shared[row] = min([u for u in real if u != 0], default=_ABSENT)
         self.cpu_free[row] -= sign * cpu
         self.mem_free[row] -= sign * mem
-        self.allocated[row] = self._allocated(row)
+        # = self._allocated(row): used_sum / gpu_count, in Python on a GPU table
+        self.allocated[row] = used / count if self.gpu_model is not None and count else self._allocated(row)
 
     def _allocated(self, rows: int | slice) -> np.ndarray:
         """Fraction of the node in use: its GPUs, or its CPU on a CPU-only table."""
@@ -278,7 +291,7 @@ class NodeTable:
         used = self.gpu_used[row].tolist()  # a handful of GPUs: plain Python beats NumPy calls
         if gpus >= 1:
             free = [i for i, u in enumerate(used) if u <= GPU_EPS][: int(gpus)]
-            return tuple(GpuShare(i, 1.0) for i in free)
+            return tuple(_whole_gpu(i) for i in free)
         if gpus > 0:
             fitting = [u if u + gpus <= 1.0 + GPU_EPS else -1.0 for u in used]
             return (GpuShare(fitting.index(max(fitting)), float(gpus)),)

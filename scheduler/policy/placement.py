@@ -13,7 +13,7 @@ from scheduler.policy.nodes import NodeTable
 from scheduler.policy.profile import Profile
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # scratch, not frozen (cheaper to build; see PodRequest)
 class Placement:
     row: int
     node: str

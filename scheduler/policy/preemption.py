@@ -22,9 +22,11 @@ from scheduler.policy.placement import filtered
 from scheduler.policy.profile import Profile
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Candidate:
-    """A job holding resources on a node, as a possible victim."""
+    """A job holding resources on a node, as a possible victim. Not frozen (one is built for every
+    job holding resources on a model where preemption is tried: frozen dataclasses build 4x slower);
+    compared by identity."""
 
     job: JobView
     allocation: Allocation

@@ -41,9 +41,10 @@ def allocation_demand(alloc: Allocation) -> Demand:
     return demand(alloc.gpu_model, alloc.gpus, alloc.cpu_milli, alloc.memory_mib)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Shortfall:
-    """A quota without room; formatted only if someone reads it (most never are)."""
+    """A quota without room; formatted only if someone reads it (most never are). Not frozen: built
+    for nearly every model of every waiting job, and frozen dataclasses are 4x slower to build."""
 
     kind: QuotaKind
     resource: str
@@ -53,15 +54,17 @@ class Shortfall:
 
     def __str__(self) -> str:
         unit = _UNITS.get(self.resource)
+        kind = _KIND_TEXT[self.kind]
         if unit is None:  # GPUs
-            return (f"{self.kind.value} {self.resource} quota {_gpus(self.used)}/{_gpus(self.limit)} used, "
+            return (f"{kind} {self.resource} quota {_gpus(self.used)}/{_gpus(self.limit)} used, "
                     f"needs {_gpus(self.amount)}")
         name, suffix = unit
-        return (f"{self.kind.value} {name} quota {self.used:g}{suffix}/{self.limit:g}{suffix} used, "
+        return (f"{kind} {name} quota {self.used:g}{suffix}/{self.limit:g}{suffix} used, "
                 f"needs {self.amount:g}{suffix}")
 
 
 _UNITS = {CPU_KEY: ("CPU", "m"), MEMORY_KEY: ("memory", " MiB")}
+_KIND_TEXT = {kind: kind.value for kind in QuotaKind}  # .value goes through an Enum property
 
 
 @lru_cache(maxsize=4096)
@@ -71,7 +74,7 @@ def _gpus(amount: float) -> str:
     return f"{round(amount, 3):g}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as Shortfall
 class QuotaCheck:
     kind: QuotaKind | None  # None: neither own nor borrowed quota has room
     refused: tuple[Shortfall, ...]  # own (and borrowed) refusals; empty when own quota had room
@@ -82,6 +85,7 @@ _NO_QUOTA = (0.0, 0.0, 0.0, 0.0)  # a resource without a quota row: nothing may 
 
 # Row layout: [own limit, borrowed limit, own used, borrowed used]; (limit, used) index per kind.
 _SLOTS = {QuotaKind.OWN: (0, 2), QuotaKind.BORROWED: (1, 3)}
+(_OWN_LIMIT, _OWN_USED), (_BORROWED_LIMIT, _BORROWED_USED) = _SLOTS[QuotaKind.OWN], _SLOTS[QuotaKind.BORROWED]
 _NO_ROWS: Mapping[str, tuple[float, float, float, float]] = MappingProxyType({})
 
 # The rows of the last quota list seen (limits, nothing used), kept while the caller passes the
@@ -123,20 +127,15 @@ class QuotaLedger:
         return rows
 
     def has_own_room(self, department: str, need: Demand) -> bool:
-        return _shortfall(self._read(department), need, QuotaKind.OWN) is None
+        return _no_room(self._read(department), need, _OWN_LIMIT, _OWN_USED) is None
 
     def choose(self, department: str, need: Demand, borrowing: bool) -> QuotaCheck:
         """Own quota when every resource has room there, else borrowed quota when it has room."""
-        rows = self._read(department)
-        own_short = _shortfall(rows, need, QuotaKind.OWN)
-        if own_short is None:
-            return _OWN_ROOM
-        if not borrowing:
-            return QuotaCheck(None, (own_short,))
-        borrowed_short = _shortfall(rows, need, QuotaKind.BORROWED)
-        if borrowed_short is None:
-            return QuotaCheck(QuotaKind.BORROWED, (own_short,))
-        return QuotaCheck(None, (own_short, borrowed_short))
+        return self.checker(department, (), borrowing).choose(need)
+
+    def checker(self, department: str, host: Demand, borrowing: bool) -> JobQuota:
+        """Quota checks of one job on each GPU model it may use, until the ledger next changes."""
+        return JobQuota(self._read(department), host, borrowing)
 
     def charge(self, department: str, kind: QuotaKind, need: Demand, sign: int = 1) -> None:
         rows = self._write(department)
@@ -151,12 +150,59 @@ class QuotaLedger:
         self.charge(department, kind, need, sign=-1)
 
 
-def _shortfall(rows: Mapping[str, Sequence[float]], need: Demand, kind: QuotaKind) -> Shortfall | None:
-    """The first resource without room, or None when all fit."""
-    limit_slot, used_slot = _SLOTS[kind]
+class JobQuota:
+    """`QuotaLedger.choose` for one job on each of its GPU models. The CPU and memory part of its
+    demand is the same on every model, so it is checked once (a job waiting for room is checked on
+    every certified model, every cycle). Valid until the ledger next changes."""
+
+    def __init__(self, rows: Mapping[str, Sequence[float]], host: Demand, borrowing: bool) -> None:
+        self.rows = rows
+        self.borrowing = borrowing
+        self.host = host
+        self.own_host = _no_room(rows, host, _OWN_LIMIT, _OWN_USED)
+        self._borrowed_host: _Short | None | bool = False  # False: not checked yet
+
+    def choose(self, gpu: Demand) -> QuotaCheck:
+        """= ledger.choose(department, gpu + host, borrowing)."""
+        kind, own, borrowed = self._check(gpu)
+        if own is None:
+            return _OWN_ROOM
+        refused = (Shortfall(QuotaKind.OWN, *own),) if borrowed is None else \
+            (Shortfall(QuotaKind.OWN, *own), Shortfall(QuotaKind.BORROWED, *borrowed))
+        return QuotaCheck(kind, refused)
+
+    def kind(self, gpu: Demand) -> QuotaKind | None:
+        """choose(gpu).kind, without building the refusals (for models a message only names)."""
+        return self._check(gpu)[0]
+
+    def _check(self, gpu: Demand) -> tuple[QuotaKind | None, _Short | None, _Short | None]:
+        """The kind and the first own and borrowed resource without room. Resources are checked in
+        the order of the demand (GPUs first), so that is the GPU or else the host's."""
+        rows = self.rows
+        own = _no_room(rows, gpu, _OWN_LIMIT, _OWN_USED) or self.own_host
+        if own is None:
+            return QuotaKind.OWN, None, None
+        if not self.borrowing:
+            return None, own, None
+        borrowed = _no_room(rows, gpu, _BORROWED_LIMIT, _BORROWED_USED)
+        if borrowed is None:
+            if self._borrowed_host is False:
+                self._borrowed_host = _no_room(rows, self.host, _BORROWED_LIMIT, _BORROWED_USED)
+            borrowed = self._borrowed_host
+            if borrowed is None:
+                return QuotaKind.BORROWED, own, None
+        return None, own, borrowed
+
+
+_Short = tuple[str, float, float, float]  # (resource, used, limit, amount): a Shortfall's fields after its kind
+
+
+def _no_room(rows: Mapping[str, Sequence[float]], need: Demand, limit_slot: int, used_slot: int) -> _Short | None:
+    """The first resource without room, or None when all fit; a plain tuple, not yet a Shortfall
+    (this runs several times for every waiting job of every cycle)."""
     for resource, amount in need:
         row = rows.get(resource, _NO_QUOTA)
         limit, used = row[limit_slot], row[used_slot]
         if used + amount > limit + GPU_EPS:
-            return Shortfall(kind, resource, used, limit, amount)
+            return resource, used, limit, amount
     return None

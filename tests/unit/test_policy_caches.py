@@ -73,3 +73,29 @@ def test_no_applicable_scorer_ties_every_node_and_takes_the_first():
     assert total_score(whole, t, np.arange(2), TIDAL.with_(scorers=(("gpu-share-best-fit", 1.0),))) is None
     assert place(whole, t, TIDAL.with_(scorers=())).node == "n00"
     assert place(whole, t, TIDAL).node == "n01"  # most allocated
+
+
+AMOUNTS = st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 8.0])
+
+
+@given(st.tuples(AMOUNTS, AMOUNTS, AMOUNTS, AMOUNTS), st.tuples(AMOUNTS, AMOUNTS, AMOUNTS, AMOUNTS),
+       AMOUNTS, st.sampled_from([0, 1000, 4000]), st.sampled_from([0, 1024]), st.booleans())
+def test_a_jobs_quota_checker_decides_as_the_ledger_on_the_whole_demand(gpu_quota, cpu_quota, gpus, cpu, mem,
+                                                                       borrowing):
+    """JobQuota checks the CPU/memory part once per job; it must agree with ledger.choose, which checks the
+    whole demand in one pass in its order (GPUs, CPU, memory), on every model."""
+    from cluster.types import CPU_KEY, QuotaView
+    from scheduler.policy.quota import QuotaLedger, gpu_demand, host_demand
+
+    quotas = (QuotaView("a", "T4", gpu_quota[0], gpu_quota[1]), QuotaView("a", CPU_KEY, cpu_quota[0] * 1000,
+                                                                          cpu_quota[1] * 1000))
+    ledger = QuotaLedger(quotas, ())
+    ledger.charge("a", QuotaKind.OWN, (("T4", gpu_quota[2]), (CPU_KEY, cpu_quota[2] * 1000)))
+    ledger.charge("a", QuotaKind.BORROWED, (("T4", gpu_quota[3]), (CPU_KEY, cpu_quota[3] * 1000)))
+    host = host_demand(cpu, mem)
+    checker = ledger.checker("a", host, borrowing)
+    for model in ("T4", "V100", None):
+        gpu = gpu_demand(model, gpus)
+        expected = ledger.choose("a", gpu + host, borrowing)
+        assert checker.choose(gpu) == expected
+        assert checker.kind(gpu) is expected.kind
