@@ -67,9 +67,10 @@ class SimulatedTraining:
         if run_time_s is not None:
             self.run_time[job.id] = run_time_s
 
-    def snapshot(self) -> Snapshot:
-        return Snapshot(self.clock.now(), self.backend.nodes(), tuple(self.jobs.values()), self.quotas,
-                        self.certified, self.gpu_models)
+    def snapshot(self, jobs: Iterable[JobView] | None = None) -> Snapshot:
+        """What a cycle sees now: every job, or only `jobs` (a caller bounding the pending queue it hands over)."""
+        seen = tuple(self.jobs.values() if jobs is None else jobs)
+        return Snapshot(self.clock.now(), self.backend.nodes(), seen, self.quotas, self.certified, self.gpu_models)
 
     def finish_elapsed(self) -> int:
         """Let the backend complete pods whose run time elapsed; returns how many."""

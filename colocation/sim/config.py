@@ -57,6 +57,12 @@ class SimConfig:
     # nodes moved since the last one); the training scheduler dominates the run time (its cost grows
     # with the pending queue), so 7 days of both runs stay under a minute.
     schedule_every_min: int = 5
+    # A cycle sees the running jobs and the first this many pending jobs of each GPU model's queue (None: all),
+    # as a queue manager hands a scheduler the head of its queues (colocation/sim/queue.py); it spares the static
+    # split re-trying its whole queue (~13.5k jobs by day 7) every cycle. A job further back that would fit waits
+    # until it reaches the head. Off by default: with lending, a model's head fills with long (fixed-pool-only)
+    # jobs while short ones behind them could use lent nodes (7 days at 64: GPU utilization 43.7% -> 38.9%).
+    queue_window: int | None = None
 
     def with_(self, **overrides: object) -> SimConfig:
         return replace(self, **overrides)

@@ -5,8 +5,9 @@ pods are retried); (2) training jobs arrive; (3) inference autoscaling (SPEC §3
 `autoscaling.decide_group` per group) applied as ReplicaSet scales; (4) `decide_lending` per group
 opens transitions;
 (5) the step machine (`next_action`) runs each open transition as far as it can this tick;
-(6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"))`) with each pending job's pool
-from `preferred_pool`. The acting layer here plays the controller's part; no policy is copied.
+(6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"))`) over the running jobs and the head of
+the pending queue (`cfg.queue_window` per GPU model, colocation/sim/queue.py), each with its pool from
+`preferred_pool`. The acting layer here plays the controller's part; no policy is copied.
 The static baseline is the same loop with step (4) off: nodes never move.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import islice
 
 from cluster.backend import DETACHED_FROM_LABEL, REPLACES_LABEL, RESOURCE_GROUP_LABEL
 from cluster.clock import VirtualClock
@@ -27,10 +29,11 @@ from colocation.policy import autoscaling
 from colocation.policy.states import Direction
 from colocation.sim.autoscale import Measured
 from colocation.sim.config import SIM_START, SimConfig
+from colocation.sim.queue import PendingQueue
 from colocation.sim.workload import (build_jobs, build_nodes, build_services, group_capacity, initial_replicas,
                                     peak_replicas, static_split)
 from scheduler.bench import SimulatedTraining, pod_name
-from scheduler.policy import Admit, Preempt, get_profile, schedule
+from scheduler.policy import Admit, CycleResult, Preempt, get_profile, schedule
 
 MAX_STEPS_PER_TICK = 64  # per transition; a lend of a node with many pods needs 2 per pod
 
@@ -111,6 +114,7 @@ class CoLocationSim:
         self.measured = Measured(cfg.autoscale)
         self.util_now: dict[str, float] = {}
         self._next_arrival = 0
+        self.queue = PendingQueue()  # the pending jobs of self.training, in order
         self._pending_jobs = 0
         self.detached: dict[str, tuple[str, str]] = {}  # detached pod -> (its ReplicaSet, replacement)
         self._dirty = True
@@ -147,25 +151,21 @@ class CoLocationSim:
 
     # -- (1)+(2) training arrivals and completions -------------------------------------------
     def _finish(self) -> None:
-        pool = {n.name: n.pool for n in self.backend.nodes()}
-        running = {j.id: j.node for j in self.training.jobs.values() if j.status is JobStatus.RUNNING}
         done = self.training.finish_elapsed()
-        if done:
-            self._dirty = True
-            for job_id in self.training.done.keys() - self._counted_done():
-                node = running.get(job_id)
-                self.metrics.finished += 1
-                if node is not None and pool[node] is Pool.COLOCATION:
-                    self.metrics.finished_lent += 1
-            self._done_seen = set(self.training.done)
-
-    def _counted_done(self) -> set[int]:
-        return self.__dict__.setdefault("_done_seen", set())
+        if not done:
+            return
+        self._dirty = True
+        # the jobs that just finished are the last `done` ones of training.done (a dict keeps insertion order)
+        for job in islice(reversed(self.training.done.values()), done):
+            self.metrics.finished += 1
+            if job.node is not None and self._node(job.node).pool is Pool.COLOCATION:
+                self.metrics.finished_lent += 1
 
     def _arrive(self, now: float) -> None:
         while self._next_arrival < len(self.arrivals) and self.arrivals[self._next_arrival].at <= now:
             a = self.arrivals[self._next_arrival]
             self.training.submit(a.job, a.run_s)
+            self.queue.add(a.job)
             self._next_arrival += 1
             self.metrics.jobs_submitted += 1
             self._dirty = True
@@ -210,10 +210,9 @@ class CoLocationSim:
         """The policy's view of each group, observed as the live controller does (colocation/observe.py); the
         sim adds what only it knows: pending training jobs that may use lent nodes, its open transitions."""
         members = observe.group_nodes(self.backend)
-        pending_training: Counter[str] = Counter()
-        for j in self.training.jobs.values():
-            if j.status is JobStatus.PENDING and j.preferred_pool is not Pool.FIXED:
-                pending_training[j.gpu_model or "CPU"] += 1
+        jobs = self.training.jobs
+        pending_training = {group: sum(1 for i in self.queue.lane(model) if jobs[i].preferred_pool is not Pool.FIXED)
+                            for model, group in self.group_of_model.items()}
         pending_online = observe.pending_online(self.backend, self.group_of_model)
         converting: dict[str, list[Converting]] = defaultdict(list)
         for r in self.records.values():
@@ -279,6 +278,7 @@ class CoLocationSim:
             job = self.training.jobs.get(pod.spec.job_id) if pod else None
             if job is not None:
                 self.training.jobs[job.id] = requeue_after_take_back(job)
+                self.queue.add(job)
                 self.killed_jobs.add(job.id)
                 self.metrics.killed += 1
             self._dirty = True
@@ -289,29 +289,36 @@ class CoLocationSim:
             return  # nothing arrived, finished or moved since the last cycle: it would decide the same
         self._dirty = False
         jobs = self.training.jobs
-        pending = 0
-        for j in list(jobs.values()):
-            if j.status is not JobStatus.PENDING:
-                continue
-            pending += 1
+        head = self.queue.head(self.cfg.queue_window)
+        for job_id in head:
+            j = jobs[job_id]
             # co-location is a preference (the scheduler's colocation-first scorer falls back to the fixed
             # pool), fixed is strict: the first pool of the choice says both
             pool = preferred_pool(j, now, self.cfg.lending, killed_by_take_back=j.id in self.killed_jobs).pools[0]
             if pool is not j.preferred_pool:
                 jobs[j.id] = replace(j, preferred_pool=pool)
-        result = schedule(self.training.snapshot(), self.profile)
+        seen = set(head)  # the running jobs too: the quota ledger and preemption need them
+        snapshot = self.training.snapshot(j for j in jobs.values() if j.id in seen or j.status is not JobStatus.PENDING)
+        result = schedule(snapshot, self.profile)
+        self.training.apply(result)
+        self._pending_jobs = len(self.queue)
+        self._count(result)
+
+    def _count(self, result: CycleResult) -> None:
+        """Keep the queue in step with the applied decisions and count starts and preemptions."""
+        jobs = self.training.jobs
         pools = None
         for d in result.decisions:
             if isinstance(d, Preempt):
                 self.metrics.preempted += 1
+                self.queue.add(jobs[d.job_id])
             elif isinstance(d, Admit):
                 if pools is None:
                     pools = {n.name: n.pool for n in self.backend.nodes()}
-                pending -= 1
+                self.queue.remove(jobs[d.job_id])
+                self._pending_jobs -= 1
                 if pools[d.node] is Pool.COLOCATION:
                     self.metrics.started_lent += 1
-        self.training.apply(result)
-        self._pending_jobs = pending
 
     # -- metrics ------------------------------------------------------------------------------
     def _measure(self, minute: int, now: float) -> None:

@@ -26,10 +26,15 @@ class Command(BaseCommand):
         parser.add_argument("--small", action="store_true", help="a small cluster (tests)")
         parser.add_argument("--training-load", type=float, default=None)
         parser.add_argument("--fixed-share", type=float, default=None)
+        parser.add_argument("--queue-window", type=int, default=None,
+                            help="pending jobs per GPU model a scheduling cycle sees, oldest first "
+                                 "(default 0: the whole queue)")
 
     def handle(self, *args: object, **opts: object) -> None:
         if opts["days"] < 1:
             raise CommandError("--days must be >= 1")
+        if opts["queue_window"] is not None and opts["queue_window"] < 0:
+            raise CommandError("--queue-window must be >= 0")
         cfg = SimConfig(Path(settings.TRACES_DIR), days=opts["days"], seed=opts["seed"])
         if opts["small"]:
             cfg = cfg.small()
@@ -37,6 +42,8 @@ class Command(BaseCommand):
             cfg = cfg.with_(training_load=opts["training_load"])
         if opts["fixed_share"] is not None:
             cfg = cfg.with_(fixed_share=opts["fixed_share"])
+        if opts["queue_window"] is not None:
+            cfg = cfg.with_(queue_window=opts["queue_window"] or None)
         out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / "colocate-sim"
         command = "python manage.py colocate_sim " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "colocate_sim"
         bars: list[tqdm] = []
