@@ -78,24 +78,9 @@ class SimulatedCluster:
         self._finish: list[tuple[float, int, str]] = []
         self._events: list[ClusterEvent] = []
         self._seq = 0
-        self._init_inference(startup_s)
-
-    def _init_inference(self, startup_s: float = DEFAULT_STARTUP_S) -> None:
         self.startup_s = startup_s
         self._replicasets: dict[str, _ReplicaSet] = {}
         self._ready_heap: list[tuple[float, int, str]] = []
-
-    def __setstate__(self, state: dict) -> None:
-        """Unpickle, also a cluster saved before inference existed (store.py keeps one in Redis)."""
-        self.__dict__.update(state)
-        if "_replicasets" not in state:
-            self._init_inference()
-            for name, record in self._pods.items():
-                try:
-                    record.view.ready  # noqa: B018 - a PodView pickled before `ready` lacks the slot
-                except AttributeError:
-                    v = record.view
-                    self._pods[name] = _Pod(PodView(v.spec, v.node, v.started_at, True), record.seq)
 
     # -- ClusterBackend ------------------------------------------------------------
     def nodes(self) -> tuple[NodeView, ...]:

@@ -14,7 +14,9 @@ from cluster.clock import SystemClock
 from cluster.simulated.engine import SimulatedCluster
 from cluster.types import NodeView
 
-KEY = "simulated-cluster"  # under the instance's namespace, e.g. "tidal:simulated-cluster"
+# Under the instance's namespace, e.g. "tidal:simulated-cluster-v2". The version changes whenever the pickled classes
+# change shape: an older cluster is left behind, and the scheduler requeues the jobs whose pods it held.
+KEY = "simulated-cluster-v2"
 
 
 def labelled_runtime(pod: PodSpec) -> float | None:

@@ -139,14 +139,3 @@ def test_bad_replicas_refused():
     with pytest.raises(BackendError, match="replicas must be >= 0"):
         sim.apply_replicaset("web", TEMPLATE, -1)
 
-
-def test_cluster_pickled_before_inference_loads():
-    import pickle
-    sim, _ = cluster("a")
-    state = sim.__dict__.copy()
-    for key in ("_replicasets", "_ready_heap", "startup_s"):
-        del state[key]
-    old = SimulatedCluster.__new__(SimulatedCluster)
-    old.__setstate__(pickle.loads(pickle.dumps(state)))
-    old.apply_replicaset("web", TEMPLATE, 1)
-    assert old.pod("web-0") is not None
