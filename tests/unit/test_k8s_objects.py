@@ -84,3 +84,16 @@ def test_a_replicaset_keeps_its_pods_on_online_normal_nodes_and_shows_the_select
 def test_a_malformed_shares_annotation_is_refused(text):
     with pytest.raises(ValueError):
         cv.decode_shares(text)
+
+
+@pytest.mark.parametrize("status, kind, detail", [
+    ({"phase": "Succeeded"}, "pod-finished", ""),
+    ({"phase": "Failed", "reason": "Evicted", "message": "node low on memory"}, "pod-evicted",
+     "Evicted: node low on memory"),
+    ({"phase": "Failed", "message": "exit code 3"}, "pod-failed", "exit code 3"),
+], ids=["succeeded", "evicted-by-kubelet", "failed"])
+def test_a_terminal_pod_is_reported_as_how_it_ended(status, kind, detail):
+    from cluster.kubernetes.backend import _terminal_events
+
+    (event,) = _terminal_events({**pod({}, **{JOB_LABEL: "7"}), "status": status}, now=5.0)
+    assert (event.kind.value, event.job_id, event.node, event.detail) == (kind, 7, "n1", detail)
