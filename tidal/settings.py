@@ -205,7 +205,7 @@ if TIDAL_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
 TIDAL_KUBECONFIG = os.environ.get("TIDAL_KUBECONFIG", "")
 TIDAL_K8S_NAMESPACE = os.environ.get("TIDAL_K8S_NAMESPACE", "tidal-workloads")  # Tidal's pods and ReplicaSets
 TIDAL_K8S_LEASE_NAMESPACE = os.environ.get("TIDAL_K8S_LEASE_NAMESPACE", TIDAL_K8S_NAMESPACE)
-TIDAL_K8S_LEASE_S = int(os.environ.get("TIDAL_K8S_LEASE_S", "15"))  # a silent leader is replaced after this
+TIDAL_K8S_LEASE_S = int(os.environ.get("TIDAL_K8S_LEASE_S", "60"))  # a silent leader is replaced after this
 TIDAL_K8S_POD_IMAGE = os.environ.get("TIDAL_K8S_POD_IMAGE", "busybox:1.37")  # for pods that name no image
 TIDAL_LEADER_ID = os.environ.get("TIDAL_LEADER_ID", "")  # default: the hostname (a worker pod)
 TIDAL_CLUSTER_BACKOFF_S = float(os.environ.get("TIDAL_CLUSTER_BACKOFF_S", "5"))  # doubles per failed tick, max 300
