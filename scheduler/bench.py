@@ -159,6 +159,36 @@ def build_job(job_id: int, now: float, gpu_weights: dict[str, int], rng: random.
                    submitted_at=now - rng.uniform(0, 7200), history=history)
 
 
+def queued_cluster(nodes: int, shapes, rng: random.Random, pending: int, *, borrow_ratio: float = 0.3,
+                   runtime_s: tuple[float, float] = (600, 4 * 3600), batch: int = 100
+                   ) -> tuple[SimulatedTraining, VirtualClock, Callable[[int], float]]:
+    """A cluster of `nodes` with enough jobs queued to fill every GPU plus `pending` more, and `arrive(n)`, which
+    submits n more jobs (returning their GPUs). Shared by the benchmark and the cycle's golden test."""
+    cluster = build_nodes(nodes, shapes, rng)
+    gpu_weights: Counter[str] = Counter()
+    for n in cluster:
+        if n.gpu_model:
+            gpu_weights[n.gpu_model] += n.gpu_count
+    clock = VirtualClock(start=1_700_000_000.0)
+    certified = certified_map(gpu_weights)
+    sim = SimulatedTraining(cluster, build_quotas(cluster, borrow_ratio=borrow_ratio), certified, clock)
+    ids = iter(range(1, 10**9))
+
+    def arrive(count: int) -> float:
+        gpus = 0.0
+        for _ in range(count):
+            job = build_job(next(ids), clock.now(), gpu_weights, rng, certified)
+            sim.submit(job, rng.uniform(*runtime_s))
+            gpus += job.gpus
+        return gpus
+
+    capacity, queued = sum(gpu_weights.values()), 0.0
+    while queued < capacity:
+        queued += arrive(batch)
+    arrive(pending)
+    return sim, clock, arrive
+
+
 def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, seed: int = 7,
                     node_csv: str | Path | None = None, profile: str = "tidal",
                     cycle_s: float = 60.0, progress: Callable[[int], None] | None = None) -> dict[str, float]:
@@ -169,29 +199,8 @@ def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, se
     full cluster (jobs finish, own-quota jobs reclaim from borrowers, arrivals top the queue up).
     """
     rng = random.Random(seed)
-    cluster = build_nodes(nodes, node_shapes(node_csv), rng)
-    gpu_weights: Counter[str] = Counter()
-    for n in cluster:
-        if n.gpu_model:
-            gpu_weights[n.gpu_model] += n.gpu_count
-    clock = VirtualClock(start=1_700_000_000.0)
-    certified = certified_map(gpu_weights)
-    sim = SimulatedTraining(cluster, build_quotas(cluster), certified, clock)
+    sim, clock, arrive = queued_cluster(nodes, node_shapes(node_csv), rng, pending)
     chosen = get_profile(profile)
-    ids = iter(range(1, 10**9))
-
-    def arrive(count: int) -> float:
-        gpus = 0.0
-        for _ in range(count):
-            job = build_job(next(ids), clock.now(), gpu_weights, rng, certified)
-            sim.submit(job, rng.uniform(600, 4 * 3600))
-            gpus += job.gpus
-        return gpus
-
-    capacity, queued = sum(gpu_weights.values()), 0.0
-    while queued < capacity:
-        queued += arrive(100)
-    arrive(pending)
     durations, placed, preempted = [], 0, 0
     for cycle in range(cycles):
         sim.finish_elapsed()

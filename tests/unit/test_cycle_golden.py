@@ -18,15 +18,12 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from cluster.clock import VirtualClock
 from cluster.types import JobStatus
-from scheduler.bench import (BUILTIN_SHAPES, SimulatedTraining, build_job, build_nodes, build_quotas,
-                             certified_map)
+from scheduler.bench import BUILTIN_SHAPES, queued_cluster
 from scheduler.policy import get_profile, schedule
 from scheduler.policy.nodes import forget_node_tables
 
@@ -42,30 +39,9 @@ def decision_lines(profile_name: str, nodes: int = 300, pending: int = 1000, cyc
                    seed: int = 11, cycle_s: float = 300.0) -> list[str]:
     """repr() of every decision of every cycle, prefixed by the cycle number."""
     forget_node_tables()  # start without the cross-cycle memo of whichever test ran before
-    rng = random.Random(seed)
-    cluster = build_nodes(nodes, BUILTIN_SHAPES, rng)
-    gpu_weights: Counter[str] = Counter()
-    for n in cluster:
-        if n.gpu_model:
-            gpu_weights[n.gpu_model] += n.gpu_count
-    clock = VirtualClock(start=1_700_000_000.0)
-    certified = certified_map(gpu_weights)
-    sim = SimulatedTraining(cluster, build_quotas(cluster, borrow_ratio=0.1), certified, clock)
+    sim, clock, arrive = queued_cluster(nodes, BUILTIN_SHAPES, random.Random(seed), pending, borrow_ratio=0.1,
+                                        runtime_s=(300, 2 * 3600), batch=50)
     profile = get_profile(profile_name)
-    ids = iter(range(1, 10**9))
-
-    def arrive(count: int) -> float:
-        gpus = 0.0
-        for _ in range(count):
-            job = build_job(next(ids), clock.now(), gpu_weights, rng, certified)
-            sim.submit(job, rng.uniform(300, 2 * 3600))
-            gpus += job.gpus
-        return gpus
-
-    capacity, queued = sum(gpu_weights.values()), 0.0
-    while queued < capacity:
-        queued += arrive(50)
-    arrive(pending)
     lines = []
     for cycle in range(cycles):
         sim.finish_elapsed()
