@@ -78,7 +78,8 @@ def _kubernetes_session(redis, namespace: str) -> Iterator[ClusterBackend | None
 
 @cache
 def kubernetes_backend():
-    """One backend (and its watches) and one lease elector per process, from the settings."""
+    """One backend (and its watches) and one lease elector per process, from the settings. Imported here: the
+    client takes seconds to import, which the simulated demo's processes never need."""
     from kubernetes import client, config
 
     from cluster.kubernetes.backend import KubeSettings, KubernetesCluster

@@ -22,9 +22,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
-from cluster.backend import KIND_LABEL, TRAINING
+from cluster.backend import KIND_LABEL, RUNTIME_LABEL, TRAINING
 from cluster.kubernetes import conventions as kc
-from cluster.simulated.store import RUNTIME_LABEL
+from cluster.kubernetes.objects import TERMINAL, annotations_of, labels_of, meta, phase, terminating, timestamp
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -32,20 +32,8 @@ PERIOD_S = 0.05
 EPS = 1e-9
 
 
-def labels(obj: Obj) -> Mapping[str, str]:
-    return obj["metadata"].get("labels") or {}
-
-
-def annotations(obj: Obj) -> Mapping[str, str]:
-    return obj["metadata"].get("annotations") or {}
-
-
-def terminating(obj: Obj) -> bool:
-    return bool(obj["metadata"].get("deletionTimestamp"))
-
-
 def terminal(pod: Obj) -> bool:
-    return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+    return phase(pod) in TERMINAL
 
 
 def condition(obj: Obj, type_: str) -> Obj | None:
@@ -57,7 +45,7 @@ def ready(pod: Obj) -> bool:
 
 
 def selects(selector: Mapping[str, str], obj: Obj) -> bool:
-    return all(labels(obj).get(k) == v for k, v in selector.items())
+    return all(labels_of(obj).get(k) == v for k, v in selector.items())
 
 
 def controller_uid(pod: Obj) -> str | None:
@@ -66,7 +54,7 @@ def controller_uid(pod: Obj) -> str | None:
 
 
 def created(obj: Obj) -> float:
-    return datetime.fromisoformat(obj["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+    return timestamp(meta(obj).get("creationTimestamp"))
 
 
 def requests(pod: Obj) -> dict[str, Decimal]:
@@ -112,8 +100,8 @@ class NodeRoom:
         room = cls(node, parse_quantity(alloc.get("cpu", "0")), parse_quantity(alloc.get("memory", "0")),
                    int(alloc.get("pods", 110)), [0.0] * count, kc.device_gib(alloc))
         # Pods with known devices first: whole-GPU pods then take the lowest devices still free.
-        for pod in sorted(bound, key=lambda p: kc.SHARES_ANNOTATION not in annotations(p)
-                          and kc.GPUSHARE_IDX not in annotations(p)):
+        for pod in sorted(bound, key=lambda p: kc.SHARES_ANNOTATION not in annotations_of(p)
+                          and kc.GPUSHARE_IDX not in annotations_of(p)):
             room.take(pod, room.devices_of(pod))
         return room
 
@@ -121,7 +109,7 @@ class NodeRoom:
         return [i for i, used in enumerate(self.used) if used < EPS]
 
     def devices_of(self, pod: Obj) -> dict[int, float]:
-        ann = annotations(pod)
+        ann = annotations_of(pod)
         if kc.SHARES_ANNOTATION in ann:
             return {s.index: s.share for s in kc.decode_shares(ann[kc.SHARES_ANNOTATION])}
         if kc.GPUSHARE_IDX in ann and kc.GPUSHARE_POD in ann and self.device_gib:
@@ -152,7 +140,7 @@ class NodeRoom:
                                    kc.GPUSHARE_ASSUME_TIME: str(time.time_ns())})
 
     def _devices_for(self, pod: Obj, gib: int, whole: int) -> dict[int, float] | None:
-        if kc.SHARES_ANNOTATION in annotations(pod):
+        if kc.SHARES_ANNOTATION in annotations_of(pod):
             return self.devices_of(pod)
         if gib:
             if not self.device_gib:
@@ -367,14 +355,14 @@ class Actors:
             return self._quietly(self._core.delete_namespaced_pod, name, ns, grace_period_seconds=0), None
         if not pod["spec"].get("nodeName") or terminal(pod):
             return 0, None
-        training = labels(pod).get(KIND_LABEL) == TRAINING
+        training = labels_of(pod).get(KIND_LABEL) == TRAINING
         if pod.get("status", {}).get("phase") != "Running":
             self._started[uid] = now
             start = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             made = self._patch_status(pod, pod_status("Running", training, startTime=start))
             return made, None if training else self.startup_s
         started = self._started.setdefault(uid, now)
-        runtime = labels(pod).get(RUNTIME_LABEL)
+        runtime = labels_of(pod).get(RUNTIME_LABEL)
         if runtime is not None:
             left = started + float(runtime) - now
             if left <= 0:

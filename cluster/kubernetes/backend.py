@@ -347,7 +347,7 @@ class KubernetesCluster:
         """Tidal's labels plus cordon/uncordon, guarded by resourceVersion: a 409 is re-read and retried."""
         names = self.settings.labels
         for attempt in range(CONFLICT_RETRIES):
-            current = self._get(self._core.read_node, node)
+            current = self._call(self._core.read_node, node)
             patch = {"metadata": {"resourceVersion": ko.meta(current).get("resourceVersion"),
                                   "labels": {**(labels or {}), names.state: state.value}},
                      "spec": {"unschedulable": None if state.normal else True}}
@@ -420,9 +420,6 @@ class KubernetesCluster:
     # -- calls -----------------------------------------------------------------------------------------
     def _list(self, fn: Callable, *args, **kwargs) -> list[Mapping]:
         return self._call(fn, *args, **kwargs).get("items") or []
-
-    def _get(self, fn: Callable, *args, **kwargs) -> Mapping:
-        return self._call(fn, *args, **kwargs)
 
     def _write(self, fn: Callable, *args, **kwargs) -> Mapping:
         self._read = None  # what we read no longer holds

@@ -1,18 +1,15 @@
-"""One exception handler for the whole API: every error body is `{"message": ..., "extra": {...}}`, a server error
-too once DEBUG is off (a traceback is for the log, never for the client)."""
-from django.conf import settings
+"""One exception handler for the whole API: every error body is `{"message": ..., "extra": {...}}`; a server error
+too once DEBUG is off, through Django's handler500 (server_error below: a traceback is for the log, never for the
+client)."""
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.core.signals import got_request_exception
 from django.db.models import ProtectedError
 from django.http import Http404, JsonResponse
-from django.utils.log import log_response
 from django.views import defaults
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
-from rest_framework.views import set_rollback
 
 from scheduler.errors import ApplicationError
 
@@ -32,7 +29,7 @@ def exception_handler(exc, context):
 
     response = drf_exception_handler(exc, context)
     if response is None:
-        return None if settings.DEBUG else _server_error(exc, context["request"])
+        return None  # not an API error: Django logs it and answers with handler500
     if isinstance(exc, exceptions.ValidationError):
         if _only_unique(exc.get_codes()):  # a name or combination already taken: a conflict, not bad input
             response.status_code = 409
@@ -43,16 +40,6 @@ def exception_handler(exc, context):
 
 
 SERVER_ERROR = {"message": "Server error: the request failed on our side and was logged", "extra": {}}
-
-
-def _server_error(exc: Exception, request) -> Response:
-    """An unhandled exception with DEBUG off: the API's error body, logged with its traceback as Django logs a
-    500 (the same `django.request` logger and signal, so error reporting still sees it)."""
-    set_rollback()  # as DRF does for the errors it handles: an atomic request writes nothing
-    response = Response(SERVER_ERROR, status=500)
-    got_request_exception.send(sender=None, request=request)
-    log_response("%s: %s", "Internal Server Error", request.path, response=response, request=request, exception=exc)
-    return response
 
 
 def _only_unique(codes) -> bool:
@@ -76,7 +63,7 @@ def page_not_found(request, exception):
 
 
 def server_error(request):
-    """Django's 500 handler (DEBUG off; an error outside any API view): the API's error body under /api/, the
+    """Django's 500 handler (DEBUG off; Django has logged the traceback): the API's error body under /api/, the
     plain page elsewhere."""
     if request.path.startswith("/api/"):
         return JsonResponse(SERVER_ERROR, status=500)

@@ -48,7 +48,7 @@ def test_with_debug_on_the_error_reaches_djangos_debug_handling(world, broken_us
 @override_settings(DEBUG=False)
 @pytest.mark.parametrize("path, is_api", [("/api/departments/", True), ("/jobs/", False)])
 def test_the_500_handler_answers_json_under_api_and_a_plain_page_elsewhere(path, is_api):
-    """For an error outside any API view (a middleware, say): tidal/urls.py's handler500."""
+    """tidal/urls.py's handler500, which answers every unhandled error once DEBUG is off."""
     response = server_error(RequestFactory().get(path))
     assert response.status_code == 500
     if is_api:

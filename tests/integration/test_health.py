@@ -5,7 +5,6 @@ Redis cannot be stopped inside the suite), and the connection attempt fails as i
 """
 import socket
 
-import pytest
 from django.db import connection
 from django.db.utils import ConnectionHandler
 from drf_spectacular.generators import SchemaGenerator
@@ -36,33 +35,37 @@ def test_readyz_is_ready_when_the_database_and_redis_answer(db, client):
     assert "no-cache" in response["Cache-Control"]
 
 
-def test_readyz_names_redis_when_redis_is_unreachable(db, client, settings):
-    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
-    response = client.get("/readyz")
+def assert_not_ready(response, failing: str, error: str) -> None:
+    """503, naming the one failing check and its error class; the other check still answers."""
     assert response.status_code == 503
     body = response.json()
-    assert body["failing"] == ["redis"]
-    assert body["checks"]["database"] == "ok"
-    assert body["checks"]["redis"] == "error: ConnectionError"
+    other = {"database": "redis", "redis": "database"}[failing]
+    assert body["failing"] == [failing]
+    assert body["checks"] == {failing: f"error: {error}", other: "ok"}
+
+
+def unreachable_database() -> dict:
+    """The test database's settings, pointed where nothing answers: a closed port for a server database, a file in
+    a folder that does not exist for SQLite."""
+    if connection.vendor == "sqlite":
+        return {**connection.settings_dict, "NAME": "/nonexistent/tidal.sqlite3", "CONN_MAX_AGE": 0}
+    return {**connection.settings_dict, "PORT": str(closed_port()), "HOST": "127.0.0.1", "CONN_MAX_AGE": 0}
+
+
+def test_readyz_names_redis_when_redis_is_unreachable(db, client, settings):
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    assert_not_ready(client.get("/readyz"), "redis", "ConnectionError")
 
 
 def test_readyz_names_the_database_when_it_is_unreachable(db, client, monkeypatch):
-    if connection.vendor != "postgresql":
-        pytest.skip("needs a server database: a SQLite file has no port to close")
-    # The same database settings with a closed port, in a connection handler of their own: the test's own
-    # connection (and its transaction) stay as they are.
-    unreachable = ConnectionHandler({"default": {**connection.settings_dict, "PORT": str(closed_port()),
-                                                 "HOST": "127.0.0.1", "CONN_MAX_AGE": 0}})
+    # In a connection handler of its own: the test's own connection (and its transaction) stay as they are.
+    unreachable = ConnectionHandler({"default": unreachable_database()})
     monkeypatch.setattr(health, "connections", unreachable)
     try:
         response = client.get("/readyz")
     finally:
         unreachable.close_all()
-    assert response.status_code == 503
-    body = response.json()
-    assert body["failing"] == ["database"]
-    assert body["checks"]["database"] == "error: OperationalError"
-    assert body["checks"]["redis"] == "ok"
+    assert_not_ready(response, "database", "OperationalError")
 
 
 def test_probes_are_anonymous_unthrottled_and_answer_over_plain_http(db, client, settings):
