@@ -1,6 +1,7 @@
 """FilterSets shared by the API and the console."""
 import django_filters
 from django import forms
+from drf_spectacular.utils import extend_schema_field
 
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from scheduler.filtersets import StrictBooleanFilter
@@ -15,9 +16,15 @@ class ResourceGroupFilterSet(django_filters.FilterSet):
 
 
 class IntegerFilter(django_filters.NumberFilter):
-    """A whole number (NumberFilter takes decimals, which the schema of an integer field does not admit)."""
+    """A whole number (NumberFilter takes decimals, which the schema of an integer field does not admit); the schema
+    states its bounds."""
 
     field_class = forms.IntegerField
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        bounds = {"minimum": kwargs.get("min_value"), "maximum": kwargs.get("max_value")}
+        extend_schema_field({"type": "integer", **{k: v for k, v in bounds.items() if v is not None}})(self)
 
 
 class NodeFilterSet(django_filters.FilterSet):

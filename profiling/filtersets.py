@@ -1,7 +1,8 @@
 """FilterSets shared by the API and the console."""
 import django_filters
 
-from profiling.models import TaskProfile
+from profiling.models import ForecastModel, TaskProfile
+from scheduler.filtersets import StrictBooleanFilter
 
 
 class TaskProfileFilterSet(django_filters.FilterSet):
@@ -10,3 +11,11 @@ class TaskProfileFilterSet(django_filters.FilterSet):
     class Meta:
         model = TaskProfile
         fields = ["task_key", "task_key_prefix"]
+
+
+class ForecastModelFilterSet(django_filters.FilterSet):
+    usable = StrictBooleanFilter()
+
+    class Meta:
+        model = ForecastModel
+        fields = ["target", "usable"]

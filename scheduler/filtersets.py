@@ -76,7 +76,8 @@ class TrainingJobFilterSet(django_filters.FilterSet):
     department = django_filters.CharFilter(field_name="department__name")
     submitter = django_filters.CharFilter(field_name="submitter__username")
     gpu_model = django_filters.CharFilter(field_name="gpu_model__name")
-    status = django_filters.MultipleChoiceFilter(choices=JobStatus.choices)
+    # A column of the job itself: no join can repeat a row, so no DISTINCT (which the page count would sort by).
+    status = django_filters.MultipleChoiceFilter(choices=JobStatus.choices, distinct=False)
     submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
     submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
 

@@ -122,7 +122,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "scheduler.api.filtering.StrictFilterBackend",  # django-filter's, with no empty non-text values
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "scheduler.api.pagination.Pagination",
@@ -208,6 +208,7 @@ TIDAL_K8S_LEASE_NAMESPACE = os.environ.get("TIDAL_K8S_LEASE_NAMESPACE", TIDAL_K8
 TIDAL_K8S_LEASE_S = int(os.environ.get("TIDAL_K8S_LEASE_S", "60"))  # a silent leader is replaced after this
 TIDAL_K8S_POD_IMAGE = os.environ.get("TIDAL_K8S_POD_IMAGE", "busybox:1.37")  # for pods that name no image
 TIDAL_LEADER_ID = os.environ.get("TIDAL_LEADER_ID", "")  # default: the hostname (a worker pod)
+TIDAL_CLUSTER_LOCK_S = float(os.environ.get("TIDAL_CLUSTER_LOCK_S", "30"))  # cluster lock expiry, renewed while held
 TIDAL_CLUSTER_BACKOFF_S = float(os.environ.get("TIDAL_CLUSTER_BACKOFF_S", "5"))  # doubles per failed tick, max 300
 TIDAL_CLUSTER_ALERT_AFTER = int(os.environ.get("TIDAL_CLUSTER_ALERT_AFTER", "3"))  # failed ticks before an alert
 

@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule, ScalingThreshold
 from scheduler.api.jsontypes import JSONTypes
-from scheduler.api.serializers import DecisionSerializer, NameField, gpu_model_field
+from scheduler.api.serializers import DecisionSerializer, NameField, UnsignedDecimalField, gpu_model_field
 from scheduler.models import Decision, Department
 
 
@@ -61,10 +61,25 @@ class NodeSerializer(serializers.ModelSerializer):
         return TransitionSerializer(open_[0]).data if open_ else None
 
 
+@extend_schema_field({"type": "number", "format": "double", "minimum": 0, "exclusiveMinimum": True, "maximum": 1})
+class RateField(serializers.FloatField):
+    """A rate of an autoscaling threshold, 0 < rate ≤ 1 (0 < min_rate < expect_rate < max_rate ≤ 1: the order is the
+    service's rule)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_value=1, **kwargs)  # no min_value: drf-spectacular would make the minimum inclusive
+
+    def to_internal_value(self, data) -> float:
+        value = super().to_internal_value(data)
+        if value <= 0:
+            raise serializers.ValidationError("must be above 0")
+        return value
+
+
 class ScalingThresholdSerializer(JSONTypes, serializers.ModelSerializer):
-    min_rate = serializers.FloatField(min_value=0, max_value=1)
-    expect_rate = serializers.FloatField(min_value=0, max_value=1)
-    max_rate = serializers.FloatField(min_value=0, max_value=1)
+    min_rate = RateField()
+    expect_rate = RateField()
+    max_rate = RateField()
 
     class Meta:
         model = ScalingThreshold
@@ -93,7 +108,7 @@ class ScalingScheduleSerializer(JSONTypes, serializers.ModelSerializer):
 class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
     department = NameField(slug_field="name", queryset=Department.objects.all())
     gpu_model = gpu_model_field(required=False, allow_null=True)
-    gpus_per_replica = serializers.DecimalField(max_digits=6, decimal_places=3, min_value=0, required=False)
+    gpus_per_replica = UnsignedDecimalField(max_digits=6, decimal_places=3, required=False)
     thresholds = ScalingThresholdSerializer(many=True, required=False)
     schedules = ScalingScheduleSerializer(many=True, required=False)
     peak_start = ClockTimeField(required=False, allow_null=True,

@@ -1,6 +1,6 @@
 """Colocation API views: inventory (read) and inference services."""
 from django.db.models import Count, Q
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -13,6 +13,7 @@ from colocation.models import InferenceService, Node, NodeTransition, ResourceGr
 from colocation.policy.states import Direction as PolicyDirection
 from scheduler.api.permissions import IsOperator, IsOperatorOrReadOnly
 from scheduler.api.pagination import PAGE_PARAMETERS
+from scheduler.api.query import parse_query
 from scheduler.api.serializers import DecisionSerializer
 from scheduler.api.views import RestrictedMixin
 
@@ -31,6 +32,8 @@ class ResourceGroupViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mix
 
     @extend_schema(request=s.ResourceGroupSettingsSerializer, responses=s.ResourceGroupSerializer)
     def partial_update(self, request, *args, **kwargs):
+        """Change a group's lending thresholds or switch lending (operators). Beyond the schema (a 400 naming the
+        field): min_rate ≤ expect_rate ≤ max_rate, the unchanged ones included."""
         body = s.ResourceGroupSettingsSerializer(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
         services.group_settings_set(group=self.get_object(), actor=request.user, **body.validated_data)
@@ -82,6 +85,21 @@ class TransitionViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["started_at", "updated_at"]
 
 
+POLICY_RULES = (
+    "Beyond the schema (a 400 naming the field): `department` and `gpu_model` name existing ones; min_replicas ≤ "
+    "replicas ≤ max_replicas (replicas 0 needs scale_to_zero_idle_min); per threshold min_rate < expect_rate < "
+    "max_rate, each metric once; peak_start and peak_end both or neither; a schedule's window is not empty, its "
+    "weekdays parse as cron's day-of-week and its min_replicas ≤ max_replicas; busy_signal needs a busy threshold."
+)
+
+
+@extend_schema_view(
+    create=extend_schema(description="Create an inference service with its autoscaling policy (the department's "
+                                     "admins, operators). " + POLICY_RULES),
+    partial_update=extend_schema(description="Change an inference service or its autoscaling policy (the "
+                                             "department's admins, operators); the rules hold for the result. "
+                                             + POLICY_RULES),
+)
 class InferenceServiceViewSet(
     RestrictedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     mixins.UpdateModelMixin, viewsets.GenericViewSet,
@@ -103,11 +121,11 @@ class InferenceServiceViewSet(
     @extend_schema(parameters=[s.ScalingHistoryQuerySerializer, *PAGE_PARAMETERS], responses=s.ScalingHistoryPageSerializer)
     @action(detail=True, methods=["get"], filter_backends=[])
     def scaling(self, request, pk=None):
-        """The service's scaling history: every autoscaling decision and alert about it, newest first."""
+        """The service's scaling history: every autoscaling decision and alert about it, newest first. Beyond the
+        schema (a 400 naming the field): since < until."""
         service = self.get_object()
-        query = s.ScalingHistoryQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        page = self.paginate_queryset(selectors.scaling_history(service=service, **query.validated_data))
+        query = parse_query(s.ScalingHistoryQuerySerializer, request)
+        page = self.paginate_queryset(selectors.scaling_history(service=service, **query))
         return self.get_paginated_response(DecisionSerializer(page, many=True).data)
 
     def perform_update(self, serializer):

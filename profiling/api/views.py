@@ -6,15 +6,16 @@ from rest_framework.response import Response
 from colocation.models import InferenceService
 from profiling import selectors
 from profiling.api import serializers as s
-from profiling.filtersets import TaskProfileFilterSet
+from profiling.filtersets import ForecastModelFilterSet, TaskProfileFilterSet
 from profiling.models import ForecastModel, TaskProfile
+from scheduler.api.query import parse_query
 from scheduler.api.views import RestrictedMixin
 from scheduler.models import TrainingJob
 
 
 class JobProfileView(RestrictedMixin, generics.GenericAPIView):
     """A job's profile: every run's per-minute series and summary, late samples, right-sizing advice.
-    Visible to whoever may see the job."""
+    Visible to whoever may see the job. Beyond the schema (a 400 naming the field): since < until."""
 
     base_queryset = TrainingJob.objects.select_related("department", "framework", "gpu_model")
     serializer_class = s.JobProfileSerializer
@@ -23,17 +24,16 @@ class JobProfileView(RestrictedMixin, generics.GenericAPIView):
     @extend_schema(parameters=[s.JobProfileQuerySerializer], responses=s.JobProfileSerializer)
     def get(self, request, pk=None):
         job = self.get_object()  # 404 before 400: nothing is said about a job the user may not see
-        query = s.JobProfileQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        profile = selectors.job_profile(job=job, attempt=query.validated_data.get("run"),
-                                        since=query.validated_data.get("since"),
-                                        until=query.validated_data.get("until"))
+        query = parse_query(s.JobProfileQuerySerializer, request)
+        profile = selectors.job_profile(job=job, attempt=query.get("run"), since=query.get("since"),
+                                        until=query.get("until"))
         return Response(s.JobProfileSerializer(profile).data)
 
 
 class ServiceLoadView(RestrictedMixin, generics.GenericAPIView):
     """An inference service's per-minute load (GPU/CPU utilization, QPS, errors, latency, replicas) in
-    [since, until): at most 7 days, by default the last hour. Visible to whoever may see the service."""
+    [since, until): by default the last hour. Visible to whoever may see the service. Beyond the schema (a 400
+    naming the field): since < until, at most 7 days apart (until defaults to now, since to an hour before until)."""
 
     base_queryset = InferenceService.objects.all()
     serializer_class = s.ServiceLoadSerializer
@@ -42,9 +42,7 @@ class ServiceLoadView(RestrictedMixin, generics.GenericAPIView):
     @extend_schema(parameters=[s.ServiceLoadQuerySerializer], responses=s.ServiceLoadSerializer)
     def get(self, request, pk=None):
         service = self.get_object()
-        query = s.ServiceLoadQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        window = query.validated_data
+        window = parse_query(s.ServiceLoadQuerySerializer, request)
         minutes = selectors.service_load(service=service, since=window["since"], until=window["until"])
         return Response(s.ServiceLoadSerializer({"service": service, **window, "minutes": minutes}).data)
 
@@ -60,8 +58,9 @@ class TaskProfileViewSet(RestrictedMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class ServiceForecastsView(RestrictedMixin, generics.GenericAPIView):
-    """An inference service's forecast versus actual load per minute in [since, until) (at most 7 days, by default
-    the last hour): what the forecaster said `horizon` minutes earlier and what was measured."""
+    """An inference service's forecast versus actual load per minute in [since, until) (by default the last hour):
+    what the forecaster said `horizon` minutes earlier and what was measured. Beyond the schema (a 400 naming the
+    field): since < until, at most 7 days apart."""
 
     base_queryset = InferenceService.objects.all()
     serializer_class = s.ForecastsSerializer
@@ -70,9 +69,7 @@ class ServiceForecastsView(RestrictedMixin, generics.GenericAPIView):
     @extend_schema(parameters=[s.ForecastQuerySerializer], responses=s.ForecastsSerializer)
     def get(self, request, pk=None):
         service = self.get_object()
-        query = s.ForecastQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        q = query.validated_data
+        q = parse_query(s.ForecastQuerySerializer, request)
         rows = selectors.forecasts_vs_actuals(service=service, since=q["since"], until=q["until"],
                                               horizon=q["horizon"], target=q["target"])
         return Response(s.ForecastsSerializer({"service": service, **q, "minutes": rows}).data)
@@ -84,5 +81,5 @@ class ForecastModelViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = ForecastModel.objects.defer("blob")
     serializer_class = s.ForecastModelSerializer
-    filterset_fields = ["target", "usable"]
+    filterset_class = ForecastModelFilterSet
     ordering_fields = ["created_at", "version"]

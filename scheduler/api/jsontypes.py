@@ -29,8 +29,9 @@ def wrong_type(field: serializers.Field, value: Any) -> str | None:
     return None  # nested serializers, lists of them and choices check their own input
 
 
+# Serializer mixin (first base): each wrong JSON type a field error, with the other fields' errors. A comment, not a
+# docstring: drf-spectacular would describe every serializer without its own docstring with it.
 class JSONTypes:
-    """Serializer mixin (first base): each wrong JSON type a field error, with the other fields' errors."""
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, Mapping):

@@ -22,12 +22,22 @@ WHY = {
 # at least one digit, before or after the point.
 LOOSE_DECIMAL = re.compile(r"^\^-\?\\d\{0,(\d+)\}\(\?:\\\.\\d\{0,(\d+)\}\)\?\$$")
 THROTTLED = {("post", "/api/auth/token/"), ("post", "/api/jobs/")}
+# PostgreSQL text cannot hold a NUL character: DRF's CharField and django-filter's text filters refuse one (a 400).
+NO_NUL = r"^[^\x00]*$"
+
+
+TOKEN = ("Exchange a username and password for the user's API token (a form or JSON). Beyond the schema (a 400): "
+         "the credentials are those of an active user.")
 
 
 def document_errors(result: dict, generator, request, public) -> dict:
     """drf-spectacular postprocessing hook: add the error responses each operation can give; state decimals
-    as DRF parses them."""
+    as DRF parses them, and that text holds no NUL; describe DRF's token endpoint."""
     _strict_decimals(result)
+    _text_without_nul(result)
+    token = result.get("paths", {}).get("/api/auth/token/", {}).get("post")
+    if token is not None:
+        token.setdefault("description", TOKEN)
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR
     ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     for path, item in result.get("paths", {}).items():
@@ -64,3 +74,22 @@ def _strict_decimals(node) -> None:
     elif isinstance(node, list):
         for value in node:
             _strict_decimals(value)
+
+
+def _text_without_nul(result: dict) -> None:
+    """State that free text in requests (query parameters, request bodies) holds no NUL character. `ordering` is
+    left free: DRF's OrderingFilter ignores what it does not know."""
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "query" and parameter["name"] != "ordering":
+                    _no_nul(parameter["schema"])
+    for name, component in result["components"]["schemas"].items():
+        if name.endswith("Request"):
+            for prop in component.get("properties", {}).values():
+                _no_nul(prop.get("items", prop))
+
+
+def _no_nul(schema: dict) -> None:
+    if schema.get("type") == "string" and not {"enum", "format", "pattern"} & schema.keys():
+        schema["pattern"] = NO_NUL

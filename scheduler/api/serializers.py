@@ -23,6 +23,32 @@ class NameField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
+class UnsignedDecimalField(serializers.DecimalField):
+    """A decimal that is never negative (min_value 0), as a JSON string whose schema pattern has no sign; a sign is
+    refused, "-0" too, so the pattern and the field agree on every string."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(min_value=0, **kwargs)
+        extend_schema_field({"type": "string", "format": "decimal", "pattern": self.pattern()})(self)
+
+    def pattern(self) -> str:
+        whole, places = self.max_digits - self.decimal_places, self.decimal_places
+        return rf"^(?:\d{{1,{whole}}}(?:\.\d{{0,{places}}})?|\.\d{{1,{places}}})$"
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and data.lstrip().startswith(("-", "+")):
+            self.fail("min_value", min_value=0)
+        return super().to_internal_value(data)
+
+
+class GPUsField(UnsignedDecimalField):
+    """GPUs a job asks for: a fraction of one GPU, or whole GPUs (the service refuses 1.5; the pattern states it)."""
+
+    def pattern(self) -> str:
+        whole, places = self.max_digits - self.decimal_places, self.decimal_places
+        return rf"^(?:\d{{1,{whole}}}(?:\.0{{0,{places}}})?|0{{0,{whole}}}\.\d{{1,{places}}})$"
+
+
 class FrameworkField(serializers.SlugRelatedField):
     """A framework by its "name-version" key, e.g. "pytorch-2.1"."""
 
@@ -97,8 +123,8 @@ class QuotaSerializer(JSONTypes, serializers.ModelSerializer):
     department = NameField(slug_field="name", queryset=Department.objects.all())
     gpu_model = gpu_model_field(required=False, allow_null=True, default=None)
     resource = serializers.CharField(read_only=True, help_text='GPU model name, "cpu" (millicores) or "memory" (MiB).')
-    own = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
-    borrowed = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0, default=0)
+    own = UnsignedDecimalField(max_digits=14, decimal_places=3)
+    borrowed = UnsignedDecimalField(max_digits=14, decimal_places=3, default=0)
 
     class Meta:
         model = Quota
@@ -107,8 +133,8 @@ class QuotaSerializer(JSONTypes, serializers.ModelSerializer):
 
 
 class QuotaAmountsSerializer(JSONTypes, serializers.Serializer):
-    own = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
-    borrowed = serializers.DecimalField(max_digits=14, decimal_places=3, min_value=0)
+    own = UnsignedDecimalField(max_digits=14, decimal_places=3)
+    borrowed = UnsignedDecimalField(max_digits=14, decimal_places=3)
 
 
 class JobRunSerializer(serializers.ModelSerializer):
@@ -128,7 +154,7 @@ class TrainingJobInputSerializer(JSONTypes, serializers.Serializer):
     command = serializers.CharField()
     framework = FrameworkField(queryset=Framework.objects.prefetch_related("certified_on"))
     gpu_model = gpu_model_field(required=False, allow_null=True, default=None)
-    gpus = serializers.DecimalField(max_digits=6, decimal_places=3, default=0)
+    gpus = GPUsField(max_digits=6, decimal_places=3, default=0)
     cpu_milli = serializers.IntegerField(min_value=1)
     memory_mib = serializers.IntegerField(min_value=1)
     expected_duration_s = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)

@@ -1,5 +1,5 @@
 """Scheduler API views: thin — parse input, call a service or selector, render output."""
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -49,13 +49,17 @@ class DepartmentViewSet(RestrictedMixin, viewsets.ModelViewSet):
         serializer.instance = services.department_update(department=serializer.instance, **serializer.validated_data)
 
     @extend_schema(responses=s.QuotaUsageSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None)
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def usage(self, request, pk=None):
         """Own and borrowed quota per resource, with what the department's admitted and running jobs hold."""
         usages = selectors.quota_usage(department=self.get_object())
         return Response(s.QuotaUsageSerializer(usages, many=True).data)
 
 
+@extend_schema_view(create=extend_schema(description=(
+    "Add a member to a department, or change their role if they already are one (operators and the department's "
+    "admins). Beyond the schema (a 400 naming the field): `user` and `department` name an existing user and "
+    "department.")))
 class MembershipViewSet(RestrictedMixin, viewsets.ModelViewSet):
     """Members of departments. Operators and the department's admins add, change and remove members."""
 
@@ -94,6 +98,14 @@ class GPUModelViewSet(viewsets.ModelViewSet):
         serializer.instance = services.gpu_model_update(gpu_model=serializer.instance, **serializer.validated_data)
 
 
+@extend_schema_view(
+    create=extend_schema(description="Add a framework version and the GPU models it is certified on (operators). "
+                                     "Beyond the schema (a 400 naming the field): each name in `certified_on` is an "
+                                     "existing GPU model."),
+    partial_update=extend_schema(description="Replace the GPU models a framework is certified on (operators). Beyond "
+                                             "the schema (a 400 naming the field): each name in `certified_on` is an "
+                                             "existing GPU model."),
+)
 class FrameworkViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
     mixins.DestroyModelMixin, viewsets.GenericViewSet,
@@ -116,6 +128,10 @@ class FrameworkViewSet(
         serializer.instance = services.framework_update(framework=serializer.instance, **serializer.validated_data)
 
 
+@extend_schema_view(create=extend_schema(description=(
+    "Create a department's quota for a resource or, when it has one, change it (operators). Beyond the schema (a 400 "
+    "naming the field): `department` and `gpu_model` name existing ones; a `gpu` quota names its GPU model, a `cpu` "
+    "or `memory` quota none. A quota below what the department's jobs hold is a 409.")))
 class QuotaViewSet(RestrictedMixin, viewsets.ModelViewSet):
     """Own and borrowed quota per department and resource. Operators write; members read their department's.
 
@@ -153,9 +169,11 @@ class TrainingJobViewSet(
 ):
     """Training jobs of the departments the user belongs to (operators: all)."""
 
+    # Where a job runs is prefetched (only admitted and running jobs have one): two more outer joins cost
+    # PostgreSQL's planner more than the whole query (`bench api`), a lookup by id of the few that are set far less.
     base_queryset = TrainingJob.objects.select_related(
-        "department", "submitter", "framework", "gpu_model", "assigned_gpu_model", "node"
-    )
+        "department", "submitter", "framework", "gpu_model"
+    ).prefetch_related("assigned_gpu_model", "node")
     filterset_class = TrainingJobFilterSet
     ordering_fields = ["submitted_at", "status", "gpus"]
 
@@ -171,7 +189,12 @@ class TrainingJobViewSet(
 
     @extend_schema(request=s.TrainingJobInputSerializer, responses={201: s.TrainingJobDetailSerializer})
     def create(self, request):
-        """Submit a training job into one of your departments."""
+        """Submit a training job into one of your departments.
+
+        Beyond the schema (a 400 naming the field): `department`, `framework` ("name-version") and `gpu_model` name
+        existing ones, and you are a member of the department (operators: of any); the framework is certified on the
+        GPU model; above 1, `gpus` is whole; a job that asks for GPUs names its GPU model; GPUs, CPU and memory fit
+        the largest node that could run it."""
         payload = s.TrainingJobInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         job = services.job_submit(submitter=request.user, **payload.validated_data)

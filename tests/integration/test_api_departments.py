@@ -184,6 +184,28 @@ def test_paging_parameters_that_are_not_numbers_are_refused(world, query, field)
     assert response.status_code == 400 and field in response.json()["extra"]["fields"]
 
 
+@pytest.mark.parametrize("url, parameter", [
+    ("/api/quotas/?resource_kind=", "resource_kind"), ("/api/memberships/?role=", "role"),
+    ("/api/jobs/?status=", "status"), ("/api/jobs/?status=pending&status=", "status"),
+    ("/api/transitions/?status=", "status"), ("/api/decisions/?kind=", "kind"),
+    ("/api/forecast-models/?target=", "target"), ("/api/inference-services/?autoscaling=", "autoscaling"),
+    ("/api/jobs/?submitted_after=", "submitted_after"),
+])
+def test_an_empty_value_of_a_filter_that_is_not_text_is_refused(world, url, parameter):
+    """The console's forms send "" for "any"; the API's schema admits no empty choice, boolean or time."""
+    response = world.client("operator").get(url)
+    assert response.status_code == 400 and parameter in response.json()["extra"]["fields"]
+
+
+def test_the_schema_states_that_text_holds_no_nul(world):
+    schema = world.client("operator").get("/api/schema/?format=json").json()
+    quotas = {p["name"]: p["schema"] for p in schema["paths"]["/api/quotas/"]["get"]["parameters"]}
+    assert quotas["department"]["pattern"] == r"^[^\x00]*$" and "pattern" not in quotas["ordering"]
+    assert schema["components"]["schemas"]["GPUModelRequest"]["properties"]["name"]["pattern"] == r"^[^\x00]*$"
+    response = world.client("operator").post("/api/gpu-models/", {"name": "H\x00100", "memory_gib": 80}, format="json")
+    assert response.status_code == 400 and "name" in response.json()["extra"]["fields"]
+
+
 def test_an_unknown_api_path_is_a_json_404(world):
     response = world.client("operator").get("/api/departments/1.5/")
     assert response.status_code == 404 and response.json() == {"message": "Not found.", "extra": {}}

@@ -26,7 +26,10 @@ def test_filter_nodes(world, query, expected):
     assert listed(world.client("member").get(f"/api/nodes/?{query}"), "name") == expected
 
 
-@pytest.mark.parametrize("query", ["state=asleep", "pool=spot", "min_gpus=many"])
+@pytest.mark.parametrize("query", ["state=asleep", "pool=spot", "min_gpus=many", "min_gpus=-1",
+                                   # present but empty: the schema admits no empty choice, number or boolean
+                                   "state=", "state=online-normal&state=", "pool=", "min_gpus=", "pinned=",
+                                   "resource_group=t4%00"])  # text holds no NUL (the schema's pattern says so)
 def test_an_invalid_node_filter_is_400(world, query):
     response = world.client("member").get(f"/api/nodes/?{query}")
     assert response.status_code == 400, response.json()
@@ -53,6 +56,11 @@ def test_inventory_is_read_only_even_for_operators(world, url):
                                            ("pinned=yes", 400)])
 def test_boolean_filters_take_true_or_false_only(world, query, status):
     assert world.client("member").get(f"/api/nodes/?{query}").status_code == status
+    assert world.client("member").get(f"/api/forecast-models/?{query.replace('pinned', 'usable')}").status_code == status
+
+
+def test_an_empty_text_filter_is_no_filter(world):
+    assert listed(world.client("member").get("/api/nodes/?gpu_model="), "name") == {"t4-0", "t4-1", "a100-0", "cpu-0"}
 
 
 def test_the_api_reads_json_only(world):

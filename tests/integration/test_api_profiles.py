@@ -53,6 +53,7 @@ def test_job_without_history_gets_no_advice(world):
 
 @pytest.mark.parametrize("params, field", [
     ({"run": "0"}, "run"), ({"run": "x"}, "run"), ({"since": "yesterday"}, "since"),
+    ({"run": ""}, "run"), ({"until": ""}, "until"),  # present but empty: not "no bound"
     ({"since": "2024-01-02T00:00:00Z", "until": "2024-01-01T00:00:00Z"}, "until"),
 ])
 def test_bad_job_profile_query_is_a_400_with_field_messages(world, params, field):
@@ -99,7 +100,7 @@ def test_service_load_series_within_the_window(world):
 
 
 @pytest.mark.parametrize("params, field", [
-    ({"since": "not-a-time"}, "since"),
+    ({"since": "not-a-time"}, "since"), ({"until": ""}, "until"),
     ({"since": "2024-01-02T00:00:00Z", "until": "2024-01-01T00:00:00Z"}, "until"),
     ({"since": "2024-01-01T00:00:00Z", "until": "2024-01-09T00:00:00Z"}, "since"),  # more than 7 days
 ])

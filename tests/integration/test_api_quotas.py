@@ -85,6 +85,7 @@ def test_quota_in_use_cannot_be_deleted(world):
     [
         ("patch", {"own": "-1"}, "own"),
         ("patch", {"borrowed": "-0.5"}, "borrowed"),
+        ("patch", {"own": "-0"}, "own"),  # the schema's pattern has no sign: neither has the field
         ("patch", {"own": "lots"}, "own"),
         ("post", {"department": "ml-search", "resource_kind": "gpu", "own": "1"}, "gpu_model"),
         ("post", {"department": "ml-search", "resource_kind": "cpu", "gpu_model": "T4", "own": "1"}, "gpu_model"),
