@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import urllib.parse
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
@@ -285,7 +286,8 @@ def _post_webhook(body: dict) -> None:
         with urllib.request.urlopen(request, timeout=2):
             pass
     except Exception as error:  # an unreachable receiver never breaks the tick
-        log.warning("alert webhook %s failed: %s", url, error)
+        # The host only: a webhook URL often carries its token (Slack, Teams) and logs are widely read.
+        log.warning("alert webhook at %s failed: %s", urllib.parse.urlsplit(url).netloc, error)
 
 
 def _episode(redis, namespace: str, service: str, reason: str) -> float | None:

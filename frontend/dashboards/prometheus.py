@@ -1,6 +1,7 @@
 """The dashboards' history, read from Prometheus (it scrapes Tidal's /metrics; no new tables hold history)."""
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
@@ -33,9 +34,17 @@ def lines(query: str, *, span_s: int, step_s: int, now: float, by: tuple[str, ..
                                            end_time=datetime.fromtimestamp(now, timezone.utc), step=str(step_s),
                                            params={"timeout": "5s"})
     except (PrometheusApiClientException, RequestException) as error:
-        raise PrometheusDown(f"Prometheus at {settings.PROMETHEUS_URL} did not answer: {error}") from error
+        message = f"Prometheus at {settings.PROMETHEUS_URL} did not answer: {error}"
+        raise PrometheusDown(_without_credentials(message)) from error
     return sorted((Line(_label(r["metric"], by, label or query), _with_gaps(r["values"], step_s)) for r in result),
                   key=lambda line: line.label)
+
+
+def _without_credentials(text: str) -> str:
+    """`text` without the user:password of PROMETHEUS_URL (basic auth in front of Prometheus is common): the
+    message is shown on the overview page."""
+    userinfo = urlsplit(settings.PROMETHEUS_URL).netloc.rpartition("@")[0]
+    return text.replace(f"{userinfo}@", "") if userinfo else text
 
 
 def _with_gaps(values: list, step_s: int) -> list[list]:
