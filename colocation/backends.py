@@ -5,7 +5,8 @@ A tick gets the backend, or None when this worker must not act now: another tick
 worker holds the leader Lease (kubernetes), or the cluster failed recently and the tick is in backoff. When the
 cluster cannot be reached (BackendUnavailable) the tick stops where it was — the acting order of the loops makes
 that safe — and later ticks back off exponentially; after TIDAL_CLUSTER_ALERT_AFTER failures in a row an alert
-Decision says so, and another says when the cluster answers again.
+Decision says so, and another says when the cluster answers again. While Redis (the cluster lock's home) is
+unreachable the ticks skip, saying so; a tick that loses the lock mid-way stops where it is (cluster/lock.py).
 """
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from contextlib import contextmanager
 from functools import cache
 
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from cluster.backend import BackendUnavailable, ClusterBackend
+from cluster.lock import Fenced, LockLost, cluster_lock
 from cluster.simulated import store
 from colocation.selectors import node_views
 from colocation.services import inventory_sync
@@ -34,7 +37,12 @@ MAX_BACKOFF_S = 300.0
 @contextmanager
 def live_cluster(*, redis, namespace: str) -> Iterator[ClusterBackend | None]:
     """The configured cluster for one control-loop tick (see the module's docstring)."""
-    if _in_backoff(redis, namespace):
+    try:
+        backoff = _in_backoff(redis, namespace)
+    except RedisError as error:
+        log.warning("Redis unreachable (%s): skipping this tick", error)
+        backoff = True
+    if backoff:
         yield None
         return
     acting = False
@@ -47,6 +55,9 @@ def live_cluster(*, redis, namespace: str) -> Iterator[ClusterBackend | None]:
         if not acting:  # failed before the tick began (e.g. asking for the lease): the tick skips
             yield None
         return
+    except LockLost as error:  # Redis went away or forgot the lock mid-tick: stop here (the acting order makes it safe)
+        log.error("tick stopped: %s", error)
+        return
     if backend is not None:
         _recovered(redis, namespace)
 
@@ -54,16 +65,15 @@ def live_cluster(*, redis, namespace: str) -> Iterator[ClusterBackend | None]:
 def _session(redis, namespace: str):
     if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
         return _kubernetes_session(redis, namespace)
-    return store.session(redis, namespace, node_views)
+    return store.session(redis, namespace, node_views, lock_timeout_s=settings.TIDAL_CLUSTER_LOCK_S)
 
 
 @contextmanager
 def _kubernetes_session(redis, namespace: str) -> Iterator[ClusterBackend | None]:
-    lock = redis.lock(f"{namespace}:{store.LOCK}", timeout=120)
-    if not lock.acquire(blocking=False):
-        yield None
-        return
-    try:
+    with cluster_lock(redis, f"{namespace}:{store.LOCK}", settings.TIDAL_CLUSTER_LOCK_S) as held:
+        if not held:
+            yield None
+            return
         backend, elector = kubernetes_backend()
         if not elector.acquire(time.time()):
             log.info("not the leader (lease %s held by another worker): not acting", elector.name)
@@ -71,9 +81,7 @@ def _kubernetes_session(redis, namespace: str) -> Iterator[ClusterBackend | None
             return
         backend.refresh()
         inventory_sync(nodes=backend.nodes())
-        yield backend
-    finally:
-        lock.release()
+        yield Fenced(backend, held)
 
 
 @cache

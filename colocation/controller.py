@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from django.db import transaction
 
 from cluster.clock import utc
-from cluster.backend import (INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend,
-                             PodSpec)
-from cluster.types import GpuShare, Pool
+from cluster.backend import (INFERENCE, KIND_LABEL, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, SERVICE_LABEL, BackendBusy,
+                             ClusterBackend, PodSpec, PodView)
+from cluster.types import GpuShare, NodeState, NodeView, Pool
 from colocation import observe, services
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.backends import live_cluster
@@ -21,7 +21,7 @@ from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
     SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,
 )
-from colocation.policy.states import Direction
+from colocation.policy.states import Direction, Event, transition
 from scheduler import live
 from scheduler.errors import ApplicationError
 from scheduler.models import Decision, JobStatus, TrainingJob
@@ -132,6 +132,7 @@ def _advance(record: NodeTransition, backend: ClusterBackend, nodes: dict, pods:
              report: LendingReport) -> observe.PodIndex:
     """Run the record's next actions until one must wait; persist each step as it is done."""
     name = record.node.name
+    _catch_up(record, nodes[name], pods, now)
     state = TransitionRecord(name, Direction(record.direction), Step(record.step), record.started_at.timestamp())
     for _ in range(MAX_STEPS_PER_TICK):
         action = next_action(state, observe.node_now(nodes[name], pods))
@@ -155,14 +156,9 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
     node = record.node.name
     if isinstance(action, SetState):
         backend.set_node_state(node, action.state)
-        Node.objects.filter(pk=record.node_id).update(state=action.state.value, state_changed_at=utc(now))
-        decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason=f"node-{action.event.value}",
-                        message=f"{node} is now {action.state.value} ({record.direction} step {action.step.value})")
+        _record_state(record, action.event, action.state, action.step, now)
     elif isinstance(action, DetachPod):
-        replacement = backend.detach_pod(action.pod) or "(being created)"
-        decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="pod-migrating",
-                        message=f"inference pod {action.pod} leaves {node}: replacement {replacement} starts "
-                                f"elsewhere first; the old pod keeps serving until it is ready")
+        _record_migrating(record, pods.bound[action.pod], backend.detach_pod(action.pod))
     elif isinstance(action, DeletePod):
         backend.evict(action.pod, f"migrated off {node}: its replacement is ready")
     elif isinstance(action, EvictTraining):
@@ -170,6 +166,55 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
         backend.evict(action.pod, f"{node} taken back for inference")
         if pod is not None and pod.spec.job_id is not None:
             live.job_killed_by_take_back(job_id=pod.spec.job_id, node=node, now=now)
+
+
+@transaction.atomic
+def _record_state(record: NodeTransition, event: Event, state: NodeState, step: Step, now: float) -> None:
+    """The node's new state and its decision commit together: the catch-up below sees both or neither."""
+    node = record.node.name
+    Node.objects.filter(pk=record.node_id).update(state=state.value, state_changed_at=utc(now))
+    decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason=f"node-{event.value}",
+                    message=f"{node} is now {state.value} ({record.direction} step {step.value})")
+
+
+def _record_migrating(record: NodeTransition, pod: PodView, replacement: str | None) -> None:
+    """Recorded for the service's department (and operators): the pod's name is the service's."""
+    node, name = record.node.name, pod.spec.name
+    service = InferenceService.objects.filter(name=pod.spec.labels.get(SERVICE_LABEL)).select_related("department").first()
+    decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="pod-migrating",
+                    message=f"inference pod {name} leaves {node}: replacement {replacement or '(being created)'} "
+                            f"starts elsewhere first; the old pod keeps serving until it is ready",
+                    department=service.department if service else None, data={"pod": name, "transition": record.pk})
+
+
+_PATH = {Direction.LEND: ((Event.LEND, Step.MARK_UNNORMAL), (Event.LEND_DONE, Step.MARK_NORMAL)),
+         Direction.TAKE_BACK: ((Event.TAKE_BACK, Step.MARK_UNNORMAL), (Event.TAKE_BACK_DONE, Step.MARK_NORMAL))}
+
+
+def _catch_up(record: NodeTransition, observed: NodeView, pods: observe.PodIndex, now: float) -> None:
+    """Record what the cluster did but a crash kept from being recorded (the database went away between the action
+    and its record): the node marked, a pod detached. Derived from what is observed, like the steps, and from this
+    transition's decisions so far, so each is recorded exactly once whichever backend keeps the node's state."""
+    direction = Direction(record.direction)
+    done = set(Decision.objects.filter(kind=Decision.Kind.LENDING, subject=f"node:{observed.name}",
+                                       created_at__gte=record.started_at).values_list("reason", "data__pod"))
+    state = NodeState.ONLINE_NORMAL if direction is Direction.LEND else NodeState.OFFLINE_NORMAL
+    path = []
+    for event, step in _PATH[direction]:
+        result = transition(state, event, observed.pool)
+        if state is observed.state or not result.ok:
+            break
+        path.append((event, result.new_state, step))
+        state = result.new_state
+    if state is observed.state:  # otherwise not on this conversion's way (by hand?): the step machine says Conflict
+        for event, new_state, step in path:
+            if (f"node-{event.value}", None) not in done:
+                log.warning("%s: recording that it became %s before a crash", observed.name, new_state.value)
+                _record_state(record, event, new_state, step, now)
+    for name in observed.pods:
+        pod = pods.bound.get(name)
+        if pod is not None and pod.detached_from is not None and ("pod-migrating", name) not in done:
+            _record_migrating(record, pod, pod.spec.labels.get(REPLACED_BY_LABEL))
 
 
 @transaction.atomic

@@ -246,6 +246,19 @@ def _order(ident: tuple[int | None, int | None, str | None]) -> tuple:
 
 # --- the cursor and the publisher ---------------------------------------------------------------------
 
+class PrometheusUnavailable(Exception):
+    """A query of the cycle got no answer: nothing of the chunk is published and the cursor stays."""
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost error of a failed request, e.g. "[Errno 111] Connection refused" (requests wraps
+    urllib3's MaxRetryError, which wraps the connection error in `reason`)."""
+    inner = getattr(error, "reason", None)
+    if not isinstance(inner, BaseException) and error.args and isinstance(error.args[0], BaseException):
+        inner = error.args[0]
+    return _root_cause(inner) if isinstance(inner, BaseException) else f"{type(error).__name__}: {error}"
+
+
 class RedisCursor:
     """The ts (epoch ms) of the last published step, in Redis."""
 
@@ -293,6 +306,7 @@ class Publisher:
         self.queries = build_queries(cfg.rate_window, cfg.selector)
         self.clock = clock
         self.stop_event = threading.Event()
+        self.cursor_ms: int | None = None  # the last published step, as the latest cycle saw it
         make_prom = prometheus or self._prometheus_client
         self._proms = [make_prom() for _ in self.queries]  # one client (HTTP session) per query thread
         self._pool = ThreadPoolExecutor(max_workers=len(self.queries), thread_name_prefix="prom-query")
@@ -328,7 +342,11 @@ class Publisher:
             return self._proms[i].custom_query_range(self.queries[i].expr, start_time=start, end_time=end,
                                                      step=step)
 
-        answers = list(self._pool.map(run, range(len(self.queries))))
+        try:
+            answers = list(self._pool.map(run, range(len(self.queries))))
+        except Exception as error:  # down, starting up (503), or refusing the query
+            raise PrometheusUnavailable(f"Prometheus at {self.cfg.prometheus_url} did not answer: "
+                                        f"{_root_cause(error)}") from error
         return {q.name: a for q, a in zip(self.queries, answers, strict=True)}
 
     def samples(self, first_ms: int, last_ms: int) -> list[PodSample]:
@@ -347,7 +365,7 @@ class Publisher:
     def run_cycle(self, until_s: float | None = None) -> CycleStats:
         started = time.perf_counter()
         step = self.cfg.step_ms
-        cursor = self.cursor.load()
+        cursor = self.cursor_ms = self.cursor.load()
         plan = plan_range(cursor, int(self.clock() * 1000), self.cfg,
                           None if until_s is None else int(until_s * 1000))
         if cursor is None:  # first start: pin where it begins, so a failed first cycle shifts nothing
@@ -360,6 +378,7 @@ class Publisher:
             self.produce(batch)
             self.cursor.save(b)  # only after every record of the chunk is acked
             cursor, first, last = b, a if first is None else first, b
+            self.cursor_ms = cursor
             steps += (b - a) // step + 1
             records += len(batch)
             if self.stop_event.is_set():
@@ -371,15 +390,20 @@ class Publisher:
         """Cycle every interval_s until stop_event (or, with `until_s`, until that step is published).
 
         A failed cycle (Prometheus, Kafka or Redis unreachable) is logged and retried next interval
-        without moving the cursor; with `once` it raises."""
+        without moving the cursor past what was published; with `once` it raises. Prometheus being
+        down is an expected outage: one warning line per retry, naming the cause and the cursor."""
         until_ms = None if until_s is None else align_down(int(until_s * 1000), self.cfg.step_ms)
         while not self.stop_event.is_set():
             try:
                 stats = self.run_cycle(until_s)
-            except Exception:
+            except Exception as error:
                 if once:
                     raise
-                log.exception("publish cycle failed; retrying in %ss", self.cfg.interval_s)
+                if isinstance(error, PrometheusUnavailable):
+                    log.warning("%s; cursor stays at %s (nothing after it is published); retrying in %ss",
+                                error, _iso(self.cursor_ms), self.cfg.interval_s)
+                else:
+                    log.exception("publish cycle failed; retrying in %ss", self.cfg.interval_s)
                 self.stop_event.wait(self.cfg.interval_s)
                 continue
             log.info(stats.line())

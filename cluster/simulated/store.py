@@ -1,8 +1,12 @@
 """Keep the live simulated cluster between control-loop ticks.
 
 The demo's cluster is the in-process SimulatedCluster; Celery ticks run in short-lived task calls, so its
-state is saved to Redis after each tick and loaded before the next — a crash of a worker loses at most the
-actions of the tick it died in, which the next tick repairs from the database (scheduler/live.py)."""
+state is saved to Redis after each tick and loaded before the next. A worker killed mid-tick loses the
+actions of that tick that were not saved yet, as if the cluster had undone them. The loops repair lost
+binds, evictions and replica counts from the database (an admitted job without its pod is requeued, an
+orphan pod evicted, replica counts applied again), but a node state or a detached pod that un-happens looks
+like an operator's hand and stops a transition (colocation/policy/steps.py: Conflict), so those two actions
+are saved the moment they are done, as a real cluster keeps them."""
 from __future__ import annotations
 
 import pickle
@@ -11,6 +15,7 @@ from contextlib import contextmanager
 
 from cluster.backend import RUNTIME_LABEL, PodSpec
 from cluster.clock import SystemClock
+from cluster.lock import Fenced, cluster_lock
 from cluster.simulated.engine import SimulatedCluster
 from cluster.types import NodeView
 
@@ -49,24 +54,44 @@ LOCK = "cluster-lock"  # one actor on the cluster at a time: the scheduler, the 
 
 @contextmanager
 def session(redis, namespace: str, inventory: Callable[[], Iterable[NodeView]],
-            lock_timeout_s: float = 120) -> Iterator[SimulatedCluster | None]:
+            lock_timeout_s: float = 30) -> Iterator[Fenced | None]:
     """The live simulated cluster for one control-loop tick, or None while another tick holds the lock.
 
     Loads the cluster (or creates it from `inventory`), adds new inventory nodes, advances it to now, and
     saves it afterwards even when the tick fails: what was bound or evicted happened, as on a real cluster.
-    The lock expires, so a worker that dies holding it blocks the loops for at most `lock_timeout_s`."""
-    lock = redis.lock(f"{namespace}:{LOCK}", timeout=lock_timeout_s)
-    if not lock.acquire(blocking=False):
-        yield None
-        return
-    cluster = None
-    try:
-        nodes = list(inventory())
-        cluster = load(redis, namespace) or new_cluster(nodes)
-        sync_nodes(cluster, nodes)
-        cluster.advance()
-        yield cluster
-    finally:
-        if cluster is not None:
-            save(redis, namespace, cluster)
-        lock.release()
+    The lock is renewed while the tick runs (cluster/lock.py), so a worker that dies holding it blocks the
+    loops for at most `lock_timeout_s`; the cluster comes fenced by it (each call checks the lock is still held)."""
+    with cluster_lock(redis, f"{namespace}:{LOCK}", lock_timeout_s) as held:
+        if not held:
+            yield None
+            return
+        cluster = None
+        try:
+            nodes = list(inventory())
+            cluster = load(redis, namespace) or new_cluster(nodes)
+            sync_nodes(cluster, nodes)
+            cluster.advance()
+            yield Fenced(_SavedOnTheSpot(cluster, lambda: save(redis, namespace, cluster)), held)
+        finally:
+            if cluster is not None and held.valid():  # a holder that lost the lock must not overwrite the next one's
+                save(redis, namespace, cluster)
+
+
+class _SavedOnTheSpot:
+    """The session's cluster, saved right after the actions whose loss the loops cannot repair (see the module
+    doc); everything else is the cluster's own."""
+
+    def __init__(self, cluster: SimulatedCluster, save_now: Callable[[], None]) -> None:
+        self._cluster, self._save_now = cluster, save_now
+
+    def __getattr__(self, name: str):
+        return getattr(self._cluster, name)
+
+    def set_node_state(self, *args, **kwargs) -> None:
+        self._cluster.set_node_state(*args, **kwargs)
+        self._save_now()
+
+    def detach_pod(self, pod: str) -> str:
+        replacement = self._cluster.detach_pod(pod)
+        self._save_now()
+        return replacement

@@ -22,17 +22,18 @@ from tests.integration.services import KAFKA_BOOTSTRAP
 class ProfileJob:
     topics: Topics
     checkpoint_dir: Path
+    bootstrap: str = KAFKA_BOOTSTRAP
     result: object = None
 
     @classmethod
-    def create(cls, prefix: str, tmp: Path) -> ProfileJob:
+    def create(cls, prefix: str, tmp: Path, bootstrap: str = KAFKA_BOOTSTRAP) -> ProfileJob:
         topics = Topics(prefix)
-        ensure_topics(KAFKA_BOOTSTRAP, topics, partitions=1)  # one partition: a deterministic watermark
-        return cls(topics, tmp / "checkpoints")
+        ensure_topics(bootstrap, topics, partitions=1)  # one partition: a deterministic watermark
+        return cls(topics, tmp / "checkpoints", bootstrap)
 
     def start(self) -> None:
         runtime = Runtime(checkpoint_dir=self.checkpoint_dir, checkpoint_interval_s=1.0)
-        spec = Spec(bootstrap=KAFKA_BOOTSTRAP, topics=self.topics, group_id=f"{self.topics.prefix}.flink")
+        spec = Spec(bootstrap=self.bootstrap, topics=self.topics, group_id=f"{self.topics.prefix}.flink")
         self.result = submit(spec, runtime)
         client = self.result.get_job_client()
         _until(lambda: client.get_job_status().result().name == "RUNNING", 60, "the job to run")

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, PodSpec
+from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, SERVICE_LABEL, PodSpec
 from cluster.clock import VirtualClock
 from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster
@@ -55,7 +55,7 @@ def scheduling(lab):
 
 def serve(cluster, replicas: int = 1, name: str = "search-api") -> None:
     template = PodSpec(name=name, job_id=None, gpu_model="T4", gpu_shares=(GpuShare(0, 1.0),), cpu_milli=2000,
-                       memory_mib=4096, labels={KIND_LABEL: INFERENCE})
+                       memory_mib=4096, labels={KIND_LABEL: INFERENCE, SERVICE_LABEL: name})
     cluster.apply_replicaset(name, template, replicas, node_selector={RESOURCE_GROUP_LABEL: "t4"})
 
 
@@ -89,6 +89,8 @@ def test_take_back_evicts_training_and_requeues_it_for_the_fixed_pool(lab):
 
 def test_lend_moves_inference_create_before_delete(lab):
     world, cluster, _ = lab
+    world.service("ml-ads", name="search-api", gpu_model=world.gpu_models["T4"], replicas=1, min_replicas=1,
+                  cpu_milli_per_replica=2000, memory_mib_per_replica=4096)
     serve(cluster)
     lending(lab, seconds=31)  # the replica on t4-1 becomes ready
     (old,) = [p for p in cluster.pods() if p.node == "t4-1"]
@@ -108,6 +110,8 @@ def test_lend_moves_inference_create_before_delete(lab):
     assert second.done == ["t4-1"]
     assert [(p.node, p.ready) for p in cluster.pods()] == [("t4-2", True)]
     assert state_of(cluster, "t4-1") == Node.objects.get(name="t4-1").state == "offline-normal"
+    (migrating,) = Decision.objects.filter(reason="pod-migrating")  # the pod's name is its service's: kept in its department
+    assert migrating.department.name == "ml-ads" and old.spec.name in migrating.message
 
 
 @pytest.mark.parametrize("crash_at", range(5))
