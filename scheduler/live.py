@@ -28,6 +28,7 @@ from profiling.policy.aggregate import TaskHistory
 from profiling.selectors import task_histories
 from profiling.services import run_summary_compute
 from scheduler.models import Decision, Framework, GPUModel, JobRun, JobStatus, Quota, TrainingJob
+from scheduler.gcfreeze import frozen_heap
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
 from scheduler.policy.profile import Profile
@@ -61,7 +62,9 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
     report = TickReport()
     report.finished = _record_events(backend.drain_events(), now)
     _reconcile(backend, now, report)
-    result = schedule(snapshot_from_db(backend, now), profile)
+    snapshot = snapshot_from_db(backend, now)
+    with frozen_heap():
+        result = schedule(snapshot, profile)
     _act(result, backend, now, report)
     return report
 
@@ -256,7 +259,10 @@ def _act(result: CycleResult, backend: ClusterBackend, now: float, report: TickR
 def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
     """Requeue the victim, then evict its pod; True when the pod is still shutting down (it keeps its room)."""
     with transaction.atomic():
-        job = TrainingJob.objects.select_for_update().select_related("department").get(pk=decision.job_id)
+        job = TrainingJob.objects.select_for_update().select_related("department").filter(
+            pk=decision.job_id, status__in=(JobStatus.ADMITTED, JobStatus.RUNNING)).first()
+        if job is None:  # ended or cancelled since the snapshot: nothing to preempt, nothing to bring back
+            return False
         run = _open_run(job)
         _requeue(job, now, reason=decision.reason.value, message=decision.message, outcome=JobRun.Outcome.PREEMPTED)
     if not (run and run.pod):
@@ -281,7 +287,10 @@ def _wait_for_victims(decision: Admit, stopping: set[int]) -> None:
 
 
 def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
-    job, run = _record_admission(decision, now)
+    recorded = _record_admission(decision, now)
+    if recorded is None:
+        return False
+    job, run = recorded
     labels = {JOB_LABEL: str(job.pk), RUN_LABEL: str(run.attempt), TASK_LABEL: job.task_key}
     if RUNTIME_LABEL in job.annotations:
         labels[RUNTIME_LABEL] = job.annotations[RUNTIME_LABEL]
@@ -301,10 +310,16 @@ def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
 
 
 @transaction.atomic
-def _record_admission(decision: Admit, now: float) -> tuple[TrainingJob, JobRun]:
+def _record_admission(decision: Admit, now: float) -> tuple[TrainingJob, JobRun] | None:
+    """None when the job is no longer pending (cancelled since the snapshot, or admitted by a tick that should not
+    have been acting): the decision is stale, and acting on it would undo what happened."""
     from colocation.models import Node  # inventory read; scheduler owns no nodes
 
-    job = TrainingJob.objects.select_for_update().select_related("department").get(pk=decision.job_id)
+    job = TrainingJob.objects.select_for_update().select_related("department").filter(
+        pk=decision.job_id, status=JobStatus.PENDING).first()
+    if job is None:
+        log.info("job %s: no longer pending, not admitted", decision.job_id)
+        return None
     models = {m.name: m for m in GPUModel.objects.all()}
     gpu_model = models.get(decision.gpu_model) if decision.gpu_model else None
     node = Node.objects.get(name=decision.node)

@@ -18,7 +18,7 @@ repeated and a lend in flight is not counted twice. No capacity: usage is 0 with
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import inf
 
 from cluster.types import NodeState, NodeView, Pool
@@ -57,14 +57,15 @@ class GroupNode:
     capacity: float  # in the group's unit
     inference: tuple[InferencePod, ...] = ()
     training: tuple[TrainingPod, ...] = ()
+    # what its inference pods take, detached ones aside; summed once (every decision reads it, some many times)
+    load: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "load", sum(p.request for p in self.inference if not p.detached))
 
     @property
     def pod_count(self) -> int:
         return len(self.inference) + len(self.training)
-
-    @property
-    def load(self) -> float:
-        return sum(p.request for p in self.inference if not p.detached)
 
     @classmethod
     def of(cls, node: NodeView, inference: Iterable[InferencePod] = (),

@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from colocation.policy.autoscaling import LoadMinute, ScalingPolicy, ServiceView
+from colocation.policy.autoscaling import IN_MINUTES, OUT_MINUTES, LoadMinute, ScalingPolicy, ServiceView
 
-KEEP_MINUTES = 30  # loads a view carries: the rules look at the last 5, scale to zero at its idle time
+
+def keep_minutes(policy: ScalingPolicy) -> int:
+    """Loads a view carries: no rule looks further back than the scale-in run, the scale-out run or the idle time
+    of scale to zero (more minutes would only make every decision walk them)."""
+    return max(IN_MINUTES, OUT_MINUTES, policy.scale_to_zero_idle_min or 0)
 
 
 @dataclass
 class _Tracked:
-    loads: deque[LoadMinute] = field(default_factory=lambda: deque(maxlen=KEEP_MINUTES))
+    loads: deque[LoadMinute]
     changed_at: float | None = None
 
 
@@ -25,7 +29,10 @@ class Measured:
         self._by_name: dict[str, _Tracked] = {}
 
     def _of(self, name: str) -> _Tracked:
-        return self._by_name.setdefault(name, _Tracked())
+        tracked = self._by_name.get(name)
+        if tracked is None:
+            tracked = self._by_name[name] = _Tracked(deque(maxlen=keep_minutes(self.policy)))
+        return tracked
 
     def record(self, name: str, at: float, serving: int, gpu: float) -> None:
         """One minute starting at `at`, measured with `serving` replicas at `gpu` utilization each."""

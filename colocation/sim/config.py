@@ -54,15 +54,15 @@ class SimConfig:
     lend: bool = True
     tick_s: float = 60.0
     # A scheduling cycle every this many ticks (and only when jobs arrived, finished, were killed or
-    # nodes moved since the last one); the training scheduler dominates the run time (its cost grows
-    # with the pending queue), so 7 days of both runs stay under a minute.
+    # nodes moved since the last one); the training scheduler dominates the run time.
     schedule_every_min: int = 5
-    # A cycle sees the running jobs and the first this many pending jobs of each GPU model's queue (None: all),
-    # as a queue manager hands a scheduler the head of its queues (colocation/sim/queue.py); it spares the static
-    # split re-trying its whole queue (~13.5k jobs by day 7) every cycle. A job further back that would fit waits
-    # until it reaches the head. Off by default: with lending, a model's head fills with long (fixed-pool-only)
-    # jobs while short ones behind them could use lent nodes (7 days at 64: GPU utilization 43.7% -> 38.9%).
-    queue_window: int | None = None
+    # A cycle sees the running jobs and, per GPU model, the first this many pending jobs that may use lent nodes and
+    # the first this many that may only use the fixed pool (None: all), as a queue manager hands a scheduler the
+    # head of its queues (colocation/sim/queue.py); it spares the static split re-trying its whole queue (~13.5k
+    # jobs by day 7) every cycle. A job further back that would fit waits until it reaches a head. 7 days, seed 0,
+    # against the whole queue: GPU utilization 43.8% vs 43.7% (lending), 39.1% (static), lent share 94.0% vs
+    # 94.4%, jobs finished 20583 vs 20588 (static 10629 vs 10826), in a seventh of the CPU time.
+    queue_window: int | None = 32
 
     def with_(self, **overrides: object) -> SimConfig:
         return replace(self, **overrides)

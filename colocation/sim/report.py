@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
 
-from colocation.sim.run import CoLocationSim
+from colocation.sim.config import SimConfig
+from colocation.sim.run import CoLocationSim, Outcome
 from scheduler.replay.report import figure, save_figure  # the replay's plot style (Agg, reproducible PNGs)
 
 
@@ -24,13 +29,13 @@ def _mean(values: list[int]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def summary(sim: CoLocationSim, static: CoLocationSim) -> dict[str, float]:
+def summary(sim: Outcome, static: Outcome) -> dict[str, float]:
     out = sim.metrics.summary(sim.cfg.days)
     out["gpu_util_mean_static"] = static.metrics.summary(static.cfg.days)["gpu_util_mean"]
     return out
 
 
-def write(sim: CoLocationSim, static: CoLocationSim, out: Path, command: str, wall_s: float) -> dict[str, float]:
+def write(sim: Outcome, static: Outcome, out: Path, command: str, wall_s: float) -> dict[str, float]:
     out.mkdir(parents=True, exist_ok=True)
     m, s = sim.metrics, static.metrics
     figures = summary(sim, static)
@@ -92,7 +97,9 @@ def write(sim: CoLocationSim, static: CoLocationSim, out: Path, command: str, wa
         f"- Scheduling: `schedule(snapshot, get_profile(\"tidal\"))` every {c.schedule_every_min} virtual "
         "minutes, skipped when nothing arrived, finished or moved since the last cycle; each pending job's "
         "`preferred_pool` = `preferred_pool(...).pools[0]` (co-location is a preference, fixed is strict; "
-        "jobs killed by a take-back are pinned to the fixed pool).",
+        "jobs killed by a take-back are pinned to the fixed pool). A cycle sees the running jobs and "
+        + (f"per GPU model the oldest {c.queue_window} pending jobs that may use lent nodes and the oldest "
+           f"{c.queue_window} that may only use the fixed pool." if c.queue_window else "every pending job."),
         "- Static split baseline: the same nodes, inference load and training jobs; per group the online side "
         "gets just enough nodes for the run's inference peak (a dry run of the same autoscaler over the same "
         "load and noise draws, unlimited room), the rest is an offline fixed pool; nodes never move. Online "
@@ -114,16 +121,57 @@ def write_json(figures: dict[str, float], path: Path) -> None:
     path.write_text(json.dumps({k: figures[k] for k in keys}, indent=2))
 
 
-def simulate(cfg, out: Path, command: str, bar=lambda label, total: (lambda minute: None)) -> tuple[dict, float]:
-    """Run the lending simulation and the static split on one configuration and write their report;
-    `bar(label, total minutes)` returns what each simulated minute calls (progress). The figures, the wall time."""
-    import time
+Bar = Callable[[str, int], Callable[[int], None]]
 
+
+def simulate(cfg: SimConfig, out: Path, command: str, bar: Bar = lambda label, total: (lambda minute: None),
+             processes: int = 1) -> tuple[dict, float]:
+    """Run the lending simulation and the static split on one configuration and write their report;
+    `bar(label, total minutes)` returns what each simulated minute calls (progress). With `processes` 2 the two
+    runs go side by side in forked processes (they share nothing). The figures, the wall time."""
     started = time.perf_counter()
-    runs = []
-    for label, c in (("lending", cfg), ("static", cfg.with_(lend=False))):
-        sim = CoLocationSim(c)
-        sim.run(bar(label, c.minutes))
-        runs.append(sim)
+    runs = (("lending", cfg), ("static", cfg.with_(lend=False)))
+    if processes > 1:
+        outcomes = _side_by_side(runs, bar)
+    else:
+        outcomes = [_run(c, bar(label, c.minutes)) for label, c in runs]
     wall = time.perf_counter() - started
-    return write(runs[0], runs[1], out, command, wall), wall
+    return write(outcomes[0], outcomes[1], out, command, wall), wall
+
+
+def _run(cfg: SimConfig, progress: Callable[[int], None] | None = None) -> Outcome:
+    sim = CoLocationSim(cfg)
+    sim.run(progress)
+    return sim.outcome()
+
+
+_minutes_done = None  # per run, in a forked worker: the shared counters its progress goes to
+
+
+def _adopt(counters) -> None:
+    global _minutes_done
+    _minutes_done = counters
+
+
+def _run_counted(cfg: SimConfig, index: int) -> Outcome:
+    def progress(minute: int) -> None:
+        _minutes_done[index] = minute + 1
+    return _run(cfg, progress)
+
+
+def _side_by_side(runs: tuple[tuple[str, SimConfig], ...], bar: Bar) -> list[Outcome]:
+    context = multiprocessing.get_context("fork")  # the workers inherit the traces already read, and no Django setup
+    counters = context.RawArray("i", len(runs))
+    with ProcessPoolExecutor(len(runs), mp_context=context, initializer=_adopt, initargs=(counters,)) as pool:
+        futures = [pool.submit(_run_counted, c, i) for i, (_, c) in enumerate(runs)]
+        ticks = [bar(label, c.minutes) for label, c in runs]
+        shown = [0] * len(runs)
+        while True:
+            done, _ = wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
+            for i, tick in enumerate(ticks):
+                while shown[i] < counters[i]:
+                    tick(shown[i])
+                    shown[i] += 1
+            if len(done) == len(futures) or any(f.exception() for f in done):
+                break
+        return [f.result() for f in futures]

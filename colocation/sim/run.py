@@ -5,30 +5,33 @@ pods are retried); (2) training jobs arrive; (3) inference autoscaling (SPEC §3
 `autoscaling.decide_group` per group) applied as ReplicaSet scales; (4) `decide_lending` per group
 opens transitions;
 (5) the step machine (`next_action`) runs each open transition as far as it can this tick;
-(6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"))`) over the running jobs and the head of
-the pending queue (`cfg.queue_window` per GPU model, colocation/sim/queue.py), each with its pool from
-`preferred_pool`. The acting layer here plays the controller's part; no policy is copied.
+(6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"))`) over the running jobs and the heads of
+the pending queue (`cfg.queue_window` short and as many fixed-pool-only jobs per GPU model,
+colocation/sim/queue.py), each with its pool from `preferred_pool`. The acting layer here plays the
+controller's part; no policy is copied.
 The static baseline is the same loop with step (4) off: nodes never move.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from itertools import islice
 
-from cluster.backend import DETACHED_FROM_LABEL, REPLACES_LABEL, RESOURCE_GROUP_LABEL
+from cluster.backend import DETACHED_FROM_LABEL, REPLACES_LABEL, RESOURCE_GROUP_LABEL, ReplicaSetView
 from cluster.clock import VirtualClock
-from cluster.types import JobStatus, NodeState, NodeView, Pool, QuotaView
+from cluster.types import NodeState, NodeView, Pool, QuotaView
 from colocation import observe
 from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupView, Lend,
                                SetState, TakeBack, TransitionRecord, Wait, decide_lending, is_final, next_action,
                                preferred_pool, requeue_after_take_back)
 from colocation.policy import autoscaling
+from colocation.policy.pools import long_bar_s
 from colocation.policy.states import Direction
 from colocation.sim.autoscale import Measured
 from colocation.sim.config import SIM_START, SimConfig
+from colocation.sim.observed import GroupNodes
 from colocation.sim.queue import PendingQueue
 from colocation.sim.workload import (build_jobs, build_nodes, build_services, group_capacity, initial_replicas,
                                     peak_replicas, static_split)
@@ -80,6 +83,16 @@ class Metrics:
         }
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What the report needs of a finished run (small enough to come back from a worker process)."""
+
+    cfg: SimConfig
+    metrics: Metrics
+    static_online: dict[str, int]
+    static_peak: dict[str, int]
+
+
 class CoLocationSim:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
@@ -115,6 +128,7 @@ class CoLocationSim:
         self.util_now: dict[str, float] = {}
         self._next_arrival = 0
         self.queue = PendingQueue()  # the pending jobs of self.training, in order
+        self._holding: set[int] = set()  # jobs of self.training that are not pending (running)
         self._pending_jobs = 0
         self.detached: dict[str, tuple[str, str]] = {}  # detached pod -> (its ReplicaSet, replacement)
         self._dirty = True
@@ -124,6 +138,22 @@ class CoLocationSim:
                                           node_selector={RESOURCE_GROUP_LABEL: s.group.model or "CPU"})
         self.backend.advance()
         self._node_index = {n.name: i for i, n in enumerate(self.backend.nodes())}
+        self.group_nodes = GroupNodes(self.backend)
+        self._figures: dict[str, _NodeFigures] = {}  # per node, for _measure
+        # what inference could have of each group: every node but the fixed pool (pools never change here)
+        self.capacity: Counter[str] = Counter()
+        for n in self.backend.nodes():
+            if n.pool is not Pool.FIXED:
+                self.capacity[n.resource_group] += n.gpu_count if n.gpu_model else n.cpu_milli
+
+    def _node_figures(self, n: NodeView) -> _NodeFigures:
+        figures = self._figures.get(n.name)
+        if figures is None or figures.view is not n:
+            figures = self._figures[n.name] = _NodeFigures.of(n)
+        return figures
+
+    def outcome(self) -> Outcome:
+        return Outcome(self.cfg, self.metrics, self.static_online, self.static_peak)
 
     def _node(self, name: str) -> NodeView:
         return self.backend.nodes()[self._node_index[name]]
@@ -148,6 +178,7 @@ class CoLocationSim:
         if minute % self.cfg.schedule_every_min == 0:
             self._schedule(now)
         self._measure(minute, now)
+        self.backend.drain_events()  # nothing here reads the backend's events: do not let them pile up
 
     # -- (1)+(2) training arrivals and completions -------------------------------------------
     def _finish(self) -> None:
@@ -157,6 +188,7 @@ class CoLocationSim:
         self._dirty = True
         # the jobs that just finished are the last `done` ones of training.done (a dict keeps insertion order)
         for job in islice(reversed(self.training.done.values()), done):
+            self._holding.discard(job.id)
             self.metrics.finished += 1
             if job.node is not None and self._node(job.node).pool is Pool.COLOCATION:
                 self.metrics.finished_lent += 1
@@ -171,10 +203,10 @@ class CoLocationSim:
             self._dirty = True
 
     # -- (3) inference autoscaling -----------------------------------------------------------
-    def serving(self) -> dict[str, int]:
+    def serving(self, sets: Iterable[ReplicaSetView] | None = None) -> dict[str, int]:
         """Pods serving each service: ready ones it owns, plus detached ones still standing in for a
-        replacement that is not ready yet (create-before-delete)."""
-        out: Counter[str] = Counter({rs.name: rs.ready for rs in self.backend.replicasets()})
+        replacement that is not ready yet (create-before-delete). `sets`: the ReplicaSets if already read."""
+        out: Counter[str] = Counter({rs.name: rs.ready for rs in sets or self.backend.replicasets()})
         for pod, (rs, replacement) in self.detached.items():
             r = self.backend.pod(replacement)
             if r is None or not r.ready:
@@ -184,8 +216,8 @@ class CoLocationSim:
     def _autoscale(self, minute: int, now: float) -> None:
         """Measure the minute that just ended, then let the policy decide every group at once; the group's
         capacity is what inference could have of it (every node but the fixed pool)."""
-        serving = self.serving()
         sets = {rs.name: rs for rs in self.backend.replicasets()}
+        serving = self.serving(sets.values())
         by_group: dict[str, list[autoscaling.ServiceView]] = defaultdict(list)
         for s in self.services:
             y = self.load.utilization(s.index, minute, serving[s.name])
@@ -193,10 +225,7 @@ class CoLocationSim:
             self.measured.record(s.name, now - self.cfg.tick_s, serving[s.name], y)
             rs = sets[s.name]
             by_group[s.group.model or "CPU"].append(self.measured.view(s.name, rs.replicas, rs.ready, s.request))
-        capacity: Counter[str] = Counter()
-        for n in self.backend.nodes():
-            if n.pool is not Pool.FIXED:
-                capacity[n.resource_group] += n.gpu_count if n.gpu_model else n.cpu_milli
+        capacity = self.capacity
         templates = {s.name: s.template for s in self.services}
         for group, views in by_group.items():
             for d in autoscaling.decide_group(views, capacity[group], now):
@@ -209,10 +238,9 @@ class CoLocationSim:
     def group_views(self, now: float) -> list[GroupView]:
         """The policy's view of each group, observed as the live controller does (colocation/observe.py); the
         sim adds what only it knows: pending training jobs that may use lent nodes, its open transitions."""
-        members = observe.group_nodes(self.backend)
-        jobs = self.training.jobs
-        pending_training = {group: sum(1 for i in self.queue.lane(model) if jobs[i].preferred_pool is not Pool.FIXED)
-                            for model, group in self.group_of_model.items()}
+        members = self.group_nodes()
+        bar = long_bar_s(now, self.cfg.lending)
+        pending_training = {group: self.queue.short_count(model, bar) for model, group in self.group_of_model.items()}
         pending_online = observe.pending_online(self.backend, self.group_of_model)
         converting: dict[str, list[Converting]] = defaultdict(list)
         for r in self.records.values():
@@ -267,8 +295,9 @@ class CoLocationSim:
                 self.metrics.fixed_pool_moves += 1
             self.backend.set_node_state(action.node, action.state)
         elif isinstance(action, DetachPod):
-            rs = self.backend.pod(action.pod).replicaset
-            self.detached[action.pod] = (rs, self.backend.detach_pod(action.pod))
+            pod = self.backend.pod(action.pod)
+            self.detached[action.pod] = (pod.replicaset, self.backend.detach_pod(action.pod))
+            self.group_nodes.detached(pod.node)
         elif isinstance(action, DeletePod):
             self.backend.evict(action.pod, "migrated: replacement ready")
             self.detached.pop(action.pod, None)
@@ -278,7 +307,8 @@ class CoLocationSim:
             job = self.training.jobs.get(pod.spec.job_id) if pod else None
             if job is not None:
                 self.training.jobs[job.id] = requeue_after_take_back(job)
-                self.queue.add(job)
+                self.queue.add(job, pinned=True)
+                self._holding.discard(job.id)
                 self.killed_jobs.add(job.id)
                 self.metrics.killed += 1
             self._dirty = True
@@ -289,7 +319,7 @@ class CoLocationSim:
             return  # nothing arrived, finished or moved since the last cycle: it would decide the same
         self._dirty = False
         jobs = self.training.jobs
-        head = self.queue.head(self.cfg.queue_window)
+        head = self.queue.head(self.cfg.queue_window, long_bar_s(now, self.cfg.lending))
         for job_id in head:
             j = jobs[job_id]
             # co-location is a preference (the scheduler's colocation-first scorer falls back to the fixed
@@ -297,8 +327,8 @@ class CoLocationSim:
             pool = preferred_pool(j, now, self.cfg.lending, killed_by_take_back=j.id in self.killed_jobs).pools[0]
             if pool is not j.preferred_pool:
                 jobs[j.id] = replace(j, preferred_pool=pool)
-        seen = set(head)  # the running jobs too: the quota ledger and preemption need them
-        snapshot = self.training.snapshot(j for j in jobs.values() if j.id in seen or j.status is not JobStatus.PENDING)
+        # the running jobs too (the quota ledger and preemption need them), in the order of training.jobs (by id)
+        snapshot = self.training.snapshot(jobs[i] for i in sorted(self._holding.union(head)))
         result = schedule(snapshot, self.profile)
         self.training.apply(result)
         self._pending_jobs = len(self.queue)
@@ -311,11 +341,13 @@ class CoLocationSim:
         for d in result.decisions:
             if isinstance(d, Preempt):
                 self.metrics.preempted += 1
-                self.queue.add(jobs[d.job_id])
+                self.queue.add(jobs[d.job_id], pinned=d.job_id in self.killed_jobs)
+                self._holding.discard(d.job_id)
             elif isinstance(d, Admit):
                 if pools is None:
                     pools = {n.name: n.pool for n in self.backend.nodes()}
-                self.queue.remove(jobs[d.job_id])
+                self.queue.remove(d.job_id)
+                self._holding.add(d.job_id)
                 self._pending_jobs -= 1
                 if pools[d.node] is Pool.COLOCATION:
                     self.metrics.started_lent += 1
@@ -323,13 +355,14 @@ class CoLocationSim:
     # -- metrics ------------------------------------------------------------------------------
     def _measure(self, minute: int, now: float) -> None:
         m = self.metrics
-        nodes = self.backend.nodes()
-        alloc = sum(sum(n.gpu_used) for n in nodes)
-        over = sum(1 for n in nodes for u in n.gpu_used if u > 1.0 + 1e-6)
+        nodes = [self._node_figures(n) for n in self.backend.nodes()]
+        alloc = sum(f.gpu_used for f in nodes)
+        over = sum(f.over_one_gpu for f in nodes)
         busy_inf = alloc_inf = 0.0
         demand: Counter[str] = Counter()
+        sets = {rs.name: rs for rs in self.backend.replicasets()}
         for s in self.services:
-            rs = self.backend.replicaset(s.name)
+            rs = sets[s.name]
             gpus = s.template.gpus
             alloc_inf += gpus * len(rs.pods)
             busy_inf += gpus * rs.ready * self.util_now.get(s.name, 0.0)
@@ -346,11 +379,9 @@ class CoLocationSim:
         m.over_one_gpu += over
         online: Counter[str] = Counter()
         cap: Counter[str] = Counter()
-        for n in nodes:
-            if not n.state.offline:
-                online[n.resource_group] += 1
-            if n.state is NodeState.ONLINE_NORMAL:
-                cap[n.resource_group] += n.gpu_count if n.gpu_model else n.cpu_milli
+        for f in nodes:
+            online[f.group] += f.online
+            cap[f.group] += f.online_capacity
         for g in self.groups:
             m.online_nodes[g].append(online[g])
             m.usage[g].append(demand[g] / cap[g] if cap[g] else 0.0)
@@ -362,11 +393,29 @@ class CoLocationSim:
         m.training_pending.append(self._pending_jobs)
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeFigures:
+    """What one minute's metrics take of a node, kept while the backend keeps the node's view (it is unchanged)."""
+
+    view: NodeView
+    group: str
+    gpu_used: float
+    over_one_gpu: int  # GPUs used beyond 1.0
+    online: int  # 1: not offline
+    online_capacity: int  # online-normal: its GPUs (CPU group: millicores)
+
+    @classmethod
+    def of(cls, n: NodeView) -> _NodeFigures:
+        return cls(n, n.resource_group, sum(n.gpu_used), sum(1 for u in n.gpu_used if u > 1.0 + 1e-6),
+                   0 if n.state.offline else 1,
+                   (n.gpu_count if n.gpu_model else n.cpu_milli) if n.state is NodeState.ONLINE_NORMAL else 0)
+
+
 def run_sim(cfg: SimConfig, progress: Callable[[int], None] | None = None) -> CoLocationSim:
     sim = CoLocationSim(cfg)
     sim.run(progress)
     return sim
 
 
-__all__ = ["CoLocationSim", "Metrics", "NodeView", "pod_name", "run_sim", "group_capacity", "DETACHED_FROM_LABEL",
-           "REPLACES_LABEL"]
+__all__ = ["CoLocationSim", "Metrics", "Outcome", "NodeView", "pod_name", "run_sim", "group_capacity",
+           "DETACHED_FROM_LABEL", "REPLACES_LABEL"]

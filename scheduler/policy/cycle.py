@@ -11,6 +11,7 @@ preemption updates the cycle's node tables and quota ledger, so later jobs see i
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -40,27 +41,31 @@ class Queued:
 
 
 class _PerJob:
-    """What only depends on a job and the profile (right-sized request, utilization points),
+    """What only depends on a job and the profile (right-sized request, utilization points, the
+    CPU and memory part of its quota demand),
     kept from one cycle to the next: the pending jobs of one cycle are mostly the very same
     (frozen) JobView objects in the next. Entries are checked by identity, so the memo only
     saves work; it holds the jobs of the last cycle only."""
 
     def __init__(self) -> None:
         self.profile: Profile | None = None
-        self.last: dict[int, tuple[JobView, Request, int]] = {}
-        self.now: dict[int, tuple[JobView, Request, int]] = {}
+        self.last: dict[int, tuple[JobView, Request, int, Demand]] = {}
+        self.now: dict[int, tuple[JobView, Request, int, Demand]] = {}
 
     def start(self, profile: Profile) -> None:
         if self.profile is not profile and self.profile != profile:
             self.last = {}
         self.profile = profile
 
-    def get(self, job: JobView, profile: Profile) -> tuple[Request, int]:
+    def get(self, job: JobView, profile: Profile) -> tuple[JobView, Request, int, Demand]:
+        """(job, right-sized request, utilization points, host demand)."""
         entry = self.last.get(id(job))
         if entry is None or entry[0] is not job:
-            entry = (job, rightsize(job, profile), utilization_points(job, profile))
+            request = rightsize(job, profile)
+            entry = (job, request, utilization_points(job, profile),
+                     host_demand(request.cpu_request_milli, request.memory_mib))
         self.now[id(job)] = entry
-        return entry[1], entry[2]
+        return entry
 
     def finish(self) -> None:
         self.last, self.now = self.now, {}
@@ -111,6 +116,7 @@ class _Cycle:
         # per-cycle memos of what only depends on the snapshot
         self._certified: dict[tuple[str, str | None], tuple[str | None, ...]] = {}
         self._split: dict[tuple[tuple[str | None, ...], str | None], tuple[list, list]] = {}
+        self._fallbacks: dict[tuple[tuple[str | None, ...], str | None], list] = {}  # until capacity changes
         self._victims: dict[str | None, VictimIndex] = {}
         self._breakdowns: dict[tuple[int, int, int], ScoreBreakdown] = {}
 
@@ -174,14 +180,13 @@ class _Cycle:
 
     def _queued(self, job: JobView, per_job: _PerJob) -> Queued:
         profile = self.profile
-        request, utilization = per_job.get(job, profile)
+        _, request, utilization, host = per_job.get(job, profile)
         models = self._models(job)
-        host = host_demand(request.cpu_request_milli, request.memory_mib)
         kind = None
         if profile.quotas:
             first = models[0] if models else job.gpu_model
-            need = gpu_demand(first, request.gpus) + host
-            kind = QuotaKind.OWN if self.ledger.has_own_room(job.department, need) else QuotaKind.BORROWED
+            own = self.ledger.has_own_room(job.department, gpu_demand(first, request.gpus), host)
+            kind = QuotaKind.OWN if own else QuotaKind.BORROWED
         # = score(job, kind, now, profile), with the utilization term from the memo
         return Queued(job, request, self._breakdown(base_points(kind, profile), utilization,
                                                     aging_points(waited_s(job, self.now), profile)), models, host)
@@ -210,18 +215,24 @@ class _Cycle:
             return (preferred, *rest)
         return compatible if self.profile.model_fallback or preferred is None else ()
 
-    def _model_order(self, q: Queued) -> list[str | None]:
-        """Preferred model first; the others by most idle capacity (nothing changes the idle
-        capacity between trying the preferred model and the others)."""
+    def _model_order(self, q: Queued) -> Iterator[str | None]:
+        """Preferred model first; then the others by most idle capacity. They are sorted only once
+        the preferred model failed (a failure changes no capacity: the order is the one sorting up
+        front gives), and the order is kept until an admission changes some idle capacity."""
         key = (q.models, q.job.gpu_model)
-        if key not in self._split:
+        split = self._split.get(key)
+        if split is None:
             models = [m for m in q.models if m in self.tables]
             head = [models.pop(0)] if models and models[0] == q.job.gpu_model else []
-            self._split[key] = (head, models)
-        head, rest = self._split[key]
-        if len(rest) < 2:
-            return head + rest
-        return head + sorted(rest, key=lambda m: (-self.tables[m].idle_gpus(), m or ""))
+            split = self._split[key] = (head, models)
+        head, rest = split
+        yield from head
+        if len(rest) >= 2:
+            order = self._fallbacks.get(key)
+            if order is None:
+                order = self._fallbacks[key] = sorted(rest, key=lambda m: (-self.tables[m].idle_gpus(), m or ""))
+            rest = order
+        yield from rest
 
     # -- one job ----------------------------------------------------------------------
     def _try(self, q: Queued, position: int) -> bool:
@@ -295,8 +306,8 @@ class _Cycle:
     def _preempt_for(self, q: Queued, attempts: list[_NoRoom]) -> bool:
         """Own-quota (or quota-less) work may preempt; borrowed work only ever uses idle capacity."""
         for a in attempts:
-            if a.kind is QuotaKind.BORROWED:
-                continue
+            if a.kind is QuotaKind.BORROWED or not self.holders_by_model.get(a.pod.gpu_model):
+                continue  # (nobody to preempt on an empty model: the burst of a first cycle)
             total = rebased(q.score, a.kind, self.profile).total
             own = a.kind is QuotaKind.OWN
             model = a.pod.gpu_model
@@ -339,6 +350,7 @@ class _Cycle:
         job = q.job
         table = self.tables[pod.gpu_model]
         table.allocate(placement.row, placement.gpu_shares, pod.cpu_milli, pod.memory_mib)
+        self._fallbacks.clear()  # idle capacity changed (here and by the evictions, if any, made for this job)
         if kind is not None:
             self.ledger.charge(job.department, kind, _demand(pod))
         breakdown = rebased(q.score, kind, self.profile)

@@ -54,7 +54,12 @@ class FilterPlugin(Protocol):
 class ScorePlugin(Protocol):
     name: str
 
-    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray | None:
-        """One float per row in `rows` (all feasible), higher is better, about 0..1; None when
-        the plugin does not apply to this request (the same score on every row)."""
+    def applies(self, req: PodRequest) -> bool:
+        """Whether the plugin ranks this request at all (when not, it would give every row the same
+        score, so it is left out)."""
+        ...
+
+    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray:
+        """One float per row in `rows` (all feasible), higher is better, about 0..1; only called
+        when the plugin applies to `req`."""
         ...

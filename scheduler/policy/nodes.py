@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from functools import lru_cache
 from operator import is_not
 
 import numpy as np
 
 from cluster.types import GPU_EPS, GpuShare, NodeView, Pool
+from scheduler.policy.packing import WholeGpuIndex
 
 _ABSENT = 2.0  # "used" value of padding GPUs: never free, never fits
 
@@ -35,9 +37,9 @@ class _Rows:
         self.names = [n.name for n in nodes]
         self.row = {name: i for i, name in enumerate(self.names)}
         width = max((n.gpu_count for n in nodes), default=0)
-        self.gpu_used = np.full((len(nodes), width), _ABSENT)
-        for i, n in enumerate(nodes):
-            self.gpu_used[i, :n.gpu_count] = n.used_shares()
+        # one padded Python list per node, converted at once (a NumPy slice assignment per node is 10x slower)
+        padded = [n.used_shares() + (_ABSENT,) * (width - n.gpu_count) for n in nodes]
+        self.gpu_used = np.array(padded, dtype=float).reshape(len(nodes), width)
         self.gpu_count = _frozen(np.array([n.gpu_count for n in nodes], dtype=np.int64))
         self.cpu_cap = _frozen(np.array([n.cpu_milli for n in nodes], dtype=np.int64))
         self.cpu_free = self.cpu_cap - np.array([n.cpu_used for n in nodes], dtype=np.int64)
@@ -84,14 +86,11 @@ class _Rows:
         self._derive()
 
 
-_WHOLE_GPUS: list[GpuShare] = []
-
-
-def _whole_gpu(index: int) -> GpuShare:
-    """GpuShare(index, 1.0), one shared (frozen) object per index: cheaper than building one per admission."""
-    while len(_WHOLE_GPUS) <= index:
-        _WHOLE_GPUS.append(GpuShare(len(_WHOLE_GPUS), 1.0))
-    return _WHOLE_GPUS[index]
+@lru_cache(maxsize=4096)
+def _whole_gpus(indices: tuple[int, ...]) -> tuple[GpuShare, ...]:
+    """(GpuShare(i, 1.0) for each index), one shared (frozen) tuple per set of indices: a handful of
+    sets recur all cycle long, and fewer new objects per admission means fewer garbage collections."""
+    return tuple(GpuShare(i, 1.0) for i in indices)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -202,6 +201,7 @@ class NodeTable:
         self._bounds: tuple[float, float, int, int] | None = None
         self._stale = False
         self._idle = rows.idle
+        self._packing: WholeGpuIndex | None = None  # built on the first whole-GPU placement
 
     def __len__(self) -> int:
         return len(self.names)
@@ -228,19 +228,29 @@ class NodeTable:
         if self.schedulable[row]:
             self._idle += float(self.used_sum[row]) - used
         self.used_sum[row] = used
-        self.whole_free[row] = len([u for u in real if u <= GPU_EPS])
+        whole = len([u for u in real if u <= GPU_EPS])
+        self.whole_free[row] = whole
         self.max_share_free[row] = 1.0 - min(real, default=_ABSENT)
         self.least_shared[row] = min([u for u in real if u != 0], default=_ABSENT)
         self.cpu_free[row] -= sign * cpu
         self.mem_free[row] -= sign * mem
         # = self._allocated(row): used_sum / gpu_count, in Python on a GPU table
-        self.allocated[row] = used / count if self.gpu_model is not None and count else self._allocated(row)
+        allocated = used / count if self.gpu_model is not None and count else float(self._allocated(row))
+        self.allocated[row] = allocated
+        if self._packing is not None:
+            self._packing.move(row, allocated, whole)
 
     def _allocated(self, rows: int | slice) -> np.ndarray:
         """Fraction of the node in use: its GPUs, or its CPU on a CPU-only table."""
         if self.gpu_model is None:
             return 1.0 - self.cpu_free[rows] / self.cpu_cap[rows]
         return self.used_sum[rows] / self.gpu_count[rows]
+
+    def packing(self) -> WholeGpuIndex:
+        """The schedulable rows ranked for whole-GPU most-allocated placement (see packing.py)."""
+        if self._packing is None:
+            self._packing = WholeGpuIndex(self)
+        return self._packing
 
     # -- summaries ------------------------------------------------------------------
     def idle_gpus(self) -> float:
@@ -291,7 +301,7 @@ class NodeTable:
         used = self.gpu_used[row].tolist()  # a handful of GPUs: plain Python beats NumPy calls
         if gpus >= 1:
             free = [i for i, u in enumerate(used) if u <= GPU_EPS][: int(gpus)]
-            return tuple(_whole_gpu(i) for i in free)
+            return _whole_gpus(tuple(free))
         if gpus > 0:
             fitting = [u if u + gpus <= 1.0 + GPU_EPS else -1.0 for u in used]
             return (GpuShare(fitting.index(max(fitting)), float(gpus)),)

@@ -34,9 +34,10 @@ class ColocationFirst:
 
     name = "colocation-first"
 
-    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray | None:
-        if req.pool is not Pool.COLOCATION:
-            return None
+    def applies(self, req: PodRequest) -> bool:
+        return req.pool is Pool.COLOCATION
+
+    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray:
         return (~table.fixed_pool[rows]).astype(float)
 
 
@@ -45,9 +46,10 @@ class GpuShareBestFit:
 
     name = "gpu-share-best-fit"
 
-    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray | None:
-        if not req.fractional:
-            return None
+    def applies(self, req: PodRequest) -> bool:
+        return req.fractional
+
+    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray:
         # Only nodes with a GPU in use that the fraction still fits on score above 0.
         scores = np.zeros(len(rows))
         sharing = np.flatnonzero(table.least_shared[rows] + req.gpus <= 1.0 + GPU_EPS)
@@ -61,6 +63,9 @@ class MostAllocated:
     """Pack onto fuller nodes so whole nodes stay free for large multi-GPU jobs."""
 
     name = "most-allocated"
+
+    def applies(self, req: PodRequest) -> bool:
+        return True
 
     def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray:
         return table.allocated[rows]
@@ -78,13 +83,40 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
     dims = req.dims()
     if not len(table) or not table.may_fit(*dims) or table.known_failure(*dims, req.pool):
         return None
-    rows = filtered(table.fits_mask(*dims), req, table, profile).nonzero()[0]
-    if rows.size == 0:
+    scorers = [(name, weight) for name, weight in profile.scorers if SCORERS[name].applies(req)]
+    if req.gpus >= 1 and scorers == _PACKING:
+        row = table.packing().best(*dims, allowed(req, table, profile))
+    else:
+        row = scan(req, table, profile, scorers)
+    if row is None:
         table.failed.append((*dims, req.pool))
         return None
-    scores = total_score(req, table, rows, profile)
-    row = int(rows[0] if scores is None else rows[scores.argmax()])
     return Placement(row, table.names[row], table.choose_gpus(row, req.gpus))
+
+
+# Ranking by most-allocated alone, at weight 1 (so the total is the score itself): what the
+# whole-GPU index ranks by (see packing.py).
+_PACKING = [(MostAllocated.name, 1)]
+
+
+def scan(req: PodRequest, table: NodeTable, profile: Profile, scorers: list[tuple[str, float]]) -> int | None:
+    """The best row by the weighted `scorers` over every fitting node the filters allow; ties go to
+    the first row. (The plain way, for any request; the index must agree with it.)"""
+    rows = filtered(table.fits_mask(*req.dims()), req, table, profile).nonzero()[0]
+    if rows.size == 0:
+        return None
+    scores = total_score(req, table, rows, scorers)
+    return int(rows[0] if scores is None else rows[scores.argmax()])
+
+
+def allowed(req: PodRequest, table: NodeTable, profile: Profile) -> np.ndarray | None:
+    """The rows every filter of the profile allows (None: all); shares the filters' arrays when it can."""
+    mask = None
+    for name in profile.filters:
+        rows = FILTERS[name].filter(req, table)
+        if rows is not None:
+            mask = rows if mask is None else mask & rows
+    return mask
 
 
 def filtered(mask: np.ndarray, req: PodRequest, table: NodeTable, profile: Profile) -> np.ndarray:
@@ -96,12 +128,13 @@ def filtered(mask: np.ndarray, req: PodRequest, table: NodeTable, profile: Profi
     return mask
 
 
-def total_score(req: PodRequest, table: NodeTable, rows: np.ndarray, profile: Profile) -> np.ndarray | None:
-    """Weighted sum of the scorers that apply to `req`; None when none does (all rows tie)."""
+def total_score(req: PodRequest, table: NodeTable, rows: np.ndarray, scorers: list[tuple[str, float]]
+                ) -> np.ndarray | None:
+    """Weighted sum of `scorers` (those of the profile that apply to `req`); None when there are none
+    (all rows tie)."""
     total = None
-    for name, weight in profile.scorers:
+    for name, weight in scorers:
         score = SCORERS[name].score(req, table, rows)
-        if score is not None:
-            score = score if weight == 1 else weight * score
-            total = score if total is None else total + score
+        score = score if weight == 1 else weight * score
+        total = score if total is None else total + score
     return total

@@ -27,8 +27,10 @@ def gpu_demand(gpu_model: str | None, gpus: float) -> Demand:
     return ((gpu_model, float(gpus)),) if gpu_model and gpus > 0 else ()
 
 
+@lru_cache(maxsize=8192, typed=True)
 def host_demand(cpu_milli: int, memory_mib: int) -> Demand:
-    """The CPU and memory part of a demand (the same on every GPU model a job may use)."""
+    """The CPU and memory part of a demand (the same on every GPU model a job may use); cached: one
+    shared tuple per size, instead of three new ones for every pending job (fewer garbage collections)."""
     return ((CPU_KEY, cpu_milli),) * bool(cpu_milli) + ((MEMORY_KEY, memory_mib),) * bool(memory_mib)
 
 
@@ -111,6 +113,9 @@ class QuotaLedger:
     def __init__(self, quotas: Iterable[QuotaView], holders: Iterable[JobView]) -> None:
         self._limits = _limits(quotas)
         self._rows: dict[str, dict[str, list[float]]] = {}  # a department's rows, copied when first charged
+        # per department, until it is next charged: need -> (own, borrowed) shortfall; thousands of waiting
+        # jobs ask for the same few GPU parts (model, count) each cycle
+        self._checked: dict[str, dict[Demand, tuple[_Short | None, _Short | None]]] = {}
         for job in holders:
             alloc = job.allocation
             if alloc is not None and alloc.quota_kind is not None:
@@ -126,8 +131,11 @@ class QuotaLedger:
             rows = self._rows[department] = {r: list(row) for r, row in self._limits.get(department, _NO_ROWS).items()}
         return rows
 
-    def has_own_room(self, department: str, need: Demand) -> bool:
-        return _no_room(self._read(department), need, _OWN_LIMIT, _OWN_USED) is None
+    def has_own_room(self, department: str, need: Demand, host: Demand = ()) -> bool:
+        """Own quota has room for `need` + `host` (each resource is checked on its own, so in two parts)."""
+        rows = self._read(department)
+        return _part(rows, self._checked.setdefault(department, {}), need)[0] is None and \
+            _no_room(rows, host, _OWN_LIMIT, _OWN_USED) is None
 
     def choose(self, department: str, need: Demand, borrowing: bool) -> QuotaCheck:
         """Own quota when every resource has room there, else borrowed quota when it has room."""
@@ -135,10 +143,11 @@ class QuotaLedger:
 
     def checker(self, department: str, host: Demand, borrowing: bool) -> JobQuota:
         """Quota checks of one job on each GPU model it may use, until the ledger next changes."""
-        return JobQuota(self._read(department), host, borrowing)
+        return JobQuota(self._read(department), host, borrowing, self._checked.setdefault(department, {}))
 
     def charge(self, department: str, kind: QuotaKind, need: Demand, sign: int = 1) -> None:
         rows = self._write(department)
+        self._checked.pop(department, None)
         slot = _SLOTS[kind][1]
         for resource, amount in need:
             row = rows.get(resource)
@@ -155,10 +164,12 @@ class JobQuota:
     demand is the same on every model, so it is checked once (a job waiting for room is checked on
     every certified model, every cycle). Valid until the ledger next changes."""
 
-    def __init__(self, rows: Mapping[str, Sequence[float]], host: Demand, borrowing: bool) -> None:
+    def __init__(self, rows: Mapping[str, Sequence[float]], host: Demand, borrowing: bool,
+                 checked: dict[Demand, tuple[_Short | None, _Short | None]] | None = None) -> None:
         self.rows = rows
         self.borrowing = borrowing
         self.host = host
+        self.checked = {} if checked is None else checked  # the ledger's memo of GPU parts for this department
         self.own_host = _no_room(rows, host, _OWN_LIMIT, _OWN_USED)
         self._borrowed_host: _Short | None | bool = False  # False: not checked yet
 
@@ -178,16 +189,15 @@ class JobQuota:
     def _check(self, gpu: Demand) -> tuple[QuotaKind | None, _Short | None, _Short | None]:
         """The kind and the first own and borrowed resource without room. Resources are checked in
         the order of the demand (GPUs first), so that is the GPU or else the host's."""
-        rows = self.rows
-        own = _no_room(rows, gpu, _OWN_LIMIT, _OWN_USED) or self.own_host
+        own_gpu, borrowed = _part(self.rows, self.checked, gpu)
+        own = own_gpu or self.own_host
         if own is None:
             return QuotaKind.OWN, None, None
         if not self.borrowing:
             return None, own, None
-        borrowed = _no_room(rows, gpu, _BORROWED_LIMIT, _BORROWED_USED)
         if borrowed is None:
             if self._borrowed_host is False:
-                self._borrowed_host = _no_room(rows, self.host, _BORROWED_LIMIT, _BORROWED_USED)
+                self._borrowed_host = _no_room(self.rows, self.host, _BORROWED_LIMIT, _BORROWED_USED)
             borrowed = self._borrowed_host
             if borrowed is None:
                 return QuotaKind.BORROWED, own, None
@@ -195,6 +205,16 @@ class JobQuota:
 
 
 _Short = tuple[str, float, float, float]  # (resource, used, limit, amount): a Shortfall's fields after its kind
+
+
+def _part(rows: Mapping[str, Sequence[float]], checked: dict[Demand, tuple[_Short | None, _Short | None]],
+          need: Demand) -> tuple[_Short | None, _Short | None]:
+    """The first own and the first borrowed resource of `need` without room, through the memo `checked`."""
+    part = checked.get(need)
+    if part is None:
+        part = checked[need] = (_no_room(rows, need, _OWN_LIMIT, _OWN_USED),
+                                _no_room(rows, need, _BORROWED_LIMIT, _BORROWED_USED))
+    return part
 
 
 def _no_room(rows: Mapping[str, Sequence[float]], need: Demand, limit_slot: int, used_slot: int) -> _Short | None:

@@ -5,8 +5,11 @@ from pathlib import Path
 import pytest
 
 from cluster.types import JobStatus, JobView, Pool
+from colocation.policy.pools import long_bar_s, preferred_pool
 from colocation.sim import CoLocationSim, SimConfig
-from colocation.sim.queue import PendingQueue
+from colocation.sim.config import SIM_START
+from colocation.sim.queue import HOUR, PendingQueue
+from colocation.sim.report import simulate, summary
 from tidal.settings import TRACES_DIR
 
 
@@ -71,39 +74,84 @@ def test_both_runs_serve_the_same_load_and_jobs(sim, static):
 
 
 def test_a_queue_window_never_reached_decides_as_the_whole_queue(sim):
-    assert sim.cfg.queue_window is None
     window = 64  # the small lending day never queues this many jobs: a cycle still sees every pending job
     assert max(sim.metrics.training_pending) < window
-    bounded = CoLocationSim(sim.cfg.with_(queue_window=window))
+    whole, bounded = CoLocationSim(sim.cfg.with_(queue_window=None)), CoLocationSim(sim.cfg.with_(queue_window=window))
+    whole.run()
     bounded.run()
-    assert bounded.metrics == sim.metrics
-    assert bounded.training.jobs == sim.training.jobs and bounded.training.done.keys() == sim.training.done.keys()
+    assert bounded.metrics == whole.metrics
+    assert bounded.training.jobs == whole.training.jobs and bounded.training.done.keys() == whole.training.done.keys()
 
 
 @pytest.mark.parametrize("run", ["sim", "static"])
 def test_the_pending_queue_is_the_pending_jobs_in_submit_order(run, request):
     s = request.getfixturevalue(run)
-    for model in {j.gpu_model for j in s.training.jobs.values()}:
-        pending = sorted((j.submitted_at, j.id) for j in s.training.jobs.values()
-                         if j.status is JobStatus.PENDING and j.gpu_model == model)
-        assert list(s.queue.lane(model)) == [job_id for _, job_id in pending]
-    assert len(s.queue) == sum(1 for j in s.training.jobs.values() if j.status is JobStatus.PENDING)
+    pending = sorted((j.submitted_at, j.id) for j in s.training.jobs.values() if j.status is JobStatus.PENDING)
+    assert sorted(s.queue.head(None, 0.0)) == sorted(job_id for _, job_id in pending)
+    assert len(s.queue) == len(pending)
+    # and the jobs a cycle sees besides the heads are exactly the running ones
+    assert s._holding == {j.id for j in s.training.jobs.values() if j.status is not JobStatus.PENDING}
+    for bar in (HOUR, 12 * HOUR):  # a head is the oldest jobs of its model and pool, whatever the bar
+        head = set(s.queue.head(3, bar))
+        for model in {j.gpu_model for j in s.training.jobs.values()}:
+            for short in (True, False):
+                jobs = s.training.jobs
+                mine = [job_id for at, job_id in pending if jobs[job_id].gpu_model == model
+                        and short is (job_id not in s.killed_jobs and jobs[job_id].expected_duration_s <= bar)]
+                assert [i for i in mine if i in head] == mine[:3]
 
 
-def _job(job_id: int, at: float, model: str | None = "T4") -> JobView:
+@pytest.mark.parametrize("run", ["sim", "static"])
+def test_the_queue_counts_the_jobs_preferred_pool_sends_to_lent_nodes(run, request):
+    s = request.getfixturevalue(run)
+    pending = [j for j in s.training.jobs.values() if j.status is JobStatus.PENDING]
+    for hour in (3, 7.9, 8, 12, 18, 23):  # night bars (time to 08:00 + 1 h) and the day's 12 h
+        now = SIM_START + hour * HOUR
+        bar = long_bar_s(now, s.cfg.lending)
+        for model in {j.gpu_model for j in pending}:
+            assert s.queue.short_count(model, bar) == sum(
+                1 for j in pending if j.gpu_model == model and preferred_pool(
+                    j, now, s.cfg.lending, killed_by_take_back=j.id in s.killed_jobs).preferred is Pool.COLOCATION)
+
+
+def _job(job_id: int, at: float, model: str | None = "T4", run_h: float = 1.0) -> JobView:
     return JobView(job_id, f"j{job_id}", "t", "training", "pytorch", model, 1.0 if model else 0.0, 1000, 1024,
-                   JobStatus.PENDING, submitted_at=at)
+                   JobStatus.PENDING, submitted_at=at, expected_duration_s=run_h * HOUR)
 
 
-def test_the_queue_head_is_the_oldest_jobs_of_each_model_and_a_requeued_job_gets_its_place_back():
+def test_the_queue_heads_are_the_oldest_jobs_of_each_model_and_pool_and_a_requeued_job_gets_its_place_back():
     q = PendingQueue()
-    jobs = [_job(1, 10.0), _job(2, 20.0), _job(3, 30.0), _job(4, 5.0, None), _job(5, 25.0, None)]
+    jobs = [_job(1, 10.0), _job(2, 20.0, run_h=0.5), _job(3, 30.0), _job(4, 5.0, None), _job(5, 25.0, None)]
     for j in jobs:
         q.add(j)
-    assert q.head(2) == [1, 2, 4, 5]
-    q.remove(jobs[0])  # started
-    assert q.head(1) == [2, 4]
+    assert q.head(2, 12 * HOUR) == [1, 2, 4, 5]
+    q.remove(1)  # started
+    assert q.head(1, 12 * HOUR) == [2, 4]
     q.add(jobs[0])  # preempted: same submit time, back at the front
-    assert q.head(1) == [1, 4] and q.head(None) == [1, 2, 3, 4, 5] and len(q) == 5
+    assert q.head(1, 12 * HOUR) == [1, 4] and sorted(q.head(None, 0.0)) == [1, 2, 3, 4, 5] and len(q) == 5
     with pytest.raises(KeyError):
-        q.remove(_job(9, 1.0))
+        q.remove(9)
+
+
+def test_long_jobs_do_not_hide_the_short_ones_behind_them():
+    q = PendingQueue()
+    for i in range(1, 6):
+        q.add(_job(i, float(i), run_h=20.0))  # long at any hour: fixed pool only
+    q.add(_job(6, 6.0, run_h=2.5))  # short by day, long in the small hours
+    q.add(_job(7, 7.0, run_h=0.5))
+    q.add(_job(8, 0.5, run_h=0.5), pinned=True)  # killed by a take-back: fixed pool only
+    assert q.head(2, 12 * HOUR) == [6, 7, 8, 1]  # the short head, then the fixed-pool head
+    assert q.head(2, 2 * HOUR) == [7, 8, 1]  # at 06:00 (bar 3 h) the 2.5 h job is long: behind the pinned one
+    assert q.short_count("T4", 12 * HOUR) == 2 and q.short_count("T4", 2 * HOUR) == 1
+    assert q.short_count("T4", 2.5 * HOUR) == 2  # long means run time > bar
+
+
+def test_the_two_runs_side_by_side_report_what_each_run_alone_does(sim, static, tmp_path):
+    shown: dict[str, list[int]] = {}
+
+    def bar(label: str, total: int):
+        shown[label] = []
+        return shown[label].append
+    figures, _ = simulate(sim.cfg, tmp_path, "test", bar, processes=2)
+    assert figures == summary(sim.outcome(), static.outcome())
+    assert shown == {"lending": list(range(sim.cfg.minutes)), "static": list(range(sim.cfg.minutes))}

@@ -4,11 +4,11 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.types import GPU_EPS, GpuShare, QuotaKind, Resources
+from cluster.types import GPU_EPS, GpuShare, NodeState, Pool, QuotaKind, Resources
 from scheduler.policy import get_profile, score
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.nodes import NodeTable
-from scheduler.policy.placement import SCORERS, place, total_score
+from scheduler.policy.placement import SCORERS, allowed, place, scan, total_score
 from scheduler.policy.priority import rebased
 from scheduler.policy.quota import demand
 from tests.unit.builders import NOW, JobBuilder, NodeBuilder
@@ -70,7 +70,8 @@ def test_cpu_table_allocated_is_the_cpu_in_use():
 def test_no_applicable_scorer_ties_every_node_and_takes_the_first():
     t = table([[0.0, 0.0], [0.5, 0.0]])
     whole = PodRequest("T4", 1.0, 0, 0)
-    assert total_score(whole, t, np.arange(2), TIDAL.with_(scorers=(("gpu-share-best-fit", 1.0),))) is None
+    assert not SCORERS["gpu-share-best-fit"].applies(whole)
+    assert total_score(whole, t, np.arange(2), []) is None
     assert place(whole, t, TIDAL.with_(scorers=())).node == "n00"
     assert place(whole, t, TIDAL).node == "n01"  # most allocated
 
@@ -99,3 +100,40 @@ def test_a_jobs_quota_checker_decides_as_the_ledger_on_the_whole_demand(gpu_quot
         expected = ledger.choose("a", gpu + host, borrowing)
         assert checker.choose(gpu) == expected
         assert checker.kind(gpu) is expected.kind
+
+
+NODES = st.lists(st.tuples(st.lists(SHARES, min_size=1, max_size=8), st.sampled_from([4000, 16000, 64000]),
+                           st.booleans(), st.booleans()), min_size=1, max_size=16)
+CHANGES = st.lists(st.tuples(st.integers(0, 15), st.integers(0, 7), SHARES, st.booleans()), max_size=12)
+WHOLE = st.tuples(st.sampled_from([1.0, 2.0, 3.0, 4.0, 8.0]), st.sampled_from([0, 2000, 8000, 32000]),
+                  st.sampled_from([None, Pool.FIXED]))
+
+
+@given(NODES, CHANGES, st.lists(WHOLE, min_size=1, max_size=6))
+def test_whole_gpu_index_picks_the_node_the_plain_scan_picks(nodes, changes, requests):
+    """The index (packing.py) must agree with the plain scan (fits mask, filters, most-allocated argmax,
+    ties to the first row) on random clusters, before and after allocations, releases and placements."""
+    t = NodeTable("T4", [NodeBuilder(f"n{i:02d}", "T4", len(used)).used(*used).cpu(cpu)
+                         .state(NodeState.OFFLINE_NORMAL if offline else NodeState.ONLINE_NORMAL)
+                         .pool(Pool.FIXED if fixed else Pool.COLOCATION).build()
+                         for i, (used, cpu, offline, fixed) in enumerate(nodes)])
+    t.packing()  # built first, so every change below goes through its updates
+    for row, index, share, release in changes:
+        row = row % len(t)
+        index %= int(t.gpu_count[row])
+        (t.release if release else t.allocate)(row, (GpuShare(index, share),), 0, 0)
+    for gpus, cpu, pool in requests:
+        req = PodRequest("T4", gpus, cpu, 1024, pool)
+        expected = scan(req, t, TIDAL, [("most-allocated", 1.0)])
+        assert t.packing().best(gpus, cpu, 1024, allowed(req, t, TIDAL)) == expected
+        placement = place(req, t, TIDAL)
+        assert (placement and placement.row) == expected
+        if placement is not None:
+            t.allocate(placement.row, placement.gpu_shares, cpu, 1024)
+    index = t.packing()
+    filed = [row for row, level in enumerate(index.level) if level is not None]
+    assert filed == np.flatnonzero(t.schedulable).tolist()
+    for row in filed:  # every schedulable row filed under its current figures, once
+        assert (index.level[row], index.free[row]) == (float(t.allocated[row]), int(t.whole_free[row]))
+        assert row in index.groups[index.level[row]][index.free[row]]
+    assert sum(len(rows) for group in index.groups.values() for rows in group) == len(filed)

@@ -1,5 +1,5 @@
-"""`python manage.py colocate_sim --days 7 [--out DIR] [--json PATH] [--seed N]`: thin; the work is in
-colocation/sim/ (no Django there)."""
+"""`python manage.py colocate_sim --days 7 [--out DIR] [--json PATH] [--seed N] [--queue-window N]
+[--processes 1|2]`: thin; the work is in colocation/sim/ (no Django there)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,11 @@ class Command(BaseCommand):
         parser.add_argument("--training-load", type=float, default=None)
         parser.add_argument("--fixed-share", type=float, default=None)
         parser.add_argument("--queue-window", type=int, default=None,
-                            help="pending jobs per GPU model a scheduling cycle sees, oldest first "
-                                 "(default 0: the whole queue)")
+                            help="pending jobs per GPU model and pool (lent nodes allowed / fixed pool only) a "
+                                 "scheduling cycle sees, oldest first (default 32; 0: the whole queue)")
+        parser.add_argument("--processes", type=int, default=2, choices=(1, 2),
+                            help="2 (default): the lending run and the static split side by side; "
+                                 "1: one after the other")
 
     def handle(self, *args: object, **opts: object) -> None:
         if opts["days"] < 1:
@@ -54,7 +57,7 @@ class Command(BaseCommand):
             return lambda _minute: b.update(1)
 
         try:
-            figures, wall = simulate(cfg, out, command, bar)
+            figures, wall = simulate(cfg, out, command, bar, processes=opts["processes"])
         finally:
             for b in bars:
                 b.close()
