@@ -22,6 +22,12 @@ from streaming.topics import Topics
 _TYPES = {"ts": "BIGINT", "namespace": "STRING", "pod": "STRING", "job": "BIGINT", "run": "INT",
           "service": "STRING", "window_start": "BIGINT", "window_end": "BIGINT", "samples": "BIGINT",
           "replicas": "BIGINT", "emitted_at": "BIGINT"}
+# Planner options that shape the job's operators (so they are part of its plan_id).
+PLANNER = {
+    # Window aggregates in one phase: the per-(pod, step) dedup has one record per key, so a local
+    # pre-aggregation only added a buffer, a combine and a bigger record to every sample.
+    "table.optimizer.agg-phase-strategy": "ONE_PHASE",
+}
 # Wall-clock epoch ms when a row leaves the job: the start of the window-close -> profile-row lag.
 _NOW_MS = ("CAST(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP) AS BIGINT) * 1000"
            " + EXTRACT(MILLISECOND FROM CURRENT_TIMESTAMP)")
@@ -128,5 +134,7 @@ GROUP BY service, window_start, window_end""",
 
 
 def plan_id(spec: Spec) -> str:
-    """A short hash of the job's SQL: checkpoints are only restored into the plan that wrote them."""
-    return hashlib.sha256("\n".join(ddl(spec) + inserts(spec)).encode()).hexdigest()[:12]
+    """A short hash of the job's SQL and planner options: checkpoints are only restored into the plan that
+    wrote them."""
+    return hashlib.sha256("\n".join(ddl(spec) + inserts(spec) + sorted(f"{k}={v}" for k, v in PLANNER.items()))
+                          .encode()).hexdigest()[:12]

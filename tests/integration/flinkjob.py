@@ -36,7 +36,7 @@ class ProfileJob:
         spec = Spec(bootstrap=self.bootstrap, topics=self.topics, group_id=f"{self.topics.prefix}.flink")
         self.result = submit(spec, runtime)
         client = self.result.get_job_client()
-        _until(lambda: client.get_job_status().result().name == "RUNNING", 60, "the job to run")
+        wait_until(lambda: client.get_job_status().result().name == "RUNNING", 60, "the job to run")
 
     def stop(self) -> None:
         if self.result is not None:
@@ -48,7 +48,7 @@ class ProfileJob:
         def newer() -> bool:
             found = latest_checkpoint(self.checkpoint_dir)
             return found is not None and (found / "_metadata").stat().st_mtime > moment
-        _until(newer, timeout, "a checkpoint")
+        wait_until(newer, timeout, "a checkpoint")
         return latest_checkpoint(self.checkpoint_dir)
 
 
@@ -83,7 +83,7 @@ class Reader:
         self.consumer.close()
 
 
-def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

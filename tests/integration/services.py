@@ -31,3 +31,19 @@ PUSHGATEWAY_URL = os.environ.get(
 PROMETHEUS_SD_DIR = Path(
     os.environ.get("PROMETHEUS_SD_DIR", ROOT / ".run" / "prometheus-sd" / "targets")
 )
+
+
+def drop_prefix(name: str) -> None:
+    """Delete the topics and the publisher cursor of a test's pipeline prefix."""
+    import redis
+    from kafka import KafkaAdminClient
+
+    from streaming.publisher import cursor_key
+    from streaming.topics import Topics
+
+    redis.Redis.from_url(REDIS_URL).delete(cursor_key(name))
+    admin = KafkaAdminClient(bootstrap_servers=KAFKA_BOOTSTRAP, client_id="tidal-it-admin")
+    try:
+        admin.delete_topics([t for t in Topics(name).all() if t in set(admin.list_topics())])
+    finally:
+        admin.close()

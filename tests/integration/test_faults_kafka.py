@@ -39,7 +39,7 @@ from streaming.publisher import Publisher, PublisherConfig, cursor_key
 from streaming.records import PodSample, encode
 from streaming.sink import ProfileSink
 from tests.integration import promwrite
-from tests.integration.flinkjob import ProfileJob
+from tests.integration.flinkjob import ProfileJob, wait_until
 from tests.integration.services import PROMETHEUS_URL, REDIS_URL
 
 pytestmark = [pytest.mark.flink, pytest.mark.django_db(transaction=True)]
@@ -61,14 +61,6 @@ def _free_port() -> int:
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -100,11 +92,11 @@ class Broker:
             self.process = subprocess.Popen(
                 [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
                  "--storage-engine", f"s3://{BUCKET}/"], env=self.env, stdout=out, stderr=subprocess.STDOUT)
-        _until(lambda: _listening(self.port), 30, f"the broker on {self.port}")
+        wait_until(lambda: _listening(self.port), 30, f"the broker on {self.port}")
 
     def stop(self) -> None:
         _stop(self.process)
-        _until(lambda: not _listening(self.port), 30, f"port {self.port} to close")
+        wait_until(lambda: not _listening(self.port), 30, f"port {self.port} to close")
 
 
 def _seaweedfs(data: Path) -> tuple[subprocess.Popen, int]:
@@ -136,7 +128,7 @@ def broker(tmp_path) -> Iterator[Broker]:
     s3 = f"http://127.0.0.1:{s3_port}"
     broker = Broker(_free_port(), {**os.environ, **S3_CLIENT, "AWS_ENDPOINT": s3}, tmp_path / "tansu.log")
     try:
-        _until(lambda: _bucket_ready(s3), 60, "SeaweedFS' S3 bucket")
+        wait_until(lambda: _bucket_ready(s3), 60, "SeaweedFS' S3 bucket")
         broker.start()
         yield broker
     finally:
@@ -195,11 +187,11 @@ def test_a_broker_restart_mid_stream_loses_and_doubles_no_profile_row(world, tmp
         flink.start()
         sinking = _in_thread(sink.run)
         publisher.run(until_s=before_restart / 1000)
-        _until(lambda: T in _minutes(run), 120, "minute 0 in the database")
+        wait_until(lambda: T in _minutes(run), 120, "minute 0 in the database")
 
         broker.stop()  # ... with the Flink job, the sink and the publisher's producer connected
         publishing = _in_thread(lambda: publisher.run(until_s=(T + (STEPS - 1) * STEP) / 1000))
-        _until(lambda: any("publish cycle failed" in r.getMessage() for r in caplog.records), 60,
+        wait_until(lambda: any("publish cycle failed" in r.getMessage() for r in caplog.records), 60,
                "a publish cycle to fail")
         assert int(cursor.get(cursor_key(prefix))) == before_restart  # nothing after it counts as published
         broker.start()
@@ -211,7 +203,7 @@ def test_a_broker_restart_mid_stream_loses_and_doubles_no_profile_row(world, tmp
                                                               pod="elsewhere", job=job.pk + 10_000, run=1)))
         ahead.flush(timeout=30)
         ahead.close()
-        _until(lambda: len(_minutes(run)) == MINUTES, 120, f"{MINUTES} minutes in the database")
+        wait_until(lambda: len(_minutes(run)) == MINUTES, 120, f"{MINUTES} minutes in the database")
         time.sleep(2)  # anything Flink or the sink would still write twice lands now
     finally:
         sink.stop()

@@ -23,7 +23,6 @@ from decimal import Decimal
 
 import pytest
 import redis
-from kafka import KafkaAdminClient
 
 from cluster.clock import VirtualClock, utc
 from cluster.simulated import store
@@ -42,7 +41,7 @@ from tests.integration import promwrite
 from tests.integration.livecluster import tick
 from tests.integration.private_services import private_prometheus
 from tests.integration.profiles import at, end_run, job_minute, past_jobs
-from tests.integration.services import KAFKA_BOOTSTRAP, REDIS_URL
+from tests.integration.services import KAFKA_BOOTSTRAP, REDIS_URL, drop_prefix
 from tests.integration.test_publisher import consume
 
 STEP = 5000  # ms
@@ -110,12 +109,7 @@ def prefix():
     name = f"it-pfault-{uuid.uuid4().hex[:8]}"
     ensure_topics(KAFKA_BOOTSTRAP, Topics(name))
     yield name
-    redis.Redis.from_url(REDIS_URL).delete(cursor_key(name))
-    admin = KafkaAdminClient(bootstrap_servers=KAFKA_BOOTSTRAP, client_id="tidal-it-admin")
-    try:
-        admin.delete_topics([t for t in Topics(name).all() if t in set(admin.list_topics())])
-    finally:
-        admin.close()
+    drop_prefix(name)
 
 
 def test_publisher_waits_out_a_prometheus_outage_and_publishes_every_held_step_once(prefix, caplog):

@@ -32,7 +32,7 @@ from streaming.publisher import cursor_key
 from streaming.records import PodSample, decode
 from streaming.topics import Topics
 from tests.integration import promwrite
-from tests.integration.services import KAFKA_BOOTSTRAP, PROMETHEUS_URL, REDIS_URL, ROOT
+from tests.integration.services import KAFKA_BOOTSTRAP, PROMETHEUS_URL, REDIS_URL, ROOT, drop_prefix
 
 STEP = 5000  # ms, settings.TIDAL_METRICS_STEP_S
 N = 36  # steps of data per pod (3 minutes)
@@ -162,14 +162,7 @@ def prefix(settings):
     settings.TIDAL_METRICS_STEP_S, settings.TIDAL_PUBLISHER_DELAY_S = STEP // 1000, 10
     settings.TIDAL_PUBLISHER_INTERVAL_S = 1
     yield name
-    redis.Redis.from_url(REDIS_URL).delete(cursor_key(name))
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=KAFKA_BOOTSTRAP, client_id="tidal-it-admin")
-    try:
-        admin.delete_topics([t for t in Topics(name).all() if t in set(admin.list_topics())])
-    finally:
-        admin.close()
+    drop_prefix(name)
 
 
 def set_cursor(prefix: str, ts_ms: int) -> None:
