@@ -1,6 +1,7 @@
 """`python manage.py bench scheduler --nodes 5000 --pending 10000 --json out.json`
 `python manage.py bench streaming --samples 600000 --pods 1000 --json out.json`
-`python manage.py bench console --jobs 10000 --departments 200 --json out.json`"""
+`python manage.py bench console --jobs 10000 --departments 200 --json out.json`
+`python manage.py bench api --users 100 --duration 60 --json out.json`"""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from scheduler.bench import bench_scheduler
 class Command(BaseCommand):
     help = ("Benchmark a Tidal component and print its figures. `streaming` migrates the configured database "
             "(DATABASE_URL) first, since its sink writes there, and removes its rows afterwards; `console` uses a "
-            "throwaway database of its own; `scheduler` uses none.")
+            "throwaway database of its own, and so does `api` (served by gunicorn, loaded by Locust); `scheduler` "
+            "uses none.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("target", choices=["scheduler", "streaming", "console"])
+        parser.add_argument("target", choices=["scheduler", "streaming", "console", "api"])
         parser.add_argument("--nodes", type=int, default=None,
                             help="scheduler: 5000; console: 1523 (every node of the Alibaba GPU trace)")
         parser.add_argument("--pending", type=int, default=10000)
@@ -31,13 +33,21 @@ class Command(BaseCommand):
                             help="node shapes to draw from (built-in Alibaba shapes when the file is missing)")
         parser.add_argument("--samples", type=int, default=600_000, help="streaming: pod samples to push")
         parser.add_argument("--pods", type=int, default=1000, help="streaming: pods (one training run each)")
-        parser.add_argument("--jobs", type=int, default=10_000, help="console: training jobs in the database")
-        parser.add_argument("--departments", type=int, default=200, help="console: departments")
+        parser.add_argument("--jobs", type=int, default=None,
+                            help="training jobs in the database (console: 10,000; api: 5,000)")
+        parser.add_argument("--departments", type=int, default=None, help="console: 200; api: 40")
         parser.add_argument("--repeat", type=int, default=40, help="console: timed requests per page")
+        parser.add_argument("--users", type=int, default=100, help="api: concurrent Locust users")
+        parser.add_argument("--duration", type=float, default=60, help="api: seconds measured once all users run")
+        parser.add_argument("--wait", type=float, default=2.0,
+                            help="api: mean seconds a user waits between requests (0.5-1.5 times it)")
+        parser.add_argument("--workers", type=int, default=2, help="api: gunicorn workers")
+        parser.add_argument("--threads", type=int, default=4, help="api: threads per gunicorn worker (gthread above 1)")
         parser.add_argument("--json", dest="json_path", help="also write the figures to this file")
 
     def handle(self, *args: object, **opts: object) -> None:
-        run = {"scheduler": self._scheduler, "streaming": self._streaming, "console": self._console}[opts["target"]]
+        run = {"scheduler": self._scheduler, "streaming": self._streaming, "console": self._console,
+               "api": self._api}[opts["target"]]
         figures = run(opts)
         for name, value in figures.items():
             self.stdout.write(f"{name}: {value:.3f}" if isinstance(value, float) else f"{name}: {value}")
@@ -78,6 +88,27 @@ class Command(BaseCommand):
         from frontend.bench import PAGES, bench_console
 
         with tqdm(total=len(PAGES), desc="console pages", disable=None) as bar:
-            return bench_console(jobs=opts["jobs"], departments=opts["departments"], nodes=opts["nodes"] or 1523,
-                                 repeat=opts["repeat"],
+            return bench_console(jobs=opts["jobs"] or 10_000, departments=opts["departments"] or 200,
+                                 nodes=opts["nodes"] or 1523, repeat=opts["repeat"],
                                  progress=lambda _page: bar.update())
+
+    @staticmethod
+    def _api(opts: dict) -> dict:
+        from rich.console import Console
+
+        from scheduler.loadtest import LoadOptions, bench_api, render
+
+        options = LoadOptions(users=opts["users"], duration_s=opts["duration"], wait_s=opts["wait"],
+                              workers=opts["workers"], threads=opts["threads"], jobs=opts["jobs"] or 5000,
+                              departments=opts["departments"] or 40, seed=opts["seed"])
+        with tqdm(total=options.duration_s, desc="API under load", unit="s", disable=None) as bar:
+            def progress(event: dict) -> None:
+                if event["event"] == "tick":
+                    bar.update(event["elapsed_s"] - bar.n)
+                    bar.set_postfix(requests=event["requests"], failures=event["failures"])
+
+            report = bench_api(options, progress=progress)
+        console = Console()
+        console.width = max(console.width, 120)  # the table's nine columns, also when the output is a file
+        console.print(*render(report), sep="\n")
+        return report.figures()
