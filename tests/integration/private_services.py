@@ -51,6 +51,13 @@ def _wait(ready, what: str) -> None:
         time.sleep(0.05)
 
 
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
 def _answers(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -144,10 +151,12 @@ class PrivateRedis:
         _wait(lambda: _answers(self.port), f"private Redis on port {self.port}")
 
     def stop(self) -> None:
-        """SHUTDOWN NOSAVE: every client loses its connection; the data is gone (the stack runs Redis unpersisted)."""
+        """SHUTDOWN NOSAVE: every client loses its connection; the data is gone (the stack runs Redis unpersisted).
+        Returns once the process is gone: a closed port alone still lets open connections be served meanwhile."""
+        pid = int((self.root / "redis.pid").read_text())
         subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait(lambda: not _answers(self.port), f"private Redis on port {self.port} to stop")
+        _wait(lambda: not _running(pid), f"private Redis on port {self.port} to stop")
 
 
 @contextmanager

@@ -139,20 +139,21 @@ def test_redis_down_30s_loops_skip_and_resume_and_the_lock_is_never_held_twice(w
             (tmp_path / "slow").touch()
             loops.wait((tmp_path / "slowed").exists, "A's slow tick")  # A holds the lock and acts
 
+            stopping_at = time.time()
             server.stop()
-            down_at = time.time()
+            down_at = time.time()  # the process is gone (while it shut down, open connections could still act)
             time.sleep(OUTAGE_S)  # the fault itself: Redis is down this long
+            up_at = time.time()  # before start(): a loop may reconnect before start() has seen Redis answer
             server.start()
-            up_at = time.time()
             loops.wait(lambda: loops.acted_since("B", up_at), "B to act again")
             (tmp_path / "release").touch()  # if A's slow tick still runs, it ends now
             loops.wait(lambda: loops.acted_since("A", up_at), "A to act again")
         finally:
             loops.stop()
         sections = sorted(loops.sections(), key=lambda s: s[1])
-        (slow,) = [s for s in sections if s[1] < down_at < s[2]]  # A was acting when Redis went away
+        (slow,) = [s for s in sections if s[1] < stopping_at < s[2]]  # A was acting when Redis went away
         back = next(s for s in sections if s[1] > up_at)
-        print(f"{len(sections)} critical sections; A's slow one ended {slow[2] - down_at:.1f} s into the outage; "
+        print(f"{len(sections)} critical sections; A's slow one ended {slow[2] - stopping_at:.1f} s into the outage; "
               f"{back[0]} acted first after it, {back[1] - up_at:.1f} s after Redis came back")
         assert slow[0] == "A"
         assert overlaps(sections) == []
