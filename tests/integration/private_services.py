@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,16 +160,22 @@ class PrivateRedis:
 
 
 @contextmanager
-def private_redis() -> Iterator[PrivateRedis]:
-    root = Path(tempfile.mkdtemp(prefix="tidal-redis-"))
-    server = PrivateRedis(root, free_port())
+def _serving(kind, prefix: str, running) -> Iterator:
+    """`kind(root, port)` started on a free port in a temporary folder; stopped (if `running(server)`) and
+    removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    server = kind(root, free_port())
     server.start()
     try:
         yield server
     finally:
-        if _answers(server.port):
+        if running(server):
             server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def private_redis() -> AbstractContextManager[PrivateRedis]:
+    return _serving(PrivateRedis, "tidal-redis-", lambda server: _answers(server.port))
 
 
 # --- a private Prometheus (appended by the Prometheus fault tests) ------------------------------------------------
@@ -219,13 +225,5 @@ class PrivatePrometheus:
             return False
 
 
-@contextmanager
-def private_prometheus() -> Iterator[PrivatePrometheus]:
-    root = Path(tempfile.mkdtemp(prefix="tidal-prometheus-"))
-    server = PrivatePrometheus(root, free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+def private_prometheus() -> AbstractContextManager[PrivatePrometheus]:
+    return _serving(PrivatePrometheus, "tidal-prometheus-", lambda server: True)
