@@ -66,8 +66,9 @@ def bench_streaming(*, samples: int, pods: int, progress: Callable[[str, int, in
         job = submit(Spec(bootstrap=settings.KAFKA_BOOTSTRAP, topics=topics, group_id=f"{setup.prefix}.flink"),
                      runtime)
         started = _running(job)
+        cpu_before = children_cpu_s()
         written = _wait_rows(setup, runs, progress, timeout_s, sink)
-        return _figures(setup, started, written)
+        return {**_figures(setup, started, written), **_cpu(setup, children_cpu_s() - cpu_before)}
     finally:
         if job is not None:
             job.get_job_client().cancel().result()
@@ -183,6 +184,29 @@ def check_alive(sink: subprocess.Popen) -> None:
     if sink.poll() is not None:
         tail = sink_log().read_text(errors="replace")[-2000:] if sink_log().exists() else ""
         raise RuntimeError(f"the profile sink exited ({sink.returncode}); {sink_log()} ends:\n{tail}")
+
+
+def children_cpu_s(command: str = "java") -> float:
+    """CPU seconds (user + system) so far of this process's running children named `command` (Linux /proc); by
+    default PyFlink's mini-cluster JVM, where the job runs. Wall figures move with whatever else the two cores
+    run, CPU per sample much less."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # exited meanwhile
+            continue
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if name == command and int(rest[1]) == os.getpid():  # rest: state, ppid, ..., utime [11], stime [12]
+            total += (int(rest[11]) + int(rest[12])) / tick
+    return total
+
+
+def _cpu(setup: Setup, flink_cpu_s: float) -> dict[str, float]:
+    """The JVM's CPU from job running to the last profile row written (Flink's, plus the idle JVM's after it)."""
+    return {"flink_cpu_s": round(flink_cpu_s, 2),
+            "flink_cpu_us_per_sample": round(flink_cpu_s / (setup.steps * setup.pods) * 1e6, 1)}
 
 
 def _figures(setup: Setup, started: float, written: list[tuple[float, float]]) -> dict[str, float | int]:

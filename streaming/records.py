@@ -1,13 +1,27 @@
-"""The records on the pipeline's topics: JSON objects whose keys are these dataclasses' fields.
+"""The records on the pipeline's topics, and their wire format (encode/decode here, nowhere else).
 
 Times are epoch milliseconds (ints). Utilizations are fractions (0..1 of what the pod requested,
 GPU utilization 0..1 of the GPUs it holds). A field the source does not have is null (a CPU-only
-pod has no GPU fields; a training pod has no request-rate fields) and left out of the JSON. The
-Flink job's SQL tables use exactly these field names.
+pod has no GPU fields; a training pod has no request-rate fields). The Flink job's SQL tables use
+exactly these field names.
+
+metrics.pods (PodSample: one per pod per step, every other topic is a few rows per run a minute) is
+one CSV line, the dataclass's fields in declaration order: Flink's `csv` format reads columns by
+position, so no field names to scan and match per record, and the line is about half the JSON
+object. A null is the literal \\N (`CSV_NULL`, Flink's `csv.null-literal`), not an empty field: an
+empty field would read back as an empty string for a STRING column, so `service` IS NOT NULL - the
+job's filter - would pass a null; and \\N cannot be a Kubernetes name (encode refuses it). Names
+holding a comma, quote or line break are quoted, RFC 4180 style. Floats are repr()s: the shortest
+text that reads back as the same double. A new PodSample field goes last: Flink reads a line
+without it as that column null (a line with more columns than the table is dropped).
+
+The other topics stay JSON objects keyed by field name: self-describing for the sink, the tests
+and a human with a console consumer, and too few records for their decoding to matter.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
@@ -97,15 +111,54 @@ class LateSample:
     emitted_at: int
 
 
+CSV_NULL = "\\N"  # a null column of a CSV record (Flink's csv.null-literal)
+_CSV_SPECIAL = frozenset(',"\r\n')
+
+
 def encode(record: Any) -> bytes:
-    """Compact JSON without the null fields (readers take a missing field as null; a training pod's sample
-    is a third shorter, and Flink's JSON decoding is most of its work). Field by field, not
-    dataclasses.asdict: that deep-copies and costs ~20 µs a record on the hot path."""
-    values = ((name, getattr(record, name)) for name in record.__dataclass_fields__)
-    return json.dumps({name: value for name, value in values if value is not None}, separators=(",", ":")).encode()
+    """A PodSample as a CSV line, any other record as a JSON object."""
+    return _csv_line(record) if isinstance(record, PodSample) else _json_object(record)
 
 
 def decode(cls: type[T], raw: bytes | str | dict) -> T:
-    """A record from its JSON (unknown keys ignored, missing optional keys null)."""
+    """A record from what `encode` made of it (JSON: unknown keys ignored, missing optional keys null)."""
+    if cls is PodSample:
+        return _from_csv(cls, raw if isinstance(raw, str) else bytes(raw).decode())  # type: ignore[arg-type]
     data = raw if isinstance(raw, dict) else json.loads(raw)
     return cls(**{f.name: data.get(f.name) for f in fields(cls)})  # type: ignore[arg-type]
+
+
+def _csv_line(record: Any) -> bytes:
+    """Field by field, not dataclasses.astuple: that deep-copies, and this runs per sample."""
+    return ",".join(_csv_value(getattr(record, name)) for name in record.__dataclass_fields__).encode()
+
+
+def _csv_value(value: Any) -> str:
+    if value is None:
+        return CSV_NULL
+    if isinstance(value, str):
+        if value == CSV_NULL:
+            raise ValueError(f"{CSV_NULL!r} is the CSV null: not a name")
+        return f'"{value.replace(chr(34), chr(34) * 2)}"' if _CSV_SPECIAL.intersection(value) else value
+    return repr(value)  # int or float (bool is no PodSample type)
+
+
+def _from_csv(cls: type[T], text: str) -> T:
+    values = next(csv.reader([text], strict=True))
+    parsers = _parsers(cls)
+    if len(values) != len(parsers):
+        raise ValueError(f"{cls.__name__}: {len(values)} columns, not {len(parsers)}")
+    return cls(*(None if v == CSV_NULL else parse(v) for v, parse in zip(values, parsers, strict=True)))
+
+
+def _parsers(cls: type) -> list[type]:
+    """int, float or str per field, from its annotation ("float | None" -> float)."""
+    kinds = {"int": int, "float": float, "str": str}
+    return [kinds[str(f.type).split(" | ")[0]] for f in fields(cls)]
+
+
+def _json_object(record: Any) -> bytes:
+    """Compact JSON without the null fields (readers take a missing field as null). Field by field, not
+    dataclasses.asdict, which deep-copies."""
+    values = ((name, getattr(record, name)) for name in record.__dataclass_fields__)
+    return json.dumps({name: value for name, value in values if value is not None}, separators=(",", ":")).encode()

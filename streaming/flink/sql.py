@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from streaming.records import JobMinute, LateSample, PodSample, ServiceMinute
+from streaming.records import CSV_NULL, JobMinute, LateSample, PodSample, ServiceMinute
 from streaming.topics import Topics
 
 # Column types of the records' fields; everything not listed is DOUBLE.
@@ -53,20 +53,22 @@ def _columns(record: type) -> str:
 
 
 def _kafka(spec: Spec, topic: str, extra: str) -> str:
-    return (f"'connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{spec.bootstrap}', "
-            f"'format' = 'json', {extra}")
+    return f"'connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{spec.bootstrap}', {extra}"
 
 
 def _sink(spec: Spec, name: str, record: type, topic: str, key: str) -> str:
-    options = _kafka(spec, topic, f"'key.format' = 'json', 'key.fields' = '{key}', "
+    options = _kafka(spec, topic, f"'format' = 'json', 'key.format' = 'json', 'key.fields' = '{key}', "
                      "'value.fields-include' = 'ALL', 'sink.delivery-guarantee' = 'at-least-once'")
     return f"CREATE TEMPORARY TABLE {name} (\n  {_columns(record)}\n) WITH ({options})"
 
 
 def ddl(spec: Spec) -> list[str]:
+    # streaming/records.py's CSV line. A malformed field reads as null (like a missing column), so a line
+    # without ts, pod or a job run / service is filtered below; one with extra columns is dropped.
     source = _kafka(spec, spec.topics.pod_samples,
+                    f"'format' = 'csv', 'csv.null-literal' = '{CSV_NULL}', 'csv.ignore-parse-errors' = 'true', "
                     f"'properties.group.id' = '{spec.group_id}', 'scan.startup.mode' = 'group-offsets', "
-                    "'properties.auto.offset.reset' = 'earliest', 'json.ignore-parse-errors' = 'true'")
+                    "'properties.auto.offset.reset' = 'earliest'")
     window_ms = spec.window_s * 1000
     return [
         f"""CREATE TEMPORARY TABLE pod_samples (

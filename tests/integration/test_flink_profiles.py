@@ -61,7 +61,8 @@ def test_minutes_are_exact_through_reordering_duplicates_late_samples_and_a_rest
                  + [replica("s1", k, 10.0, 300.0, 0.4) for k in range(12)]
                  + [replica("s2", k, 30.0, 900.0 if k == 5 else 500.0, 0.6) for k in range(12)]
                  + [PodSample(ts=T, namespace="x", pod="orphan", gpu_util=1.0)])  # works for nobody: filtered
-        produce(topics.pod_samples, first, raw=[b"not json", b'{"pod": "no-ts", "job": 1, "run": 1}'])
+        produce(topics.pod_samples, first, raw=[b"not a sample", b'{"pod": "old-json", "job": 1, "run": 1}',
+                                               b"no-ts,tidal-training,a,1,1"])  # junk: no ts, all dropped
         sent = time.time()
 
         # Restart: cancel after a checkpoint holds all of the above, start again from that checkpoint.

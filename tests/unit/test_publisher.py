@@ -4,7 +4,6 @@ rules with in-memory stand-ins for Prometheus, Kafka and Redis (the real ones: t
 from __future__ import annotations
 
 import itertools
-import json
 
 import pytest
 
@@ -261,7 +260,7 @@ def test_unacked_chunk_keeps_the_cursor_and_is_republished_identically():
     producer.fail, producer.sent = False, []
     pub.run_cycle()
     assert producer.sent[:4] == failed  # byte-identical records for the same range
-    assert json.loads(failed[0][2])["job"] == 1
+    assert decode(PodSample, failed[0][2]).job == 1
 
 
 def test_first_start_pins_the_cursor_before_publishing():
