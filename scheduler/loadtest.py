@@ -31,6 +31,8 @@ from django.db import connection, connections
 from django.test.utils import setup_databases, teardown_databases
 from django.utils import timezone
 
+from tidal import gunicorn as web
+
 GOALS_P99_MS = {"jobs: list mine": 100, "jobs: list filtered": 100, "jobs: submit": 200}
 RAISED_RATE = "1000000/min"  # TIDAL_SUBMIT_RATE and TIDAL_SIGN_IN_RATE while the test runs
 GPU_MODELS = {"T4": 16, "A10": 24, "V100": 32, "A100": 80}
@@ -44,13 +46,12 @@ STATUSES = {"pending": 0.25, "admitted": 0.03, "running": 0.17, "succeeded": 0.4
 class LoadOptions:
     users: int = 100
     duration_s: float = 60
-    # One process per core, threads to overlap the database's round trips. Measured under load: 2 gthread workers
-    # × 4 threads served more requests at a lower p50 and p99 than 3 or 5 sync workers; 8 threads were no better.
-    workers: int = 2
-    threads: int = 4
+    workers: int = web.workers  # as Tidal's web processes run (tidal/gunicorn.py) unless told otherwise
+    threads: int = web.threads  # 1: sync workers
     jobs: int = 5000
     departments: int = 40
     wait_s: float = 2.0  # each user waits 0.5–1.5 × this between two requests
+    settle_s: float = 5.0  # counted from this long after every user runs (their first requests open connections)
     spawn_rate: float = 50
     seed: int = 7
 
@@ -84,6 +85,7 @@ class LoadReport:
     gunicorn_cpu_ms: float  # CPU per request, on average over every kind
     postgres_cpu_ms: float
     errors: list[dict] = field(default_factory=list)
+    settling: dict = field(default_factory=dict)  # the start-up before the figures: count, errors, p99_ms, max_ms
 
     @property
     def goals_met(self) -> bool:
@@ -93,6 +95,7 @@ class LoadReport:
         o = self.options
         figures: dict = {"users": o.users, "duration_s": round(self.duration_s, 1), "workers": o.workers,
                          "threads": o.threads, "jobs": o.jobs, "departments": o.departments, "wait_s": o.wait_s,
+                         "settle_s": o.settle_s, **{f"settling_{k}": v for k, v in self.settling.items()},
                          "locust_cpu_pct": self.locust_cpu_pct, "gunicorn_cpu_ms_per_request": self.gunicorn_cpu_ms,
                          "postgres_cpu_ms_per_request": self.postgres_cpu_ms}
         for k in self.kinds:
@@ -185,7 +188,7 @@ def _report(options: LoadOptions, done: dict, server_cpu: tuple[float, float]) -
     kinds = [KindFigures(kind=kind, rps=round(s["count"] / duration, 1), **s) for kind, s in done["stats"].items()]
     errors = done["errors"] + [{"kind": "locust", "error": e, "count": 1} for e in done["exceptions"]]
     requests = max(1, sum(k.count for k in kinds))
-    return LoadReport(options=options, duration_s=duration, kinds=kinds, errors=errors,
+    return LoadReport(options=options, duration_s=duration, kinds=kinds, errors=errors, settling=done["settling"],
                       locust_cpu_pct=round(100 * done["cpu_s"] / duration, 1),
                       gunicorn_cpu_ms=round(1000 * server_cpu[0] / requests, 2),
                       postgres_cpu_ms=round(1000 * server_cpu[1] / requests, 2))
@@ -198,8 +201,9 @@ def render(report: LoadReport) -> Iterator[object]:
     o = report.options
     kind = f"gthread workers × {o.threads} threads" if o.threads > 1 else "sync workers"
     yield (f"{o.users} users (each waits {0.5 * o.wait_s:g}–{1.5 * o.wait_s:g} s between requests) for "
-           f"{report.duration_s:.0f} s once all were running, against gunicorn ({o.workers} {kind}) with production "
-           f"settings (DEBUG off) and PostgreSQL on 127.0.0.1; {o.jobs:,} jobs, {o.departments} departments.")
+           f"{report.duration_s:.0f} s from {o.settle_s:g} s after all were running, against gunicorn ({o.workers} {kind}) "
+           f"with production settings (DEBUG off) and PostgreSQL on 127.0.0.1; {o.jobs:,} jobs, {o.departments} "
+           "departments.")
     yield (f"Throttles raised for the test (TIDAL_SUBMIT_RATE = TIDAL_SIGN_IN_RATE = {RAISED_RATE}). Locust ran in "
            f"its own gevent process (FastHttpUser) on the same 2 cores and used {report.locust_cpu_pct:.0f}% of one.")
     table = Table(title="API under load (Locust's percentiles, ms)")
@@ -214,6 +218,9 @@ def render(report: LoadReport) -> Iterator[object]:
     yield (f"CPU per request, all kinds: gunicorn {report.gunicorn_cpu_ms:.1f} ms, PostgreSQL "
            f"{report.postgres_cpu_ms:.1f} ms (2 idle cores would serve about {2000 / max(0.1, per_request):.0f} "
            f"requests/s); the latencies above depend on what else the machine runs.")
+    s = report.settling
+    yield (f"Before the figures (users starting, then {o.settle_s:g} s): {s['count']:,} requests, {s['errors']} errors, "
+           f"p99 {s['p99_ms']:g} ms, max {s['max_ms']:g} ms.")
     for error in report.errors[:10]:
         yield f"error: {error['kind']}: {error['error']} ×{error['count']}"
     yield f"goals (list p99 < 100 ms, submit p99 < 200 ms, zero errors): {'met' if report.goals_met else 'MISSED'}"
@@ -229,14 +236,13 @@ def _gunicorn(options: LoadOptions, tmp: Path) -> Iterator[tuple[str, int]]:
            # its own throttle counters, apart from a Tidal running beside it
            "TIDAL_REDIS_NAMESPACE": f"{settings.TIDAL_REDIS_NAMESPACE}-bench-api"}
     port = _free_port()
-    # gthread keeps connections alive: longer than a user's pause (nginx's 75 s), else a user's next request can meet
-    # a connection the server is closing ("connection closed": a POST is not retried).
-    workers = ["-w", str(options.workers)] + (["-k", "gthread", "--threads", str(options.threads), "--keep-alive", "75"]
-                                              if options.threads > 1 else [])
+    workers = ["-w", str(options.workers), "-k", "gthread" if options.threads > 1 else "sync",
+               "--threads", str(options.threads)]
     log_path = tmp / "gunicorn.log"
     with open(log_path, "w") as log:  # a pipe nobody reads would fill up and stall the workers
-        server = subprocess.Popen([sys.executable, "-m", "gunicorn", "tidal.wsgi", "-b", f"127.0.0.1:{port}",
-                                   *workers], cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen([sys.executable, "-m", "gunicorn", "tidal.wsgi", "-c", "python:tidal.gunicorn",
+                                   "-b", f"127.0.0.1:{port}", *workers],
+                                  cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
     host = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(f"{host}/readyz", server, log_path)
@@ -320,8 +326,8 @@ def _seed(options: LoadOptions, rng: random.Random) -> dict:
                            "departments": [{"id": d.pk, "name": d.name} for d in member_of[user.pk]],
                            "jobs": rng.sample(readable, min(50, len(readable)))})
     certified = [(f"{name}-{version}", m) for (name, version), on in FRAMEWORKS.items() for m in on]
-    return {"users": options.users, "duration_s": options.duration_s, "spawn_rate": options.spawn_rate,
-            "wait_s": [0.5 * options.wait_s, 1.5 * options.wait_s], "identities": identities,
+    return {"users": options.users, "duration_s": options.duration_s, "settle_s": options.settle_s,
+            "spawn_rate": options.spawn_rate, "wait_s": [0.5 * options.wait_s, 1.5 * options.wait_s], "identities": identities,
             "gpu_models": list(GPU_MODELS), "certified": certified, "name_parts": list(NAME_PARTS)}
 
 

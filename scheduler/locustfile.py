@@ -4,7 +4,7 @@
 for gevent, which the Django process that seeds the database must not be, and its CPU is then its own (the machine
 is shared with gunicorn and PostgreSQL; the parent reports what this process used). No Django here: the plan file
 says who the users are (tokens, departments, jobs they may read). It writes JSON lines on stdout: `spawned`, one
-`tick` a second, then `done` with Locust's figures per request kind, counted from the moment every user was running.
+`tick` a second, then `done` with Locust's figures per request kind, counted from `settle_s` after every user runs.
 """
 from locust import FastHttpUser, between, task  # first: it patches the standard library for gevent
 from locust.env import Environment
@@ -79,7 +79,15 @@ def run(plan: dict) -> None:
     runner.start(plan["users"], spawn_rate=plan["spawn_rate"])
     while runner.user_count < plan["users"]:
         gevent.sleep(0.05)
-    env.stats.reset_all()  # the figures are the steady state: every user running
+    # The figures are the steady state: counted from `settle_s` after every user runs, once the users' first
+    # requests (new connections, each server thread's first database connection) are answered. What the start-up
+    # saw is reported apart.
+    gevent.sleep(plan["settle_s"])
+    start_up = env.stats.total
+    settling = {"count": start_up.num_requests, "errors": start_up.num_failures,
+                "p99_ms": start_up.get_response_time_percentile(0.99),
+                "max_ms": round(start_up.max_response_time or 0, 1)}
+    env.stats.reset_all()
     _emit(event="spawned")
     started, cpu_started = time.monotonic(), _cpu_s()
     while (elapsed := time.monotonic() - started) < plan["duration_s"]:
@@ -88,7 +96,7 @@ def run(plan: dict) -> None:
               failures=env.stats.total.num_failures)
     duration_s, cpu_s = time.monotonic() - started, _cpu_s() - cpu_started
     runner.quit()
-    _emit(event="done", duration_s=duration_s, cpu_s=cpu_s, stats=_stats(env), errors=_errors(env),
+    _emit(event="done", duration_s=duration_s, cpu_s=cpu_s, stats=_stats(env), errors=_errors(env), settling=settling,
           exceptions=[e["msg"] for e in runner.exceptions.values()])
 
 

@@ -197,7 +197,7 @@ def _job_errors(*, submitter, department, framework, gpu_model, gpus: Decimal, c
         add("gpus", f"fractions are only allowed below 1 GPU; {gpus} is neither below 1 nor whole")
     if gpus > 0 and gpu_model is None:
         add("gpu_model", "a job that asks for GPUs names its preferred GPU model")
-    certified = set(framework.certified_on.values_list("name", flat=True))
+    certified = {model.name for model in framework.certified_on.all()}  # the API's input prefetched them
     if gpu_model is not None and gpu_model.name not in certified:
         add("framework", f"{framework} is not certified on {gpu_model}; certified on: {', '.join(sorted(certified)) or 'none'}")
     limits = selectors.node_limits(gpu_models=sorted(certified))

@@ -1,5 +1,8 @@
 """Input and output shapes of the scheduler API. Validation of shapes only; rules live in services."""
+from datetime import datetime, tzinfo
+
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -176,6 +179,38 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             "assigned_gpu_model", "submitted_at", "admitted_at", "started_at", "finished_at",
         ]
 
+    def to_representation(self, job: TrainingJob) -> dict:
+        """The fields above, written out: what DRF's field-by-field path gives (a test compares the two on every
+        shape of job), at a fifth of its cost. A page of 50 jobs went through 1,100 field objects and 200 time-zone
+        lookups, a quarter of a list request's CPU under load (`bench api`)."""
+        tz = timezone.get_current_timezone()
+        return {
+            "id": job.id, "name": job.name, "task_key": job.task_key, "department": job.department.name,
+            "submitter": job.submitter.username, "image": job.image, "command": job.command,
+            "framework": str(job.framework), "gpu_model": _name(job.gpu_model),
+            "gpus": _GPUS.to_representation(job.gpus), "cpu_milli": job.cpu_milli,
+            "memory_mib": job.memory_mib, "expected_duration_s": job.expected_duration_s,
+            "keep_request": job.keep_request, "status": job.status, "quota_kind": job.quota_kind,
+            "node": _name(job.node), "assigned_gpu_model": _name(job.assigned_gpu_model),
+            "submitted_at": _when(job.submitted_at, tz), "admitted_at": _when(job.admitted_at, tz),
+            "started_at": _when(job.started_at, tz), "finished_at": _when(job.finished_at, tz),
+        }
+
+
+_GPUS = serializers.DecimalField(max_digits=6, decimal_places=3)  # the model field's, as ModelSerializer maps it
+
+
+def _name(related: object | None) -> str | None:
+    return None if related is None else related.name
+
+
+def _when(value: datetime | None, tz: tzinfo) -> str | None:
+    """DRF's DateTimeField output: ISO 8601 in the current time zone, UTC written "Z"."""
+    if value is None:
+        return None
+    text = value.astimezone(tz).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
 
 class KeepRequestSerializer(JSONTypes, serializers.Serializer):
     keep_request = serializers.BooleanField(help_text="true: bind the request as asked; false: right-size it")
@@ -214,6 +249,9 @@ class TrainingJobDetailSerializer(TrainingJobSerializer):
         fields = TrainingJobSerializer.Meta.fields + [
             "queue_position", "pending_reason", "score", "rightsized", "latest_decision", "runs",
         ]
+
+    def to_representation(self, job: TrainingJob) -> dict:  # one job: DRF's path renders these fields too
+        return serializers.ModelSerializer.to_representation(self, job)
 
     @extend_schema_field(ScoreSerializer(allow_null=True))
     def get_score(self, job: TrainingJob) -> dict | None:

@@ -1,4 +1,5 @@
 """Scheduler API views: thin — parse input, call a service or selector, render output."""
+from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -15,7 +16,7 @@ from scheduler.filtersets import (
     QuotaFilterSet,
     TrainingJobFilterSet,
 )
-from scheduler.models import Decision, Department, Framework, GPUModel, Membership, Quota, TrainingJob
+from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
 from tidal.throttling import SubmitThrottle
 
 
@@ -169,11 +170,7 @@ class TrainingJobViewSet(
 ):
     """Training jobs of the departments the user belongs to (operators: all)."""
 
-    # Where a job runs is prefetched (only admitted and running jobs have one): two more outer joins cost
-    # PostgreSQL's planner more than the whole query (`bench api`), a lookup by id of the few that are set far less.
-    base_queryset = TrainingJob.objects.select_related(
-        "department", "submitter", "framework", "gpu_model"
-    ).prefetch_related("assigned_gpu_model", "node")
+    base_queryset = TrainingJob.objects.select_related("department", "submitter", "framework", "gpu_model")
     filterset_class = TrainingJobFilterSet
     ordering_fields = ["submitted_at", "status", "gpus"]
 
@@ -185,7 +182,12 @@ class TrainingJobViewSet(
 
     def get_queryset(self):
         queryset = super().get_queryset()
-        return queryset.prefetch_related("runs__node", "runs__gpu_model") if self.action == "retrieve" else queryset
+        if self.action == "list":
+            # Where a job runs is prefetched (only admitted and running jobs have one): two more outer joins cost
+            # PostgreSQL's planner more than the whole query (`bench api`), a lookup by id of the few set far less.
+            return queryset.prefetch_related("assigned_gpu_model", "node")
+        return queryset.select_related("assigned_gpu_model", "node").prefetch_related(
+            Prefetch("runs", JobRun.objects.select_related("node", "gpu_model")))
 
     @extend_schema(request=s.TrainingJobInputSerializer, responses={201: s.TrainingJobDetailSerializer})
     def create(self, request):

@@ -184,6 +184,24 @@ def test_paging_parameters_that_are_not_numbers_are_refused(world, query, field)
     assert response.status_code == 400 and field in response.json()["extra"]["fields"]
 
 
+@pytest.mark.parametrize("limit, offset", [(2, 0), (3, 0), (5, 0), (6, 0), (2, 4), (2, 5), (2, 6), (3, 4), (1, 9)])
+def test_every_page_counts_the_whole_list_and_a_short_one_without_a_count_query(world, limit, offset):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler.models import Department
+
+    Department.objects.bulk_create(Department(name=f"dept-{i}") for i in range(3))  # 5 in all, by name
+    names = list(Department.objects.order_by("name").values_list("name", flat=True))
+    with CaptureQueriesContext(connection) as queries:
+        response = world.client("operator").get(f"/api/departments/?ordering=name&limit={limit}&offset={offset}")
+    page = response.json()
+    assert page["count"] == 5 and [d["name"] for d in page["results"]] == names[offset:offset + limit]
+    assert (page["next"] is None) == (offset + limit >= 5) and (page["previous"] is None) == (offset == 0)
+    counted = any("COUNT(" in q["sql"] for q in queries.captured_queries)
+    assert counted == (offset + limit <= 5 or offset >= 5)  # a full page, or nothing past the end, counts
+
+
 @pytest.mark.parametrize("url, parameter", [
     ("/api/quotas/?resource_kind=", "resource_kind"), ("/api/memberships/?role=", "role"),
     ("/api/jobs/?status=", "status"), ("/api/jobs/?status=pending&status=", "status"),

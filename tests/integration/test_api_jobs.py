@@ -183,3 +183,26 @@ def test_a_name_with_a_nul_character_names_nothing(world, field, value):
     """Was a 500 (PostgreSQL text cannot hold NUL)."""
     response = world.client("member").post("/api/jobs/", world.job_payload(**{field: value}), format="json")
     assert response.status_code == 400 and field in response.json()["extra"]["fields"]
+
+
+@pytest.mark.parametrize("tz", ["UTC", "Asia/Shanghai"])
+def test_the_job_list_writes_each_job_as_drf_would(world, settings, tz):
+    """The list's written-out representation against DRF's field-by-field one, on every shape of job: GPU and
+    CPU-only, fractions, waiting, running on a node, finished, in UTC and in another time zone."""
+    from rest_framework import serializers
+
+    from scheduler.api.serializers import TrainingJobSerializer
+
+    settings.TIME_ZONE = tz
+    now = timezone.now()
+    jobs = [world.submit(gpus="0.5"), world.submit(gpus="0", gpu_model=None), world.submit(gpus="2", gpu_model="A100")]
+    world.hold(jobs[2], gpu_model="A100")
+    TrainingJob.objects.filter(pk=jobs[2].pk).update(node=world.nodes["a100-0"], admitted_at=now, started_at=now,
+                                                    expected_duration_s=3600, keep_request=True)
+    TrainingJob.objects.filter(pk=jobs[0].pk).update(status="succeeded", finished_at=now.replace(microsecond=0))
+    with timezone.override(tz):
+        listed_jobs = TrainingJob.objects.select_related("department", "submitter", "framework", "gpu_model")
+        for job in listed_jobs.prefetch_related("assigned_gpu_model", "node"):
+            fast = TrainingJobSerializer(job).data
+            assert fast == serializers.ModelSerializer.to_representation(TrainingJobSerializer(job), job)
+            assert list(fast) == TrainingJobSerializer.Meta.fields

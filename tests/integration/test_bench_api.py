@@ -17,7 +17,7 @@ KINDS = ("jobs_list_mine", "jobs_list_filtered", "jobs_detail", "jobs_submit", "
 def test_every_request_kind_is_measured_without_an_error(tmp_path, db):
     out = tmp_path / "api.json"
     result = subprocess.run(
-        [sys.executable, "manage.py", "bench", "api", "--users", "5", "--duration", "5", "--wait", "0.05",
+        [sys.executable, "manage.py", "bench", "api", "--users", "5", "--duration", "5", "--settle", "1", "--wait", "0.05",
          "--jobs", "300", "--departments", "4", "--workers", "2", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -29,7 +29,9 @@ def test_every_request_kind_is_measured_without_an_error(tmp_path, db):
         assert figures[f"{kind}_errors"] == 0, kind
         assert 0 < figures[f"{kind}_p50_ms"] <= figures[f"{kind}_p99_ms"], kind
     assert figures["errors"] == 0
+    assert figures["settle_s"] == 1 and figures["settling_count"] > 0 and figures["settling_errors"] == 0
     assert "jobs: submit" in result.stdout and "Throttles raised for the test" in result.stdout
+    assert "Before the figures (users starting, then 1 s)" in result.stdout
 
     throwaway = f"test_{dj_database_url.parse(os.environ['DATABASE_URL'])['NAME']}_bench_api"
     with connection.cursor() as cursor:

@@ -88,7 +88,7 @@ class Command(BaseCommand):
         env = {**os.environ, "TIDAL_DEMO_WORKLOAD": demo, "TIDAL_DEMO_TRAFFIC": demo}
         celery = [python, "-m", "celery", "-A", "tidal"]
         commands = {
-            "web": [python, "-m", "gunicorn", "tidal.wsgi", "--bind", f"{host}:{port}", "--workers", "2",
+            "web": [python, "-m", "gunicorn", "tidal.wsgi", "-c", "python:tidal.gunicorn", "--bind", f"{host}:{port}",
                     "--access-logfile", "-"],
             "worker": celery + ["worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", "tidal@%h"],
             "beat": celery + ["beat", "--loglevel", "INFO", "--schedule", str(logs.parent / "celerybeat-schedule")],

@@ -39,10 +39,13 @@ class Command(BaseCommand):
         parser.add_argument("--repeat", type=int, default=40, help="console: timed requests per page")
         parser.add_argument("--users", type=int, default=100, help="api: concurrent Locust users")
         parser.add_argument("--duration", type=float, default=60, help="api: seconds measured once all users run")
+        parser.add_argument("--settle", type=float, default=5.0,
+                            help="api: seconds after all users run before the figures count")
         parser.add_argument("--wait", type=float, default=2.0,
                             help="api: mean seconds a user waits between requests (0.5-1.5 times it)")
-        parser.add_argument("--workers", type=int, default=2, help="api: gunicorn workers")
-        parser.add_argument("--threads", type=int, default=4, help="api: threads per gunicorn worker (gthread above 1)")
+        parser.add_argument("--workers", type=int, default=None, help="api: gunicorn workers (tidal/gunicorn.py's)")
+        parser.add_argument("--threads", type=int, default=None,
+                            help="api: threads per gunicorn worker (tidal/gunicorn.py's; 1: sync workers)")
         parser.add_argument("--json", dest="json_path", help="also write the figures to this file")
 
     def handle(self, *args: object, **opts: object) -> None:
@@ -98,9 +101,10 @@ class Command(BaseCommand):
 
         from scheduler.loadtest import LoadOptions, bench_api, render
 
+        server = {name: opts[name] for name in ("workers", "threads") if opts[name] is not None}
         options = LoadOptions(users=opts["users"], duration_s=opts["duration"], wait_s=opts["wait"],
-                              workers=opts["workers"], threads=opts["threads"], jobs=opts["jobs"] or 5000,
-                              departments=opts["departments"] or 40, seed=opts["seed"])
+                              settle_s=opts["settle"], jobs=opts["jobs"] or 5000, departments=opts["departments"] or 40,
+                              seed=opts["seed"], **server)
         with tqdm(total=options.duration_s, desc="API under load", unit="s", disable=None) as bar:
             def progress(event: dict) -> None:
                 if event["event"] == "tick":
