@@ -20,10 +20,10 @@ def post_worker_init(worker: object) -> None:
 
     Importing the URLconf (every view, serializer and filter) takes about a second: without this the first users
     after a start, a deploy or a worker's restart wait for it, and every request queued behind theirs too.
-    `gc.freeze()` then moves the ~150,000 objects Django and Tidal loaded out of the collector's reach: a full
-    collection, every few seconds under load, walked them all and held the worker's threads 100–130 ms. A thread
-    back from the database waits for the GIL at most 1 ms instead of 5 while another renders a page: a list's p99
-    under load came down by about a fifth (`bench api`)."""
+    `gc.freeze()` then moves the ~175,000 objects Django and Tidal loaded out of the collector's reach: a full
+    collection, every few seconds under load, walked them all and held the worker's threads 100–130 ms (15–55 ms
+    now). A thread back from the database waits for the GIL at most 1 ms instead of 5 while another renders a page:
+    side by side under `bench api`, a list's p99 was 68–98 ms with it and 85–110 ms without (two runs each)."""
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 — the import is the point

@@ -1,6 +1,7 @@
-"""tidal/gunicorn.py: each web worker is warm (URLconf imported) and its loaded heap frozen before its first
-request; `bench api` measures the server that way (tests/integration/test_bench_api.py)."""
+"""tidal/gunicorn.py: each web worker is warm (URLconf imported), its loaded heap frozen and its GIL switch interval
+short before its first request; `bench api` measures the server that way (tests/integration/test_bench_api.py)."""
 import gc
+import sys
 
 from django.urls import clear_url_caches, get_resolver
 
@@ -10,10 +11,12 @@ from tidal import gunicorn as server
 def test_a_worker_imports_every_view_and_freezes_what_it_loaded_before_its_first_request():
     clear_url_caches()  # as in a fresh worker: nothing resolved yet
     gc.unfreeze()
+    interval = sys.getswitchinterval()
     try:
         server.post_worker_init(worker=None)
         assert "url_patterns" in get_resolver().__dict__  # filled by the hook
         assert gc.get_freeze_count() > 10_000
+        assert sys.getswitchinterval() == 0.001
     finally:
         gc.unfreeze()
-
+        sys.setswitchinterval(interval)
