@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from redis import Redis
+
+from cluster.clock import VirtualClock
+from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster
 from scheduler import live
 from scheduler.policy.profile import get_profile
@@ -19,3 +26,22 @@ def tick(cluster_and_clock: tuple[SimulatedCluster, object], seconds: float = 5)
     clock.advance(seconds)
     cluster.advance()
     return live.scheduler_tick(backend=cluster, now=clock.now(), profile=get_profile("tidal"))
+
+
+@contextmanager
+def scaling_lab(world, settings, *, clock: VirtualClock, prefix: str) -> Iterator[tuple[SimulatedCluster, Redis, str]]:
+    """The autoscaler's room: the test world plus an online T4 node (t4-2), the simulated cluster on `clock`, no
+    alert webhook, and a Redis namespace of its own (`prefix-…`), emptied afterwards."""
+    from colocation.models import Node, NodeState, Pool
+    from colocation.selectors import node_views
+
+    Node.objects.create(name="t4-2", resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"], gpu_count=2,
+                        cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION, state=NodeState.ONLINE_NORMAL)
+    settings.TIDAL_REDIS_NAMESPACE = namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    settings.TIDAL_ALERT_WEBHOOK_URL = ""
+    redis = Redis.from_url(settings.REDIS_URL)
+    try:
+        yield SimulatedCluster(node_views(), clock, store.labelled_runtime), redis, namespace
+    finally:
+        for key in redis.scan_iter(f"{namespace}:*"):
+            redis.delete(key)

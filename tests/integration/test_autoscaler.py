@@ -3,26 +3,22 @@ applied to the ReplicaSet, skipped services recorded once, alerts (Decision, cou
 a group, forecasts, vertical recommendations, and the Celery entry point under the cluster lock."""
 import json
 import threading
-import uuid
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from redis import Redis
 
 from cluster.backend import BackendError
 from cluster.clock import VirtualClock, utc
 from cluster.simulated import store
-from cluster.simulated.engine import SimulatedCluster
 from colocation import autoscaler, controller
 from colocation.loads import ProfileLoads
-from colocation.models import InferenceService, Node, NodeState, Pool, ScalingThreshold
+from colocation.models import InferenceService, ScalingThreshold
 from colocation.policy.autoscaling import LoadMinute
-from colocation.selectors import node_views
 from profiling.models import ServiceMinute
 from scheduler.models import Decision
-from tests.integration.livecluster import T0
+from tests.integration.livecluster import T0, scaling_lab
 
 pytestmark = pytest.mark.django_db
 MINUTE = 60
@@ -47,15 +43,9 @@ class Loads:
 @pytest.fixture
 def lab(world, settings):
     """World plus an online T4 node (t4-2) for room; lending off; a Redis namespace of its own."""
-    Node.objects.create(name="t4-2", resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"], gpu_count=2,
-                        cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION, state=NodeState.ONLINE_NORMAL)
-    settings.TIDAL_REDIS_NAMESPACE = namespace = f"test-autoscale-{uuid.uuid4().hex[:8]}"
-    settings.TIDAL_ALERT_WEBHOOK_URL = ""
-    redis = Redis.from_url(settings.REDIS_URL)
     clock = VirtualClock(T0)
-    yield world, SimulatedCluster(node_views(), clock, store.labelled_runtime), clock, redis, namespace
-    for key in redis.scan_iter(f"{namespace}:*"):
-        redis.delete(key)
+    with scaling_lab(world, settings, clock=clock, prefix="test-autoscale") as (cluster, redis, namespace):
+        yield world, cluster, clock, redis, namespace
 
 
 def service(world, name: str, **fields) -> InferenceService:

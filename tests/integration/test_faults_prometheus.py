@@ -26,11 +26,9 @@ import redis
 
 from cluster.clock import VirtualClock, utc
 from cluster.simulated import store
-from cluster.simulated.engine import SimulatedCluster
 from colocation import autoscaler
 from colocation.loads import ProfileLoads
-from colocation.models import InferenceService, Node, NodeState, Pool
-from colocation.selectors import node_views
+from colocation.models import InferenceService
 from profiling import services as profiling_services
 from profiling.models import RunSummary, ServiceMinute
 from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
@@ -38,7 +36,7 @@ from streaming.publisher import Publisher, PublisherConfig, cursor_key
 from streaming.records import PodSample, decode
 from streaming.topics import Topics, ensure_topics
 from tests.integration import promwrite
-from tests.integration.livecluster import tick
+from tests.integration.livecluster import scaling_lab, tick
 from tests.integration.private_services import private_prometheus
 from tests.integration.profiles import at, end_run, job_minute, past_jobs
 from tests.integration.services import KAFKA_BOOTSTRAP, REDIS_URL, drop_prefix
@@ -186,17 +184,11 @@ def test_publisher_waits_out_a_prometheus_outage_and_publishes_every_held_step_o
 
 
 @pytest.fixture
-def scaling_lab(world, settings):
+def lab(world, settings):
     """An online T4 node for room, the simulated cluster on a virtual clock, a Redis namespace of its own."""
-    Node.objects.create(name="t4-2", resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"], gpu_count=2,
-                        cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION, state=NodeState.ONLINE_NORMAL)
-    settings.TIDAL_REDIS_NAMESPACE = namespace = f"test-pfault-{uuid.uuid4().hex[:8]}"
-    settings.TIDAL_ALERT_WEBHOOK_URL = ""
-    r = redis.Redis.from_url(REDIS_URL)
     clock = VirtualClock(time.time() // MINUTE * MINUTE)
-    yield SimulatedCluster(node_views(), clock, store.labelled_runtime), clock, r, namespace
-    for key in r.scan_iter(f"{namespace}:*"):
-        r.delete(key)
+    with scaling_lab(world, settings, clock=clock, prefix="test-pfault") as (cluster, r, namespace):
+        yield cluster, clock, r, namespace
 
 
 def minutes_written(service: InferenceService, newest: float, count: int, *, gpu: float, replicas: int) -> None:
@@ -207,8 +199,8 @@ def minutes_written(service: InferenceService, newest: float, count: int, *, gpu
             samples=24, replicas=replicas, gpu_util_mean=gpu, cpu_util_mean=0.2, qps=50.0, emitted_at=utc(start)))
 
 
-def test_autoscaler_holds_on_stale_metrics_then_falls_back_to_yesterdays_maximum_then_resumes(world, scaling_lab):
-    cluster, clock, r, namespace = scaling_lab
+def test_autoscaler_holds_on_stale_metrics_then_falls_back_to_yesterdays_maximum_then_resumes(world, lab):
+    cluster, clock, r, namespace = lab
     ranker = world.service(name="ranker", gpu_model=world.gpu_models["T4"], gpus_per_replica=Decimal("0.25"),
                            replicas=2, min_replicas=2, max_replicas=8)  # gpu thresholds 0.2 / 0.5 / 0.8
     yesterday = Decision.objects.create(kind=Decision.Kind.SCALING, subject="service:ranker", reason="scale-out",
