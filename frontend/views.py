@@ -1,5 +1,6 @@
 """The console's frame: home, sign-in, the department switcher and /metrics. Each area has its own views module."""
 from django.conf import settings
+from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
@@ -32,6 +33,15 @@ class LoginView(auth_views.LoginView):
         form = self.get_form_class()(request, initial={"username": request.POST.get("username", "")})
         message = f"Too many sign-in attempts; try again in {retry_after(throttle)} s."
         return self.render_to_response(self.get_context_data(form=form, throttled=message), status=429)
+
+
+def admin_login(request, extra_context=None):
+    """The admin site's sign-in, throttled with the console's and the API's: the same passwords are guessed there."""
+    throttle = SignInThrottle()
+    if request.method == "POST" and not throttle.allow_request(request, None):
+        return HttpResponse(f"Too many sign-in attempts; try again in {retry_after(throttle)} s.\n", status=429,
+                            content_type="text/plain")
+    return admin.site.login(request, extra_context)
 
 
 @login_required

@@ -5,7 +5,7 @@ from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.routers import DefaultRouter
 
 from colocation.api.urls import ROUTES as COLOCATION_ROUTES
-from frontend import health
+from frontend import health, views
 from profiling.api.urls import ROUTES as PROFILING_ROUTES
 from profiling.api.urls import URLS as PROFILING_URLS
 from scheduler.api.urls import ROUTES as SCHEDULER_ROUTES
@@ -29,6 +29,7 @@ urlpatterns = [
     # Probes (frontend/health.py): no trailing slash, as Kubernetes and load balancers spell them.
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("admin/login/", views.admin_login),  # before the admin's own: throttled
     path("admin/", admin.site.urls),
     path("api/", include(api)),
     path("", include("frontend.urls")),

@@ -82,6 +82,22 @@ def test_console_sign_in_is_throttled_too(monkeypatch, person):
     assert "_auth_user_id" not in browser.session  # even the right password waits
 
 
+def test_admin_sign_in_is_throttled_too(monkeypatch, person):
+    get_user_model().objects.filter(username=person).update(is_staff=True)
+    monkeypatch.setattr(SignInThrottle, "rate", "3/min", raising=False)
+    browser = Client()
+    for _ in range(3):
+        assert browser.post("/admin/login/", {"username": person, "password": "wrong"}).status_code == 200
+    response = browser.post("/admin/login/", {"username": person, "password": "right-password"})
+    assert response.status_code == 429 and "Too many sign-in attempts" in response.content.decode()
+    assert "_auth_user_id" not in browser.session
+    assert Client().post("/admin/login/", {"username": person, "password": "right-password"}).status_code == 429
+    assert browser.get("/admin/login/").status_code == 200  # the page itself still shows
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    get_user_model().objects.create_user(other, password="pw", is_staff=True)
+    assert browser.post("/admin/login/", {"username": other, "password": "pw"}).status_code == 302  # signed in
+
+
 def test_job_submissions_are_throttled_per_user(monkeypatch, world):
     monkeypatch.setattr(SubmitThrottle, "rate", "2/min", raising=False)
     api = world.client("member")
