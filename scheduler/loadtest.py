@@ -84,6 +84,7 @@ class LoadReport:
     kinds: list[KindFigures]
     gunicorn_cpu_ms: float  # CPU per request, on average over every kind
     postgres_cpu_ms: float
+    reference_ms: float  # this machine's speed just before the run (`reference_ms()`)
     errors: list[dict] = field(default_factory=list)
     settling: dict = field(default_factory=dict)  # the start-up before the figures: count, errors, p99_ms, max_ms
 
@@ -97,7 +98,7 @@ class LoadReport:
                          "threads": o.threads, "jobs": o.jobs, "departments": o.departments, "wait_s": o.wait_s,
                          "settle_s": o.settle_s, **{f"settling_{k}": v for k, v in self.settling.items()},
                          "locust_cpu_pct": self.locust_cpu_pct, "gunicorn_cpu_ms_per_request": self.gunicorn_cpu_ms,
-                         "postgres_cpu_ms_per_request": self.postgres_cpu_ms}
+                         "postgres_cpu_ms_per_request": self.postgres_cpu_ms, "reference_ms": self.reference_ms}
         for k in self.kinds:
             slug = k.kind.replace("jobs: ", "jobs_").replace("departments: ", "department_").replace(" ", "_")
             figures |= {f"{slug}_{name}": getattr(k, name)
@@ -117,6 +118,7 @@ def bench_api(options: LoadOptions, *, progress: Callable[[dict], None] = lambda
         with connection.cursor() as cursor:  # statistics, as a database in service has; fresh tables have none
             cursor.execute("ANALYZE")
         connections.close_all()  # gunicorn's workers open their own
+        reference = reference_ms()
         with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp, _gunicorn(options, Path(tmp)) as (host, pid):
             meter = ServerCpu(gunicorn_pid=pid, database=connection.settings_dict["NAME"])
 
@@ -128,7 +130,22 @@ def bench_api(options: LoadOptions, *, progress: Callable[[dict], None] = lambda
     finally:
         connections.close_all()
         teardown_databases(old, verbosity=0)
-    return _report(options, done, meter.used)
+    return _report(options, done, meter.used, reference)
+
+
+def reference_ms(tries: int = 21) -> float:
+    """This machine's speed now: the fewest milliseconds a fixed piece of Python work took (JSON out and back of a
+    page of 50 job-like rows, 50 times). A VM's speed here drifts by a third within an hour; the CPU per request of
+    two runs compares once each is divided by its run's reference."""
+    page = [{"id": i, "name": f"resnet50-{i}", "gpus": "1.000", "status": "running", "node": None,
+             "submitted_at": "2026-11-26T04:00:00Z", "cpu_milli": 8000} for i in range(50)]
+    best = float("inf")
+    for _ in range(tries):
+        started = time.perf_counter()
+        for _ in range(50):
+            json.loads(json.dumps(page))
+        best = min(best, time.perf_counter() - started)
+    return round(1000 * best, 2)
 
 
 @dataclass
@@ -183,7 +200,7 @@ def _cpu_s(pids: list[int]) -> dict[int, float]:
     return cpu
 
 
-def _report(options: LoadOptions, done: dict, server_cpu: tuple[float, float]) -> LoadReport:
+def _report(options: LoadOptions, done: dict, server_cpu: tuple[float, float], reference: float) -> LoadReport:
     duration = done["duration_s"]
     kinds = [KindFigures(kind=kind, rps=round(s["count"] / duration, 1), **s) for kind, s in done["stats"].items()]
     errors = done["errors"] + [{"kind": "locust", "error": e, "count": 1} for e in done["exceptions"]]
@@ -191,7 +208,7 @@ def _report(options: LoadOptions, done: dict, server_cpu: tuple[float, float]) -
     return LoadReport(options=options, duration_s=duration, kinds=kinds, errors=errors, settling=done["settling"],
                       locust_cpu_pct=round(100 * done["cpu_s"] / duration, 1),
                       gunicorn_cpu_ms=round(1000 * server_cpu[0] / requests, 2),
-                      postgres_cpu_ms=round(1000 * server_cpu[1] / requests, 2))
+                      postgres_cpu_ms=round(1000 * server_cpu[1] / requests, 2), reference_ms=reference)
 
 
 def render(report: LoadReport) -> Iterator[object]:
@@ -217,7 +234,8 @@ def render(report: LoadReport) -> Iterator[object]:
     per_request = report.gunicorn_cpu_ms + report.postgres_cpu_ms
     yield (f"CPU per request, all kinds: gunicorn {report.gunicorn_cpu_ms:.1f} ms, PostgreSQL "
            f"{report.postgres_cpu_ms:.1f} ms (2 idle cores would serve about {2000 / max(0.1, per_request):.0f} "
-           f"requests/s); the latencies above depend on what else the machine runs.")
+           f"requests/s); the latencies above depend on what else the machine runs. This machine's speed just before "
+           f"the run: {report.reference_ms:.1f} ms of reference work (the lower, the faster; to compare runs).")
     s = report.settling
     yield (f"Before the figures (users starting, then {o.settle_s:g} s): {s['count']:,} requests, {s['errors']} errors, "
            f"p99 {s['p99_ms']:g} ms, max {s['max_ms']:g} ms.")

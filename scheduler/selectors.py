@@ -3,12 +3,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
+from django.contrib.auth import get_user_model
 from django.db.models import (CharField, Count, DecimalField, DurationField, ExpressionWrapper, F, Max, OuterRef, Q,
                               QuerySet, Subquery, Sum, Value)
 from django.db.models.functions import Cast, Coalesce, Concat
 
-from scheduler.models import (CPU, MEMORY, Decision, Department, JobRun, JobStatus, Membership, Quota, QuotaKind,
-                              TrainingJob)
+from scheduler.models import (CPU, MEMORY, Decision, Department, Framework, GPUModel, JobRun, JobStatus, Membership,
+                              Quota, QuotaKind, TrainingJob)
 
 
 @dataclass(frozen=True)
@@ -163,3 +164,27 @@ def first_wait_histogram(bounds: tuple[float, ...]) -> tuple[list[int], float, i
                                 for i, b in enumerate(bounds)})
     total = figures["total"].total_seconds() if figures["total"] else 0.0
     return [figures[f"le{i}"] for i in range(len(bounds))], total, figures["count"]
+
+
+JOB_ROW_COLUMNS = ("id", "name", "task_key", "image", "command", "gpus", "cpu_milli", "memory_mib", "expected_duration_s",
+                   "keep_request", "status", "quota_kind", "submitted_at", "admitted_at", "started_at", "finished_at")
+
+
+def job_rows(jobs: QuerySet) -> QuerySet:
+    """The job list's rows as plain dicts: the job's columns and the names of what it refers to, each a scalar
+    subquery. No model objects: a page of 50 built 250 of them, a quarter of a list's CPU under load (`bench
+    api`). No joins: PostgreSQL looks the names up for the page's rows only, after sorting and limiting, and neither
+    the page nor its count pays for joins (planning the list's five-table join took 2.6 ms, this 0.4 ms)."""
+    from colocation.models import Node  # the inventory lives in colocation; read-only here
+
+    framework = Framework.objects.annotate(label=Concat("name", Value("-"), "version"))
+    return jobs.values(*JOB_ROW_COLUMNS, department_name=_name_of(Department.objects, "department_id"),
+                       submitter_name=_name_of(get_user_model().objects, "submitter_id", "username"),
+                       framework_label=_name_of(framework, "framework_id", "label"),
+                       gpu_model_name=_name_of(GPUModel.objects, "gpu_model_id"),
+                       node_name=_name_of(Node.objects, "node_id"),
+                       assigned_gpu_model_name=_name_of(GPUModel.objects, "assigned_gpu_model_id"))
+
+
+def _name_of(rows: QuerySet, key: str, field: str = "name") -> Subquery:
+    return Subquery(rows.filter(pk=OuterRef(key)).order_by().values(field))

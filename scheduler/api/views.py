@@ -183,9 +183,7 @@ class TrainingJobViewSet(
     def get_queryset(self):
         queryset = super().get_queryset()
         if self.action == "list":
-            # Where a job runs is prefetched (only admitted and running jobs have one): two more outer joins cost
-            # PostgreSQL's planner more than the whole query (`bench api`), a lookup by id of the few set far less.
-            return queryset.prefetch_related("assigned_gpu_model", "node")
+            return selectors.job_rows(queryset)
         return queryset.select_related("assigned_gpu_model", "node").prefetch_related(
             Prefetch("runs", JobRun.objects.select_related("node", "gpu_model")))
 

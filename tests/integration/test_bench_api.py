@@ -29,6 +29,7 @@ def test_every_request_kind_is_measured_without_an_error(tmp_path, db):
         assert figures[f"{kind}_errors"] == 0, kind
         assert 0 < figures[f"{kind}_p50_ms"] <= figures[f"{kind}_p99_ms"], kind
     assert figures["errors"] == 0
+    assert figures["reference_ms"] > 0 and "ms of reference work" in result.stdout
     assert figures["settle_s"] == 1 and figures["settling_count"] > 0 and figures["settling_errors"] == 0
     assert "jobs: submit" in result.stdout and "Throttles raised for the test" in result.stdout
     assert "Before the figures (users starting, then 1 s)" in result.stdout
