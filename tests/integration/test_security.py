@@ -72,30 +72,22 @@ def test_token_requests_are_throttled_per_address_and_user(monkeypatch, person, 
     assert api.post("/api/auth/token/", {"username": other, "password": "pw"}).status_code == 200  # another user
 
 
-def test_console_sign_in_is_throttled_too(monkeypatch, person):
+@pytest.mark.parametrize("page", ["/login/", "/admin/login/"])
+def test_sign_in_pages_are_throttled_too(monkeypatch, person, page):
+    """The console's and the admin site's: the same passwords are guessed on both."""
+    get_user_model().objects.filter(username=person).update(is_staff=True)  # the admin site signs in staff only
     monkeypatch.setattr(SignInThrottle, "rate", "3/min", raising=False)
     browser = Client()
     for _ in range(3):
-        assert browser.post("/login/", {"username": person, "password": "wrong"}).status_code == 200
-    response = browser.post("/login/", {"username": person, "password": "right-password"})
+        assert browser.post(page, {"username": person, "password": "wrong"}).status_code == 200
+    response = browser.post(page, {"username": person, "password": "right-password"})
     assert response.status_code == 429 and "Too many sign-in attempts" in response.content.decode()
     assert "_auth_user_id" not in browser.session  # even the right password waits
-
-
-def test_admin_sign_in_is_throttled_too(monkeypatch, person):
-    get_user_model().objects.filter(username=person).update(is_staff=True)
-    monkeypatch.setattr(SignInThrottle, "rate", "3/min", raising=False)
-    browser = Client()
-    for _ in range(3):
-        assert browser.post("/admin/login/", {"username": person, "password": "wrong"}).status_code == 200
-    response = browser.post("/admin/login/", {"username": person, "password": "right-password"})
-    assert response.status_code == 429 and "Too many sign-in attempts" in response.content.decode()
-    assert "_auth_user_id" not in browser.session
-    assert Client().post("/admin/login/", {"username": person, "password": "right-password"}).status_code == 429
-    assert browser.get("/admin/login/").status_code == 200  # the page itself still shows
+    assert Client().post(page, {"username": person, "password": "right-password"}).status_code == 429  # same address
+    assert browser.get(page).status_code == 200  # the page itself still shows
     other = f"other-{uuid.uuid4().hex[:8]}"
     get_user_model().objects.create_user(other, password="pw", is_staff=True)
-    assert browser.post("/admin/login/", {"username": other, "password": "pw"}).status_code == 302  # signed in
+    assert browser.post(page, {"username": other, "password": "pw"}).status_code == 302  # another user signs in
 
 
 def test_job_submissions_are_throttled_per_user(monkeypatch, world):
