@@ -33,6 +33,20 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(scope="session")
+def live_server(live_server):
+    """pytest-django's, whose request threads close their database session after each request. A client that keeps
+    its HTTP connection open keeps its thread, and the thread its session: Prometheus scrapes the live server
+    (test_metrics, the dashboards' browser tests) and holds idle connections for 5 minutes, so the test database
+    could not be dropped at the end."""
+    from django.db import connections
+
+    database = connections.settings["default"]  # what each new thread's connection is made from
+    kept, database["CONN_MAX_AGE"] = database["CONN_MAX_AGE"], 0
+    yield live_server
+    database["CONN_MAX_AGE"] = kept
+
+
 @pytest.fixture
 def world(db):
     """Two departments with quotas, GPU models, frameworks, a few nodes, and one user per role."""
