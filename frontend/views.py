@@ -27,21 +27,24 @@ class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        throttle = SignInThrottle()
-        if throttle.allow_request(request, self):
+        if (refused := _sign_in_refused(request, self)) is None:
             return super().post(request, *args, **kwargs)
         form = self.get_form_class()(request, initial={"username": request.POST.get("username", "")})
-        message = f"Too many sign-in attempts; try again in {retry_after(throttle)} s."
-        return self.render_to_response(self.get_context_data(form=form, throttled=message), status=429)
+        return self.render_to_response(self.get_context_data(form=form, throttled=refused), status=429)
 
 
 def admin_login(request, extra_context=None):
     """The admin site's sign-in, throttled with the console's and the API's: the same passwords are guessed there."""
-    throttle = SignInThrottle()
-    if request.method == "POST" and not throttle.allow_request(request, None):
-        return HttpResponse(f"Too many sign-in attempts; try again in {retry_after(throttle)} s.\n", status=429,
-                            content_type="text/plain")
+    if request.method == "POST" and (refused := _sign_in_refused(request)) is not None:
+        return HttpResponse(f"{refused}\n", status=429, content_type="text/plain")
     return admin.site.login(request, extra_context)
+
+
+def _sign_in_refused(request, view=None) -> str | None:
+    """Why this sign-in attempt must wait (counted per address and user name), or None when it may go on."""
+    throttle = SignInThrottle()
+    return None if throttle.allow_request(request, view) else (
+        f"Too many sign-in attempts; try again in {retry_after(throttle)} s.")
 
 
 @login_required

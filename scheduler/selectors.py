@@ -2,6 +2,7 @@
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
+from functools import cache
 
 from django.contrib.auth import get_user_model
 from django.db.models import (CharField, Count, DecimalField, DurationField, ExpressionWrapper, F, Max, OuterRef, Q,
@@ -175,15 +176,22 @@ def job_rows(jobs: QuerySet) -> QuerySet:
     subquery. No model objects: a page of 50 built 250 of them, a quarter of a list's CPU under load (`bench
     api`). No joins: PostgreSQL looks the names up for the page's rows only, after sorting and limiting, and neither
     the page nor its count pays for joins (planning the list's five-table join took 2.6 ms, this 0.4 ms)."""
+    return jobs.values(*JOB_ROW_COLUMNS, **_row_names())
+
+
+@cache
+def _row_names() -> dict[str, Subquery]:
+    """Built once per process (half of `job_rows`' 0.9 ms a request when built each time); each query resolves its
+    own copies, so they are shared safely."""
     from colocation.models import Node  # the inventory lives in colocation; read-only here
 
     framework = Framework.objects.annotate(label=Concat("name", Value("-"), "version"))
-    return jobs.values(*JOB_ROW_COLUMNS, department_name=_name_of(Department.objects, "department_id"),
-                       submitter_name=_name_of(get_user_model().objects, "submitter_id", "username"),
-                       framework_label=_name_of(framework, "framework_id", "label"),
-                       gpu_model_name=_name_of(GPUModel.objects, "gpu_model_id"),
-                       node_name=_name_of(Node.objects, "node_id"),
-                       assigned_gpu_model_name=_name_of(GPUModel.objects, "assigned_gpu_model_id"))
+    return {"department_name": _name_of(Department.objects, "department_id"),
+            "submitter_name": _name_of(get_user_model().objects, "submitter_id", "username"),
+            "framework_label": _name_of(framework, "framework_id", "label"),
+            "gpu_model_name": _name_of(GPUModel.objects, "gpu_model_id"),
+            "node_name": _name_of(Node.objects, "node_id"),
+            "assigned_gpu_model_name": _name_of(GPUModel.objects, "assigned_gpu_model_id")}
 
 
 def _name_of(rows: QuerySet, key: str, field: str = "name") -> Subquery:
