@@ -22,7 +22,7 @@ Pod labels: `tidal.io/kind` = inference|training; an inference pod owned by a Re
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
@@ -102,6 +102,23 @@ class PodView:
     @property
     def detached_from(self) -> str | None:
         return self.spec.labels.get(DETACHED_FROM_LABEL)
+
+
+def serving_pods(pods: Iterable[PodView]) -> dict[str, list[PodView]]:
+    """The pods serving each ReplicaSet's traffic: its ready pods, plus detached ones still standing in for a
+    replacement that is not ready yet (create-before-delete during a lend). The autoscaler counts them as the
+    service's replicas; the simulated cluster's exporter shares the service's requests among them."""
+    pods = list(pods)
+    ready = {p.spec.name for p in pods if p.ready}
+    out: dict[str, list[PodView]] = {}
+    for pod in pods:
+        owner = pod.replicaset or pod.detached_from
+        if owner is None or not pod.ready:
+            continue
+        if pod.replicaset is None and pod.spec.labels.get(REPLACED_BY_LABEL, "") in ready:
+            continue  # its replacement serves now
+        out.setdefault(owner, []).append(pod)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

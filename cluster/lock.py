@@ -8,6 +8,11 @@ OOM killer, a lost host) blocks the loops only until the expiry runs out, not fo
 tick. If a renewal finds the lock gone (the holder stalled longer than the expiry), that is logged as an error:
 another tick may act from then on.
 
+A tick that finds the lock held waits for it, at most `wait_s` (the loops wait most of their interval): the
+scheduler, the lending controller and the autoscaler are due at the same moments whenever their intervals line up,
+and a tick lasts a fraction of a second, so each of them acts in turn instead of all but one giving up. A tick that
+still cannot take it (another tick runs longer than the wait) is skipped (`TickSkipped`, outcome "busy").
+
 Redis itself may go away. While it is unreachable no tick can take the lock (it skips, saying why). The holder's
 backend (`Fenced`) asks Redis before every call whether the lock is still its own, and stops the tick (LockLost)
 when it is not, or when Redis cannot say: a holder cut off by an outage, or whose lock a restarted Redis forgot
@@ -30,6 +35,14 @@ log = logging.getLogger(__name__)
 
 class LockLost(Exception):
     """The holder can no longer be sure it holds the cluster lock: it must stop acting."""
+
+
+class TickSkipped(Exception):
+    """This tick must not act: `outcome` names why in a word (tidal_loop_ticks_total's label), `why` in a sentence."""
+
+    def __init__(self, outcome: str, why: str) -> None:
+        super().__init__(why)
+        self.outcome, self.why = outcome, why
 
 
 @dataclass
@@ -74,19 +87,18 @@ class Fenced:
 
 
 @contextmanager
-def cluster_lock(redis, key: str, ttl_s: float) -> Iterator[Holding | None]:
-    """Hold `key` for the block, renewed every ttl_s / 3; yields None (and holds nothing) if another holds it or
-    Redis is unreachable."""
+def cluster_lock(redis, key: str, ttl_s: float, wait_s: float = 0.0) -> Iterator[Holding]:
+    """Hold `key` for the block, renewed every ttl_s / 3, waiting at most `wait_s` for it; TickSkipped (holding
+    nothing) if another still holds it then, or Redis is unreachable."""
     lock = redis.lock(key, timeout=ttl_s, thread_local=False)  # the renewing thread uses the holder's token
     try:
-        acquired = lock.acquire(blocking=False)
+        acquired = lock.acquire(blocking=wait_s > 0, blocking_timeout=wait_s or None)
     except RedisError as error:
         log.warning("cluster lock %s not taken: Redis unreachable (%s): skipping this tick", key, error)
-        yield None
-        return
+        raise TickSkipped("redis-unreachable", f"Redis is unreachable ({error})") from error
     if not acquired:
-        yield None
-        return
+        log.warning("cluster lock %s still held by another tick after %.1f s: skipping this tick", key, wait_s)
+        raise TickSkipped("busy", f"another tick held the cluster lock for longer than {wait_s:.1f} s")
     stop = threading.Event()
     renewer = threading.Thread(target=_renew, args=(lock, ttl_s / 3, stop), name=f"renew {key}", daemon=True)
     renewer.start()

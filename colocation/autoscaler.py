@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from cluster.backend import REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, BackendError, ClusterBackend
+from cluster.backend import RESOURCE_GROUP_LABEL, BackendError, ClusterBackend, serving_pods
 from cluster.clock import utc
 from cluster.types import Pool
 from colocation import loads as load_sources
@@ -114,17 +114,9 @@ def _ensure_replicasets(backend: ClusterBackend, services_: list[InferenceServic
 
 
 def serving_counts(backend: ClusterBackend) -> dict[str, int]:
-    """Pods serving each ReplicaSet: its ready pods, plus detached ones still standing in for a replacement
-    that is not ready yet (create-before-delete during a lend)."""
-    out = {rs.name: rs.ready for rs in backend.replicasets()}
-    pods = {p.spec.name: p for p in backend.pods()}
-    for pod in pods.values():
-        owner = pod.detached_from
-        if owner is None or not pod.ready:
-            continue
-        replacement = pods.get(pod.spec.labels.get(REPLACED_BY_LABEL, ""))
-        if replacement is None or not replacement.ready:
-            out[owner] = out.get(owner, 0) + 1
+    """Pods serving each ReplicaSet (cluster.backend.serving_pods), 0 for a ReplicaSet none serves."""
+    out = {rs.name: 0 for rs in backend.replicasets()}
+    out |= {name: len(pods) for name, pods in serving_pods(backend.pods()).items()}
     return out
 
 
@@ -351,7 +343,8 @@ def _recommend(service: InferenceService, now: float, report: AutoscaleReport, r
 def run_autoscale_tick(*, redis, namespace: str) -> AutoscaleReport | None:
     """One autoscaling tick on the configured cluster, unless this worker must not act now (None).
     With TIDAL_DEMO_TRAFFIC the demo's traffic and clock drive the policy; else the service-load profiles."""
-    with live_cluster(redis=redis, namespace=namespace) as cluster:
+    with live_cluster(redis=redis, namespace=namespace, loop="autoscaler",
+                      interval_s=settings.TIDAL_AUTOSCALE_INTERVAL_S) as cluster:
         if cluster is None:
             return None
         started, now = time.perf_counter(), time.time()

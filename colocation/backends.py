@@ -1,12 +1,19 @@
 """The live loops' one way to the cluster, chosen by TIDAL_CLUSTER_BACKEND: `simulated` (the demo's in-process
 cluster, kept in Redis between ticks) or `kubernetes` (kubeconfig or in-cluster config).
 
-A tick gets the backend, or None when this worker must not act now: another tick holds the cluster lock, another
+A tick gets the backend, or None when this worker must not act now. The loops are due at the same moments
+whenever their intervals line up, so a tick that finds the cluster lock held waits for it, for most of its
+interval (cluster/lock.py); it is skipped only when another tick holds the lock longer than that, another
 worker holds the leader Lease (kubernetes), or the cluster failed recently and the tick is in backoff. When the
 cluster cannot be reached (BackendUnavailable) the tick stops where it was — the acting order of the loops makes
 that safe — and later ticks back off exponentially; after TIDAL_CLUSTER_ALERT_AFTER failures in a row an alert
 Decision says so, and another says when the cluster answers again. While Redis (the cluster lock's home) is
 unreachable the ticks skip, saying so; a tick that loses the lock mid-way stops where it is (cluster/lock.py).
+
+Every tick ends with an outcome, counted per loop (tidal_loop_ticks_total{loop, outcome} in /metrics, the
+operators' overview): `acted`, or why not. A loop that skips TIDAL_LOOP_SKIP_ALERT_AFTER ticks in a row for a
+reason of its own (busy, Redis unreachable, the lock lost, an error) raises an alert Decision, and another when
+it acts again; a cluster outage has its own alert, and a standby worker is not acting by design.
 """
 from __future__ import annotations
 
@@ -21,64 +28,75 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from cluster.backend import BackendUnavailable, ClusterBackend
-from cluster.lock import Fenced, LockLost, cluster_lock
+from cluster.lock import Fenced, LockLost, TickSkipped, cluster_lock
 from cluster.simulated import store
 from colocation.selectors import node_views
 from colocation.services import inventory_sync
 from scheduler.models import Decision
 from scheduler.services import decision_record
+from tidal import telemetry
 
 log = logging.getLogger(__name__)
 FAILURES_KEY = "cluster:failures"
 RETRY_AT_KEY = "cluster:retry-at"
 MAX_BACKOFF_S = 300.0
+LOCK_WAIT_SHARE = 0.8  # of its interval, a tick waits for the cluster lock: it gives up before the next is due
+STREAK_OUTCOMES = ("busy", "redis-unreachable", "lock-lost", "error")  # skips that raise the loop's own alert
 
 
 @contextmanager
-def live_cluster(*, redis, namespace: str) -> Iterator[ClusterBackend | None]:
-    """The configured cluster for one control-loop tick (see the module's docstring)."""
+def live_cluster(*, redis, namespace: str, loop: str, interval_s: float) -> Iterator[ClusterBackend | None]:
+    """The configured cluster for one tick of `loop`, which is due every `interval_s` (see the module's docstring)."""
     try:
         backoff = _in_backoff(redis, namespace)
     except RedisError as error:
         log.warning("Redis unreachable (%s): skipping this tick", error)
-        backoff = True
+        _ended(redis, namespace, loop, "redis-unreachable", f"Redis is unreachable ({error})")
+        yield None
+        return
     if backoff:
+        _ended(redis, namespace, loop, "backoff")
         yield None
         return
     acting = False
     try:
-        with _session(redis, namespace) as backend:
+        with _session(redis, namespace, LOCK_WAIT_SHARE * interval_s) as backend:
             acting = True
             yield backend
+    except TickSkipped as skipped:
+        _ended(redis, namespace, loop, skipped.outcome, skipped.why)
+        yield None
+        return
     except BackendUnavailable as error:
         _failed(redis, namespace, error)
+        _ended(redis, namespace, loop, "cluster-unavailable")
         if not acting:  # failed before the tick began (e.g. asking for the lease): the tick skips
             yield None
         return
     except LockLost as error:  # Redis went away or forgot the lock mid-tick: stop here (the acting order makes it safe)
         log.error("tick stopped: %s", error)
+        _ended(redis, namespace, loop, "lock-lost", str(error))
         return
-    if backend is not None:
-        _recovered(redis, namespace)
+    except Exception as error:
+        _ended(redis, namespace, loop, "error", f"{type(error).__name__}: {error}")
+        raise
+    _ended(redis, namespace, loop, telemetry.ACTED)
+    _recovered(redis, namespace)
 
 
-def _session(redis, namespace: str):
+def _session(redis, namespace: str, wait_s: float):
     if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
-        return _kubernetes_session(redis, namespace)
-    return store.session(redis, namespace, node_views, lock_timeout_s=settings.TIDAL_CLUSTER_LOCK_S)
+        return _kubernetes_session(redis, namespace, wait_s)
+    return store.session(redis, namespace, node_views, lock_timeout_s=settings.TIDAL_CLUSTER_LOCK_S, wait_s=wait_s)
 
 
 @contextmanager
-def _kubernetes_session(redis, namespace: str) -> Iterator[ClusterBackend | None]:
-    with cluster_lock(redis, f"{namespace}:{store.LOCK}", settings.TIDAL_CLUSTER_LOCK_S) as held:
-        if not held:
-            yield None
-            return
+def _kubernetes_session(redis, namespace: str, wait_s: float) -> Iterator[ClusterBackend]:
+    with cluster_lock(redis, f"{namespace}:{store.LOCK}", settings.TIDAL_CLUSTER_LOCK_S, wait_s) as held:
         backend, elector = kubernetes_backend()
         if not elector.acquire(time.time()):
             log.info("not the leader (lease %s held by another worker): not acting", elector.name)
-            yield None
-            return
+            raise TickSkipped("not-leader", f"another worker holds the leader lease {elector.name}")
         backend.refresh()
         inventory_sync(nodes=backend.nodes())
         yield Fenced(backend, held)
@@ -138,3 +156,25 @@ def _recovered(redis, namespace: str) -> None:
         decision_record(kind=Decision.Kind.ALERT, subject="cluster", reason="cluster-available",
                         message=f"the cluster answers again after {failures} failed ticks",
                         data={"failures": failures})
+
+
+# --- tick outcomes -----------------------------------------------------------------------------------------
+
+
+def _ended(redis, namespace: str, loop: str, outcome: str, why: str = "") -> None:
+    """Count the tick's outcome; alert when `loop` has skipped too many ticks in a row, and when it acts again."""
+    try:
+        streak = telemetry.count_tick(redis, namespace, loop, outcome, skipped=outcome in STREAK_OUTCOMES)
+    except RedisError as error:  # the counters live in Redis: a tick that could not reach it is logged, not counted
+        log.warning("%s tick (%s) not counted: Redis unreachable (%s)", loop, outcome, error)
+        return
+    after = settings.TIDAL_LOOP_SKIP_ALERT_AFTER
+    if outcome in STREAK_OUTCOMES and streak == after:
+        decision_record(kind=Decision.Kind.ALERT, subject=f"loop:{loop}", reason="loop-skipping",
+                        message=f"the {loop} loop has not acted on its last {streak} ticks (the last: {why}); "
+                                f"its decisions wait until it acts again",
+                        data={"loop": loop, "skipped": streak, "outcome": outcome, "why": why})
+    elif outcome == telemetry.ACTED and streak >= after:
+        decision_record(kind=Decision.Kind.ALERT, subject=f"loop:{loop}", reason="loop-acting",
+                        message=f"the {loop} loop acts again after {streak} skipped ticks",
+                        data={"loop": loop, "skipped": streak})

@@ -8,6 +8,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
+from django.conf import settings
 from django.db import transaction
 
 from cluster.clock import utc
@@ -243,7 +244,8 @@ def _persist(record: NodeTransition, action, now: float, report: LendingReport) 
 
 def run_lending_tick(*, redis, namespace: str, profile: LendingProfile) -> LendingReport | None:
     """One lending tick on the configured cluster, unless this worker must not act now (then None)."""
-    with live_cluster(redis=redis, namespace=namespace) as cluster:
+    with live_cluster(redis=redis, namespace=namespace, loop="lending",
+                      interval_s=settings.TIDAL_LENDING_INTERVAL_S) as cluster:
         if cluster is None:
             return None
         started = time.perf_counter()

@@ -119,6 +119,13 @@ class TidalCollector:
         for (service, reason), n in sorted(telemetry.alerts(self.redis, self.namespace).items()):
             alerts.add_metric([service, reason], n)
         yield alerts
+        ticks = CounterMetricFamily("tidal_loop_ticks", "Control-loop ticks by loop and outcome: acted, or why not "
+                                    "(busy: another tick held the cluster lock past the wait; backoff, "
+                                    "cluster-unavailable, not-leader, redis-unreachable, lock-lost, error)",
+                                    labels=["loop", "outcome"])
+        for (loop, outcome), n in sorted(telemetry.ticks(self.redis, self.namespace).items()):
+            ticks.add_metric([loop, outcome], n)
+        yield ticks
         for loop, help_ in (("scheduler_cycle", "Scheduling cycle duration"),
                             ("lending_tick", "Lending tick duration"), ("autoscale_tick", "Autoscaling tick duration")):
             h = telemetry.histogram(self.redis, self.namespace, loop)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 
@@ -368,7 +369,8 @@ def _record_pending(decisions: list[StillPending]) -> None:
 
 def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | None:
     """One tick on the configured cluster, unless this worker must not act now (then None; colocation/backends.py)."""
-    with live_cluster(redis=redis, namespace=namespace) as cluster:
+    with live_cluster(redis=redis, namespace=namespace, loop="scheduler",
+                      interval_s=settings.TIDAL_SCHEDULER_INTERVAL_S) as cluster:
         if cluster is None:
             return None
         started = time.perf_counter()

@@ -211,6 +211,7 @@ TIDAL_LEADER_ID = os.environ.get("TIDAL_LEADER_ID", "")  # default: the hostname
 TIDAL_CLUSTER_LOCK_S = float(os.environ.get("TIDAL_CLUSTER_LOCK_S", "30"))  # cluster lock expiry, renewed while held
 TIDAL_CLUSTER_BACKOFF_S = float(os.environ.get("TIDAL_CLUSTER_BACKOFF_S", "5"))  # doubles per failed tick, max 300
 TIDAL_CLUSTER_ALERT_AFTER = int(os.environ.get("TIDAL_CLUSTER_ALERT_AFTER", "3"))  # failed ticks before an alert
+TIDAL_LOOP_SKIP_ALERT_AFTER = int(os.environ.get("TIDAL_LOOP_SKIP_ALERT_AFTER", "3"))  # a loop's skips in a row
 
 KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090")

@@ -3,12 +3,14 @@
 
 - loop durations as Prometheus histograms (cumulative bucket counters, sum, count);
 - the latest per-resource-group allocation, as the lending tick saw it on the cluster backend;
-- the autoscaler's alerts, a counter per (service, reason).
+- the autoscaler's alerts, a counter per (service, reason);
+- the loops' ticks, a counter per (loop, outcome), and each loop's skipped ticks in a row.
 """
 import json
 import math
 from dataclasses import dataclass
 
+ACTED = "acted"  # the outcome of a tick that acted on the cluster (the others say why it did not)
 LOOP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -62,4 +64,26 @@ def count_alert(redis, namespace: str, service: str, reason: str) -> None:
 def alerts(redis, namespace: str) -> dict[tuple[str, str], int]:
     """{(service, reason): alerts raised so far}."""
     raw = redis.hgetall(_key(namespace, "autoscaler-alerts"))
+    return {tuple(k.decode().split("|", 1)): int(v) for k, v in raw.items()}
+
+
+def count_tick(redis, namespace: str, loop: str, outcome: str, *, skipped: bool) -> int:
+    """One more tick of `loop` ended with `outcome`. Returns the loop's skipped ticks in a row: counting this one
+    when `skipped`; else the streak this tick ends (kept at 0 after an acting tick; unchanged by ticks that neither
+    acted nor count as skipped, such as a standby's)."""
+    streak = _key(namespace, "loop-skips")
+    pipe = redis.pipeline(transaction=True)
+    pipe.hincrby(_key(namespace, "loop-ticks"), f"{loop}|{outcome}", 1)
+    if skipped:
+        pipe.hincrby(streak, loop, 1)
+    else:
+        pipe.hget(streak, loop)
+        if outcome == ACTED:
+            pipe.hset(streak, loop, 0)
+    return int(pipe.execute()[1] or 0)
+
+
+def ticks(redis, namespace: str) -> dict[tuple[str, str], int]:
+    """{(loop, outcome): ticks so far}."""
+    raw = redis.hgetall(_key(namespace, "loop-ticks"))
     return {tuple(k.decode().split("|", 1)): int(v) for k, v in raw.items()}

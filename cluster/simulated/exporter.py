@@ -16,7 +16,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, start_http_server
 
 from cluster.simulated import store
-from cluster.simulated.metrics import ClusterState, PodMetricsCollector, TraceShapes
+from cluster.simulated.metrics import ClusterState, PodMetricsCollector, ServingLoad, TraceShapes
 
 TARGET_NAME = "cluster-exporter"  # <sd dir>/cluster-exporter.json
 
@@ -36,10 +36,11 @@ def redis_source(redis, namespace: str) -> Callable[[], ClusterState | None]:
 
 
 def serve(source: Callable[[], ClusterState | None], shapes: TraceShapes, port: int,
-          addr: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
-    """Start serving /metrics in a daemon thread (port 0: any free port, see server.server_port)."""
+          addr: str = "127.0.0.1", load: ServingLoad | None = None) -> tuple[WSGIServer, threading.Thread]:
+    """Start serving /metrics in a daemon thread (port 0: any free port, see server.server_port); inference pods of
+    the services `load` serves follow it (the live demo's traffic)."""
     registry = CollectorRegistry()
-    registry.register(PodMetricsCollector(source, shapes))
+    registry.register(PodMetricsCollector(source, shapes, load=load))
     return start_http_server(port, addr=addr, registry=registry)
 
 

@@ -13,6 +13,10 @@ the last value, except QPS: the gateway only logs minutes with requests). A pod 
   most of their GPUs idle, others use nearly all), the GPU-memory level and CPU/memory factors.
 - inference: container by hash of the pod name, with its real duty cycle, GPU memory and QPS; latency is
   lognormal with a median that rises with load (QPS / capacity); 1% of requests fail with 500.
+- inference driven by a `ServingLoad` (the live demo's traffic, `LoadDriven`): the service's QPS shared by the
+  pods serving it, each at the load's GPU utilization — the very figures the autoscaler acts on — so the
+  service-load profiles follow the curve that drives the decisions. Their counters are integrated from scrape to
+  scrape (a rate that follows the replica count has no closed form); only GPU memory keeps the trace's series.
 GPU values are relative to what the pod holds: DCGM_FI_DEV_GPU_UTIL is how busy the pod keeps its share of
 that GPU (0-100); FB_USED + FB_FREE is its share of the GPU's framebuffer (MiB).
 """
@@ -22,18 +26,20 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL, RUN_LABEL,
-                             SERVICE_LABEL, TASK_LABEL, PodView, kube_state_label)
+                             SERVICE_LABEL, TASK_LABEL, PodView, kube_state_label, serving_pods)
 from cluster.simulated.alibaba import TraceError, number
 from cluster.types import NodeView
 
@@ -271,10 +277,10 @@ class PodReading:
 
 @dataclass(frozen=True, slots=True)
 class TrafficReading:
-    requests: int  # since the pod started (the +Inf bucket)
-    errors: int  # of which answered 500
+    requests: float  # since the pod started (the +Inf bucket); whole from the traces, exact integrals when driven
+    errors: float  # of which answered 500
     latency_sum_ms: float
-    buckets: tuple[int, ...]  # cumulative counts per LATENCY_BUCKETS_MS
+    buckets: tuple[float, ...]  # cumulative counts per LATENCY_BUCKETS_MS
 
 
 def elapsed_ms(pod: PodView, now: float) -> int:
@@ -303,11 +309,18 @@ def inference_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodReadin
 
 
 def _sample(pod: PodView, use: Usage, util: float, util_seconds: float, gpu_memory: float, t: int) -> PodReading:
-    cores = pod.spec.cpu_milli / 1000 * use.cpu
     memory = min(1.0, gpu_memory)
     return PodReading(gpu_util=min(1.0, util), gpu_memory=memory,
-                     cpu_seconds=cores * (0.15 * t / 1000 + 0.7 * util_seconds),
-                     memory_bytes=pod.spec.memory_mib * MIB * use.memory * (0.3 + 0.6 * memory))
+                     cpu_seconds=_cores(pod, use) * (0.15 * t / 1000 + 0.7 * util_seconds),
+                     memory_bytes=_working_set(pod, use, memory))
+
+
+def _cores(pod: PodView, use: Usage) -> float:
+    return pod.spec.cpu_milli / 1000 * use.cpu
+
+
+def _working_set(pod: PodView, use: Usage, gpu_memory: float) -> float:
+    return pod.spec.memory_mib * MIB * use.memory * (0.3 + 0.6 * gpu_memory)
 
 
 def serving_for(pod: PodView, shapes: TraceShapes) -> ServingShape:
@@ -319,6 +332,82 @@ def traffic_sample(pod: PodView, shapes: TraceShapes, now: float) -> TrafficRead
     requests = math.floor(shape.qps.integral(t))
     buckets = tuple(min(requests, math.floor(b.integral(t))) for b in shape.buckets)
     return TrafficReading(requests, requests * ERROR_PER_MILLE // 1000, shape.latency_sum.integral(t), buckets)
+
+
+# -- inference driven by a load ---------------------------------------------------------------------------
+class ServingLoad(Protocol):
+    """What a service's pods serve at real time `now` (the live demo's traffic: cluster/simulated/traffic.py)."""
+
+    def serves(self, service: str) -> bool: ...
+
+    def qps(self, service: str, now: float) -> float:
+        """The service's requests per second."""
+        ...
+
+    def gpu(self, service: str, now: float, ready: int) -> float:
+        """GPU utilization (0..1) of each of the `ready` pods serving it."""
+        ...
+
+
+@dataclass(slots=True)
+class _Totals:
+    """A load-driven pod's counters, integrated since the exporter first saw it."""
+
+    at: float
+    cpu_seconds: float = 0.0
+    requests: float = 0.0
+    latency_sum_ms: float = 0.0
+    buckets: list[float] = field(default_factory=lambda: [0.0] * len(LATENCY_BUCKETS_MS))
+
+
+class LoadDriven:
+    """Readings of the inference pods whose service `load` serves (see the module's docstring). Stateful: one per
+    exporter; a pod's counters start at 0 when first seen and restart with the exporter, which Prometheus's
+    rate() takes as a counter reset."""
+
+    def __init__(self, load: ServingLoad) -> None:
+        self.load = load
+        self._totals: dict[str, _Totals] = {}
+
+    def readings(self, pods: Sequence[PodView], shapes: TraceShapes,
+                 now: float) -> dict[str, tuple[PodReading, TrafficReading | None]]:
+        """{pod name: (reading, traffic or None when it serves none)} of every inference pod of a served service."""
+        serving = serving_pods(pods)
+        serving_names = {p.spec.name for members in serving.values() for p in members}
+        out = {}
+        for pod in pods:
+            service = service_of(pod) if is_inference(pod) else None
+            if service is None or not self.load.serves(service):
+                continue
+            ready = len(serving.get(service, ()))
+            serves = pod.spec.name in serving_names
+            util = self.load.gpu(service, now, ready) if serves else 0.0
+            qps = self.load.qps(service, now) / ready if serves else 0.0
+            out[pod.spec.name] = self._advance(pod, shapes, now, util, qps, serves)
+        self._totals = {name: totals for name, totals in self._totals.items() if name in out}
+        return out
+
+    def _advance(self, pod: PodView, shapes: TraceShapes, now: float, util: float, qps: float,
+                 serves: bool) -> tuple[PodReading, TrafficReading | None]:
+        use = usage_of(service_of(pod) or pod.spec.name)
+        totals = self._totals.setdefault(pod.spec.name, _Totals(now))
+        dt, totals.at = max(0.0, now - totals.at), now
+        totals.cpu_seconds += _cores(pod, use) * (0.15 + 0.7 * util) * dt
+        median = BASE_LATENCY_MS / (1.0 - min(util, MAX_LOAD))  # latency rises with how busy the GPU is
+        totals.requests += qps * dt
+        totals.latency_sum_ms += qps * dt * median * math.exp(LATENCY_SIGMA ** 2 / 2)
+        for i, le in enumerate(LATENCY_BUCKETS_MS):
+            totals.buckets[i] += qps * dt * 0.5 * (1 + math.erf(math.log(le / median) / (LATENCY_SIGMA * math.sqrt(2))))
+        gpu_memory = min(1.0, serving_for(pod, shapes).memory.at(elapsed_ms(pod, now)))
+        reading = PodReading(gpu_util=util, gpu_memory=gpu_memory, cpu_seconds=totals.cpu_seconds,
+                             memory_bytes=_working_set(pod, use, gpu_memory))
+        if not serves:
+            return reading, None
+        # Exact integrals, not whole requests: a pod taking a fraction of a request per second between two
+        # scrapes would otherwise show irate() jumping between 0 and 1 / scrape interval.
+        requests = totals.requests
+        buckets = tuple(min(requests, b) for b in totals.buckets)
+        return reading, TrafficReading(requests, requests * ERROR_PER_MILLE / 1000, totals.latency_sum_ms, buckets)
 
 
 # -- metric families -----------------------------------------------------------------------------------
@@ -349,20 +438,27 @@ class _Families:
                 self.istio, self.latency]
 
 
-def pod_families(pods: Iterable[PodView], nodes: Iterable[NodeView], now: float, shapes: TraceShapes,
-                 fb_mib: Mapping[str, int] = FB_MIB) -> list[Metric]:
-    """The metric families of every bound pod at `now`."""
+def pod_families(pods: Sequence[PodView], nodes: Iterable[NodeView], now: float, shapes: TraceShapes,
+                 fb_mib: Mapping[str, int] = FB_MIB, driven: LoadDriven | None = None) -> list[Metric]:
+    """The metric families of every bound pod at `now`; inference pods of the services `driven` serves from its
+    load, the others from the traces."""
     models = {n.name: n.gpu_model for n in nodes}
+    readings = driven.readings(pods, shapes, now) if driven is not None else {}
     out = _Families()
     for pod in pods:
         inference = is_inference(pod)
-        sample = (inference_sample if inference else training_sample)(pod, shapes, now)
+        if pod.spec.name in readings:
+            sample, traffic = readings[pod.spec.name]
+        else:
+            sample = (inference_sample if inference else training_sample)(pod, shapes, now)
+            # only a ready pod is behind the service
+            traffic = traffic_sample(pod, shapes, now) if inference and pod.ready else None
         namespace = INFERENCE_NAMESPACE if inference else TRAINING_NAMESPACE
         model = pod.spec.gpu_model or models.get(pod.node) or ""
         _add_gpus(out, pod, namespace, model, fb_mib.get(model, DEFAULT_FB_MIB), sample)
         _add_container(out, pod, namespace, sample)
-        if inference and pod.ready:  # only a ready pod is behind the service
-            _add_traffic(out, pod, namespace, traffic_sample(pod, shapes, now))
+        if traffic is not None:
+            _add_traffic(out, pod, namespace, traffic)
     return out.all()
 
 
@@ -403,15 +499,20 @@ ClusterState = tuple[Sequence[PodView], Sequence[NodeView]]
 
 
 class PodMetricsCollector(Collector):
-    """Recomputes every pod's metrics on each scrape from `source()` (None: no cluster yet, no series)."""
+    """Recomputes every pod's metrics on each scrape from `source()` (None: no cluster yet, no series); with a
+    `load`, the inference pods of the services it serves follow it (LoadDriven)."""
 
     def __init__(self, source: Callable[[], ClusterState | None], shapes: TraceShapes,
-                 clock: Callable[[], float] = time.time, fb_mib: Mapping[str, int] = FB_MIB) -> None:
+                 clock: Callable[[], float] = time.time, fb_mib: Mapping[str, int] = FB_MIB,
+                 load: ServingLoad | None = None) -> None:
         self._source, self._shapes, self._clock, self._fb_mib = source, shapes, clock, fb_mib
+        self._driven = LoadDriven(load) if load is not None else None
+        self._lock = threading.Lock()  # LoadDriven integrates between scrapes: one scrape at a time
 
     def collect(self) -> Iterable[Metric]:
         state = self._source()
         if state is None:
             return []
         pods, nodes = state
-        return pod_families(pods, nodes, self._clock(), self._shapes, self._fb_mib)
+        with self._lock:
+            return pod_families(list(pods), nodes, self._clock(), self._shapes, self._fb_mib, self._driven)

@@ -54,17 +54,15 @@ LOCK = "cluster-lock"  # one actor on the cluster at a time: the scheduler, the 
 
 @contextmanager
 def session(redis, namespace: str, inventory: Callable[[], Iterable[NodeView]],
-            lock_timeout_s: float = 30) -> Iterator[Fenced | None]:
-    """The live simulated cluster for one control-loop tick, or None while another tick holds the lock.
+            lock_timeout_s: float = 30, wait_s: float = 0.0) -> Iterator[Fenced]:
+    """The live simulated cluster for one control-loop tick, once the cluster lock is taken (waiting at most
+    `wait_s` for it; else TickSkipped).
 
     Loads the cluster (or creates it from `inventory`), adds new inventory nodes, advances it to now, and
     saves it afterwards even when the tick fails: what was bound or evicted happened, as on a real cluster.
     The lock is renewed while the tick runs (cluster/lock.py), so a worker that dies holding it blocks the
     loops for at most `lock_timeout_s`; the cluster comes fenced by it (each call checks the lock is still held)."""
-    with cluster_lock(redis, f"{namespace}:{LOCK}", lock_timeout_s) as held:
-        if not held:
-            yield None
-            return
+    with cluster_lock(redis, f"{namespace}:{LOCK}", lock_timeout_s, wait_s) as held:
         cluster = None
         try:
             nodes = list(inventory())

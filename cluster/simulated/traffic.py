@@ -146,3 +146,24 @@ class DemoTraffic:
     def _noise(name: str, demo: float) -> float:
         seed = hashlib.blake2b(f"{name}:{int(demo // MINUTE)}".encode(), digest_size=8).digest()
         return random.Random(seed).gauss(0.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoServing:
+    """The demo's traffic as the simulated cluster's exporter serves it (metrics.ServingLoad): at real time `now`,
+    the figures of the demo minute the autoscaler measures then (colocation/loads.py DemoLoads)."""
+
+    traffic: DemoTraffic
+    clock: DemoClock
+
+    def _minute_start(self, now: float) -> float:
+        return self.clock.minute(self.clock.demo(now)) * MINUTE
+
+    def serves(self, service: str) -> bool:
+        return service in self.traffic.services
+
+    def qps(self, service: str, now: float) -> float:
+        return self.traffic.qps(service, self._minute_start(now))
+
+    def gpu(self, service: str, now: float, ready: int) -> float:
+        return self.traffic.gpu(service, self._minute_start(now), ready)

@@ -47,6 +47,10 @@ OVERVIEW = (
     Chart("chart-loops", "Control loops, p95 duration", y_label="seconds", queries=(
         Query(QUANTILE.format(q=0.95, metric="tidal_scheduler_cycle_seconds"), label="scheduling cycle"),
         Query(QUANTILE.format(q=0.95, metric="tidal_lending_tick_seconds"), label="lending tick"))),
+    Chart("chart-ticks", "Control-loop ticks that did not act, per hour", y_label="per hour",
+          note="by loop and why: none while every tick acts", queries=(
+              Query('sum by (loop, outcome) (rate(tidal_loop_ticks_total{SEL, outcome!="acted"}[WINDOW])) * 3600',
+                    ("loop", "outcome")),)),
 )
 
 

@@ -106,9 +106,10 @@ def overview(request):
         specs = [charts.spec(chart, selector=selector, range_name=_range(request)) for chart in charts.OVERVIEW]
     except prometheus.PrometheusDown as down:
         error = str(down)
-    at, groups = telemetry.groups(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
+    redis = Redis.from_url(settings.REDIS_URL)
+    at, groups = telemetry.groups(redis, settings.TIDAL_REDIS_NAMESPACE)
     return _page(request, "frontend/dashboards/overview.html", "ops", ranged=True, charts=specs, error=error,
-                 waits=_wait_histogram(),
+                 waits=_wait_histogram(), loops=_loop_ticks(telemetry.ticks(redis, settings.TIDAL_REDIS_NAMESPACE)),
                  groups=[_group_now(name, f) for name, f in sorted(groups.items())],
                  observed_at=datetime.fromtimestamp(at, dt_timezone.utc) if at else None)
 
@@ -120,6 +121,21 @@ def _wait_histogram() -> list[dict]:
     counts = [c - p for c, p in zip([*cumulative, count], [0, *cumulative])]
     most = max(counts, default=0) or 1
     return [{"up_to": b, "jobs": n, "pct": round(100 * n / most)} for b, n in zip(bounds, counts)] if count else []
+
+
+LOOPS = ("scheduler", "lending", "autoscaler")
+
+
+def _loop_ticks(ticks: dict[tuple[str, str], int]) -> list[dict]:
+    """Per control loop: its ticks so far, how many acted, and the others by outcome (most first)."""
+    rows = []
+    seen = {loop for loop, _ in ticks}
+    for loop in [name for name in LOOPS if name in seen] + sorted(seen - set(LOOPS)):
+        outcomes = {outcome: n for (name, outcome), n in ticks.items() if name == loop}
+        total, acted = sum(outcomes.values()), outcomes.pop(telemetry.ACTED, 0)
+        rows.append({"loop": loop, "ticks": total, "acted": acted, "pct": round(100 * acted / total, 1),
+                     "skipped": sorted(outcomes.items(), key=lambda item: (-item[1], item[0]))})
+    return rows
 
 
 def _group_now(name: str, f: dict[str, float]) -> dict:

@@ -272,7 +272,7 @@ def test_profile_loads_read_the_service_minutes(lab):
 def test_the_celery_entry_point_runs_under_the_cluster_lock(lab, settings):
     world, _, _, redis, namespace = lab
     service(world, "ranker")
-    settings.TIDAL_DEMO_TRAFFIC = False
+    settings.TIDAL_DEMO_TRAFFIC, settings.TIDAL_AUTOSCALE_INTERVAL_S = False, 0.5  # waits 0.4 s for the lock
     report = autoscaler.run_autoscale_tick(redis=redis, namespace=namespace)
     assert report.decisions == {"ranker": "skip-scaling"}  # its pods were just created
     assert store.load(redis, namespace).replicaset("ranker").replicas == 2

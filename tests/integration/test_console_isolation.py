@@ -1,7 +1,7 @@
 """Department isolation over every console page: for each URL pattern of frontend/urls.py, the status each role
 gets for a GET and for a POST (with the page's CSRF token, after the same POST without it was refused), that a
 refused write changes nothing and an allowed one takes effect, and that no response shows another department's
-objects or a secret (test_security.known_secrets). A new pattern without a GET and a POST row fails
+objects or a secret (test_security.known_secrets), nor template syntax (console_pages). A new pattern without a GET and a POST row fails
 `test_matrix_covers_every_console_pattern`.
 
 Roles, in column order: anonymous, outsider (member of ml-ads), other_admin (admin of ml-ads), member and
@@ -19,6 +19,7 @@ from django.urls import URLPattern, URLResolver, reverse
 from colocation.models import InferenceService, Node
 from frontend import urls as console_urls
 from scheduler.models import JobStatus, Membership, Quota, ReplayRun, TrainingJob
+from tests.integration.console_pages import assert_no_template_syntax
 from tests.integration.test_security import assert_no_secret, secrets_in_play  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
@@ -278,6 +279,8 @@ def test_console_matrix(world, objects, secrets_in_play, method, name, variant, 
         assert response["Location"].startswith(reverse("login")), response["Location"]
     assert_no_foreign_objects(role, name, url, data, html)
     assert_no_secret(html, secrets_in_play(), url)
+    if response.get("Content-Type", "").startswith("text/html"):
+        assert_no_template_syntax(html, f"{role} {method} {url}")
     if method == "POST":
         if writes:
             assert row.done(client), f"{role}'s {name} did not take effect"

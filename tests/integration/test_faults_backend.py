@@ -22,6 +22,7 @@ from colocation.selectors import lending_profile
 from scheduler import live
 from scheduler.models import Decision, JobStatus, TrainingJob
 from scheduler.policy.profile import get_profile
+from tidal import telemetry
 from tests.integration.fault_invariants import decisions_about, violations
 from tests.integration.test_kubernetes_live import until
 
@@ -70,9 +71,9 @@ def loops(world, settings, monkeypatch):
     session = backends._session
 
     @contextmanager
-    def through_outage(redis, namespace):
-        with session(redis, namespace) as backend:
-            yield None if backend is None else outage.wrap(backend)
+    def through_outage(redis, namespace, wait_s):
+        with session(redis, namespace, wait_s) as backend:
+            yield outage.wrap(backend)
 
     monkeypatch.setattr(backends, "_session", through_outage)
     redis = Redis.from_url(settings.REDIS_URL)
@@ -119,6 +120,8 @@ def test_a_cluster_outage_is_backed_off_alerted_once_and_recovered_from(loops):
         assert scheduling(redis, namespace) is None and lending(redis, namespace) is None  # in backoff:
         assert outage.calls == calls  # they did not even ask the cluster
     assert all(later > earlier for earlier, later in zip(delays, delays[1:]))  # the backoff grows
+    outcomes = {outcome for _, outcome in telemetry.ticks(redis, namespace)}
+    assert outcomes == {"cluster-unavailable", "backoff"}  # counted, each with why
     alerts = Decision.objects.filter(kind=Decision.Kind.ALERT, subject="cluster")
     assert list(alerts.values_list("reason", flat=True)) == ["cluster-unavailable"]
     assert f"{backends.settings.TIDAL_CLUSTER_ALERT_AFTER} ticks in a row" in alerts.get().message

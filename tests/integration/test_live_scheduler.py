@@ -144,6 +144,7 @@ def test_still_pending_reason_recorded_once_until_it_changes(world, cluster):
 
 
 def test_only_one_live_tick_at_a_time(world, settings):
+    settings.TIDAL_SCHEDULER_INTERVAL_S = 0.5  # it waits 0.4 s for the lock, then skips
     redis, namespace = Redis.from_url(settings.REDIS_URL), f"test-{uuid.uuid4().hex[:8]}"
     lock = redis.lock(f"{namespace}:{store.LOCK}", timeout=30)
     assert lock.acquire(blocking=False)

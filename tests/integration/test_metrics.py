@@ -26,7 +26,7 @@ FAMILIES = {
     "tidal_resource_group_observed_timestamp_seconds", "tidal_nodes", "tidal_transitions_open", "tidal_transitions",
     "tidal_jobs_pending", "tidal_queue_wait_seconds", "tidal_job_runs_ended", "tidal_kills", "tidal_decisions",
     "tidal_admissions", "tidal_preemptions", "tidal_autoscaling_actions", "tidal_scheduler_cycle_seconds",
-    "tidal_lending_tick_seconds", "tidal_pipeline_sink_lag_seconds",
+    "tidal_lending_tick_seconds", "tidal_pipeline_sink_lag_seconds", "tidal_loop_ticks",
 }
 
 
@@ -73,6 +73,9 @@ def test_metrics_say_what_the_loops_and_the_database_hold(ticked, client):
     assert s[("tidal_scheduler_cycle_seconds_count", frozenset())] == 1
     assert s[("tidal_lending_tick_seconds_count", frozenset())] == 1
     assert s[("tidal_scheduler_cycle_seconds_bucket", frozenset({("le", "+Inf")}))] == 1
+    ticks = {labels: v for (name, labels), v in s.items() if name == "tidal_loop_ticks_total"}
+    assert ticks == {frozenset({("loop", "scheduler"), ("outcome", "acted")}): 1,
+                     frozenset({("loop", "lending"), ("outcome", "acted")}): 1}
     assert "mia" not in text and "otto" not in text  # no personal data
 
 

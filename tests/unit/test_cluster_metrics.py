@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, RUN_LABEL, SERVICE_LABEL,
-                             TASK_LABEL, PodSpec, PodView)
+from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLACED_BY_LABEL,
+                             REPLICASET_LABEL, RUN_LABEL, SERVICE_LABEL, TASK_LABEL, PodSpec, PodView, serving_pods)
 from cluster.simulated.alibaba import TraceError
 from cluster.simulated.metrics import (BASE_LATENCY_MS, LATENCY_BUCKETS_MS, LATENCY_SIGMA, MIB,
                                        PodMetricsCollector, Series, TraceShapes, affine, load_traces,
@@ -242,3 +242,72 @@ def test_a_trace_file_without_its_columns_is_refused(tmp_path):
     (tmp_path / "qps.csv").write_text("timestamp_anon,value,container_ip\n0,1,c1\n")
     with pytest.raises(TraceError, match=r"qps.csv:1: missing columns request_type"):
         load_traces(tmp_path)
+
+
+# -- inference driven by a load (the live demo's traffic) -------------------------------------------------------
+class FlatLoad:
+    """`web` at 12 requests/s; each serving pod's GPU at 0.3 per request/s it takes."""
+
+    def serves(self, service):
+        return service == "web"
+
+    def qps(self, service, now):
+        return 12.0
+
+    def gpu(self, service, now, ready):
+        return min(1.0, 0.3 * 12.0 / ready / 10)
+
+
+def driven_scrapes(pods, times):
+    registry = CollectorRegistry()
+    clock = iter(times)
+    registry.register(PodMetricsCollector(lambda: (pods, NODES), SHAPES, clock=lambda: next(clock), load=FlatLoad()))
+    for _ in times:
+        text = generate_latest(registry).decode()
+        yield {(s.name, frozenset(s.labels.items())): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def rs_pod(name, ready=True, labels=None):
+    return web_pod(name, labels or {KIND_LABEL: INFERENCE, REPLICASET_LABEL: "web"}, ready=ready)
+
+
+def test_a_driven_service_shares_its_load_among_the_pods_serving_it():
+    pods = [rs_pod("web-0"), rs_pod("web-1"), rs_pod("web-2", ready=False)]
+    first, later = driven_scrapes(pods, [START + 100, START + 110])
+    for pod in ("web-0", "web-1"):
+        assert value(later, "DCGM_FI_DEV_GPU_UTIL", pod=pod) == pytest.approx(100 * 0.3 * 6 / 10)  # 2 serve
+        assert value(first, "istio_requests_total", pod=pod, response_code="200") == 0  # counted from first sight
+        served = value(later, "istio_requests_total", pod=pod, response_code="200") + \
+            value(later, "istio_requests_total", pod=pod, response_code="500")
+        assert served == 12 / 2 * 10  # its share of the service's requests over the 10 s between scrapes
+        cores = 1000 / 1000 * usage_of("web").cpu
+        cpu = value(later, "container_cpu_usage_seconds_total", pod=pod) - \
+            value(first, "container_cpu_usage_seconds_total", pod=pod)
+        assert cpu == pytest.approx(cores * (0.15 + 0.7 * 0.18) * 10)
+    assert value(later, "DCGM_FI_DEV_GPU_UTIL", pod="web-2") == 0  # starting: no traffic yet
+    assert "istio_requests_total" not in names(later, "web-2")
+
+
+def test_a_driven_pods_latency_rises_with_how_busy_its_gpu_is():
+    _, later = driven_scrapes([rs_pod("web-0")], [START, START + 60])
+    mean = value(later, "istio_request_duration_milliseconds_sum", pod="web-0") / \
+        value(later, "istio_request_duration_milliseconds_count", pod="web-0")
+    busy = 0.3 * 12 / 10  # one pod takes all 12 requests/s
+    assert mean == pytest.approx(BASE_LATENCY_MS / (1 - busy) * math.exp(LATENCY_SIGMA ** 2 / 2), rel=0.01)
+
+
+def test_a_detached_pod_serves_until_its_replacement_is_ready():
+    detached = {KIND_LABEL: INFERENCE, DETACHED_FROM_LABEL: "web", REPLACED_BY_LABEL: "web-9"}
+    for replacement_ready, old_serves in ((False, True), (True, False)):
+        pods = [web_pod("web-0", detached), rs_pod("web-9", ready=replacement_ready)]
+        assert {p.spec.name for p in serving_pods(pods).get("web", [])} == \
+            ({"web-0"} if old_serves else {"web-9"})
+        _, later = driven_scrapes(pods, [START, START + 10])
+        assert ("istio_requests_total" in names(later, "web-0")) is old_serves
+
+
+def test_services_the_load_does_not_serve_keep_the_trace_series():
+    pods = [web_pod("api-0", {KIND_LABEL: INFERENCE, SERVICE_LABEL: "api"})]
+    _, driven = driven_scrapes(pods, [START, START + 90])
+    assert driven == scrape(pods, START + 90)

@@ -64,3 +64,17 @@ def test_services_breathe_on_their_own_day_and_phase_the_same_on_every_run():
 def test_the_smoothed_curve_keeps_the_daily_volume():
     raw_sum = sum(smoothed_curve(str(WORLDCUP), 1)[:1440 * 7])
     assert sum(smoothed_curve(str(WORLDCUP))[:1440 * 7]) == pytest.approx(raw_sum, rel=0.01)
+
+
+def test_the_exporter_serves_the_figures_the_autoscaler_measures_for_the_demo_minute(clock):
+    from cluster.simulated.traffic import DemoServing
+
+    traffic = DemoTraffic(WORLDCUP, GENAI, [ServiceTraffic("s", 24, 0, 100.0)], origin=clock.origin)
+    serving = DemoServing(traffic, clock)
+    assert serving.serves("s") and not serving.serves("other")
+    for real in (REAL0 + 0.1, REAL0 + 200.3, REAL0 + 431.9):
+        minute_start = clock.minute(clock.demo(real)) * 60  # DemoLoads' LoadMinute(m * MINUTE, …)
+        assert serving.qps("s", real) == traffic.qps("s", minute_start)
+        assert serving.gpu("s", real, 3) == traffic.gpu("s", minute_start, 3)
+    night, day = serving.qps("s", REAL0 + 6 * HOUR / 144), serving.qps("s", REAL0 + 14 * HOUR / 144)
+    assert day > 1.5 * night  # it follows the demo's day: 04:00 against 12:00 demo time

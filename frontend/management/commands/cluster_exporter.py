@@ -1,8 +1,12 @@
 """Serve the simulated cluster's per-pod metrics (DCGM, cAdvisor, kube-state-metrics and Istio names) and
 register the exporter as a Prometheus target (<PROMETHEUS_SD_DIR>/cluster-exporter-<TIDAL_REDIS_NAMESPACE>.json,
-one file per demo cluster, so two demos on one machine do not replace each other's target) until stopped."""
+one file per demo cluster, so two demos on one machine do not replace each other's target) until stopped.
+
+Under the demo's traffic (TIDAL_DEMO_TRAFFIC, set by `make run`) the inference pods of its services serve that
+traffic, on the demo clock the autoscaler reads: the service-load profiles follow the curve it acts on."""
 import signal
 import threading
+import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -10,7 +14,9 @@ from redis import Redis
 
 from cluster.simulated.alibaba import TraceError
 from cluster.simulated.exporter import redis_source, register_target, serve, target_name
-from cluster.simulated.metrics import load_traces
+from cluster.simulated.metrics import ServingLoad, load_traces
+from cluster.simulated.traffic import DemoServing
+from colocation.loads import demo_clock, demo_traffic
 
 GENAI_TRACE = "alibaba-genai-2026"
 
@@ -29,9 +35,10 @@ class Command(BaseCommand):
             shapes = load_traces(settings.TRACES_DIR / GENAI_TRACE)
         except (OSError, TraceError, ValueError) as error:
             raise CommandError(f"cannot read the GenAI trace: {error}") from error
-        source = redis_source(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
+        redis = Redis.from_url(settings.REDIS_URL)
+        source = redis_source(redis, settings.TIDAL_REDIS_NAMESPACE)
         try:
-            server, thread = serve(source, shapes, port, addr=host)
+            server, thread = serve(source, shapes, port, addr=host, load=self._demo_load(redis))
         except OSError as error:
             raise CommandError(f"cannot listen on {host}:{port}: {error}") from error
         stop = threading.Event()
@@ -48,3 +55,15 @@ class Command(BaseCommand):
             target.unlink(missing_ok=True)
             server.shutdown()
             thread.join(timeout=5)
+
+    def _demo_load(self, redis) -> ServingLoad | None:
+        if not settings.TIDAL_DEMO_TRAFFIC:
+            return None
+        clock = demo_clock(redis=redis, namespace=settings.TIDAL_REDIS_NAMESPACE, now=time.time())
+        traffic = demo_traffic(clock=clock)
+        if traffic is None:
+            self.stdout.write("no demo traffic (the World Cup or GenAI trace is missing): inference pods follow the "
+                              "GenAI per-pod series")
+            return None
+        self.stdout.write(f"inference pods of {', '.join(sorted(traffic.services))} serve the demo's traffic")
+        return DemoServing(traffic, clock)
