@@ -213,8 +213,8 @@ def _epoch(text: str) -> float:
     return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
 
 
-def _render_pages(demo: Demo, username: str, password: str) -> dict[str, int]:
-    """Every console page the user may open, fetched and checked: {path: status}."""
+def _render_pages(demo: Demo, username: str, password: str) -> dict[str, tuple[int, str]]:
+    """Every console page the user may open: {path: (status, the template syntax it shows or "")}."""
     browser = demo.signed_in(username, password)
     with demo.db() as db:
         jobs = [row[0] for row in db.execute(  # a pending and a running job of every department
@@ -227,21 +227,27 @@ def _render_pages(demo: Demo, username: str, password: str) -> dict[str, int]:
              *(f"/services/{name}/" for name in services)]
     if username == OPERATOR[0]:
         paths += ["/ops/", "/ops/nodes/", "/ops/quotas/", "/ops/autoscaling/", "/ops/decisions/", "/ops/replays/"]
-    statuses = {}
+    pages = {}
     for path in paths:
         try:
             response = browser.open(demo.base + path)
-            statuses[path] = response.status
-            assert_no_template_syntax(response.read().decode(), f"{username} {path}")
         except urllib.error.HTTPError as refused:  # another department's job, service or page: 404 or 403
-            statuses[path] = refused.code
-    return statuses
+            pages[path] = (refused.code, "")
+            continue
+        try:
+            assert_no_template_syntax(response.read().decode(), f"{username} {path}")
+            pages[path] = (response.status, "")
+        except AssertionError as shown:
+            pages[path] = (response.status, str(shown))
+    return pages
 
 
 def test_every_console_page_renders_for_every_demo_user(demo):
-    for user, statuses in demo.pages.items():
+    for user, pages in demo.pages.items():
+        statuses = {path: status for path, (status, _) in pages.items()}
         assert set(statuses.values()) <= {200, 403, 404}, (user, statuses)
         opened = [path for path, status in statuses.items() if status == 200]
         assert {"/jobs/", "/jobs/new/", "/services/"} <= set(opened), (user, statuses)
         assert any(path.startswith("/jobs/") and path[6:-1].isdigit() for path in opened), (user, statuses)
-    assert all(status == 200 for status in demo.pages["operator"].values()), demo.pages["operator"]
+        assert not [shown for _, shown in pages.values() if shown], [shown for _, shown in pages.values() if shown]
+    assert all(status == 200 for status, _ in demo.pages["operator"].values()), demo.pages["operator"]
