@@ -23,10 +23,9 @@ from colocation.policy import (
     SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,
 )
 from colocation.policy.states import Direction, Event, transition
-from scheduler import live
 from scheduler.errors import ApplicationError
 from scheduler.models import Decision, JobStatus, TrainingJob
-from scheduler.services import decision_record
+from scheduler.services import decision_record, job_take_back
 from tidal import telemetry
 
 log = logging.getLogger(__name__)
@@ -166,7 +165,7 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
         pod = pods.bound.get(action.pod)
         backend.evict(action.pod, f"{node} taken back for inference")
         if pod is not None and pod.spec.job_id is not None:
-            live.job_killed_by_take_back(job_id=pod.spec.job_id, node=node, now=now)
+            job_take_back(job_id=pod.spec.job_id, node=node, now=now)
 
 
 @transaction.atomic

@@ -1,12 +1,16 @@
 """Writes for the scheduler app. Each service checks its business rules, writes in one transaction,
 and records a Decision where people need to know why something happened."""
+import logging
 from decimal import Decimal
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
-from profiling.services import run_summaries_compute
+from cluster.clock import utc
+from colocation.models import Node
+from profiling.services import run_summaries_compute, run_summary_compute
 from scheduler import selectors
 from scheduler.errors import ApplicationError, Conflict
 from scheduler.models import (
@@ -22,6 +26,10 @@ from scheduler.models import (
     Quota,
     TrainingJob,
 )
+from scheduler.policy.decisions import Admit
+from scheduler.policy.priority import ScoreBreakdown
+
+log = logging.getLogger(__name__)
 
 
 def decision_record(
@@ -295,3 +303,111 @@ def job_cancel(*, job: TrainingJob, actor) -> TrainingJob:
         message=f"cancelled by {actor}",
     )
     return job
+
+
+# --- a job's lifecycle: the only place its status changes (Kueue's pkg/workload) ------------------------------
+# pending → admitted (job_admit: recorded with its run before the pod is bound) → running (job_start) → succeeded
+# or failed (job_finish); admitted or running → pending again (job_requeue: preempted, evicted, its pod lost or
+# refused; job_take_back: its node taken back for inference); any unfinished job → cancelled (job_cancel). The
+# live loops, the lending controller and the API call these; the callers that hold a job's row lock pass the job.
+
+
+def pod_name(job_id: int, attempt: int) -> str:
+    return f"job-{job_id}-{attempt}"
+
+
+def job_of_pod(name: str) -> int | None:
+    """The job of a pod named by pod_name; None for any other pod."""
+    parts = name.split("-")
+    return int(parts[1]) if len(parts) == 3 and parts[0] == "job" and parts[1].isdigit() else None
+
+
+def score_dict(score: ScoreBreakdown) -> dict:
+    return {"base": score.base, "utilization": score.utilization, "aging": score.aging, "total": score.total}
+
+
+def open_run(job: TrainingJob) -> JobRun | None:
+    return job.runs.filter(ended_at__isnull=True).order_by("-attempt").first()
+
+
+def _end_run(job: TrainingJob, outcome: str, now: float) -> None:
+    for run in job.runs.filter(ended_at__isnull=True):
+        run.ended_at, run.outcome = utc(now), outcome
+        run.save(update_fields=["ended_at", "outcome"])
+        run_summary_compute(run=run)  # its profile joins the task's history at once
+
+
+@transaction.atomic
+def job_admit(*, admission: Admit, now: float) -> tuple[TrainingJob, JobRun] | None:
+    """Record the cycle's admission and the job's new run, before its pod is bound. None when the job is no longer
+    pending (cancelled since the snapshot, or admitted by a tick that should not have been acting): the decision
+    is stale, and acting on it would undo what happened."""
+    job = TrainingJob.objects.select_for_update().select_related("department").filter(
+        pk=admission.job_id, status=JobStatus.PENDING).first()
+    if job is None:
+        log.info("job %s: no longer pending, not admitted", admission.job_id)
+        return None
+    models = {m.name: m for m in GPUModel.objects.all()}
+    gpu_model = models.get(admission.gpu_model) if admission.gpu_model else None
+    node = Node.objects.get(name=admission.node)
+    r = admission.rightsized
+    job.status, job.node, job.assigned_gpu_model = JobStatus.ADMITTED, node, gpu_model
+    job.quota_kind = admission.quota_kind.value if admission.quota_kind else ""
+    job.alloc_gpus, job.alloc_cpu_milli = Decimal(str(round(r.gpus, 3))), r.cpu_request_milli
+    job.cpu_limit_milli, job.alloc_memory_mib = r.cpu_limit_milli, r.memory_mib
+    job.admitted_at, job.queue_position, job.pending_reason = utc(now), None, ""
+    job.score = score_dict(admission.score)
+    job.save()
+    attempt = (job.runs.aggregate(n=Max("attempt"))["n"] or 0) + 1
+    run = JobRun.objects.create(
+        job=job, attempt=attempt, node=node, gpu_model=gpu_model, pod=pod_name(job.pk, attempt),
+        gpu_shares=[[s.index, s.share] for s in admission.gpu_shares], started_at=utc(now),
+    )
+    decision_record(kind=Decision.Kind.ADMISSION, subject=f"job:{job.pk}", department=job.department,
+                    reason=admission.reason.value, message=admission.message,
+                    data={"node": admission.node, "gpu_model": admission.gpu_model, "attempt": attempt,
+                          "requested": str(admission.requested), "rightsized": str(admission.rightsized),
+                          "score": score_dict(admission.score), "preempting": list(admission.preempting)})
+    return job, run
+
+
+def job_start(*, job: TrainingJob, started_at: float) -> None:
+    """Its pod is on the cluster: admitted → running."""
+    job.status, job.started_at = JobStatus.RUNNING, utc(started_at)
+    job.save(update_fields=["status", "started_at"])
+
+
+def job_finish(*, job: TrainingJob, at: float, status: str, message: str) -> None:
+    """Its pod ended on its own: the run and the job end with the same outcome (succeeded or failed)."""
+    _end_run(job, JobRun.Outcome(status), at)
+    job.status, job.finished_at = status, utc(at)
+    job.save(update_fields=["status", "finished_at"])
+    decision_record(kind=Decision.Kind.PLACEMENT, subject=f"job:{job.pk}", department=job.department,
+                    reason="finished" if status == JobStatus.SUCCEEDED else "failed", message=message)
+
+
+def job_requeue(*, job: TrainingJob, now: float, reason: str, message: str, outcome: str) -> None:
+    """Back to the queue with its submit time and history; its open run ends with `outcome`. A job killed by a
+    take-back goes to the fixed pool next (README: Co-location). The caller holds the job's row lock."""
+    _end_run(job, outcome, now)
+    if outcome == JobRun.Outcome.KILLED:
+        job.pool_preference = "fixed"
+    job.status, job.node, job.assigned_gpu_model, job.quota_kind = JobStatus.PENDING, None, None, ""
+    job.admitted_at = job.started_at = None
+    job.alloc_gpus = job.alloc_cpu_milli = job.cpu_limit_milli = job.alloc_memory_mib = None
+    job.save()
+    decision_record(kind=Decision.Kind.PREEMPTION if outcome == JobRun.Outcome.PREEMPTED else Decision.Kind.PENDING,
+                    subject=f"job:{job.pk}", department=job.department, reason=reason, message=message)
+
+
+@transaction.atomic
+def job_take_back(*, job_id: int, node: str, now: float) -> bool:
+    """The lending controller evicted this job's pod to give `node` back to inference: requeue it at once,
+    for the fixed pool. False when the job was not running there (already requeued or finished)."""
+    job = TrainingJob.objects.select_for_update().select_related("department").filter(
+        pk=job_id, status__in=(JobStatus.ADMITTED, JobStatus.RUNNING), node__name=node).first()
+    if job is None:
+        return False
+    job_requeue(job=job, now=now, reason="taken-back", outcome=JobRun.Outcome.KILLED,
+                message=f"requeued for the fixed pool: {node} was taken back for inference")
+    return True

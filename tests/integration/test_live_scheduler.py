@@ -6,7 +6,7 @@ import pytest
 from redis import Redis
 
 from cluster.simulated import store
-from scheduler import live
+from scheduler import live, services
 from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
 from scheduler.policy.profile import get_profile
 from tests.integration.livecluster import tick
@@ -169,11 +169,11 @@ def test_job_killed_by_a_take_back_is_requeued_at_once_for_the_fixed_pool(world,
     assert job.node.name == "a100-0" and job.node.pool == "colocation"  # on a lent (offline) node
     backend, clock = cluster
     backend.evict(f"job-{job.pk}-1", "take-back")  # what the lending controller does
-    assert live.job_killed_by_take_back(job_id=job.pk, node="a100-0", now=clock.now())
+    assert services.job_take_back(job_id=job.pk, node="a100-0", now=clock.now())
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING and job.pool_preference == "fixed"
     assert [r.outcome for r in job.runs.all()] == ["killed"]
-    assert not live.job_killed_by_take_back(job_id=job.pk, node="a100-0", now=clock.now())  # only once
+    assert not services.job_take_back(job_id=job.pk, node="a100-0", now=clock.now())  # only once
     tick(cluster)
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and job.node.name == "t4-0"  # the fixed pool (T4 is compatible)

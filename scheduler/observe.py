@@ -1,0 +1,71 @@
+"""The scheduler's view of the world for a cycle: jobs, quotas and certifications from the database, nodes from the
+cluster, turned into the frozen dataclasses the pure policy reads (colocation/observe.py is its sibling)."""
+from collections.abc import Sequence
+from dataclasses import replace
+
+from cluster.backend import ClusterBackend
+from cluster.types import Allocation, GpuShare, JobStatus as JS, JobView, Pool, QuotaKind as QK, QuotaView, Snapshot
+from colocation.policy import LendingProfile
+from colocation.policy.pools import preferred_pool
+from colocation.selectors import lending_profile
+from profiling.policy.aggregate import TaskHistory
+from profiling.selectors import task_histories
+from scheduler.models import Framework, GPUModel, JobRun, JobStatus, Quota, TrainingJob
+
+LIVE = (JobStatus.PENDING, JobStatus.ADMITTED, JobStatus.RUNNING)
+
+
+def _allocation(job: TrainingJob, run: JobRun | None) -> Allocation | None:
+    if job.status not in (JobStatus.ADMITTED, JobStatus.RUNNING) or run is None:
+        return None
+    return Allocation(
+        node=job.node.name if job.node else "",
+        gpu_model=job.assigned_gpu_model.name if job.assigned_gpu_model else None,
+        gpu_shares=tuple(GpuShare(int(i), float(s)) for i, s in run.gpu_shares),
+        cpu_milli=job.alloc_cpu_milli or job.cpu_milli,
+        memory_mib=job.alloc_memory_mib or job.memory_mib,
+        quota_kind=QK(job.quota_kind) if job.quota_kind else None,
+    )
+
+
+def job_view(job: TrainingJob, run: JobRun | None, history: TaskHistory | None = None) -> JobView:
+    return JobView(
+        id=job.pk, name=job.name, task_key=job.task_key, department=job.department.name, framework=str(job.framework),
+        gpu_model=job.gpu_model.name if job.gpu_model else None, gpus=float(job.gpus), cpu_milli=job.cpu_milli,
+        memory_mib=job.memory_mib, status=JS(job.status), submitted_at=job.submitted_at.timestamp(),
+        started_at=job.started_at.timestamp() if job.started_at else None, allocation=_allocation(job, run),
+        expected_duration_s=job.expected_duration_s,
+        preferred_pool=Pool(job.pool_preference) if job.pool_preference else None,
+        history=history.runs if history else (), keep_request=job.keep_request,
+    )
+
+
+def with_pool(view: JobView, now: float, profile: LendingProfile, past_run_s: Sequence[float]) -> JobView:
+    """A pending job's pool (SPEC §4): fixed when killed by a take-back or long, else co-location first."""
+    if view.status is not JS.PENDING or view.preferred_pool is Pool.FIXED:
+        return view
+    choice = preferred_pool(view, now, profile, past_run_s=past_run_s)
+    return replace(view, preferred_pool=choice.pools[0])
+
+
+def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
+    jobs = list(
+        TrainingJob.objects.filter(status__in=LIVE)
+        .select_related("department", "framework", "gpu_model", "assigned_gpu_model", "node")
+    )
+    runs = {run.job_id: run for run in JobRun.objects.filter(job__in=jobs, ended_at__isnull=True)}
+    # The tasks' past runs (profiles and run times) from the profiling app: one query for every job.
+    histories, pools = task_histories(task_keys={j.task_key for j in jobs}), lending_profile()
+    quotas = [
+        QuotaView(q.department.name, q.resource, float(q.own), float(q.borrowed))
+        for q in Quota.objects.select_related("department", "gpu_model")
+    ]
+    certified: dict[str, frozenset[str]] = {}
+    for framework in Framework.objects.prefetch_related("certified_on"):
+        certified[str(framework)] = frozenset(m.name for m in framework.certified_on.all())
+    return Snapshot(
+        now=now, nodes=backend.nodes(), quotas=tuple(quotas),
+        jobs=tuple(with_pool(job_view(j, runs.get(j.pk), histories.get(j.task_key)), now, pools,
+                             histories[j.task_key].run_s if j.task_key in histories else ()) for j in jobs),
+        certified=certified, gpu_models=tuple(GPUModel.objects.values_list("name", flat=True)),
+    )
