@@ -8,11 +8,8 @@ clock is given (the live demo compresses a day into minutes), else on `now` itse
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
-import urllib.parse
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,15 +17,15 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from cluster.backend import RESOURCE_GROUP_LABEL, BackendError, ClusterBackend, serving_pods
+from cluster.backend import BackendError, ClusterBackend, serving_pods
 from cluster.clock import utc
 from cluster.types import Pool
+from colocation import alerts, replicas, services
 from colocation import loads as load_sources
-from colocation import services
-from colocation.controller import replica_template
-from colocation.models import InferenceService, ResourceGroup
+from colocation.models import InferenceService
 from colocation.policy import autoscaling, schedules, vertical
 from colocation.policy.autoscaling import Rates, ScaleDecision, ScalingPolicy, ServiceView
+from colocation.policy.views import capacity as node_capacity
 from colocation.policy.windows import zone
 from colocation.backends import live_cluster
 from profiling import forecasting
@@ -38,9 +35,7 @@ from scheduler.services import decision_record
 from tidal import telemetry
 
 log = logging.getLogger(__name__)
-SHORT_AFTER_S = 300.0  # real seconds a service may stay below its desired replicas before an alert
 VERTICAL_EVERY_S = 3600.0  # vertical recommendations are recomputed at most this often (real time)
-ALERT_KEY = "autoscaler:episodes"  # Redis hash: service -> open alert episode
 VERTICAL_KEY = "autoscaler:vertical-at"  # Redis hash: service -> when its recommendation was last computed
 
 Forecasts = Callable[[InferenceService, float], tuple[tuple, str]]
@@ -82,8 +77,8 @@ def autoscale_tick(*, backend: ClusterBackend, now: float, loads: load_sources.L
     policy_now = clock.demo(now) if clock else now
     services_ = list(InferenceService.objects.select_related("gpu_model", "department")
                      .prefetch_related("thresholds", "schedules"))
-    groups = _group_of(services_)
-    _ensure_replicasets(backend, services_, groups)
+    groups = replicas.groups_of(services_)
+    replicas.ensure_replicasets(backend, services_, groups)
     serving = serving_counts(backend)
     capacity = inference_capacity(backend)
     views: dict[str, list[ServiceView]] = defaultdict(list)
@@ -94,23 +89,10 @@ def autoscale_tick(*, backend: ClusterBackend, now: float, loads: load_sources.L
     for group, members in sorted(views.items()):
         for d in autoscaling.decide_group(members, capacity.get(group, 0.0), policy_now):
             _act(d, by_name[d.service], backend, group, now, report, redis, namespace)
-            _watch_short(by_name[d.service], d, serving.get(d.service, 0), now, report, redis, namespace)
+            report.alerts += alerts.watch_short(by_name[d.service], d, serving.get(d.service, 0), now, redis, namespace)
     for service in services_:
         _recommend(service, now, report, redis, namespace)
     return report
-
-
-def _ensure_replicasets(backend: ClusterBackend, services_: list[InferenceService], groups: dict[str, str]) -> None:
-    """A service new since the lending tick last ran gets its ReplicaSet (as controller.apply_services does)."""
-    existing = {rs.name for rs in backend.replicasets()}
-    for service in services_:
-        if service.name not in existing:
-            group = groups[service.name]
-            try:
-                backend.apply_replicaset(service.name, replica_template(service), service.replicas,
-                                         node_selector={RESOURCE_GROUP_LABEL: group} if group else None)
-            except BackendError as error:
-                log.warning("no ReplicaSet for %s: %s", service.name, error)
 
 
 def serving_counts(backend: ClusterBackend) -> dict[str, int]:
@@ -126,13 +108,8 @@ def inference_capacity(backend: ClusterBackend) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for node in backend.nodes():
         if node.pool is not Pool.FIXED:
-            out[node.resource_group] += node.gpu_count if node.gpu_model else node.cpu_milli
+            out[node.resource_group] += node_capacity(node)
     return dict(out)
-
-
-def _group_of(services_: list[InferenceService]) -> dict[str, str]:
-    group_of_model = {g.gpu_model_id: g.name for g in ResourceGroup.objects.all()}
-    return {s.name: group_of_model.get(s.gpu_model_id, "") for s in services_}
 
 
 # --- observing one service ---------------------------------------------------------------------------
@@ -158,25 +135,20 @@ def _schedules(service: InferenceService):
             log.warning("%s: schedule %s ignored: %s", service.name, s.pk, error)
 
 
-def per_replica(service: InferenceService) -> float:
-    """What one replica takes of its group: GPUs, or CPU millicores for a CPU-only service."""
-    return float(service.gpus_per_replica) if service.gpu_model_id else float(service.cpu_milli_per_replica)
-
-
 def service_view(service: InferenceService, backend: ClusterBackend, serving: dict[str, int], now: float,
                  policy_now: float, loads: load_sources.LoadSource, forecasts: Forecasts,
                  clock: load_sources.DemoClock | None) -> ServiceView:
     to_policy = clock.demo if clock else (lambda t: t)
     try:
-        replicas = backend.replicaset(service.name).replicas
+        desired = backend.replicaset(service.name).replicas
     except BackendError:
-        replicas = service.replicas
+        desired = service.replicas
     changed = to_policy(service.replicas_changed_at.timestamp()) if service.replicas_changed_at else None
     forecast, note = forecasts(service, now)
     return ServiceView(
-        service.name, scaling_policy(service), replicas, serving.get(service.name, 0),
+        service.name, scaling_policy(service), desired, serving.get(service.name, 0),
         loads.recent(service, policy_now), changed, service.offline, service.manual_deploy,
-        tuple(forecast), note, yesterday_max(service, policy_now, clock), per_replica(service))
+        tuple(forecast), note, yesterday_max(service, policy_now, clock), replicas.per_replica(service))
 
 
 def yesterday_max(service: InferenceService, policy_now: float, clock: load_sources.DemoClock | None) -> int | None:
@@ -200,21 +172,21 @@ def _act(d: ScaleDecision, service: InferenceService, backend: ClusterBackend, g
     report.decisions[d.service] = d.reason.value
     if d.changes:
         try:
-            selector = {RESOURCE_GROUP_LABEL: group} if group else None
-            backend.apply_replicaset(service.name, replica_template(service), d.target, node_selector=selector)
+            replicas.apply(backend, service, d.target, group)
         except BackendError as error:
-            _alert(service, "scale-failed", f"{service.name}: scaling from {d.current} to {d.target} replicas "
-                                            f"failed: {error}", {"current": d.current, "target": d.target},
-                   now, report, redis, namespace)
+            raised = alerts.alert(service, "scale-failed", f"{service.name}: scaling from {d.current} to {d.target} "
+                                  f"replicas failed: {error}", {"current": d.current, "target": d.target},
+                                  now, redis, namespace)
+            report.alerts += [raised] if raised else []
             return
-        _close(service, "scale-failed", redis, namespace)
+        alerts.close(service, "scale-failed", redis, namespace)
         services.service_scale(service=service, replicas=d.target, now=utc(now))
         report.scaled[d.service] = (d.current, d.target)
     elif _same_as_last(service, d.reason.value):
         return
     decision_record(kind=Decision.Kind.SCALING, subject=f"service:{service.name}", reason=d.reason.value,
                     message=d.message, department=service.department,
-                    data={**_jsonable(d.data), "current": d.current, "target": d.target})
+                    data={**alerts.jsonable(d.data), "current": d.current, "target": d.target})
     report.recorded += 1
 
 
@@ -223,78 +195,6 @@ def _same_as_last(service: InferenceService, reason: str) -> bool:
     last = (Decision.objects.filter(kind=Decision.Kind.SCALING, subject=f"service:{service.name}")
             .values_list("reason", flat=True).first())
     return last == reason
-
-
-def _jsonable(data: dict) -> dict:
-    return json.loads(json.dumps(data, default=str))
-
-
-# --- alerts ------------------------------------------------------------------------------------------
-
-
-def _watch_short(service: InferenceService, d: ScaleDecision, ready: int, now: float, report: AutoscaleReport,
-                 redis, namespace: str) -> None:
-    """Alert once per episode when a service was capped below what it asked, or stays short of its desired
-    replicas longer than SHORT_AFTER_S."""
-    if d.reason is autoscaling.Reason.PRIORITY:
-        _alert(service, "priority-capped", d.message, {"current": d.current, "target": d.target,
-                                                        "asked": d.data.get("asked")}, now, report, redis, namespace)
-    else:
-        _close(service, "priority-capped", redis, namespace)
-    desired = d.target
-    if ready >= desired or redis is None:
-        _close(service, "short", redis, namespace)
-        return
-    since = _episode(redis, namespace, service.name, "short-since")
-    if since is None:
-        _set_episode(redis, namespace, service.name, "short-since", now)
-    elif now - since > SHORT_AFTER_S:
-        _alert(service, "short", f"{service.name} has had only {ready} of {desired} replicas ready for "
-                                 f"{int((now - since) // 60)} minutes", {"ready": ready, "desired": desired},
-               now, report, redis, namespace)
-
-
-def _alert(service: InferenceService, reason: str, message: str, data: dict, now: float, report: AutoscaleReport,
-           redis, namespace: str) -> None:
-    if redis is not None and _episode(redis, namespace, service.name, reason) is not None:
-        return  # this episode was already raised
-    if redis is not None:
-        _set_episode(redis, namespace, service.name, reason, now)
-        telemetry.count_alert(redis, namespace, service.name, reason)
-    decision_record(kind=Decision.Kind.ALERT, subject=f"service:{service.name}", reason=reason, message=message,
-                    department=service.department, data=_jsonable(data))
-    report.alerts.append(f"{service.name}:{reason}")
-    _post_webhook({"service": service.name, "department": service.department.name, "reason": reason,
-                   "message": message, "at": utc(now).isoformat(), **_jsonable(data)})
-
-
-def _post_webhook(body: dict) -> None:
-    url = settings.TIDAL_ALERT_WEBHOOK_URL
-    if not url:
-        return
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=2):
-            pass
-    except Exception as error:  # an unreachable receiver never breaks the tick
-        # The host only: a webhook URL often carries its token (Slack, Teams) and logs are widely read.
-        log.warning("alert webhook at %s failed: %s", urllib.parse.urlsplit(url).netloc, error)
-
-
-def _episode(redis, namespace: str, service: str, reason: str) -> float | None:
-    raw = redis.hget(f"{namespace}:{ALERT_KEY}", f"{service}|{reason}")
-    return float(raw) if raw is not None else None
-
-
-def _set_episode(redis, namespace: str, service: str, reason: str, now: float) -> None:
-    redis.hset(f"{namespace}:{ALERT_KEY}", f"{service}|{reason}", now)
-
-
-def _close(service: InferenceService, reason: str, redis, namespace: str) -> None:
-    if redis is not None:
-        fields = [f"{service.name}|{reason}"] + ([f"{service.name}|short-since"] if reason == "short" else [])
-        redis.hdel(f"{namespace}:{ALERT_KEY}", *fields)
 
 
 # --- vertical ----------------------------------------------------------------------------------------

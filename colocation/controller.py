@@ -12,10 +12,9 @@ from django.conf import settings
 from django.db import transaction
 
 from cluster.clock import utc
-from cluster.backend import (INFERENCE, KIND_LABEL, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, SERVICE_LABEL, BackendBusy,
-                             ClusterBackend, PodSpec, PodView)
-from cluster.types import GpuShare, NodeState, NodeView, Pool
-from colocation import observe, services
+from cluster.backend import REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend, PodView
+from cluster.types import NodeState, NodeView, Pool
+from colocation import observe, replicas, services
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.backends import live_cluster
 from colocation.policy import (
@@ -23,6 +22,7 @@ from colocation.policy import (
     SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,
 )
 from colocation.policy.states import Direction, Event, transition
+from colocation.policy.views import unit_name
 from scheduler.errors import ApplicationError
 from scheduler.models import Decision, JobStatus, TrainingJob
 from scheduler.services import decision_record, job_take_back
@@ -43,7 +43,7 @@ class LendingReport:
 
 def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile) -> LendingReport:
     report = LendingReport()
-    apply_services(backend)
+    replicas.apply_services(backend)
     for decision in decide_lending(group_views(backend), now, profile):
         if isinstance(decision, (Lend, TakeBack)):
             _open(decision, report)
@@ -52,32 +52,6 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
     for record in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN).select_related("node"):
         pods = _advance(record, backend, nodes, pods, now, report)
     return report
-
-
-# --- inference services ----------------------------------------------------------------------------
-
-
-def replica_template(service: InferenceService) -> PodSpec:
-    """One replica of `service` as a pod template: a fraction of one GPU, or whole GPUs. With vertical scaling on,
-    the autoscaler's per-replica recommendation replaces what is set (new pods only: the next rollout)."""
-    v = service.vertical
-    gpus = float(service.gpus_per_replica) if service.gpu_model_id else 0.0
-    if v and service.gpu_model_id and service.recommended_gpus_per_replica is not None:
-        gpus = float(service.recommended_gpus_per_replica)
-    shares = (GpuShare(0, gpus),) if 0 < gpus <= 1 else tuple(GpuShare(i, 1.0) for i in range(int(gpus)))
-    return PodSpec(name=service.name, job_id=None, gpu_model=service.gpu_model.name if shares else None,
-                   gpu_shares=shares, cpu_milli=(v and service.recommended_cpu_milli) or service.cpu_milli_per_replica,
-                   memory_mib=(v and service.recommended_memory_mib) or service.memory_mib_per_replica,
-                   labels={KIND_LABEL: INFERENCE, SERVICE_LABEL: service.name})
-
-
-def apply_services(backend: ClusterBackend) -> None:
-    """Every inference service runs as a ReplicaSet on the online nodes of its GPU model's resource group."""
-    group_of_model = {g.gpu_model_id: g.name for g in ResourceGroup.objects.all()}
-    for service in InferenceService.objects.select_related("gpu_model"):
-        group = group_of_model.get(service.gpu_model_id)
-        selector = {RESOURCE_GROUP_LABEL: group} if group else None
-        backend.apply_replicaset(service.name, replica_template(service), service.replicas, node_selector=selector)
 
 
 # --- observing -------------------------------------------------------------------------------------
@@ -106,7 +80,7 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
         views.append(GroupView(
             name, tuple(_pin(n) if n.name in pinned else n for n in members),
             Thresholds(group.min_rate, group.expect_rate, group.max_rate), pending_training[name],
-            tuple(pending_online[name]), tuple(converting[name]), "GPU" if group.gpu_model_id else "millicore",
+            tuple(pending_online[name]), tuple(converting[name]), unit_name(gpu=bool(group.gpu_model_id)),
         ))
     return views
 

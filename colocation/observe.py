@@ -12,15 +12,7 @@ from dataclasses import dataclass
 from cluster.backend import INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, TRAINING, ClusterBackend, PodView
 from cluster.types import NodeView
 from colocation.policy import GroupNode, InferencePod, NodeNow, NodePod, PendingPod, PodKind, TrainingPod
-
-
-def unit_of(node: NodeView) -> str:
-    """The dominant unit of a node's group: GPUs for a GPU group, CPU millicores for the CPU group."""
-    return "GPU" if node.gpu_model else "millicore"
-
-
-def _request(pod: PodView, gpu_unit: bool) -> float:
-    return pod.spec.gpus if gpu_unit else float(pod.spec.cpu_milli)
+from colocation.policy.views import in_group_unit
 
 
 def group_nodes(backend: ClusterBackend) -> dict[str, list[GroupNode]]:
@@ -33,7 +25,8 @@ def group_nodes(backend: ClusterBackend) -> dict[str, list[GroupNode]]:
         for name in node.pods:
             pod = pods[name]
             if pod.kind == INFERENCE:
-                inference.append(InferencePod(name, _request(pod, gpu_unit), pod.detached_from is not None))
+                request = in_group_unit(pod.spec.gpus, pod.spec.cpu_milli, gpu=gpu_unit)
+                inference.append(InferencePod(name, request, pod.detached_from is not None))
             elif pod.kind == TRAINING or pod.kind is None:
                 training.append(TrainingPod(name, pod.spec.job_id, pod.started_at))
         groups[node.resource_group].append(GroupNode.of(node, inference, training))
@@ -47,7 +40,7 @@ def pending_online(backend: ClusterBackend, group_of_model: dict[str | None, str
         spec = pod.spec
         group = spec.labels.get(RESOURCE_GROUP_LABEL) or group_of_model.get(spec.gpu_model)
         if group is not None:
-            request = spec.gpus if spec.gpu_model else float(spec.cpu_milli)
+            request = in_group_unit(spec.gpus, spec.cpu_milli, gpu=bool(spec.gpu_model))
             pending[group].append(PendingPod(spec.name, request, pod.replaces is not None))
     return pending
 

@@ -75,7 +75,16 @@ class GroupNode:
 
 def capacity(node: NodeView) -> float:
     """A node's capacity in its group's unit: GPUs, or CPU millicores for a CPU-only node."""
-    return float(node.gpu_count) if node.gpu_model else float(node.cpu_milli)
+    return in_group_unit(node.gpu_count, node.cpu_milli, gpu=bool(node.gpu_model))
+
+
+def in_group_unit(gpus: float, cpu_milli: int, *, gpu: bool) -> float:
+    """An amount in its group's one unit (the module's docstring): GPUs in a GPU group, else CPU millicores."""
+    return float(gpus) if gpu else float(cpu_milli)
+
+
+def unit_name(*, gpu: bool) -> str:
+    return "GPU" if gpu else "millicore"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cluster.backend import BackendError
 from cluster.clock import VirtualClock, utc
 from cluster.simulated import store
-from colocation import autoscaler, controller
+from colocation import autoscaler, controller, replicas
 from colocation.loads import ProfileLoads
 from colocation.models import InferenceService, ScalingThreshold
 from colocation.policy.autoscaling import LoadMinute
@@ -250,9 +250,9 @@ def test_vertical_recommendation_is_stored_once_and_used_by_the_next_rollout(lab
     assert (api.recommended_gpus_per_replica, api.recommended_cpu_milli) == (Decimal("0.75"), 3000)
     (rec,) = [d for d in decisions("ranker") if d.reason == "vertical-recommendation"]
     assert "0.75 GPUs, 3000 m CPU" in rec.message and rec.message.endswith("not applied (vertical scaling is off)")
-    assert controller.replica_template(api).gpus == 1.0
+    assert replicas.replica_template(api).gpus == 1.0
     api.vertical = True
-    template = controller.replica_template(api)
+    template = replicas.replica_template(api)
     assert (template.gpus, template.cpu_milli, template.memory_mib) == (0.75, 3000, api.memory_mib_per_replica)
 
 
