@@ -23,13 +23,13 @@ from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
 from cluster.backend import KIND_LABEL, RUNTIME_LABEL, TRAINING
+from cluster.fit import first_fit, free_gpus, gpu_fits
 from cluster.kubernetes import conventions as kc
 from cluster.kubernetes.objects import TERMINAL, annotations_of, labels_of, meta, phase, terminating, timestamp
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 PERIOD_S = 0.05
-EPS = 1e-9
 
 
 def terminal(pod: Obj) -> bool:
@@ -105,16 +105,13 @@ class NodeRoom:
             room.take(pod, room.devices_of(pod))
         return room
 
-    def free_devices(self) -> list[int]:
-        return [i for i, used in enumerate(self.used) if used < EPS]
-
     def devices_of(self, pod: Obj) -> dict[int, float]:
         ann = annotations_of(pod)
         if kc.SHARES_ANNOTATION in ann:
             return {s.index: s.share for s in kc.decode_shares(ann[kc.SHARES_ANNOTATION])}
         if kc.GPUSHARE_IDX in ann and kc.GPUSHARE_POD in ann and self.device_gib:
             return {int(ann[kc.GPUSHARE_IDX]): int(ann[kc.GPUSHARE_POD]) / self.device_gib}
-        return dict.fromkeys(self.free_devices()[:int(requests(pod).get(kc.NVIDIA_GPU, 0))], 1.0)
+        return dict.fromkeys(free_gpus(self.used)[:int(requests(pod).get(kc.NVIDIA_GPU, 0))], 1.0)
 
     def take(self, pod: Obj, devices: Mapping[int, float]) -> None:
         asks = requests(pod)
@@ -129,10 +126,10 @@ class NodeRoom:
         asks = requests(pod)
         if asks.get("cpu", 0) > self.cpu or asks.get("memory", 0) > self.memory or self.pods < 1:
             return None
-        devices = self._devices_for(pod, int(asks.get(kc.GPUSHARE_MEM, 0)), int(asks.get(kc.NVIDIA_GPU, 0)))
-        if devices is None or any(i >= len(self.used) or self.used[i] + s > 1 + EPS for i, s in devices.items()):
-            return None
         gib = int(asks.get(kc.GPUSHARE_MEM, 0))
+        devices = self._devices_for(pod, gib, int(asks.get(kc.NVIDIA_GPU, 0)))
+        if devices is None:
+            return None
         if not gib:
             return Placement(devices, {})
         return Placement(devices, {kc.GPUSHARE_IDX: str(min(devices)), kc.GPUSHARE_POD: str(gib),
@@ -140,16 +137,15 @@ class NodeRoom:
                                    kc.GPUSHARE_ASSUME_TIME: str(time.time_ns())})
 
     def _devices_for(self, pod: Obj, gib: int, whole: int) -> dict[int, float] | None:
+        """The GPUs Tidal chose (when each has room), else first fit: gpushare's GiB on one device or whole GPUs."""
         if kc.SHARES_ANNOTATION in annotations_of(pod):
-            return self.devices_of(pod)
-        if gib:
-            if not self.device_gib:
-                return None
-            share = gib / self.device_gib
-            index = next((i for i, used in enumerate(self.used) if used + share <= 1 + EPS), None)
-            return None if index is None else {index: share}
-        free = self.free_devices()
-        return dict.fromkeys(free[:whole], 1.0) if len(free) >= whole else None
+            devices = self.devices_of(pod)
+            room = all(i < len(self.used) and gpu_fits(self.used[i], s) for i, s in devices.items())
+            return devices if room else None
+        if gib and not self.device_gib:
+            return None
+        placed = first_fit([gib / self.device_gib] if gib else [1.0] * whole, self.used)
+        return None if placed is None else {s.index: s.share for s in placed}
 
 
 @dataclass

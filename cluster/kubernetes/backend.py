@@ -1,10 +1,11 @@
 """The ClusterBackend on a Kubernetes cluster, through the official client.
 
-Reads: one consistent read per tick (nodes, every pod, Tidal's ReplicaSets), kept until this backend writes or
-`refresh()` starts the next tick — the periodic full resync that no missed watch event can outlive. Events: a
-watch on Tidal's pods and on the nodes in background threads (watch.Reflector), plus terminal pods re-reported
-on every drain until they are cleaned up. Errors: 429 is BackendBusy (try later), 404/409/422 BackendError (a
-refusal), 5xx, timeouts and refused connections BackendUnavailable (the tick stops; see colocation/backends.py).
+Reads: one consistent read per tick (nodes, every pod, Tidal's ReplicaSets) from the stores of list-then-watch
+reflectors in background threads (watch.Reflector; client-go's listers read the same way), kept until this backend
+writes or `refresh()` starts the next tick; a read after a write waits until the stores hold it. Events: what the pod
+and node watches saw, plus terminal pods re-reported on every drain until they are cleaned up. Errors: 429 is
+BackendBusy (try later), 404/409/422 BackendError (a refusal), 5xx, timeouts, refused connections and a watch that
+cannot list BackendUnavailable (the tick stops; see colocation/backends.py).
 """
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ from cluster.backend import (
     BackendBusy, BackendError, BackendUnavailable, ClusterEvent, EventKind, PendingPodView, PodSpec, PodView,
     ReplicaSetView,
 )
+from cluster.fit import misfit
 from cluster.kubernetes import conventions as cv
 from cluster.kubernetes import objects as ko
-from cluster.kubernetes.watch import Reflector
+from cluster.kubernetes.watch import Reflector, version
 from cluster.types import GPU_EPS, NodeState, NodeView
 
 log = logging.getLogger(__name__)
@@ -74,9 +76,13 @@ class KubernetesCluster:
         self._core, self._apps = client.CoreV1Api(api), client.AppsV1Api(api)
         self._read: _Read | None = None
         self._reported: set[str] = set()  # terminal pods whose event an earlier drain gave
-        self._pods_watch = Reflector("pods", self._core.list_namespaced_pod, self._pod_events,
-                                     namespace=settings.namespace, label_selector=KIND_LABEL)
+        # Every pod, not only Tidal's: the others' requests count against their nodes.
+        self._pods_watch = Reflector("pods", self._core.list_pod_for_all_namespaces, self._pod_events)
         self._nodes_watch = Reflector("nodes", self._core.list_node, self._node_events)
+        self._replicasets_watch = Reflector("replicasets", self._apps.list_namespaced_replica_set, lambda *_: (),
+                                            namespace=settings.namespace)
+        self._watches = (self._nodes_watch, self._pods_watch, self._replicasets_watch)
+        self._written = dict.fromkeys(self._watches, 0)  # per store, the resourceVersion of our last write to it
 
     # -- reading -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -107,16 +113,17 @@ class KubernetesCluster:
 
     def _state(self) -> _Read:
         if self._read is None:
-            self._read = self._load()
+            self._read = self._load(*(w.read(self._written[w], self.settings.request_timeout_s).values()
+                                      for w in self._watches))
         return self._read
 
-    def _load(self) -> _Read:
-        names, ns = self.settings.labels, self.settings.namespace
-        nodes = {ko.meta(n)["name"]: n for n in self._list(self._core.list_node) if ko.is_tidal_node(n, names)}
+    def _load(self, all_nodes: Iterable[Mapping], all_pods: Iterable[Mapping], all_rs: Iterable[Mapping]) -> _Read:
+        names = self.settings.labels
+        nodes = {ko.meta(n)["name"]: n for n in all_nodes if ko.is_tidal_node(n, names)}
         gib = {name: cv.device_gib(ko.allocatable(n)) for name, n in nodes.items()}
         raw, others = {}, defaultdict(lambda: [0, 0])
-        for pod in self._list(self._core.list_pod_for_all_namespaces):
-            if ko.meta(pod).get("namespace") == ns and KIND_LABEL in ko.labels_of(pod):
+        for pod in all_pods:
+            if self._ours(pod):
                 raw[ko.meta(pod)["name"]] = pod
             elif ko.phase(pod) not in ko.TERMINAL and ko.node_name(pod) in nodes:  # DaemonSets and the like
                 cpu, memory, _ = ko.requests_of(pod.get("spec") or {})
@@ -127,8 +134,11 @@ class KubernetesCluster:
         for view in pods.values():
             by_node[view.node].append(view)
         views = {name: ko.node_view(n, names, by_node[name], tuple(others[name])) for name, n in nodes.items()}
-        rs_raw = {ko.meta(r)["name"]: r for r in self._list(self._apps.list_namespaced_replica_set, ns)}
+        rs_raw = {ko.meta(r)["name"]: r for r in all_rs}
         return _Read(views, gib, pods, raw, pending, self._rs_views(rs_raw, pods, pending), rs_raw)
+
+    def _ours(self, pod: Mapping) -> bool:
+        return ko.meta(pod).get("namespace") == self.settings.namespace and KIND_LABEL in ko.labels_of(pod)
 
     def _pod_views(self, raw: Mapping[str, Mapping], gib: Mapping[str, int | None],
                    nodes: Mapping[str, Mapping]) -> tuple[dict[str, PodView], list[PendingPodView]]:
@@ -191,7 +201,8 @@ class KubernetesCluster:
         digest = hashlib.sha256(json.dumps(body["spec"]["template"], sort_keys=True).encode()).hexdigest()[:16]
         body["metadata"]["annotations"] = {TEMPLATE_HASH_ANNOTATION: digest}
         if stored is None:
-            self._write(self._apps.create_namespaced_replica_set, self.settings.namespace, body)
+            self._write(self._replicasets_watch, self._apps.create_namespaced_replica_set, self.settings.namespace,
+                        body)
             return
         old = stored.get("spec") or {}
         patch: dict = {}
@@ -201,7 +212,8 @@ class KubernetesCluster:
             patch = {"metadata": {"annotations": body["metadata"]["annotations"]},
                      "spec": {"replicas": replicas, "template": body["spec"]["template"]}}
         if patch:
-            self._write(self._apps.patch_namespaced_replica_set, name, self.settings.namespace, patch)
+            self._write(self._replicasets_watch, self._apps.patch_namespaced_replica_set, name, self.settings.namespace,
+                        patch)
 
     def _template_gib(self, template: PodSpec) -> int | None:
         """GiB of one device of the template's GPU model (gpushare needs it for a fractional replica)."""
@@ -221,29 +233,28 @@ class KubernetesCluster:
         if owner is None:
             raise BackendError(f"pod {pod} belongs to no replicaset (already detached?)")
         before = {p for p, r in self._state().raw.items() if ko.labels_of(r).get(REPLICASET_LABEL) == owner}
-        self._write(self._core.patch_namespaced_pod, pod, self.settings.namespace, {"metadata": {
+        self._write(self._pods_watch, self._core.patch_namespaced_pod, pod, self.settings.namespace, {"metadata": {
             "labels": {REPLICASET_LABEL: None, DETACHED_FROM_LABEL: owner},
             "annotations": {DETACHED_AT_ANNOTATION: f"{self._clock():.3f}"}, "ownerReferences": None}})
-        deadline = time.monotonic() + self.settings.replacement_wait_s
-        while True:
-            fresh = self._list(self._core.list_namespaced_pod, self.settings.namespace,
-                               label_selector=f"{REPLICASET_LABEL}={owner}")
-            new = sorted((p for p in fresh if ko.meta(p)["name"] not in before and
-                          REPLACES_LABEL not in ko.labels_of(p)),
-                         key=lambda p: ko.meta(p).get("creationTimestamp") or "")
-            if new:
-                replacement = ko.meta(new[0])["name"]
-                self._link(pod, replacement)
-                return replacement
-            if time.monotonic() >= deadline:
-                log.info("detached %s: no replacement yet, linked on a later tick", pod)
-                return ""
-            time.sleep(0.05)
+        replacement = self._pods_watch.wait(lambda store: self._new_pod(store.values(), owner, before),
+                                            self.settings.replacement_wait_s)
+        if replacement is None:
+            log.info("detached %s: no replacement yet, linked on a later tick", pod)
+            return ""
+        self._link(pod, replacement)
+        return replacement
+
+    def _new_pod(self, pods: Iterable[Mapping], owner: str, before: set[str]) -> str | None:
+        """The oldest pod of ReplicaSet `owner` not in `before` that replaces no other, or None."""
+        new = sorted((p for p in pods if self._ours(p) and ko.labels_of(p).get(REPLICASET_LABEL) == owner
+                      and ko.meta(p)["name"] not in before and REPLACES_LABEL not in ko.labels_of(p)),
+                     key=lambda p: ko.meta(p).get("creationTimestamp") or "")
+        return ko.meta(new[0])["name"] if new else None
 
     def _link(self, old: str, new: str) -> None:
-        self._write(self._core.patch_namespaced_pod, new, self.settings.namespace,
+        self._write(self._pods_watch, self._core.patch_namespaced_pod, new, self.settings.namespace,
                     {"metadata": {"labels": {REPLACES_LABEL: old}}})
-        self._write(self._core.patch_namespaced_pod, old, self.settings.namespace,
+        self._write(self._pods_watch, self._core.patch_namespaced_pod, old, self.settings.namespace,
                     {"metadata": {"labels": {REPLACED_BY_LABEL: new}}})
 
     def _link_replacements(self) -> None:
@@ -271,7 +282,9 @@ class KubernetesCluster:
         view = state.nodes.get(node)
         if view is None:
             raise BackendError(f"unknown node {node}")
-        self._check_fits(pod, view)
+        why = misfit(pod, view)  # the kubelet would refuse it (OutOfcpu, ...) after the fact: refuse it before
+        if why:
+            raise BackendError(why)
         try:
             body = ko.bound_pod(pod, node, self.settings.namespace, self.settings.image, state.device_gib.get(node),
                                 self.settings.grace_period_s, time.time_ns())
@@ -284,6 +297,7 @@ class KubernetesCluster:
         except Exception:
             self._read = None
             raise
+        self._wrote(self._pods_watch, created)
         self._remember_bound(created, state)
 
     @staticmethod
@@ -297,23 +311,6 @@ class KubernetesCluster:
         state.raw[spec.name], state.pods[spec.name] = pod, view
         state.nodes[view.node] = replace(node, gpu_used=tuple(used), cpu_used=node.cpu_used + spec.cpu_milli,
                                          memory_used=node.memory_used + spec.memory_mib, pods=node.pods + (spec.name,))
-
-    @staticmethod
-    def _check_fits(pod: PodSpec, node: NodeView) -> None:
-        """The kubelet would refuse it (OutOfcpu, ...) after the fact; refuse it before, as the simulator does."""
-        if not node.state.normal:
-            raise BackendError(f"node {node.name} is {node.state.value}")
-        if pod.gpu_shares and pod.gpu_model != node.gpu_model:
-            raise BackendError(f"pod {pod.name} wants {pod.gpu_model}, node {node.name} has {node.gpu_model}")
-        used = node.used_shares()
-        for s in pod.gpu_shares:
-            if not 0 <= s.index < node.gpu_count or not 0 < s.share <= 1:
-                raise BackendError(f"pod {pod.name}: bad GPU share {s}")
-            if used[s.index] + s.share > 1.0 + GPU_EPS:
-                raise BackendError(f"pod {pod.name}: GPU {s.index} on {node.name} has {1 - used[s.index]:.2f} free, "
-                                   f"needs {s.share}")
-        if node.cpu_used + pod.cpu_milli > node.cpu_milli or node.memory_used + pod.memory_mib > node.memory_mib:
-            raise BackendError(f"pod {pod.name} does not fit CPU/memory on {node.name}")
 
     def evict(self, pod: str, reason: str) -> None:
         """The Eviction API (disruption budgets apply: 429 is BackendBusy). The reason goes on the pod first, so
@@ -352,7 +349,7 @@ class KubernetesCluster:
                                   "labels": {**(labels or {}), names.state: state.value}},
                      "spec": {"unschedulable": None if state.normal else True}}
             try:
-                self._write(self._core.patch_node, node, patch)
+                self._write(self._nodes_watch, self._core.patch_node, node, patch)
                 return
             except Conflict:
                 log.info("node %s changed while we set it %s (attempt %d); re-reading", node, state.value, attempt + 1)
@@ -362,8 +359,8 @@ class KubernetesCluster:
     def drain_events(self) -> list[ClusterEvent]:
         """What the watches saw since the last drain, then every terminal pod still on the cluster (level-triggered:
         a missed watch event cannot strand its job). A terminal pod already reported is deleted now."""
-        self._pods_watch.start()
-        self._nodes_watch.start()
+        for reflector in self._watches:
+            reflector.start()
         events = self._pods_watch.drain() + self._nodes_watch.drain()
         now, state = self._clock(), self._state()
         for name, pod in list(state.raw.items()):
@@ -380,17 +377,20 @@ class KubernetesCluster:
         """Clean up a terminal pod without dropping the tick's read: the scheduler reconciles against the same
         read its events came from, so a pod that ends in between cannot look "missing" before it looks finished."""
         try:
-            self._call(self._core.delete_namespaced_pod, name, self.settings.namespace, grace_period_seconds=0)
+            self._wrote(self._pods_watch, self._call(self._core.delete_namespaced_pod, name, self.settings.namespace,
+                                                     grace_period_seconds=0))
         except NotFound:
             pass
         state.raw.pop(name, None)
         self._reported.discard(name)
 
     def stop(self) -> None:
-        self._pods_watch.stop()
-        self._nodes_watch.stop()
+        for reflector in self._watches:
+            reflector.stop()
 
     def _pod_events(self, kind: str, pod: Mapping, previous: Mapping | None) -> Iterable[ClusterEvent]:
+        if not self._ours(pod):
+            return
         now = self._clock()
         before_node = ko.node_name(previous) if previous else ""
         spec, _ = ko.pod_spec(pod)
@@ -418,12 +418,15 @@ class KubernetesCluster:
                                detail=f"{old.value}->{new.value}")
 
     # -- calls -----------------------------------------------------------------------------------------
-    def _list(self, fn: Callable, *args, **kwargs) -> list[Mapping]:
-        return self._call(fn, *args, **kwargs).get("items") or []
+    def _write(self, store: Reflector, fn: Callable, *args, **kwargs) -> Mapping:
+        """A write after which what we read no longer holds: the next read waits until `store` shows it."""
+        self._read = None
+        written = self._call(fn, *args, **kwargs)
+        self._wrote(store, written)
+        return written
 
-    def _write(self, fn: Callable, *args, **kwargs) -> Mapping:
-        self._read = None  # what we read no longer holds
-        return self._call(fn, *args, **kwargs)
+    def _wrote(self, store: Reflector, obj: Mapping) -> None:
+        self._written[store] = max(self._written[store], version(ko.meta(obj).get("resourceVersion")))
 
     def _call(self, fn: Callable, *args, **kwargs) -> Mapping:
         what = fn.__name__

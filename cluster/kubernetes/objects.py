@@ -15,6 +15,7 @@ from cluster.backend import (
     INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL, RESOURCE_GROUP_LABEL, TRAINING, PendingPodView, PodSpec,
     PodView, ReplicaSetView,
 )
+from cluster.fit import free_gpus
 from cluster.kubernetes import conventions as cv
 from cluster.types import GPU_EPS, GpuShare, NodeState, NodeView, Pool
 
@@ -197,8 +198,7 @@ def pod_view(pod: Mapping, spec: PodSpec) -> PodView:
 
 def place_unknown(spec: PodSpec, used: list[float]) -> PodSpec:
     """Whole GPUs whose devices another scheduler chose: count them on the lowest free devices."""
-    free = [i for i, u in enumerate(used) if u <= GPU_EPS]
-    shares = tuple(GpuShare(i, 1.0) for i in free[:len(spec.gpu_shares)])
+    shares = tuple(GpuShare(i, 1.0) for i in free_gpus(used)[:len(spec.gpu_shares)])
     return replace(spec, gpu_shares=shares)
 
 

@@ -21,7 +21,8 @@ from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, KIND_LABEL, REPLACE
                              REPLICASET_LABEL, RESOURCE_GROUP_LABEL, TRAINING, BackendError, ClusterEvent, EventKind,
                              PendingPodView, PodSpec, PodView, ReplicaSetView)
 from cluster.clock import Clock
-from cluster.types import GPU_EPS, GpuShare, NodeState, NodeView
+from cluster.fit import misfit, place
+from cluster.types import GpuShare, NodeState, NodeView
 
 DEFAULT_STARTUP_S = 30.0
 
@@ -112,7 +113,9 @@ class SimulatedCluster:
         target = self._node(node)
         if pod.name in self._pods:
             raise BackendError(f"pod {pod.name} is already bound")
-        self._check_fits(pod, target)
+        why = misfit(pod, target.snapshot())
+        if why:
+            raise BackendError(why)
         self._bind(pod, target, ready_at=None)
         self._emit(EventKind.POD_STARTED, self._clock.now(), node, pod)
 
@@ -238,29 +241,14 @@ class SimulatedCluster:
     @staticmethod
     def _fit_inference(rs: _ReplicaSet, spec: PodSpec, node: _Node) -> tuple[GpuShare, ...] | None:
         """GPU shares for `spec` on `node` (first fit, lowest index), or None when it does not go there."""
-        view = node.view
+        view = node.snapshot()
         if view.state is not NodeState.ONLINE_NORMAL:
-            return None
-        if node.cpu_used + spec.cpu_milli > view.cpu_milli or node.memory_used + spec.memory_mib > view.memory_mib:
             return None
         for key, value in rs.node_selector.items():
             have = view.resource_group if key == RESOURCE_GROUP_LABEL else view.labels.get(key)
             if have != value:
                 return None
-        if not spec.gpu_shares:
-            return ()
-        if spec.gpu_model != view.gpu_model:
-            return None
-        taken: set[int] = set()
-        out = []
-        for want in sorted((s.share for s in spec.gpu_shares), reverse=True):
-            i = next((i for i, used in enumerate(node.gpu_used)
-                      if i not in taken and used + want <= 1.0 + GPU_EPS), None)
-            if i is None:
-                return None
-            taken.add(i)
-            out.append(GpuShare(i, want))
-        return tuple(sorted(out, key=lambda s: s.index))
+        return place(spec, view)
 
     def _place_pending(self) -> None:
         for rs in self._replicasets.values():
@@ -322,22 +310,6 @@ class SimulatedCluster:
             return self._nodes[name]
         except KeyError:
             raise BackendError(f"unknown node {name}") from None
-
-    @staticmethod
-    def _check_fits(pod: PodSpec, node: _Node) -> None:
-        view = node.view
-        if not view.state.normal:
-            raise BackendError(f"node {view.name} is {view.state.value}")
-        if pod.gpu_shares and pod.gpu_model != view.gpu_model:
-            raise BackendError(f"pod {pod.name} wants {pod.gpu_model}, node {view.name} has {view.gpu_model}")
-        for s in pod.gpu_shares:
-            if not 0 <= s.index < view.gpu_count or not 0 < s.share <= 1:
-                raise BackendError(f"pod {pod.name}: bad GPU share {s}")
-            if node.gpu_used[s.index] + s.share > 1.0 + GPU_EPS:
-                raise BackendError(f"pod {pod.name}: GPU {s.index} on {view.name} has "
-                                   f"{1 - node.gpu_used[s.index]:.2f} free, needs {s.share}")
-        if node.cpu_used + pod.cpu_milli > view.cpu_milli or node.memory_used + pod.memory_mib > view.memory_mib:
-            raise BackendError(f"pod {pod.name} does not fit CPU/memory on {view.name}")
 
     def _bind(self, pod: PodSpec, target: _Node, ready_at: float | None) -> None:
         """Take the resources and record the pod; `ready_at` None: ready at once."""

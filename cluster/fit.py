@@ -1,0 +1,68 @@
+"""The one fit rule of the backends: whether a pod goes on a node as it is used, and which GPUs it gets there.
+
+Both backends refuse a bind with `misfit` (the kubelet would only refuse it after the fact); the simulated cluster's
+and the emulator's stand-ins for kube-scheduler pick GPUs with `first_fit`. Pure: no framework imports.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from cluster.backend import PodSpec
+from cluster.types import GPU_EPS, GpuShare, NodeView
+
+
+def gpu_fits(used: float, share: float) -> bool:
+    """A GPU already `used` (0..1) has room for `share` more; never beyond one whole GPU."""
+    return used + share <= 1.0 + GPU_EPS
+
+
+def free_gpus(used: Sequence[float]) -> list[int]:
+    """The GPUs nothing uses, lowest index first."""
+    return [i for i, u in enumerate(used) if gpu_fits(u, 1.0)]
+
+
+def first_fit(shares: Iterable[float], used: Sequence[float]) -> tuple[GpuShare, ...] | None:
+    """GPUs for these shares on GPUs used as `used`: biggest share first, each on the lowest-index GPU with room that
+    no other share of the pod took; None when one has no room."""
+    taken: set[int] = set()
+    out = []
+    for want in sorted(shares, reverse=True):
+        i = next((i for i, u in enumerate(used) if i not in taken and gpu_fits(u, want)), None)
+        if i is None:
+            return None
+        taken.add(i)
+        out.append(GpuShare(i, want))
+    return tuple(sorted(out, key=lambda s: s.index))
+
+
+def room_for(pod: PodSpec, node: NodeView) -> bool:
+    """The node has the pod's CPU and memory free."""
+    return node.cpu_used + pod.cpu_milli <= node.cpu_milli and node.memory_used + pod.memory_mib <= node.memory_mib
+
+
+def place(pod: PodSpec, node: NodeView) -> tuple[GpuShare, ...] | None:
+    """The GPUs the pod's shares get on `node` by first fit, or None when its CPU, memory or GPUs do not fit."""
+    if not room_for(pod, node):
+        return None
+    if not pod.gpu_shares:
+        return ()
+    if pod.gpu_model != node.gpu_model:
+        return None
+    return first_fit((s.share for s in pod.gpu_shares), node.used_shares())
+
+
+def misfit(pod: PodSpec, node: NodeView) -> str | None:
+    """Why the pod, on exactly the GPUs its shares name, cannot start on `node`; None when it can."""
+    if not node.state.normal:
+        return f"node {node.name} is {node.state.value}"
+    if pod.gpu_shares and pod.gpu_model != node.gpu_model:
+        return f"pod {pod.name} wants {pod.gpu_model}, node {node.name} has {node.gpu_model}"
+    used = node.used_shares()
+    for s in pod.gpu_shares:
+        if not 0 <= s.index < node.gpu_count or not 0 < s.share <= 1:
+            return f"pod {pod.name}: bad GPU share {s}"
+        if not gpu_fits(used[s.index], s.share):
+            return f"pod {pod.name}: GPU {s.index} on {node.name} has {1 - used[s.index]:.2f} free, needs {s.share}"
+    if not room_for(pod, node):
+        return f"pod {pod.name} does not fit CPU/memory on {node.name}"
+    return None
