@@ -1,5 +1,6 @@
 """Reads for the colocation app."""
 from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
 
@@ -79,6 +80,70 @@ def node_counts() -> list[tuple[str, str, str, bool, int]]:
 def transition_counts() -> list[tuple[str, str, int]]:
     """(direction, status, transitions) over all time."""
     return list(NodeTransition.objects.order_by().values_list("direction", "status").annotate(n=Count("id")))
+
+
+# --- what the console lists and shows (list pages restrict(user) what they get) ----------------------------
+
+
+def services(*, prefetch: tuple[str, ...] = ()) -> QuerySet[InferenceService]:
+    """Inference services with their department and GPU model, and the related rows named in `prefetch`."""
+    return InferenceService.objects.select_related("department", "gpu_model").prefetch_related(*prefetch)
+
+
+def listed_services(*, department: str = "") -> QuerySet[InferenceService]:
+    """The service list's rows, with the QPS and GPU utilization of each one's newest load minute (`load_qps`,
+    `load_gpu`); only `department`'s if given."""
+    latest = ServiceMinute.objects.filter(service=OuterRef("pk")).order_by("-minute")
+    rows = services().annotate(load_qps=Subquery(latest.values("qps")[:1]),
+                               load_gpu=Subquery(latest.values("gpu_util_mean")[:1]))
+    return rows.filter(department__name=department) if department else rows
+
+
+def node(*, name: str) -> Node | None:
+    return Node.objects.select_related("resource_group", "gpu_model").filter(name=name).first()
+
+
+def node_cells() -> QuerySet[dict]:
+    """Every node's id, name, group, state, pool and pin, by group and name (the nodes page's grid)."""
+    return Node.objects.order_by("resource_group__name", "name").values(
+        "id", "name", "resource_group__name", "state", "pool", "pinned")
+
+
+def open_transitions() -> dict[int, NodeTransition]:
+    """The transitions in progress, by node id."""
+    return {t.node_id: t for t in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN)}
+
+
+def is_moving(*, node: Node) -> bool:
+    return node.transitions.filter(status=NodeTransition.Status.OPEN).exists()
+
+
+def transitions_since(since: datetime, *, limit: int = 200) -> list[NodeTransition]:
+    """Transitions started since `since` or still open, newest first, with their node and who asked."""
+    return list(NodeTransition.objects.filter(Q(started_at__gte=since) | Q(status=NodeTransition.Status.OPEN))
+                .select_related("node", "requested_by").order_by("-started_at")[:limit])
+
+
+def node_decisions(*, node: Node, limit: int = 10) -> QuerySet[Decision]:
+    """The newest decisions about `node`."""
+    return Decision.objects.filter(subject=f"node:{node.name}")[:limit]
+
+
+def services_decisions(*, names: Iterable[str], kind: str, reason: str = "", limit: int) -> QuerySet[Decision]:
+    """The newest decisions of `kind` (and `reason`, if given) about the named services."""
+    rows = Decision.objects.filter(subject__in=[f"service:{name}" for name in names]).order_by("-created_at", "-id")
+    rows = rows.filter(kind=kind)
+    return (rows.filter(reason=reason) if reason else rows)[:limit]
+
+
+def scaling_reasons() -> list[str]:
+    """Every reason the autoscaler has given for a scaling decision, once each, in order."""
+    return list(Decision.objects.filter(kind=Decision.Kind.SCALING, subject__startswith="service:").order_by("reason")
+                .values_list("reason", flat=True).distinct())
+
+
+def resource_group_names() -> QuerySet[str]:
+    return ResourceGroup.objects.order_by("name").values_list("name", flat=True)
 
 
 def scaling_history(*, service: InferenceService, since: datetime | None = None, until: datetime | None = None,

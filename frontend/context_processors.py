@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from django.urls import reverse
 
 from frontend import scope
+from scheduler import selectors
 
 NAV = (  # (label, url name, who sees it)
     ("My jobs", "jobs", "member"),
@@ -43,10 +44,8 @@ def console(request) -> dict:
 def _switchable(user, memberships) -> list[dict]:
     """The switcher's choices: the user's departments (operators: every department)."""
     if user.is_staff:
-        from scheduler.models import Department
-
         roles = {m.department.name: m.role for m in memberships}
-        return [{"name": name, "role": roles.get(name, "")} for name in Department.objects.values_list("name", flat=True)]
+        return [{"name": name, "role": roles.get(name, "")} for name in selectors.department_names(user=user)]
     return [{"name": m.department.name, "role": m.role} for m in memberships]
 
 

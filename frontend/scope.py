@@ -4,6 +4,7 @@ Every page reads through the models' `restrict(user)` querysets (the API's too),
 what a user may already see; an object outside it is a 404, never a 403 that confirms it exists."""
 from django.http import Http404
 
+from scheduler import selectors
 from scheduler.models import Membership
 
 SESSION_KEY = "console_department"
@@ -12,9 +13,7 @@ SESSION_KEY = "console_department"
 def memberships(request) -> list[Membership]:
     """The user's memberships (cached on the request: the frame and the page both need them)."""
     if not hasattr(request, "_console_memberships"):
-        request._console_memberships = list(
-            Membership.objects.filter(user=request.user).select_related("department").order_by("department__name")
-        )
+        request._console_memberships = list(selectors.memberships(user=request.user))
     return request._console_memberships
 
 

@@ -4,6 +4,7 @@ from datetime import timezone
 import django_filters
 from django import forms
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 from django_filters.fields import IsoDateTimeField
 
 from scheduler.models import Decision, Framework, JobStatus, Membership, Quota, TrainingJob
@@ -87,10 +88,18 @@ class TrainingJobFilterSet(django_filters.FilterSet):
 
 
 class DecisionFilterSet(django_filters.FilterSet):
-    department = django_filters.CharFilter(field_name="department__name")
+    q = django_filters.CharFilter(method="search", label="Search",
+                                  help_text="text in the decision's message, subject or reason (any case)",
+                                  widget=forms.SearchInput(attrs={"placeholder": "message, subject or reason"}))
+    kind = django_filters.ChoiceFilter(choices=Decision.Kind.choices, empty_label="any")
+    subject = django_filters.CharFilter(widget=forms.TextInput(attrs={"placeholder": "job:42, node:t4-1"}))
+    department = django_filters.CharFilter(field_name="department__name", label="Department")
     subject_prefix = django_filters.CharFilter(field_name="subject", lookup_expr="startswith")
     created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
 
     class Meta:
         model = Decision
-        fields = ["kind", "subject", "reason", "department"]
+        fields = ["q", "kind", "subject", "reason", "department"]
+
+    def search(self, queryset, name: str, value: str):
+        return queryset.filter(Q(message__icontains=value) | Q(subject__icontains=value) | Q(reason__icontains=value))

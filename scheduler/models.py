@@ -37,11 +37,11 @@ class QuotaKind(models.TextChoices):
 
 
 class DepartmentQuerySet(models.QuerySet):
-    def restrict(self, user) -> "DepartmentQuerySet":
-        """Operators see every department, other users the ones they belong to."""
+    def restrict(self, user, role: str | None = None) -> "DepartmentQuerySet":
+        """Operators see every department, other users the ones they belong to (hold `role` in, when given)."""
         if not user.is_authenticated:
             return self.none()
-        return self if user.is_staff else self.filter(pk__in=departments_of(user))
+        return self if user.is_staff else self.filter(pk__in=departments_of(user, role))
 
 
 class Department(models.Model):
@@ -270,13 +270,14 @@ class JobRun(models.Model):
 
 
 class DecisionQuerySet(DepartmentScopedQuerySet):
-    def restrict(self, user) -> "DecisionQuerySet":
-        """Cluster-wide decisions (no department) are visible to every signed-in user."""
+    def restrict(self, user, role: str | None = None) -> "DecisionQuerySet":
+        """Cluster-wide decisions (no department) are visible to every signed-in user; `role` as in
+        DepartmentScopedQuerySet."""
         if not user.is_authenticated:
             return self.none()
         if user.is_staff:
             return self
-        return self.filter(Q(department__isnull=True) | Q(department__in=departments_of(user)))
+        return self.filter(Q(department__isnull=True) | Q(department__in=departments_of(user, role)))
 
 
 class Decision(models.Model):

@@ -10,7 +10,7 @@ from django.db.models import (CharField, Count, DecimalField, DurationField, Exp
 from django.db.models.functions import Cast, Coalesce, Concat
 
 from scheduler.models import (CPU, MEMORY, Decision, Department, Framework, GPUModel, JobRun, JobStatus, Membership,
-                              Quota, QuotaKind, TrainingJob)
+                              Quota, QuotaKind, ReplayRun, TrainingJob)
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,92 @@ def latest_decision(*, job: TrainingJob) -> Decision | None:
     return Decision.objects.filter(subject=f"job:{job.pk}").order_by("-created_at", "-id").first()
 
 
-# --- what the console lists ---------------------------------------------------------------------
+# --- what the console lists and shows (list pages restrict(user) what they get) ----------------------------
+
+
+def jobs(*, details: bool = False) -> QuerySet[TrainingJob]:
+    """Jobs with the names every page about them shows (department, GPU model asked and assigned); `details`: also
+    the framework, submitter and node a job's own page shows."""
+    rows = TrainingJob.objects.select_related("department", "gpu_model", "assigned_gpu_model")
+    return rows.select_related("framework", "submitter", "node") if details else rows
+
+
+def listed_jobs(*, submitter=None, department: str = "") -> QuerySet[TrainingJob]:
+    """The job list's rows, each with its latest decision's sentence; only `submitter`'s, `department`'s if given."""
+    rows = jobs()
+    if submitter is not None:
+        rows = rows.filter(submitter=submitter)
+    if department:
+        rows = rows.filter(department__name=department)
+    return with_latest_message(rows)
+
+
+def own_pending_jobs(*, user, ids: list[int]) -> QuerySet[TrainingJob]:
+    """The jobs among `ids` that `user` submitted and that still wait (the ones they may cancel in bulk)."""
+    return jobs().restrict(user).filter(pk__in=ids, submitter=user, status=JobStatus.PENDING)
+
+
+def framework(*, pk: int) -> Framework | None:
+    return Framework.objects.filter(pk=pk).first()
+
+
+def gpu_model_names() -> QuerySet[str]:
+    return GPUModel.objects.values_list("name", flat=True)
+
+
+def departments() -> QuerySet[Department]:
+    return Department.objects.all()
+
+
+def listed_departments() -> QuerySet[Department]:
+    """Departments with their members, pending and running jobs counted."""
+    return Department.objects.annotate(
+        members=Count("memberships", distinct=True),
+        pending=Count("jobs", filter=Q(jobs__status=JobStatus.PENDING), distinct=True),
+        running=Count("jobs", filter=Q(jobs__status=JobStatus.RUNNING), distinct=True),
+    )
+
+
+def department_names(*, user, role: str | None = None, containing: str = "") -> QuerySet[str]:
+    """The names of the departments `user` may see (holds `role` in, when given), those containing `containing`."""
+    rows = Department.objects.restrict(user, role)
+    return (rows.filter(name__icontains=containing) if containing else rows).order_by("name").values_list(
+        "name", flat=True)
+
+
+def departments_named(names: list[str]) -> QuerySet[Department]:
+    return Department.objects.filter(name__in=names)
+
+
+def memberships(*, user) -> QuerySet[Membership]:
+    """The user's memberships with their departments, by department name."""
+    return Membership.objects.filter(user=user).select_related("department").order_by("department__name")
+
+
+def members(*, department: Department) -> QuerySet[Membership]:
+    """A department's memberships with their users, by user name."""
+    return Membership.objects.filter(department=department).select_related("user", "department").order_by(
+        "user__username")
+
+
+def quotas() -> QuerySet[Quota]:
+    """Quotas with the department and GPU model they are of."""
+    return Quota.objects.select_related("department", "gpu_model")
+
+
+def quota_ids(*, departments: list[str]) -> dict[tuple[str, str], int]:
+    """(department, resource) → the quota's id, for the named departments."""
+    return {(q.department.name, q.resource): q.pk for q in quotas().filter(department__name__in=departments)}
+
+
+def decision_log() -> QuerySet[Decision]:
+    """Every decision with its department, newest first."""
+    return Decision.objects.select_related("department")
+
+
+def replay_runs() -> QuerySet[ReplayRun]:
+    """What-if runs with who asked for them, newest first."""
+    return ReplayRun.objects.select_related("requested_by")
 
 
 def with_latest_message(jobs: QuerySet) -> QuerySet:

@@ -12,19 +12,17 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html_join
 from django.views.decorators.http import require_POST
-from django_tables2 import RequestConfig
 from redis import Redis
 
 from colocation import selectors as colocation_selectors
 from colocation import services as colocation_services
-from colocation.models import Node, NodeState, NodeTransition, ResourceGroup
+from colocation.models import NodeState, NodeTransition
 from colocation.policy import Direction
 from frontend import scope
 from frontend.dashboards import charts, prometheus
@@ -32,11 +30,12 @@ from frontend.dashboards.forms import ColocationForm, QuotaForm, ReplayForm
 from frontend.dashboards.tables import DecisionTable
 from frontend.departments.views import quota_bar
 from frontend.forms import apply_errors
+from frontend.lists import ObjectList
 from frontend.metrics import WAIT_BUCKETS, web_target
 from scheduler import selectors, services, whatif
 from scheduler.errors import ApplicationError
 from scheduler.filtersets import DecisionFilterSet
-from scheduler.models import Decision, Department, Membership, Quota, ReplayRun
+from scheduler.models import Decision, Membership
 from scheduler.policy import PROFILES
 from scheduler.replay import DEFAULT_POLICIES
 from tidal import telemetry
@@ -85,14 +84,17 @@ def _range(request) -> str:
 
 
 def _page(request, template: str, url_name: str, status: int = 200, **context):
+    return render(request, template, {**_frame(request, url_name), **context}, status=status)
+
+
+def _frame(request, url_name: str) -> dict:
+    """What every dashboard's frame shows: the tabs for the user's role, the title, breadcrumbs and time ranges."""
     title = next(label for label, name in TABS if name == url_name)
     tabs = TABS if request.user.is_staff else [t for t in TABS if t[1] in ADMIN_TABS]
     crumbs = [("Operations", reverse("ops") if request.user.is_staff else None), (title, None)] \
         if url_name != "ops" else [("Operations", None)]
-    context.setdefault("breadcrumbs", crumbs)
-    return render(request, template, {"tabs": tabs, "tab": url_name, "title": title,
-                                      "ranges": list(prometheus.RANGES), "range": _range(request), **context},
-                  status=status)
+    return {"tabs": tabs, "tab": url_name, "title": title, "ranges": list(prometheus.RANGES), "range": _range(request),
+            "breadcrumbs": crumbs}
 
 
 # --- overview --------------------------------------------------------------------------------------
@@ -155,15 +157,13 @@ def nodes(request):
     now = timezone.now()
     since = now - timedelta(seconds=span_s)
     grid: dict[str, list[dict]] = defaultdict(list)
-    open_by_node = {t.node_id: t for t in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN)}
+    open_by_node = colocation_selectors.open_transitions()
     selected = _selected_node(request)
-    for node in Node.objects.order_by("resource_group__name", "name").values(
-            "id", "name", "resource_group__name", "state", "pool", "pinned"):
+    for node in colocation_selectors.node_cells():
         grid[node["resource_group__name"]].append(node)
     here = f"?range={_range(request)}&node="
     cells = {group: _cells(members, open_by_node, here, selected) for group, members in grid.items()}
-    transitions = list(NodeTransition.objects.filter(Q(started_at__gte=since) | Q(status=NodeTransition.Status.OPEN))
-                       .select_related("node", "requested_by").order_by("-started_at")[:200])
+    transitions = colocation_selectors.transitions_since(since)
     return _page(request, "frontend/dashboards/nodes.html", "ops-nodes", ranged=True, grid=cells,
                  states=[(s.value, s.label) for s in NodeState], open=[t for t in transitions if t.status == "open"],
                  timeline=_timeline(transitions, since, now), selected=selected, actions=ACTIONS)
@@ -186,13 +186,13 @@ def _cells(nodes: list[dict], moving: dict[int, NodeTransition], here: str, sele
 
 def _selected_node(request) -> dict | None:
     name = request.GET.get("node")
-    node = Node.objects.select_related("resource_group", "gpu_model").filter(name=name).first() if name else None
+    node = colocation_selectors.node(name=name) if name else None
     if node is None:
         return None
     verbs = ["unpin" if node.pinned else "pin"]
-    if not node.pinned and not node.transitions.filter(status=NodeTransition.Status.OPEN).exists():
+    if not node.pinned and not colocation_selectors.is_moving(node=node):
         verbs.insert(0, "take-back" if node.state.startswith("offline") else "lend")
-    return {"node": node, "verbs": verbs, "decisions": Decision.objects.filter(subject=f"node:{node.name}")[:10]}
+    return {"node": node, "verbs": verbs, "decisions": colocation_selectors.node_decisions(node=node)}
 
 
 def _timeline(transitions: list[NodeTransition], since, now) -> list[dict]:
@@ -210,7 +210,9 @@ def _timeline(transitions: list[NodeTransition], since, now) -> list[dict]:
 @operator_required
 @require_POST
 def node_action(request, name: str, verb: str):
-    node = get_object_or_404(Node, name=name)
+    node = colocation_selectors.node(name=name)
+    if node is None:
+        raise Http404("no such node")
     if verb not in ACTIONS:
         raise PermissionDenied(f"unknown action {verb!r}")
     try:
@@ -240,7 +242,7 @@ def quotas(request):
     if request.method == "POST":
         if not request.user.is_staff:
             raise PermissionDenied("only platform operators change quotas")
-        quota = get_object_or_404(Quota.objects.select_related("department", "gpu_model"), pk=request.POST.get("quota"))
+        quota = get_object_or_404(selectors.quotas(), pk=request.POST.get("quota"))
         form = QuotaForm(request.POST, prefix=f"q{quota.pk}")
         if form.is_valid():
             try:
@@ -253,13 +255,10 @@ def quotas(request):
                 return redirect(f"{request.get_full_path()}#q{quota.pk}")
         failed, status = (quota.pk, form), 400
     name = request.GET.get("department", "").strip()
-    departments = Department.objects.all() if request.user.is_staff else Department.objects.filter(
-        name__in=administered(request))
-    departments = departments.filter(name__icontains=name) if name else departments
-    page = Paginator(departments.order_by("name").values_list("name", flat=True), 25).get_page(request.GET.get("page"))
-    usages = selectors.quota_usages(departments=Department.objects.filter(name__in=list(page)))
-    ids = {(q.department.name, q.resource): q.pk
-           for q in Quota.objects.filter(department__name__in=list(page)).select_related("department", "gpu_model")}
+    names = selectors.department_names(user=request.user, role=Membership.Role.ADMIN, containing=name)
+    page = Paginator(names, 25).get_page(request.GET.get("page"))
+    usages = selectors.quota_usages(departments=selectors.departments_named(list(page)))
+    ids = selectors.quota_ids(departments=list(page))
     rows = [_quota_row(dept, u, ids[(dept, u.resource)], failed) for dept, usage in sorted(usages.items()) for u in usage]
     return _page(request, "frontend/dashboards/quotas.html", "ops-quotas", status=status, rows=rows, page=page,
                  department=name, borrowing=_borrowing(rows), can_edit=request.user.is_staff)
@@ -302,32 +301,24 @@ def autoscaling(request):
     chosen = {k: request.GET.get(k, "").strip() for k in ("group", "department", "reason")}
     services_ = colocation_selectors.autoscaling_overview(**chosen, alerts_since=timezone.now() - ALERT_WINDOW)
     names = [s.name for s in services_]
-    recent = Decision.objects.filter(subject__in=[f"service:{n}" for n in names]).order_by("-created_at", "-id")
-    scaling = recent.filter(kind=Decision.Kind.SCALING)
-    if chosen["reason"]:
-        scaling = scaling.filter(reason=chosen["reason"])
-    reasons = (Decision.objects.filter(kind=Decision.Kind.SCALING, subject__startswith="service:").order_by("reason")
-               .values_list("reason", flat=True).distinct())
+    alerts = colocation_selectors.services_decisions(names=names, kind=Decision.Kind.ALERT, limit=20)
+    scaling = colocation_selectors.services_decisions(names=names, kind=Decision.Kind.SCALING, reason=chosen["reason"],
+                                                      limit=50)
     return _page(request, "frontend/dashboards/autoscaling.html", "ops-autoscaling", services=services_,
-                 alerts=recent.filter(kind=Decision.Kind.ALERT)[:20], decisions=scaling[:50], chosen=chosen,
-                 groups=ResourceGroup.objects.order_by("name").values_list("name", flat=True),
-                 departments=Department.objects.order_by("name").values_list("name", flat=True), reasons=list(reasons))
+                 alerts=alerts, decisions=scaling, chosen=chosen, groups=colocation_selectors.resource_group_names(),
+                 departments=selectors.department_names(user=request.user),
+                 reasons=colocation_selectors.scaling_reasons())
+
+
+DECISION_LIST = ObjectList(table=DecisionTable, filterset=DecisionFilterSet, per_page=50,
+                           filter_fields=("q", "kind", "subject", "department"),
+                           template="frontend/dashboards/decisions.html", role=Membership.Role.ADMIN)
 
 
 @admin_or_operator
 def decisions(request):
     """Every decision (an admin's: their departments' and cluster-wide ones), searchable."""
-    visible = Decision.objects.select_related("department")
-    if not request.user.is_staff:
-        visible = visible.filter(Q(department__isnull=True) | Q(department__name__in=administered(request)))
-    filters = DecisionFilterSet(request.GET, queryset=visible)
-    found = filters.qs if filters.is_valid() else Decision.objects.none()
-    if text := request.GET.get("q", "").strip():
-        found = found.filter(Q(message__icontains=text) | Q(subject__icontains=text) | Q(reason__icontains=text))
-    table = DecisionTable(found)
-    RequestConfig(request, paginate={"per_page": 50}).configure(table)
-    return _page(request, "frontend/dashboards/decisions.html", "ops-decisions", table=table, filters=filters,
-                 kinds=Decision.Kind.choices, q=text)
+    return DECISION_LIST.render(request, selectors.decision_log(), **_frame(request, "ops-decisions"))
 
 
 # --- what-if replay --------------------------------------------------------------------------------
@@ -350,14 +341,14 @@ def replays(request):
             apply_errors(form, error)
         else:
             return redirect("ops-replay", pk=run.pk)
-    runs = ReplayRun.objects.select_related("requested_by")[:30]
+    runs = selectors.replay_runs()[:30]
     return _page(request, "frontend/dashboards/replays.html", "ops-replays", status=400 if form else 200,
                  replay_form=replay_form, sim_form=sim_form, runs=runs)
 
 
 @operator_required
 def replay_detail(request, pk: int):
-    run = get_object_or_404(ReplayRun.objects.select_related("requested_by"), pk=pk)
+    run = get_object_or_404(selectors.replay_runs(), pk=pk)
     return _page(request, "frontend/dashboards/replay.html", "ops-replays", run=run, plots=whatif.report_files(run),
                  breadcrumbs=[("Operations", reverse("ops")), ("What-if", reverse("ops-replays")),
                               (f"Replay {run.pk}", None)])
@@ -365,7 +356,7 @@ def replay_detail(request, pk: int):
 
 @operator_required
 def replay_plot(request, pk: int, name: str):
-    run = get_object_or_404(ReplayRun, pk=pk)
+    run = get_object_or_404(selectors.replay_runs(), pk=pk)
     if name not in whatif.report_files(run):  # only the report's own plots, by bare name
         raise Http404("no such plot")
     return FileResponse(open(f"{run.report_dir}/{name}", "rb"), content_type="image/png")

@@ -2,37 +2,31 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
-from django_tables2 import RequestConfig
 
 from frontend import scope
 from frontend.departments.forms import MemberForm, RoleForm
 from frontend.departments.tables import DepartmentTable
 from frontend.forms import apply_errors
+from frontend.lists import ObjectList
 from scheduler import selectors, services
 from scheduler.errors import ApplicationError
-from scheduler.models import Department, JobStatus, Membership
+from scheduler.models import Department, JobStatus
+
+DEPARTMENT_LIST = ObjectList(table=DepartmentTable, per_page=50, template="frontend/departments/list.html")
 
 
 @login_required
 def department_list(request):
-    departments = Department.objects.restrict(request.user).annotate(
-        members=Count("memberships", distinct=True),
-        pending=Count("jobs", filter=Q(jobs__status=JobStatus.PENDING), distinct=True),
-        running=Count("jobs", filter=Q(jobs__status=JobStatus.RUNNING), distinct=True),
-    )
-    table = DepartmentTable(departments)
-    RequestConfig(request, paginate={"per_page": 50}).configure(table)
-    return render(request, "frontend/departments/list.html", {"table": table, "breadcrumbs": [("Departments", None)]})
+    return DEPARTMENT_LIST.render(request, selectors.listed_departments(), breadcrumbs=[("Departments", None)])
 
 
 @login_required
 def department_detail(request, name: str, *, member_form: MemberForm | None = None,
                       role_errors: dict | None = None, status: int = 200):
-    department = scope.visible(Department.objects, request, name=name)
+    department = scope.visible(selectors.departments(), request, name=name)
     admin = selectors.can_administer(user=request.user, department=department)
     queue = selectors.with_latest_message(selectors.department_queue(department=department))
     counts = selectors.job_counts(department=department)
@@ -41,7 +35,7 @@ def department_detail(request, name: str, *, member_form: MemberForm | None = No
         "counts": [(s.value, s.label, counts.get(s.value, 0)) for s in JobStatus],
         "queue": queue[:20], "queued": counts.get(JobStatus.PENDING, 0),
         "preemptions": selectors.recent_preemptions(department=department),
-        "members": Membership.objects.filter(department=department).select_related("user").order_by("user__username"),
+        "members": selectors.members(department=department),
         "member_form": member_form or MemberForm(), "role_errors": role_errors or {},
         "breadcrumbs": [("Departments", reverse("departments")), (department.name, None)],
     }
@@ -51,7 +45,7 @@ def department_detail(request, name: str, *, member_form: MemberForm | None = No
 @login_required
 @require_POST
 def member_add(request, name: str):
-    department = scope.visible(Department.objects, request, name=name)
+    department = scope.visible(selectors.departments(), request, name=name)
     _require_admin(request, department)
     form = MemberForm(request.POST)
     if form.is_valid():
@@ -70,10 +64,9 @@ def member_add(request, name: str):
 @require_POST
 def member_change(request, name: str, pk: int):
     """Change a member's role (`role`), or remove them (`remove`)."""
-    department = scope.visible(Department.objects, request, name=name)
+    department = scope.visible(selectors.departments(), request, name=name)
     _require_admin(request, department)
-    membership = scope.visible(Membership.objects.filter(department=department).select_related("user", "department"),
-                               request, pk=pk)
+    membership = scope.visible(selectors.members(department=department), request, pk=pk)
     try:
         if "remove" in request.POST:
             services.membership_remove(membership=membership, actor=request.user)

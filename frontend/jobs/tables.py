@@ -31,12 +31,8 @@ class JobTable(tables.Table):
         empty_text = "No jobs here yet. Submit one with “Submit a job”, or widen the filters."
         attrs = {"id": "jobs"}
 
-    def __init__(self, *args, user=None, **kwargs):
-        self.user = user
-        super().__init__(*args, **kwargs)
-
     def render_select(self, value, record):
-        own_pending = record.submitter_id == self.user.pk and record.status == JobStatus.PENDING
+        own_pending = record.submitter_id == self.request.user.pk and record.status == JobStatus.PENDING
         if not own_pending:
             return ""
         return format_html('<input type="checkbox" name="job" value="{}" aria-label="Select job {}">', value, record.name)

@@ -6,22 +6,23 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
-from django_tables2 import RequestConfig
 
 from frontend import scope
 from frontend.forms import apply_errors, safe_next
 from frontend.jobs.detail import job_page
 from frontend.jobs.forms import JobForm, certified_models, initial_from
 from frontend.jobs.tables import JobTable
+from frontend.lists import ObjectList
 from scheduler import selectors, services
 from scheduler.errors import ApplicationError
 from scheduler.filtersets import TrainingJobFilterSet
-from scheduler.models import Department, Framework, GPUModel, JobStatus, TrainingJob
+from scheduler.models import JobStatus
 from tidal.throttling import SubmitThrottle, retry_after
 
 KEPT_FILTERS = ("submitter", "task_key", "quota_kind", "submitted_after", "submitted_before", "sort")  # from links
 SCOPES = {"mine": "Mine", "departments": "My departments"}
-JOBS = TrainingJob.objects.select_related("department", "gpu_model", "assigned_gpu_model")
+JOB_LIST = ObjectList(table=JobTable, filterset=TrainingJobFilterSet, per_page=25, template="frontend/jobs/list.html",
+                      partial="frontend/jobs/_table.html")
 
 
 @login_required
@@ -29,26 +30,18 @@ def job_list(request):
     default = "departments" if request.user.is_staff else "mine"
     chosen = request.GET.get("scope", default)
     chosen = chosen if chosen in SCOPES else default
-    jobs = JOBS.restrict(request.user)
-    if chosen == "mine":
-        jobs = jobs.filter(submitter=request.user)
     department = scope.current_department(request)
-    if department:
-        jobs = jobs.filter(department__name=department)
-    filters = TrainingJobFilterSet(request.GET, queryset=selectors.with_latest_message(jobs))
-    table = JobTable(filters.qs if filters.is_valid() else jobs.none(), user=request.user)
-    RequestConfig(request, paginate={"per_page": 25}).configure(table)
-    context = {"table": table, "filters": filters, "scope": chosen, "department": department,
-               "choices": {"status": JobStatus.choices, "gpu_model": GPUModel.objects.values_list("name", flat=True),
-                           "department": Department.objects.restrict(request.user).values_list("name", flat=True)},
+    jobs = selectors.listed_jobs(submitter=request.user if chosen == "mine" else None, department=department)
+    context = {"scope": chosen, "department": department,
+               "choices": {"status": JobStatus.choices, "gpu_model": selectors.gpu_model_names(),
+                           "department": selectors.department_names(user=request.user)},
                "chosen": {"status": request.GET.getlist("status"), "name": request.GET.get("name", ""),
                           "department": request.GET.get("department", ""), "gpu_model": request.GET.get("gpu_model", "")},
                "kept": [(k, v) for k, v in request.GET.items() if k in KEPT_FILTERS and v],
                "scopes": [(key, label if key != "departments" or not request.user.is_staff else "All")
                           for key, label in SCOPES.items()],
                "breadcrumbs": [("Jobs", None)]}
-    template = "frontend/jobs/_table.html" if request.htmx else "frontend/jobs/list.html"
-    return render(request, template, context)
+    return JOB_LIST.render(request, jobs, **context)
 
 
 @login_required
@@ -56,8 +49,8 @@ def job_list(request):
 def job_bulk_cancel(request):
     """Cancel the selected jobs the user submitted that are still pending; anything else is left alone."""
     ids = [int(i) for i in request.POST.getlist("job") if i.isdigit()]
-    jobs = JOBS.restrict(request.user).filter(pk__in=ids, submitter=request.user, status=JobStatus.PENDING)
-    cancelled = [services.job_cancel(job=job, actor=request.user).pk for job in jobs]
+    cancelled = [services.job_cancel(job=job, actor=request.user).pk
+                 for job in selectors.own_pending_jobs(user=request.user, ids=ids)]
     skipped = len(set(ids)) - len(cancelled)
     if cancelled:
         messages.success(request, f"Cancelled {len(cancelled)} job(s): " + ", ".join(f"#{i}" for i in cancelled))
@@ -85,7 +78,7 @@ def job_submit(request):
     else:
         initial = {"department": scope.current_department(request) or scope.first_department(request)}
         if request.GET.get("from", "").isdigit():
-            source = scope.visible(JOBS, request, pk=int(request.GET["from"]))
+            source = scope.visible(selectors.jobs(), request, pk=int(request.GET["from"]))
             initial = initial_from(source)
         form = JobForm(initial=initial, user=request.user)
     return render(request, "frontend/jobs/form.html", {
@@ -98,13 +91,13 @@ def job_submit(request):
 def gpu_model_options(request):
     """The GPU model <option>s for the framework chosen in the submit form (htmx)."""
     key = request.GET.get("framework", "")
-    framework = Framework.objects.filter(pk=key).first() if key.isdigit() else None
+    framework = selectors.framework(pk=int(key)) if key.isdigit() else None
     return render(request, "frontend/jobs/_gpu_options.html", {"models": certified_models(framework)})
 
 
 @login_required
 def job_detail(request, pk: int):
-    job = scope.visible(JOBS.select_related("framework", "submitter", "node"), request, pk=pk)
+    job = scope.visible(selectors.jobs(details=True), request, pk=pk)
     page = job_page(job=job, now=timezone.now())
     context = {"page": page, "job": job, "can_cancel": not job.is_finished and services.can_cancel(user=request.user, job=job),
                "can_override": not job.is_finished and selectors.can_administer(user=request.user, department=job.department),
@@ -117,7 +110,7 @@ def job_detail(request, pk: int):
 @require_POST
 def job_keep_request(request, pk: int):
     """An admin's right-sizing override for one job (the same service as the API's keep-request)."""
-    job = scope.visible(JOBS, request, pk=pk)
+    job = scope.visible(selectors.jobs(), request, pk=pk)
     try:
         services.job_keep_request(job=job, keep=request.POST.get("keep") == "1", actor=request.user)
     except ApplicationError as error:
@@ -128,7 +121,7 @@ def job_keep_request(request, pk: int):
 @login_required
 def job_cancel(request, pk: int):
     """GET asks for confirmation; POST cancels (the same service and rules as the API)."""
-    job = scope.visible(JOBS, request, pk=pk)
+    job = scope.visible(selectors.jobs(), request, pk=pk)
     if request.method == "POST":
         try:
             services.job_cancel(job=job, actor=request.user)

@@ -4,20 +4,19 @@ from datetime import timedelta
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, Subquery
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django_tables2 import RequestConfig
 
-from colocation import services
+from colocation import selectors, services
 from colocation.filtersets import InferenceServiceFilterSet
 from colocation.models import InferenceService
 from frontend import scope
 from frontend.forms import apply_errors
+from frontend.lists import ObjectList
 from frontend.services.forms import (POLICY_FIELDS, ServiceForm, apply_schedule_errors, apply_threshold_errors,
                                      schedule_forms, schedules_of, threshold_forms, thresholds_of)
-from colocation.selectors import scaling_history
 from frontend.services.tables import ScalingHistoryTable, ServiceTable
 from profiling.models import ServiceMinute
 from profiling.selectors import forecasts_vs_actuals, service_load
@@ -25,35 +24,27 @@ from scheduler.models import Decision
 from scheduler.errors import ApplicationError
 from scheduler.selectors import can_administer
 
-SERVICES = InferenceService.objects.select_related("department", "gpu_model")
 LOAD_WINDOW = timedelta(hours=3)
+SERVICE_LIST = ObjectList(table=ServiceTable, filterset=InferenceServiceFilterSet, per_page=50,
+                          template="frontend/services/list.html")
 
 
 @login_required
 def service_list(request):
-    latest = ServiceMinute.objects.filter(service=OuterRef("pk")).order_by("-minute")
-    services_ = SERVICES.restrict(request.user).annotate(load_qps=Subquery(latest.values("qps")[:1]),
-                                                        load_gpu=Subquery(latest.values("gpu_util_mean")[:1]))
-    department = scope.current_department(request)
-    if department:
-        services_ = services_.filter(department__name=department)
-    filters = InferenceServiceFilterSet(request.GET, queryset=services_)
-    table = ServiceTable(filters.qs if filters.is_valid() else services_.none())
-    RequestConfig(request, paginate={"per_page": 50}).configure(table)
     can_create = request.user.is_staff or any(m.role == "admin" for m in scope.memberships(request))
-    return render(request, "frontend/services/list.html", {
-        "table": table, "can_create": can_create, "breadcrumbs": [("Inference services", None)]})
+    return SERVICE_LIST.render(request, selectors.listed_services(department=scope.current_department(request)),
+                               can_create=can_create, breadcrumbs=[("Inference services", None)])
 
 
 @login_required
 def service_detail(request, name: str):
-    service = scope.visible(SERVICES.prefetch_related("thresholds", "schedules"), request, name=name)
+    service = scope.visible(selectors.services(prefetch=("thresholds", "schedules")), request, name=name)
     now = timezone.now()
     since = now - LOAD_WINDOW
     load = list(service_load(service=service, since=since, until=now))
-    history = ScalingHistoryTable(scaling_history(service=service), prefix="h-")
+    history = ScalingHistoryTable(selectors.scaling_history(service=service), prefix="h-")
     RequestConfig(request, paginate={"per_page": 15}).configure(history)
-    scaled = scaling_history(service=service, since=since, kind=Decision.Kind.SCALING).select_related(None)
+    scaled = selectors.scaling_history(service=service, since=since, kind=Decision.Kind.SCALING).select_related(None)
     forecast = forecast_charts(forecasts_vs_actuals(service=service, since=since, until=now, horizon=5))
     return render(request, "frontend/services/detail.html", {
         "service": service, "history": history, "measured": load[-1] if load else None,
@@ -89,7 +80,7 @@ def service_create(request):
 
 @login_required
 def service_edit(request, name: str):
-    service = scope.visible(SERVICES.prefetch_related("thresholds"), request, name=name)
+    service = scope.visible(selectors.services(prefetch=("thresholds",)), request, name=name)
     if not can_administer(user=request.user, department=service.department):
         raise PermissionDenied(f"only operators and admins of {service.department} change its services")
     return _edit(request, service)

@@ -45,6 +45,8 @@ def test_users_see_their_departments_and_cluster_wide_decisions(world, decisions
         ("kind=admission&subject_prefix=job:", {"ads-job2"}),
         ("department=ml-search", {"search-job1", "search-job10"}),
         ("subject=job:3", set()),
+        ("q=JOB1", {"search-job1", "search-job10"}),  # text in message, subject or reason, any case
+        ("q=node:t4", {"cluster-lending"}),
     ],
 )
 def test_operator_filters_decisions(world, decisions, query, expected):

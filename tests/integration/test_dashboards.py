@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from colocation.models import NodeTransition
-from scheduler.models import Decision, JobRun, Quota
+from scheduler.models import Decision, JobRun, Membership, Quota
 
 PAGES = ["/ops/", "/ops/nodes/", "/ops/quotas/", "/ops/autoscaling/", "/ops/decisions/"]
 
@@ -31,6 +31,8 @@ def test_only_operators_open_the_dashboards(world, path):
 
 
 def test_a_department_admin_sees_their_departments_slice_read_only(world):
+    Membership.objects.create(user=world.users["dept_admin"], department=world.departments["ml-ads"],
+                              role=Membership.Role.MEMBER)  # a member there: not in the admin's slice
     admin = signed_in(world, "dept_admin")
     world.submit()  # a decision of ml-search
     world.submit(department="ml-ads", role="operator")  # a decision of ml-ads
