@@ -191,12 +191,14 @@ def test_job_detail_explains_why_it_waits(world):
     assert "Next aging step" in html
 
 
-def test_a_cpu_only_job_sees_the_room_on_one_node_in_cores_and_memory_once(world):
+def test_a_cpu_only_job_is_described_in_cores_and_memory_each_once(world):
     job = world.submit("member", gpus="0", gpu_model="", cpu_milli=4000, memory_mib=8192)
     html = signed_in(world, "member").get(reverse("job", args=[job.pk])).content.decode()
     room = re.search(r"<dt>Most free on one node</dt>\s*<dd>(.*?)</dd>", html, re.S).group(1)
     # the fullest-free offline node is a100-0: 96 cores, 1 TiB; this job asks 4 cores and 8 GiB, no GPU
     assert room == "96 cores, 1 TiB on a100-0 (2 schedulable training nodes); this job asks 4 cores, 8 GiB"
+    asked = re.search(r"<dt>Asked</dt><dd>(.*?)</dd>", html, re.S).group(1)
+    assert asked == "4 cores · 8 GiB"  # no "0 GPU" on a job that asks none
 
 
 def test_cancel_asks_first_then_cancels(world):
