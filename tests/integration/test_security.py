@@ -255,11 +255,11 @@ def test_a_failing_request_logs_its_traceback_but_no_secret(world, secrets_in_pl
 
 def test_a_failing_alert_webhook_logs_its_host_not_its_token(settings, caplog):
     """Webhook URLs carry their token (Slack, Teams): a receiver that cannot be reached is logged by host."""
-    from colocation.autoscaler import _post_webhook
+    from colocation.alerts import _post_webhook
 
     token = secrets.token_urlsafe(16)
     settings.TIDAL_ALERT_WEBHOOK_URL = f"http://127.0.0.1:9/services/{token}?key={token}"  # port 9: nobody listens
-    with caplog.at_level(logging.WARNING, logger="colocation.autoscaler"):
+    with caplog.at_level(logging.WARNING, logger="colocation.alerts"):
         _post_webhook({"reason": "test"})
     assert "alert webhook at 127.0.0.1:9 failed" in caplog.text and token not in caplog.text
 
