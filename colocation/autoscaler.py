@@ -1,7 +1,7 @@
-"""The live inference autoscaler (SPEC §3): every tick, under the cluster lock, observe each service (replicas
-and ready pods on the backend, its recent loads, its forecast), let the pure policy decide per resource group
-(`colocation.policy.autoscaling.decide_group`), apply changed targets through the backend's ReplicaSets,
-record the decisions and raise alerts. The lending controller then sees the new online usage.
+"""The live inference autoscaler (README: Inference autoscaling): every tick, under the cluster lock, observe each
+service (replicas and ready pods on the backend, its recent loads, its forecast), let the pure policy decide per
+resource group (`colocation.policy.autoscaling.decide_group`), apply changed targets through the backend's
+ReplicaSets, record the decisions and raise alerts. The lending controller then sees the new online usage.
 
 Two clocks: `now` is real epoch seconds (what is stored); the policy runs on `clock.demo(now)` when a demo
 clock is given (the live demo compresses a day into minutes), else on `now` itself.
@@ -27,7 +27,7 @@ from colocation.policy import autoscaling, schedules, vertical
 from colocation.policy.autoscaling import Rates, ScaleDecision, ScalingPolicy, ServiceView
 from colocation.policy.views import capacity as node_capacity
 from colocation.policy.windows import zone
-from colocation.backends import live_cluster
+from colocation.live_backend import live_cluster
 from profiling import forecasting
 from profiling.selectors import service_load
 from scheduler.models import Decision

@@ -16,7 +16,7 @@ from cluster.backend import REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, Clust
 from cluster.types import NodeState, NodeView, Pool
 from colocation import observe, replicas, services
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
-from colocation.backends import live_cluster
+from colocation.live_backend import live_cluster
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
     SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,

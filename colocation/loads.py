@@ -4,11 +4,11 @@ service's last minutes (`colocation.policy.autoscaling.LoadMinute`, oldest first
 - `ProfileLoads`: the service-load profiles (profiling.models.ServiceMinute: mean GPU/CPU utilization, QPS,
   replicas) written by the profile pipeline. A minute is written once Flink's watermark passes it, about
   3 minutes after it starts (1-minute window + 2-minute lateness bound + the publisher's delay), while the
-  policy drops a minute whose end lies more than 2 minutes behind `now` (SPEC §3: "drop metrics that lag
-  more than 2 minutes"). So with today's pipeline every minute arrives already stale: the policy answers
-  "stale-metrics" and, after 5 silent minutes, restores yesterday's maximum. Using this source for live
-  decisions needs a pipeline lateness bound under a minute (or a direct Prometheus read); it is right for
-  vertical recommendations and forecasts, which look at hours of history.
+  policy drops a minute whose end lies more than 2 minutes behind `now` (README: Inference autoscaling: "drop
+  metrics that lag more than 2 minutes"). So with today's pipeline every minute arrives already stale: the policy
+  answers "stale-metrics" and, after 5 silent minutes, restores yesterday's maximum. Using this source for live
+  decisions needs a pipeline lateness bound under a minute (or a direct Prometheus read); it is right for vertical
+  recommendations and forecasts, which look at hours of history.
 - `DemoLoads`: the live demo's traffic (cluster/simulated/traffic.py) on the demo's compressed clock; each
   minute is measured at the ready count the loop sees when it first reads it, kept in Redis next to the
   simulated cluster. `make run` uses this one (TIDAL_DEMO_TRAFFIC=1).
@@ -94,7 +94,7 @@ def demo_clock(*, redis, namespace: str, now: float) -> DemoClock:
 
 def demo_traffic(*, clock: DemoClock, traces_dir: Path | None = None) -> DemoTraffic | None:
     """Every autoscaled service's demo curve: its peak needs PEAK_SHARE of its max_replicas at expectRate of
-    its GPU threshold (scheduler/demo.py sizes the services); None without the traces."""
+    its GPU threshold (demo/data.py sizes the services); None without the traces."""
     traces = Path(traces_dir or settings.TRACES_DIR)
     if not (traces / WORLDCUP).is_dir() or not (traces / GENAI).is_dir():
         return None

@@ -24,7 +24,7 @@ class Pool(models.TextChoices):
 class ResourceGroup(models.Model):
     """Nodes of one hardware class (CPU, T4, P40-vGPU, …); lending decisions are taken per group.
 
-    Lending thresholds are fractions of the online side's quota usage (SPEC §4): lend below `min_rate`
+    Lending thresholds are fractions of the online side's quota usage (README: Co-location): lend below `min_rate`
     (when training waits) up to `expect_rate`; take back above `max_rate` down to `expect_rate`."""
 
     name = models.SlugField(max_length=64, unique=True)
@@ -146,7 +146,7 @@ class InferenceService(models.Model):
     cpu_milli_per_replica = models.PositiveIntegerField(default=4000)
     memory_mib_per_replica = models.PositiveIntegerField(default=16384)
     autoscaling = models.BooleanField(default=True)
-    # SPEC §3 filters and system rules; the policy is colocation/policy/autoscaling.py
+    # README: Inference autoscaling: filters and system rules; the policy is colocation/policy/autoscaling.py
     offline = models.BooleanField(default=False, help_text="Not serving: the autoscaler leaves it alone.")
     manual_deploy = models.BooleanField(default=False, help_text="Being deployed by hand: the autoscaler leaves it alone.")
     peak_start = models.TimeField(null=True, blank=True, help_text="Daytime peak window (local time): no scale-in inside it.")
@@ -186,7 +186,7 @@ class InferenceService(models.Model):
 
 
 class ScalingThreshold(models.Model):
-    """maxRate / minRate / expectRate of one utilization metric of a service (SPEC §3)."""
+    """maxRate / minRate / expectRate of one utilization metric of a service (README: Inference autoscaling)."""
 
     class Metric(models.TextChoices):
         GPU = "gpu", "GPU utilization"

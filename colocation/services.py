@@ -55,7 +55,8 @@ def _by_index(errors: list[dict]) -> dict[str, dict]:
 
 
 def _threshold_errors(t: dict, seen: set) -> dict:
-    """SPEC §3: 0 < minRate < expectRate < maxRate ≤ 1, each resource once; errors by the field at fault."""
+    """README: Inference autoscaling: 0 < minRate < expectRate < maxRate ≤ 1, each resource once; errors by the field at
+    fault."""
     low, expect, high = t["min_rate"], t["expect_rate"], t["max_rate"]
     mine = {}
     if low <= 0:

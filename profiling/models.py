@@ -1,4 +1,5 @@
-"""Profiles from the streaming pipeline (SPEC §2): what the profile sink writes and what the batch derives.
+"""Profiles from the streaming pipeline (README: Task profiles): what the profile sink writes and what the batch
+derives.
 
 - JobMinute, ServiceMinute: one row per training run / inference service per event-time minute, as the
   Flink job emitted it (topics profiles.job-minute, profiles.service-minute). These rows are the archive.

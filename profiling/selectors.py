@@ -11,7 +11,7 @@ from django.db.models import F, Max, QuerySet, Sum, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from cluster.types import JobStatus as JS
+from cluster.types import JobStatus
 from cluster.types import JobView
 from colocation.models import InferenceService
 from profiling.models import RESOURCES, Forecast, JobMinute, LateSample, RunSummary, ServiceMinute
@@ -170,7 +170,7 @@ def job_profile(*, job: TrainingJob, attempt: int | None = None, since: datetime
 
 def rightsizing_advice(*, job: TrainingJob) -> Advice | None:
     """What the scheduler would bind for `job` now from its task's past runs (None: no history, the request
-    is kept), and the utilization term of its priority score (SPEC §1)."""
+    is kept), and the utilization term of its priority score (README: Training scheduler)."""
     history = task_histories(task_keys=[job.task_key]).get(job.task_key)
     if history is None or not history.runs:
         return None
@@ -178,7 +178,7 @@ def rightsizing_advice(*, job: TrainingJob) -> Advice | None:
     view = JobView(
         id=job.pk, name=job.name, task_key=job.task_key, department=job.department.name,
         framework=str(job.framework), gpu_model=job.gpu_model.name if job.gpu_model else None,
-        gpus=float(job.gpus), cpu_milli=job.cpu_milli, memory_mib=job.memory_mib, status=JS.PENDING,
+        gpus=float(job.gpus), cpu_milli=job.cpu_milli, memory_mib=job.memory_mib, status=JobStatus.PENDING,
         submitted_at=job.submitted_at.timestamp(), history=history.runs, keep_request=job.keep_request,
     )
     return Advice(runs=min(len(history.runs), profile.rightsizing_runs), requested=requested(view),

@@ -16,7 +16,7 @@ from django.db import transaction
 from cluster.backend import (
     JOB_LABEL, RUN_LABEL, RUNTIME_LABEL, TASK_LABEL, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
 )
-from colocation.backends import live_cluster
+from colocation.live_backend import live_cluster
 from scheduler import services
 from scheduler.gcfreeze import frozen_heap
 from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
@@ -208,7 +208,8 @@ def _record_pending(decisions: list[StillPending]) -> None:
 
 
 def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | None:
-    """One tick on the configured cluster, unless this worker must not act now (then None; colocation/backends.py)."""
+    """One tick on the configured cluster, unless this worker must not act now (then None; see
+    colocation/live_backend.py)."""
     with live_cluster(redis=redis, namespace=namespace, loop="scheduler",
                       interval_s=settings.TIDAL_SCHEDULER_INTERVAL_S) as cluster:
         if cluster is None:

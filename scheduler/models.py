@@ -198,7 +198,8 @@ class TrainingJob(models.Model):
         default=dict, blank=True, help_text="Free-form key/values, like Kubernetes annotations (the demo keeps its "
         "simulated run time here).",
     )
-    # What the scheduler bound and charged: the right-sized request (SPEC §1); the request above is kept.
+    # What the scheduler bound and charged: the right-sized request; the request above is kept (README: Training
+    # scheduler).
     alloc_gpus = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
     alloc_cpu_milli = models.PositiveIntegerField(null=True, blank=True)
     cpu_limit_milli = models.PositiveIntegerField(null=True, blank=True)

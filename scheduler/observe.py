@@ -4,7 +4,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from cluster.backend import ClusterBackend
-from cluster.types import Allocation, GpuShare, JobStatus as JS, JobView, Pool, QuotaKind as QK, QuotaView, Snapshot
+from cluster.types import (Allocation, GpuShare, JobStatus as JobViewStatus, JobView, Pool, QuotaKind, QuotaView,
+                           Snapshot)
 from colocation.policy import LendingProfile
 from colocation.policy.pools import preferred_pool
 from colocation.selectors import lending_profile
@@ -24,7 +25,7 @@ def _allocation(job: TrainingJob, run: JobRun | None) -> Allocation | None:
         gpu_shares=tuple(GpuShare(int(i), float(s)) for i, s in run.gpu_shares),
         cpu_milli=job.alloc_cpu_milli or job.cpu_milli,
         memory_mib=job.alloc_memory_mib or job.memory_mib,
-        quota_kind=QK(job.quota_kind) if job.quota_kind else None,
+        quota_kind=QuotaKind(job.quota_kind) if job.quota_kind else None,
     )
 
 
@@ -32,7 +33,7 @@ def job_view(job: TrainingJob, run: JobRun | None, history: TaskHistory | None =
     return JobView(
         id=job.pk, name=job.name, task_key=job.task_key, department=job.department.name, framework=str(job.framework),
         gpu_model=job.gpu_model.name if job.gpu_model else None, gpus=float(job.gpus), cpu_milli=job.cpu_milli,
-        memory_mib=job.memory_mib, status=JS(job.status), submitted_at=job.submitted_at.timestamp(),
+        memory_mib=job.memory_mib, status=JobViewStatus(job.status), submitted_at=job.submitted_at.timestamp(),
         started_at=job.started_at.timestamp() if job.started_at else None, allocation=_allocation(job, run),
         expected_duration_s=job.expected_duration_s,
         preferred_pool=Pool(job.pool_preference) if job.pool_preference else None,
@@ -41,8 +42,8 @@ def job_view(job: TrainingJob, run: JobRun | None, history: TaskHistory | None =
 
 
 def with_pool(view: JobView, now: float, profile: LendingProfile, past_run_s: Sequence[float]) -> JobView:
-    """A pending job's pool (SPEC §4): fixed when killed by a take-back or long, else co-location first."""
-    if view.status is not JS.PENDING or view.preferred_pool is Pool.FIXED:
+    """A pending job's pool (README: Co-location): fixed when killed by a take-back or long, else co-location first."""
+    if view.status is not JobViewStatus.PENDING or view.preferred_pool is Pool.FIXED:
         return view
     choice = preferred_pool(view, now, profile, past_run_s=past_run_s)
     return replace(view, preferred_pool=choice.pools[0])

@@ -260,7 +260,8 @@ def job_submit(
 
 @transaction.atomic
 def job_keep_request(*, job: TrainingJob, keep: bool, actor) -> TrainingJob:
-    """Turn right-sizing off (keep the request as asked) or back on for one job: the SPEC's admin override.
+    """Turn right-sizing off (keep the request as asked) or back on for one job: the admins' override
+    (README: Training scheduler).
     It applies from the job's next admission."""
     job = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
     if not selectors.can_administer(user=actor, department=job.department):
@@ -312,12 +313,13 @@ def job_cancel(*, job: TrainingJob, actor) -> TrainingJob:
 # live loops, the lending controller and the API call these; the callers that hold a job's row lock pass the job.
 
 
-def pod_name(job_id: int, attempt: int) -> str:
+def run_pod_name(job_id: int, attempt: int) -> str:
+    """A run's pod: one per attempt (the simulated cluster names one per job: simulated_training.simulated_pod_name)."""
     return f"job-{job_id}-{attempt}"
 
 
 def job_of_pod(name: str) -> int | None:
-    """The job of a pod named by pod_name; None for any other pod."""
+    """The job of a pod named by run_pod_name; None for any other pod."""
     parts = name.split("-")
     return int(parts[1]) if len(parts) == 3 and parts[0] == "job" and parts[1].isdigit() else None
 
@@ -360,7 +362,7 @@ def job_admit(*, admission: Admit, now: float) -> tuple[TrainingJob, JobRun] | N
     job.save()
     attempt = (job.runs.aggregate(n=Max("attempt"))["n"] or 0) + 1
     run = JobRun.objects.create(
-        job=job, attempt=attempt, node=node, gpu_model=gpu_model, pod=pod_name(job.pk, attempt),
+        job=job, attempt=attempt, node=node, gpu_model=gpu_model, pod=run_pod_name(job.pk, attempt),
         gpu_shares=[[s.index, s.share] for s in admission.gpu_shares], started_at=utc(now),
     )
     decision_record(kind=Decision.Kind.ADMISSION, subject=f"job:{job.pk}", department=job.department,

@@ -3,7 +3,7 @@ from celery import shared_task
 from django.conf import settings
 from redis import Redis
 
-from scheduler import live, whatif, workload
+from scheduler import live, whatif
 from scheduler.policy.profile import get_profile
 
 
@@ -12,11 +12,6 @@ def scheduler_tick() -> dict | None:
     report = live.run_live_tick(redis=Redis.from_url(settings.REDIS_URL), namespace=settings.TIDAL_REDIS_NAMESPACE,
                                 profile=get_profile(settings.TIDAL_SCHEDULER_PROFILE))
     return report and report.__dict__
-
-
-@shared_task(name="scheduler.demo_workload", ignore_result=True)
-def demo_workload_tick() -> int:
-    return workload.demo_submit_due(redis=Redis.from_url(settings.REDIS_URL), namespace=settings.TIDAL_REDIS_NAMESPACE)
 
 
 @shared_task(name="scheduler.replay", ignore_result=True)

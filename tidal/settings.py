@@ -50,6 +50,8 @@ INSTALLED_APPS = [
     "colocation",
     "profiling",
     "frontend",
+    "demo",
+    "benchmarks",
 ]
 
 MIDDLEWARE = [
@@ -197,7 +199,7 @@ TIDAL_AUTOSCALE_INTERVAL_S = float(os.environ.get("TIDAL_AUTOSCALE_INTERVAL_S", 
 TIDAL_ALERT_WEBHOOK_URL = os.environ.get("TIDAL_ALERT_WEBHOOK_URL", "")  # POSTed a JSON body per autoscaler alert
 CELERY_BEAT_SCHEDULE["autoscale-tick"] = {"task": "colocation.autoscale_tick", "schedule": TIDAL_AUTOSCALE_INTERVAL_S}
 
-# The cluster the live loops act on (colocation/backends.py): the embedded simulated one, or Kubernetes through
+# The cluster the live loops act on (colocation/live_backend.py): the embedded simulated one, or Kubernetes through
 # TIDAL_KUBECONFIG (empty: the in-cluster service account). README "Running against a Kubernetes cluster".
 TIDAL_CLUSTER_BACKEND = os.environ.get("TIDAL_CLUSTER_BACKEND", "simulated")
 if TIDAL_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
@@ -217,7 +219,7 @@ KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090")
 PUSHGATEWAY_URL = os.environ.get("PUSHGATEWAY_URL", "http://127.0.0.1:9091")
 
-# The profile pipeline (SPEC §2): exporter -> Prometheus -> publisher -> Kafka -> Flink -> Kafka -> sink.
+# The profile pipeline (README: Task profiles): exporter -> Prometheus -> publisher -> Kafka -> Flink -> Kafka -> sink.
 TIDAL_TOPIC_PREFIX = os.environ.get("TIDAL_TOPIC_PREFIX", "tidal")  # streaming.topics.Topics(prefix)
 TIDAL_EXPORTER_PORT = int(os.environ.get("TIDAL_EXPORTER_PORT", "9108"))  # simulated cluster's /metrics
 TIDAL_METRICS_STEP_S = int(os.environ.get("TIDAL_METRICS_STEP_S", "5"))  # one PodSample per pod per step

@@ -24,7 +24,7 @@ from kubernetes.utils import parse_quantity
 
 from cluster.backend import KIND_LABEL, RUNTIME_LABEL, TRAINING
 from cluster.fit import first_fit, free_gpus, gpu_fits
-from cluster.kubernetes import conventions as kc
+from cluster.kubernetes import conventions
 from cluster.kubernetes.objects import TERMINAL, annotations_of, labels_of, meta, phase, terminating, timestamp
 
 log = logging.getLogger(__name__)
@@ -96,22 +96,22 @@ class NodeRoom:
     @classmethod
     def of(cls, node: Obj, bound: list[Obj]) -> NodeRoom:
         alloc = node.get("status", {}).get("allocatable") or {}
-        count = int(alloc.get(kc.NVIDIA_GPU) or alloc.get(kc.GPUSHARE_COUNT) or 0)
+        count = int(alloc.get(conventions.NVIDIA_GPU) or alloc.get(conventions.GPUSHARE_COUNT) or 0)
         room = cls(node, parse_quantity(alloc.get("cpu", "0")), parse_quantity(alloc.get("memory", "0")),
-                   int(alloc.get("pods", 110)), [0.0] * count, kc.device_gib(alloc))
+                   int(alloc.get("pods", 110)), [0.0] * count, conventions.device_gib(alloc))
         # Pods with known devices first: whole-GPU pods then take the lowest devices still free.
-        for pod in sorted(bound, key=lambda p: kc.SHARES_ANNOTATION not in annotations_of(p)
-                          and kc.GPUSHARE_IDX not in annotations_of(p)):
+        for pod in sorted(bound, key=lambda p: conventions.SHARES_ANNOTATION not in annotations_of(p)
+                          and conventions.GPUSHARE_IDX not in annotations_of(p)):
             room.take(pod, room.devices_of(pod))
         return room
 
     def devices_of(self, pod: Obj) -> dict[int, float]:
         ann = annotations_of(pod)
-        if kc.SHARES_ANNOTATION in ann:
-            return {s.index: s.share for s in kc.decode_shares(ann[kc.SHARES_ANNOTATION])}
-        if kc.GPUSHARE_IDX in ann and kc.GPUSHARE_POD in ann and self.device_gib:
-            return {int(ann[kc.GPUSHARE_IDX]): int(ann[kc.GPUSHARE_POD]) / self.device_gib}
-        return dict.fromkeys(free_gpus(self.used)[:int(requests(pod).get(kc.NVIDIA_GPU, 0))], 1.0)
+        if conventions.SHARES_ANNOTATION in ann:
+            return {s.index: s.share for s in conventions.decode_shares(ann[conventions.SHARES_ANNOTATION])}
+        if conventions.GPUSHARE_IDX in ann and conventions.GPUSHARE_POD in ann and self.device_gib:
+            return {int(ann[conventions.GPUSHARE_IDX]): int(ann[conventions.GPUSHARE_POD]) / self.device_gib}
+        return dict.fromkeys(free_gpus(self.used)[:int(requests(pod).get(conventions.NVIDIA_GPU, 0))], 1.0)
 
     def take(self, pod: Obj, devices: Mapping[int, float]) -> None:
         asks = requests(pod)
@@ -126,19 +126,20 @@ class NodeRoom:
         asks = requests(pod)
         if asks.get("cpu", 0) > self.cpu or asks.get("memory", 0) > self.memory or self.pods < 1:
             return None
-        gib = int(asks.get(kc.GPUSHARE_MEM, 0))
-        devices = self._devices_for(pod, gib, int(asks.get(kc.NVIDIA_GPU, 0)))
+        gib = int(asks.get(conventions.GPUSHARE_MEM, 0))
+        devices = self._devices_for(pod, gib, int(asks.get(conventions.NVIDIA_GPU, 0)))
         if devices is None:
             return None
         if not gib:
             return Placement(devices, {})
-        return Placement(devices, {kc.GPUSHARE_IDX: str(min(devices)), kc.GPUSHARE_POD: str(gib),
-                                   kc.GPUSHARE_DEV: str(self.device_gib), kc.GPUSHARE_ASSIGNED: "false",
-                                   kc.GPUSHARE_ASSUME_TIME: str(time.time_ns())})
+        return Placement(devices, {conventions.GPUSHARE_IDX: str(min(devices)), conventions.GPUSHARE_POD: str(gib),
+                                   conventions.GPUSHARE_DEV: str(self.device_gib),
+                                   conventions.GPUSHARE_ASSIGNED: "false",
+                                   conventions.GPUSHARE_ASSUME_TIME: str(time.time_ns())})
 
     def _devices_for(self, pod: Obj, gib: int, whole: int) -> dict[int, float] | None:
         """The GPUs Tidal chose (when each has room), else first fit: gpushare's GiB on one device or whole GPUs."""
-        if kc.SHARES_ANNOTATION in annotations_of(pod):
+        if conventions.SHARES_ANNOTATION in annotations_of(pod):
             devices = self.devices_of(pod)
             room = all(i < len(self.used) and gpu_fits(self.used[i], s) for i, s in devices.items())
             return devices if room else None

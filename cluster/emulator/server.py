@@ -30,7 +30,7 @@ from kubernetes import client
 
 from cluster.backend import RESOURCE_GROUP_LABEL
 from cluster.emulator.actors import Actors
-from cluster.kubernetes import conventions as kc
+from cluster.kubernetes import conventions
 from cluster.types import NodeView
 
 Obj = dict[str, Any]
@@ -532,13 +532,13 @@ def gpu_device_gib(model: str) -> int:
 
 def node_object(view: NodeView) -> Obj:
     """A Node as a kubelet with NVIDIA GPU feature discovery and the GPU sharing device plugin would register it."""
-    labels = {RESOURCE_GROUP_LABEL: view.resource_group, kc.POOL_LABEL: view.pool.value,
-              kc.STATE_LABEL: view.state.value, **view.labels}
+    labels = {RESOURCE_GROUP_LABEL: view.resource_group, conventions.POOL_LABEL: view.pool.value,
+              conventions.STATE_LABEL: view.state.value, **view.labels}
     capacity = {"cpu": f"{view.cpu_milli}m", "memory": f"{view.memory_mib}Mi", "pods": "110"}
     if view.gpu_model:
-        labels.update({kc.GPU_MODEL_LABEL: view.gpu_model, kc.GFD_PRODUCT_LABEL: view.gpu_model})
-        capacity.update({kc.NVIDIA_GPU: str(view.gpu_count), kc.GPUSHARE_COUNT: str(view.gpu_count),
-                         kc.GPUSHARE_MEM: str(view.gpu_count * gpu_device_gib(view.gpu_model))})
+        labels.update({conventions.GPU_MODEL_LABEL: view.gpu_model, conventions.GFD_PRODUCT_LABEL: view.gpu_model})
+        capacity.update({conventions.NVIDIA_GPU: str(view.gpu_count), conventions.GPUSHARE_COUNT: str(view.gpu_count),
+                         conventions.GPUSHARE_MEM: str(view.gpu_count * gpu_device_gib(view.gpu_model))})
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": view.name, "labels": labels},
             "spec": {"unschedulable": not view.state.normal},
             "status": {"capacity": capacity, "allocatable": dict(capacity)}}

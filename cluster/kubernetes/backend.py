@@ -5,7 +5,7 @@ reflectors in background threads (watch.Reflector; client-go's listers read the 
 writes or `refresh()` starts the next tick; a read after a write waits until the stores hold it. Events: what the pod
 and node watches saw, plus terminal pods re-reported on every drain until they are cleaned up. Errors: 429 is
 BackendBusy (try later), 404/409/422 BackendError (a refusal), 5xx, timeouts, refused connections and a watch that
-cannot list BackendUnavailable (the tick stops; see colocation/backends.py).
+cannot list BackendUnavailable (the tick stops; see colocation/live_backend.py).
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from cluster.backend import (
     ReplicaSetView,
 )
 from cluster.fit import misfit
-from cluster.kubernetes import conventions as cv
-from cluster.kubernetes import objects as ko
+from cluster.kubernetes import conventions
+from cluster.kubernetes import objects
 from cluster.kubernetes.watch import Reflector, version
 from cluster.types import GPU_EPS, NodeState, NodeView
 
@@ -50,7 +50,7 @@ class Conflict(BackendError):
 class KubeSettings:
     namespace: str = "tidal-workloads"  # where Tidal's pods and ReplicaSets live
     image: str = "busybox:1.37"  # for pods whose job names no image (inference services have none yet)
-    labels: ko.Labels = field(default_factory=ko.Labels)
+    labels: objects.Labels = field(default_factory=objects.Labels)
     grace_period_s: int = 30  # evicted pods' termination grace
     replacement_wait_s: float = 5.0  # how long detach_pod waits for the ReplicaSet controller's new pod
     request_timeout_s: float = 10.0
@@ -119,26 +119,27 @@ class KubernetesCluster:
 
     def _load(self, all_nodes: Iterable[Mapping], all_pods: Iterable[Mapping], all_rs: Iterable[Mapping]) -> _Read:
         names = self.settings.labels
-        nodes = {ko.meta(n)["name"]: n for n in all_nodes if ko.is_tidal_node(n, names)}
-        gib = {name: cv.device_gib(ko.allocatable(n)) for name, n in nodes.items()}
+        nodes = {objects.meta(n)["name"]: n for n in all_nodes if objects.is_tidal_node(n, names)}
+        gib = {name: conventions.device_gib(objects.allocatable(n)) for name, n in nodes.items()}
         raw, others = {}, defaultdict(lambda: [0, 0])
         for pod in all_pods:
             if self._ours(pod):
-                raw[ko.meta(pod)["name"]] = pod
-            elif ko.phase(pod) not in ko.TERMINAL and ko.node_name(pod) in nodes:  # DaemonSets and the like
-                cpu, memory, _ = ko.requests_of(pod.get("spec") or {})
-                others[ko.node_name(pod)][0] += cpu
-                others[ko.node_name(pod)][1] += memory
+                raw[objects.meta(pod)["name"]] = pod
+            elif objects.phase(pod) not in objects.TERMINAL and objects.node_name(pod) in nodes:
+                # others' pods: DaemonSets and the like
+                cpu, memory, _ = objects.requests_of(pod.get("spec") or {})
+                others[objects.node_name(pod)][0] += cpu
+                others[objects.node_name(pod)][1] += memory
         pods, pending = self._pod_views(raw, gib, nodes)
         by_node: dict[str, list[PodView]] = defaultdict(list)
         for view in pods.values():
             by_node[view.node].append(view)
-        views = {name: ko.node_view(n, names, by_node[name], tuple(others[name])) for name, n in nodes.items()}
-        rs_raw = {ko.meta(r)["name"]: r for r in all_rs}
+        views = {name: objects.node_view(n, names, by_node[name], tuple(others[name])) for name, n in nodes.items()}
+        rs_raw = {objects.meta(r)["name"]: r for r in all_rs}
         return _Read(views, gib, pods, raw, pending, self._rs_views(rs_raw, pods, pending), rs_raw)
 
     def _ours(self, pod: Mapping) -> bool:
-        return ko.meta(pod).get("namespace") == self.settings.namespace and KIND_LABEL in ko.labels_of(pod)
+        return objects.meta(pod).get("namespace") == self.settings.namespace and KIND_LABEL in objects.labels_of(pod)
 
     def _pod_views(self, raw: Mapping[str, Mapping], gib: Mapping[str, int | None],
                    nodes: Mapping[str, Mapping]) -> tuple[dict[str, PodView], list[PendingPodView]]:
@@ -146,15 +147,15 @@ class KubernetesCluster:
         pods: dict[str, PodView] = {}
         pending: list[PendingPodView] = []
         unknown: list[tuple[Mapping, PodSpec]] = []
-        used: dict[str, list[float]] = {n: [0.0] * ko.gpu_count(node) for n, node in nodes.items()}
-        for pod in sorted(raw.values(), key=lambda p: ko.meta(p).get("creationTimestamp") or ""):
-            if ko.phase(pod) in ko.TERMINAL:
+        used: dict[str, list[float]] = {n: [0.0] * objects.gpu_count(node) for n, node in nodes.items()}
+        for pod in sorted(raw.values(), key=lambda p: objects.meta(p).get("creationTimestamp") or ""):
+            if objects.phase(pod) in objects.TERMINAL:
                 continue
-            node = ko.node_name(pod)
-            spec, known = ko.pod_spec(pod, gib.get(node))
+            node = objects.node_name(pod)
+            spec, known = objects.pod_spec(pod, gib.get(node))
             if not node:
-                if REPLICASET_LABEL in spec.labels and not ko.terminating(pod):
-                    pending.append(ko.pending_view(pod, spec))
+                if REPLICASET_LABEL in spec.labels and not objects.terminating(pod):
+                    pending.append(objects.pending_view(pod, spec))
                 continue
             if node not in nodes:
                 continue  # on a node that is not Tidal's
@@ -164,22 +165,22 @@ class KubernetesCluster:
             for s in spec.gpu_shares:
                 if s.index < len(used[node]):
                     used[node][s.index] += s.share
-            pods[spec.name] = ko.pod_view(pod, spec)
+            pods[spec.name] = objects.pod_view(pod, spec)
         for pod, spec in unknown:
-            placed = ko.place_unknown(spec, used[ko.node_name(pod)])
+            placed = objects.place_unknown(spec, used[objects.node_name(pod)])
             for s in placed.gpu_shares:
-                used[ko.node_name(pod)][s.index] += s.share
-            pods[spec.name] = ko.pod_view(pod, placed)
+                used[objects.node_name(pod)][s.index] += s.share
+            pods[spec.name] = objects.pod_view(pod, placed)
         return pods, pending
 
     def _rs_views(self, rs_raw: Mapping[str, Mapping], pods: Mapping[str, PodView],
                   pending: list[PendingPodView]) -> dict[str, ReplicaSetView]:
         out = {}
         for name, rs in rs_raw.items():
-            template, _ = ko.pod_spec((rs.get("spec") or {}).get("template") or {})
+            template, _ = objects.pod_spec((rs.get("spec") or {}).get("template") or {})
             owned = [p for p in pods.values() if p.replicaset == name and not p.terminating]
             waiting = sum(1 for p in pending if p.replicaset == name)
-            out[name] = ko.replicaset_view(rs, template, owned, waiting, self.settings.labels)
+            out[name] = objects.replicaset_view(rs, template, owned, waiting, self.settings.labels)
         return out
 
     # -- ReplicaSets -----------------------------------------------------------------------------------
@@ -194,7 +195,7 @@ class KubernetesCluster:
         if node_selector is None and stored is not None:
             node_selector = self._state().replicasets[name].node_selector
         try:
-            body = ko.replicaset(name, template, replicas, self.settings.namespace, self.settings.image,
+            body = objects.replicaset(name, template, replicas, self.settings.namespace, self.settings.image,
                                  node_selector, self._template_gib(template), self.settings.labels)
         except ValueError as error:
             raise BackendError(f"replicaset {name}: {error}") from None
@@ -208,7 +209,7 @@ class KubernetesCluster:
         patch: dict = {}
         if old.get("replicas") != replicas:
             patch["spec"] = {"replicas": replicas}
-        if ko.annotations_of(stored).get(TEMPLATE_HASH_ANNOTATION) != digest:  # new pods get the new template
+        if objects.annotations_of(stored).get(TEMPLATE_HASH_ANNOTATION) != digest:  # new pods get the new template
             patch = {"metadata": {"annotations": body["metadata"]["annotations"]},
                      "spec": {"replicas": replicas, "template": body["spec"]["template"]}}
         if patch:
@@ -227,12 +228,12 @@ class KubernetesCluster:
         """Relabel the pod out of its ReplicaSet's selector (the ReplicaSet controller then creates a replacement)
         and link the two; "" when the replacement has not appeared within replacement_wait_s (linked later)."""
         raw = self._state().raw.get(pod)
-        if raw is None or not ko.node_name(raw) or ko.phase(raw) in ko.TERMINAL:
+        if raw is None or not objects.node_name(raw) or objects.phase(raw) in objects.TERMINAL:
             raise BackendError(f"pod {pod} is not bound")
-        owner = ko.labels_of(raw).get(REPLICASET_LABEL)
+        owner = objects.labels_of(raw).get(REPLICASET_LABEL)
         if owner is None:
             raise BackendError(f"pod {pod} belongs to no replicaset (already detached?)")
-        before = {p for p, r in self._state().raw.items() if ko.labels_of(r).get(REPLICASET_LABEL) == owner}
+        before = {p for p, r in self._state().raw.items() if objects.labels_of(r).get(REPLICASET_LABEL) == owner}
         self._write(self._pods_watch, self._core.patch_namespaced_pod, pod, self.settings.namespace, {"metadata": {
             "labels": {REPLICASET_LABEL: None, DETACHED_FROM_LABEL: owner},
             "annotations": {DETACHED_AT_ANNOTATION: f"{self._clock():.3f}"}, "ownerReferences": None}})
@@ -246,10 +247,10 @@ class KubernetesCluster:
 
     def _new_pod(self, pods: Iterable[Mapping], owner: str, before: set[str]) -> str | None:
         """The oldest pod of ReplicaSet `owner` not in `before` that replaces no other, or None."""
-        new = sorted((p for p in pods if self._ours(p) and ko.labels_of(p).get(REPLICASET_LABEL) == owner
-                      and ko.meta(p)["name"] not in before and REPLACES_LABEL not in ko.labels_of(p)),
-                     key=lambda p: ko.meta(p).get("creationTimestamp") or "")
-        return ko.meta(new[0])["name"] if new else None
+        new = sorted((p for p in pods if self._ours(p) and objects.labels_of(p).get(REPLICASET_LABEL) == owner
+                      and objects.meta(p)["name"] not in before and REPLACES_LABEL not in objects.labels_of(p)),
+                     key=lambda p: objects.meta(p).get("creationTimestamp") or "")
+        return objects.meta(new[0])["name"] if new else None
 
     def _link(self, old: str, new: str) -> None:
         self._write(self._pods_watch, self._core.patch_namespaced_pod, new, self.settings.namespace,
@@ -261,17 +262,17 @@ class KubernetesCluster:
         """A detached pod whose replacement came after detach_pod stopped waiting gets it now: the oldest unclaimed
         pod of its ReplicaSet created after it was detached."""
         state = self._state()
-        claimed = {ko.labels_of(p).get(REPLACES_LABEL) for p in state.raw.values()}
+        claimed = {objects.labels_of(p).get(REPLACES_LABEL) for p in state.raw.values()}
         for name, pod in state.raw.items():
-            labels = ko.labels_of(pod)
+            labels = objects.labels_of(pod)
             owner = labels.get(DETACHED_FROM_LABEL)
-            if owner is None or REPLACED_BY_LABEL in labels or name in claimed or ko.terminating(pod):
+            if owner is None or REPLACED_BY_LABEL in labels or name in claimed or objects.terminating(pod):
                 continue
-            since = float(ko.annotations_of(pod).get(DETACHED_AT_ANNOTATION, "0"))
-            candidates = sorted((ko.meta(p).get("creationTimestamp") or "", n) for n, p in state.raw.items()
-                                if ko.labels_of(p).get(REPLICASET_LABEL) == owner
-                                and REPLACES_LABEL not in ko.labels_of(p)
-                                and ko.timestamp(ko.meta(p).get("creationTimestamp")) >= int(since))
+            since = float(objects.annotations_of(pod).get(DETACHED_AT_ANNOTATION, "0"))
+            candidates = sorted((objects.meta(p).get("creationTimestamp") or "", n) for n, p in state.raw.items()
+                                if objects.labels_of(p).get(REPLICASET_LABEL) == owner
+                                and REPLACES_LABEL not in objects.labels_of(p)
+                                and objects.timestamp(objects.meta(p).get("creationTimestamp")) >= int(since))
             if candidates:
                 self._link(name, candidates[0][1])
                 state = self._state()
@@ -286,8 +287,8 @@ class KubernetesCluster:
         if why:
             raise BackendError(why)
         try:
-            body = ko.bound_pod(pod, node, self.settings.namespace, self.settings.image, state.device_gib.get(node),
-                                self.settings.grace_period_s, time.time_ns())
+            body = objects.bound_pod(pod, node, self.settings.namespace, self.settings.image,
+                                     state.device_gib.get(node), self.settings.grace_period_s, time.time_ns())
         except ValueError as error:
             raise BackendError(f"pod {pod.name} on {node}: {error}") from None
         try:  # not _write: a tick binds many pods, so the read is updated with this one instead of redone
@@ -302,8 +303,8 @@ class KubernetesCluster:
 
     @staticmethod
     def _remember_bound(pod: Mapping, state: _Read) -> None:
-        spec, _ = ko.pod_spec(pod, state.device_gib.get(ko.node_name(pod)))
-        view = ko.pod_view(pod, spec)
+        spec, _ = objects.pod_spec(pod, state.device_gib.get(objects.node_name(pod)))
+        view = objects.pod_view(pod, spec)
         node = state.nodes[view.node]
         used = list(node.used_shares())
         for s in spec.gpu_shares:
@@ -345,7 +346,7 @@ class KubernetesCluster:
         names = self.settings.labels
         for attempt in range(CONFLICT_RETRIES):
             current = self._call(self._core.read_node, node)
-            patch = {"metadata": {"resourceVersion": ko.meta(current).get("resourceVersion"),
+            patch = {"metadata": {"resourceVersion": objects.meta(current).get("resourceVersion"),
                                   "labels": {**(labels or {}), names.state: state.value}},
                      "spec": {"unschedulable": None if state.normal else True}}
             try:
@@ -364,7 +365,7 @@ class KubernetesCluster:
         events = self._pods_watch.drain() + self._nodes_watch.drain()
         now, state = self._clock(), self._state()
         for name, pod in list(state.raw.items()):
-            if ko.phase(pod) not in ko.TERMINAL or ko.labels_of(pod).get(KIND_LABEL) != TRAINING:
+            if objects.phase(pod) not in objects.TERMINAL or objects.labels_of(pod).get(KIND_LABEL) != TRAINING:
                 continue
             if name in self._reported:
                 self._delete_terminal(name, state)
@@ -392,29 +393,30 @@ class KubernetesCluster:
         if not self._ours(pod):
             return
         now = self._clock()
-        before_node = ko.node_name(previous) if previous else ""
-        spec, _ = ko.pod_spec(pod)
-        node = ko.node_name(pod)
+        before_node = objects.node_name(previous) if previous else ""
+        spec, _ = objects.pod_spec(pod)
+        node = objects.node_name(pod)
         if kind == "DELETED":
-            if previous is not None and ko.phase(previous) not in ko.TERMINAL and before_node:
+            if previous is not None and objects.phase(previous) not in objects.TERMINAL and before_node:
                 deleted = EventKind.POD_DELETED if spec.labels.get(KIND_LABEL) == INFERENCE else EventKind.POD_EVICTED
                 yield ClusterEvent(deleted, now, before_node, spec.name, spec.job_id, "deleted")
             return
         if node and not before_node:
             started = EventKind.POD_CREATED if REPLICASET_LABEL in spec.labels else EventKind.POD_STARTED
             yield ClusterEvent(started, now, node, spec.name, spec.job_id)
-        if ko.is_ready(pod) and not (previous and ko.is_ready(previous)) and spec.labels.get(KIND_LABEL) == INFERENCE:
+        became_ready = objects.is_ready(pod) and not (previous and objects.is_ready(previous))
+        if became_ready and spec.labels.get(KIND_LABEL) == INFERENCE:
             yield ClusterEvent(EventKind.POD_READY, now, node, spec.name)
-        if ko.phase(pod) in ko.TERMINAL and not (previous and ko.phase(previous) in ko.TERMINAL):
+        if objects.phase(pod) in objects.TERMINAL and not (previous and objects.phase(previous) in objects.TERMINAL):
             yield from _terminal_events(pod, now)
 
     def _node_events(self, kind: str, node: Mapping, previous: Mapping | None) -> Iterable[ClusterEvent]:
         names = self.settings.labels
-        if kind == "DELETED" or previous is None or not ko.is_tidal_node(node, names):
+        if kind == "DELETED" or previous is None or not objects.is_tidal_node(node, names):
             return
-        old, new = ko.node_state(previous, names), ko.node_state(node, names)
+        old, new = objects.node_state(previous, names), objects.node_state(node, names)
         if old is not new:
-            yield ClusterEvent(EventKind.NODE_STATE_CHANGED, self._clock(), ko.meta(node)["name"],
+            yield ClusterEvent(EventKind.NODE_STATE_CHANGED, self._clock(), objects.meta(node)["name"],
                                detail=f"{old.value}->{new.value}")
 
     # -- calls -----------------------------------------------------------------------------------------
@@ -426,7 +428,7 @@ class KubernetesCluster:
         return written
 
     def _wrote(self, store: Reflector, obj: Mapping) -> None:
-        self._written[store] = max(self._written[store], version(ko.meta(obj).get("resourceVersion")))
+        self._written[store] = max(self._written[store], version(objects.meta(obj).get("resourceVersion")))
 
     def _call(self, fn: Callable, *args, **kwargs) -> Mapping:
         what = fn.__name__
@@ -440,10 +442,10 @@ class KubernetesCluster:
 
 
 def _terminal_events(pod: Mapping, now: float) -> list[ClusterEvent]:
-    spec, _ = ko.pod_spec(pod)
+    spec, _ = objects.pod_spec(pod)
     status = pod.get("status") or {}
-    node = ko.node_name(pod)
-    if ko.phase(pod) == "Succeeded":
+    node = objects.node_name(pod)
+    if objects.phase(pod) == "Succeeded":
         return [ClusterEvent(EventKind.POD_FINISHED, now, node, spec.name, spec.job_id)]
     reason = status.get("reason") or ""
     detail = f"{reason}: {status.get('message', '')}".strip(": ") or "failed"

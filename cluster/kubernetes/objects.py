@@ -16,7 +16,7 @@ from cluster.backend import (
     PodView, ReplicaSetView,
 )
 from cluster.fit import free_gpus
-from cluster.kubernetes import conventions as cv
+from cluster.kubernetes import conventions
 from cluster.types import GPU_EPS, GpuShare, NodeState, NodeView, Pool
 
 TERMINAL = ("Succeeded", "Failed")
@@ -28,9 +28,9 @@ class Labels:
     """Which node labels carry Tidal's node facts (configurable: clusters already label their nodes)."""
 
     resource_group: str = RESOURCE_GROUP_LABEL
-    pool: str = cv.POOL_LABEL
-    state: str = cv.STATE_LABEL
-    gpu_model: tuple[str, ...] = (cv.GPU_MODEL_LABEL, cv.GFD_PRODUCT_LABEL)
+    pool: str = conventions.POOL_LABEL
+    state: str = conventions.STATE_LABEL
+    gpu_model: tuple[str, ...] = (conventions.GPU_MODEL_LABEL, conventions.GFD_PRODUCT_LABEL)
 
 
 def meta(obj: Mapping) -> Mapping:
@@ -87,7 +87,7 @@ def allocatable(node: Mapping) -> Mapping[str, str]:
 
 def gpu_count(node: Mapping) -> int:
     alloc = allocatable(node)
-    return int(parse_quantity(alloc.get(cv.NVIDIA_GPU) or alloc.get(cv.GPUSHARE_COUNT) or 0))
+    return int(parse_quantity(alloc.get(conventions.NVIDIA_GPU) or alloc.get(conventions.GPUSHARE_COUNT) or 0))
 
 
 def node_view(node: Mapping, names: Labels, pods: Iterable[PodView], other_usage: tuple[int, int] = (0, 0)) -> NodeView:
@@ -133,22 +133,22 @@ def gpu_amount(annotations: Mapping[str, str], limits: Mapping[str, str], device
     """GPUs a pod (or template) asks for: Tidal's annotation, else whole devices, else a gpushare memory share."""
     if GPU_REQUEST_ANNOTATION in annotations:
         return float(annotations[GPU_REQUEST_ANNOTATION])
-    if limits.get(cv.NVIDIA_GPU):
-        return float(parse_quantity(limits[cv.NVIDIA_GPU]))
-    if limits.get(cv.GPUSHARE_MEM) and device_gib:
-        return min(1.0, float(parse_quantity(limits[cv.GPUSHARE_MEM])) / device_gib)
+    if limits.get(conventions.NVIDIA_GPU):
+        return float(parse_quantity(limits[conventions.NVIDIA_GPU]))
+    if limits.get(conventions.GPUSHARE_MEM) and device_gib:
+        return min(1.0, float(parse_quantity(limits[conventions.GPUSHARE_MEM])) / device_gib)
     return 0.0
 
 
 def shares_of(annotations: Mapping[str, str], amount: float) -> tuple[tuple[GpuShare, ...], bool]:
     """The pod's GPU shares and whether their indices are known. Tidal's own record first, then the gpushare
     extender's index; whole GPUs placed by someone else get their indices from node_shares()."""
-    if cv.SHARES_ANNOTATION in annotations:
-        return cv.decode_shares(annotations[cv.SHARES_ANNOTATION]), True
+    if conventions.SHARES_ANNOTATION in annotations:
+        return conventions.decode_shares(annotations[conventions.SHARES_ANNOTATION]), True
     if amount <= 0:
         return (), True
-    if amount <= 1 and cv.GPUSHARE_IDX in annotations:
-        return (GpuShare(int(annotations[cv.GPUSHARE_IDX]), amount),), True
+    if amount <= 1 and conventions.GPUSHARE_IDX in annotations:
+        return (GpuShare(int(annotations[conventions.GPUSHARE_IDX]), amount),), True
     shape = (GpuShare(0, amount),) if amount <= 1 else tuple(GpuShare(i, 1.0) for i in range(int(amount)))
     return shape, False
 
@@ -164,8 +164,8 @@ def pod_spec(obj: Mapping, device_gib: int | None = None) -> tuple[PodSpec, bool
     command = containers[0].get("command") or []
     return PodSpec(
         name=meta(obj).get("name", ""), job_id=int(job) if job.isdigit() else None,
-        gpu_model=annotations.get(cv.GPU_MODEL_ANNOTATION) if shares else None, gpu_shares=shares, cpu_milli=cpu,
-        memory_mib=memory, labels=labels, image=containers[0].get("image", ""),
+        gpu_model=annotations.get(conventions.GPU_MODEL_ANNOTATION) if shares else None, gpu_shares=shares,
+        cpu_milli=cpu, memory_mib=memory, labels=labels, image=containers[0].get("image", ""),
         command=command[-1] if command else ""), known
 
 
@@ -234,27 +234,29 @@ def gpu_limits(spec: PodSpec, device_gib: int | None) -> dict[str, str]:
     if gpus <= 0:
         return {}
     if gpus > 1 or (len(spec.gpu_shares) == 1 and spec.gpu_shares[0].share >= 1 - GPU_EPS):
-        return {cv.NVIDIA_GPU: str(round(gpus))}
+        return {conventions.NVIDIA_GPU: str(round(gpus))}
     if device_gib is None:
         raise ValueError("the node has no GPU sharing device plugin (aliyun.com/gpu-mem) for a fractional GPU")
-    return {cv.GPUSHARE_MEM: str(cv.gpushare_gib(gpus, device_gib))}
+    return {conventions.GPUSHARE_MEM: str(conventions.gpushare_gib(gpus, device_gib))}
 
 
 def gpushare_annotations(spec: PodSpec, device_gib: int | None, now_ns: int) -> dict[str, str]:
     """The scheduler extender's annotations for a fractional pod placed on one device."""
     if device_gib is None or not spec.gpu_shares or spec.gpus >= 1 - GPU_EPS or len(spec.gpu_shares) != 1:
         return {}
-    return {cv.GPUSHARE_IDX: str(spec.gpu_shares[0].index), cv.GPUSHARE_POD: str(cv.gpushare_gib(spec.gpus, device_gib)),
-            cv.GPUSHARE_DEV: str(device_gib), cv.GPUSHARE_ASSIGNED: "false", cv.GPUSHARE_ASSUME_TIME: str(now_ns)}
+    return {conventions.GPUSHARE_IDX: str(spec.gpu_shares[0].index),
+            conventions.GPUSHARE_POD: str(conventions.gpushare_gib(spec.gpus, device_gib)),
+            conventions.GPUSHARE_DEV: str(device_gib), conventions.GPUSHARE_ASSIGNED: "false",
+            conventions.GPUSHARE_ASSUME_TIME: str(now_ns)}
 
 
 def bound_pod(spec: PodSpec, node: str, namespace: str, image: str, device_gib: int | None, grace_s: int,
               now_ns: int) -> dict:
     labels = {KIND_LABEL: TRAINING, **spec.labels}
-    annotations = {cv.SHARES_ANNOTATION: cv.encode_shares(spec.gpu_shares),
+    annotations = {conventions.SHARES_ANNOTATION: conventions.encode_shares(spec.gpu_shares),
                    **gpushare_annotations(spec, device_gib, now_ns)}
     if spec.gpu_model and spec.gpu_shares:
-        annotations[cv.GPU_MODEL_ANNOTATION] = spec.gpu_model
+        annotations[conventions.GPU_MODEL_ANNOTATION] = spec.gpu_model
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": spec.name, "namespace": namespace, "labels": labels, "annotations": annotations},
@@ -270,7 +272,7 @@ def replicaset(name: str, template: PodSpec, replicas: int, namespace: str, imag
     labels = {**template.labels, KIND_LABEL: INFERENCE, REPLICASET_LABEL: name}
     annotations = {GPU_REQUEST_ANNOTATION: f"{template.gpus:g}"}
     if template.gpu_model and template.gpu_shares:
-        annotations[cv.GPU_MODEL_ANNOTATION] = template.gpu_model
+        annotations[conventions.GPU_MODEL_ANNOTATION] = template.gpu_model
     pod_spec_: dict = {"containers": [container(template, image, "server", gpu_limits(template, device_gib))]}
     pod_spec_["nodeSelector"] = {**(node_selector or {}), names.state: NodeState.ONLINE_NORMAL.value}
     return {

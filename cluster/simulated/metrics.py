@@ -58,7 +58,7 @@ MINUTE_MS = 60_000
 SCALE = 1_000_000  # series are kept in millionths: integrals are exact integers, so counters never step back
 MIB = 1 << 20
 FB_MIB = {"T4": 16384, "P100": 16384, "V100M16": 16384, "V100M32": 32768, "V100": 16384, "A10": 24576,
-          "G2": 24576, "G3": 32768, "P40": 24576, "RTX3090": 24576, "A100": 40960}  # as scheduler/demo.py
+          "G2": 24576, "G3": 32768, "P40": 24576, "RTX3090": 24576, "A100": 40960}  # as demo/data.py
 DEFAULT_FB_MIB = 16384
 
 # Latency: lora_request_trace.csv exec times have median 23 s, p90 53 s. At the typical load (0.5) the

@@ -1,4 +1,4 @@
-"""The four policies compared, each one step per simulated minute. reactive and tidal call the real SPEC §3
+"""The four policies compared, each one step per simulated minute. reactive and tidal call the real autoscaling
 policy (`colocation.policy.autoscaling.decide_service`); hpa calls `colocation.policy.hpa.decide`. Nothing
 here decides by itself except `Static`, which never changes."""
 
@@ -62,8 +62,8 @@ class Hpa:
 
 
 class Spec:
-    """SPEC §3 through `decide_service`: reactive alone (predictive off), or tidal with the forecast of the
-    work (utilization at `notional` replicas, h1..h5 per minute), scaled to the current replica count."""
+    """Inference autoscaling through `decide_service`: reactive alone (predictive off), or tidal with the forecast of
+    the work (utilization at `notional` replicas, h1..h5 per minute), scaled to the current replica count."""
 
     def __init__(self, name: str, policy: ScalingPolicy, forecast: np.ndarray | None = None,
                  notional: int = 1, forecast_note: str = "") -> None:

@@ -1,5 +1,5 @@
-"""Inference autoscaling (SPEC §3), pure: a service's scaling decision from its policy, its recent per-minute
-loads, its forecast and `now`; then one arbitration across a resource group by priority.
+"""Inference autoscaling (README: Inference autoscaling), pure: a service's scaling decision from its policy, its recent
+per-minute loads, its forecast and `now`; then one arbitration across a resource group by priority.
 
 The live loop (colocation/autoscaler.py), the co-location simulation and the offline evaluation
 (`manage.py autoscale_eval`) all call `decide_group`/`decide_service`: one policy, three callers.
@@ -71,7 +71,7 @@ class Rates:
                              f"{self.min_rate}/{self.expect_rate}/{self.max_rate}")
 
 
-BUSY_RATES = Rates(0.6, 0.7, 0.8)  # SPEC §3: the workers' busy fraction kept within 0.6-0.8
+BUSY_RATES = Rates(0.6, 0.7, 0.8)  # README: Inference autoscaling: the workers' busy fraction kept within 0.6-0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,8 @@ class ScalingPolicy:
     tz: str = "UTC"
 
     def rates(self) -> dict[str, Rates]:
-        """The metrics this policy scales on; the busy signal without its own threshold keeps 0.6-0.8 (SPEC §3)."""
+        """The metrics this policy scales on; the busy signal without its own threshold keeps 0.6-0.8 (README: Inference
+        autoscaling)."""
         if self.busy_signal:
             return {BUSY: dict(self.thresholds).get(BUSY, BUSY_RATES)}
         return {m: r for m, r in self.thresholds if m in METRICS}
@@ -146,7 +147,8 @@ class ScaleDecision:
 
 
 def decide_service(view: ServiceView, now: float) -> ScaleDecision:
-    """SPEC §3 for one service: filters, the reactive and predictive rules, scale to zero, then system rules."""
+    """Inference autoscaling for one service: filters, the reactive and predictive rules, scale to zero, then system
+    rules."""
     skip = _skip(view, now)
     if skip is not None:
         return skip

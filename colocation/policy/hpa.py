@@ -1,5 +1,6 @@
 """The Kubernetes HorizontalPodAutoscaler (autoscaling/v2) algorithm for one Utilization metric, pure: the
-baseline the offline evaluation (`manage.py autoscale_eval`) compares SPEC §3 with. Tidal does not use it live.
+baseline the offline evaluation (`manage.py autoscale_eval`) compares Tidal's autoscaling with. Tidal does not use it
+live.
 
 Followed (kubernetes/kubernetes, pkg/controller/podautoscaler/):
 - replica_calculator.go GetResourceReplicas: usageRatio = utilization / target over the *ready* pods; if

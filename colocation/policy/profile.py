@@ -28,7 +28,7 @@ class Thresholds:
 
 @dataclass(frozen=True, slots=True)
 class BusyWindow:
-    """[start, end) local time when conversions in `direction` are expected (SPEC §4)."""
+    """[start, end) local time when conversions in `direction` are expected (README: Co-location)."""
 
     start: time
     end: time

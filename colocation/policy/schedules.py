@@ -1,4 +1,4 @@
-"""Scheduled scaling windows: cron day-of-week syntax and local wall-clock times (SPEC §3)."""
+"""Scheduled scaling windows: cron day-of-week syntax and local wall-clock times (README: Inference autoscaling)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Vertical scaling (SPEC §3): per-replica resources recommended from a service's measured utilization, pure.
+"""Vertical scaling (README: Inference autoscaling): per-replica resources recommended from a service's measured
+utilization, pure.
 
 Per resource: the 95th percentile of the per-minute utilization (a fraction of what a replica has now) times
 what it has, divided by the rate the service wants to run at (its expectRate), rounded up to a sane step and

@@ -1,5 +1,5 @@
-"""The simulation's side of SPEC §3 autoscaling: it measures each service every minute and asks the real policy
-(`colocation.policy.autoscaling`), as the live loop does; nothing here decides."""
+"""The simulation's side of inference autoscaling (README: Inference autoscaling): it measures each service every
+minute and asks the real policy (`colocation.policy.autoscaling`), as the live loop does; nothing here decides."""
 
 from __future__ import annotations
 

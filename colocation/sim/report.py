@@ -82,7 +82,7 @@ def write(sim: Outcome, static: Outcome, out: Path, command: str, wall_s: float)
         "(by name) of each group form the fixed training pool (never lent); the rest start online.",
         f"- Inference: World Cup 98 per-minute curve per service (own day and phase), scaled so a group's services "
         f"need {c.inference_peak:.0%} of its co-location capacity at their p99 minute at expectRate; per-replica "
-        "GPU utilization from the Alibaba GenAI serving trace (k per QPS, noise); SPEC §3 autoscaling by the "
+        "GPU utilization from the Alibaba GenAI serving trace (k per QPS, noise); inference autoscaling by the "
         f"live loop's policy (`colocation.policy.autoscaling`, reactive; min/expect/max {gpu.min_rate}/"
         f"{gpu.expect_rate}/{gpu.max_rate}), "
         f"{c.startup_s:.0f} s startup.",

@@ -1,7 +1,7 @@
 """The co-location simulation: one cluster on a virtual clock, 1-minute ticks, the real policies.
 
 Each tick: (1) the backend advances (training pods finish, inference pods become ready, pending
-pods are retried); (2) training jobs arrive; (3) inference autoscaling (SPEC §3: the real policy,
+pods are retried); (2) training jobs arrive; (3) inference autoscaling (the real policy,
 `autoscaling.decide_group` per group) applied as ReplicaSet scales; (4) `decide_lending` per group
 opens transitions;
 (5) the step machine (`next_action`) runs each open transition as far as it can this tick;
@@ -31,11 +31,11 @@ from colocation.policy.pools import long_bar_s
 from colocation.policy.states import Direction
 from colocation.sim.autoscale import Measured
 from colocation.sim.config import SIM_START, SimConfig
-from colocation.sim.observed import GroupNodes
+from colocation.sim.group_nodes import GroupNodes
 from colocation.sim.queue import PendingQueue
-from colocation.sim.workload import (build_jobs, build_nodes, build_services, group_capacity, initial_replicas,
+from colocation.sim.world import (build_jobs, build_nodes, build_services, group_capacity, initial_replicas,
                                     peak_replicas, static_split)
-from scheduler.bench import SimulatedTraining, pod_name
+from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, get_profile, schedule
 
 MAX_STEPS_PER_TICK = 64  # per transition; a lend of a node with many pods needs 2 per pod
@@ -417,5 +417,5 @@ def run_sim(cfg: SimConfig, progress: Callable[[int], None] | None = None) -> Co
     return sim
 
 
-__all__ = ["CoLocationSim", "Metrics", "Outcome", "NodeView", "pod_name", "run_sim", "group_capacity",
+__all__ = ["CoLocationSim", "Metrics", "Outcome", "NodeView", "run_sim", "group_capacity",
            "DETACHED_FROM_LABEL", "REPLACES_LABEL"]

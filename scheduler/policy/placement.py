@@ -21,7 +21,7 @@ class Placement:
 
 
 class PoolMatch:
-    """Long jobs and jobs killed by a take-back go to the fixed training pool only (SPEC §4)."""
+    """Long jobs and jobs killed by a take-back go to the fixed training pool only (README: Co-location)."""
 
     name = "pool"
 

@@ -2,7 +2,7 @@
 
     trace.py    read and validate Alibaba 2023 node and pod lists (errors name file:line)
     mapping.py  pod -> training job: department, quota account, GPU-model constraints, run time
-    engine.py   event loop over the shared acting layer (scheduler.bench.SimulatedTraining)
+    engine.py   event loop over the shared acting layer (scheduler.simulated_training.SimulatedTraining)
     metrics.py  what is measured while replaying
     report.py   report.md, report.json, PNG plots
 

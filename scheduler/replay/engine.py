@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from cluster.clock import VirtualClock
 from cluster.types import JobStatus, JobView, NodeView, QuotaView
-from scheduler.bench import SimulatedTraining
+from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, StillPending, get_profile, schedule
 from scheduler.replay import mapping as mp
 from scheduler.replay.metrics import CAPACITY_REASONS, JobRecord, Recorder
@@ -88,7 +88,7 @@ def build_setup(trace: PodTrace, nodes: list[NodeView], mapping: mp.Mapping, opt
 
 
 class ReplayCluster(SimulatedTraining):
-    """The shared acting layer (scheduler.bench.SimulatedTraining), recording what happens."""
+    """The shared acting layer (scheduler.simulated_training.SimulatedTraining), recording what happens."""
 
     def __init__(self, setup: Setup, clock: VirtualClock, recorder: Recorder) -> None:
         super().__init__(setup.nodes, setup.quotas, setup.certified, clock)

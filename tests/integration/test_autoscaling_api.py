@@ -1,5 +1,5 @@
-"""The autoscaling policy of an inference service through the API (SPEC §3 rules as field errors, nothing
-written on a refusal) and its scaling history."""
+"""The autoscaling policy of an inference service through the API (the rules of README: Inference autoscaling as field
+errors, nothing written on a refusal) and its scaling history."""
 from datetime import timedelta
 
 import pytest

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from streaming.bench import check_alive, sink_log, start_sink
+from benchmarks.streaming import check_alive, sink_log, start_sink
 
 
 @pytest.fixture

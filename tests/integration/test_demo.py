@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 
 from colocation.models import Node, ResourceGroup
-from scheduler.demo import DEPARTMENTS, demo_load
+from demo.data import DEPARTMENTS, demo_load
 from scheduler.models import Department, Framework, Quota
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ def test_demo_workload_submits_trace_pods_as_they_come_due(world, settings, tmp_
 
     from cluster.simulated.store import RUNTIME_LABEL
     from scheduler.models import TrainingJob
-    from scheduler.workload import POD_LIST, demo_submit_due
+    from demo.trace_jobs import POD_LIST, demo_submit_due
 
     (tmp_path / POD_LIST).parent.mkdir(parents=True)
     (tmp_path / POD_LIST).write_text(

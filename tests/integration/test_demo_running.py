@@ -36,7 +36,7 @@ from redis import Redis
 
 from cluster.simulated.traffic import DemoClock
 from colocation.loads import DEMO_KEY, demo_traffic
-from scheduler.demo import DEMO_PASSWORD, OPERATOR, demo_load
+from demo.data import DEMO_PASSWORD, OPERATOR, demo_load
 from tests.integration.console_pages import assert_no_template_syntax
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from redis import Redis
 
 from cluster.backend import RUNTIME_LABEL, BackendUnavailable
 from cluster.simulated import store
-from colocation import backends, controller, services
+from colocation import controller, live_backend, services
 from colocation.models import Node, NodeTransition
 from colocation.policy import Direction
 from colocation.selectors import lending_profile
@@ -68,14 +68,14 @@ def loops(world, settings, monkeypatch):
     settings.TIDAL_REDIS_NAMESPACE = namespace = f"test-faults-backend-{uuid.uuid4().hex[:8]}"
     settings.TIDAL_CLUSTER_BACKOFF_S, settings.TIDAL_CLUSTER_ALERT_AFTER = 0.25, 3
     outage = Outage(after_binds=1)
-    session = backends._session
+    session = live_backend._session
 
     @contextmanager
     def through_outage(redis, namespace, wait_s):
         with session(redis, namespace, wait_s) as backend:
             yield outage.wrap(backend)
 
-    monkeypatch.setattr(backends, "_session", through_outage)
+    monkeypatch.setattr(live_backend, "_session", through_outage)
     redis = Redis.from_url(settings.REDIS_URL)
     yield world, outage, redis, namespace
     for key in redis.scan_iter(f"{namespace}:*"):
@@ -92,7 +92,7 @@ def lending(redis, namespace):
 
 def past_backoff(redis, namespace) -> None:
     """Wait until the loops may try the cluster again (the retry time the last failure set)."""
-    retry_at = redis.get(f"{namespace}:{backends.RETRY_AT_KEY}")
+    retry_at = redis.get(f"{namespace}:{live_backend.RETRY_AT_KEY}")
     if retry_at is not None:
         time.sleep(max(0.0, float(retry_at) - time.time()) + 0.01)
 
@@ -113,9 +113,9 @@ def test_a_cluster_outage_is_backed_off_alerted_once_and_recovered_from(loops):
     delays = []
     for tick in range(FAILED_TICKS - 1):  # both loops keep ticking through the outage
         past_backoff(redis, namespace)
-        retry_at = float(redis.get(f"{namespace}:{backends.RETRY_AT_KEY}"))
+        retry_at = float(redis.get(f"{namespace}:{live_backend.RETRY_AT_KEY}"))
         assert (lending if tick % 2 else scheduling)(redis, namespace) is None
-        delays.append(float(redis.get(f"{namespace}:{backends.RETRY_AT_KEY}")) - retry_at)
+        delays.append(float(redis.get(f"{namespace}:{live_backend.RETRY_AT_KEY}")) - retry_at)
         calls = outage.calls
         assert scheduling(redis, namespace) is None and lending(redis, namespace) is None  # in backoff:
         assert outage.calls == calls  # they did not even ask the cluster
@@ -124,7 +124,7 @@ def test_a_cluster_outage_is_backed_off_alerted_once_and_recovered_from(loops):
     assert outcomes == {"cluster-unavailable", "backoff"}  # counted, each with why
     alerts = Decision.objects.filter(kind=Decision.Kind.ALERT, subject="cluster")
     assert list(alerts.values_list("reason", flat=True)) == ["cluster-unavailable"]
-    assert f"{backends.settings.TIDAL_CLUSTER_ALERT_AFTER} ticks in a row" in alerts.get().message
+    assert f"{live_backend.settings.TIDAL_CLUSTER_ALERT_AFTER} ticks in a row" in alerts.get().message
 
     outage.end()
     past_backoff(redis, namespace)

@@ -14,7 +14,7 @@ from cluster.backend import RUNTIME_LABEL
 from cluster.emulator import Emulator
 from cluster.kubernetes.conventions import LEASE_NAME
 from cluster.kubernetes.lease import LeaseElector
-from colocation import backends, controller, services
+from colocation import controller, live_backend, services
 from colocation.models import Node, NodeState, NodeTransition, Pool
 from colocation.policy import Direction
 from colocation.selectors import lending_profile, node_views
@@ -44,11 +44,11 @@ def kube(world, settings, tmp_path):
         settings.TIDAL_LEADER_ID = "worker-a"
         settings.TIDAL_REDIS_NAMESPACE = f"test-k8s-{uuid.uuid4().hex[:8]}"
         settings.TIDAL_CLUSTER_BACKOFF_S = 0.01
-        backends.kubernetes_backend.cache_clear()
+        live_backend.kubernetes_backend.cache_clear()
         redis = Redis.from_url(settings.REDIS_URL)
         yield world, emu, redis, settings.TIDAL_REDIS_NAMESPACE
-        backends.kubernetes_backend()[0].stop()
-        backends.kubernetes_backend.cache_clear()
+        live_backend.kubernetes_backend()[0].stop()
+        live_backend.kubernetes_backend.cache_clear()
         for key in redis.scan_iter(f"{settings.TIDAL_REDIS_NAMESPACE}:*"):
             redis.delete(key)
 
@@ -183,7 +183,7 @@ def test_the_cluster_stopping_mid_tick_loses_no_job(kube, monkeypatch):
                                 reason="operator", message="for training")
     until(lambda: lend_tick(kube), lambda: Node.objects.get(name="t4-1").state == NodeState.OFFLINE_NORMAL)
     job = submit(world)
-    backend, _ = backends.kubernetes_backend()
+    backend, _ = live_backend.kubernetes_backend()
     bind = backend.bind
 
     def stop_then_bind(pod, node):

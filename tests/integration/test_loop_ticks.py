@@ -10,7 +10,7 @@ import pytest
 from redis import Redis
 
 from cluster.simulated import store
-from colocation.backends import LOCK_WAIT_SHARE
+from colocation.live_backend import LOCK_WAIT_SHARE
 from scheduler import live
 from scheduler.models import Decision
 from scheduler.policy.profile import get_profile

@@ -1,5 +1,6 @@
-"""Profiles feed the live scheduler (SPEC §1, §2): one `scheduler.tick` right-sizes a job from its task's run
-summaries, adds the ±20 utilization term, and sends a task whose past runs were long to the fixed pool."""
+"""Profiles feed the live scheduler (README: Training scheduler, Task profiles): one `scheduler.tick` right-sizes a job
+from its task's run summaries, adds the ±20 utilization term, and sends a task whose past runs were long to the fixed
+pool."""
 
 import pytest
 

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streaming.bench import children_cpu_s
+from benchmarks.streaming import children_cpu_s
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint('done', flush=True)\ninput()"
 

@@ -2,7 +2,7 @@
 
 from cluster.clock import VirtualClock
 from cluster.types import JobStatus, QuotaKind
-from scheduler.bench import SimulatedTraining
+from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Reason, get_profile
 from tests.unit.builders import MIN, NOW, JobBuilder, NodeBuilder, SnapshotBuilder
 from tests.unit.helpers import admit, cycle, pending

@@ -2,11 +2,11 @@
 import pytest
 
 from cluster.backend import JOB_LABEL, KIND_LABEL, PodSpec
-from cluster.kubernetes import conventions as cv
-from cluster.kubernetes import objects as ko
+from cluster.kubernetes import conventions
+from cluster.kubernetes import objects
 from cluster.types import GpuShare, NodeState, Pool
 
-NAMES = ko.Labels()
+NAMES = objects.Labels()
 
 
 def node(labels: dict, unschedulable: bool = False, **allocatable) -> dict:
@@ -22,17 +22,17 @@ def node(labels: dict, unschedulable: bool = False, **allocatable) -> dict:
     ({}, False, NodeState.OFFLINE_NORMAL),  # no labels: the fixed pool trains
 ], ids=["labelled", "cordoned-offline", "cordoned-online", "colocation-default", "fixed-default"])
 def test_node_state_comes_from_the_label_and_a_cordon_makes_it_unnormal(labels, unschedulable, state):
-    assert ko.node_state(node(labels, unschedulable), NAMES) is state
+    assert objects.node_state(node(labels, unschedulable), NAMES) is state
 
 
 def test_node_view_reads_allocatable_and_the_gpu_feature_discovery_product():
     raw = node({"tidal.io/resource-group": "a100", "nvidia.com/gpu.product": "A100-SXM4-80GB"},
                **{"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"})
-    view = ko.node_view(raw, NAMES, [], (500, 1024))
+    view = objects.node_view(raw, NAMES, [], (500, 1024))
     assert (view.resource_group, view.gpu_model, view.gpu_count) == ("a100", "A100-SXM4-80GB", 8)
     assert (view.cpu_milli, view.memory_mib, view.pool) == (96000, 1024 * 1024, Pool.FIXED)
     assert (view.cpu_used, view.memory_used) == (500, 1024)  # what other pods on the node request
-    assert ko.is_tidal_node(raw, NAMES) and not ko.is_tidal_node(node({}), NAMES)
+    assert objects.is_tidal_node(raw, NAMES) and not objects.is_tidal_node(node({}), NAMES)
 
 
 def pod(annotations: dict, limits: dict | None = None, **labels) -> dict:
@@ -43,47 +43,47 @@ def pod(annotations: dict, limits: dict | None = None, **labels) -> dict:
 
 
 @pytest.mark.parametrize("annotations, limits, shares, known", [
-    ({cv.SHARES_ANNOTATION: "0:0.5,3:1"}, {}, (GpuShare(0, 0.5), GpuShare(3, 1.0)), True),
-    ({cv.GPUSHARE_IDX: "2"}, {cv.GPUSHARE_MEM: "8"}, (GpuShare(2, 0.5),), True),  # 8 of a 16 GiB device
-    ({}, {cv.NVIDIA_GPU: "2"}, (GpuShare(0, 1.0), GpuShare(1, 1.0)), False),  # the device plugin chose
+    ({conventions.SHARES_ANNOTATION: "0:0.5,3:1"}, {}, (GpuShare(0, 0.5), GpuShare(3, 1.0)), True),
+    ({conventions.GPUSHARE_IDX: "2"}, {conventions.GPUSHARE_MEM: "8"}, (GpuShare(2, 0.5),), True),  # 8 of 16 GiB
+    ({}, {conventions.NVIDIA_GPU: "2"}, (GpuShare(0, 1.0), GpuShare(1, 1.0)), False),  # the device plugin chose
     ({}, {}, (), True),
 ], ids=["tidal-record", "gpushare-extender", "whole-gpus-elsewhere", "cpu-only"])
 def test_pod_shares_are_read_from_whoever_placed_it(annotations, limits, shares, known):
-    spec, got_known = ko.pod_spec(pod(annotations, limits, **{JOB_LABEL: "7"}), device_gib=16)
+    spec, got_known = objects.pod_spec(pod(annotations, limits, **{JOB_LABEL: "7"}), device_gib=16)
     assert (spec.gpu_shares, got_known) == (shares, known)
     assert (spec.job_id, spec.cpu_milli, spec.memory_mib, spec.image, spec.command) == (7, 500, 2048, "img", "train")
 
 
 def test_a_bound_pod_round_trips_with_the_device_plugins_limits():
     spec = PodSpec("job-1-1", 1, "T4", (GpuShare(1, 0.25),), 1500, 4096, {JOB_LABEL: "1"}, "img", "train")
-    body = ko.bound_pod(spec, "n1", "ns", "default", 16, 30, 123)
+    body = objects.bound_pod(spec, "n1", "ns", "default", 16, 30, 123)
     annotations = body["metadata"]["annotations"]
-    assert body["spec"]["containers"][0]["resources"]["limits"][cv.GPUSHARE_MEM] == "4"
-    assert annotations[cv.GPUSHARE_IDX] == "1" and annotations[cv.GPUSHARE_DEV] == "16"
-    back, known = ko.pod_spec(body, 16)
+    assert body["spec"]["containers"][0]["resources"]["limits"][conventions.GPUSHARE_MEM] == "4"
+    assert annotations[conventions.GPUSHARE_IDX] == "1" and annotations[conventions.GPUSHARE_DEV] == "16"
+    back, known = objects.pod_spec(body, 16)
     assert known and back.gpu_shares == spec.gpu_shares and back.gpu_model == "T4"
     whole = PodSpec("job-2-1", 2, "T4", (GpuShare(0, 1.0), GpuShare(1, 1.0)), 1000, 1024)
-    assert ko.bound_pod(whole, "n1", "ns", "img", None, 30, 0)["spec"]["containers"][0]["resources"]["limits"][
-        cv.NVIDIA_GPU] == "2"
+    assert objects.bound_pod(whole, "n1", "ns", "img", None, 30, 0)["spec"]["containers"][0]["resources"]["limits"][
+        conventions.NVIDIA_GPU] == "2"
     with pytest.raises(ValueError, match="GPU sharing device plugin"):
-        ko.bound_pod(spec, "n1", "ns", "img", None, 30, 0)  # a fraction needs gpushare on the node
+        objects.bound_pod(spec, "n1", "ns", "img", None, 30, 0)  # a fraction needs gpushare on the node
 
 
 def test_a_replicaset_keeps_its_pods_on_online_normal_nodes_and_shows_the_selector_asked():
     template = PodSpec("svc", None, "T4", (GpuShare(0, 0.5),), 2000, 4096, {"tidal.io/service": "svc"})
-    rs = ko.replicaset("svc", template, 3, "ns", "img", {"tidal.io/resource-group": "t4"}, 16, NAMES)
+    rs = objects.replicaset("svc", template, 3, "ns", "img", {"tidal.io/resource-group": "t4"}, 16, NAMES)
     selector = rs["spec"]["template"]["spec"]["nodeSelector"]
     assert selector == {"tidal.io/resource-group": "t4", "tidal.io/state": "online-normal"}
     assert rs["spec"]["selector"] == {"matchLabels": {"tidal.io/replicaset": "svc"}}
     rs["metadata"]["name"] = "svc"
-    view = ko.replicaset_view(rs, template, [], 0, NAMES)
+    view = objects.replicaset_view(rs, template, [], 0, NAMES)
     assert dict(view.node_selector) == {"tidal.io/resource-group": "t4"} and view.replicas == 3
 
 
 @pytest.mark.parametrize("text", ["0:0.5,x", "a:1", "0"])
 def test_a_malformed_shares_annotation_is_refused(text):
     with pytest.raises(ValueError):
-        cv.decode_shares(text)
+        conventions.decode_shares(text)
 
 
 @pytest.mark.parametrize("status, kind, detail", [

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from cluster.clock import VirtualClock
 from cluster.types import CPU_KEY, GPU_EPS, MEMORY_KEY, JobStatus, QuotaKind, QuotaView
-from scheduler.bench import SimulatedTraining
+from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Reason, get_profile
 from tests.unit.builders import NOW, JobBuilder, NodeBuilder
 

@@ -1,5 +1,5 @@
-"""Inference in the simulated backend (ReplicaSets, readiness, detach, pending) and the SPEC §3
-real-time threshold rule."""
+"""Inference in the simulated backend (ReplicaSets, readiness, detach, pending) and the
+real-time threshold rule (README: Inference autoscaling)."""
 
 import pytest
 

@@ -19,7 +19,7 @@ from colocation.autoscale_eval.trace import TRACES, TraceError
 
 class Command(BaseCommand):
     help = ("Replay a per-minute traffic trace through a service model with four autoscaling policies side by side "
-            "(static, Kubernetes HPA, SPEC reactive, tidal = reactive + XGBoost predictive + system rules): "
+            "(static, Kubernetes HPA, reactive, tidal = reactive + XGBoost predictive + system rules): "
             "overloaded minutes, replica-hours, scale events, forecast MAE, plots. Traces: worldcup98 (88 days; "
             "the last --days whole days are evaluated, all earlier days train the forecast); genai (the Alibaba "
             "GenAI QPS trace spans 22 hours, too short to train on earlier days: refused with that reason).")

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from cluster.simulated.exporter import register_target, target_file, target_name
 from frontend import metrics
-from scheduler.demo import DEMO_PASSWORD, OPERATOR, USERS
+from demo.data import DEMO_PASSWORD, OPERATOR, USERS
 
 
 def debug_notice(*, debug: bool) -> str | None:

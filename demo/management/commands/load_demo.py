@@ -3,7 +3,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from scheduler.demo import DEMO_PASSWORD, OPERATOR, USERS, demo_load
+from demo.data import DEMO_PASSWORD, OPERATOR, USERS, demo_load
 
 
 class Command(BaseCommand):

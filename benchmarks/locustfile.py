@@ -1,6 +1,6 @@
-"""The API's users for `bench api` (scheduler/loadtest.py), run headless by Locust as a library.
+"""The API's users for `bench api` (benchmarks/api.py), run headless by Locust as a library.
 
-`python -m scheduler.locustfile PLAN.json` runs in a process of its own: Locust monkey-patches the standard library
+`python -m benchmarks.locustfile PLAN.json` runs in a process of its own: Locust monkey-patches the standard library
 for gevent, which the Django process that seeds the database must not be, and its CPU is then its own (the machine
 is shared with gunicorn and PostgreSQL; the parent reports what this process used). No Django here: the plan file
 says who the users are (tokens, departments, jobs they may read). It writes JSON lines on stdout: `spawned`, one

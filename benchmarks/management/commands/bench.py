@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from django.conf import settings
 
-from scheduler.bench import bench_scheduler
+from benchmarks.scheduler import bench_scheduler
 
 
 class Command(BaseCommand):
@@ -70,7 +70,7 @@ class Command(BaseCommand):
     def _streaming(opts: dict) -> dict:
         from django.core.management import call_command
 
-        from streaming.bench import bench_streaming
+        from benchmarks.streaming import bench_streaming
 
         call_command("migrate", verbosity=0)  # its sink writes the configured database: a fresh clone has no tables
 
@@ -88,7 +88,7 @@ class Command(BaseCommand):
 
     @staticmethod
     def _console(opts: dict) -> dict:
-        from frontend.bench import PAGES, bench_console
+        from benchmarks.console import PAGES, bench_console
 
         with tqdm(total=len(PAGES), desc="console pages", disable=None) as bar:
             return bench_console(jobs=opts["jobs"] or 10_000, departments=opts["departments"] or 200,
@@ -99,7 +99,7 @@ class Command(BaseCommand):
     def _api(opts: dict) -> dict:
         from rich.console import Console
 
-        from scheduler.loadtest import LoadOptions, bench_api, render
+        from benchmarks.api import LoadOptions, bench_api, render
 
         server = {name: opts[name] for name in ("workers", "threads") if opts[name] is not None}
         options = LoadOptions(users=opts["users"], duration_s=opts["duration"], wait_s=opts["wait"],

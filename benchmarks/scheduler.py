@@ -1,4 +1,4 @@
-"""Scheduler benchmark core, and the small acting layer that drives the simulated cluster.
+"""`bench scheduler`: full cycles of the real profile on a simulated cluster.
 
 `bench_scheduler()` builds a heterogeneous cluster shaped like the Alibaba GPU 2023 node list,
 keeps `pending` jobs queued, and runs full cycles of the real profile on a virtual clock,
@@ -14,17 +14,14 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from pathlib import Path
 
-from cluster.backend import PodSpec
 from cluster.clock import VirtualClock
-from cluster.simulated import SimulatedCluster
 from cluster.simulated.traces import alibaba_node
-from cluster.types import (Allocation, capacity_by_resource, JobStatus, JobView, NodeView, QuotaView,
-                           RunProfile, Snapshot)
-from scheduler.policy import Admit, CycleResult, Preempt, Profile, get_profile, schedule
+from cluster.types import capacity_by_resource, JobStatus, JobView, NodeView, QuotaView, RunProfile
 from scheduler.gcfreeze import frozen_heap
+from scheduler.policy import get_profile, schedule
+from scheduler.simulated_training import SimulatedTraining
 
 # (model, gpus, cpu_milli, memory_mib): count — the most common shapes of the Alibaba 2023 list,
 # used when the trace file is not available.
@@ -43,76 +40,6 @@ FRAMEWORKS = {
 }
 JOB_GPUS = (0.25, 0.5, 1, 1, 1, 2, 2, 4, 8)
 DEPARTMENTS = tuple(f"dept-{i}" for i in range(10))
-
-
-class SimulatedTraining:
-    """Acting layer for demo, tests and bench: keeps the jobs, applies decisions to the backend.
-
-    The live loop does the same against the database and Kubernetes; the policy is shared.
-    """
-
-    def __init__(self, nodes: Iterable[NodeView], quotas: Iterable[QuotaView],
-                 certified: dict[str, frozenset[str]], clock: VirtualClock) -> None:
-        self.clock = clock
-        self.quotas = tuple(quotas)
-        self.certified = certified
-        self.jobs: dict[int, JobView] = {}  # pending, admitted and running
-        self.done: dict[int, JobView] = {}
-        self.run_time: dict[int, float] = {}  # simulated work length per job
-        self.preemptions: Counter[int] = Counter()
-        self.backend = SimulatedCluster(nodes, clock, lambda pod: self.run_time.get(pod.job_id))
-        self.gpu_models = tuple(sorted({n.gpu_model for n in self.backend.nodes() if n.gpu_model}))
-
-    def submit(self, job: JobView, run_time_s: float | None = None) -> None:
-        self.jobs[job.id] = job
-        if run_time_s is not None:
-            self.run_time[job.id] = run_time_s
-
-    def snapshot(self, jobs: Iterable[JobView] | None = None) -> Snapshot:
-        """What a cycle sees now: every job, or only `jobs` (a caller bounding the pending queue it hands over)."""
-        seen = tuple(self.jobs.values() if jobs is None else jobs)
-        return Snapshot(self.clock.now(), self.backend.nodes(), seen, self.quotas, self.certified, self.gpu_models)
-
-    def finish_elapsed(self) -> int:
-        """Let the backend complete pods whose run time elapsed; returns how many."""
-        finished = self.backend.advance()
-        for event in finished:
-            job = self.jobs.pop(event.job_id)
-            self.done[job.id] = replace(job, status=JobStatus.SUCCEEDED)
-        return len(finished)
-
-    def apply(self, result: CycleResult) -> None:
-        for decision in result.decisions:
-            if isinstance(decision, Preempt):
-                self._preempt(decision)
-            elif isinstance(decision, Admit):
-                self._admit(decision)
-
-    def step(self, profile: Profile, schedule_fn: Callable = schedule) -> CycleResult:
-        self.finish_elapsed()
-        result = schedule_fn(self.snapshot(), profile)
-        self.apply(result)
-        return result
-
-    def _preempt(self, d: Preempt) -> None:
-        self.backend.evict(pod_name(d.job_id), d.reason.value)
-        self.preemptions[d.job_id] += 1
-        # Straight back to the queue: same submit time and history, nothing held.
-        job = self.jobs[d.job_id]
-        self.jobs[d.job_id] = replace(job, status=JobStatus.PENDING, started_at=None, allocation=None)
-
-    def _admit(self, d: Admit) -> None:
-        r = d.rightsized
-        self.backend.bind(PodSpec(pod_name(d.job_id), d.job_id, d.gpu_model, d.gpu_shares,
-                                  r.cpu_request_milli, r.memory_mib), d.node)
-        alloc = Allocation(d.node, d.gpu_model, d.gpu_shares, r.cpu_request_milli, r.memory_mib, d.quota_kind)
-        job = self.jobs[d.job_id]
-        self.jobs[d.job_id] = replace(job, status=JobStatus.RUNNING, started_at=self.clock.now(),
-                                      allocation=alloc)
-
-
-def pod_name(job_id: int) -> str:
-    return f"job-{job_id}"
 
 
 # -- synthetic cluster and workload ---------------------------------------------------------

@@ -4,7 +4,7 @@ Like `bench console` it builds its own throwaway database (Django's test databas
 named `test_<db>_bench_api` so that it never meets a test run's, migrated, seeded, dropped at the end), so it runs
 on a fresh clone and never touches real data. gunicorn serves it with production settings (DEBUG off, a throwaway
 secret key, plain HTTP, throttles raised so that the test measures the API rather than the rate limits); the users
-(scheduler/locustfile.py) run in a separate gevent process, whose CPU share of the same machine is reported."""
+(benchmarks/locustfile.py) run in a separate gevent process, whose CPU share of the same machine is reported."""
 from __future__ import annotations
 
 import json
@@ -292,7 +292,7 @@ def _free_port() -> int:
 def _locust(plan: dict, tmp: Path, progress: Callable[[dict], None]) -> dict:
     (tmp / "plan.json").write_text(json.dumps(plan))
     with open(tmp / "locust.log", "w") as log:
-        users = subprocess.Popen([sys.executable, "-m", "scheduler.locustfile", str(tmp / "plan.json")],
+        users = subprocess.Popen([sys.executable, "-m", "benchmarks.locustfile", str(tmp / "plan.json")],
                                  cwd=settings.BASE_DIR, stdout=subprocess.PIPE, stderr=log, text=True)
         done = None
         for line in users.stdout:
