@@ -1,15 +1,20 @@
-"""The layout's one hard rule: policies, cluster types and the clock import no framework.
+"""The layout's hard rules, as import-linter contracts (pyproject.toml): policies, cluster types, the fit rule and
+the clock import no framework; the domain apps import neither the console nor the tooling; the tooling sits above
+the console, the console above the demo.
 
-The first test runs the project's import-linter contract; the second proves that contract would catch
-a policy module importing Django, by running it over a throw-away tree that does exactly that."""
+The first test runs the project's contracts; the others prove each kind would catch a violation, by running them
+over a throw-away tree of empty modules (every module a contract names) into which one bad import is written."""
 import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
+CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
 
 
 def run_contract(cwd: Path) -> subprocess.CompletedProcess:
@@ -22,26 +27,42 @@ def test_contract_is_kept():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_contract_breaks_when_a_policy_imports_django(tmp_path):
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    for package in config["root_packages"]:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").touch()
-    for contract in config["contracts"]:  # every project module a contract names exists, empty
-        named = contract["source_modules"] + contract["forbidden_modules"]
-        for module in (m for m in named if m.split(".")[0] in config["root_packages"] and "." in m):
-            *packages, leaf = module.split(".")
-            folder = tmp_path.joinpath(*packages)
-            for depth in range(1, len(packages) + 1):
-                tmp_path.joinpath(*packages[:depth]).mkdir(exist_ok=True)
-                tmp_path.joinpath(*packages[:depth], "__init__.py").touch()
-            (folder / f"{leaf}.py").touch()
-    (tmp_path / "scheduler" / "policy.py").unlink()
-    (tmp_path / "scheduler" / "policy").mkdir()
-    (tmp_path / "scheduler" / "policy" / "__init__.py").touch()
-    (tmp_path / "scheduler" / "policy" / "priority.py").write_text("import django\n")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+def _module(tree: Path, module: str, source: str = "") -> None:
+    """`module` as a file of `tree`, with its packages; a package module it already is stays one."""
+    *packages, leaf = module.split(".")
+    for depth in range(1, len(packages) + 1):
+        tree.joinpath(*packages[:depth]).mkdir(exist_ok=True)
+        tree.joinpath(*packages[:depth], "__init__.py").touch()
+    package = tree.joinpath(*packages, leaf)
+    path = package / "__init__.py" if package.is_dir() else tree.joinpath(*packages, f"{leaf}.py")
+    path.write_text(source)
 
-    result = run_contract(tmp_path)
+
+@pytest.fixture
+def empty_tree(tmp_path) -> Path:
+    """Every root package and every project module a contract names, empty, with the project's contracts."""
+    for package in CONFIG["root_packages"]:
+        _module(tmp_path, f"{package}.__init__")
+    for contract in CONFIG["contracts"]:
+        named = contract.get("source_modules", []) + contract.get("forbidden_modules", []) + contract.get("layers", [])
+        for module in (m for m in named if m.split(".")[0] in CONFIG["root_packages"] and "." in m):
+            _module(tmp_path, module)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("module", "source", "caught"), [
+    ("scheduler.policy.priority", "import django\n", "scheduler.policy.priority -> django"),
+    ("colocation.models", "import frontend.views\n", "colocation.models -> frontend.views"),
+    ("frontend.views", "import benchmarks.scheduler\n", "frontend.views -> benchmarks.scheduler"),
+])
+def test_each_contract_breaks_on_a_bad_import(empty_tree, module, source, caught):
+    (empty_tree / "scheduler" / "policy.py").unlink(missing_ok=True)  # a package here, as in the project
+    _module(empty_tree, "scheduler.policy.__init__")
+    _module(empty_tree, "frontend.views")
+    _module(empty_tree, "benchmarks.scheduler")
+    _module(empty_tree, "colocation.models")
+    _module(empty_tree, module, source)
+    result = run_contract(empty_tree)
     assert result.returncode != 0
-    assert "scheduler.policy.priority -> django" in result.stdout
+    assert caught in result.stdout, result.stdout
