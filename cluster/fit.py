@@ -6,9 +6,26 @@ and the emulator's stand-ins for kube-scheduler pick GPUs with `first_fit`. Pure
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from cluster.backend import PodSpec
-from cluster.types import GPU_EPS, GpuShare, NodeView
+from cluster.types import GPU_EPS, GpuShare, NodeState
+
+
+class NodeUse(Protocol):
+    """What the rule reads of a node and its use: a NodeView, or the simulated cluster's live node record (which
+    would otherwise build a NodeView for every bind)."""
+
+    name: str
+    state: NodeState
+    gpu_model: str | None
+    gpu_count: int
+    cpu_milli: int
+    memory_mib: int
+    cpu_used: int
+    memory_used: int
+
+    def used_shares(self) -> Sequence[float]: ...
 
 
 def gpu_fits(used: float, share: float) -> bool:
@@ -35,12 +52,12 @@ def first_fit(shares: Iterable[float], used: Sequence[float]) -> tuple[GpuShare,
     return tuple(sorted(out, key=lambda s: s.index))
 
 
-def room_for(pod: PodSpec, node: NodeView) -> bool:
+def room_for(pod: PodSpec, node: NodeUse) -> bool:
     """The node has the pod's CPU and memory free."""
     return node.cpu_used + pod.cpu_milli <= node.cpu_milli and node.memory_used + pod.memory_mib <= node.memory_mib
 
 
-def place(pod: PodSpec, node: NodeView) -> tuple[GpuShare, ...] | None:
+def place(pod: PodSpec, node: NodeUse) -> tuple[GpuShare, ...] | None:
     """The GPUs the pod's shares get on `node` by first fit, or None when its CPU, memory or GPUs do not fit."""
     if not room_for(pod, node):
         return None
@@ -51,7 +68,7 @@ def place(pod: PodSpec, node: NodeView) -> tuple[GpuShare, ...] | None:
     return first_fit((s.share for s in pod.gpu_shares), node.used_shares())
 
 
-def misfit(pod: PodSpec, node: NodeView) -> str | None:
+def misfit(pod: PodSpec, node: NodeUse) -> str | None:
     """Why the pod, on exactly the GPUs its shares name, cannot start on `node`; None when it can."""
     if not node.state.normal:
         return f"node {node.name} is {node.state.value}"

@@ -48,6 +48,17 @@ class _Node:
                                   memory_used=self.memory_used, pods=tuple(self.pods))
         return self.cached
 
+    # What cluster.fit reads (fit.NodeUse), straight from the record: no snapshot per bind.
+    name = property(lambda self: self.view.name)
+    state = property(lambda self: self.view.state)
+    gpu_model = property(lambda self: self.view.gpu_model)
+    gpu_count = property(lambda self: self.view.gpu_count)
+    cpu_milli = property(lambda self: self.view.cpu_milli)
+    memory_mib = property(lambda self: self.view.memory_mib)
+
+    def used_shares(self) -> list[float]:
+        return self.gpu_used
+
 
 @dataclass(frozen=True, slots=True)
 class _Pod:
@@ -113,7 +124,7 @@ class SimulatedCluster:
         target = self._node(node)
         if pod.name in self._pods:
             raise BackendError(f"pod {pod.name} is already bound")
-        why = misfit(pod, target.snapshot())
+        why = misfit(pod, target)
         if why:
             raise BackendError(why)
         self._bind(pod, target, ready_at=None)
@@ -241,14 +252,14 @@ class SimulatedCluster:
     @staticmethod
     def _fit_inference(rs: _ReplicaSet, spec: PodSpec, node: _Node) -> tuple[GpuShare, ...] | None:
         """GPU shares for `spec` on `node` (first fit, lowest index), or None when it does not go there."""
-        view = node.snapshot()
+        view = node.view
         if view.state is not NodeState.ONLINE_NORMAL:
             return None
         for key, value in rs.node_selector.items():
             have = view.resource_group if key == RESOURCE_GROUP_LABEL else view.labels.get(key)
             if have != value:
                 return None
-        return place(spec, view)
+        return place(spec, node)
 
     def _place_pending(self) -> None:
         for rs in self._replicasets.values():
