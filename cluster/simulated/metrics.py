@@ -69,6 +69,7 @@ BASE_LATENCY_MS = 12_000.0
 LATENCY_SIGMA = 0.65
 MAX_LOAD = 0.9  # queueing caps the median at 10 x BASE
 ERROR_PER_MILLE = 10  # 1% of requests answer 500
+BUCKETS_MS = np.asarray(LATENCY_BUCKETS_MS, dtype=float)
 
 
 # -- series ------------------------------------------------------------------------------------------
@@ -132,20 +133,28 @@ def training_shape(duty_pct: Sequence[float], memory_bytes: Sequence[float]) -> 
 
 
 def median_latency_ms(qps: np.ndarray, capacity_qps: float) -> np.ndarray:
+    """The median latency at a load of `qps` of `capacity_qps` (arrays or plain numbers)."""
     load = np.minimum(qps / capacity_qps, MAX_LOAD)
     return BASE_LATENCY_MS / (1.0 - load)
+
+
+MEAN_PER_MEDIAN = math.exp(LATENCY_SIGMA ** 2 / 2)  # a lognormal latency's mean over its median
+_erf = np.vectorize(math.erf)
+
+
+def share_within(le_ms: float | np.ndarray, median_ms: float | np.ndarray) -> np.ndarray:
+    """The share of lognormal latencies of median `median_ms` that take at most `le_ms`."""
+    return 0.5 * (1 + _erf(np.log(le_ms / median_ms) / (LATENCY_SIGMA * math.sqrt(2))))
 
 
 def serving_shape(duty_pct: Sequence[float], memory_fraction: Sequence[float], qps: Sequence[float],
                   capacity_qps: float) -> ServingShape:
     rate = np.asarray(qps, dtype=float)
     median = median_latency_ms(rate, capacity_qps)
-    erf = np.vectorize(math.erf)
-    buckets = tuple(Series.of(rate * 0.5 * (1 + erf(np.log(le / median) / (LATENCY_SIGMA * math.sqrt(2)))))
-                    for le in LATENCY_BUCKETS_MS)
+    buckets = tuple(Series.of(rate * share_within(le, median)) for le in LATENCY_BUCKETS_MS)
     return ServingShape(util=Series.of(np.clip(np.asarray(duty_pct, dtype=float) / 100, 0, 1)),
                         memory=Series.of(np.clip(memory_fraction, 0, 1)), qps=Series.of(rate),
-                        latency_sum=Series.of(rate * median * math.exp(LATENCY_SIGMA ** 2 / 2)), buckets=buckets)
+                        latency_sum=Series.of(rate * median * MEAN_PER_MEDIAN), buckets=buckets)
 
 
 @lru_cache(maxsize=2)
@@ -393,11 +402,11 @@ class LoadDriven:
         totals = self._totals.setdefault(pod.spec.name, _Totals(now))
         dt, totals.at = max(0.0, now - totals.at), now
         totals.cpu_seconds += _cores(pod, use) * (0.15 + 0.7 * util) * dt
-        median = BASE_LATENCY_MS / (1.0 - min(util, MAX_LOAD))  # latency rises with how busy the GPU is
+        median = float(median_latency_ms(util, 1.0))  # latency rises with how busy the GPU is
         totals.requests += qps * dt
-        totals.latency_sum_ms += qps * dt * median * math.exp(LATENCY_SIGMA ** 2 / 2)
-        for i, le in enumerate(LATENCY_BUCKETS_MS):
-            totals.buckets[i] += qps * dt * 0.5 * (1 + math.erf(math.log(le / median) / (LATENCY_SIGMA * math.sqrt(2))))
+        totals.latency_sum_ms += qps * dt * median * MEAN_PER_MEDIAN
+        for i, share in enumerate(share_within(BUCKETS_MS, median)):
+            totals.buckets[i] += qps * dt * float(share)
         gpu_memory = min(1.0, serving_for(pod, shapes).memory.at(elapsed_ms(pod, now)))
         reading = PodReading(gpu_util=util, gpu_memory=gpu_memory, cpu_seconds=totals.cpu_seconds,
                              memory_bytes=_working_set(pod, use, gpu_memory))
