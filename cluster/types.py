@@ -192,8 +192,9 @@ class JobView:
     allocation: Allocation | None = None  # set while admitted/running
     expected_duration_s: float | None = None
     history: tuple[RunProfile, ...] = ()  # past runs, oldest first; empty: no history
-    preferred_pool: Pool | None = None  # hook for the pool policy (fixed/colocation)
+    preferred_pool: Pool | None = None  # FIXED: pinned there; else the pool rule chooses (colocation.policy.pools)
     keep_request: bool = False  # an admin turned right-sizing off: bind the request as asked
+    past_run_s: tuple[float, ...] = ()  # durations of the task's past succeeded runs, oldest first (the pool rule)
 
     def __post_init__(self) -> None:
         check_gpu_request(self.gpus)

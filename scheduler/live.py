@@ -17,6 +17,7 @@ from cluster.backend import (
     JOB_LABEL, RUN_LABEL, RUNTIME_LABEL, TASK_LABEL, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
 )
 from colocation.live_backend import live_cluster
+from colocation.selectors import lending_profile
 from scheduler import services
 from scheduler.gcfreeze import frozen_heap
 from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
@@ -46,7 +47,7 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
     _reconcile(backend, now, report)
     snapshot = snapshot_from_db(backend, now)
     with frozen_heap():
-        result = schedule(snapshot, profile)
+        result = schedule(snapshot, profile, lending_profile())
     _act(result, backend, now, report)
     return report
 

@@ -1,14 +1,8 @@
 """The scheduler's view of the world for a cycle: jobs, quotas and certifications from the database, nodes from the
 cluster, turned into the frozen dataclasses the pure policy reads (colocation/observe.py is its sibling)."""
-from collections.abc import Sequence
-from dataclasses import replace
-
 from cluster.backend import ClusterBackend
 from cluster.types import (Allocation, GpuShare, JobStatus as JobViewStatus, JobView, Pool, QuotaKind, QuotaView,
                            Snapshot)
-from colocation.policy import LendingProfile
-from colocation.policy.pools import preferred_pool
-from colocation.selectors import lending_profile
 from profiling.policy.aggregate import TaskHistory
 from profiling.selectors import task_histories
 from scheduler.models import Framework, GPUModel, JobRun, JobStatus, Quota, TrainingJob
@@ -38,15 +32,8 @@ def job_view(job: TrainingJob, run: JobRun | None, history: TaskHistory | None =
         expected_duration_s=job.expected_duration_s,
         preferred_pool=Pool(job.pool_preference) if job.pool_preference else None,
         history=history.runs if history else (), keep_request=job.keep_request,
+        past_run_s=history.run_s if history else (),
     )
-
-
-def with_pool(view: JobView, now: float, profile: LendingProfile, past_run_s: Sequence[float]) -> JobView:
-    """A pending job's pool (README: Co-location): fixed when killed by a take-back or long, else co-location first."""
-    if view.status is not JobViewStatus.PENDING or view.preferred_pool is Pool.FIXED:
-        return view
-    choice = preferred_pool(view, now, profile, past_run_s=past_run_s)
-    return replace(view, preferred_pool=choice.pools[0])
 
 
 def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
@@ -56,7 +43,7 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
     )
     runs = {run.job_id: run for run in JobRun.objects.filter(job__in=jobs, ended_at__isnull=True)}
     # The tasks' past runs (profiles and run times) from the profiling app: one query for every job.
-    histories, pools = task_histories(task_keys={j.task_key for j in jobs}), lending_profile()
+    histories = task_histories(task_keys={j.task_key for j in jobs})
     quotas = [
         QuotaView(q.department.name, q.resource, float(q.own), float(q.borrowed))
         for q in Quota.objects.select_related("department", "gpu_model")
@@ -66,7 +53,6 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
         certified[str(framework)] = frozenset(m.name for m in framework.certified_on.all())
     return Snapshot(
         now=now, nodes=backend.nodes(), quotas=tuple(quotas),
-        jobs=tuple(with_pool(job_view(j, runs.get(j.pk), histories.get(j.task_key)), now, pools,
-                             histories[j.task_key].run_s if j.task_key in histories else ()) for j in jobs),
+        jobs=tuple(job_view(j, runs.get(j.pk), histories.get(j.task_key)) for j in jobs),
         certified=certified, gpu_models=tuple(GPUModel.objects.values_list("name", flat=True)),
     )

@@ -7,12 +7,12 @@ at 07:59 1 h 1 min; at 08:00 it is 12 h again.
 
 Expected run time: the mean of the job's past run durations (its profile) when there are any,
 else the duration the user stated, else unknown (`LendingProfile.unknown_is_long` decides).
-A job killed by a take-back goes back to the queue at once, pinned to the fixed pool.
+A job pinned to the fixed pool stays there: its submitter chose it, or a take-back killed it on the co-location
+pool and it went back to the queue at once (`requeue_after_take_back`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import lru_cache
@@ -26,7 +26,7 @@ class PoolReason(str, Enum):
     LONG = "long-job"
     SHORT = "short-job"
     UNKNOWN = "unknown-run-time"
-    KILLED_BY_TAKE_BACK = "killed-by-take-back"
+    PINNED = "pinned-to-fixed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +53,10 @@ def is_long(expected_run_s: float, now: float, profile: LendingProfile = DEFAULT
     return expected_run_s > long_bar_s(now, profile)
 
 
-def expected_run_s(job: JobView, past_run_s: Sequence[float] = ()) -> float | None:
-    """Mean past run duration (profile) if any, else the stated duration, else None.
-
-    cluster.types.RunProfile carries no duration yet, so the caller passes the past durations."""
-    if past_run_s:
-        return sum(past_run_s) / len(past_run_s)
+def expected_run_s(job: JobView) -> float | None:
+    """Mean past run duration (profile) if any, else the stated duration, else None."""
+    if job.past_run_s:
+        return sum(job.past_run_s) / len(job.past_run_s)
     return job.expected_duration_s
 
 
@@ -66,20 +64,19 @@ def _h(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def preferred_pool(job: JobView, now: float, profile: LendingProfile = DEFAULT, *,
-                   past_run_s: Sequence[float] = (), killed_by_take_back: bool = False) -> PoolChoice:
-    """Where a pending training job should go; pure, call it at scheduling time."""
-    if killed_by_take_back:
-        return PoolChoice((Pool.FIXED,), PoolReason.KILLED_BY_TAKE_BACK,
-                          f"{job.name} was killed by a take-back on the co-location pool: fixed pool")
-    expected = expected_run_s(job, past_run_s)
+def preferred_pool(job: JobView, now: float, profile: LendingProfile = DEFAULT) -> PoolChoice:
+    """Where a pending training job should go; pure, the scheduling cycle asks it for every pending job."""
+    if job.preferred_pool is Pool.FIXED:
+        return PoolChoice((Pool.FIXED,), PoolReason.PINNED,
+                          f"{job.name} is pinned to the fixed pool (its submitter's choice, or a take-back killed it)")
+    expected = expected_run_s(job)
     short = (Pool.COLOCATION, Pool.FIXED)
     if expected is None:
         pools = (Pool.FIXED,) if profile.unknown_is_long else short
         return PoolChoice(pools, PoolReason.UNKNOWN,
                           f"{job.name}: no history and no stated duration: {pools[0].value} pool")
     bar = long_bar_s(now, profile)
-    source = f"mean of {len(past_run_s)} past runs" if past_run_s else "stated duration"
+    source = f"mean of {len(job.past_run_s)} past runs" if job.past_run_s else "stated duration"
     if expected > bar:
         return PoolChoice((Pool.FIXED,), PoolReason.LONG,
                           f"{job.name}: expected {_h(expected)} ({source}) > {_h(bar)}: long, fixed pool")

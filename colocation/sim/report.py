@@ -94,9 +94,9 @@ def write(sim: Outcome, static: Outcome, out: Path, command: str, wall_s: float)
         "the load.",
         f"- Lending: `decide_lending` with thresholds {c.lending.thresholds}; transitions run by the real step "
         "machine (`next_action`); the observation is colocation/observe.py, shared with the live controller.",
-        f"- Scheduling: `schedule(snapshot, get_profile(\"tidal\"))` every {c.schedule_every_min} virtual "
-        "minutes, skipped when nothing arrived, finished or moved since the last cycle; each pending job's "
-        "`preferred_pool` = `preferred_pool(...).pools[0]` (co-location is a preference, fixed is strict; "
+        f"- Scheduling: `schedule(snapshot, get_profile(\"tidal\"), lending)` every {c.schedule_every_min} "
+        "virtual minutes, skipped when nothing arrived, finished or moved since the last cycle; the policy gives "
+        "each pending job its pool (`preferred_pool`: co-location is a preference, fixed is strict; "
         "jobs killed by a take-back are pinned to the fixed pool). A cycle sees the running jobs and "
         + (f"per GPU model the oldest {c.queue_window} pending jobs that may use lent nodes and the oldest "
            f"{c.queue_window} that may only use the fixed pool." if c.queue_window else "every pending job."),

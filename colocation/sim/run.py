@@ -5,9 +5,9 @@ pods are retried); (2) training jobs arrive; (3) inference autoscaling (the real
 `autoscaling.decide_group` per group) applied as ReplicaSet scales; (4) `decide_lending` per group
 opens transitions;
 (5) the step machine (`next_action`) runs each open transition as far as it can this tick;
-(6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"))`) over the running jobs and the heads of
+(6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"), lending)`) over the running jobs and the heads of
 the pending queue (`cfg.queue_window` short and as many fixed-pool-only jobs per GPU model,
-colocation/sim/queue.py), each with its pool from `preferred_pool`. The acting layer here plays the
+colocation/sim/queue.py); the policy gives each its pool (`preferred_pool`). The acting layer here plays the
 controller's part; no policy is copied.
 The static baseline is the same loop with step (4) off: nodes never move.
 """
@@ -25,7 +25,7 @@ from cluster.types import NodeState, NodeView, Pool, QuotaView
 from colocation import observe
 from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupView, Lend,
                                SetState, TakeBack, TransitionRecord, Wait, decide_lending, is_final, next_action,
-                               preferred_pool, requeue_after_take_back)
+                               requeue_after_take_back)
 from colocation.policy import autoscaling
 from colocation.policy.pools import long_bar_s
 from colocation.policy.states import Direction
@@ -320,16 +320,10 @@ class CoLocationSim:
         self._dirty = False
         jobs = self.training.jobs
         head = self.queue.head(self.cfg.queue_window, long_bar_s(now, self.cfg.lending))
-        for job_id in head:
-            j = jobs[job_id]
-            # co-location is a preference (the scheduler's colocation-first scorer falls back to the fixed
-            # pool), fixed is strict: the first pool of the choice says both
-            pool = preferred_pool(j, now, self.cfg.lending, killed_by_take_back=j.id in self.killed_jobs).pools[0]
-            if pool is not j.preferred_pool:
-                jobs[j.id] = replace(j, preferred_pool=pool)
-        # the running jobs too (the quota ledger and preemption need them), in the order of training.jobs (by id)
+        # the running jobs too (the quota ledger and preemption need them), in the order of training.jobs (by id);
+        # the policy gives each pending job its pool, as in the live loop
         snapshot = self.training.snapshot(jobs[i] for i in sorted(self._holding.union(head)))
-        result = schedule(snapshot, self.profile)
+        result = schedule(snapshot, self.profile, self.cfg.lending)
         self.training.apply(result)
         self._pending_jobs = len(self.queue)
         self._count(result)

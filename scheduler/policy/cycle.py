@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
-from cluster.types import JobStatus, JobView, QuotaKind, Snapshot
+from cluster.types import JobStatus, JobView, Pool, QuotaKind, Snapshot
+from colocation.policy.pools import preferred_pool
+from colocation.policy.profile import LendingProfile
 from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, StillPending
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.nodes import NodeTable, node_tables
@@ -38,6 +40,7 @@ class Queued:
     score: ScoreBreakdown  # with the quota kind the job would get at the start of the cycle
     models: tuple[str | None, ...]  # certified models, preferred first; (None,) for CPU-only
     host: Demand  # the CPU and memory part of the quota demand (the same on every model)
+    pool: Pool | None  # the pool it asks for; None: any
 
 
 class _PerJob:
@@ -98,18 +101,23 @@ def _demand(pod: PodRequest) -> Demand:
     return demand(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
 
 
-def schedule(snapshot: Snapshot, profile: Profile) -> CycleResult:
-    """Decide admissions, preemptions and reasons for waiting; pure, the snapshot is not changed."""
-    return _Cycle(snapshot, profile).run()
+def schedule(snapshot: Snapshot, profile: Profile, lending: LendingProfile | None = None) -> CycleResult:
+    """Decide admissions, preemptions and reasons for waiting; pure, the snapshot is not changed.
+
+    With `lending` (a cluster with a co-location pool), each pending job's pool comes from the pool rule
+    (`preferred_pool`: pinned to fixed, else long or short by its past runs or stated duration at `now`);
+    without, a job asks for the pool it names, if any."""
+    return _Cycle(snapshot, profile, lending).run()
 
 
 class _Cycle:
     """What the cycle needs is built on first use: with no job pending nothing is, and victim
     indexes only for the models where preemption is actually tried."""
 
-    def __init__(self, snapshot: Snapshot, profile: Profile) -> None:
+    def __init__(self, snapshot: Snapshot, profile: Profile, lending: LendingProfile | None) -> None:
         self.snap = snapshot
         self.profile = profile
+        self.lending = lending
         self.now = snapshot.now
         self.preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)
         self.decisions: list[Decision] = []
@@ -189,7 +197,13 @@ class _Cycle:
             kind = QuotaKind.OWN if own else QuotaKind.BORROWED
         # = score(job, kind, now, profile), with the utilization term from the memo
         return Queued(job, request, self._breakdown(base_points(kind, profile), utilization,
-                                                    aging_points(waited_s(job, self.now), profile)), models, host)
+                                                    aging_points(waited_s(job, self.now), profile)), models, host,
+                      self._pool(job))
+
+    def _pool(self, job: JobView) -> Pool | None:
+        if self.lending is None:
+            return job.preferred_pool
+        return preferred_pool(job, self.now, self.lending).preferred
 
     def _breakdown(self, base: int, utilization: int, aging: int) -> ScoreBreakdown:
         """ScoreBreakdown(...), one shared (frozen) object per distinct score: a handful of values
@@ -258,7 +272,7 @@ class _Cycle:
                 if not spelled:
                     refusals.append((model, None))
                 continue
-            pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, job.preferred_pool)
+            pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, q.pool)
             table = self.tables[model]
             placement = place(pod, table, profile)
             if placement is not None:

@@ -185,7 +185,7 @@ def test_a_tick_acting_on_a_stale_snapshot_undoes_nothing(world, cluster):
     cancelled = world.submit(gpus="1", gpu_model="T4", name="cancelled")  # fits the fixed T4 node
     reclaiming = world.submit(gpus="4", gpu_model="A100", name="reclaiming")  # own quota: preempts 2 borrowers
     clock.advance(5)
-    result = live.schedule(snapshot_from_db(backend, clock.now()), get_profile("tidal"))
+    result = live.schedule(snapshot_from_db(backend, clock.now()), get_profile("tidal"), live.lending_profile())
     victims = [d.job_id for d in result.decisions if isinstance(d, Preempt)]
     assert {d.job_id for d in result.decisions if isinstance(d, Admit)} == {cancelled.pk, reclaiming.pk}
     assert len(victims) == 2

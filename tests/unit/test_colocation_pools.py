@@ -63,8 +63,8 @@ def test_night_rule_counts_real_hours_across_a_dst_change():
     (None, (), "12:00", Pool.COLOCATION, PoolReason.UNKNOWN),
 ])
 def test_preferred_pool(stated, past, hhmm, pool, reason):
-    job = JobBuilder(1)._set(expected_duration_s=stated).build()
-    choice = preferred_pool(job, at(hhmm), past_run_s=past)
+    job = JobBuilder(1)._set(expected_duration_s=stated, past_run_s=past).build()
+    choice = preferred_pool(job, at(hhmm))
     assert (choice.preferred, choice.reason) == (pool, reason)
     assert choice.pools == ((Pool.FIXED,) if pool is Pool.FIXED else (Pool.COLOCATION, Pool.FIXED))
 
@@ -80,10 +80,16 @@ def test_unknown_run_time_can_be_configured_long():
     assert preferred_pool(job, at("12:00"), DEFAULT.with_(unknown_is_long=True)).pools == (Pool.FIXED,)
 
 
-def test_job_killed_by_take_back_goes_to_the_fixed_pool_even_if_short():
-    job = JobBuilder(1)._set(expected_duration_s=10 * M).build()
-    choice = preferred_pool(job, at("12:00"), killed_by_take_back=True)
-    assert choice.pools == (Pool.FIXED,) and choice.reason is PoolReason.KILLED_BY_TAKE_BACK
+def test_a_job_pinned_to_the_fixed_pool_stays_there_even_if_short():
+    job = JobBuilder(1)._set(expected_duration_s=10 * M).pool(Pool.FIXED).build()
+    choice = preferred_pool(job, at("12:00"))
+    assert choice.pools == (Pool.FIXED,) and choice.reason is PoolReason.PINNED
+
+
+def test_a_job_killed_by_a_take_back_is_pinned_to_the_fixed_pool():
+    killed = requeue_after_take_back(JobBuilder(1)._set(expected_duration_s=10 * M).pool(Pool.COLOCATION)
+                                     .running("t4-1", 0, ran=60).build())
+    assert preferred_pool(killed, at("12:00")).reason is PoolReason.PINNED
 
 
 def test_requeue_after_take_back_is_immediate_and_pinned_to_fixed_pool():

@@ -110,8 +110,8 @@ def test_the_queue_counts_the_jobs_preferred_pool_sends_to_lent_nodes(run, reque
         bar = long_bar_s(now, s.cfg.lending)
         for model in {j.gpu_model for j in pending}:
             assert s.queue.short_count(model, bar) == sum(
-                1 for j in pending if j.gpu_model == model and preferred_pool(
-                    j, now, s.cfg.lending, killed_by_take_back=j.id in s.killed_jobs).preferred is Pool.COLOCATION)
+                1 for j in pending if j.gpu_model == model
+                and preferred_pool(j, now, s.cfg.lending).preferred is Pool.COLOCATION)
 
 
 def _job(job_id: int, at: float, model: str | None = "T4", run_h: float = 1.0) -> JobView:

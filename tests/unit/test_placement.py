@@ -3,7 +3,8 @@
 import pytest
 
 from cluster.types import GpuShare, NodeState, Pool, QuotaKind
-from scheduler.policy import Reason
+from colocation.policy import DEFAULT
+from scheduler.policy import Reason, get_profile, schedule
 from tests.unit.builders import JobBuilder, NodeBuilder, SnapshotBuilder
 from tests.unit.helpers import admit, cycle, pending
 
@@ -122,6 +123,19 @@ def test_preferred_pool_hook():
         .quota("a", "T4", own=8).job(JobBuilder(1).pool(Pool.FIXED), JobBuilder(2).pool(Pool.COLOCATION)).build()
     result = cycle(snap)
     assert admit(result, 1).node == "n2" and admit(result, 2).node == "n1"
+
+
+def test_with_a_lending_profile_the_cycle_chooses_each_pending_jobs_pool():
+    # Whatever the hour: 30 min is short (co-location first), 20 h long (fixed only; here from its past runs),
+    # and a short job pinned to the fixed pool stays there. n1 is co-location, n2 fixed, each with room for all.
+    snap = SnapshotBuilder().node(NodeBuilder("n1", gpus=4), NodeBuilder("n2", gpus=4).pool(Pool.FIXED)) \
+        .quota("a", "T4", own=8).job(
+            JobBuilder(1)._set(expected_duration_s=1800.0), JobBuilder(2)._set(past_run_s=(20 * 3600.0,)),
+            JobBuilder(3)._set(expected_duration_s=1800.0).pool(Pool.FIXED)).build()
+    result = schedule(snap, get_profile("tidal"), DEFAULT)
+    assert [admit(result, i).node for i in (1, 2, 3)] == ["n1", "n2", "n2"]
+    unpinned = schedule(snap, get_profile("tidal"))  # no lending: only job 3 names a pool
+    assert admit(unpinned, 2).node == admit(unpinned, 1).node
 
 
 def test_short_jobs_go_to_the_colocation_pool_first_then_the_fixed_pool():
