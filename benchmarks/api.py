@@ -310,7 +310,8 @@ def _seed(options: LoadOptions, rng: random.Random) -> dict:
     from colocation.models import Node, NodeState, ResourceGroup
     from rest_framework.authtoken.models import Token
 
-    from scheduler.models import Department, Framework, GPUModel, Membership, Quota
+    from core.models import Department, GPUModel, Membership
+    from scheduler.models import Framework, Quota
 
     models = {name: GPUModel.objects.create(name=name, memory_gib=gib) for name, gib in GPU_MODELS.items()}
     for (name, version), on in FRAMEWORKS.items():
@@ -351,7 +352,8 @@ def _seed(options: LoadOptions, rng: random.Random) -> dict:
 
 def _jobs(options: LoadOptions, rng: random.Random, *, users, member_of, models, nodes) -> dict[int, list[int]]:
     """Jobs over the last two weeks, with runs and decisions; returns their ids by department."""
-    from scheduler.models import Decision, Framework, JobRun, TrainingJob
+    from core.models import Decision
+    from scheduler.models import Framework, JobRun, TrainingJob
 
     members: dict[int, list] = {}
     for u in users:

@@ -57,7 +57,8 @@ def _p95(values: list[float]) -> float:
 def _fill(*, jobs: int, departments: int, nodes: int, rng: random.Random) -> dict[str, tuple]:
     """A cluster's worth of rows; returns the pages to time as name -> (user, url)."""
     from colocation.models import InferenceService, Node, NodeState, ResourceGroup, ScalingThreshold
-    from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
+    from core.models import Decision, Department, GPUModel, Membership
+    from scheduler.models import Framework, JobRun, Quota, TrainingJob
 
     User = get_user_model()
     operator = User.objects.create_user("bench-operator", is_staff=True)

@@ -80,7 +80,8 @@ def bench_streaming(*, samples: int, pods: int, progress: Callable[[str, int, in
 
 def _fixtures(setup: Setup) -> list[int]:
     """A department with one running job per pod; the sink keeps only minutes of runs it knows."""
-    from scheduler.models import Department, Framework, JobRun, TrainingJob
+    from core.models import Department
+    from scheduler.models import Framework, JobRun, TrainingJob
 
     user, _ = get_user_model().objects.get_or_create(username="bench")
     department = Department.objects.create(name=setup.prefix)
@@ -224,7 +225,8 @@ def _figures(setup: Setup, started: float, written: list[tuple[float, float]]) -
 def _cleanup(setup: Setup, jobs: list[int]) -> None:
     from kafka import KafkaAdminClient
 
-    from scheduler.models import Department, TrainingJob
+    from core.models import Department
+    from scheduler.models import TrainingJob
 
     TrainingJob.objects.filter(pk__in=jobs).delete()
     Department.objects.filter(name=setup.prefix).delete()

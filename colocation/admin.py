@@ -1,7 +1,7 @@
 from django.contrib import admin
 
-from scheduler.admin import OperatorAdmin, OperatorInline
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingThreshold
+from core.admin import OperatorAdmin, OperatorInline
 
 
 @admin.register(ResourceGroup)

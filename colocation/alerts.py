@@ -12,9 +12,9 @@ from cluster.clock import utc
 from colocation.models import InferenceService
 from colocation.policy import autoscaling
 from colocation.policy.autoscaling import ScaleDecision
-from scheduler.models import Decision
-from scheduler.services import decision_record
-from tidal import telemetry
+from core import telemetry
+from core.decisions import decision_record
+from core.models import Decision
 
 log = logging.getLogger(__name__)
 SHORT_AFTER_S = 300.0  # real seconds a service may stay below its desired replicas before an alert

@@ -20,19 +20,18 @@ from django.conf import settings
 from cluster.backend import BackendError, ClusterBackend, serving_pods
 from cluster.clock import utc
 from cluster.types import Pool
-from colocation import alerts, replicas, services
-from colocation import loads as load_sources
+from colocation import alerts, loads as load_sources, replicas, services
+from colocation.live_backend import live_cluster
 from colocation.models import InferenceService
 from colocation.policy import autoscaling, schedules, vertical
 from colocation.policy.autoscaling import Rates, ScaleDecision, ScalingPolicy, ServiceView
 from colocation.policy.views import capacity as node_capacity
 from colocation.policy.windows import zone
-from colocation.live_backend import live_cluster
+from core import telemetry
+from core.decisions import decision_record
+from core.models import Decision
 from profiling import forecasting
 from profiling.selectors import service_load
-from scheduler.models import Decision
-from scheduler.services import decision_record
-from tidal import telemetry
 
 log = logging.getLogger(__name__)
 VERTICAL_EVERY_S = 3600.0  # vertical recommendations are recomputed at most this often (real time)

@@ -11,22 +11,24 @@ from dataclasses import dataclass, field, replace
 from django.conf import settings
 from django.db import transaction
 
-from cluster.clock import utc
 from cluster.backend import REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend, PodView
+from cluster.clock import utc
 from cluster.types import NodeState, NodeView, Pool
 from colocation import observe, replicas, services
-from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.live_backend import live_cluster
+from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
     SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,
 )
 from colocation.policy.states import Direction, Event, transition
 from colocation.policy.views import unit_name
-from scheduler.errors import ApplicationError
-from scheduler.models import Decision, JobStatus, TrainingJob
-from scheduler.services import decision_record, job_take_back
-from tidal import telemetry
+from core import telemetry
+from core.decisions import decision_record
+from core.errors import ApplicationError
+from core.models import Decision
+from scheduler.models import JobStatus, TrainingJob
+from scheduler.services import job_take_back
 
 log = logging.getLogger(__name__)
 MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting run in one tick

@@ -4,7 +4,7 @@ from django import forms
 from drf_spectacular.utils import extend_schema_field
 
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
-from scheduler.filtersets import StrictBooleanFilter
+from core.filtersets import StrictBooleanFilter
 
 
 class ResourceGroupFilterSet(django_filters.FilterSet):

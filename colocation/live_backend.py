@@ -32,9 +32,9 @@ from cluster.lock import Fenced, LockLost, TickSkipped, cluster_lock
 from cluster.simulated import store
 from colocation.selectors import node_views
 from colocation.services import inventory_sync
-from scheduler.models import Decision
-from scheduler.services import decision_record
-from tidal import telemetry
+from core import telemetry
+from core.decisions import decision_record
+from core.models import Decision
 
 log = logging.getLogger(__name__)
 FAILURES_KEY = "cluster:failures"

@@ -3,10 +3,9 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from cluster.types import NodeState as NodeStateValue
-from cluster.types import Pool as PoolValue
+from cluster.types import NodeState as NodeStateValue, Pool as PoolValue
 from colocation.policy.states import Direction as PolicyDirection
-from scheduler.querysets import DepartmentScopedQuerySet
+from core.querysets import DepartmentScopedQuerySet
 
 
 class NodeState(models.TextChoices):
@@ -30,7 +29,7 @@ class ResourceGroup(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     hardware_class = models.CharField(max_length=32)
     gpu_model = models.ForeignKey(
-        "scheduler.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="resource_groups"
+        "core.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="resource_groups"
     )
     min_rate = models.FloatField(default=0.4)
     expect_rate = models.FloatField(default=0.6)
@@ -55,7 +54,7 @@ class Node(models.Model):
     name = models.CharField(max_length=128, unique=True)
     resource_group = models.ForeignKey(ResourceGroup, on_delete=models.PROTECT, related_name="nodes")
     gpu_model = models.ForeignKey(
-        "scheduler.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="nodes"
+        "core.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="nodes"
     )
     gpu_count = models.PositiveSmallIntegerField(default=0)
     cpu_milli = models.PositiveIntegerField()
@@ -134,9 +133,9 @@ class InferenceServiceQuerySet(DepartmentScopedQuerySet):
 
 class InferenceService(models.Model):
     name = models.SlugField(max_length=64, unique=True)
-    department = models.ForeignKey("scheduler.Department", on_delete=models.PROTECT, related_name="services")
+    department = models.ForeignKey("core.Department", on_delete=models.PROTECT, related_name="services")
     gpu_model = models.ForeignKey(
-        "scheduler.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="services"
+        "core.GPUModel", on_delete=models.PROTECT, null=True, blank=True, related_name="services"
     )
     priority = models.IntegerField(default=0, help_text="Higher wins when the cluster cannot serve every service.")
     replicas = models.PositiveIntegerField(default=2)

@@ -11,8 +11,9 @@ from django.db.models.functions import Coalesce, Concat
 from cluster import types as ct
 from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup
 from colocation.policy import LendingProfile
+from core.models import Decision
 from profiling.models import ServiceMinute
-from scheduler.models import Decision
+from scheduler.models import HOLDING_STATUSES
 
 
 def node_views() -> list[ct.NodeView]:
@@ -46,8 +47,6 @@ class Room:
 def most_free(*, gpu_model: str | None) -> Room:
     """Free = capacity minus what admitted and running training jobs were charged; GPU jobs look at nodes of
     their model, CPU jobs at every node. Only offline-normal nodes take training work."""
-    from scheduler.models import HOLDING_STATUSES  # jobs live in the scheduler app; read-only here
-
     holding = Q(training_jobs__status__in=HOLDING_STATUSES)
     nodes = Node.objects.filter(state=NodeState.OFFLINE_NORMAL)
     if gpu_model:

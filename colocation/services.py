@@ -10,12 +10,11 @@ from cluster.types import NodeState, Pool
 from colocation.models import (InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule,
                                ScalingThreshold)
 from colocation.policy.schedules import parse_weekdays
-from colocation.policy.states import Direction as PolicyDirection
-from colocation.policy.states import Event, transition
+from colocation.policy.states import Direction as PolicyDirection, Event, transition
+from core.decisions import decision_record
+from core.errors import ApplicationError, Conflict
+from core.models import Decision, Department, GPUModel
 from scheduler import selectors as scheduler_selectors
-from scheduler.errors import ApplicationError, Conflict
-from scheduler.models import Decision, Department, GPUModel
-from scheduler.services import decision_record
 
 log = logging.getLogger(__name__)
 SERVICE_FIELDS = (

@@ -8,12 +8,13 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from cluster import types as ct
 from cluster.simulated.alibaba import read_nodes as read_alibaba_nodes
 from cluster.simulated.traces import helios_shares
-from cluster import types as ct
 from colocation.loads import PEAK_SHARE
-from colocation.models import Node, NodeState, Pool, ResourceGroup
-from scheduler.models import Department, Framework, GPUModel, Membership, Quota
+from colocation.models import InferenceService, Node, NodeState, Pool, ResourceGroup, ScalingThreshold
+from core.models import Department, GPUModel, Membership
+from scheduler.models import Framework, Quota
 
 NODE_LIST = "alibaba-gpu-2023/openb_node_list_all_node.csv"
 HELIOS_QUOTAS = "helios/Earth_gpu_number.csv"
@@ -156,8 +157,6 @@ DEMO_RATES = {"min_rate": 0.3, "expect_rate": 0.6, "max_rate": 0.8}  # GPU utili
 
 def _seed_services() -> None:
     """One inference service per GPU group with at least MIN_SERVICE_NODES co-location nodes."""
-    from colocation.models import InferenceService, ScalingThreshold
-
     departments = list(Department.objects.order_by("name"))
     for i, group in enumerate(ResourceGroup.objects.exclude(gpu_model=None).order_by("name")):
         nodes = Node.objects.filter(resource_group=group, pool=Pool.COLOCATION)

@@ -19,13 +19,14 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from cluster.backend import RUNTIME_LABEL
 from cluster.simulated import alibaba
 from cluster.simulated.alibaba import PodRow
-from cluster.backend import RUNTIME_LABEL
 from colocation.models import Node
+from core.errors import ApplicationError
+from core.models import Department, GPUModel, Membership
 from scheduler import services
-from scheduler.errors import ApplicationError
-from scheduler.models import Department, Framework, GPUModel, Membership
+from scheduler.models import Framework
 
 POD_LIST = "alibaba-gpu-2023/openb_pod_list_default.csv"
 STATE_KEY = "demo-workload"  # Redis hash under the instance's namespace: started_at, next row

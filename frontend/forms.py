@@ -2,7 +2,7 @@
 from django import forms
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from scheduler.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 def apply_errors(form: forms.Form, error: ApplicationError, aliases: dict[str, str] | None = None) -> None:

@@ -9,10 +9,10 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from colocation import selectors as colocation
+from core import telemetry
 from profiling import selectors as profiling
 from scheduler import selectors as scheduler
 from streaming.publisher import cursor_key
-from tidal import telemetry
 
 WAIT_BUCKETS = (10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 24 * 3600.0)
 RESOURCES = {"gpu": "GPUs", "cpu": "CPU cores", "memory": "bytes of memory"}

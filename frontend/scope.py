@@ -4,8 +4,8 @@ Every page reads through the models' `restrict(user)` querysets (the API's too),
 what a user may already see; an object outside it is a 404, never a 403 that confirms it exists."""
 from django.http import Http404
 
+from core.models import Membership
 from scheduler import selectors
-from scheduler.models import Membership
 
 SESSION_KEY = "console_department"
 

@@ -9,10 +9,10 @@ from django.views.decorators.http import require_GET, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from redis import Redis
 
+from core.api.throttling import SignInThrottle, retry_after
 from frontend import scope
 from frontend.forms import safe_next
 from frontend.metrics import TidalCollector
-from tidal.throttling import SignInThrottle, retry_after
 
 
 @login_required

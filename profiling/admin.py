@@ -1,8 +1,8 @@
 """Raw profile records for operators: read-only (the profile sink and the daily batch write them)."""
 from django.contrib import admin
 
+from core.admin import OperatorAdmin
 from profiling.models import JobMinute, LateSample, RunSummary, ServiceMinute, TaskProfile
-from scheduler.admin import OperatorAdmin
 
 
 class ReadOnlyOperatorAdmin(OperatorAdmin):

@@ -1,8 +1,8 @@
 """FilterSets shared by the API and the console."""
 import django_filters
 
+from core.filtersets import StrictBooleanFilter
 from profiling.models import ForecastModel, TaskProfile
-from scheduler.filtersets import StrictBooleanFilter
 
 
 class TaskProfileFilterSet(django_filters.FilterSet):

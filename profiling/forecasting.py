@@ -11,9 +11,9 @@ from django.db.models import Max
 
 from cluster.clock import utc
 from colocation.models import InferenceService
+from core.errors import ApplicationError
 from profiling.models import Forecast, ForecastModel, ServiceMinute
 from profiling.policy import forecast as fc
-from scheduler.errors import ApplicationError
 
 HELD_OUT = 0.2  # the newest share of the window scores the model; training sees only the minutes before it
 RECENT = timedelta(days=8)  # what a live forecast reads: a week for the seasonal feature, and a day more

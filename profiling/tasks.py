@@ -4,8 +4,8 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
+from core.errors import ApplicationError
 from profiling import forecasting, services
-from scheduler.errors import ApplicationError
 
 log = logging.getLogger(__name__)
 

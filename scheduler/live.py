@@ -18,15 +18,16 @@ from cluster.backend import (
 )
 from colocation.live_backend import live_cluster
 from colocation.selectors import lending_profile
+from core import telemetry
+from core.decisions import decision_record
+from core.models import Decision
 from scheduler import services
 from scheduler.gcfreeze import frozen_heap
-from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
+from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.observe import snapshot_from_db
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
 from scheduler.policy.profile import Profile
-from scheduler.services import decision_record
-from tidal import telemetry
 
 log = logging.getLogger(__name__)
 

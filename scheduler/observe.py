@@ -3,9 +3,10 @@ cluster, turned into the frozen dataclasses the pure policy reads (colocation/ob
 from cluster.backend import ClusterBackend
 from cluster.types import (Allocation, GpuShare, JobStatus as JobViewStatus, JobView, Pool, QuotaKind, QuotaView,
                            Snapshot)
+from core.models import GPUModel
 from profiling.policy.aggregate import TaskHistory
 from profiling.selectors import task_histories
-from scheduler.models import Framework, GPUModel, JobRun, JobStatus, Quota, TrainingJob
+from scheduler.models import Framework, JobRun, JobStatus, Quota, TrainingJob
 
 LIVE = (JobStatus.PENDING, JobStatus.ADMITTED, JobStatus.RUNNING)
 

@@ -10,34 +10,16 @@ from django.utils import timezone
 
 from cluster.clock import utc
 from colocation.models import Node
+from core.decisions import decision_record
+from core.errors import ApplicationError, Conflict
+from core.models import CPU, MEMORY, Decision, Department, GPUModel, Membership
 from profiling.services import run_summaries_compute, run_summary_compute
 from scheduler import selectors
-from scheduler.errors import ApplicationError, Conflict
-from scheduler.models import (
-    CPU,
-    MEMORY,
-    Decision,
-    Department,
-    Framework,
-    GPUModel,
-    JobRun,
-    JobStatus,
-    Membership,
-    Quota,
-    TrainingJob,
-)
+from scheduler.models import Framework, JobRun, JobStatus, Quota, TrainingJob
 from scheduler.policy.decisions import Admit
 from scheduler.policy.priority import ScoreBreakdown
 
 log = logging.getLogger(__name__)
-
-
-def decision_record(
-    *, kind: str, subject: str, reason: str, message: str, department: Department | None = None, data: dict | None = None
-) -> Decision:
-    return Decision.objects.create(
-        kind=kind, subject=subject, reason=reason, message=message, department=department, data=data or {}
-    )
 
 
 # --- departments and members -------------------------------------------------------------------

@@ -3,7 +3,7 @@ from celery import shared_task
 from django.conf import settings
 from redis import Redis
 
-from scheduler import live, whatif
+from scheduler import live, whatif_run
 from scheduler.policy.profile import get_profile
 
 
@@ -16,4 +16,4 @@ def scheduler_tick() -> dict | None:
 
 @shared_task(name="scheduler.replay", ignore_result=True)
 def replay_run(run_id: int) -> str:
-    return whatif.replay_execute(run_id=run_id).status
+    return whatif_run.replay_execute(run_id=run_id).status

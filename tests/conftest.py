@@ -53,7 +53,8 @@ def world(db):
     from django.contrib.auth import get_user_model
 
     from colocation.models import Node, NodeState, Pool, ResourceGroup
-    from scheduler.models import Department, Framework, GPUModel, Membership, Quota
+    from core.models import Department, GPUModel, Membership
+    from scheduler.models import Framework, Quota
 
     User = get_user_model()
     t4 = GPUModel.objects.create(name="T4", memory_gib=16)
@@ -152,8 +153,9 @@ class _World:
         return service
 
     def submit(self, role: str = "member", **overrides):
+        from core.models import Department, GPUModel
         from scheduler import services
-        from scheduler.models import Department, Framework, GPUModel
+        from scheduler.models import Framework
 
         p = self.job_payload(**overrides)
         name, _, version = p["framework"].rpartition("-")

@@ -1,6 +1,6 @@
 """The layout's hard rules, as import-linter contracts (pyproject.toml): policies, cluster types, the fit rule and
-the clock import no framework; the domain apps import neither the console nor the tooling; the tooling sits above
-the console, the console above the demo.
+the clock import no framework; apps depend in one direction (tooling above the console, the console above the demo,
+above the domain apps, above core, above the cluster layer); no app imports another app's loop.
 
 The first test runs the project's contracts; the others prove each kind would catch a violation, by running them
 over a throw-away tree of empty modules (every module a contract names) into which one bad import is written."""
@@ -55,13 +55,19 @@ def empty_tree(tmp_path) -> Path:
     ("scheduler.policy.priority", "import django\n", "scheduler.policy.priority -> django"),
     ("colocation.models", "import frontend.views\n", "colocation.models -> frontend.views"),
     ("frontend.views", "import benchmarks.scheduler\n", "frontend.views -> benchmarks.scheduler"),
+    ("core.models", "import scheduler.models\n", "core.models -> scheduler.models"),
+    ("cluster.backend", "import core.errors\n", "cluster.backend -> core.errors"),
+    ("colocation.models", "import scheduler.live\n", "colocation.models -> scheduler.live"),
+    ("scheduler.services", "import colocation.controller\n", "scheduler.services -> colocation.controller"),
 ])
 def test_each_contract_breaks_on_a_bad_import(empty_tree, module, source, caught):
     (empty_tree / "scheduler" / "policy.py").unlink(missing_ok=True)  # a package here, as in the project
     _module(empty_tree, "scheduler.policy.__init__")
     _module(empty_tree, "frontend.views")
     _module(empty_tree, "benchmarks.scheduler")
-    _module(empty_tree, "colocation.models")
+    for name in ("colocation.models", "core.models", "core.errors", "scheduler.models", "scheduler.services",
+                 "cluster.backend"):
+        _module(empty_tree, name)
     _module(empty_tree, module, source)
     result = run_contract(empty_tree)
     assert result.returncode != 0

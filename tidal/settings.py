@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI and ReDoc as static files: /api/docs/ works offline
     "django_htmx",
     "django_tables2",
+    "core",
     "scheduler",
     "colocation",
     "profiling",
@@ -124,18 +125,18 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [
-        "scheduler.api.filtering.StrictFilterBackend",  # django-filter's, with no empty non-text values
+        "core.api.filtering.StrictFilterBackend",  # django-filter's, with no empty non-text values
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "scheduler.api.pagination.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.pagination.Pagination",
     # The API speaks JSON (automation's format; a form body cannot say null, an empty list or a boolean plainly).
     # The token endpoint keeps DRF's form parsers, so `curl -d username=… -d password=…` works.
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "scheduler.api.errors.exception_handler",
-    "DEFAULT_THROTTLE_RATES": {  # tidal/throttling.py; counted in the Redis cache, shared by every web worker
+    "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {  # core/api/throttling.py; counted in the Redis cache, shared by every web worker
         "sign-in": os.environ.get("TIDAL_SIGN_IN_RATE", "10/min"),
         "submit": os.environ.get("TIDAL_SUBMIT_RATE", "120/min"),
     },
@@ -151,12 +152,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
-                             "scheduler.api.schema.document_errors"],
+                             "core.api.schema.document_errors"],
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduler.models.JobStatus",
         "NodeStateEnum": "colocation.models.NodeState",
-        "MembershipRoleEnum": "scheduler.models.Membership.Role",
+        "MembershipRoleEnum": "core.models.Membership.Role",
         "QuotaKindEnum": "scheduler.models.QuotaKind",
     },
 }

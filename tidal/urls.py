@@ -5,12 +5,11 @@ from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.routers import DefaultRouter
 
 from colocation.api.urls import ROUTES as COLOCATION_ROUTES
+from core.api.throttling import SignInThrottle
 from frontend import health, views
-from profiling.api.urls import ROUTES as PROFILING_ROUTES
-from profiling.api.urls import URLS as PROFILING_URLS
+from profiling.api.urls import ROUTES as PROFILING_ROUTES, URLS as PROFILING_URLS
 from scheduler.api.urls import ROUTES as SCHEDULER_ROUTES
 from scheduler.api.views import MeView
-from tidal.throttling import SignInThrottle
 
 router = DefaultRouter()  # one router, so /api/ lists every app's endpoints
 for prefix, viewset, basename in SCHEDULER_ROUTES + COLOCATION_ROUTES + PROFILING_ROUTES:
@@ -35,5 +34,5 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
-handler404 = "scheduler.api.errors.page_not_found"
-handler500 = "scheduler.api.errors.server_error"
+handler404 = "core.api.errors.page_not_found"
+handler500 = "core.api.errors.server_error"

@@ -3,9 +3,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule, ScalingThreshold
-from scheduler.api.jsontypes import JSONTypes
-from scheduler.api.serializers import DecisionSerializer, NameField, UnsignedDecimalField, gpu_model_field
-from scheduler.models import Decision, Department
+from core.api.jsontypes import JSONTypes
+from core.api.serializers import DecisionSerializer, NameField, UnsignedDecimalField, gpu_model_field
+from core.models import Decision, Department
 
 
 class ResourceGroupSerializer(serializers.ModelSerializer):

@@ -5,17 +5,17 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from cluster.types import Pool
 from colocation import selectors, services
 from colocation.api import serializers as s
-from cluster.types import Pool
 from colocation.filtersets import InferenceServiceFilterSet, NodeFilterSet, ResourceGroupFilterSet, TransitionFilterSet
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.policy.states import Direction as PolicyDirection
-from scheduler.api.permissions import IsOperator, IsOperatorOrReadOnly
-from scheduler.api.pagination import PAGE_PARAMETERS
-from scheduler.api.query import parse_query
-from scheduler.api.serializers import DecisionSerializer
-from scheduler.api.views import RestrictedMixin
+from core.api.pagination import PAGE_PARAMETERS
+from core.api.permissions import IsOperator, IsOperatorOrReadOnly
+from core.api.query import parse_query
+from core.api.serializers import DecisionSerializer
+from core.api.views import RestrictedMixin
 
 
 class ResourceGroupViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,

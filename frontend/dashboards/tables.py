@@ -2,8 +2,8 @@ import django_tables2 as tables
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
+from core.models import Decision
 from frontend.templatetags.console import when
-from scheduler.models import Decision
 
 SUBJECT_PAGES = {"job": "job", "department": "department", "service": "service"}
 

@@ -20,10 +20,12 @@ from django.utils.html import format_html_join
 from django.views.decorators.http import require_POST
 from redis import Redis
 
-from colocation import selectors as colocation_selectors
-from colocation import services as colocation_services
+from colocation import selectors as colocation_selectors, services as colocation_services
 from colocation.models import NodeState, NodeTransition
 from colocation.policy import Direction
+from core import telemetry
+from core.errors import ApplicationError
+from core.models import Decision, Membership
 from frontend import scope
 from frontend.dashboards import charts, prometheus
 from frontend.dashboards.forms import ColocationForm, QuotaForm, ReplayForm
@@ -33,12 +35,9 @@ from frontend.forms import apply_errors
 from frontend.lists import ObjectList
 from frontend.metrics import WAIT_BUCKETS, web_target
 from scheduler import selectors, services, whatif
-from scheduler.errors import ApplicationError
 from scheduler.filtersets import DecisionFilterSet
-from scheduler.models import Decision, Membership
 from scheduler.policy import PROFILES
 from scheduler.replay import DEFAULT_POLICIES
-from tidal import telemetry
 
 TABS = (("Overview", "ops"), ("Nodes and lending", "ops-nodes"), ("Quotas", "ops-quotas"),
         ("Autoscaling", "ops-autoscaling"), ("Decisions", "ops-decisions"), ("What-if", "ops-replays"))

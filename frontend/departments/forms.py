@@ -2,7 +2,7 @@
 from django import forms
 from django.contrib.auth import get_user_model
 
-from scheduler.models import Membership
+from core.models import Membership
 
 
 class MemberForm(forms.Form):

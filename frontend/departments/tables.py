@@ -1,6 +1,6 @@
 import django_tables2 as tables
 
-from scheduler.models import Department
+from core.models import Department
 
 
 class DepartmentTable(tables.Table):

@@ -6,14 +6,15 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from core.errors import ApplicationError
+from core.models import Department
 from frontend import scope
 from frontend.departments.forms import MemberForm, RoleForm
 from frontend.departments.tables import DepartmentTable
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
 from scheduler import selectors, services
-from scheduler.errors import ApplicationError
-from scheduler.models import Department, JobStatus
+from scheduler.models import JobStatus
 
 DEPARTMENT_LIST = ObjectList(table=DepartmentTable, per_page=50, template="frontend/departments/list.html")
 

@@ -7,9 +7,10 @@ from datetime import datetime
 from django.conf import settings
 
 from colocation.selectors import Room, most_free
+from core.models import Decision
 from profiling.selectors import Advice, JobProfile, job_profile
 from scheduler import selectors
-from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
+from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.policy.priority import AgingStep, next_aging_step
 from scheduler.policy.profile import get_profile
 from scheduler.selectors import QuotaUsage

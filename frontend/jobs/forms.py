@@ -2,7 +2,8 @@
 from django import forms
 from django.urls import reverse
 
-from scheduler.models import Department, Framework, GPUModel, TrainingJob
+from core.models import Department, GPUModel
+from scheduler.models import Framework, TrainingJob
 
 
 class FrameworkChoice(forms.ModelChoiceField):

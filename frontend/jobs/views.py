@@ -7,6 +7,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core.api.throttling import SubmitThrottle, retry_after
+from core.errors import ApplicationError
 from frontend import scope
 from frontend.forms import apply_errors, safe_next
 from frontend.jobs.detail import job_page
@@ -14,10 +16,8 @@ from frontend.jobs.forms import JobForm, certified_models, initial_from
 from frontend.jobs.tables import JobTable
 from frontend.lists import ObjectList
 from scheduler import selectors, services
-from scheduler.errors import ApplicationError
 from scheduler.filtersets import TrainingJobFilterSet
 from scheduler.models import JobStatus
-from tidal.throttling import SubmitThrottle, retry_after
 
 KEPT_FILTERS = ("submitter", "task_key", "quota_kind", "submitted_after", "submitted_before", "sort")  # from links
 SCOPES = {"mine": "Mine", "departments": "My departments"}

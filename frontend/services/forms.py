@@ -4,7 +4,7 @@ from django.core.validators import MinValueValidator
 
 from colocation.models import InferenceService, ScalingThreshold
 from colocation.policy.schedules import parse_weekdays
-from scheduler.models import Department, GPUModel
+from core.models import Department, GPUModel
 
 
 FIELDS = ["name", "department", "gpu_model", "priority", "autoscaling", "replicas", "min_replicas", "max_replicas",

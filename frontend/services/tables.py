@@ -2,8 +2,8 @@ import django_tables2 as tables
 from django.utils.html import format_html
 
 from colocation.models import InferenceService
+from core.models import Decision
 from frontend.templatetags.console import badge, pct, when
-from scheduler.models import Decision
 
 
 class ServiceTable(tables.Table):

@@ -12,6 +12,8 @@ from django_tables2 import RequestConfig
 from colocation import selectors, services
 from colocation.filtersets import InferenceServiceFilterSet
 from colocation.models import InferenceService
+from core.errors import ApplicationError
+from core.models import Decision
 from frontend import scope
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
@@ -20,8 +22,6 @@ from frontend.services.forms import (POLICY_FIELDS, ServiceForm, apply_schedule_
 from frontend.services.tables import ScalingHistoryTable, ServiceTable
 from profiling.models import ServiceMinute
 from profiling.selectors import forecasts_vs_actuals, service_load
-from scheduler.models import Decision
-from scheduler.errors import ApplicationError
 from scheduler.selectors import can_administer
 
 LOAD_WINDOW = timedelta(hours=3)

@@ -4,12 +4,12 @@ from rest_framework import generics, viewsets
 from rest_framework.response import Response
 
 from colocation.models import InferenceService
+from core.api.query import parse_query
+from core.api.views import RestrictedMixin
 from profiling import selectors
 from profiling.api import serializers as s
 from profiling.filtersets import ForecastModelFilterSet, TaskProfileFilterSet
 from profiling.models import ForecastModel, TaskProfile
-from scheduler.api.query import parse_query
-from scheduler.api.views import RestrictedMixin
 from scheduler.models import TrainingJob
 
 

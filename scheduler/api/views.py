@@ -6,9 +6,13 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.permissions import IsOperatorOrReadOnly
+from core.api.serializers import DecisionSerializer
+from core.api.throttling import SubmitThrottle
+from core.api.views import RestrictedMixin
+from core.models import Decision, Department, GPUModel, Membership
 from scheduler import selectors, services
 from scheduler.api import serializers as s
-from scheduler.api.permissions import IsOperatorOrReadOnly
 from scheduler.filtersets import (
     DecisionFilterSet,
     FrameworkFilterSet,
@@ -16,17 +20,7 @@ from scheduler.filtersets import (
     QuotaFilterSet,
     TrainingJobFilterSet,
 )
-from scheduler.models import Decision, Department, Framework, GPUModel, JobRun, Membership, Quota, TrainingJob
-from tidal.throttling import SubmitThrottle
-
-
-class RestrictedMixin:
-    """Every list and detail goes through the model's `restrict(user)`: 404 for what a user may not see."""
-
-    base_queryset = None
-
-    def get_queryset(self):
-        return self.base_queryset.restrict(self.request.user)
+from scheduler.models import Framework, JobRun, Quota, TrainingJob
 
 
 class MeView(APIView):
@@ -223,6 +217,6 @@ class DecisionViewSet(RestrictedMixin, viewsets.ReadOnlyModelViewSet):
     """Every decision with its reason; filter by `subject` (e.g. `job:42`) and `kind`."""
 
     base_queryset = Decision.objects.select_related("department")
-    serializer_class = s.DecisionSerializer
+    serializer_class = DecisionSerializer
     filterset_class = DecisionFilterSet
     ordering_fields = ["created_at"]

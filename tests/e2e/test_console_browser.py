@@ -9,8 +9,9 @@ from cluster.clock import VirtualClock
 from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster
 from colocation.selectors import node_views
+from core.models import Membership
 from scheduler import live
-from scheduler.models import JobStatus, Membership, Quota, TrainingJob
+from scheduler.models import JobStatus, Quota, TrainingJob
 from scheduler.policy.profile import get_profile
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -121,8 +122,8 @@ def test_the_api_docs_render_offline(world, console):
 
 
 def test_services_page_for_an_admin(world, console):
-    from scheduler.models import Decision
-    from scheduler.services import decision_record
+    from core.decisions import decision_record
+    from core.models import Decision
 
     service = world.service("ml-search", name="ranker", replicas=3)
     for current, target in ((2, 4), (4, 3)):

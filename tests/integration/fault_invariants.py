@@ -13,7 +13,8 @@ from redis import Redis
 from cluster.backend import ClusterBackend
 from cluster.simulated import store
 from colocation.models import Node, NodeTransition
-from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
+from core.models import Decision
+from scheduler.models import JobRun, JobStatus, TrainingJob
 
 HOLDING = (JobStatus.ADMITTED, JobStatus.RUNNING)
 

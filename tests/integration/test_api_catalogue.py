@@ -1,7 +1,7 @@
 """GPU models and frameworks with their certifications."""
 import pytest
 
-from scheduler.models import GPUModel
+from core.models import GPUModel
 from tests.conftest import listed
 
 pytestmark = pytest.mark.django_db

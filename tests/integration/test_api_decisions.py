@@ -1,7 +1,7 @@
 """The decision log: who sees which decisions, and filters."""
 import pytest
 
-from scheduler.models import Decision
+from core.models import Decision
 from tests.conftest import listed
 
 pytestmark = pytest.mark.django_db

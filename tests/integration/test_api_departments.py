@@ -1,7 +1,7 @@
 """Departments, memberships and /api/me/: who belongs where, and who manages members."""
 import pytest
 
-from scheduler.models import Membership
+from core.models import Membership
 from tests.conftest import listed
 
 pytestmark = pytest.mark.django_db
@@ -147,7 +147,7 @@ def test_posting_an_existing_member_changes_the_role(world):
 
 @pytest.mark.parametrize("how", ["demote", "remove"])
 def test_the_last_department_admin_cannot_leave_it_without_one(world, how):
-    from scheduler.models import Membership
+    from core.models import Membership
 
     mine = Membership.objects.get(user=world.users["dept_admin"])
     client = world.client("dept_admin")
@@ -167,7 +167,7 @@ def test_the_last_department_admin_cannot_leave_it_without_one(world, how):
 @pytest.mark.parametrize("format_, status", [("json", 200), ("multipart", 415)])
 def test_patching_a_membership_without_a_role_changes_nothing(world, format_, status):
     """Was a 500 (TypeError) found by schemathesis, with either body; the API now reads JSON only."""
-    from scheduler.models import Membership
+    from core.models import Membership
 
     membership = Membership.objects.get(user__username="mia")
     response = world.client("dept_admin").patch(f"/api/memberships/{membership.pk}/", {}, format=format_)
@@ -189,7 +189,7 @@ def test_every_page_counts_the_whole_list_and_a_short_one_without_a_count_query(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from scheduler.models import Department
+    from core.models import Department
 
     Department.objects.bulk_create(Department(name=f"dept-{i}") for i in range(3))  # 5 in all, by name
     names = list(Department.objects.order_by("name").values_list("name", flat=True))

@@ -2,7 +2,8 @@
 import pytest
 from django.utils import timezone
 
-from scheduler.models import Decision, JobRun, TrainingJob
+from core.models import Decision
+from scheduler.models import JobRun, TrainingJob
 from tests.conftest import listed
 
 pytestmark = pytest.mark.django_db
@@ -103,7 +104,7 @@ def test_cancelling_a_finished_job_is_rejected_and_writes_nothing(world, status)
 def test_another_member_cannot_cancel_my_job(world):
     from django.contrib.auth import get_user_model
 
-    from scheduler.models import Membership
+    from core.models import Membership
 
     colleague = get_user_model().objects.create_user("carl", password="pw")
     Membership.objects.create(user=colleague, department=world.departments["ml-search"])

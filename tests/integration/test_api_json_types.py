@@ -4,7 +4,8 @@ The cases are schemathesis' "schema-violating request accepted" findings (`st ru
 import pytest
 from django.contrib.auth import get_user_model
 
-from scheduler.models import GPUModel, Quota
+from core.models import GPUModel
+from scheduler.models import Quota
 
 
 def _ids(world) -> dict:

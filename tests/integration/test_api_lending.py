@@ -2,7 +2,7 @@
 import pytest
 
 from colocation.models import NodeTransition
-from scheduler.models import Decision
+from core.models import Decision
 
 pytestmark = pytest.mark.django_db
 

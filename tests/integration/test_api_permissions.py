@@ -120,8 +120,9 @@ TABLE = {**MATRIX, **NOT_IN_SCHEMA}
 
 def _objects(world) -> dict[str, int]:
     from colocation.models import NodeTransition
+    from core.models import Decision, Department, Membership
     from profiling.models import ForecastModel, TaskProfile
-    from scheduler.models import Decision, Department, Membership, Quota
+    from scheduler.models import Quota
 
     job = world.submit("member")
     search = world.departments["ml-search"]

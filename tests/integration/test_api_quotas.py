@@ -1,7 +1,8 @@
 """Quotas through the API: upsert, amount changes with their decisions, the in-use floor, filters."""
 import pytest
 
-from scheduler.models import Decision, Quota
+from core.models import Decision
+from scheduler.models import Quota
 from tests.conftest import listed
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,8 @@ import logging
 import pytest
 from django.test import RequestFactory, override_settings
 
+from core.api.errors import server_error
 from scheduler import selectors
-from scheduler.api.errors import server_error
 
 SECRET = "stack detail the client must not see"
 

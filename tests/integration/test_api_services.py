@@ -1,7 +1,7 @@
 """Inference services and their autoscaling thresholds."""
 import pytest
 
-from scheduler.models import Decision
+from core.models import Decision
 
 from colocation.models import InferenceService
 from tests.conftest import listed

@@ -16,8 +16,8 @@ from colocation import autoscaler, controller, replicas
 from colocation.loads import ProfileLoads
 from colocation.models import InferenceService, ScalingThreshold
 from colocation.policy.autoscaling import LoadMinute
+from core.models import Decision
 from profiling.models import ServiceMinute
-from scheduler.models import Decision
 from tests.integration.livecluster import T0, scaling_lab
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,8 @@ import pytest
 from django.utils import timezone
 
 from colocation.models import InferenceService, ScalingSchedule, ScalingThreshold
-from scheduler.models import Decision
-from scheduler.services import decision_record
+from core.decisions import decision_record
+from core.models import Decision
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,8 @@ from django.contrib.staticfiles import finders
 from django.test import Client
 from django.urls import reverse
 
-from scheduler.models import Decision, JobStatus, Membership, TrainingJob
+from core.models import Decision, Membership
+from scheduler.models import JobStatus, TrainingJob
 
 pytestmark = pytest.mark.django_db
 
@@ -335,7 +336,7 @@ def test_the_service_page_shows_replicas_history_and_no_forecast_yet(world):
 
     from django.utils import timezone
 
-    from scheduler.services import decision_record
+    from core.decisions import decision_record
 
     service = world.service("ml-search", replicas=3, gpu_model=world.gpu_models["T4"])
     subject = f"service:{service.name}"
@@ -361,7 +362,7 @@ def test_the_service_page_shows_replicas_history_and_no_forecast_yet(world):
 
 
 def test_the_autoscaling_dashboard_shows_each_services_last_decision_and_alert(world):
-    from scheduler.services import decision_record
+    from core.decisions import decision_record
 
     service = world.service("ml-search", gpu_model=world.gpu_models["T4"])
     other = world.service("ml-ads", name="ads-cpu")

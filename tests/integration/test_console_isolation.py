@@ -18,7 +18,8 @@ from django.urls import URLPattern, URLResolver, reverse
 
 from colocation.models import InferenceService, Node
 from frontend import urls as console_urls
-from scheduler.models import JobStatus, Membership, Quota, ReplayRun, TrainingJob
+from core.models import Membership
+from scheduler.models import JobStatus, Quota, ReplayRun, TrainingJob
 from tests.integration.console_pages import assert_no_template_syntax
 from tests.integration.test_security import assert_no_secret, secrets_in_play  # noqa: F401 (a fixture)
 

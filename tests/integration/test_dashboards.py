@@ -6,7 +6,8 @@ import pytest
 from django.test import Client
 
 from colocation.models import NodeTransition
-from scheduler.models import Decision, JobRun, Membership, Quota
+from core.models import Decision, Membership
+from scheduler.models import JobRun, Quota
 
 PAGES = ["/ops/", "/ops/nodes/", "/ops/quotas/", "/ops/autoscaling/", "/ops/decisions/"]
 

@@ -14,8 +14,9 @@ import pytest
 from django.conf import settings
 
 from colocation.models import Node, ResourceGroup
+from core.models import Department
 from demo.data import DEPARTMENTS, demo_load
-from scheduler.models import Department, Framework, Quota
+from scheduler.models import Framework, Quota
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = Path(settings.TRACES_DIR)
@@ -111,8 +112,8 @@ def test_demo_workload_submits_trace_pods_as_they_come_due(world, settings, tmp_
     from redis import Redis
 
     from cluster.simulated.store import RUNTIME_LABEL
-    from scheduler.models import TrainingJob
     from demo.trace_jobs import POD_LIST, demo_submit_due
+    from scheduler.models import TrainingJob
 
     (tmp_path / POD_LIST).parent.mkdir(parents=True)
     (tmp_path / POD_LIST).write_text(

@@ -18,8 +18,9 @@ from colocation.loads import DemoLoads, demo_lending_profile, demo_traffic
 from colocation.models import InferenceService, ResourceGroup
 from colocation.policy import DEFAULT
 from colocation.selectors import node_views
+from core.models import Decision, Department
 from demo.data import demo_load
-from scheduler.models import Decision, Department, Framework
+from scheduler.models import Framework
 from scheduler.services import job_submit
 from tests.integration.livecluster import T0
 

@@ -174,7 +174,7 @@ def test_jobs_are_admitted_and_every_pending_job_says_why(demo):
         # preemption records a decision as it requeues): the cycle ranked it and said why it waits.
         silent = db.execute(
             "SELECT id FROM scheduler_trainingjob j WHERE status = 'pending' AND pending_reason = '' "
-            "AND submitted_at < ? AND NOT EXISTS (SELECT 1 FROM scheduler_decision d WHERE d.subject = "
+            "AND submitted_at < ? AND NOT EXISTS (SELECT 1 FROM core_decision d WHERE d.subject = "
             "'job:' || j.id AND d.created_at >= ?)", (last_cycle, last_cycle)).fetchall()
     assert statuses.get("running", 0) + statuses.get("succeeded", 0) > 50, statuses
     assert not silent, f"{len(silent)} pending jobs submitted before the last scheduling cycle have no reason"
@@ -225,7 +225,7 @@ def _render_pages(demo: Demo, username: str, password: str) -> dict[str, tuple[i
         jobs = [row[0] for row in db.execute(  # a pending and a running job of every department
             "SELECT MIN(id) FROM scheduler_trainingjob WHERE status IN ('pending', 'running') "
             "GROUP BY department_id, status")]
-        departments = [row[0] for row in db.execute("SELECT name FROM scheduler_department")]
+        departments = [row[0] for row in db.execute("SELECT name FROM core_department")]
         services = [row[0] for row in db.execute("SELECT name FROM colocation_inferenceservice")]
     paths = ["/jobs/", "/jobs/?scope=departments", "/jobs/new/", "/departments/", "/services/",
              *(f"/jobs/{pk}/" for pk in jobs), *(f"/departments/{name}/" for name in departments),

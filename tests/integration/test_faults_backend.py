@@ -19,10 +19,11 @@ from colocation import controller, live_backend, services
 from colocation.models import Node, NodeTransition
 from colocation.policy import Direction
 from colocation.selectors import lending_profile
+from core import telemetry
+from core.models import Decision
 from scheduler import live
-from scheduler.models import Decision, JobStatus, TrainingJob
+from scheduler.models import JobStatus, TrainingJob
 from scheduler.policy.profile import get_profile
-from tidal import telemetry
 from tests.integration.fault_invariants import decisions_about, violations
 from tests.integration.test_kubernetes_live import until
 

@@ -127,8 +127,9 @@ def seed(*, online: int, offline: int, jobs: int, expected_duration_s: int | Non
 
     from cluster.backend import RUNTIME_LABEL
     from colocation.models import Node, NodeState, Pool, ResourceGroup
+    from core.models import Department, GPUModel, Membership
     from scheduler import services
-    from scheduler.models import Department, Framework, GPUModel, Membership, Quota, TrainingJob
+    from scheduler.models import Framework, Quota, TrainingJob
 
     t4 = GPUModel.objects.create(name="T4", memory_gib=16)
     pytorch = Framework.objects.create(name="pytorch", version="2.1")

@@ -30,9 +30,10 @@ from cluster.simulated import store
 from colocation import autoscaler
 from colocation.loads import ProfileLoads
 from colocation.models import InferenceService
+from core.models import Decision
 from profiling import services as profiling_services
 from profiling.models import RunSummary, ServiceMinute
-from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
+from scheduler.models import JobRun, JobStatus, TrainingJob
 from streaming.publisher import Publisher, PublisherConfig, cursor_key
 from streaming.records import PodSample, decode
 from streaming.topics import Topics, ensure_topics

@@ -42,8 +42,9 @@ from colocation import services as colocation_services
 from colocation.models import Node, NodeState, NodeTransition, Pool
 from colocation.policy import Direction
 from colocation.tasks import lending_tick
+from core.models import Decision
 from scheduler.live import run_live_tick
-from scheduler.models import Decision, JobRun, JobStatus, Quota, TrainingJob
+from scheduler.models import JobRun, JobStatus, Quota, TrainingJob
 from scheduler.policy.profile import get_profile
 from scheduler.tasks import scheduler_tick
 from tests.integration import fault_invariants

@@ -18,8 +18,9 @@ from colocation import controller, live_backend, services
 from colocation.models import Node, NodeState, NodeTransition, Pool
 from colocation.policy import Direction
 from colocation.selectors import lending_profile, node_views
+from core.models import Decision
 from scheduler import live
-from scheduler.models import Decision, JobStatus, TrainingJob
+from scheduler.models import JobStatus, TrainingJob
 from scheduler.policy.profile import get_profile
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the watch threads read nothing from the database, but the

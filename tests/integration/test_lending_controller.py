@@ -13,8 +13,9 @@ from colocation import controller, services
 from colocation.models import Node, NodeState, NodeTransition, Pool
 from colocation.policy import DEFAULT, Direction
 from colocation.selectors import node_views
+from core.models import Decision
 from scheduler import live
-from scheduler.models import Decision, JobStatus
+from scheduler.models import JobStatus
 from scheduler.policy.profile import get_profile
 from tests.integration.livecluster import T0
 

@@ -6,8 +6,9 @@ import pytest
 from redis import Redis
 
 from cluster.simulated import store
+from core.models import Decision
 from scheduler import live, services
-from scheduler.models import Decision, JobRun, JobStatus, TrainingJob
+from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.policy.profile import get_profile
 from tests.integration.livecluster import tick
 

@@ -11,10 +11,10 @@ from redis import Redis
 
 from cluster.simulated import store
 from colocation.live_backend import LOCK_WAIT_SHARE
+from core import telemetry
+from core.models import Decision
 from scheduler import live
-from scheduler.models import Decision
 from scheduler.policy.profile import get_profile
-from tidal import telemetry
 
 pytestmark = pytest.mark.django_db
 INTERVAL_S = 1.0  # the scheduler's interval in these tests: a tick waits at most 0.8 s for the lock

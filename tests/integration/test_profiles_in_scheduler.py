@@ -5,8 +5,9 @@ pool."""
 import pytest
 
 from cluster.simulated import store
+from core.models import Decision
 from profiling.models import RunSummary
-from scheduler.models import Decision, JobStatus, TrainingJob
+from scheduler.models import JobStatus, TrainingJob
 from tests.integration.livecluster import tick
 from tests.integration.profiles import end_run, past_jobs, start_run
 

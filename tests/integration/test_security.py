@@ -19,9 +19,9 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from core.api.throttling import SignInThrottle, SubmitThrottle
 from scheduler.models import TrainingJob
 from tests.integration.test_api_permissions import MATRIX, _json, _objects
-from tidal.throttling import SignInThrottle, SubmitThrottle
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),

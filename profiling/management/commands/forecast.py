@@ -9,10 +9,10 @@ from django.utils import timezone as dj_timezone
 from rich.console import Console
 from rich.table import Table
 
+from core.errors import ApplicationError
 from profiling import forecasting
 from profiling.models import ForecastModel
 from profiling.policy.forecast import HORIZONS, Evaluation
-from scheduler.errors import ApplicationError
 
 
 class Command(BaseCommand):

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from scheduler.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 def exception_handler(exc, context):

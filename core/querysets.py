@@ -7,7 +7,7 @@ def departments_of(user, role: str | None = None) -> models.QuerySet:
     """The ids of the user's departments (those where they hold `role`, when given), as a subquery:
     `department__in` needs no join and no DISTINCT, so a restricted list still sorts and pages with the database's
     indexes."""
-    memberships = apps.get_model("scheduler", "Membership").objects.filter(user=user)
+    memberships = apps.get_model("core", "Membership").objects.filter(user=user)
     return (memberships.filter(role=role) if role else memberships).values("department")
 
 
