@@ -1,4 +1,5 @@
-"""The decision log's one writer: every decision is stored with its reason (README: Explainable)."""
+"""The decision log's one writer: every decision is stored with its reason, for the people it affects (README:
+Architecture)."""
 from core.models import Decision, Department
 
 
