@@ -1,0 +1,12 @@
+"""The FGD experiment (Weng et al., "Beware of Fragmentation", USENIX ATC'23) on the Alibaba 2023 trace.
+
+    state.py       the cluster as numpy arrays (per node, per node x GPU) and a pod's request; the shared filter
+    measure.py     the fragmentation measure: target workload, a node's fragmentation, kept per node, and the
+                   change a placement would make, vectorised over every candidate node (and GPU of a share)
+    scorers.py     placement scorers behind one interface and a registry: random, dotprod, clustering,
+                   packing, bestfit, fgd
+    experiment.py  seeds, tuning to 1.3x capacity, the arrival loop, the metrics, runs over processes
+    report.py      report.md, report.json and PNG plots
+
+No Django here: `scheduler/management/commands/fragmentation.py` is the thin command over `load()` and `run()`.
+"""
