@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
-from cluster.types import JobStatus, JobView, Pool, QuotaKind, Snapshot
+from cluster.types import GPU_EPS, JobStatus, JobView, Pool, QuotaKind, Snapshot
 from colocation.policy.pools import preferred_pool
 from colocation.policy.profile import LendingProfile
 from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, StillPending
@@ -85,13 +85,26 @@ class _NoRoom:
     pod: PodRequest
     kind: QuotaKind | None
     bounds: tuple[float, float, int, int] | None  # most free on one node (upper bounds); None: not shown
+    free: tuple[int, float] = (0, 0.0)  # wholly free and idle GPUs across the model's nodes, when shown
 
     def __str__(self) -> str:
         whole, share, cpu, mem = self.bounds
         where = f"{self.pod.gpu_model} node" if self.pod.gpu_model else "CPU node"
         borrowed = " (borrowed quota runs on idle capacity only)" if self.kind is QuotaKind.BORROWED else ""
         return (f"no idle {where} fits {self.pod}{borrowed}; most free on one node: "
-                f"{whole:g} whole GPUs, {share:.2f} of a GPU, {cpu}m CPU, {mem} MiB")
+                f"{whole:g} whole GPU{'' if whole == 1 else 's'}, {share:.2f} of a GPU, {cpu}m CPU, {mem} MiB"
+                f"{self._fragments(whole, share)}")
+
+    def _fragments(self, whole: float, share: float) -> str:
+        """When the free GPUs would do but only as fragments, the sentence says so (README: Training scheduler)."""
+        (free, idle), gpus, model = self.free, self.pod.gpus, self.pod.gpu_model
+        if gpus >= 1 and free >= gpus > whole:
+            return (f"; {free} {model} GPUs free across the cluster, at most {whole:g} on any node; "
+                    f"this job needs {gpus:g} on one node")
+        if 0 < gpus < 1 and idle >= gpus > share + GPU_EPS:
+            return (f"; {idle:.2f} {model} GPUs idle across the cluster, at most {share:.2f} of any one GPU; "
+                    f"this job needs {gpus:g} of one GPU")
+        return ""
 
 
 _ADMITTED = {QuotaKind.OWN: Reason.ADMITTED_OWN, QuotaKind.BORROWED: Reason.ADMITTED_BORROWED, None: Reason.ADMITTED}
@@ -278,7 +291,8 @@ class _Cycle:
             if placement is not None:
                 self._admit(q, pod, kind, placement, ())
                 return True
-            attempt = _NoRoom(pod, kind, table.bounds() if spelled else None)
+            attempt = _NoRoom(pod, kind, table.bounds(), (table.free_whole_gpus(), table.idle_gpus())) if spelled \
+                else _NoRoom(pod, kind, None)
             attempts.append(attempt)
             refusals.append((model, attempt if spelled else None))
         if self.profile.preemption and self._preempt_for(q, attempts):

@@ -38,7 +38,7 @@ class PodRequest:
         return (self.gpus, self.cpu_milli, self.memory_mib)
 
     def __str__(self) -> str:
-        gpu = f"{self.gpus:g} {self.gpu_model} GPU, " if self.gpus else ""
+        gpu = f"{self.gpus:g} {self.gpu_model} GPU{'s' if self.gpus > 1 else ''}, " if self.gpus else ""
         return f"{gpu}{self.cpu_milli}m CPU, {self.memory_mib} MiB"
 
 

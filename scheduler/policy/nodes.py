@@ -257,6 +257,10 @@ class NodeTable:
         """GPU capacity nobody uses on nodes that accept training."""
         return self._idle
 
+    def free_whole_gpus(self) -> int:
+        """Wholly free GPUs across the nodes that accept training (only for a waiting job's sentence)."""
+        return int(self.whole_free[self.schedulable].sum())
+
     def bounds(self, exact: bool = True) -> tuple[float, float, int, int]:
         """Most whole GPUs, largest GPU share, most CPU, most memory free on any one node.
 

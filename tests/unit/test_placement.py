@@ -166,3 +166,25 @@ def test_rightsized_request_is_placed_and_charged_original_kept():
     assert (d.requested.gpus, d.rightsized.gpus, len(d.gpu_shares)) == (8, 2, 2)
     assert (d.rightsized.cpu_request_milli, d.rightsized.cpu_limit_milli) == (2000, 4000)
     assert d.quota_kind is QuotaKind.OWN and "right-sized from 8 GPU" in d.message
+
+
+def test_a_waiting_job_is_told_when_the_free_gpus_exist_only_as_fragments():
+    # 2 free T4 GPUs, one on each node: a 2-GPU job fits nowhere, and the sentence says why.
+    snap = SnapshotBuilder().node(NodeBuilder("n1").used(1, 1, 1), NodeBuilder("n2").used(1, 1, 1)) \
+        .quota("a", "T4", own=8).job(JobBuilder(1).gpus(2)).build()
+    message = pending(cycle(snap), 1).message
+    assert "most free on one node: 1 whole GPU, " in message
+    assert "2 T4 GPUs free across the cluster, at most 1 on any node; this job needs 2 on one node" in message
+
+
+def test_a_waiting_share_is_told_when_the_idle_gpu_is_split_across_gpus():
+    snap = SnapshotBuilder().node(NodeBuilder("n1").used(0.7, 0.7, 1, 1)) \
+        .quota("a", "T4", own=8).job(JobBuilder(1).gpus(0.5)).build()
+    assert "0.60 T4 GPUs idle across the cluster, at most 0.30 of any one GPU; this job needs 0.5 of one GPU" \
+        in pending(cycle(snap), 1).message
+
+
+def test_no_fragment_clause_when_the_cluster_lacks_the_gpus_anyway():
+    snap = SnapshotBuilder().node(NodeBuilder("n1").used(1, 1, 1)).quota("a", "T4", own=8) \
+        .job(JobBuilder(1).gpus(2)).build()
+    assert "across the cluster" not in pending(cycle(snap), 1).message
