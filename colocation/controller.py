@@ -28,6 +28,7 @@ from core.decisions import decision_record
 from core.errors import ApplicationError
 from core.models import Decision
 from scheduler.models import JobStatus, TrainingJob
+from scheduler.selectors import learned_workload
 from scheduler.services import job_take_back
 
 log = logging.getLogger(__name__)
@@ -226,5 +227,6 @@ def run_lending_tick(*, redis, namespace: str, profile: LendingProfile) -> Lendi
         started = time.perf_counter()
         report = lending_tick(backend=cluster, now=time.time(), profile=profile)
         telemetry.observe(redis, namespace, "lending_tick", time.perf_counter() - started)
-        telemetry.put_groups(redis, namespace, observe.group_allocation(cluster.nodes()), time.time())
+        telemetry.put_groups(redis, namespace, observe.group_allocation(cluster.nodes(), learned_workload()),
+                             time.time())
         return report

@@ -13,6 +13,8 @@ from cluster.backend import INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, 
 from cluster.types import NodeView
 from colocation.policy import GroupNode, InferencePod, NodeNow, NodePod, PendingPod, PodKind, TrainingPod
 from colocation.policy.views import in_group_unit
+from scheduler.fragmentation.measure import TargetWorkload, node_frag
+from scheduler.fragmentation.state import MILLI
 
 
 def group_nodes(backend: ClusterBackend) -> dict[str, list[GroupNode]]:
@@ -79,13 +81,19 @@ def node_now(node: NodeView, pods: PodIndex) -> NodeNow:
     return NodeNow(node.name, node.state, node.pool, tuple(seen))
 
 
-def group_allocation(nodes: tuple[NodeView, ...]) -> dict[str, dict[str, float]]:
-    """Capacity and what is bound, per resource group: GPUs, CPU cores and memory bytes (for /metrics)."""
+def group_allocation(nodes: tuple[NodeView, ...],
+                     workload: TargetWorkload | None = None) -> dict[str, dict[str, float]]:
+    """Capacity and what is bound, per resource group: GPUs, CPU cores and memory bytes (for /metrics); with the
+    learned target workload, also the idle GPUs it could not use (FGD's fragmentation, README: Training scheduler)."""
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for node in nodes:
         group = out[node.resource_group]
         group["gpu_capacity"] += node.gpu_count
         group["gpu_allocated"] += sum(node.gpu_used)
+        if workload is not None and node.gpu_count:
+            left = [round((1.0 - used) * MILLI) for used in node.used_shares()]
+            group["gpu_fragmented"] += node_frag(workload, node.cpu_milli - node.cpu_used, left,
+                                                 node.gpu_model) / MILLI
         group["cpu_capacity"] += node.cpu_milli / 1000
         group["cpu_allocated"] += node.cpu_used / 1000
         group["memory_capacity"] += node.memory_mib * 2**20

@@ -49,6 +49,7 @@ class TidalCollector:
                 allocated.add_metric([group, resource], figures[f"{resource}_allocated"])
         yield capacity
         yield allocated
+        yield from self._fragmentation(groups)
         if at is not None:
             yield GaugeMetricFamily("tidal_resource_group_observed_timestamp_seconds",
                                     "When the lending tick last read the allocation", value=at)
@@ -59,6 +60,23 @@ class TidalCollector:
             for group, busy in sorted(profiling.gpus_in_use(minute=newest).items()):
                 used.add_metric([group], busy)
         yield used
+
+    @staticmethod
+    def _fragmentation(groups: dict[str, dict[str, float]]) -> Iterator[Metric]:
+        """Idle GPUs the learned target workload could not use, per resource group (README: Training scheduler)."""
+        amount = GaugeMetricFamily("tidal_gpu_fragmented_gpus", "Idle GPUs that the typical jobs of the last week "
+                                   "could not use (FGD's fragmentation), per resource group", labels=["group"])
+        ratio = GaugeMetricFamily("tidal_gpu_fragmentation_ratio", "Fragmented share of the idle GPUs, per resource "
+                                  "group (absent while none is idle)", labels=["group"])
+        for group, figures in sorted(groups.items()):
+            if "gpu_fragmented" not in figures:
+                continue
+            amount.add_metric([group], figures["gpu_fragmented"])
+            idle = figures["gpu_capacity"] - figures["gpu_allocated"]
+            if idle > 1e-9:
+                ratio.add_metric([group], figures["gpu_fragmented"] / idle)
+        yield amount
+        yield ratio
 
     def _nodes(self) -> Iterator[Metric]:
         nodes = GaugeMetricFamily("tidal_nodes", "Nodes by resource group, state, pool and pin",

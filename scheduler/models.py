@@ -243,3 +243,20 @@ class ReplayRun(models.Model):
 
     def __str__(self) -> str:
         return f"replay {self.pk} of {self.trace}: {self.status}"
+
+
+class LearnedWorkload(models.Model):
+    """The cluster's typical training shapes, learned from its own recent submissions (README: Training scheduler):
+    the target workload of the fragmentation measure. The newest row is the one in use."""
+
+    learned_at = models.DateTimeField(db_index=True)
+    window_days = models.PositiveSmallIntegerField()
+    jobs = models.PositiveIntegerField(help_text="jobs submitted in the window")
+    shapes = models.JSONField(default=list, help_text="[{cpu_milli, gpu_milli, gpu_count, models, count}], most "
+                                                      "frequent first, covering 95 % of the jobs")
+
+    class Meta:
+        ordering = ["-learned_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"workload of {self.jobs} jobs ({len(self.shapes)} shapes) learned {self.learned_at:%Y-%m-%d %H:%M}"

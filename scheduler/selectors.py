@@ -11,7 +11,9 @@ from django.db.models.functions import Cast, Coalesce, Concat
 
 from colocation.models import Node
 from core.models import CPU, MEMORY, Decision, Department, GPUModel, Membership
-from scheduler.models import Framework, JobRun, JobStatus, Quota, QuotaKind, ReplayRun, TrainingJob
+from scheduler.fragmentation.measure import Shape, TargetWorkload
+from scheduler.models import (Framework, JobRun, JobStatus, LearnedWorkload, Quota, QuotaKind, ReplayRun,
+                              TrainingJob)
 
 
 @dataclass(frozen=True)
@@ -278,3 +280,13 @@ def _row_names() -> dict[str, Subquery]:
 
 def _name_of(rows: QuerySet, key: str, field: str = "name") -> Subquery:
     return Subquery(rows.filter(pk=OuterRef(key)).order_by().values(field))
+
+
+def learned_workload() -> TargetWorkload | None:
+    """The newest learned target workload of the fragmentation measure; None before any job was submitted."""
+    row = LearnedWorkload.objects.first()
+    if row is None or not row.shapes:
+        return None
+    shapes = [Shape(s["cpu_milli"], s["gpu_milli"], s["gpu_count"], tuple(s["models"])) for s in row.shapes]
+    return TargetWorkload(tuple(shapes), tuple(s["count"] for s in row.shapes), row.jobs)
+

@@ -1,9 +1,10 @@
 """Celery tasks of the scheduler: each only calls a service."""
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 from redis import Redis
 
-from scheduler import live, whatif_run
+from scheduler import live, services, whatif_run
 from scheduler.policy.profile import get_profile
 
 
@@ -12,6 +13,12 @@ def scheduler_tick() -> dict | None:
     report = live.run_live_tick(redis=Redis.from_url(settings.REDIS_URL), namespace=settings.TIDAL_REDIS_NAMESPACE,
                                 profile=get_profile(settings.TIDAL_SCHEDULER_PROFILE))
     return report and report.__dict__
+
+
+@shared_task(name="scheduler.learn_workload", ignore_result=True)
+def learn_workload() -> int:
+    """The fragmentation measure's target workload from the last week's submissions (settings: hourly)."""
+    return len(services.workload_learn(now=timezone.now()).shapes)
 
 
 @shared_task(name="scheduler.replay", ignore_result=True)

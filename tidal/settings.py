@@ -190,6 +190,10 @@ CELERY_BEAT_SCHEDULE: dict = {
 }
 if TIDAL_DEMO_WORKLOAD:
     CELERY_BEAT_SCHEDULE["demo-workload"] = {"task": "scheduler.demo_workload", "schedule": 5.0}
+# The fragmentation measure's target workload, learned from the last week's submissions (scheduler.learn_workload):
+# hourly; every minute under the demo's sped-up workload.
+TIDAL_WORKLOAD_LEARN_S = float(os.environ.get("TIDAL_WORKLOAD_LEARN_S", "60" if TIDAL_DEMO_WORKLOAD else "3600"))
+CELERY_BEAT_SCHEDULE["learn-workload"] = {"task": "scheduler.learn_workload", "schedule": TIDAL_WORKLOAD_LEARN_S}
 # The live demo's inference traffic (make run): World Cup 98 on a compressed clock, one demo day in
 # TIDAL_DEMO_DAY_S real seconds from TIDAL_DEMO_START_HOUR (cluster/simulated/traffic.py, colocation/loads.py).
 TIDAL_DEMO_TRAFFIC = os.environ.get("TIDAL_DEMO_TRAFFIC", "0") == "1"

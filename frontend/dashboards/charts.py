@@ -34,6 +34,9 @@ OVERVIEW = (
     Chart("chart-used", "GPUs really busy / capacity, per resource group", percent=True,
           note="utilization × GPUs of every profiled pod; the gap to the chart beside is what right-sizing recovers",
           queries=(Query(f"sum by (group) (tidal_resource_group_gpus_used{{SEL}}) / {GPU_CAPACITY}", ("group",)),)),
+    Chart("chart-fragmentation", "Idle GPUs fragmented, per resource group", percent=True,
+          note="the share of idle GPUs the last week's typical jobs could not use (FGD's measure)",
+          queries=(Query("max by (group) (tidal_gpu_fragmentation_ratio{SEL})", ("group",)),)),
     Chart("chart-nodes", "Nodes by state", stepped=True, queries=(
         Query("sum by (state) (tidal_nodes{SEL})", ("state",)),)),
     Chart("chart-pending", "Pending training jobs by reason", stepped=True, queries=(

@@ -142,9 +142,11 @@ def _loop_ticks(ticks: dict[tuple[str, str], int]) -> list[dict]:
 def _group_now(name: str, f: dict[str, float]) -> dict:
     gpu = f["gpu_capacity"] > 0
     capacity, allocated = (f["gpu_capacity"], f["gpu_allocated"]) if gpu else (f["cpu_capacity"], f["cpu_allocated"])
+    idle, fragmented = capacity - allocated, f.get("gpu_fragmented") if gpu else None
     return {"name": name, "unit": "GPUs" if gpu else "CPU cores", "capacity": round(capacity, 2),
-            "allocated": round(allocated, 2),
-            "pct": round(100 * allocated / capacity) if capacity else 0}
+            "allocated": round(allocated, 2), "pct": round(100 * allocated / capacity) if capacity else 0,
+            "idle": round(idle, 2), "fragmented": None if fragmented is None else round(fragmented, 2),
+            "frag_pct": round(100 * fragmented / idle) if fragmented is not None and idle > 1e-9 else None}
 
 
 # --- nodes and lending -----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from redis import Redis
 from colocation.controller import run_lending_tick
 from colocation.selectors import lending_profile
 from profiling.models import JobMinute
-from scheduler import live
+from scheduler import live, services
 from scheduler.models import JobRun
 from scheduler.policy.profile import get_profile
 from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL
@@ -26,7 +26,8 @@ FAMILIES = {
     "tidal_resource_group_observed_timestamp_seconds", "tidal_nodes", "tidal_transitions_open", "tidal_transitions",
     "tidal_jobs_pending", "tidal_queue_wait_seconds", "tidal_job_runs_ended", "tidal_kills", "tidal_decisions",
     "tidal_admissions", "tidal_preemptions", "tidal_autoscaling_actions", "tidal_scheduler_cycle_seconds",
-    "tidal_lending_tick_seconds", "tidal_pipeline_sink_lag_seconds", "tidal_loop_ticks",
+    "tidal_lending_tick_seconds", "tidal_pipeline_sink_lag_seconds", "tidal_loop_ticks", "tidal_gpu_fragmented_gpus",
+    "tidal_gpu_fragmentation_ratio",
 }
 
 
@@ -37,6 +38,7 @@ def ticked(transactional_db, world, settings):
     redis = Redis.from_url(settings.REDIS_URL)
     world.submit(gpus="1", gpu_model="T4")
     world.submit(gpus="8", gpu_model="A100")
+    services.workload_learn(now=timezone.now())  # the typical jobs: 1 GPU and 8 GPUs, as often
     assert live.run_live_tick(redis=redis, namespace=namespace, profile=get_profile("tidal")).admitted == 1
     assert run_lending_tick(redis=redis, namespace=namespace, profile=lending_profile()) is not None
     minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
@@ -73,6 +75,11 @@ def test_metrics_say_what_the_loops_and_the_database_hold(ticked, client):
     assert s[("tidal_scheduler_cycle_seconds_count", frozenset())] == 1
     assert s[("tidal_lending_tick_seconds_count", frozenset())] == 1
     assert s[("tidal_scheduler_cycle_seconds_bucket", frozenset({("le", "+Inf")}))] == 1
+    # t4: 3 idle GPUs (1 on t4-0, 2 on t4-1) where the 1-GPU shape fits and the 8-GPU one never does: half of each
+    # node's idle GPUs is fragmented for the learned workload; a100's 8 idle GPUs take both shapes; cpu has none
+    fragmented = {dict(labels)["group"]: v for (name, labels), v in s.items() if name == "tidal_gpu_fragmented_gpus"}
+    assert fragmented == {"t4": 1.5, "a100": 0.0}
+    assert s[("tidal_gpu_fragmentation_ratio", frozenset({("group", "t4")}))] == 0.5
     ticks = {labels: v for (name, labels), v in s.items() if name == "tidal_loop_ticks_total"}
     assert ticks == {frozenset({("loop", "scheduler"), ("outcome", "acted")}): 1,
                      frozenset({("loop", "lending"), ("outcome", "acted")}): 1}
