@@ -4,9 +4,10 @@
     measure.py     the fragmentation measure: target workload, a node's fragmentation, kept per node, and the
                    change a placement would make, vectorised over every candidate node (and GPU of a share)
     scorers.py     placement scorers behind one interface and a registry: random, dotprod, clustering,
-                   packing, bestfit, fgd
+                   packing, bestfit, fgd, and tidal (FGD's fragmentation plus CPU stranding and displacement)
     experiment.py  seeds, tuning to 1.3x capacity, the arrival loop, the metrics, runs over processes
     report.py      report.md, report.json and PNG plots
+    variants.py    held-out pod lists derived from one trace (more shares, multi-GPU pods, gpu_spec, CPU-only pods)
 
 No Django here: `scheduler/management/commands/fragmentation.py` is the thin command over `load()` and `run()`.
 """

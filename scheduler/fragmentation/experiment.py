@@ -38,7 +38,7 @@ from scheduler.fragmentation.measure import FragMeasure, FragState, TargetWorklo
 from scheduler.fragmentation.scorers import SCORERS, Context, make
 from scheduler.fragmentation.state import MILLI, ClusterState, PodRequest
 
-DEFAULT_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
+DEFAULT_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "tidal")
 DEFAULT_SEEDS = tuple(range(42, 52))
 DEFAULT_TUNE = 1.3
 CURVE = (75, 130)            # integer arrived % of the reported curve
@@ -224,7 +224,7 @@ def run(setup: Setup, policies: Sequence[str], processes: int = 1,
     started = time.perf_counter()
     seqs = {s: arrivals(setup, s) for s in setup.seeds}
     tasks = [(p, s) for p in policies for s in setup.seeds]
-    tasks.sort(key=lambda t: t[0] != "fgd")  # stable: the slowest first, so the pool ends together
+    tasks.sort(key=lambda t: t[0] not in ("fgd", "tidal"))  # stable: the slowest first, so the pool ends together
     update = bar(sum(len(seqs[s]) for _, s in tasks)) if bar else None
     results: dict[tuple[str, int], RunResult] = {}
     if processes <= 1 or len(tasks) == 1 or "fork" not in mpc.get_all_start_methods():

@@ -6,7 +6,7 @@ from django.core.management import CommandError, call_command
 
 from tests.unit.replay_fixtures import NODE_HEADER, POD_HEADER, write
 
-POLICIES = ["random", "dotprod", "clustering", "packing", "bestfit", "fgd"]
+POLICIES = ["random", "dotprod", "clustering", "packing", "bestfit", "fgd", "tidal"]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from scheduler.fragmentation.scorers import SCORERS, Context, Scorer, make, regi
 from scheduler.fragmentation.state import MILLI, ClusterState, Placement, PodRequest
 from tests.unit.replay_fixtures import NODE_HEADER, POD_HEADER, write
 
-POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
+POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "tidal")
 
 
 def cluster(*nodes):
