@@ -210,6 +210,7 @@ class ReplayRun(models.Model):
     class Kind(models.TextChoices):
         REPLAY = "replay", "Trace replay"
         COLOCATION = "colocation", "Co-location simulation"
+        FRAGMENTATION = "fragmentation", "FGD experiment"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"

@@ -5,6 +5,7 @@ from django.utils import timezone
 from redis import Redis
 
 from scheduler import live, services, whatif_run
+from scheduler.fragmentation import experiment
 from scheduler.policy.profile import get_profile
 
 
@@ -19,6 +20,12 @@ def scheduler_tick() -> dict | None:
 def learn_workload() -> int:
     """The fragmentation measure's target workload from the last week's submissions (settings: hourly)."""
     return len(services.workload_learn(now=timezone.now()).shapes)
+
+
+@shared_task(name="scheduler.fragmentation_run")
+def fragmentation_run(nodes: str, pods: str, tune: float, seeds: list[int], policy: str, seed: int) -> dict:
+    """One run (policy x seed) of `manage.py fragmentation --celery`."""
+    return experiment.run_remote(nodes, pods, tune, seeds, policy, seed)
 
 
 @shared_task(name="scheduler.replay", ignore_result=True)

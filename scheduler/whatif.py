@@ -1,4 +1,5 @@
-"""What-if runs requested from the console — trace replays and co-location simulations: services to request one
+"""What-if runs requested from the console — trace replays, co-location simulations and the FGD placement experiment:
+services to request one
 (validated before anything is kept, then queued for the Celery task, whose body is scheduler/whatif_run.py) and to
 list a finished run's plots."""
 from __future__ import annotations
@@ -12,6 +13,7 @@ from django.db import transaction
 
 from cluster.simulated.alibaba import TraceError, read_pods
 from core.errors import ApplicationError
+from scheduler.fragmentation.scorers import SCORERS
 from scheduler.models import ReplayRun
 from scheduler.policy import PROFILES
 from scheduler.tasks import replay_run
@@ -51,6 +53,23 @@ def replay_request(*, actor, policies: list[str], load_factor: float, inflate: b
     path = Path(settings.TRACES_DIR) / ALIBABA / f"openb_pod_list_{trace}.csv" if trace else _keep(upload)
     return _enqueue(ReplayRun.objects.create(requested_by=actor, trace=trace or upload.name, pods_path=str(path),
                                              policies=policies, load_factor=load_factor, inflate=inflate))
+
+
+def fragmentation_request(*, actor, trace: str, policies: list[str]) -> ReplayRun:
+    """Keep and enqueue the FGD placement experiment (`manage.py fragmentation`, seeds 42-51) on a pod list of the
+    traces folder."""
+    if not actor.is_staff:
+        raise PermissionDenied("only platform operators start experiments")
+    errors: dict[str, list[str]] = {}
+    if not policies or set(policies) - set(SCORERS):
+        errors["policies"] = [f"choose one or more of {', '.join(SCORERS)}"]
+    if trace not in pod_lists():
+        errors["trace"] = [f"no pod list named {trace!r} in {settings.TRACES_DIR / ALIBABA}"]
+    if errors:
+        raise ApplicationError("the experiment was not started", fields=errors)
+    return _enqueue(ReplayRun.objects.create(
+        kind=ReplayRun.Kind.FRAGMENTATION, requested_by=actor, trace=trace, policies=policies,
+        pods_path=str(Path(settings.TRACES_DIR) / ALIBABA / f"openb_pod_list_{trace}.csv")))
 
 
 def colocation_request(*, actor, days: int, small: bool) -> ReplayRun:

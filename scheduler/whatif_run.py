@@ -1,5 +1,6 @@
-"""The body of the what-if Celery task: run a queued trace replay or co-location simulation over the same code as
-`manage.py replay` and `manage.py colocate_sim`, save its progress, keep its report (scheduler/whatif.py queues it)."""
+"""The body of the what-if Celery task: run a queued trace replay, co-location simulation or FGD experiment over the
+same code as `manage.py replay`, `colocate_sim` and `fragmentation`, save its progress, keep its report
+(scheduler/whatif.py queues it)."""
 from __future__ import annotations
 
 import time
@@ -11,6 +12,8 @@ from django.utils import timezone
 from cluster.simulated.alibaba import TraceError
 from colocation.sim import SimConfig
 from colocation.sim.report import simulate
+from scheduler.fragmentation import experiment as fragmentation
+from scheduler.fragmentation.report import write_report
 from scheduler.models import ReplayRun
 from scheduler.replay import Options, load, replay
 from scheduler.replay.report import summary_json
@@ -28,7 +31,8 @@ def replay_execute(*, run_id: int) -> ReplayRun:
     run.save(update_fields=["status"])
     out = Path(settings.RUN_DIR) / "replays" / str(run.pk)
     try:
-        figures = _simulate(run, out) if run.kind == ReplayRun.Kind.COLOCATION else _replay(run, out)
+        figures = {ReplayRun.Kind.COLOCATION: _simulate, ReplayRun.Kind.FRAGMENTATION: _fragmentation}.get(
+            run.kind, _replay)(run, out)
     except (TraceError, OSError, ValueError) as error:
         run.status, run.error = ReplayRun.Status.FAILED, str(error)
     else:
@@ -46,20 +50,37 @@ def _replay(run: ReplayRun, out: Path) -> dict:
     return summary_json(outcome.runs)
 
 
+def _fragmentation(run: ReplayRun, out: Path) -> dict:
+    """Seeds 42-51, one run after the other in this worker; figures: unallocated GPU % at arrived = 100 % and the
+    fragmentation at 60/80/90 % per policy."""
+    setup = fragmentation.load(Path(settings.TRACES_DIR) / ALIBABA / "openb_node_list_gpu_node.csv", run.pods_path)
+    progress = _progress(run)
+    outcome = fragmentation.run(setup, run.policies, bar=lambda total: _adding(progress, "pods placed", total))
+    write_report(out, outcome, f"console FGD experiment {run.pk}")
+    return {name: {**f["at100"], "frag_pct": f["frag_pct"]}
+            for name, f in fragmentation.summary(outcome)["policies"].items()}
+
+
 def _simulate(run: ReplayRun, out: Path) -> dict:
     cfg = SimConfig(Path(settings.TRACES_DIR), days=run.days)
     cfg = cfg.small() if run.small else cfg
     progress = _progress(run)
 
     def bar(label: str, total: int):
-        update, minutes = progress(label, total), [0]
-
-        def tick(_minute) -> None:
-            minutes[0] += 1
-            update(minutes[0])
-        return tick
+        add = _adding(progress, label, total)
+        return lambda _minute: add(1)
     figures, _wall = simulate(cfg, out, f"console co-location simulation {run.pk}", bar)
     return figures
+
+
+def _adding(progress, label: str, total: int):
+    """A callback adding n steps done (pods placed, minutes simulated) to the run's progress of `label`."""
+    update, done = progress(label, total), [0]
+
+    def add(n: int) -> None:
+        done[0] += n
+        update(done[0])
+    return add
 
 
 def _progress(run: ReplayRun):

@@ -33,3 +33,16 @@ class ColocationForm(forms.Form):
                               help_text="simulated days of GenAI and World Cup traffic (1 to 7)")
     small = forms.BooleanField(required=False, initial=True, label="Small cluster",
                                help_text="a few dozen nodes instead of the trace's cluster: seconds, not minutes")
+
+
+class FragmentationForm(forms.Form):
+    """The FGD placement experiment: a pod list of the traces folder and the placement policies to compare."""
+
+    trace = forms.ChoiceField(label="Trace", help_text="an Alibaba 2023 pod list of the traces folder")
+    policies = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, label="Placement policies")
+
+    def __init__(self, *args, traces: list[str], policies: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["trace"].choices = [(t, t) for t in traces]
+        self.fields["policies"].choices = [(p, p) for p in policies]
+

@@ -28,7 +28,7 @@ from core.errors import ApplicationError
 from core.models import Decision, Membership
 from frontend import scope
 from frontend.dashboards import charts, prometheus
-from frontend.dashboards.forms import ColocationForm, QuotaForm, ReplayForm
+from frontend.dashboards.forms import ColocationForm, FragmentationForm, QuotaForm, ReplayForm
 from frontend.dashboards.tables import DecisionTable
 from frontend.departments.views import quota_bar
 from frontend.forms import apply_errors
@@ -36,6 +36,8 @@ from frontend.lists import ObjectList
 from frontend.metrics import WAIT_BUCKETS, web_target
 from scheduler import selectors, services, whatif
 from scheduler.filtersets import DecisionFilterSet
+from scheduler.fragmentation.experiment import DEFAULT_POLICIES as PLACEMENT_POLICIES
+from scheduler.fragmentation.scorers import SCORERS
 from scheduler.policy import PROFILES
 from scheduler.replay import DEFAULT_POLICIES
 
@@ -327,14 +329,19 @@ def decisions(request):
 
 @operator_required
 def replays(request):
-    """Start a trace replay or a co-location simulation (a Celery task each); the runs so far, newest first."""
+    """Start a trace replay, a co-location simulation or the FGD experiment (a Celery task each); the runs so far,
+    newest first."""
     posted = request.POST.get("what") if request.method == "POST" else None
     replay_form = ReplayForm(request.POST if posted == "replay" else None, request.FILES if posted == "replay" else None,
                              traces=whatif.pod_lists(), policies=sorted(PROFILES),
                              initial={"policies": list(DEFAULT_POLICIES), "trace": "gpuspec10"}, prefix="replay")
     sim_form = ColocationForm(request.POST if posted == "colocation" else None, prefix="sim")
+    frag_form = FragmentationForm(request.POST if posted == "fragmentation" else None, traces=whatif.pod_lists(),
+                                  policies=list(SCORERS), initial={"policies": list(PLACEMENT_POLICIES),
+                                                                   "trace": "default"}, prefix="frag")
     form, start = {"replay": (replay_form, whatif.replay_request),
-                   "colocation": (sim_form, whatif.colocation_request)}.get(posted, (None, None))
+                   "colocation": (sim_form, whatif.colocation_request),
+                   "fragmentation": (frag_form, whatif.fragmentation_request)}.get(posted, (None, None))
     if form is not None and form.is_valid():
         try:
             run = start(actor=request.user, **form.cleaned_data)
@@ -344,7 +351,7 @@ def replays(request):
             return redirect("ops-replay", pk=run.pk)
     runs = selectors.replay_runs()[:30]
     return _page(request, "frontend/dashboards/replays.html", "ops-replays", status=400 if form else 200,
-                 replay_form=replay_form, sim_form=sim_form, runs=runs)
+                 replay_form=replay_form, sim_form=sim_form, frag_form=frag_form, runs=runs)
 
 
 @operator_required
@@ -352,7 +359,7 @@ def replay_detail(request, pk: int):
     run = get_object_or_404(selectors.replay_runs(), pk=pk)
     return _page(request, "frontend/dashboards/replay.html", "ops-replays", run=run, plots=whatif.report_files(run),
                  breadcrumbs=[("Operations", reverse("ops")), ("What-if", reverse("ops-replays")),
-                              (f"Replay {run.pk}", None)])
+                              (f"{run.get_kind_display()} {run.pk}", None)])
 
 
 @operator_required

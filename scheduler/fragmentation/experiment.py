@@ -26,9 +26,10 @@ import multiprocessing as mpc
 import queue as queue_mod
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -212,10 +213,14 @@ def _work(policy: str, seed: int) -> RunResult:
     return run_one(setup, policy, seed, seqs[seed], (lambda k: q.put(k)) if q is not None else None)
 
 
+Remote = Callable[[Sequence[tuple[str, int]]], Iterator[RunResult]]  # runs elsewhere, yielded as they end
+
+
 def run(setup: Setup, policies: Sequence[str], processes: int = 1,
-        bar: Callable[[int], Callable[[int], None]] | None = None) -> Outcome:
+        bar: Callable[[int], Callable[[int], None]] | None = None, remote: Remote | None = None) -> Outcome:
     """Every policy x seed; `bar(total_pods)` returns a callback taking pods done. Runs fan out over
-    `processes` forked processes (ProcessPoolExecutor), the heaviest (FGD) first."""
+    `processes` forked processes (ProcessPoolExecutor), the heaviest (FGD) first — or, with `remote`, over
+    whatever it sends them to (the Celery workers: `run_remote`)."""
     unknown = [p for p in policies if p not in SCORERS]
     if unknown:
         raise ValueError(f"unknown polic{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
@@ -227,7 +232,12 @@ def run(setup: Setup, policies: Sequence[str], processes: int = 1,
     tasks.sort(key=lambda t: t[0] not in ("fgd", "tidal"))  # stable: the slowest first, so the pool ends together
     update = bar(sum(len(seqs[s]) for _, s in tasks)) if bar else None
     results: dict[tuple[str, int], RunResult] = {}
-    if processes <= 1 or len(tasks) == 1 or "fork" not in mpc.get_all_start_methods():
+    if remote is not None:
+        for result in remote(tasks):
+            results[(result.policy, result.seed)] = result
+            if update:
+                update(result.pods)
+    elif processes <= 1 or len(tasks) == 1 or "fork" not in mpc.get_all_start_methods():
         for p, s in tasks:
             results[(p, s)] = run_one(setup, p, s, seqs[s], update)
     else:
@@ -320,3 +330,20 @@ def details(outcome: Outcome) -> dict:
             "run_s": round(outcome.wall_by_policy[p], 2),
         }
     return out
+
+
+# -- one run on a Celery worker -------------------------------------------------------------------------------
+@lru_cache(maxsize=2)
+def _setup(nodes_csv: str, pods_csv: str, tune: float, seeds: tuple[int, ...]) -> Setup:
+    return load(nodes_csv, pods_csv, tune, seeds)
+
+
+def run_remote(nodes_csv: str, pods_csv: str, tune: float, seeds: Sequence[int], policy: str, seed: int) -> dict:
+    """One run where a worker reads the lists itself (once per worker for a whole experiment): the Celery task
+    `scheduler.fragmentation_run`'s body. JSON in, JSON out (`result_of` reads it back)."""
+    return asdict(run_one(_setup(nodes_csv, pods_csv, tune, tuple(seeds)), policy, seed))
+
+
+def result_of(data: dict) -> RunResult:
+    return RunResult(**data)
+

@@ -1,9 +1,11 @@
 """`manage.py fragmentation` end to end on a tiny hand-made trace: report files, the JSON's shape, bad input."""
 import json
+from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from tidal.celery import app
 from tests.unit.replay_fixtures import NODE_HEADER, POD_HEADER, write
 
 POLICIES = ["random", "dotprod", "clustering", "packing", "bestfit", "fgd", "tidal"]
@@ -84,3 +86,17 @@ def test_a_name_resolves_in_the_traces_folder(settings, tmp_path, trace):
     settings.TRACES_DIR = tmp_path / "traces"
     with pytest.raises(CommandError, match=r"traces/alibaba-gpu-2023/openb_pod_list_nosuch\.csv:0: cannot open"):
         call_command("fragmentation", nodes=str(nodes), pods="nosuch", out=str(tmp_path / "never"))
+
+
+def test_the_runs_can_go_to_the_celery_workers(trace, tmp_path, worker_queue, monkeypatch):
+    """--celery: every run (policy x seed) is a task a real worker process takes through Redis; the figures are
+    those of the runs in processes."""
+    nodes, pods = trace
+    monkeypatch.setitem(app.conf, "task_default_queue", worker_queue)
+    local, remote = tmp_path / "local.json", tmp_path / "remote.json"
+    options = dict(nodes=str(nodes), pods=str(pods), seeds="1-2", policies="bestfit,tidal")
+    call_command("fragmentation", processes=1, out=str(tmp_path / "a"), json_path=str(local), **options)
+    out = StringIO()
+    call_command("fragmentation", celery=True, out=str(tmp_path / "b"), json_path=str(remote), stdout=out, **options)
+    assert "on the Celery workers" in out.getvalue()
+    assert json.loads(remote.read_text()) == json.loads(local.read_text())

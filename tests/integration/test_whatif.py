@@ -89,3 +89,27 @@ def test_a_colocation_simulation_runs_from_the_console(world, eager):
     assert run.progress == {"lending": [1440, 1440], "static": [1440, 1440]}
     assert 0 < run.figures["gpu_util_mean"] <= 1 and "gpu_util_mean_static" in run.figures
     assert whatif.report_files(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_fgd_experiment_runs_from_the_console(world, eager):
+    operator = signed_in(world, "operator")
+    response = operator.post("/ops/replays/", {"what": "fragmentation", "frag-trace": "multigpu20",
+                                               "frag-policies": ["bestfit", "dotprod"]})
+    run = ReplayRun.objects.get()
+    assert response.status_code == 302 and (run.kind, run.status) == ("fragmentation", "done"), run.error
+    assert set(run.figures) == {"bestfit", "dotprod"}
+    assert run.figures["bestfit"]["mean"] < run.figures["dotprod"]["mean"]  # as published: 6.27 vs 8.15
+    assert set(run.figures["bestfit"]["frag_pct"]) == {"60", "80", "90"}
+    assert run.progress["pods placed"][0] == run.progress["pods placed"][1] > 0
+    page = operator.get(f"/ops/replays/{run.pk}/").content.decode()
+    assert "Unallocated GPUs at 100 % arrived" in page and "FGD experiment" in page
+    assert "unallocated_vs_arrived.png" in whatif.report_files(run)
+
+
+@pytest.mark.django_db
+def test_a_bad_fgd_experiment_is_refused_beside_its_fields(world):
+    page = signed_in(world, "operator").post("/ops/replays/", {"what": "fragmentation", "frag-trace": "nope",
+                                                               "frag-policies": ["nope"]})
+    assert page.status_code == 400 and set(page.context["frag_form"].errors) == {"trace", "policies"}
+    assert not ReplayRun.objects.exists()

@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from django.conf import settings
@@ -19,10 +20,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from cluster.simulated.alibaba import TraceError, trace_name
-from scheduler.fragmentation.experiment import DEFAULT_POLICIES, DEFAULT_TUNE, load, run, summary
+from scheduler.fragmentation.experiment import (DEFAULT_POLICIES, DEFAULT_TUNE, Remote, RunResult, Setup, load,
+                                                result_of, run, summary)
 from scheduler.fragmentation.report import write_report
 from scheduler.fragmentation.scorers import SCORERS
 from scheduler.management.commands.replay import ALIBABA, _pods_path
+from scheduler.tasks import fragmentation_run
+
+
+CELERY_RUN_TIMEOUT_S = 600  # one run is seconds; a run that long means no worker took it
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -56,6 +62,17 @@ def _num(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+def _on_celery(setup: Setup) -> Remote:
+    """Each run as a `scheduler.fragmentation_run` task, results in the order sent (the heaviest first)."""
+    def remote(tasks: Sequence[tuple[str, int]]) -> Iterator[RunResult]:
+        queue = fragmentation_run.app.conf.task_default_queue
+        sent = [fragmentation_run.apply_async((str(setup.nodes_path), str(setup.pods_path), setup.tune,
+                                               list(setup.seeds), policy, seed), queue=queue) for policy, seed in tasks]
+        for result in sent:
+            yield result_of(result.get(timeout=CELERY_RUN_TIMEOUT_S))
+    return remote
+
+
 class Command(BaseCommand):
     help = ("FGD placement experiment: pods arrive one at a time until tune x GPU capacity; unallocated GPU % "
             "per policy at arrived = 100 %, curves and plots.")
@@ -73,6 +90,8 @@ class Command(BaseCommand):
                             help=f"comma-separated; known: {', '.join(SCORERS)}")
         parser.add_argument("--processes", type=int, default=min(2, os.cpu_count() or 1),
                             help="runs (policy x seed) in parallel processes (1: one after the other)")
+        parser.add_argument("--celery", action="store_true",
+                            help="runs go to the Celery workers (each reads the lists itself) instead of processes")
         parser.add_argument("--json", dest="json_path", help="also write the per-policy figures here")
         parser.add_argument("--out", help="report folder (default: out/fragmentation-<trace>)")
 
@@ -94,7 +113,8 @@ class Command(BaseCommand):
         command = "python manage.py fragmentation " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "fragmentation"
         self.stdout.write(f"{setup.trace}: {len(setup.pods):,} pods, {len(setup.nodes):,} nodes "
                           f"({setup.capacity_gpus:,} GPUs), tune {setup.tune:g}, seeds {len(seeds)}, "
-                          f"policies {', '.join(policies)}, {opts['processes']} process(es)")
+                          f"policies {', '.join(policies)}, "
+                          + ("on the Celery workers" if opts["celery"] else f"{opts['processes']} process(es)"))
         bars: list[tqdm] = []
 
         def bar(total: int):
@@ -104,7 +124,8 @@ class Command(BaseCommand):
 
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked
         try:
-            outcome = run(setup, policies, processes=opts["processes"], bar=bar)
+            remote = _on_celery(setup) if opts["celery"] else None
+            outcome = run(setup, policies, processes=opts["processes"], bar=bar, remote=remote)
         finally:
             for b in bars:
                 b.close()
