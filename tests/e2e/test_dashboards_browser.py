@@ -120,17 +120,42 @@ def test_operator_replays_a_small_trace_and_reads_the_report(world, console, set
         console.sign_in("otto")
         console.open("/ops/replays/")
         page = console.page
-        page.get_by_label("Trace:").select_option("")  # upload instead
-        page.get_by_label("…or upload a pod list").set_input_files(str(trace))
-        page.get_by_label("quota-borrowing").uncheck()
-        page.get_by_label("Load factor").fill("2")
+        form = page.get_by_role("region", name="Replay a trace")
+        form.get_by_label("Trace:").select_option("")  # upload instead
+        form.get_by_label("…or upload a pod list").set_input_files(str(trace))
+        form.get_by_label("quota-borrowing").uncheck()
+        form.get_by_label("Load factor").fill("2")
         console.shot("ops-replay-form")
-        page.get_by_role("button", name="Start replay").click()
+        form.get_by_role("button", name="Start replay").click()
         expect(page.get_by_role("heading", level=2).first).to_contain_text("first-120-pods.csv")
         expect(page.get_by_role("region", name="Figures")).to_contain_text("fifo")
         expect(page.locator("section[aria-labelledby=plots] img").first).to_be_visible()
         assert page.locator("section[aria-labelledby=plots] img").first.evaluate("i => i.naturalWidth") > 100
         console.shot("ops-replay-report")
+    finally:
+        app.conf.task_always_eager = False
+
+
+def test_operator_compares_placements_on_a_trace(world, console, settings, tmp_path):
+    """The FGD experiment from the what-if page: two placement policies on a trace, the table and the plots."""
+    from tidal.celery import app
+
+    settings.RUN_DIR = tmp_path
+    app.conf.task_always_eager = True
+    try:
+        console.sign_in("otto")
+        console.open("/ops/replays/")
+        form = console.page.get_by_role("region", name="Compare placements (FGD experiment)")
+        form.get_by_label("Trace:").select_option("multigpu20")
+        for policy in ("random", "clustering", "packing", "fgd", "tidal"):
+            form.get_by_label(policy, exact=True).uncheck()
+        form.get_by_role("button", name="Start experiment").click()
+        page = console.page
+        figures = page.get_by_role("region", name="Unallocated GPUs at 100 % arrived")
+        expect(figures).to_contain_text("bestfit")
+        expect(figures).to_contain_text("dotprod")
+        expect(page.locator("section[aria-labelledby=plots] img").first).to_be_visible()
+        console.shot("ops-fgd-report")
     finally:
         app.conf.task_always_eager = False
 
