@@ -149,7 +149,8 @@ def test_operator_compares_placements_on_a_trace(world, console, settings, tmp_p
         form.get_by_label("Trace:").select_option("multigpu20")
         for policy in ("random", "clustering", "packing", "fgd", "tidal"):
             form.get_by_label(policy, exact=True).uncheck()
-        form.get_by_role("button", name="Start experiment").click()
+        # the experiment runs eagerly inside the request (20 runs, 10-15 s here): the click waits for its answer
+        form.get_by_role("button", name="Start experiment").click(timeout=90_000)
         page = console.page
         figures = page.get_by_role("region", name="Unallocated GPUs at 100 % arrived")
         expect(figures).to_contain_text("bestfit")
