@@ -16,11 +16,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from benchmarks.machine import reference_ms
 from cluster.clock import VirtualClock
 from cluster.simulated.traces import alibaba_node
 from cluster.types import capacity_by_resource, JobStatus, JobView, NodeView, QuotaView, RunProfile
 from scheduler.gcfreeze import frozen_heap
 from scheduler.policy import get_profile, schedule
+from scheduler.policy.gpuloss import warm_up
+from scheduler.policy.workload import jobs_workload
 from scheduler.simulated_training import SimulatedTraining
 
 # (model, gpus, cpu_milli, memory_mib): count — the most common shapes of the Alibaba 2023 list,
@@ -127,15 +130,20 @@ def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, se
     full cluster (jobs finish, own-quota jobs reclaim from borrowers, arrivals top the queue up).
     """
     rng = random.Random(seed)
+    reference = reference_ms()  # before the cluster exists: the machine, not the run's own memory
     sim, clock, arrive = queued_cluster(nodes, node_shapes(node_csv), rng, pending)
     chosen = get_profile(profile)
+    # the target workload as the live loop learns it (from the submissions, refreshed hourly: once here)
+    first = sim.snapshot()
+    workload = jobs_workload(first.jobs, first.compatible_models)
+    warm_up()  # as a worker's first tick does: numba's cache loads once per process
     durations, placed, preempted = [], 0, 0
     for cycle in range(cycles):
         sim.finish_elapsed()
         snapshot = sim.snapshot()
         with frozen_heap():  # as the live tick runs it
             started = time.perf_counter()
-            result = schedule(snapshot, chosen)
+            result = schedule(snapshot, chosen, workload=workload)
             durations.append(time.perf_counter() - started)
         placed += len(result.admitted)
         preempted += len(result.preempted)
@@ -153,6 +161,7 @@ def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, se
         "placements": placed,
         "preemptions": preempted,
         "cycles": cycles,
+        "reference_ms": reference,  # this machine's speed just before the run (benchmarks/machine.py)
     }
 
 

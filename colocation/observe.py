@@ -13,8 +13,7 @@ from cluster.backend import INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, 
 from cluster.types import NodeView
 from colocation.policy import GroupNode, InferencePod, NodeNow, NodePod, PendingPod, PodKind, TrainingPod
 from colocation.policy.views import in_group_unit
-from scheduler.fragmentation.measure import TargetWorkload, node_frag
-from scheduler.fragmentation.state import MILLI
+from scheduler.policy.workload import MILLI, TargetWorkload, node_frag
 
 
 def group_nodes(backend: ClusterBackend) -> dict[str, list[GroupNode]]:

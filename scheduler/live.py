@@ -28,6 +28,7 @@ from scheduler.observe import snapshot_from_db
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
 from scheduler.policy.profile import Profile
+from scheduler.selectors import learned_workload
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
     report.finished = _record_events(backend.drain_events(), now)
     _reconcile(backend, now, report)
     snapshot = snapshot_from_db(backend, now)
+    workload = learned_workload()
     with frozen_heap():
-        result = schedule(snapshot, profile, lending_profile())
+        result = schedule(snapshot, profile, lending_profile(), workload)
     _act(result, backend, now, report)
     return report
 

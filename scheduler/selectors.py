@@ -11,7 +11,7 @@ from django.db.models.functions import Cast, Coalesce, Concat
 
 from colocation.models import Node
 from core.models import CPU, MEMORY, Decision, Department, GPUModel, Membership
-from scheduler.fragmentation.measure import Shape, TargetWorkload
+from scheduler.policy.workload import Shape, TargetWorkload
 from scheduler.models import (Framework, JobRun, JobStatus, LearnedWorkload, Quota, QuotaKind, ReplayRun,
                               TrainingJob)
 

@@ -17,7 +17,7 @@ from core.errors import ApplicationError, Conflict
 from core.models import CPU, MEMORY, Decision, Department, GPUModel, Membership
 from profiling.services import run_summaries_compute, run_summary_compute
 from scheduler import selectors
-from scheduler.fragmentation.measure import TargetWorkload
+from scheduler.policy.workload import TargetWorkload
 from scheduler.fragmentation.state import PodRequest
 from scheduler.models import Framework, JobRun, JobStatus, LearnedWorkload, Quota, TrainingJob
 from scheduler.policy.decisions import Admit

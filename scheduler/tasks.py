@@ -1,5 +1,6 @@
 """Celery tasks of the scheduler: each only calls a service."""
 from celery import shared_task
+from celery.signals import worker_process_init
 from django.conf import settings
 from django.utils import timezone
 from redis import Redis
@@ -7,6 +8,14 @@ from redis import Redis
 from scheduler import live, services, whatif_run
 from scheduler.fragmentation import experiment
 from scheduler.policy.profile import get_profile
+
+
+@worker_process_init.connect
+def load_placement_kernel(**_: object) -> None:
+    """Each worker process loads the placement kernel (on a fresh clone: compiles it, ~7 s) before its first tick."""
+    from scheduler.policy import gpuloss  # numba: in the worker processes only, not in every importer of the tasks
+
+    gpuloss.warm_up()
 
 
 @shared_task(name="scheduler.tick", ignore_result=True)

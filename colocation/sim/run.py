@@ -37,6 +37,7 @@ from colocation.sim.world import (build_jobs, build_nodes, build_services, group
                                     peak_replicas, static_split)
 from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, get_profile, schedule
+from scheduler.policy.workload import jobs_workload
 
 MAX_STEPS_PER_TICK = 64  # per transition; a lend of a node with many pods needs 2 per pod
 
@@ -111,6 +112,8 @@ class CoLocationSim:
         self.groups = {g.model or "CPU": g for g in cfg.groups}
         self.group_of_model = {g.model or None: g.model or "CPU" for g in cfg.groups}
         self.arrivals, factors = build_jobs(cfg, nodes, SIM_START)
+        # the target workload of the least-gpu-loss placement: the shapes of the training the run offers
+        self.workload = jobs_workload((a.job for a in self.arrivals), lambda _, model: (model,) if model else ())
         quotas = []
         for key in sorted({n.gpu_model for n in nodes if n.gpu_model}):
             quotas.append(QuotaView("training", key, sum(n.gpu_count for n in nodes if n.gpu_model == key), 0.0))
@@ -323,7 +326,7 @@ class CoLocationSim:
         # the running jobs too (the quota ledger and preemption need them), in the order of training.jobs (by id);
         # the policy gives each pending job its pool, as in the live loop
         snapshot = self.training.snapshot(jobs[i] for i in sorted(self._holding.union(head)))
-        result = schedule(snapshot, self.profile, self.cfg.lending)
+        result = schedule(snapshot, self.profile, self.cfg.lending, self.workload)
         self.training.apply(result)
         self._pending_jobs = len(self.queue)
         self._count(result)

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from cluster.simulated.alibaba import read_nodes, read_pods, trace_name
-from scheduler.fragmentation.measure import FragMeasure, FragState, TargetWorkload
+from scheduler.fragmentation.measure import FragMeasure, FragState
+from scheduler.policy.workload import TargetWorkload
 from scheduler.fragmentation.scorers import SCORERS, Context, make
 from scheduler.fragmentation.state import MILLI, ClusterState, PodRequest
 

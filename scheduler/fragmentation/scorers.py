@@ -23,12 +23,16 @@ Kubernetes framework keeps them: nodes whose scores round to the same integer ti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from scheduler.fragmentation.measure import FragMeasure, FragState, TargetWorkload
+from scheduler.fragmentation.measure import FragMeasure, FragState
 from scheduler.fragmentation.state import MILLI, ClusterState, Placement, PodRequest
+from scheduler.policy.workload import pressure
+
+if TYPE_CHECKING:
+    from scheduler.policy.gpuloss import Loss
 
 MAX_SPEC_CPU = 128_000  # millicores of the largest node (artifact: gpushareutils.MaxSpecCpu)
 MAX_SPEC_GPU = 8_000    # milli-GPU of the largest node (MaxSpecGpu)
@@ -217,93 +221,32 @@ def share_candidates(cluster: ClusterState, nodes: np.ndarray, milli: int) -> tu
 
 
 # -- tidal ------------------------------------------------------------------------------------------------------
-def cpu_per_gpu(workload: TargetWorkload) -> float:
-    """Millicores the target workload's GPU shapes ask per milli-GPU (pod-count weighted): the CPU a node must
-    keep for each idle milli-GPU if typical GPU tasks are to use it."""
-    gpu_shapes = [(s, n) for s, n in zip(workload.shapes, workload.counts) if s.gpu_count]
-    milli = sum(n * s.gpu_count * s.gpu_milli for s, n in gpu_shapes)
-    return sum(n * s.cpu_milli for s, n in gpu_shapes) / milli if milli else 0.0
-
-
-def pressure(workload: TargetWorkload, cluster: ClusterState) -> np.ndarray:
-    """Per node: the expected milli-GPU of other pods displaced per milli-GPU a pod takes there. For each GPU shape
-    of the target workload, the nodes it could run on when empty (GPU model allowed, enough GPUs, enough CPU) and
-    its pressure on them = its share of the workload's GPU demand / those nodes' share of the GPU capacity, at most
-    1 (a GPU is displaced at most once); a node's pressure is the sum over the shapes that could use it. A shape
-    that fits every node adds the same to every node and changes no choice; a shape that only a few nodes can take
-    (a gpu_spec, 8 GPUs with 120 cores) makes those nodes dear for every other pod."""
-    gpus = cluster.gpu_count.astype(float)
-    capacity = gpus.sum()
-    demand = [(s, n * s.gpu_count * s.gpu_milli) for s, n in zip(workload.shapes, workload.counts) if s.gpu_count]
-    total = sum(d for _, d in demand)
-    out = np.zeros(len(cluster))
-    if not total or not capacity:
-        return out
-    for s, d in demand:
-        ok = (cluster.gpu_count >= s.gpu_count) & (cluster.cpu_capacity >= s.cpu_milli)
-        if s.models:
-            ok &= cluster.access(s.models)
-        room = gpus[ok].sum()
-        if room:
-            out[ok] += min(1.0, (d / total) / (room / capacity))
-    return out
-
-
-@dataclass
-class TidalModel:
-    """What tidal keeps per cluster: FGD's per-node fragmentation, the CPU per GPU of the target workload and
-    every node's pressure (static: the node list and the workload)."""
-
-    frag: FragState
-    cpu_per_milli: float
-    pressure: np.ndarray
-
-
 @register
 class TidalScorer(Scorer):
-    """Least growth of the GPU the target workload could not use, counting three ways a placement loses GPU
-    (each in milli-GPU, summed):
-      - fragmentation (FGD's measure, its change per candidate node and GPU): idle GPU too small or on a node a
-        typical task does not fit;
-      - stranding: idle GPU a node's CPU cannot feed, max(0, idle - CPU left / c), c the CPU typical GPU tasks
-        ask per GPU (`cpu_per_gpu`): a CPU-hungry pod on a node whose CPU its GPUs need strands them;
-      - displacement: the pod's GPU x the node's `pressure` above the least pressed candidate's: the GPU that
-        tasks only such nodes can take would lose there (the part every candidate shares changes no choice and
-        would only push the score into the sigmoid's flat end).
-    Scored as FGD: 100 x sigmoid(-growth / 1000) truncated to an integer, the first node (then GPU) among equal
-    scores — near-equal nodes tie and go to the per-seed node order, which packs (a strict minimum scatters)."""
+    """Tidal's placement, the live scheduler's (scheduler/policy/gpuloss.py): least growth of the GPU the target
+    workload could not use — fragmentation, CPU stranding and displacement — in the one compiled kernel the live
+    NodeTable uses, here over the ClusterState's arrays (kept in step by `place`)."""
 
     name = "tidal"
     needs_measure = True
 
-    def model(self, cluster: ClusterState) -> TidalModel:
+    def loss(self, cluster: ClusterState) -> Loss:
+        from scheduler.policy.gpuloss import Loss  # numba takes 0.5 s to import: only where tidal runs
+
         measure = self.context.measure
-        return cluster.extension(("tidal", id(measure)), lambda c: TidalModel(
-            FragState.attach(c, measure), cpu_per_gpu(measure.workload), pressure(measure.workload, c)))
+        return cluster.extension(("tidal", id(measure)), lambda c: _attach(c, Loss(
+            measure.tables, c.gpu_left, c.cpu_left, c.memory_left, c.gpu_count, c.model,
+            pressure(measure.workload, [c.model_names[m] if m < c.no_model else None for m in c.model.tolist()],
+                     c.gpu_count, c.cpu_capacity))))
 
-    def growth(self, cluster: ClusterState, pod: PodRequest, nodes: np.ndarray, gpu_left: np.ndarray | None
-               ) -> np.ndarray:
-        """Milli-GPU lost (float) if `pod` went to each of `nodes` (for a share: on a GPU with `gpu_left`)."""
-        m = self.model(cluster)
-        frag = m.frag.delta_whole(nodes, pod) if gpu_left is None else m.frag.delta_share(nodes, gpu_left, pod)
-        growth = frag / m.frag.measure.weight
-        if m.cpu_per_milli:
-            idle, cpu = cluster.idle[nodes], cluster.cpu_left[nodes]
-            c = m.cpu_per_milli
-            growth += (np.maximum(0.0, idle - pod.total_milli - (cpu - pod.cpu_milli) / c)
-                       - np.maximum(0.0, idle - cpu / c))
-        pressure = m.pressure[nodes]
-        return growth + pod.total_milli * (pressure - pressure.min())
+    def choose(self, cluster: ClusterState, pod: PodRequest) -> Placement | None:
+        ok = cluster.access(pod.models) if pod.gpu_count else cluster.everywhere
+        row, gpu, _ = self.loss(cluster).best(ok, pod.gpu_count, pod.gpu_milli, pod.cpu_milli, pod.memory_mib)
+        if row < 0:
+            return None
+        return Placement(row, (gpu,) if gpu >= 0 else cluster.first_free_gpus(row, pod.gpu_count))
 
-    @staticmethod
-    def quantize(growth: np.ndarray) -> np.ndarray:
-        return np.trunc(MAX_SCORE / (1.0 + np.exp(growth / 1000.0)))
 
-    def pick(self, cluster: ClusterState, pod: PodRequest, nodes: np.ndarray) -> Placement:
-        if not pod.share:
-            node = best_of(self.quantize(self.growth(cluster, pod, nodes, None)), nodes)
-            return Placement(node, cluster.first_free_gpus(node, pod.gpu_count))
-        cand_node, cand_gpu = share_candidates(cluster, nodes, pod.gpu_milli)
-        scores = self.quantize(self.growth(cluster, pod, cand_node, cluster.gpu_left[cand_node, cand_gpu]))
-        best = int(np.argmax(scores))
-        return Placement(int(cand_node[best]), (int(cand_gpu[best]),))
+def _attach(cluster: ClusterState, loss: Loss) -> Loss:
+    cluster.listeners.append(loss.update)
+    return loss

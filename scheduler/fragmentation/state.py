@@ -10,14 +10,13 @@ Units: CPU in millicores, memory in MiB, GPU in milli-GPU (1,000 = one GPU).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-MILLI = 1000
-DEFAULT_CPU_REQUEST = 100  # millicores: Kubernetes' non-zero request for scoring (schedulerutil.GetNonzeroRequests)
+from scheduler.policy.workload import DEFAULT_CPU_REQUEST, MILLI, gpu_shape
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +62,8 @@ class PodRequest:
     def from_gpus(cls, cpu_milli: int, memory_mib: int, gpus: float, models: Sequence[str] = ()) -> PodRequest:
         """From the trace reader's form (cluster/simulated/alibaba.py PodRow.gpus: a share as a fraction of one
         GPU, whole GPUs as a count, 0 for none)."""
-        if gpus <= 0:
-            return cls(cpu_milli, memory_mib, 0, 0, tuple(models))
-        if gpus < 1:
-            return cls(cpu_milli, memory_mib, 1, round(gpus * MILLI), tuple(models))
-        count = math.ceil(gpus)
-        if count != gpus:
-            raise ValueError(f"{gpus} GPUs: more than one GPU must be whole")
-        return cls(cpu_milli, memory_mib, count, MILLI, tuple(models))
+        count, milli = gpu_shape(gpus)
+        return cls(cpu_milli, memory_mib, count, milli, tuple(models))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +102,7 @@ class ClusterState:
         self.allocated_milli = 0
         self.listeners: list[Callable[[int], None]] = []
         self._access: dict[tuple[str, ...], np.ndarray] = {}
+        self.everywhere = np.ones(n, dtype=bool)  # no model constraint
         self._extensions: dict[object, object] = {}
 
     @classmethod

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.fragmentation.measure import TargetWorkload
+from scheduler.policy.workload import TargetWorkload
 from scheduler.fragmentation.state import PodRequest
 
 VARIANTS = ("share40", "share60", "share80", "share100", "multi20", "multi30", "multi50", "spec10", "spec20",

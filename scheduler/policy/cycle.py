@@ -21,7 +21,7 @@ from colocation.policy.profile import LendingProfile
 from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, StillPending
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.nodes import NodeTable, node_tables
-from scheduler.policy.placement import Placement, place
+from scheduler.policy.placement import LeastGpuLoss, Placement, attach_loss, place
 from scheduler.policy.preemption import Candidate, VictimIndex, Victims
 from scheduler.policy.priority import (ScoreBreakdown, aging_points, base_points, rebased, score, utilization_points,
                                       waited_s)
@@ -29,6 +29,7 @@ from scheduler.policy.profile import Profile, QueueOrder
 from scheduler.policy.quota import (Demand, QuotaLedger, allocation_demand, demand, gpu_demand,
                                     host_demand)
 from scheduler.policy.rightsizing import Request, requested, rightsize
+from scheduler.policy.workload import TargetWorkload, jobs_workload
 
 
 # Scratch types of the cycle are plain (not frozen) slotted dataclasses: several are built for every
@@ -114,23 +115,28 @@ def _demand(pod: PodRequest) -> Demand:
     return demand(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
 
 
-def schedule(snapshot: Snapshot, profile: Profile, lending: LendingProfile | None = None) -> CycleResult:
+def schedule(snapshot: Snapshot, profile: Profile, lending: LendingProfile | None = None,
+             workload: TargetWorkload | None = None) -> CycleResult:
     """Decide admissions, preemptions and reasons for waiting; pure, the snapshot is not changed.
 
     With `lending` (a cluster with a co-location pool), each pending job's pool comes from the pool rule
     (`preferred_pool`: pinned to fixed, else long or short by its past runs or stated duration at `now`);
-    without, a job asks for the pool it names, if any."""
-    return _Cycle(snapshot, profile, lending).run()
+    without, a job asks for the pool it names, if any. `workload` is the target workload the least-gpu-loss
+    placement keeps usable (the live loop's is learned from the last week's submissions, replay's from the trace);
+    without one, the shapes of the snapshot's own jobs."""
+    return _Cycle(snapshot, profile, lending, workload).run()
 
 
 class _Cycle:
     """What the cycle needs is built on first use: with no job pending nothing is, and victim
     indexes only for the models where preemption is actually tried."""
 
-    def __init__(self, snapshot: Snapshot, profile: Profile, lending: LendingProfile | None) -> None:
+    def __init__(self, snapshot: Snapshot, profile: Profile, lending: LendingProfile | None,
+                 workload: TargetWorkload | None) -> None:
         self.snap = snapshot
         self.profile = profile
         self.lending = lending
+        self.workload = workload
         self.now = snapshot.now
         self.preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)
         self.decisions: list[Decision] = []
@@ -143,7 +149,16 @@ class _Cycle:
 
     @cached_property
     def tables(self) -> dict[str | None, NodeTable]:
-        return node_tables(self.snap.nodes)
+        tables = node_tables(self.snap.nodes)
+        if any(name == LeastGpuLoss.name for name, _ in self.profile.scorers):
+            workload = self.workload or self._jobs_workload()
+            if workload is not None:
+                attach_loss(tables, workload)
+        return tables
+
+    def _jobs_workload(self) -> TargetWorkload | None:
+        """The shapes of the snapshot's jobs, each allowed on its framework's certified models."""
+        return jobs_workload(self.snap.jobs, self.snap.compatible_models)
 
     @cached_property
     def holders(self) -> list[JobView]:
@@ -393,6 +408,8 @@ class _Cycle:
         job = q.job
         gpus = ",".join(f"{s.index}" if s.share == 1 else f"{s.index}:{s.share:g}" for s in placement.gpu_shares)
         parts = [f"admitted on {placement.node}" + (f" (GPUs {gpus})" if gpus else "")]
+        if placement.loss is not None:
+            parts.append(f"GPU the typical jobs cannot use: {placement.loss / 1000:+.2f} (placed where it grows least)")
         parts.append(f"{kind.value} quota of {job.department}" if kind else "no quotas")
         if job.gpus and pod.gpu_model != job.gpu_model:
             parts.append(f"{pod.gpu_model} instead of {job.gpu_model}: no room there, most idle certified model"

@@ -16,11 +16,16 @@ from collections import defaultdict
 from collections.abc import Sequence
 from functools import lru_cache
 from operator import is_not
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cluster.types import GPU_EPS, GpuShare, NodeView, Pool
 from scheduler.policy.packing import WholeGpuIndex
+from scheduler.policy.workload import MILLI, FragTables
+
+if TYPE_CHECKING:
+    from scheduler.policy.gpuloss import Loss
 
 _ABSENT = 2.0  # "used" value of padding GPUs: never free, never fits
 
@@ -202,6 +207,10 @@ class NodeTable:
         self._stale = False
         self._idle = rows.idle
         self._packing: WholeGpuIndex | None = None  # built on the first whole-GPU placement
+        self.loss: Loss | None = None  # the GPU-loss terms, when the profile places by them (attach_loss)
+        self._free_whole: int | None = None  # free_whole_gpus(), until a change
+        self.schedulable_rows = self.schedulable  # (a writable copy with the loss terms)
+        self._colocation: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -230,6 +239,7 @@ class NodeTable:
         self.used_sum[row] = used
         whole = len([u for u in real if u <= GPU_EPS])
         self.whole_free[row] = whole
+        self._free_whole = None
         self.max_share_free[row] = 1.0 - min(real, default=_ABSENT)
         self.least_shared[row] = min([u for u in real if u != 0], default=_ABSENT)
         self.cpu_free[row] -= sign * cpu
@@ -239,12 +249,32 @@ class NodeTable:
         self.allocated[row] = allocated
         if self._packing is not None:
             self._packing.move(row, allocated, whole)
+        if self.loss is not None:
+            self.loss.update(row)
 
     def _allocated(self, rows: int | slice) -> np.ndarray:
         """Fraction of the node in use: its GPUs, or its CPU on a CPU-only table."""
         if self.gpu_model is None:
             return 1.0 - self.cpu_free[rows] / self.cpu_cap[rows]
         return self.used_sum[rows] / self.gpu_count[rows]
+
+    def attach_loss(self, tables: FragTables, model: int, pressure: np.ndarray) -> None:
+        """Keep the GPU-loss terms of every node (gpuloss.py) for the target workload's `tables`, this table's
+        GPU model being `model` there and `pressure` its nodes' displacement pressure."""
+        from scheduler.policy.gpuloss import Loss  # numba takes 0.5 s to import: only for a profile that needs it
+
+        used = self.gpu_used
+        left = np.where(used <= 1.0, np.rint((1.0 - used) * MILLI), 0).astype(np.int64)
+        # the kernel's arrays all writable: numba compiles read-only ones apart
+        self.loss = Loss(tables, left, self.cpu_free, self.mem_free, self.gpu_count.copy(),
+                         np.full(len(self), model, np.int64), pressure, self.fixed_pool.astype(np.int64), used)
+        self.schedulable_rows = self.schedulable.copy()
+
+    def colocation_rows(self) -> np.ndarray:
+        """1.0 for nodes outside the fixed pool, else 0.0 (the colocation-first score)."""
+        if self._colocation is None:
+            self._colocation = (~self.fixed_pool).astype(float)
+        return self._colocation
 
     def packing(self) -> WholeGpuIndex:
         """The schedulable rows ranked for whole-GPU most-allocated placement (see packing.py)."""
@@ -259,7 +289,9 @@ class NodeTable:
 
     def free_whole_gpus(self) -> int:
         """Wholly free GPUs across the nodes that accept training (only for a waiting job's sentence)."""
-        return int(self.whole_free[self.schedulable].sum())
+        if self._free_whole is None:
+            self._free_whole = int(self.whole_free[self.schedulable].sum())
+        return self._free_whole
 
     def bounds(self, exact: bool = True) -> tuple[float, float, int, int]:
         """Most whole GPUs, largest GPU share, most CPU, most memory free on any one node.

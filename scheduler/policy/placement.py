@@ -11,6 +11,7 @@ from cluster.types import GPU_EPS, GpuShare, Pool
 from scheduler.policy.framework import FilterPlugin, PodRequest, ScorePlugin
 from scheduler.policy.nodes import NodeTable
 from scheduler.policy.profile import Profile
+from scheduler.policy.workload import FragTables, TargetWorkload, gpu_shape, pressure
 
 
 @dataclass(slots=True)  # scratch, not frozen (cheaper to build; see PodRequest)
@@ -18,6 +19,7 @@ class Placement:
     row: int
     node: str
     gpu_shares: tuple[GpuShare, ...]
+    loss: float | None = None  # milli-GPU the typical jobs can no longer use, when placed by least GPU loss
 
 
 class PoolMatch:
@@ -38,7 +40,7 @@ class ColocationFirst:
         return req.pool is Pool.COLOCATION
 
     def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray:
-        return (~table.fixed_pool[rows]).astype(float)
+        return table.colocation_rows()[rows]
 
 
 class GpuShareBestFit:
@@ -59,6 +61,22 @@ class GpuShareBestFit:
         return scores
 
 
+class LeastGpuLoss:
+    """The node (and the GPU of a share) where the GPU the target workload could not use grows least (gpuloss.py);
+    on a table without GPU-loss terms (CPU-only nodes, nothing to lose) it packs as most-allocated does."""
+
+    name = "least-gpu-loss"
+
+    def applies(self, req: PodRequest) -> bool:
+        return True
+
+    def score(self, req: PodRequest, table: NodeTable, rows: np.ndarray) -> np.ndarray:
+        if table.loss is None:
+            return table.allocated[rows]
+        count, milli = gpu_shape(req.gpus)
+        return table.loss.scores(rows, count, milli, req.cpu_milli)
+
+
 class MostAllocated:
     """Pack onto fuller nodes so whole nodes stay free for large multi-GPU jobs."""
 
@@ -72,7 +90,24 @@ class MostAllocated:
 
 
 FILTERS: Mapping[str, FilterPlugin] = {p.name: p for p in (PoolMatch(),)}
-SCORERS: Mapping[str, ScorePlugin] = {p.name: p for p in (GpuShareBestFit(), MostAllocated(), ColocationFirst())}
+SCORERS: Mapping[str, ScorePlugin] = {p.name: p for p in (GpuShareBestFit(), MostAllocated(), ColocationFirst(),
+                                                           LeastGpuLoss())}
+
+
+def attach_loss(tables: Mapping[str | None, NodeTable], workload: TargetWorkload) -> None:
+    """Give every GPU table the GPU-loss terms of `workload`, displacement pressure over the whole cluster."""
+    gpu_tables = {m: t for m, t in tables.items() if m is not None and len(t)}
+    if not gpu_tables:
+        return
+    names = sorted(gpu_tables)
+    frag = FragTables(workload, names, max(int(t.gpu_count.max()) for t in gpu_tables.values()))
+    models = [m for m, t in gpu_tables.items() for _ in range(len(t))]
+    pressures = pressure(workload, models, np.concatenate([t.gpu_count for t in gpu_tables.values()]),
+                         np.concatenate([t.cpu_cap for t in gpu_tables.values()]))
+    start = 0
+    for model, table in gpu_tables.items():
+        table.attach_loss(frag, names.index(model), pressures[start:start + len(table)])
+        start += len(table)
 
 
 def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | None:
@@ -84,19 +119,42 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
     if not len(table) or not table.may_fit(*dims) or table.known_failure(*dims, req.pool):
         return None
     scorers = [(name, weight) for name, weight in profile.scorers if SCORERS[name].applies(req)]
+    gpu = loss = None
     if req.gpus >= 1 and scorers == _PACKING:
         row = table.packing().best(*dims, allowed(req, table, profile))
+    elif table.loss is not None and _by_loss(scorers):
+        row, gpu, loss = least_loss(req, table, profile, dict(scorers))
     else:
         row = scan(req, table, profile, scorers)
     if row is None:
         table.failed.append((*dims, req.pool))
         return None
-    return Placement(row, table.names[row], table.choose_gpus(row, req.gpus))
+    shares = (GpuShare(gpu, float(req.gpus)),) if gpu is not None else table.choose_gpus(row, req.gpus)
+    return Placement(row, table.names[row], shares, loss)
 
 
 # Ranking by most-allocated alone, at weight 1 (so the total is the score itself): what the
 # whole-GPU index ranks by (see packing.py).
 _PACKING = [(MostAllocated.name, 1)]
+
+
+def _by_loss(scorers: list[tuple[str, float]]) -> bool:
+    """Whether the request is ranked by least GPU loss, the pool aside: what the compiled kernel does in one pass."""
+    names = {name for name, _ in scorers}
+    return LeastGpuLoss.name in names and names <= {LeastGpuLoss.name, ColocationFirst.name}
+
+
+def least_loss(req: PodRequest, table: NodeTable, profile: Profile, weights: dict[str, float]
+               ) -> tuple[int | None, int | None, float | None]:
+    """= scan()'s row for colocation-first and least-gpu-loss, in one pass of the kernel over the table, with the
+    GPU of a share the loss chose (None: whole GPUs, the lowest free ones) and the loss there (milli-GPU)."""
+    mask = allowed(req, table, profile)
+    ok = table.schedulable_rows if mask is None else table.schedulable & mask
+    count, milli = gpu_shape(req.gpus)
+    bonus = weights.get(ColocationFirst.name, 0.0)
+    row, gpu, loss = table.loss.best(ok, count, milli, req.cpu_milli, req.memory_mib,
+                                     table.colocation_rows() if bonus else None, bonus, weights[LeastGpuLoss.name])
+    return (None, None, None) if row < 0 else (row, gpu if req.fractional else None, loss)
 
 
 def scan(req: PodRequest, table: NodeTable, profile: Profile, scorers: list[tuple[str, float]]) -> int | None:

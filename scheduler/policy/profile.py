@@ -46,10 +46,8 @@ class Profile:
     # fitting on an offline-normal node is always required; no scorer means first fit by node name
     model_fallback: bool = True  # other certified model with most idle capacity
     filters: tuple[str, ...] = ("pool",)
-    # colocation-first outweighs the packing scorers (together at most 3): the pool comes first, packing second
-    scorers: tuple[tuple[str, float], ...] = (
-        ("colocation-first", 10.0), ("gpu-share-best-fit", 2.0), ("most-allocated", 1.0),
-    )
+    # colocation-first outweighs the placement score (0..1): the pool comes first, then the least GPU loss
+    scorers: tuple[tuple[str, float], ...] = (("colocation-first", 10.0), ("least-gpu-loss", 1.0))
 
     def with_(self, **overrides: object) -> Profile:
         return replace(self, **overrides)
@@ -63,8 +61,11 @@ FIFO = Profile(
     scorers=(),
 )
 
+# Kueue-like quotas and borrowing with the classic bin-packing placement: shares on the fullest GPU (outweighing)
+# most-allocated nodes
 QUOTA_BORROWING = Profile(
     name="quota-borrowing", utilization_term=False, aging=False, rightsizing=False, model_fallback=False,
+    scorers=(("colocation-first", 10.0), ("gpu-share-best-fit", 2.0), ("most-allocated", 1.0)),
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (TIDAL, FIFO, QUOTA_BORROWING)}

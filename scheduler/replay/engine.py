@@ -24,6 +24,7 @@ import multiprocessing as mpc
 import queue as queue_mod
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from cluster.clock import VirtualClock
 from cluster.types import JobStatus, JobView, NodeView, QuotaView
 from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, StillPending, get_profile, schedule
+from scheduler.policy.workload import TargetWorkload, job_shape
 from scheduler.replay import mapping as mp
 from scheduler.replay.metrics import CAPACITY_REASONS, JobRecord, Recorder
 from cluster.simulated.alibaba import PodRow, PodTrace, Shapes, Unplaceable, unplaceable
@@ -95,6 +97,9 @@ class ReplayCluster(SimulatedTraining):
         self.gpu_models = tuple(setup.capacity_by_model)
         self.rec = recorder
         self.pending = 0
+        # the target workload of the least-gpu-loss placement: the trace's (the live loop learns its own)
+        self.workload = TargetWorkload.from_shapes(Counter(job_shape(p.cpu_milli, p.gpus, p.gpu_spec)
+                                                           for p in setup.pods)) if setup.pods else None
 
     def add(self, job: JobView, pod: PodRow, run_time_s: float | None, preferred: str | None) -> None:
         self.submit(job, run_time_s)
@@ -135,7 +140,7 @@ class ReplayCluster(SimulatedTraining):
         self.rec.waiting(now, waiting)
 
     def cycle(self, profile: Profile) -> CycleResult:
-        result = schedule(self.snapshot(), profile)
+        result = schedule(self.snapshot(), profile, workload=self.workload)
         self.apply(result)
         return result
 

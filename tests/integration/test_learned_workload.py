@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from scheduler import selectors, services
-from scheduler.fragmentation.measure import Shape
+from scheduler.policy.workload import Shape
 from scheduler.models import LearnedWorkload, TrainingJob
 
 pytestmark = pytest.mark.django_db
@@ -48,3 +48,18 @@ def test_no_workload_before_any_submission_and_only_the_newest_rows_are_kept(wor
     assert selectors.learned_workload() is None  # learned, but from no job
     assert LearnedWorkload.objects.count() == services.WORKLOADS_KEPT
     assert LearnedWorkload.objects.first().learned_at == now + timedelta(minutes=services.WORKLOADS_KEPT + 2)
+
+
+def test_the_live_scheduler_places_by_the_newest_learned_workload(world, cluster, monkeypatch):
+    from scheduler import live
+    from scheduler.policy.cycle import schedule
+    from tests.integration.livecluster import tick
+
+    seen = []  # the workload each tick's cycle was given
+    monkeypatch.setattr(live, "schedule", lambda *args: seen.append(args[3]) or schedule(*args))
+    tick(cluster)
+    assert seen == [None]  # nothing learned yet: the cycle reads its snapshot's jobs
+    _submit(world, 4, gpus="2", gpu_model="A100")
+    services.workload_learn(now=timezone.now())
+    tick(cluster)
+    assert seen[-1] == selectors.learned_workload() and seen[-1].shapes[0].gpu_count == 2

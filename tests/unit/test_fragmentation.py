@@ -7,8 +7,9 @@ from hypothesis import strategies as st
 
 from cluster.simulated.alibaba import TraceError
 from scheduler.fragmentation import experiment as ex
-from scheduler.fragmentation.measure import FragMeasure, FragState, Shape, TargetWorkload, node_frag, shape_frag
-from scheduler.fragmentation.scorers import SCORERS, Context, Scorer, make, register, share_candidates
+from scheduler.fragmentation.measure import FragMeasure, FragState
+from scheduler.policy.workload import Shape, TargetWorkload, node_frag, shape_frag
+from scheduler.fragmentation.scorers import SCORERS, Context, Scorer, TidalScorer, make, register, share_candidates
 from scheduler.fragmentation.state import MILLI, ClusterState, Placement, PodRequest
 from tests.unit.replay_fixtures import NODE_HEADER, POD_HEADER, write
 
@@ -92,6 +93,12 @@ def test_vectorised_measure_agrees_with_the_definition():
             for n in range(len(c))]
     assert got == pytest.approx(want)
     assert got[3] == 0  # a node without GPUs has nothing to fragment
+    # the compiled kernel's terms (scheduler/policy/gpuloss.py, tidal's placement) too, kept in step by place()
+    loss = TidalScorer(Context(np.random.default_rng(0), measure)).loss(c)
+    assert (loss.frag / loss.weight).tolist() == pytest.approx(want)
+    use(c, 1, [300], cpu=1000)
+    assert loss.frag[1] / loss.weight == pytest.approx(node_frag(w, int(c.cpu_left[1]), c.gpu_left[1, :2].tolist(),
+                                                                 "A100"))
 
 
 def test_target_workload_keeps_the_most_frequent_shapes_covering_95_percent():

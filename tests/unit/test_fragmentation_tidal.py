@@ -1,11 +1,13 @@
-"""The tidal placement scorer (scheduler/fragmentation/scorers.py TidalScorer) on hand-made tables, one per rule,
-and the held-out variant generator (scheduler/fragmentation/variants.py)."""
+"""The tidal placement (scheduler/policy/gpuloss.py, as the experiment's TidalScorer runs it) on hand-made tables,
+one per rule, and the held-out variant generator (scheduler/fragmentation/variants.py)."""
 import numpy as np
 import pytest
 
 from scheduler.fragmentation import variants as va
-from scheduler.fragmentation.measure import FragMeasure, Shape, TargetWorkload
-from scheduler.fragmentation.scorers import Context, TidalScorer, cpu_per_gpu, make, pressure
+from scheduler.fragmentation.measure import FragMeasure
+from scheduler.fragmentation.scorers import Context, make
+from scheduler.policy.gpuloss import quantized
+from scheduler.policy.workload import Shape, TargetWorkload, cpu_per_gpu, pressure
 from scheduler.fragmentation.state import MILLI, ClusterState, Placement, PodRequest
 
 
@@ -22,6 +24,11 @@ def workload(*shapes_counts):
 
 def scorer(name, c, w):
     return make(name, Context(rng=np.random.default_rng(0), measure=FragMeasure(w, c.model_names, c.max_gpus)))
+
+
+def pressure_of(w, c):
+    return pressure(w, [c.model_names[m] if m < c.no_model else None for m in c.model.tolist()], c.gpu_count,
+                    c.cpu_capacity)
 
 
 def take(c, node, gpus, cpu=0):
@@ -60,13 +67,13 @@ def test_pressure_is_demand_share_over_capacity_share_of_the_nodes_a_shape_fits(
     anywhere = Shape(1000, MILLI, 1)
     a100 = Shape(1000, MILLI, 2, ("A100",))
     big = Shape(32000, MILLI, 4)                        # CPU: nodes 0 and 1 only
-    p = pressure(workload((anywhere, 4), (a100, 3), (big, 1)), c)
+    p = pressure_of(workload((anywhere, 4), (a100, 3), (big, 1)), c)
     share = np.array([4, 6, 4]) / 14                    # GPU demand shares
     assert p == pytest.approx([share[0] + 1.0 + share[2] / (2 / 3),   # A100-only: 6/14 over 1/3 > 1, capped
                                share[0] + share[2] / (2 / 3),
                                share[0]])
     # a workload of shapes that fit everywhere presses every node alike
-    assert np.ptp(pressure(workload((anywhere, 1)), c)) == 0
+    assert np.ptp(pressure_of(workload((anywhere, 1)), c)) == 0
 
 
 def test_displacement_keeps_other_pods_off_the_nodes_only_some_tasks_can_use():
@@ -99,7 +106,7 @@ def test_near_equal_growth_ties_and_goes_to_the_first_node():
     c = cluster(("T4", 4, 64000), ("T4", 4, 64000))
     assert scorer("tidal", c, w).choose(c, PodRequest(8000, 0, 1, MILLI)) == Placement(0, (0,))
     # growths a few milli-GPU apart score alike (100 x sigmoid(-growth / 1000), truncated)
-    assert TidalScorer.quantize(np.array([0.0, 5.0, 30.0, -3000.0])).tolist() == [50.0, 49.0, 49.0, 95.0]
+    assert [quantized(g) for g in (0.0, 5.0, 30.0, -3000.0)] == [50, 49, 49, 95]
 
 
 # -- the variant generator ------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Fragmentation per resource group, as the lending tick reports it (colocation.observe.group_allocation)."""
 from cluster.types import NodeState, NodeView, Pool
 from colocation.observe import group_allocation
-from scheduler.fragmentation.measure import Shape, TargetWorkload
+from scheduler.policy.workload import Shape, TargetWorkload
 
 ONE_GPU = Shape(4000, 1000, 1, ("T4",))
 CPU_ONLY = Shape(4000, 0, 0, ())

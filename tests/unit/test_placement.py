@@ -5,6 +5,7 @@ import pytest
 from cluster.types import GpuShare, NodeState, Pool, QuotaKind
 from colocation.policy import DEFAULT
 from scheduler.policy import Reason, get_profile, schedule
+from scheduler.policy.workload import Shape, TargetWorkload
 from tests.unit.builders import JobBuilder, NodeBuilder, SnapshotBuilder
 from tests.unit.helpers import admit, cycle, pending
 
@@ -188,3 +189,15 @@ def test_no_fragment_clause_when_the_cluster_lacks_the_gpus_anyway():
     snap = SnapshotBuilder().node(NodeBuilder("n1").used(1, 1, 1)).quota("a", "T4", own=8) \
         .job(JobBuilder(1).gpus(2)).build()
     assert "across the cluster" not in pending(cycle(snap), 1).message
+
+
+def test_the_target_workload_decides_which_free_gpus_to_keep():
+    # n1 has 2 free GPUs, n2 3. For 1-GPU work both choices keep every free GPU usable: the fuller n1 wins the
+    # tie. When the cluster's typical jobs ask 2 GPUs, taking one of n1's leaves a single, useless GPU there;
+    # n2 keeps a pair.
+    snap = SnapshotBuilder().node(NodeBuilder("n1").used(1, 1), NodeBuilder("n2").used(1)).quota("a", "T4", own=8) \
+        .job(JobBuilder(1).gpus(1)).build()
+    one = TargetWorkload((Shape(4000, 1000, 1),), (10,), 10)
+    two = TargetWorkload((Shape(4000, 1000, 2),), (10,), 10)
+    assert admit(schedule(snap, get_profile("tidal"), workload=one), 1).node == "n1"
+    assert admit(schedule(snap, get_profile("tidal"), workload=two), 1).node == "n2"

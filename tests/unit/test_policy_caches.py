@@ -1,16 +1,17 @@
 """The per-cycle shortcuts give exactly what the plain computations give."""
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.types import GPU_EPS, GpuShare, NodeState, Pool, QuotaKind, Resources
 from scheduler.policy import get_profile, score
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.nodes import NodeTable
-from scheduler.policy.placement import SCORERS, allowed, place, scan, total_score
+from scheduler.policy.placement import SCORERS, allowed, attach_loss, least_loss, place, scan, total_score
 from scheduler.policy.priority import rebased
 from scheduler.policy.quota import demand
+from scheduler.policy.workload import Shape, TargetWorkload
 from tests.unit.builders import NOW, JobBuilder, NodeBuilder
 
 TIDAL = get_profile("tidal")
@@ -109,19 +110,29 @@ WHOLE = st.tuples(st.sampled_from([1.0, 2.0, 3.0, 4.0, 8.0]), st.sampled_from([0
                   st.sampled_from([None, Pool.FIXED]))
 
 
-@given(NODES, CHANGES, st.lists(WHOLE, min_size=1, max_size=6))
-def test_whole_gpu_index_picks_the_node_the_plain_scan_picks(nodes, changes, requests):
-    """The index (packing.py) must agree with the plain scan (fits mask, filters, most-allocated argmax,
-    ties to the first row) on random clusters, before and after allocations, releases and placements."""
-    t = NodeTable("T4", [NodeBuilder(f"n{i:02d}", "T4", len(used)).used(*used).cpu(cpu)
-                         .state(NodeState.OFFLINE_NORMAL if offline else NodeState.ONLINE_NORMAL)
-                         .pool(Pool.FIXED if fixed else Pool.COLOCATION).build()
-                         for i, (used, cpu, offline, fixed) in enumerate(nodes)])
-    t.packing()  # built first, so every change below goes through its updates
+def random_table(nodes) -> NodeTable:
+    """A T4 table from NODES: GPU use, CPU, whether the node takes training, whether it is in the fixed pool."""
+    return NodeTable("T4", [NodeBuilder(f"n{i:02d}", "T4", len(used)).used(*used).cpu(cpu)
+                            .state(NodeState.OFFLINE_NORMAL if offline else NodeState.ONLINE_NORMAL)
+                            .pool(Pool.FIXED if fixed else Pool.COLOCATION).build()
+                            for i, (used, cpu, offline, fixed) in enumerate(nodes)])
+
+
+def change(t: NodeTable, changes) -> None:
+    """Apply CHANGES: a share of one GPU allocated or released on a row."""
     for row, index, share, release in changes:
         row = row % len(t)
         index %= int(t.gpu_count[row])
         (t.release if release else t.allocate)(row, (GpuShare(index, share),), 0, 0)
+
+
+@given(NODES, CHANGES, st.lists(WHOLE, min_size=1, max_size=6))
+def test_whole_gpu_index_picks_the_node_the_plain_scan_picks(nodes, changes, requests):
+    """The index (packing.py) must agree with the plain scan (fits mask, filters, most-allocated argmax,
+    ties to the first row) on random clusters, before and after allocations, releases and placements."""
+    t = random_table(nodes)
+    t.packing()  # built first, so every change below goes through its updates
+    change(t, changes)
     for gpus, cpu, pool in requests:
         req = PodRequest("T4", gpus, cpu, 1024, pool)
         expected = scan(req, t, TIDAL, [("most-allocated", 1.0)])
@@ -137,3 +148,37 @@ def test_whole_gpu_index_picks_the_node_the_plain_scan_picks(nodes, changes, req
         assert (index.level[row], index.free[row]) == (float(t.allocated[row]), int(t.whole_free[row]))
         assert row in index.groups[index.level[row]][index.free[row]]
     assert sum(len(rows) for group in index.groups.values() for rows in group) == len(filed)
+
+
+WORKLOAD = TargetWorkload((Shape(8000, 1000, 1, ("T4",)), Shape(4000, 500, 1), Shape(16000, 1000, 2),
+                           Shape(2000, 250, 1, ("V100",)), Shape(1000, 0, 0)), (5, 3, 2, 1, 2), 13)
+REQUESTS = st.tuples(st.sampled_from([0.25, 0.5, 1.0, 2.0, 4.0]), st.sampled_from([0, 2000, 8000, 32000]),
+                     st.sampled_from([None, Pool.FIXED, Pool.COLOCATION]))
+
+
+@settings(deadline=None)  # the first example loads (or, on a fresh clone, compiles) the kernels
+@given(NODES, CHANGES, st.lists(REQUESTS, min_size=1, max_size=6))
+def test_least_loss_kernel_picks_the_row_the_plain_scan_picks(nodes, changes, requests):
+    """The one-pass kernel (least_loss) agrees with the plain scan of the colocation-first and least-gpu-loss
+    scorers (ties to the first row), and the loss terms kept row by row equal fresh ones, on random clusters
+    before and after allocations, releases and placements."""
+    t = random_table(nodes)
+    attach_loss({"T4": t}, WORKLOAD)
+    change(t, changes)
+    for gpus, cpu, pool in requests:
+        req = PodRequest("T4", gpus, cpu, 1024, pool)
+        scorers = [(name, w) for name, w in TIDAL.scorers if SCORERS[name].applies(req)]
+        expected = scan(req, t, TIDAL, scorers)
+        row, gpu, _ = least_loss(req, t, TIDAL, dict(scorers))
+        assert row == expected
+        placement = place(req, t, TIDAL)
+        assert (placement and placement.row) == expected
+        if placement is not None:
+            shares = placement.gpu_shares
+            assert (gpu is None) == (gpus >= 1) and (gpu is None or shares == (GpuShare(gpu, gpus),))
+            assert all(t.gpu_used[placement.row, s.index] + s.share <= 1 + GPU_EPS for s in shares)
+            t.allocate(placement.row, shares, cpu, 1024)
+    kept = t.loss
+    attach_loss({"T4": t}, WORKLOAD)
+    for name in ("left", "cnt", "sums", "frag", "idle", "state"):
+        assert np.array_equal(getattr(kept, name), getattr(t.loss, name)), name

@@ -1,0 +1,345 @@
+"""Least GPU loss: tidal's placement. The node (and, for a share, the GPU) where the GPU the target workload could
+not use grows least, counting three ways a placement loses GPU (each in milli-GPU, summed):
+  - fragmentation (FGD's measure, workload.py): idle GPU too small, or on a node a typical task does not fit;
+  - stranding: idle GPU a node's CPU cannot feed, max(0, idle - CPU left / c), c the CPU typical GPU tasks ask per
+    GPU (`workload.cpu_per_gpu`): a CPU-hungry pod on a node whose CPU its GPUs need strands them;
+  - displacement: the pod's GPU x the node's `workload.pressure` above the least pressed candidate's: the GPU that
+    tasks only such nodes can take would lose there (the part every candidate shares changes no choice).
+Scored as FGD scores: 100 x sigmoid(-growth / 1000) truncated to an integer, the first node (then GPU) among equal
+scores — near-equal nodes tie and go to the first in the tie-break order, which packs (a strict minimum scatters).
+
+One compiled kernel (numba) serves the live scheduler's NodeTable, replay and the FGD experiment's ClusterState:
+`Loss` holds a cluster's per-node terms (GPU left per GPU, cnt/sum per threshold, fragmentation x W), kept in step
+by `update(row)` after each change, and `best` scans every node once: the fit, the least pressure among the fitting
+nodes, and the score of each candidate, with no per-node Python.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from scheduler.policy.workload import DEFAULT_CPU_REQUEST, MILLI, FragTables, Shape, TargetWorkload, cpu_per_gpu
+
+MAX_SCORE = 100
+TIE_BREAK = 1e-4  # weight of the fuller-node tie-break: below one score step (1 / 100)
+
+
+# -- the kernel ----------------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _frag_w(cnt, sums, idle, cpu, model, thresholds, cpu_values, table, weight):
+    """Fragmentation x W of one node in the given state (workload.py's integer form)."""
+    rank = np.searchsorted(cpu_values, cpu, side="right")
+    top = table.shape[3] - 1
+    acc = weight * idle
+    for m in range(thresholds.shape[0]):
+        c = cnt[m] if cnt[m] < top else top
+        acc -= sums[m] * table[m, model, rank, c]
+    return acc
+
+
+_FNV = 1099511628211  # FNV-1a's 64-bit prime (products wrap: int64 arithmetic)
+
+
+@njit(cache=True, nogil=True)
+def _terms(row, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table, weight, cnt,
+           sums, frag, idle, state):
+    """Recompute one node's cnt, sums, idle, fragmentation and state hash from its GPUs' milli left."""
+    total = 0
+    for m in range(thresholds.shape[0]):
+        cnt[row, m] = 0
+        sums[row, m] = 0
+    h = ((group[row] * _FNV ^ model[row]) * _FNV ^ gpu_count[row]) * _FNV
+    h = ((h ^ cpu_left[row]) * _FNV ^ pressure_bits[row]) * _FNV
+    for g in range(left.shape[1]):
+        x = left[row, g]
+        h = (h ^ x) * _FNV
+        total += x
+        for m in range(thresholds.shape[0]):
+            if x >= thresholds[m]:
+                cnt[row, m] += 1
+                sums[row, m] += x
+    idle[row] = total
+    h = (h ^ (h >> 31)) * 0x7FB5D329728EA185  # avalanche, so the low bits that index the set depend on all
+    state[row] = (h ^ (h >> 27)) * 0x5BD1E9955BD1E995
+    frag[row] = _frag_w(cnt[row], sums[row], total, cpu_left[row], model[row], thresholds, cpu_values, table,
+                        weight)
+
+
+@njit(cache=True, nogil=True)
+def _all_terms(left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table, weight, cnt,
+               sums, frag, idle, state):
+    for row in range(left.shape[0]):
+        _terms(row, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table, weight, cnt,
+               sums, frag, idle, state)
+
+
+@njit(cache=True, nogil=True)
+def _terms_from_used(row, used, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table,
+                     weight, cnt, sums, frag, idle, state):
+    """`_terms` after reading a NodeTable row's GPU use (fractions; > 1 pads GPUs the node lacks) as milli-GPU left
+    (one call from Python instead of two: each costs microseconds)."""
+    for g in range(used.shape[1]):
+        u = used[row, g]
+        left[row, g] = round((1.0 - u) * MILLI) if u <= 1.0 else 0
+    _terms(row, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table, weight, cnt,
+           sums, frag, idle, state)
+
+
+@njit(cache=True, nogil=True)
+def _first_of_state(h, slots, stamps, stamp):
+    """Whether state hash h is seen for the first time in this call (an open-addressing set, cleared by `stamp`)."""
+    mask = slots.shape[0] - 1
+    i = h & mask
+    while stamps[i] == stamp:
+        if slots[i] == h:
+            return False
+        i = (i + 1) & mask
+    stamps[i], slots[i] = stamp, h
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _candidates(left, cpu_left, mem_left, ok, idle, pressure, state, slots, stamps, stamp, count, milli, cpu, mem):
+    """The fitting rows (ascending), each the first in its state, and their least pressure. Rows in one state (GPUs,
+    CPU left, pressure, bonus group) score alike: a later one loses every tie to the first."""
+    n = left.shape[0]
+    rows = np.empty(n, dtype=np.int64)
+    k = 0
+    least = np.inf
+    share = count == 1 and milli < MILLI
+    total = count * milli
+    for r in range(n):
+        if idle[r] < total or not ok[r] or cpu_left[r] < cpu or mem_left[r] < mem:
+            continue
+        if count:
+            fits = 0
+            for g in range(left.shape[1]):
+                if (left[r, g] >= milli) if share else (left[r, g] == MILLI):
+                    fits += 1
+            if fits < (1 if share else count):
+                continue
+        if not _first_of_state(state[r], slots, stamps, stamp):
+            continue
+        rows[k] = r
+        k += 1
+        if pressure[r] < least:
+            least = pressure[r]
+    return rows[:k], least
+
+
+@njit(cache=True, nogil=True)
+def quantized(growth):
+    """The score of a growth in milli-GPU: 100 x sigmoid(-growth / 1000), truncated (FGD's)."""
+    return math.floor(MAX_SCORE / (1.0 + math.exp(growth / 1000.0)))
+
+
+@njit(cache=True, nogil=True)
+def _growth(r, g, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values, table,
+            weight, c, count, milli, cpu, score_cpu, scratch_cnt, scratch_sums):
+    """Milli-GPU lost if the pod went to row r (for a share: on its GPU g; whole GPUs: g = -1)."""
+    total = count * milli
+    M = thresholds.shape[0]
+    if g < 0:
+        for m in range(M):
+            scratch_cnt[m] = cnt[r, m] - count
+            scratch_sums[m] = sums[r, m] - count * MILLI
+    else:
+        x = left[r, g]
+        after = x - milli
+        for m in range(M):
+            t = thresholds[m]
+            scratch_cnt[m] = cnt[r, m] - (1 if x >= t else 0) + (1 if after >= t else 0)
+            scratch_sums[m] = sums[r, m] - (x if x >= t else 0) + (after if after >= t else 0)
+    new = _frag_w(scratch_cnt, scratch_sums, idle[r] - total, cpu_left[r] - score_cpu, model[r], thresholds,
+                  cpu_values, table, weight)
+    growth = (new - frag[r]) / weight
+    if c > 0:
+        growth += max(0.0, idle[r] - total - (cpu_left[r] - cpu) / c) - max(0.0, idle[r] - cpu_left[r] / c)
+    return growth + total * (pressure[r] - least)
+
+
+@njit(cache=True, nogil=True)
+def _share_gpus(r, left, milli, out):
+    """The GPUs of row r a share of `milli` may go to, into `out`: each partly used one it fits on, and the first
+    free one (the others would change the node alike). Returns how many."""
+    k, free_seen = 0, False
+    for g in range(left.shape[1]):
+        x = left[r, g]
+        if x < milli or (x == MILLI and free_seen):
+            continue
+        free_seen = free_seen or x == MILLI
+        out[k] = g
+        k += 1
+    return k
+
+
+@njit(cache=True, nogil=True)
+def _bound(q):
+    """An upper bound of the growths that score at least q (100 x sigmoid(-growth / 1000) >= q), with a margin for
+    rounding: a higher growth scores less than q."""
+    if q <= 0:
+        return np.inf
+    g = 1000.0 * math.log(MAX_SCORE / q - 1.0)
+    return g + 1e-6 * max(1.0, abs(g))
+
+
+@njit(cache=True, nogil=True)
+def _row(r, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values, table, weight, c,
+         count, milli, cpu, score_cpu, bound, gpus, sc, ss):
+    """(score, GPU, growth) of row r, or score -1 when every growth there is above `bound`. A share goes to the GPU
+    of the best score, the fullest among equals (whole GPUs stay whole), the first among those; whole GPUs: GPU -1."""
+    share = count == 1 and milli < MILLI
+    k = _share_gpus(r, left, milli, gpus) if share else 1
+    best_q, best_g, best_x, best_growth = -1, -1, MILLI + 1, 0.0
+    for i in range(k):
+        g = gpus[i] if share else -1
+        growth = _growth(r, g, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values,
+                         table, weight, c, count, milli, cpu, score_cpu, sc, ss)
+        if growth > bound:
+            continue
+        q = quantized(growth)
+        x = left[r, g] if share else 0
+        if q > best_q or (q == best_q and x < best_x):
+            best_q, best_g, best_x, best_growth = q, g, x, growth
+    return best_q, best_g, best_growth
+
+
+@njit(cache=True, nogil=True)
+def _score(q, idle, gpus):
+    """score / 100 plus a tie-break below one score step: the fuller node (allocated / 10,000)."""
+    allocated = 1.0 - idle / (gpus * MILLI) if gpus else 1.0
+    return q / MAX_SCORE + allocated * TIE_BREAK
+
+
+@njit(cache=True, nogil=True)
+def _best(left, cpu_left, mem_left, ok, gpu_count, model, cnt, sums, frag, idle, pressure, state, slots, stamps,
+          stamp, bonus, bonus_weight, loss_weight, thresholds, cpu_values, table, weight, c, count, milli, cpu,
+          score_cpu, mem):
+    """(row, GPU, growth) of the highest bonus_weight x bonus + loss_weight x `_score`, the first among equals; row -1
+    when nothing fits; GPU -1 but for a share. A candidate whose growth scores below the best (same bonus) is not
+    scored: a handful of sigmoids per call."""
+    rows, least = _candidates(left, cpu_left, mem_left, ok, idle, pressure, state, slots, stamps, stamp, count, milli,
+                              cpu, mem)
+    M = thresholds.shape[0]
+    sc, ss = np.empty(M, np.int64), np.empty(M, np.int64)
+    gpus = np.empty(left.shape[1], np.int64)
+    best_row, best_gpu, best_growth, best, best_base, bound = -1, -1, 0.0, -np.inf, -np.inf, np.inf
+    for r in rows:
+        base = bonus_weight * bonus[r] if bonus_weight != 0 else 0.0
+        if base + loss_weight * (1.0 + TIE_BREAK) < best:
+            continue  # even the top score cannot win
+        q, g, growth = _row(r, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values,
+                            table, weight, c, count, milli, cpu, score_cpu, bound if base == best_base else np.inf,
+                            gpus, sc, ss)
+        if q < 0:
+            continue
+        s = loss_weight * _score(q, idle[r], gpu_count[r])
+        if bonus_weight != 0:
+            s = base + s
+        if s > best:
+            best_row, best_gpu, best_growth, best, best_base, bound = r, g, growth, s, base, _bound(q)
+    return best_row, best_gpu, best_growth
+
+
+@njit(cache=True, nogil=True)
+def _scores(rows, left, cpu_left, gpu_count, model, cnt, sums, frag, idle, pressure, thresholds, cpu_values, table,
+            weight, c, count, milli, cpu, score_cpu):
+    """`_score` of each of `rows` (all fitting; a share on its best GPU), their least pressure the least."""
+    least = np.inf
+    for r in rows:
+        least = min(least, pressure[r])
+    M = thresholds.shape[0]
+    sc, ss = np.empty(M, np.int64), np.empty(M, np.int64)
+    gpus = np.empty(left.shape[1], np.int64)
+    out = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        q, _, _ = _row(r, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values, table,
+                       weight, c, count, milli, cpu, score_cpu, np.inf, gpus, sc, ss)
+        out[i] = _score(q, idle[r], gpu_count[r])
+    return out
+
+
+# -- one cluster's terms ---------------------------------------------------------------------------------------------
+class Loss:
+    """The per-node terms of one cluster (or one GPU model's NodeTable) for one target workload.
+
+    `left` (milli-GPU left per GPU, 0 for GPUs a node lacks), `cpu_left` and `mem_left` are the caller's arrays,
+    read in place; after changing a node the caller calls `update(row)` (with `used`, a NodeTable's GPU use, `left`
+    is refreshed from it first). `model[row]` indexes `tables`' models; `group[row]` (optional) sets apart rows a
+    bonus scores differently. `best` scores one row per state (a hash of all the above): an emptying cluster is
+    mostly a few kinds of empty node.
+    """
+
+    def __init__(self, tables: FragTables, left: np.ndarray, cpu_left: np.ndarray, mem_left: np.ndarray,
+                 gpu_count: np.ndarray, model: np.ndarray, pressure: np.ndarray, group: np.ndarray | None = None,
+                 used: np.ndarray | None = None) -> None:
+        self.tables, self.weight = tables, tables.weight
+        self.c = cpu_per_gpu(tables.workload)
+        self.left, self.cpu_left, self.mem_left, self.used = left, cpu_left, mem_left, used
+        self.gpu_count = gpu_count
+        self.model, self.pressure = model, np.ascontiguousarray(pressure, dtype=np.float64)
+        self.pressure_bits = self.pressure.view(np.int64)
+        self.group = np.zeros(len(left), np.int64) if group is None else group
+        n, m = len(left), len(tables.thresholds)
+        self.cnt, self.sums = np.zeros((n, m), np.int64), np.zeros((n, m), np.int64)
+        self.frag, self.idle, self.state = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+        _all_terms(left, cpu_left, gpu_count, model, self.group, self.pressure_bits, tables.thresholds,
+                   tables.cpu_values, tables.table, self.weight, self.cnt, self.sums, self.frag, self.idle, self.state)
+        size = 1 << max(4, (2 * n).bit_length())
+        self.slots, self.stamps, self.stamp = np.zeros(size, np.int64), np.zeros(size, np.int64), 0
+
+    @property
+    def workload(self) -> TargetWorkload:
+        return self.tables.workload
+
+    def update(self, row: int) -> None:
+        t = self.tables
+        if self.used is None:
+            _terms(row, self.left, self.cpu_left, self.gpu_count, self.model, self.group, self.pressure_bits,
+                   t.thresholds, t.cpu_values, t.table, self.weight, self.cnt, self.sums, self.frag, self.idle,
+                   self.state)
+        else:
+            _terms_from_used(row, self.used, self.left, self.cpu_left, self.gpu_count, self.model, self.group,
+                             self.pressure_bits, t.thresholds, t.cpu_values, t.table, self.weight, self.cnt, self.sums,
+                             self.frag, self.idle, self.state)
+
+    def best(self, ok: np.ndarray, count: int, milli: int, cpu: int, mem: int, bonus: np.ndarray | None = None,
+             bonus_weight: float = 0.0, loss_weight: float = 1.0) -> tuple[int, int, float]:
+        """(row, GPU, growth in milli-GPU) for a pod of `count` GPUs of `milli` each (0 GPUs: CPU-only) over the rows
+        `ok` allows; row -1 when none fits."""
+        t = self.tables
+        self.stamp += 1
+        row, gpu, growth = _best(self.left, self.cpu_left, self.mem_left, ok, self.gpu_count, self.model, self.cnt,
+                                 self.sums, self.frag, self.idle, self.pressure, self.state, self.slots, self.stamps,
+                                 self.stamp, self.pressure if bonus is None else bonus, bonus_weight, loss_weight,
+                                 t.thresholds, t.cpu_values, t.table, self.weight, self.c, count, milli, cpu,
+                                 cpu or DEFAULT_CPU_REQUEST, mem)
+        return int(row), int(gpu), float(growth)
+
+    def scores(self, rows: np.ndarray, count: int, milli: int, cpu: int) -> np.ndarray:
+        """The score / 100 (0..1) with the fuller-node tie-break of each of `rows` (fitting ones)."""
+        t = self.tables
+        return _scores(rows.astype(np.int64, copy=False), self.left, self.cpu_left, self.gpu_count, self.model,
+                       self.cnt, self.sums, self.frag, self.idle, self.pressure, t.thresholds, t.cpu_values, t.table,
+                       self.weight, self.c, count, milli, cpu, cpu or DEFAULT_CPU_REQUEST)
+
+    def fragmentation(self) -> float:
+        """The fragmented milli-GPU of all nodes (frequency-weighted)."""
+        return float(self.frag.sum()) / self.weight
+
+
+def warm_up() -> None:
+    """Load the compiled kernels (numba's cache: ~0.5 s on a process's first call; ~7 s to compile on a fresh clone)
+    on a one-node cluster with the live table's argument types, so a benchmark does not time the loading and a
+    worker's first tick is no slower than the next."""
+    workload = TargetWorkload((Shape(1000, MILLI, 1), Shape(1000, 500, 1)), (1, 1), 2)
+    loss = Loss(FragTables(workload, ("X",), 2), np.full((1, 2), MILLI, np.int64), np.array([8000]),
+                np.array([8000]), np.array([2]), np.zeros(1, np.int64), np.zeros(1), used=np.zeros((1, 2)))
+    loss.best(np.ones(1, bool), 1, 500, 1000, 0)
+    loss.best(np.ones(1, bool), 1, MILLI, 1000, 0, np.ones(1), 10.0)
+    loss.scores(np.zeros(1, np.int64), 1, 500, 1000)
+    loss.update(0)
