@@ -1,9 +1,9 @@
 """Writes for the scheduler app. Each service checks its business rules, writes in one transaction,
 and records a Decision where people need to know why something happened."""
 import logging
+from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
-from itertools import chain, repeat
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -17,11 +17,10 @@ from core.errors import ApplicationError, Conflict
 from core.models import CPU, MEMORY, Decision, Department, GPUModel, Membership
 from profiling.services import run_summaries_compute, run_summary_compute
 from scheduler import selectors
-from scheduler.policy.workload import TargetWorkload
-from scheduler.fragmentation.state import PodRequest
 from scheduler.models import Framework, JobRun, JobStatus, LearnedWorkload, Quota, TrainingJob
 from scheduler.policy.decisions import Admit
 from scheduler.policy.priority import ScoreBreakdown
+from scheduler.policy.workload import Shape, TargetWorkload, job_shape
 
 log = logging.getLogger(__name__)
 
@@ -411,13 +410,15 @@ def workload_learn(*, now: datetime, days: int = WORKLOAD_DAYS) -> LearnedWorklo
     GPU models each may run on (its framework's certified models, else its preferred one), the most frequent
     covering 95 % of the jobs, as FGD learns its target workload. Older rows beyond the newest 24 are dropped."""
     rows = list(TrainingJob.objects.filter(submitted_at__gt=now - timedelta(days=days), submitted_at__lte=now)
-                .values("cpu_milli", "memory_mib", "gpus", "framework_id", "gpu_model__name")
+                .values("cpu_milli", "gpus", "framework_id", "gpu_model__name")
                 .annotate(n=Count("id")).order_by())
     certified = {f.pk: tuple(sorted(m.name for m in f.certified_on.all()))
                  for f in Framework.objects.prefetch_related("certified_on")}
-    pods = chain.from_iterable(repeat(_shape_of(row, certified), row["n"]) for row in rows)
-    jobs = sum(row["n"] for row in rows)
-    workload = TargetWorkload.from_pods(pods) if jobs else None
+    shapes: Counter[Shape] = Counter()
+    for row in rows:
+        shapes[_shape_of(row, certified)] += row["n"]
+    jobs = sum(shapes.values())
+    workload = TargetWorkload.from_shapes(shapes) if jobs else None
     learned = LearnedWorkload.objects.create(learned_at=now, window_days=days, jobs=jobs, shapes=[
         {"cpu_milli": s.cpu_milli, "gpu_milli": s.gpu_milli, "gpu_count": s.gpu_count, "models": list(s.models),
          "count": n} for s, n in zip(workload.shapes, workload.counts)] if workload else [])
@@ -426,9 +427,8 @@ def workload_learn(*, now: datetime, days: int = WORKLOAD_DAYS) -> LearnedWorklo
     return learned
 
 
-def _shape_of(row: dict, certified: dict[int, tuple[str, ...]]) -> PodRequest:
-    gpus = float(row["gpus"])
-    models = (certified.get(row["framework_id"]) or ((row["gpu_model__name"],) if row["gpu_model__name"] else ())
-              if gpus else ())
-    return PodRequest.from_gpus(row["cpu_milli"], row["memory_mib"], gpus, models)
+def _shape_of(row: dict, certified: dict[int, tuple[str, ...]]) -> Shape:
+    """A job's shape, allowed on its framework's certified models, else its preferred one."""
+    models = certified.get(row["framework_id"]) or ((row["gpu_model__name"],) if row["gpu_model__name"] else ())
+    return job_shape(row["cpu_milli"], float(row["gpus"]), models)
 

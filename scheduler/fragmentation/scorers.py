@@ -236,8 +236,7 @@ class TidalScorer(Scorer):
         measure = self.context.measure
         return cluster.extension(("tidal", id(measure)), lambda c: _attach(c, Loss(
             measure.tables, c.gpu_left, c.cpu_left, c.memory_left, c.gpu_count, c.model,
-            pressure(measure.workload, [c.model_names[m] if m < c.no_model else None for m in c.model.tolist()],
-                     c.gpu_count, c.cpu_capacity))))
+            pressure(measure.workload, c.node_models(), c.gpu_count, c.cpu_capacity))))
 
     def choose(self, cluster: ClusterState, pod: PodRequest) -> Placement | None:
         ok = cluster.access(pod.models) if pod.gpu_count else cluster.everywhere

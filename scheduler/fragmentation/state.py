@@ -115,6 +115,10 @@ class ClusterState:
     def __len__(self) -> int:
         return len(self.names)
 
+    def node_models(self) -> list[str | None]:
+        """Each node's GPU model name (None: no GPUs), in node order."""
+        return [self.model_names[m] if m < self.no_model else None for m in self.model.tolist()]
+
     # -- what fits where ------------------------------------------------------------------------------
     def access(self, models: tuple[str, ...]) -> np.ndarray:
         """Nodes whose GPU model a pod allowing `models` may use (all nodes for ())."""

@@ -77,13 +77,25 @@ def _all_terms(left, cpu_left, gpu_count, model, group, pressure_bits, threshold
 
 
 @njit(cache=True, nogil=True)
-def _terms_from_used(row, used, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table,
-                     weight, cnt, sums, frag, idle, state):
-    """`_terms` after reading a NodeTable row's GPU use (fractions; > 1 pads GPUs the node lacks) as milli-GPU left
-    (one call from Python instead of two: each costs microseconds)."""
+def _left_from_used(row, used, left):
+    """A NodeTable row's GPU use (fractions; > 1 pads GPUs the node lacks) as milli-GPU left."""
     for g in range(used.shape[1]):
         u = used[row, g]
         left[row, g] = round((1.0 - u) * MILLI) if u <= 1.0 else 0
+
+
+@njit(cache=True, nogil=True)
+def _all_left_from_used(used, left):
+    for row in range(used.shape[0]):
+        _left_from_used(row, used, left)
+
+
+@njit(cache=True, nogil=True)
+def _terms_from_used(row, used, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table,
+                     weight, cnt, sums, frag, idle, state):
+    """`_terms` after reading the row's GPU left from its use (one call from Python instead of two: each costs
+    microseconds)."""
+    _left_from_used(row, used, left)
     _terms(row, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table, weight, cnt,
            sums, frag, idle, state)
 
@@ -268,15 +280,18 @@ class Loss:
     """The per-node terms of one cluster (or one GPU model's NodeTable) for one target workload.
 
     `left` (milli-GPU left per GPU, 0 for GPUs a node lacks), `cpu_left` and `mem_left` are the caller's arrays,
-    read in place; after changing a node the caller calls `update(row)` (with `used`, a NodeTable's GPU use, `left`
-    is refreshed from it first). `model[row]` indexes `tables`' models; `group[row]` (optional) sets apart rows a
+    read in place; after changing a node the caller calls `update(row)`. With `used` (a NodeTable's GPU use, as
+    fractions), `left` is the Loss's own, read from `used` at the start and at every update. `model[row]` indexes `tables`' models; `group[row]` (optional) sets apart rows a
     bonus scores differently. `best` scores one row per state (a hash of all the above): an emptying cluster is
     mostly a few kinds of empty node.
     """
 
-    def __init__(self, tables: FragTables, left: np.ndarray, cpu_left: np.ndarray, mem_left: np.ndarray,
+    def __init__(self, tables: FragTables, left: np.ndarray | None, cpu_left: np.ndarray, mem_left: np.ndarray,
                  gpu_count: np.ndarray, model: np.ndarray, pressure: np.ndarray, group: np.ndarray | None = None,
                  used: np.ndarray | None = None) -> None:
+        if used is not None:
+            left = np.empty(used.shape, np.int64)
+            _all_left_from_used(used, left)
         self.tables, self.weight = tables, tables.weight
         self.c = cpu_per_gpu(tables.workload)
         self.left, self.cpu_left, self.mem_left, self.used = left, cpu_left, mem_left, used
@@ -337,8 +352,8 @@ def warm_up() -> None:
     on a one-node cluster with the live table's argument types, so a benchmark does not time the loading and a
     worker's first tick is no slower than the next."""
     workload = TargetWorkload((Shape(1000, MILLI, 1), Shape(1000, 500, 1)), (1, 1), 2)
-    loss = Loss(FragTables(workload, ("X",), 2), np.full((1, 2), MILLI, np.int64), np.array([8000]),
-                np.array([8000]), np.array([2]), np.zeros(1, np.int64), np.zeros(1), used=np.zeros((1, 2)))
+    loss = Loss(FragTables(workload, ("X",), 2), None, np.array([8000]), np.array([8000]), np.array([2]),
+                np.zeros(1, np.int64), np.zeros(1), used=np.zeros((1, 2)))
     loss.best(np.ones(1, bool), 1, 500, 1000, 0)
     loss.best(np.ones(1, bool), 1, MILLI, 1000, 0, np.ones(1), 10.0)
     loss.scores(np.zeros(1, np.int64), 1, 500, 1000)

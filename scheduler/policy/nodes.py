@@ -22,7 +22,7 @@ import numpy as np
 
 from cluster.types import GPU_EPS, GpuShare, NodeView, Pool
 from scheduler.policy.packing import WholeGpuIndex
-from scheduler.policy.workload import MILLI, FragTables
+from scheduler.policy.workload import FragTables
 
 if TYPE_CHECKING:
     from scheduler.policy.gpuloss import Loss
@@ -263,11 +263,10 @@ class NodeTable:
         GPU model being `model` there and `pressure` its nodes' displacement pressure."""
         from scheduler.policy.gpuloss import Loss  # numba takes 0.5 s to import: only for a profile that needs it
 
-        used = self.gpu_used
-        left = np.where(used <= 1.0, np.rint((1.0 - used) * MILLI), 0).astype(np.int64)
         # the kernel's arrays all writable: numba compiles read-only ones apart
-        self.loss = Loss(tables, left, self.cpu_free, self.mem_free, self.gpu_count.copy(),
-                         np.full(len(self), model, np.int64), pressure, self.fixed_pool.astype(np.int64), used)
+        self.loss = Loss(tables, None, self.cpu_free, self.mem_free, self.gpu_count.copy(),
+                         np.full(len(self), model, np.int64), pressure, self.fixed_pool.astype(np.int64),
+                         self.gpu_used)
         self.schedulable_rows = self.schedulable.copy()
 
     def colocation_rows(self) -> np.ndarray:

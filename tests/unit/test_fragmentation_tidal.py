@@ -27,8 +27,7 @@ def scorer(name, c, w):
 
 
 def pressure_of(w, c):
-    return pressure(w, [c.model_names[m] if m < c.no_model else None for m in c.model.tolist()], c.gpu_count,
-                    c.cpu_capacity)
+    return pressure(w, c.node_models(), c.gpu_count, c.cpu_capacity)
 
 
 def take(c, node, gpus, cpu=0):
