@@ -1,8 +1,9 @@
 """`bench scheduler`: full cycles of the real profile on a simulated cluster.
 
-`bench_scheduler()` builds a heterogeneous cluster shaped like the Alibaba GPU 2023 node list,
-keeps `pending` jobs queued, and runs full cycles of the real profile on a virtual clock,
-applying decisions to the simulated backend between cycles. Only `schedule()` is timed.
+`bench_scheduler()` builds a heterogeneous cluster shaped like the Alibaba GPU 2023 node list (in topology blocks of
+16 nodes of a model), keeps `pending` jobs queued, and runs full cycles of the real profile on a virtual clock,
+applying decisions to the simulated backend between cycles. Only `schedule()` is timed. With `gang_share`, that
+share of the jobs are gangs of 2-16 workers of whole GPUs; a placement is a worker placed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from benchmarks.machine import reference_ms
 from cluster.clock import VirtualClock
-from cluster.simulated.traces import alibaba_node
+from cluster.simulated.traces import GANG_WORKERS, alibaba_node, with_blocks
 from cluster.types import capacity_by_resource, JobStatus, JobView, NodeView, QuotaView, RunProfile
 from scheduler.gcfreeze import frozen_heap
 from scheduler.policy import get_profile, schedule
@@ -42,6 +43,7 @@ FRAMEWORKS = {
     "caffe-1.0": frozenset({"P100", "V100M16", "T4"}),
 }
 JOB_GPUS = (0.25, 0.5, 1, 1, 1, 2, 2, 4, 8)
+GANG_GPUS = (1, 2, 4, 8, 8)  # GPUs per gang worker: whole GPUs, a full 8-GPU node the most common
 DEPARTMENTS = tuple(f"dept-{i}" for i in range(10))
 
 
@@ -57,8 +59,8 @@ def node_shapes(csv_path: str | Path | None) -> dict[tuple[str, int, int, int], 
 
 def build_nodes(count: int, shapes: dict[tuple[str, int, int, int], int], rng: random.Random) -> list[NodeView]:
     drawn = rng.choices(list(shapes), weights=list(shapes.values()), k=count)
-    return [alibaba_node({"model": m, "gpu": str(g), "cpu_milli": str(c), "memory_mib": str(mem), "sn": ""},
-                         name=f"node-{i:05d}") for i, (m, g, c, mem) in enumerate(drawn)]
+    return with_blocks([alibaba_node({"model": m, "gpu": str(g), "cpu_milli": str(c), "memory_mib": str(mem),
+                                      "sn": ""}, name=f"node-{i:05d}") for i, (m, g, c, mem) in enumerate(drawn)])
 
 
 def build_quotas(nodes: list[NodeView], departments: tuple[str, ...] = DEPARTMENTS,
@@ -76,8 +78,13 @@ def certified_map(gpu_models: Iterable[str]) -> dict[str, frozenset[str]]:
 
 
 def build_job(job_id: int, now: float, gpu_weights: dict[str, int], rng: random.Random,
-              certified: dict[str, frozenset[str]]) -> JobView:
-    gpus = rng.choice(JOB_GPUS) if rng.random() > 0.1 else 0
+              certified: dict[str, frozenset[str]], gang_share: float = 0.0) -> JobView:
+    # the gang draw only when gangs are asked for: without them the random stream (and the golden cycle) is unchanged
+    workers = rng.randint(*GANG_WORKERS) if gang_share and rng.random() < gang_share else 1
+    if workers > 1:
+        gpus = rng.choice(GANG_GPUS)
+    else:
+        gpus = rng.choice(JOB_GPUS) if rng.random() > 0.1 else 0
     framework = rng.choice(sorted(certified))
     models = [m for m in gpu_weights if m in certified[framework]]
     model = rng.choices(models, weights=[gpu_weights[m] for m in models])[0] if gpus and models else None
@@ -87,14 +94,15 @@ def build_job(job_id: int, now: float, gpu_weights: dict[str, int], rng: random.
                     for _ in range(3)) if rng.random() < 0.5 else ()
     return JobView(job_id, f"job-{job_id}", f"task-{job_id % 500}", rng.choice(DEPARTMENTS), framework,
                    model, float(gpus), int(4000 * per_gpu), int(16384 * per_gpu), JobStatus.PENDING,
-                   submitted_at=now - rng.uniform(0, 7200), history=history)
+                   submitted_at=now - rng.uniform(0, 7200), history=history, workers=workers)
 
 
 def queued_cluster(nodes: int, shapes, rng: random.Random, pending: int, *, borrow_ratio: float = 0.3,
-                   runtime_s: tuple[float, float] = (600, 4 * 3600), batch: int = 100
+                   runtime_s: tuple[float, float] = (600, 4 * 3600), batch: int = 100, gang_share: float = 0.0
                    ) -> tuple[SimulatedTraining, VirtualClock, Callable[[int], float]]:
     """A cluster of `nodes` with enough jobs queued to fill every GPU plus `pending` more, and `arrive(n)`, which
-    submits n more jobs (returning their GPUs). Shared by the benchmark and the cycle's golden test."""
+    submits n more jobs (returning their GPUs, every worker's). Shared by the benchmark and the cycle's golden
+    test."""
     cluster = build_nodes(nodes, shapes, rng)
     gpu_weights: Counter[str] = Counter()
     for n in cluster:
@@ -108,9 +116,9 @@ def queued_cluster(nodes: int, shapes, rng: random.Random, pending: int, *, borr
     def arrive(count: int) -> float:
         gpus = 0.0
         for _ in range(count):
-            job = build_job(next(ids), clock.now(), gpu_weights, rng, certified)
+            job = build_job(next(ids), clock.now(), gpu_weights, rng, certified, gang_share)
             sim.submit(job, rng.uniform(*runtime_s))
-            gpus += job.gpus
+            gpus += job.total_gpus
         return gpus
 
     capacity, queued = sum(gpu_weights.values()), 0.0
@@ -122,22 +130,26 @@ def queued_cluster(nodes: int, shapes, rng: random.Random, pending: int, *, borr
 
 def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, seed: int = 7,
                     node_csv: str | Path | None = None, profile: str = "tidal",
-                    cycle_s: float = 60.0, progress: Callable[[int], None] | None = None) -> dict[str, float]:
+                    cycle_s: float = 60.0, progress: Callable[[int], None] | None = None,
+                    gang_share: float = 0.0) -> dict[str, float]:
     """Full cycles of the real profile on a heterogeneous cluster; only schedule() is timed.
 
     Cycle 1 starts from an empty cluster with enough jobs to fill every GPU plus `pending` more,
     so it is a placement burst and every later cycle still has about `pending` jobs queued on a
     full cluster (jobs finish, own-quota jobs reclaim from borrowers, arrivals top the queue up).
+    `gang_share` of the jobs are gangs; placements count workers placed, gang_placements the gangs admitted.
     """
+    if not 0 <= gang_share <= 1:
+        raise ValueError(f"gang_share must be in [0, 1], got {gang_share}")
     rng = random.Random(seed)
     reference = reference_ms()  # before the cluster exists: the machine, not the run's own memory
-    sim, clock, arrive = queued_cluster(nodes, node_shapes(node_csv), rng, pending)
+    sim, clock, arrive = queued_cluster(nodes, node_shapes(node_csv), rng, pending, gang_share=gang_share)
     chosen = get_profile(profile)
     # the target workload as the live loop learns it (from the submissions, refreshed hourly: once here)
     first = sim.snapshot()
     workload = jobs_workload(first.jobs, first.compatible_models)
     warm_up()  # as a worker's first tick does: numba's cache loads once per process
-    durations, placed, preempted = [], 0, 0
+    durations, placed, preempted, gangs, gang_workers = [], 0, 0, 0, 0
     for cycle in range(cycles):
         sim.finish_elapsed()
         snapshot = sim.snapshot()
@@ -145,7 +157,11 @@ def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, se
             started = time.perf_counter()
             result = schedule(snapshot, chosen, workload=workload)
             durations.append(time.perf_counter() - started)
-        placed += len(result.admitted)
+        for admit in result.admitted:
+            placed += len(admit.workers)  # a gang places every worker
+            if admit.peers:
+                gangs += 1
+                gang_workers += len(admit.workers)
         preempted += len(result.preempted)
         sim.apply(result)
         clock.advance(cycle_s)
@@ -159,6 +175,9 @@ def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, se
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "first_cycle_s": durations[0],
         "placements": placed,
+        "gang_placements": gangs,
+        "gang_workers_placed": gang_workers,
+        "gang_share": gang_share,
         "preemptions": preempted,
         "cycles": cycles,
         "reference_ms": reference,  # this machine's speed just before the run (benchmarks/machine.py)

@@ -45,6 +45,7 @@ SERVICE_LABEL = "tidal.io/service"  # InferenceService name
 # How long the demo's emulated workload runs (the simulated cluster and the Kubernetes API emulator's kubelet end the
 # pod after it); a real cluster's containers ignore it.
 RUNTIME_LABEL = "tidal.io/sim-runtime-s"
+WORKER_LABEL = "tidal.io/worker"  # a gang worker's rank (0 ..); its pods also share JOB_LABEL and RUN_LABEL
 
 
 def kube_state_label(name: str) -> str:
@@ -76,6 +77,8 @@ class PodSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     image: str = ""  # container image and shell command (a backend that runs containers needs them)
     command: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)  # a gang worker's rendezvous environment
+    subdomain: str = ""  # a gang's headless Service: the pod is reachable as <name>.<subdomain>
 
     @property
     def gpus(self) -> float:
@@ -214,4 +217,13 @@ class ClusterBackend(Protocol):
 
     def drain_events(self) -> list[ClusterEvent]:
         """Events since the last call, oldest first."""
+        ...
+
+    def apply_headless_service(self, name: str, selector: Mapping[str, str]) -> None:
+        """Create (or keep) a headless Service selecting a gang's pods, so each worker has a stable DNS name
+        `<pod>.<name>`; pods bound with `subdomain=name` get it."""
+        ...
+
+    def delete_service(self, name: str) -> None:
+        """Remove a gang's headless Service; nothing when it does not exist."""
         ...

@@ -17,6 +17,9 @@ from enum import Enum
 GPU_EPS = 1e-6
 CPU_KEY = "cpu"
 MEMORY_KEY = "memory"
+# A node's topology domain (a rack, a switch block): `pack` gangs prefer nodes of one block. The simulated cluster
+# assigns blocks; on Kubernetes an operator labels the nodes.
+BLOCK_LABEL = "tidal.io/block"
 
 
 class NodeState(str, Enum):
@@ -55,15 +58,26 @@ class JobStatus(str, Enum):
         return self in (JobStatus.ADMITTED, JobStatus.RUNNING)
 
 
+class Topology(str, Enum):
+    """Where a gang's workers go: the fewest nodes (of one block if it can), or one worker per node."""
+
+    PACK = "pack"
+    SPREAD = "spread"
+
+
 class QuotaKind(str, Enum):
     OWN = "own"
     BORROWED = "borrowed"
 
 
-def check_gpu_request(gpus: float) -> None:
-    """A job asks for a fraction of one GPU or for whole GPUs."""
+def check_gpu_request(gpus: float, workers: int = 1) -> None:
+    """A job asks for a fraction of one GPU or for whole GPUs; a gang's workers for whole GPUs (or none)."""
     if gpus < 0 or (gpus > 1 and not float(gpus).is_integer()):
         raise ValueError(f"gpus must be a fraction <= 1 or a whole number, got {gpus}")
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers > 1 and not float(gpus).is_integer():
+        raise ValueError(f"a job of {workers} workers asks for whole GPUs per worker, got {gpus}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +191,9 @@ class Allocation:
 
 @dataclass(frozen=True, slots=True)
 class JobView:
+    """A training job: `workers` identical pods (a gang: all start together or none, and end together), each
+    asking for `gpus`, `cpu_milli` and `memory_mib`. `allocation` is worker 0's, `peers` the others'."""
+
     id: int
     name: str
     task_key: str
@@ -195,11 +212,29 @@ class JobView:
     preferred_pool: Pool | None = None  # FIXED: pinned there; else the pool rule chooses (colocation.policy.pools)
     keep_request: bool = False  # an admin turned right-sizing off: bind the request as asked
     past_run_s: tuple[float, ...] = ()  # durations of the task's past succeeded runs, oldest first (the pool rule)
+    workers: int = 1
+    topology: Topology = Topology.PACK
+    peers: tuple[Allocation, ...] = ()  # workers 1.. of an admitted/running gang
 
     def __post_init__(self) -> None:
-        check_gpu_request(self.gpus)
+        check_gpu_request(self.gpus, self.workers)
         if self.status.holds_resources and self.allocation is None:
             raise ValueError(f"job {self.id} is {self.status.value} without an allocation")
+        if self.allocation is not None and len(self.peers) != self.workers - 1:
+            raise ValueError(f"job {self.id} has {self.workers} workers but {1 + len(self.peers)} allocations")
+
+    @property
+    def gang(self) -> bool:
+        return self.workers > 1
+
+    @property
+    def allocations(self) -> tuple[Allocation, ...]:
+        """Every worker's allocation, worker 0 first; empty while pending."""
+        return (self.allocation, *self.peers) if self.allocation is not None else ()
+
+    @property
+    def total_gpus(self) -> float:
+        return self.gpus * self.workers
 
     @property
     def node(self) -> str | None:

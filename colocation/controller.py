@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from django.conf import settings
 from django.db import transaction
 
-from cluster.backend import REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend, PodView
+from cluster.backend import REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, BackendError, ClusterBackend, PodView
 from cluster.clock import utc
 from cluster.types import NodeState, NodeView, Pool
 from colocation import observe, replicas, services
@@ -27,9 +27,9 @@ from core import telemetry
 from core.decisions import decision_record
 from core.errors import ApplicationError
 from core.models import Decision
-from scheduler.models import JobStatus, TrainingJob
+from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.selectors import learned_workload
-from scheduler.services import job_take_back
+from scheduler.services import job_take_back, run_service
 
 log = logging.getLogger(__name__)
 MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting run in one tick
@@ -142,7 +142,28 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
         pod = pods.bound.get(action.pod)
         backend.evict(action.pod, f"{node} taken back for inference")
         if pod is not None and pod.spec.job_id is not None:
-            job_take_back(job_id=pod.spec.job_id, node=node, now=now)
+            run = job_take_back(job_id=pod.spec.job_id, node=node, now=now)
+            if run is not None:
+                _stop_gang(backend, run, action.pod, node)
+
+
+def _stop_gang(backend: ClusterBackend, run: JobRun, evicted: str, node: str) -> None:
+    """A gang runs whole: the take-back of one worker's node requeued the whole job, so its other workers (here and
+    on other nodes) go now, not a scheduler tick later as orphans, and its headless Service with them."""
+    for other in run.pods:
+        if other == evicted:
+            continue
+        try:  # a worker that had finished is gone already: refused, and nothing to do
+            backend.evict(other, f"its gang lost a worker: {node} taken back for inference")
+        except BackendError as error:  # refused for now (a disruption budget): the scheduler evicts orphans
+            log.info("evict %s: %s", other, error)
+    service = run_service(run)
+    if service is None:
+        return
+    try:
+        backend.delete_service(service)
+    except BackendError as error:  # a Service without pods holds nothing: logged, the take-back goes on
+        log.warning("delete service %s: %s", service, error)
 
 
 @transaction.atomic

@@ -6,7 +6,7 @@ jobs, open transition records, thresholds).
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from cluster.backend import INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, TRAINING, ClusterBackend, PodView
@@ -19,6 +19,8 @@ from scheduler.policy.workload import MILLI, TargetWorkload, node_frag
 def group_nodes(backend: ClusterBackend) -> dict[str, list[GroupNode]]:
     """Every node as the lending policy sees it, by resource group, with its inference and training pods."""
     pods = {p.spec.name: p for p in backend.pods()}
+    # a gang's pods share its job id: taking back one worker's node ends every worker
+    gang_size = Counter(p.spec.job_id for p in pods.values() if p.spec.job_id is not None and p.kind != INFERENCE)
     groups: dict[str, list[GroupNode]] = defaultdict(list)
     for node in backend.nodes():
         gpu_unit = node.gpu_model is not None
@@ -29,7 +31,8 @@ def group_nodes(backend: ClusterBackend) -> dict[str, list[GroupNode]]:
                 request = in_group_unit(pod.spec.gpus, pod.spec.cpu_milli, gpu=gpu_unit)
                 inference.append(InferencePod(name, request, pod.detached_from is not None))
             elif pod.kind == TRAINING or pod.kind is None:
-                training.append(TrainingPod(name, pod.spec.job_id, pod.started_at))
+                training.append(TrainingPod(name, pod.spec.job_id, pod.started_at,
+                                            gang_size[pod.spec.job_id] if pod.spec.job_id is not None else 1))
         groups[node.resource_group].append(GroupNode.of(node, inference, training))
     return groups
 

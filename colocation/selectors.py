@@ -5,27 +5,29 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, DecimalField, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Concat
 
 from cluster import types as ct
+from cluster.simulated.traces import with_blocks
 from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup
 from colocation.policy import LendingProfile
 from core.models import Decision
 from profiling.models import ServiceMinute
-from scheduler.models import HOLDING_STATUSES
+from scheduler.models import HOLDING_STATUSES, JobRun, TrainingJob
 
 
 def node_views() -> list[ct.NodeView]:
-    """The inventory as the cluster backends and policies see it (static part: sizes, pool, state)."""
-    return [
+    """The inventory as the cluster backends and policies see it (static part: sizes, pool, state), in topology
+    blocks of consecutive nodes of one model (the simulated cluster's racks: cluster.simulated.traces.with_blocks)."""
+    return with_blocks([
         ct.NodeView(
             name=n.name, resource_group=n.resource_group.name, gpu_model=n.gpu_model.name if n.gpu_model else None,
             gpu_count=n.gpu_count, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib, pool=ct.Pool(n.pool),
             state=ct.NodeState(n.state),
         )
-        for n in Node.objects.select_related("resource_group", "gpu_model")
-    ]
+        for n in Node.objects.select_related("resource_group", "gpu_model").order_by("name")
+    ])
 
 
 def lending_profile() -> LendingProfile:
@@ -45,26 +47,27 @@ class Room:
 
 
 def most_free(*, gpu_model: str | None) -> Room:
-    """Free = capacity minus what admitted and running training jobs were charged; GPU jobs look at nodes of
-    their model, CPU jobs at every node. Only offline-normal nodes take training work."""
-    holding = Q(training_jobs__status__in=HOLDING_STATUSES)
+    """Free = capacity minus what admitted and running training jobs were charged, every worker of a gang on its
+    own node; GPU jobs look at nodes of their model, CPU jobs at every node. Only offline-normal nodes take
+    training work."""
     nodes = Node.objects.filter(state=NodeState.OFFLINE_NORMAL)
     if gpu_model:
         nodes = nodes.filter(gpu_model__name=gpu_model)
-    nodes = nodes.annotate(
-        free_gpus=F("gpu_count") - Coalesce(Sum(Coalesce("training_jobs__alloc_gpus", "training_jobs__gpus"),
-                                                filter=holding), 0, output_field=DecimalField()),
-        free_cpu=F("cpu_milli") - Coalesce(Sum(Coalesce("training_jobs__alloc_cpu_milli", "training_jobs__cpu_milli"),
-                                               filter=holding), 0, output_field=IntegerField()),
-        free_memory=F("memory_mib") - Coalesce(Sum(Coalesce("training_jobs__alloc_memory_mib",
-                                                            "training_jobs__memory_mib"), filter=holding),
-                                               0, output_field=IntegerField()),
-    ).values("name", "free_gpus", "free_cpu", "free_memory")
-    rows = list(nodes)
-    if not rows:
+    free = {n: [Decimal(g), c, m] for n, g, c, m in nodes.values_list("name", "gpu_count", "cpu_milli", "memory_mib")}
+    if not free:
         return Room(0, None, Decimal(0), 0, 0)
-    best = max(rows, key=lambda r: (r["free_gpus"], r["free_cpu"]) if gpu_model else (r["free_cpu"], r["free_memory"]))
-    return Room(len(rows), best["name"], Decimal(best["free_gpus"]), best["free_cpu"], best["free_memory"])
+    gangs = dict(JobRun.objects.filter(ended_at__isnull=True, job__status__in=HOLDING_STATUSES, job__workers__gt=1)
+                 .values_list("job_id", "workers"))
+    for job_id, node, gpus, cpu, memory in TrainingJob.objects.filter(status__in=HOLDING_STATUSES).values_list(
+            "pk", "node__name", Coalesce("alloc_gpus", "gpus"), Coalesce("alloc_cpu_milli", "cpu_milli"),
+            Coalesce("alloc_memory_mib", "memory_mib")):
+        for where in [w["node"] for w in gangs.get(job_id) or ()] or [node]:
+            if where in free:
+                room = free[where]
+                room[0], room[1], room[2] = room[0] - gpus, room[1] - cpu, room[2] - memory
+    name, (gpus, cpu, memory) = max(free.items(), key=lambda kv: (kv[1][0], kv[1][1]) if gpu_model
+                                    else (kv[1][1], kv[1][2]))
+    return Room(len(free), name, gpus, cpu, memory)
 
 
 # --- counts for /metrics ---------------------------------------------------------------------------

@@ -5,6 +5,11 @@ Acting is ordered so that a crash at any point leaves a state the next tick repa
   is marked `running`. An `admitted` job whose pod exists is marked running; one without a pod is requeued.
 - preempt: the job is requeued in the database first, then its pod is evicted. A pod whose job is no longer
   admitted or running (preempted, cancelled, lost) is evicted as an orphan.
+A gang (a job of several workers) is bound whole or not at all: its headless Service first (the workers' stable DNS
+names), then each worker's pod with its rank and rendezvous environment (scheduler/rendezvous.py). If the cluster
+refuses one, the job is requeued once and the workers already bound are evicted and the Service deleted. Whatever
+ends one worker other than success (it failed, someone evicted it, its pod is missing) ends the gang's run the same
+way; the job succeeds when every worker has. A job's Service is deleted when its run ends, whatever the outcome.
 """
 import logging
 import time
@@ -12,10 +17,13 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 
 from cluster.backend import (
-    JOB_LABEL, RUN_LABEL, RUNTIME_LABEL, TASK_LABEL, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
+    JOB_LABEL, RUN_LABEL, RUNTIME_LABEL, TASK_LABEL, WORKER_LABEL, BackendError, ClusterBackend, ClusterEvent,
+    EventKind, PodSpec,
 )
+from cluster.types import GpuShare
 from colocation.live_backend import live_cluster
 from colocation.selectors import lending_profile
 from core import telemetry
@@ -26,11 +34,15 @@ from scheduler.gcfreeze import frozen_heap
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.observe import snapshot_from_db
 from scheduler.policy.cycle import schedule
-from scheduler.policy.decisions import Admit, CycleResult, Preempt, StillPending
+from scheduler.policy.decisions import Admit, CycleResult, Preempt, Reason, Reserve, StillPending
 from scheduler.policy.profile import Profile
+from scheduler.rendezvous import Gang, worker_env
 from scheduler.selectors import learned_workload
 
 log = logging.getLogger(__name__)
+# A reservation whose expected start moved by less than this is the same one (no new Decision): the estimate of
+# when its nodes free drifts a little every tick while their jobs overrun.
+RESERVATION_START_SLACK_S = 60.0
 
 
 @dataclass
@@ -42,10 +54,30 @@ class TickReport:
     repaired: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Stop:
+    """What is left on the cluster of a run that ended in the database: its pods to evict, its Service to delete."""
+
+    pods: tuple[str, ...]
+    service: str | None
+    reason: str
+
+
+@dataclass
+class Recorded:
+    """What the events did: jobs that ended, and the runs whose remains the cluster must drop."""
+
+    finished: int = 0
+    stops: list[Stop] = field(default_factory=list)
+
+
 def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> TickReport:
     """One tick of the live loop against `backend` at `now` with the policy `profile`."""
     report = TickReport()
-    report.finished = _record_events(backend.drain_events(), now)
+    recorded = _record_events(backend.drain_events(), now)
+    report.finished = recorded.finished
+    for stop in recorded.stops:
+        _stop(backend, stop)
     _reconcile(backend, now, report)
     snapshot = snapshot_from_db(backend, now)
     workload = learned_workload()
@@ -59,53 +91,113 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
 
 
 @transaction.atomic
-def _record_events(events: list[ClusterEvent], now: float) -> int:
-    """Finished pods end their job; pods evicted by someone else put their job back in the queue."""
-    finished = 0
+def _record_events(events: list[ClusterEvent], now: float) -> Recorded:
+    """Finished pods end their job; pods evicted by someone else put their job back in the queue. For a gang, a
+    finished worker is marked and the job ends when all have; a worker failed or evicted requeues the whole gang."""
+    recorded = Recorded()
     for event in events:
         if event.job_id is None or event.kind not in (EventKind.POD_FINISHED, EventKind.POD_FAILED,
                                                       EventKind.POD_EVICTED):
             continue
         job = TrainingJob.objects.select_for_update().filter(pk=event.job_id, status=JobStatus.RUNNING).first()
         run = job and services.open_run(job)
-        if job is None or run is None or run.pod != event.pod:
-            continue  # an eviction we made ourselves, or a pod of an earlier run
-        if event.kind is EventKind.POD_FINISHED:
-            services.job_finish(job=job, at=event.at, status=JobStatus.SUCCEEDED,
-                                message=f"succeeded on {event.node} after run {run.attempt}")
-            finished += 1
-        elif event.kind is EventKind.POD_FAILED:
-            services.job_finish(job=job, at=event.at, status=JobStatus.FAILED,
-                                message=f"failed on {event.node} in run {run.attempt}: {event.detail}")
-            finished += 1
+        if job is None or run is None or event.pod not in services.run_live_pods(run):
+            continue  # an eviction we made ourselves, a worker already counted, or a pod of an earlier run
+        if run.workers:
+            _gang_event(event, job, run, now, recorded)
         else:
-            services.job_requeue(job=job, now=now, reason="evicted", outcome=JobRun.Outcome.KILLED,
-                                 message=f"requeued: its pod on {event.node} was evicted ({event.detail or 'no reason given'})")
-    return finished
+            _one_worker_event(event, job, run, now, recorded)
+    return recorded
+
+
+def _one_worker_event(event: ClusterEvent, job: TrainingJob, run: JobRun, now: float, recorded: Recorded) -> None:
+    if event.kind is EventKind.POD_FINISHED:
+        services.job_finish(job=job, at=event.at, status=JobStatus.SUCCEEDED,
+                            message=f"succeeded on {event.node} after run {run.attempt}")
+        recorded.finished += 1
+    elif event.kind is EventKind.POD_FAILED:
+        services.job_finish(job=job, at=event.at, status=JobStatus.FAILED,
+                            message=f"failed on {event.node} in run {run.attempt}: {event.detail}")
+        recorded.finished += 1
+    else:
+        services.job_requeue(job=job, now=now, reason="evicted", outcome=JobRun.Outcome.KILLED,
+                             message=f"requeued: its pod on {event.node} was evicted ({event.detail or 'no reason given'})")
+
+
+def _gang_event(event: ClusterEvent, job: TrainingJob, run: JobRun, now: float, recorded: Recorded) -> None:
+    """A gang runs whole or not at all: only success waits for the other workers."""
+    rank, size, service = services.run_worker(run, event.pod)["rank"], len(run.workers), services.run_service(run)
+    if event.kind is EventKind.POD_FINISHED:
+        if services.job_worker_succeeded(job=job, run=run, pod=event.pod, at=event.at):
+            recorded.finished += 1
+            recorded.stops.append(Stop((), service, "its gang succeeded"))
+        return
+    others = tuple(p for p in services.run_live_pods(run) if p != event.pod)
+    if event.kind is EventKind.POD_FAILED:
+        reason, outcome, what = "worker-failed", JobRun.Outcome.FAILED, f"failed ({event.detail or 'no reason given'})"
+    else:
+        reason, outcome, what = "evicted", JobRun.Outcome.KILLED, \
+            f"was evicted ({event.detail or 'no reason given'})"
+    services.job_requeue(job=job, now=now, reason=reason, outcome=outcome, ended=(event.pod,),
+                         message=f"requeued: worker {rank} of {size} (pod {event.pod} on {event.node}) {what}; "
+                                 f"a gang runs whole, so its {len(others)} other workers were stopped")
+    recorded.stops.append(Stop(others, service, f"gang job {job.pk} ended: worker {rank} {what}"))
 
 
 def _reconcile(backend: ClusterBackend, now: float, report: TickReport) -> None:
     """Make the database and the cluster agree after whatever happened since the last tick."""
     pods = {p.spec.name: p for p in backend.pods()}
     holding = TrainingJob.objects.filter(status__in=(JobStatus.ADMITTED, JobStatus.RUNNING)).select_related("department")
-    expected = set()
+    expected: set[str] = set()
     for job in holding:
         run = services.open_run(job)
-        pod = run.pod if run else None
-        if pod in pods:
-            expected.add(pod)
+        wanted = services.run_live_pods(run) if run else []
+        present = [p for p in wanted if p in pods]
+        expected.update(present)
+        if wanted and len(present) == len(wanted):
             if job.status == JobStatus.ADMITTED:  # bound, but the tick died before recording it
-                services.job_start(job=job, started_at=pods[pod].started_at)
-                report.repaired.append(f"job {job.pk}: pod found, marked running")
+                services.job_start(job=job, started_at=min(pods[p].started_at for p in present))
+                report.repaired.append(f"job {job.pk}: {_pods_found(present)}, marked running")
             continue
-        with transaction.atomic():
-            services.job_requeue(job=job, now=now, reason="pod-missing", outcome=JobRun.Outcome.FAILED,
-                                 message="requeued: it was admitted but its pod is not on the cluster")
-        report.repaired.append(f"job {job.pk}: no pod, requeued")
-    for name in pods.keys() - expected:
-        if services.job_of_pod(name) is not None and not pods[name].terminating:
+        stop = _requeue_missing(job, run, [p for p in wanted if p not in pods], present, now)
+        _stop(backend, stop)
+        report.repaired.append(f"job {job.pk}: no pod, requeued" if not run or not run.workers else
+                               f"job {job.pk}: {len(wanted) - len(present)} of {len(wanted)} worker pods missing, "
+                               f"requeued")
+    orphaned_services = set()
+    for name in sorted(pods.keys() - expected):
+        pod = pods[name]
+        if services.job_of_pod(name) is not None and not pod.terminating:
             _evict(backend, name, "orphan: its job is no longer admitted or running")
             report.repaired.append(f"pod {name}: orphan evicted")
+            if pod.spec.subdomain:  # a gang's: its Service goes with it (a cancelled gang's, say)
+                orphaned_services.add(pod.spec.subdomain)
+    for service in sorted(orphaned_services):
+        _delete_service(backend, service)
+
+
+def _pods_found(present: list[str]) -> str:
+    return "pod found" if len(present) == 1 else f"all {len(present)} worker pods found"
+
+
+def _requeue_missing(job: TrainingJob, run: JobRun | None, missing: list[str], present: list[str],
+                     now: float) -> Stop:
+    """An admitted or running job whose pod (one of whose workers' pods) is not on the cluster: requeued once; a
+    gang's other workers are stopped."""
+    if run is None or not run.workers:
+        message = "requeued: it was admitted but its pod is not on the cluster"
+    else:
+        ranks = ", ".join(f"{services.run_worker(run, p)['rank']} ({p} on {services.run_worker(run, p)['node']})"
+                          for p in missing)
+        which = f"worker {ranks} of {len(run.workers)} is" if len(missing) == 1 else \
+            f"workers {ranks} of {len(run.workers)} are"
+        message = (f"requeued: {which} not on the cluster; a gang runs whole, so its {len(present)} other workers "
+                   f"were stopped")
+    with transaction.atomic():
+        locked = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
+        services.job_requeue(job=locked, now=now, reason="pod-missing", outcome=JobRun.Outcome.FAILED,
+                             message=message, ended=tuple(missing))
+    return Stop(tuple(present), services.run_service(run) if run else None, f"job {job.pk}: a worker pod is missing")
 
 
 def _evict(backend: ClusterBackend, pod: str, reason: str) -> None:
@@ -115,7 +207,18 @@ def _evict(backend: ClusterBackend, pod: str, reason: str) -> None:
         log.info("evict %s: %s", pod, error)
 
 
-# --- snapshot --------------------------------------------------------------------------------------
+def _delete_service(backend: ClusterBackend, name: str) -> None:
+    try:
+        backend.delete_service(name)
+    except BackendError as error:  # refused: a Service without pods holds nothing; logged for the operator
+        log.warning("delete service %s: %s", name, error)
+
+
+def _stop(backend: ClusterBackend, stop: Stop) -> None:
+    for pod in stop.pods:
+        _evict(backend, pod, stop.reason)
+    if stop.service:
+        _delete_service(backend, stop.service)
 
 
 # --- acting ----------------------------------------------------------------------------------------
@@ -136,24 +239,27 @@ def _act(result: CycleResult, backend: ClusterBackend, now: float, report: TickR
                 report.admitted += _admit(decision, backend, now)
         elif isinstance(decision, StillPending):
             pending.append(decision)
-    _record_pending(pending)
+    reserved = _record_reservations(result.reserved)
+    _record_pending(pending, reserved)
     report.pending = len(pending)
 
 
 def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
-    """Requeue the victim, then evict its pod; True when the pod is still shutting down (it keeps its room)."""
+    """Requeue the victim, then evict its pod (every worker's, for a gang); True when a pod is still shutting down
+    (it keeps its room)."""
     with transaction.atomic():
         job = TrainingJob.objects.select_for_update().select_related("department").filter(
             pk=decision.job_id, status__in=(JobStatus.ADMITTED, JobStatus.RUNNING)).first()
         if job is None:  # ended or cancelled since the snapshot: nothing to preempt, nothing to bring back
             return False
         run = services.open_run(job)
+        live_pods = services.run_live_pods(run) if run is not None else []
         services.job_requeue(job=job, now=now, reason=decision.reason.value, message=decision.message,
                              outcome=JobRun.Outcome.PREEMPTED)
-    if not (run and run.pod):
+    if run is None or not live_pods:
         return False
-    _evict(backend, run.pod, f"preempted for job {decision.for_job_id}")
-    return any(p.spec.name == run.pod for p in backend.pods())
+    _stop(backend, Stop(tuple(live_pods), services.run_service(run), f"preempted for job {decision.for_job_id}"))
+    return any(p.spec.name in live_pods for p in backend.pods())
 
 
 @transaction.atomic
@@ -162,45 +268,113 @@ def _wait_for_victims(decision: Admit, stopping: set[int]) -> None:
     next cycle admits it into the room they leave."""
     job = TrainingJob.objects.select_related("department").get(pk=decision.job_id)
     victims = sorted(stopping.intersection(decision.preempting))
+    nodes = list(dict.fromkeys(w.node for w in decision.workers))
     reason = "waiting-for-preemption"
     if job.pending_reason != reason:
         decision_record(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department, reason=reason,
-                        message=f"preempted {', '.join(f'job {v}' for v in victims)} on {decision.node}; admitted "
-                                f"once their pods have stopped", data={"node": decision.node, "victims": victims})
+                        message=f"preempted {', '.join(f'job {v}' for v in victims)} on {', '.join(nodes)}; admitted "
+                                f"once their pods have stopped", data={"node": decision.node, "nodes": nodes,
+                                                                       "victims": victims})
     job.pending_reason = reason
     job.save(update_fields=["pending_reason"])
 
 
+def _pod_specs(decision: Admit, job: TrainingJob, run: JobRun) -> list[tuple[PodSpec, str]]:
+    """Every worker's pod and node, rank 0 first; a gang's carry their rank, rendezvous environment and Service."""
+    labels = {JOB_LABEL: str(job.pk), RUN_LABEL: str(run.attempt), TASK_LABEL: job.task_key}
+    if RUNTIME_LABEL in job.annotations:
+        labels[RUNTIME_LABEL] = job.annotations[RUNTIME_LABEL]
+    r = decision.rightsized
+
+    def spec(name: str, shares: tuple[GpuShare, ...], rank: int | None = None, env: dict[str, str] | None = None,
+             subdomain: str = "") -> PodSpec:
+        pod_labels = labels if rank is None else {**labels, WORKER_LABEL: str(rank)}
+        return PodSpec(name=name, job_id=job.pk, gpu_model=decision.gpu_model, gpu_shares=shares,
+                       cpu_milli=r.cpu_request_milli, memory_mib=r.memory_mib, labels=pod_labels, image=job.image,
+                       command=job.command, env=env or {}, subdomain=subdomain)
+
+    if not run.workers:
+        return [(spec(run.pod, decision.gpu_shares), decision.node)]
+    service = services.run_service(run)
+    gang = Gang(framework=str(job.framework), pods=tuple(run.pods), service=service, gpus_per_worker=r.gpus)
+    return [(spec(w["pod"], worker.gpu_shares, w["rank"], worker_env(gang, w["rank"]), service), worker.node)
+            for w, worker in zip(run.workers, decision.workers, strict=True)]
+
+
 def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
+    """Record the admission, then bind every worker or none (a gang's headless Service first)."""
     recorded = services.job_admit(admission=decision, now=now)
     if recorded is None:
         return False
     job, run = recorded
-    labels = {JOB_LABEL: str(job.pk), RUN_LABEL: str(run.attempt), TASK_LABEL: job.task_key}
-    if RUNTIME_LABEL in job.annotations:
-        labels[RUNTIME_LABEL] = job.annotations[RUNTIME_LABEL]
-    spec = PodSpec(name=run.pod, job_id=job.pk, gpu_model=decision.gpu_model, gpu_shares=decision.gpu_shares,
-                   cpu_milli=decision.rightsized.cpu_request_milli, memory_mib=decision.rightsized.memory_mib,
-                   labels=labels, image=job.image, command=job.command)
+    specs = _pod_specs(decision, job, run)
+    service = services.run_service(run)
+    bound: list[str] = []
     try:
-        backend.bind(spec, decision.node)
+        if service:
+            backend.apply_headless_service(service, {JOB_LABEL: str(job.pk), RUN_LABEL: str(run.attempt)})
+        for spec, node in specs:
+            backend.bind(spec, node)
+            bound.append(spec.name)
     except BackendError as error:
-        with transaction.atomic():
-            services.job_requeue(job=job, now=now, reason="bind-failed", outcome=JobRun.Outcome.FAILED,
-                                 message=f"requeued: the cluster refused to start it on {decision.node} ({error})")
+        _bind_failed(job, run, specs, bound, error, now, backend)
         return False
     services.job_start(job=job, started_at=now)
     return True
 
 
+def _bind_failed(job: TrainingJob, run: JobRun, specs: list[tuple[PodSpec, str]], bound: list[str],
+                 error: BackendError, now: float, backend: ClusterBackend) -> None:
+    """The cluster refused a pod (or the gang's Service): requeue once, then remove what was bound."""
+    if not run.workers:
+        message = f"requeued: the cluster refused to start it on {specs[0][1]} ({error})"
+        refused: tuple[str, ...] = (run.pod,)
+    elif len(bound) < len(specs):
+        pod, node = specs[len(bound)][0].name, specs[len(bound)][1]
+        message = (f"requeued: the cluster refused worker {len(bound)} of {len(specs)} (pod {pod}) on {node} "
+                   f"({error}); a gang starts whole, so the {len(bound)} workers already bound were removed")
+        refused = (pod,)
+    else:
+        message, refused = f"requeued: the cluster refused the gang's Service ({error})", ()
+    with transaction.atomic():
+        locked = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
+        services.job_requeue(job=locked, now=now, reason="bind-failed", outcome=JobRun.Outcome.FAILED,
+                             message=message, ended=refused)
+    _stop(backend, Stop(tuple(bound), services.run_service(run), f"gang job {job.pk} could not start whole"))
+
+
 @transaction.atomic
-def _record_pending(decisions: list[StillPending]) -> None:
-    """Every pending job shows its place and score; a Decision only when its reason changes."""
+def _record_reservations(reserved: tuple[Reserve, ...]) -> set[int]:
+    """A waiting gang's reservation is kept on the job and explained once per change of its nodes or start; a job
+    no longer reserved (admitted, or behind another gang now) loses it. The jobs reserved now."""
+    by_job = {d.job_id: d for d in reserved}
+    TrainingJob.objects.filter(~Q(reservation={}), status=JobStatus.PENDING).exclude(pk__in=list(by_job)).update(
+        reservation={})
+    for job in TrainingJob.objects.select_related("department").filter(pk__in=by_job):
+        d = by_job[job.pk]
+        if _same_reservation(job.reservation, d):
+            continue
+        job.reservation = {"nodes": list(d.nodes), "start_at": d.start_at}
+        job.save(update_fields=["reservation"])
+        decision_record(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department,
+                        reason=Reason.RESERVED.value, message=d.message, data=job.reservation)
+    return set(by_job)
+
+
+def _same_reservation(stored: dict, decision: Reserve) -> bool:
+    return (bool(stored) and stored.get("nodes") == list(decision.nodes)
+            and abs(float(stored.get("start_at", 0)) - decision.start_at) < RESERVATION_START_SLACK_S)
+
+
+@transaction.atomic
+def _record_pending(decisions: list[StillPending], reserved: set[int]) -> None:
+    """Every pending job shows its place and score; a Decision only when its reason changes (a reserved gang's
+    reservation Decision says why it waits: _record_reservations)."""
     jobs = TrainingJob.objects.select_related("department").in_bulk([d.job_id for d in decisions])
     changed = []
     for d in decisions:
         job = jobs[d.job_id]
-        if job.pending_reason != d.reason.value:
+        if job.pending_reason != d.reason.value and not (d.job_id in reserved and d.reason is Reason.RESERVED):
             changed.append(Decision(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department,
                                     reason=d.reason.value, message=d.message, data={"score": services.score_dict(d.score)}))
         job.queue_position, job.score, job.pending_reason = d.position + 1, services.score_dict(d.score), d.reason.value

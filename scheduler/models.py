@@ -4,11 +4,12 @@ Units everywhere: GPUs as (fractional) GPU counts, CPU in millicores, memory in 
 Invariants live in database constraints so that no code path can break them.
 """
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Floor
 
-from cluster.types import JobStatus as JobStatusValue, QuotaKind as QuotaKindValue
+from cluster.types import JobStatus as JobStatusValue, QuotaKind as QuotaKindValue, Topology as TopologyValue
 from core.models import CPU, MEMORY, RESERVED_RESOURCE_NAMES, Department, GPUModel
 from core.querysets import DepartmentScopedQuerySet
 
@@ -30,6 +31,11 @@ HOLDING_STATUSES = (JobStatus.ADMITTED, JobStatus.RUNNING)  # statuses that hold
 class QuotaKind(models.TextChoices):
     OWN = QuotaKindValue.OWN.value, "Own"
     BORROWED = QuotaKindValue.BORROWED.value, "Borrowed"
+
+
+class Topology(models.TextChoices):
+    PACK = TopologyValue.PACK.value, "Pack: fewest nodes"
+    SPREAD = TopologyValue.SPREAD.value, "Spread: a node per worker"
 
 
 class Framework(models.Model):
@@ -118,6 +124,11 @@ class TrainingJob(models.Model):
     cpu_milli = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField()
     expected_duration_s = models.PositiveIntegerField(null=True, blank=True)
+    workers = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1)],
+        help_text="Identical workers (pods) started together or not at all; the GPUs, CPU and memory are per worker.")
+    topology = models.CharField(max_length=8, choices=Topology.choices, default=Topology.PACK,
+                                help_text="pack: the fewest nodes, of one block if possible; spread: a node per worker.")
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING, db_index=True)
     quota_kind = models.CharField(max_length=8, choices=QuotaKind.choices, blank=True)
     node = models.ForeignKey(
@@ -144,6 +155,9 @@ class TrainingJob(models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True, help_text="1-based, in score order.")
     score = models.JSONField(default=dict, blank=True, help_text="base, utilization, aging, total")
     pending_reason = models.CharField(max_length=64, blank=True)
+    reservation = models.JSONField(
+        default=dict, blank=True,
+        help_text="A waiting gang's reservation from the latest cycle: {nodes: [...], start_at: epoch seconds}.")
     submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -158,6 +172,8 @@ class TrainingJob(models.Model):
             models.CheckConstraint(condition=Q(gpus__lte=1) | Q(gpus=Floor(F("gpus"))), name="job_gpus_whole_above_one"),
             models.CheckConstraint(condition=Q(cpu_milli__gt=0) & Q(memory_mib__gt=0), name="job_cpu_memory_positive"),
             models.CheckConstraint(condition=Q(gpus=0) | Q(gpu_model__isnull=False), name="job_gpu_needs_model"),
+            models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_positive"),
+            models.CheckConstraint(condition=Q(workers=1) | Q(gpus=Floor(F("gpus"))), name="job_gang_whole_gpus"),
         ]
 
     def __str__(self) -> str:
@@ -185,9 +201,18 @@ class JobRun(models.Model):
     gpu_model = models.ForeignKey(GPUModel, on_delete=models.PROTECT, null=True, blank=True, related_name="runs")
     pod = models.CharField(max_length=160, blank=True)
     gpu_shares = models.JSONField(default=list, blank=True, help_text="[[gpu index, share], …] on the node")
+    workers = models.JSONField(
+        default=list, blank=True,
+        help_text="A gang's workers: [{rank, node, pod, gpu_shares, state}, …], rank 0 first (node, pod and "
+                  "gpu_shares above are rank 0's); empty for a one-worker job.")
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.RUNNING)
+
+    @property
+    def pods(self) -> list[str]:
+        """Every worker's pod, rank 0 first."""
+        return [w["pod"] for w in self.workers] if self.workers else ([self.pod] if self.pod else [])
 
     class Meta:
         ordering = ["job", "attempt"]

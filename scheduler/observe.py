@@ -2,7 +2,7 @@
 cluster, turned into the frozen dataclasses the pure policy reads (colocation/observe.py is its sibling)."""
 from cluster.backend import ClusterBackend
 from cluster.types import (Allocation, GpuShare, JobStatus as JobViewStatus, JobView, Pool, QuotaKind, QuotaView,
-                           Snapshot)
+                           Snapshot, Topology)
 from core.models import GPUModel
 from profiling.policy.aggregate import TaskHistory
 from profiling.selectors import task_histories
@@ -11,26 +11,36 @@ from scheduler.models import Framework, JobRun, JobStatus, Quota, TrainingJob
 LIVE = (JobStatus.PENDING, JobStatus.ADMITTED, JobStatus.RUNNING)
 
 
-def _allocation(job: TrainingJob, run: JobRun | None) -> Allocation | None:
-    if job.status not in (JobStatus.ADMITTED, JobStatus.RUNNING) or run is None:
-        return None
+def _allocation(job: TrainingJob, node: str, shares: list[list[float]]) -> Allocation:
+    """One worker's allocation: its node and GPUs; the rest is per worker and the same for all."""
     return Allocation(
-        node=job.node.name if job.node else "",
+        node=node,
         gpu_model=job.assigned_gpu_model.name if job.assigned_gpu_model else None,
-        gpu_shares=tuple(GpuShare(int(i), float(s)) for i, s in run.gpu_shares),
+        gpu_shares=tuple(GpuShare(int(i), float(s)) for i, s in shares),
         cpu_milli=job.alloc_cpu_milli or job.cpu_milli,
         memory_mib=job.alloc_memory_mib or job.memory_mib,
         quota_kind=QuotaKind(job.quota_kind) if job.quota_kind else None,
     )
 
 
+def _allocations(job: TrainingJob, run: JobRun | None) -> tuple[Allocation | None, tuple[Allocation, ...]]:
+    """Worker 0's allocation and the other workers' (a gang's, from its run), or none while not holding."""
+    if job.status not in (JobStatus.ADMITTED, JobStatus.RUNNING) or run is None:
+        return None, ()
+    if not run.workers:
+        return _allocation(job, job.node.name if job.node else "", run.gpu_shares), ()
+    first, *peers = (_allocation(job, w["node"], w["gpu_shares"]) for w in run.workers)
+    return first, tuple(peers)
+
+
 def job_view(job: TrainingJob, run: JobRun | None, history: TaskHistory | None = None) -> JobView:
+    allocation, peers = _allocations(job, run)
     return JobView(
         id=job.pk, name=job.name, task_key=job.task_key, department=job.department.name, framework=str(job.framework),
         gpu_model=job.gpu_model.name if job.gpu_model else None, gpus=float(job.gpus), cpu_milli=job.cpu_milli,
         memory_mib=job.memory_mib, status=JobViewStatus(job.status), submitted_at=job.submitted_at.timestamp(),
-        started_at=job.started_at.timestamp() if job.started_at else None, allocation=_allocation(job, run),
-        expected_duration_s=job.expected_duration_s,
+        started_at=job.started_at.timestamp() if job.started_at else None, allocation=allocation, peers=peers,
+        workers=job.workers, topology=Topology(job.topology), expected_duration_s=job.expected_duration_s,
         preferred_pool=Pool(job.pool_preference) if job.pool_preference else None,
         history=history.runs if history else (), keep_request=job.keep_request,
         past_run_s=history.run_s if history else (),

@@ -1,6 +1,6 @@
 """Reads for the scheduler app: quota usage, inventory limits, restricted querysets for users."""
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone as dt_timezone
 from decimal import Decimal
 from functools import cache
 
@@ -33,8 +33,8 @@ def _used_by_kind(jobs: QuerySet, resource: str) -> dict[str, Decimal]:
         field = "memory_mib"
     else:
         field, jobs = "gpus", jobs.filter(assigned_gpu_model__name=resource)
-    # Jobs are charged what was bound (the right-sized request) once the scheduler admitted them.
-    charged = Coalesce(f"alloc_{field}", field)
+    # Jobs are charged what was bound (the right-sized request) once the scheduler admitted them, for every worker.
+    charged = Coalesce(f"alloc_{field}", field) * F("workers")
     rows = jobs.values("quota_kind").annotate(total=Coalesce(Sum(charged), 0, output_field=DecimalField()))
     return {row["quota_kind"]: Decimal(row["total"]) for row in rows}
 
@@ -49,8 +49,9 @@ def quota_usages(*, departments: QuerySet) -> dict[str, list[QuotaUsage]]:
     held: dict[tuple[str, str, str], Decimal] = {}
     jobs = TrainingJob.objects.filter(department__in=departments).holding_quota().order_by()
     for row in jobs.values("department__name", "quota_kind", "assigned_gpu_model__name").annotate(
-            gpus=Sum(Coalesce("alloc_gpus", "gpus")), cpu=Sum(Coalesce("alloc_cpu_milli", "cpu_milli")),
-            memory=Sum(Coalesce("alloc_memory_mib", "memory_mib"))):
+            gpus=Sum(Coalesce("alloc_gpus", "gpus") * F("workers")),  # a gang holds each worker's share
+            cpu=Sum(Coalesce("alloc_cpu_milli", "cpu_milli") * F("workers")),
+            memory=Sum(Coalesce("alloc_memory_mib", "memory_mib") * F("workers"))):
         for resource, amount in ((row["assigned_gpu_model__name"], row["gpus"]), (CPU, row["cpu"]),
                                  (MEMORY, row["memory"])):
             key = (row["department__name"], resource, row["quota_kind"])
@@ -87,6 +88,32 @@ def node_limits(*, gpu_models: list[str] | None = None) -> NodeLimits:
     gpu_nodes = nodes.filter(gpu_model__name__in=gpu_models) if gpu_models is not None else nodes
     max_gpus = gpu_nodes.aggregate(gpus=Max("gpu_count"))["gpus"]
     return NodeLimits(max_gpus=max_gpus or 0, max_cpu_milli=sizes["cpu"] or 0, max_memory_mib=sizes["memory"] or 0)
+
+
+@dataclass(frozen=True)
+class WorkerRoom:
+    """The nodes that could hold one worker's GPUs (any node for a CPU-only worker): the most CPU and memory among
+    them, and how many hold the whole worker."""
+
+    max_cpu_milli: int
+    max_memory_mib: int
+    fitting: int
+
+
+def worker_room(*, gpu_models: list[str], gpus: Decimal, cpu_milli: int, memory_mib: int) -> WorkerRoom:
+    """One query: a worker runs on one node, so its GPUs, CPU and memory must all fit the same node."""
+    nodes = Node.objects.all()
+    if gpus > 0:
+        nodes = nodes.filter(gpu_model__name__in=gpu_models, gpu_count__gte=gpus)
+    row = nodes.aggregate(cpu=Max("cpu_milli"), memory=Max("memory_mib"),
+                          fitting=Count("id", filter=Q(cpu_milli__gte=cpu_milli, memory_mib__gte=memory_mib)))
+    return WorkerRoom(row["cpu"] or 0, row["memory"] or 0, row["fitting"])
+
+
+def quota_limits(*, department: Department) -> dict[str, tuple[Decimal, Decimal]]:
+    """The department's (own, borrowed) quota per resource (GPU model name, "cpu", "memory")."""
+    return {q.resource: (q.own, q.borrowed) for q in Quota.objects.filter(department=department).select_related(
+        "gpu_model")}
 
 
 def is_member(*, user, department: Department, role: str | None = None) -> bool:
@@ -144,11 +171,15 @@ def departments() -> QuerySet[Department]:
 
 
 def listed_departments() -> QuerySet[Department]:
-    """Departments with their members, pending and running jobs counted."""
+    """Departments with their members, pending and running jobs counted, and the GPUs their pending jobs ask for
+    (workers x GPUs; a subquery: summed over the members join, each job would count once per member)."""
+    asked = (TrainingJob.objects.filter(department=OuterRef("pk"), status=JobStatus.PENDING).order_by()
+             .values("department").annotate(total=Sum(F("workers") * F("gpus"))).values("total"))
     return Department.objects.annotate(
         members=Count("memberships", distinct=True),
         pending=Count("jobs", filter=Q(jobs__status=JobStatus.PENDING), distinct=True),
         running=Count("jobs", filter=Q(jobs__status=JobStatus.RUNNING), distinct=True),
+        pending_gpus=Coalesce(Subquery(asked, output_field=DecimalField()), Decimal(0), output_field=DecimalField()),
     )
 
 
@@ -201,9 +232,76 @@ def with_latest_message(jobs: QuerySet) -> QuerySet:
     return jobs.annotate(latest_message=Subquery(latest))
 
 
+@dataclass(frozen=True)
+class WorkerRow:
+    """One worker of a job's run: where it runs, on which GPUs of its node, and in what state."""
+
+    rank: int
+    node: str | None
+    pod: str
+    gpu_shares: tuple[tuple[int, float], ...]  # (GPU index on the node, share of it)
+    state: str
+
+    @property
+    def gpus(self) -> Decimal:
+        return sum((Decimal(str(share)) for _, share in self.gpu_shares), Decimal(0))
+
+
+def placement_run(runs: list[JobRun]) -> JobRun | None:
+    """The run whose workers a job's page shows: the open one, else the latest (`runs`: the job's, any order)."""
+    open_runs = [run for run in runs if run.ended_at is None]
+    return max(open_runs or runs, key=lambda run: run.attempt, default=None)
+
+
+def run_workers(*, run: JobRun, job_status: str) -> list[WorkerRow]:
+    """Every worker of `run`, rank 0 first: a gang's from JobRun.workers, a one-worker job's from the run itself.
+    A worker without a recorded state has its run's: the job's status while the run is open, else its outcome."""
+    state = job_status if run.ended_at is None else run.outcome
+    if not run.workers:
+        node = run.node.name if run.node_id else None
+        return [WorkerRow(0, node, run.pod, _shares(run.gpu_shares), state)]
+    return [WorkerRow(int(w.get("rank", i)), w.get("node"), w.get("pod", ""), _shares(w.get("gpu_shares") or []),
+                      w.get("state") or state)
+            for i, w in enumerate(sorted(run.workers, key=lambda w: w.get("rank", 0)))]
+
+
+def _shares(pairs: list) -> tuple[tuple[int, float], ...]:
+    return tuple((int(index), float(share)) for index, share in pairs)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A waiting gang's hold on the nodes that free soonest, from the latest cycle."""
+
+    nodes: tuple[str, ...]
+    start_at: datetime  # when their jobs are expected to end
+
+
+def reservation_of(*, job: TrainingJob) -> Reservation | None:
+    """The job's reservation while it waits; an admitted gang's last one is history (its decisions keep it)."""
+    held = job.reservation or {}
+    if job.status != JobStatus.PENDING or not held.get("nodes") or held.get("start_at") is None:
+        return None
+    return Reservation(tuple(held["nodes"]), datetime.fromtimestamp(float(held["start_at"]), tz=dt_timezone.utc))
+
+
+def job_workers(*, job: TrainingJob) -> tuple[JobRun | None, list[WorkerRow]]:
+    """The run a job's page shows (open, else latest) and its workers; one query."""
+    run = placement_run(list(JobRun.objects.filter(job=job).select_related("node")))
+    return run, run_workers(run=run, job_status=job.status) if run else []
+
+
 def job_decisions(*, job: TrainingJob) -> QuerySet:
     """Every decision about `job`, oldest first."""
     return Decision.objects.filter(subject=f"job:{job.pk}").order_by("created_at", "id")
+
+
+def pending_gpus(*, department: Department) -> dict[str, Decimal]:
+    """GPUs the department's pending jobs ask for, per GPU model asked: each job counts workers x GPUs (a gang of
+    4 x 8 waits for 32, not for one job's worth)."""
+    rows = (TrainingJob.objects.filter(department=department, status=JobStatus.PENDING, gpus__gt=0)
+            .order_by().values("gpu_model__name").annotate(total=Sum(F("workers") * F("gpus"))))
+    return {row["gpu_model__name"]: Decimal(row["total"]) for row in sorted(rows, key=lambda r: r["gpu_model__name"])}
 
 
 def department_queue(*, department: Department) -> QuerySet:
@@ -254,7 +352,8 @@ def first_wait_histogram(bounds: tuple[float, ...]) -> tuple[list[int], float, i
 
 
 JOB_ROW_COLUMNS = ("id", "name", "task_key", "image", "command", "gpus", "cpu_milli", "memory_mib", "expected_duration_s",
-                   "keep_request", "status", "quota_kind", "submitted_at", "admitted_at", "started_at", "finished_at")
+                   "workers", "topology", "keep_request", "status", "quota_kind", "submitted_at", "admitted_at",
+                   "started_at", "finished_at")
 
 
 def job_rows(jobs: QuerySet) -> QuerySet:

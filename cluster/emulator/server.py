@@ -66,6 +66,7 @@ KINDS = {k.plural: k for k in (
     Kind("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", subresources=("status",),
          initial_status={"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0}),
     Kind("coordination.k8s.io/v1", "leases", "Lease"),
+    Kind("v1", "services", "Service"),  # gangs' headless Services (no endpoints or DNS are emulated)
 )}
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 

@@ -5,7 +5,8 @@ reflectors in background threads (watch.Reflector; client-go's listers read the 
 writes or `refresh()` starts the next tick; a read after a write waits until the stores hold it. Events: what the pod
 and node watches saw, plus terminal pods re-reported on every drain until they are cleaned up. Errors: 429 is
 BackendBusy (try later), 404/409/422 BackendError (a refusal), 5xx, timeouts, refused connections and a watch that
-cannot list BackendUnavailable (the tick stops; see colocation/live_backend.py).
+cannot list BackendUnavailable (the tick stops; see colocation/live_backend.py). Gangs' headless Services are only
+written (created before a gang's pods, deleted when its run ends), never read: nothing watches them.
 """
 from __future__ import annotations
 
@@ -339,6 +340,21 @@ class KubernetesCluster:
             self._read = None
         else:
             state.pods[pod] = replace(view, terminating=True)
+
+    # -- gangs' headless Services ------------------------------------------------------------------------
+    def apply_headless_service(self, name: str, selector: Mapping[str, str]) -> None:
+        """Create the Service; one that exists already is kept (a retried admission of the same run)."""
+        body = objects.headless_service(name, self.settings.namespace, selector)
+        try:
+            self._call(self._core.create_namespaced_service, self.settings.namespace, body)
+        except Conflict:
+            log.info("service %s exists already: kept", name)
+
+    def delete_service(self, name: str) -> None:
+        try:
+            self._call(self._core.delete_namespaced_service, name, self.settings.namespace)
+        except NotFound:
+            pass
 
     # -- nodes -----------------------------------------------------------------------------------------
     def set_node_state(self, node: str, state: NodeState, labels: Mapping[str, str] | None = None) -> None:

@@ -162,11 +162,12 @@ def pod_spec(obj: Mapping, device_gib: int | None = None) -> tuple[PodSpec, bool
     job = labels.get(JOB_LABEL, "")
     containers = spec.get("containers") or [{}]
     command = containers[0].get("command") or []
+    env = {e["name"]: e.get("value", "") for e in containers[0].get("env") or () if "name" in e}
     return PodSpec(
         name=meta(obj).get("name", ""), job_id=int(job) if job.isdigit() else None,
         gpu_model=annotations.get(conventions.GPU_MODEL_ANNOTATION) if shares else None, gpu_shares=shares,
         cpu_milli=cpu, memory_mib=memory, labels=labels, image=containers[0].get("image", ""),
-        command=command[-1] if command else ""), known
+        command=command[-1] if command else "", env=env, subdomain=spec.get("subdomain") or ""), known
 
 
 def is_ready(pod: Mapping) -> bool:
@@ -225,6 +226,8 @@ def container(spec: PodSpec, image: str, name: str, gpu_limits: Mapping[str, str
             "resources": {"requests": dict(resources), "limits": {**resources, **gpu_limits}}}
     if spec.command:
         body["command"] = ["/bin/sh", "-c", spec.command]
+    if spec.env:  # a gang worker's rendezvous environment
+        body["env"] = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
     return body
 
 
@@ -257,11 +260,24 @@ def bound_pod(spec: PodSpec, node: str, namespace: str, image: str, device_gib: 
                    **gpushare_annotations(spec, device_gib, now_ns)}
     if spec.gpu_model and spec.gpu_shares:
         annotations[conventions.GPU_MODEL_ANNOTATION] = spec.gpu_model
+    pod = {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s,
+           "containers": [container(spec, image, "main", gpu_limits(spec, device_gib))]}
+    if spec.subdomain:  # a gang worker: reachable as <hostname>.<subdomain> through the gang's headless Service
+        pod.update(hostname=spec.name, subdomain=spec.subdomain)
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": spec.name, "namespace": namespace, "labels": labels, "annotations": annotations},
-        "spec": {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s,
-                 "containers": [container(spec, image, "main", gpu_limits(spec, device_gib))]},
+        "spec": pod,
+    }
+
+
+def headless_service(name: str, namespace: str, selector: Mapping[str, str]) -> dict:
+    """A gang's headless Service (clusterIP None: DNS records per pod, no virtual IP), selecting its workers. Not-ready
+    workers are published too: the workers look each other up while they start, before any is Ready."""
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": {KIND_LABEL: TRAINING}},
+        "spec": {"clusterIP": "None", "selector": dict(selector), "publishNotReadyAddresses": True},
     }
 
 

@@ -9,6 +9,9 @@ matching the node selector, or stay pending and are retried on `advance()` (and 
 online-normal). A new pod is ready `startup_s` after it is bound. Scaling down deletes pending pods
 first, then not-ready ones, then the newest. `detach_pod` relabels a pod out of its ReplicaSet,
 which creates a replacement at once; the old pod runs until `evict`ed.
+
+Training pods keep what they were bound with (a gang worker's rendezvous environment and Service subdomain, in
+`PodView.spec`), and gangs' headless Services are kept by name with their selectors.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class SimulatedCluster:
         self.startup_s = startup_s
         self._replicasets: dict[str, _ReplicaSet] = {}
         self._ready_heap: list[tuple[float, int, str]] = []
+        self._services: dict[str, dict[str, str]] = {}  # gangs' headless Services: name -> pod selector
 
     # -- ClusterBackend ------------------------------------------------------------
     def nodes(self) -> tuple[NodeView, ...]:
@@ -282,6 +286,22 @@ class SimulatedCluster:
     def drain_events(self) -> list[ClusterEvent]:
         events, self._events = self._events, []
         return events
+
+    # -- gangs' headless Services ------------------------------------------------------
+    # Nothing resolves names in the simulation: the Services are kept so that a test (and a replay) sees which
+    # gangs have one, as `kubectl get services` would.
+    def apply_headless_service(self, name: str, selector: Mapping[str, str]) -> None:
+        self._gang_services()[name] = dict(selector)
+
+    def delete_service(self, name: str) -> None:
+        self._gang_services().pop(name, None)
+
+    def services(self) -> dict[str, dict[str, str]]:
+        """Every headless Service: name -> pod selector."""
+        return {name: dict(selector) for name, selector in self._gang_services().items()}
+
+    def _gang_services(self) -> dict[str, dict[str, str]]:
+        return self.__dict__.setdefault("_services", {})  # a cluster pickled before gangs has none yet
 
     # -- simulation ----------------------------------------------------------------
     def add_node(self, node: NodeView) -> None:

@@ -23,7 +23,7 @@ from enum import Enum
 from cluster.types import GPU_EPS, NodeState, Pool
 from colocation.policy.profile import DEFAULT, LendingProfile, Thresholds
 from colocation.policy.states import Direction
-from colocation.policy.views import GroupView, ratio
+from colocation.policy.views import GroupNode, GroupView, ratio
 from colocation.policy.windows import busy_window
 
 
@@ -116,6 +116,14 @@ def _hold(g: GroupView, d: Direction, reason: LendReason, why: str) -> Hold:
     return Hold(g.name, d, reason, f"{g.name}: would {verb} but {why}")
 
 
+def _work_lost(n: GroupNode, now: float) -> tuple[int, float, str]:
+    """What taking back `n` kills: its training jobs (a gang's worker counts its whole gang: all its workers die),
+    then their run time so far (again every worker of a gang), then the name."""
+    jobs = {p.job_id if p.job_id is not None else p.name: p for p in n.training}
+    return (sum(p.workers for p in jobs.values()),
+            sum(p.workers * max(0.0, now - p.started_at) for p in jobs.values()), n.name)
+
+
 def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile) -> LendingDecision:
     flight = g.in_flight()
     usage, pending = g.projected_usage, g.urgent_pending
@@ -132,7 +140,7 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
                      f"{trigger} is not urgent inside the {window.start:%H:%M}-{window.end:%H:%M} lending window")
     cands = sorted((n for n in g.nodes if n.pool is Pool.COLOCATION and n.state is NodeState.OFFLINE_NORMAL
                     and n.name not in flight),
-                   key=lambda n: (len(n.training), sum(max(0.0, now - p.started_at) for p in n.training), n.name))
+                   key=lambda n: _work_lost(n, now))
     if not cands:
         return _hold(g, Direction.TAKE_BACK, LendReason.NO_CANDIDATE, f"{trigger}; no offline-normal co-location node")
     slots = profile.max_parallel - len(flight)
@@ -163,7 +171,7 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     after = ratio(g.demand, base + sum(caps[:k]))
     capped = f"; capped at {k} of {want} by max {profile.max_parallel} converting" if k < want else ""
     reason = LendReason.ONLINE_PENDING if pending else LendReason.HIGH_USAGE
-    jobs = sum(len(n.training) for n in chosen)
+    jobs = len({p.job_id if p.job_id is not None else p.name for n in chosen for p in n.training})
     msg = (f"take back {', '.join(n.name for n in chosen)}: {trigger}; target expectRate "
            f"{_pct(th.expect_rate)}, usage after {_pct(after)}; "
            f"{jobs} training jobs requeued to the fixed pool{capped}")

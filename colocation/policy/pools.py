@@ -87,5 +87,5 @@ def preferred_pool(job: JobView, now: float, profile: LendingProfile = DEFAULT) 
 
 def requeue_after_take_back(job: JobView) -> JobView:
     """The job as it goes back to the queue at once: pending, same submit time, fixed pool only."""
-    return replace(job, status=JobStatus.PENDING, allocation=None, started_at=None,
+    return replace(job, status=JobStatus.PENDING, allocation=None, peers=(), started_at=None,
                    preferred_pool=Pool.FIXED)

@@ -38,6 +38,7 @@ class TrainingPod:
     name: str
     job_id: int | None
     started_at: float
+    workers: int = 1  # of its job: a gang dies whole when one worker's node is taken back
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,7 +193,7 @@ class CoLocationSim:
         for job in islice(reversed(self.training.done.values()), done):
             self._holding.discard(job.id)
             self.metrics.finished += 1
-            if job.node is not None and self._node(job.node).pool is Pool.COLOCATION:
+            if any(self._node(a.node).pool is Pool.COLOCATION for a in job.allocations):  # any worker lent
                 self.metrics.finished_lent += 1
 
     def _arrive(self, now: float) -> None:
@@ -305,11 +305,11 @@ class CoLocationSim:
             self.backend.evict(action.pod, "migrated: replacement ready")
             self.detached.pop(action.pod, None)
         elif isinstance(action, EvictTraining):
-            pod = self.backend.pod(action.pod)
             self.backend.evict(action.pod, "take-back")
-            job = self.training.jobs.get(pod.spec.job_id) if pod else None
+            # the job's run ends: a gang's other workers are evicted at once and it is requeued whole, once
+            # (README: Co-location)
+            job = self.training.worker_lost(action.pod, "take-back", requeue_after_take_back)
             if job is not None:
-                self.training.jobs[job.id] = requeue_after_take_back(job)
                 self.queue.add(job, pinned=True)
                 self._holding.discard(job.id)
                 self.killed_jobs.add(job.id)
@@ -343,10 +343,12 @@ class CoLocationSim:
             elif isinstance(d, Admit):
                 if pools is None:
                     pools = {n.name: n.pool for n in self.backend.nodes()}
+                if jobs[d.job_id].allocation is None:
+                    continue  # a worker could not be bound: the job still waits (SimulatedTraining.bind_failures)
                 self.queue.remove(d.job_id)
                 self._holding.add(d.job_id)
                 self._pending_jobs -= 1
-                if pools[d.node] is Pool.COLOCATION:
+                if any(pools[w.node] is Pool.COLOCATION for w in d.workers):  # a gang with any worker lent
                     self.metrics.started_lent += 1
 
     # -- metrics ------------------------------------------------------------------------------

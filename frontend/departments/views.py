@@ -1,4 +1,6 @@
 """Department pages: quota bars, jobs, queue, preemptions; admins manage members."""
+from decimal import Decimal
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -13,6 +15,7 @@ from frontend.departments.forms import MemberForm, RoleForm
 from frontend.departments.tables import DepartmentTable
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
+from frontend.templatetags.console import gpus
 from scheduler import selectors, services
 from scheduler.models import JobStatus
 
@@ -31,10 +34,12 @@ def department_detail(request, name: str, *, member_form: MemberForm | None = No
     admin = selectors.can_administer(user=request.user, department=department)
     queue = selectors.with_latest_message(selectors.department_queue(department=department))
     counts = selectors.job_counts(department=department)
+    asked = selectors.pending_gpus(department=department)
     context = {
         "department": department, "admin": admin, "quotas": [quota_bar(q) for q in selectors.quota_usage(department=department)],
         "counts": [(s.value, s.label, counts.get(s.value, 0)) for s in JobStatus],
         "queue": queue[:20], "queued": counts.get(JobStatus.PENDING, 0),
+        "queued_gpus": gpus_asked(asked),
         "preemptions": selectors.recent_preemptions(department=department),
         "members": selectors.members(department=department),
         "member_form": member_form or MemberForm(), "role_errors": role_errors or {},
@@ -87,6 +92,16 @@ def member_change(request, name: str, pk: int):
 def _require_admin(request, department: Department) -> None:
     if not selectors.can_administer(user=request.user, department=department):
         raise PermissionDenied(f"only operators and admins of {department} manage its members")
+
+
+def gpus_asked(asked: dict[str, Decimal]) -> tuple[str, str]:
+    """What a queue asks for, in GPUs (each job workers x GPUs): ("5 GPUs", " (4 A100 · 1 T4)"), ("2 T4 GPUs", "")."""
+    total = sum(asked.values(), Decimal(0))
+    plural = "" if total == 1 else "s"
+    if len(asked) == 1:
+        return f"{gpus(total)} {next(iter(asked))} GPU{plural}", ""
+    by_model = " · ".join(f"{gpus(n)} {model}" for model, n in sorted(asked.items()))
+    return f"{gpus(total)} GPU{plural}", f" ({by_model})" if by_model else ""
 
 
 def quota_bar(usage: selectors.QuotaUsage) -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from django.conf import settings
 
@@ -13,7 +14,7 @@ from scheduler import selectors
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.policy.priority import AgingStep, next_aging_step
 from scheduler.policy.profile import get_profile
-from scheduler.selectors import QuotaUsage
+from scheduler.selectors import QuotaUsage, Reservation, WorkerRow
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,27 @@ class Waiting:
     quotas: list[QuotaUsage]  # the quotas the job draws on
     room: Room  # the most free on one schedulable node of its GPU model
     aging: AgingStep | None
+    reservation: Reservation | None  # a gang's hold on the nodes that free soonest
+    gang_gpus: Decimal  # what a gang needs at once: workers x GPUs
+
+
+@dataclass(frozen=True)
+class WorkerLine:
+    """A row of the Workers table."""
+
+    rank: int
+    node: str
+    gpus: str  # "8 · GPUs 0–7", "0.5 of GPU 3", "—"
+    state: str
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Where the workers of the open run (else the latest) are."""
+
+    attempt: int
+    running: bool  # the run is still open
+    lines: list[WorkerLine]
 
 
 @dataclass(frozen=True)
@@ -49,6 +71,8 @@ class JobPage:
     profile: JobProfile
     charts: list[dict]
     advice: Advice | None
+    workers: Workers | None  # a gang's workers; None for a one-worker job (its node is in the request) or unstarted
+    run_nodes: list[tuple[JobRun, str]]  # each run with the node(s) its workers ran on
 
 
 def job_page(*, job: TrainingJob, now: datetime) -> JobPage:
@@ -60,7 +84,37 @@ def job_page(*, job: TrainingJob, now: datetime) -> JobPage:
         waiting=_waiting(job, decisions, now) if job.status == JobStatus.PENDING else None,
         score=job.score or None, score_kind=_score_kind(job.score), decisions=decisions, runs=runs,
         profile=profile, charts=profile_charts(profile), advice=profile.advice,
+        workers=_workers(job) if job.workers > 1 else None,
+        run_nodes=[(run, _nodes(run)) for run in runs],
     )
+
+
+def _nodes(run: JobRun) -> str:
+    """The nodes of a run's workers, in rank order, each once; a one-worker run's node."""
+    if run.workers:
+        return ", ".join(dict.fromkeys(w["node"] for w in sorted(run.workers, key=lambda w: w.get("rank", 0))))
+    return run.node.name if run.node_id else "—"
+
+
+def _workers(job: TrainingJob) -> Workers | None:
+    run, rows = selectors.job_workers(job=job)
+    if run is None:
+        return None
+    return Workers(run.attempt, run.ended_at is None, [
+        WorkerLine(row.rank, row.node or "—", gpu_text(row), row.state) for row in rows])
+
+
+def gpu_text(row: WorkerRow) -> str:
+    """The GPUs a worker holds on its node: `8 · GPUs 0–7`, `2 · GPUs 1, 3`, `0.5 of GPU 3`, `—` for none."""
+    if not row.gpu_shares:
+        return "—"
+    if len(row.gpu_shares) == 1 and row.gpu_shares[0][1] < 1:
+        index, share = row.gpu_shares[0]
+        return f"{share:g} of GPU {index}"
+    indices = sorted(index for index, _ in row.gpu_shares)
+    contiguous = len(indices) > 2 and indices == list(range(indices[0], indices[-1] + 1))
+    named = f"{indices[0]}–{indices[-1]}" if contiguous else ", ".join(map(str, indices))
+    return f"{row.gpus.normalize():f} · GPU{'s' if len(indices) > 1 else ''} {named}"
 
 
 def _steps(job: TrainingJob) -> list[Step]:
@@ -94,6 +148,7 @@ def _waiting(job: TrainingJob, decisions: list[Decision], now: datetime) -> Wait
         ahead=job.queue_position - 1 if job.queue_position else None, quotas=quotas,
         room=most_free(gpu_model=job.gpu_model.name if job.gpu_model_id and job.gpus else None),
         aging=next_aging_step(waited, get_profile(settings.TIDAL_SCHEDULER_PROFILE)),
+        reservation=selectors.reservation_of(job=job), gang_gpus=job.workers * job.gpus,
     )
 
 

@@ -3,7 +3,8 @@ from django import forms
 from django.urls import reverse
 
 from core.models import Department, GPUModel
-from scheduler.models import Framework, TrainingJob
+from scheduler.models import Framework, Topology, TrainingJob
+from scheduler.services import MAX_WORKERS
 
 
 class FrameworkChoice(forms.ModelChoiceField):
@@ -22,8 +23,15 @@ class JobForm(forms.Form):
                                        label="GPU model", empty_label="none (CPU only)",
                                        help_text="Only the models this framework is certified on. If it has no room, "
                                                  "Tidal uses the certified model with the most idle GPUs.")
+    workers = forms.IntegerField(min_value=1, max_value=MAX_WORKERS, initial=1, required=False,
+                                 help_text="Above 1, a distributed job (torchrun, MultiWorkerMirrored, Paddle fleet): "
+                                           "its workers start together or not at all. GPUs, CPU and memory below are "
+                                           "per worker.")
+    topology = forms.ChoiceField(choices=Topology.choices, initial=Topology.PACK, required=False,
+                                 help_text="Where a gang's workers go; one worker ignores it.")
     gpus = forms.DecimalField(label="GPUs", min_value=0, max_digits=6, decimal_places=3, initial=1,
-                              help_text="Fractions below 1 share a GPU (e.g. 0.5); above 1, whole GPUs.",
+                              help_text="Per worker. Fractions below 1 share a GPU (e.g. 0.5), for one worker only; "
+                                        "above 1, whole GPUs.",
                               widget=forms.NumberInput(attrs={"step": "0.05"}))
     cpu_milli = forms.IntegerField(label="CPU (millicores)", min_value=1, initial=4000, help_text="1000 = 1 core.")
     memory_mib = forms.IntegerField(label="Memory (MiB)", min_value=1, initial=16384, help_text="1024 = 1 GiB.")
@@ -50,6 +58,8 @@ class JobForm(forms.Form):
         data = dict(self.cleaned_data)
         minutes = data.pop("expected_duration_min")
         data["expected_duration_s"] = minutes * 60 if minutes else None
+        data["workers"] = data["workers"] or 1  # left blank: one worker, as before the field existed
+        data["topology"] = data["topology"] or Topology.PACK
         return data
 
 
@@ -62,6 +72,7 @@ def initial_from(job: TrainingJob) -> dict:
     return {
         "department": job.department.name, "name": job.name, "image": job.image, "command": job.command,
         "framework": job.framework_id, "gpu_model": job.gpu_model.name if job.gpu_model_id else None,
+        "workers": job.workers, "topology": job.topology,
         "gpus": job.gpus, "cpu_milli": job.cpu_milli, "memory_mib": job.memory_mib,
         "expected_duration_min": job.expected_duration_s // 60 if job.expected_duration_s else None,
         "task_key": job.task_key,

@@ -14,9 +14,9 @@ class JobTable(tables.Table):
     department = tables.Column(verbose_name="Department", accessor="department__name", order_by="department__name")
     status = tables.Column()
     gpu = tables.Column(verbose_name="GPU model", accessor="gpu_model__name", order_by="gpu_model__name")
-    gpus = tables.Column(verbose_name="GPUs", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
-    cpu_milli = tables.Column(verbose_name="CPU", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
-    memory_mib = tables.Column(verbose_name="Memory", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
+    gpus = tables.Column(verbose_name="GPUs", attrs={"td": {"class": "num nowrap"}, "th": {"class": "num"}})
+    cpu_milli = tables.Column(verbose_name="CPU", attrs={"td": {"class": "num nowrap"}, "th": {"class": "num"}})
+    memory_mib = tables.Column(verbose_name="Memory", attrs={"td": {"class": "num nowrap"}, "th": {"class": "num"}})
     queue_position = tables.Column(verbose_name="Position", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
     score = tables.Column(order_by="score__total", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
     latest_message = tables.Column(verbose_name="Why", orderable=False, attrs={"td": {"class": "reason"}})
@@ -47,16 +47,26 @@ class JobTable(tables.Table):
         return value or "—"
 
     def render_gpus(self, value, record):
-        return gpus(record.alloc_gpus if record.alloc_gpus is not None else value)
+        """A gang's request reads `4 × 8 A100` (workers × GPUs each, on the model it runs on, else the one asked)."""
+        each = gpus(record.alloc_gpus if record.alloc_gpus is not None else value)
+        if record.workers == 1:
+            return each
+        model = record.assigned_gpu_model or record.gpu_model
+        return f"{record.workers} × {each} {model.name}" if model and record.gpus else f"{record.workers} × {each}"
 
     def render_cpu_milli(self, value, record):
-        return cores(value)
+        return _per_worker(record, cores(value))
 
     def render_memory_mib(self, value, record):
-        return mib(value)
+        return _per_worker(record, mib(value))
 
     def render_score(self, value):
         return f"{value['total']:,}" if value else "—"
 
     def render_submitted_at(self, value):
         return when(value)
+
+
+def _per_worker(record: TrainingJob, amount: str) -> str:
+    """A gang's CPU and memory are per worker, as its GPUs: `4 × 32 cores`."""
+    return amount if record.workers == 1 else f"{record.workers} × {amount}"

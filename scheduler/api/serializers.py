@@ -1,5 +1,6 @@
 """Input and output shapes of the scheduler API. Validation of shapes only; rules live in services."""
 from datetime import datetime, tzinfo
+from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.utils import timezone
@@ -9,8 +10,9 @@ from rest_framework import serializers
 from core.api.jsontypes import JSONTypes
 from core.api.serializers import NameField, UnsignedDecimalField, gpu_model_field
 from core.models import Department, GPUModel, Membership
-from scheduler.models import Framework, JobRun, Quota, TrainingJob
-from scheduler.selectors import latest_decision
+from scheduler.models import Framework, JobRun, Quota, Topology, TrainingJob
+from scheduler.selectors import WorkerRow, latest_decision, placement_run, reservation_of, run_workers
+from scheduler.services import MAX_WORKERS
 
 
 class GPUsField(UnsignedDecimalField):
@@ -126,6 +128,14 @@ class TrainingJobInputSerializer(JSONTypes, serializers.Serializer):
     cpu_milli = serializers.IntegerField(min_value=1)
     memory_mib = serializers.IntegerField(min_value=1)
     expected_duration_s = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    workers = serializers.IntegerField(
+        min_value=1, max_value=MAX_WORKERS, default=1,
+        help_text="Identical workers started together or not at all (a gang when more than one); `gpus`, `cpu_milli` "
+                  "and `memory_mib` are per worker, and a gang's workers ask for whole GPUs.")
+    topology = serializers.ChoiceField(
+        choices=Topology.choices, default=Topology.PACK,
+        help_text="pack: the fewest nodes, of one block (`tidal.io/block`) if one holds the gang; spread: a node per "
+                  "worker.")
 
 
 class JobRowsSerializer(serializers.ListSerializer):
@@ -141,7 +151,8 @@ class JobRowsSerializer(serializers.ListSerializer):
             "framework": row["framework_label"], "gpu_model": row["gpu_model_name"],
             "gpus": _GPUS.to_representation(row["gpus"]), "cpu_milli": row["cpu_milli"],
             "memory_mib": row["memory_mib"], "expected_duration_s": row["expected_duration_s"],
-            "keep_request": row["keep_request"], "status": row["status"], "quota_kind": row["quota_kind"],
+            "workers": row["workers"], "topology": row["topology"], "keep_request": row["keep_request"],
+            "status": row["status"], "quota_kind": row["quota_kind"],
             "node": row["node_name"], "assigned_gpu_model": row["assigned_gpu_model_name"],
             "submitted_at": _when(row["submitted_at"], tz), "admitted_at": _when(row["admitted_at"], tz),
             "started_at": _when(row["started_at"], tz), "finished_at": _when(row["finished_at"], tz),
@@ -173,8 +184,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         model = TrainingJob
         fields = [
             "id", "name", "task_key", "department", "submitter", "image", "command", "framework", "gpu_model",
-            "gpus", "cpu_milli", "memory_mib", "expected_duration_s", "keep_request", "status", "quota_kind", "node",
-            "assigned_gpu_model", "submitted_at", "admitted_at", "started_at", "finished_at",
+            "gpus", "cpu_milli", "memory_mib", "expected_duration_s", "workers", "topology", "keep_request", "status",
+            "quota_kind", "node", "assigned_gpu_model", "submitted_at", "admitted_at", "started_at", "finished_at",
         ]
         list_serializer_class = JobRowsSerializer
 
@@ -197,6 +208,29 @@ class RightsizedSerializer(serializers.Serializer):
     memory_mib = serializers.IntegerField(source="alloc_memory_mib")
 
 
+_THOUSANDTH = Decimal("0.001")
+
+
+class WorkerSerializer(serializers.Serializer):
+    rank = serializers.IntegerField(help_text="0 is the gang's rendezvous master (MASTER_ADDR, chief, trainer 0)")
+    node = serializers.CharField(allow_null=True)
+    pod = serializers.CharField()
+    gpus = serializers.DecimalField(max_digits=6, decimal_places=3, help_text="GPUs it holds on its node")
+    gpu_shares = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField(), min_length=2, max_length=2),
+        help_text="[[GPU index on the node, share of it], …]")
+    state = serializers.CharField(help_text="the worker's state; its run's outcome once the run ended")
+
+    def to_representation(self, row: WorkerRow) -> dict:
+        return {"rank": row.rank, "node": row.node, "pod": row.pod, "gpus": f"{row.gpus.quantize(_THOUSANDTH)}",
+                "gpu_shares": [[index, share] for index, share in row.gpu_shares], "state": row.state}
+
+
+class ReservationSerializer(serializers.Serializer):
+    nodes = serializers.ListField(child=serializers.CharField(), help_text="the nodes held for the gang")
+    start_at = serializers.DateTimeField(help_text="when their jobs are expected to end and the gang to start")
+
+
 class LatestDecisionSerializer(serializers.Serializer):
     kind = serializers.CharField()
     reason = serializers.CharField()
@@ -211,10 +245,15 @@ class TrainingJobDetailSerializer(TrainingJobSerializer):
     score = serializers.SerializerMethodField()
     rightsized = serializers.SerializerMethodField(help_text="what was bound and charged; the request is kept above")
     latest_decision = serializers.SerializerMethodField()
+    placement = serializers.SerializerMethodField(
+        help_text="Every worker of the open run (else the latest), rank 0 first: one row for a one-worker job")
+    reservation = serializers.SerializerMethodField(
+        help_text="A waiting gang's reservation from the latest scheduling cycle; null when it holds none")
 
     class Meta(TrainingJobSerializer.Meta):
         fields = TrainingJobSerializer.Meta.fields + [
-            "queue_position", "pending_reason", "score", "rightsized", "latest_decision", "runs",
+            "queue_position", "pending_reason", "score", "rightsized", "latest_decision", "placement", "reservation",
+            "runs",
         ]
         list_serializer_class = serializers.ListSerializer  # one by one: the list's rows have none of these
 
@@ -230,6 +269,16 @@ class TrainingJobDetailSerializer(TrainingJobSerializer):
     def get_latest_decision(self, job: TrainingJob) -> dict | None:
         decision = latest_decision(job=job)
         return LatestDecisionSerializer(decision).data if decision else None
+
+    @extend_schema_field(WorkerSerializer(many=True))
+    def get_placement(self, job: TrainingJob) -> list[dict]:
+        run = placement_run(list(job.runs.all()))  # prefetched with their nodes by the view
+        return WorkerSerializer(run_workers(run=run, job_status=job.status), many=True).data if run else []
+
+    @extend_schema_field(ReservationSerializer(allow_null=True))
+    def get_reservation(self, job: TrainingJob) -> dict | None:
+        held = reservation_of(job=job)
+        return ReservationSerializer({"nodes": list(held.nodes), "start_at": held.start_at}).data if held else None
 
 
 class QuotaUsageSerializer(serializers.Serializer):

@@ -185,10 +185,14 @@ class TrainingJobViewSet(
     def create(self, request):
         """Submit a training job into one of your departments.
 
-        Beyond the schema (a 400 naming the field): `department`, `framework` ("name-version") and `gpu_model` name
-        existing ones, and you are a member of the department (operators: of any); the framework is certified on the
-        GPU model; above 1, `gpus` is whole; a job that asks for GPUs names its GPU model; GPUs, CPU and memory fit
-        the largest node that could run it."""
+        `gpus`, `cpu_milli` and `memory_mib` are per worker; `workers` > 1 makes a gang, whose workers start
+        together or not at all, on one GPU model. Beyond the schema (a 400 naming the field, nothing written):
+        `department`, `framework` ("name-version") and `gpu_model` name existing ones, and you are a member of the
+        department (operators: of any); the framework is certified on the GPU model; above 1, `gpus` is whole, and
+        a gang's workers ask for whole GPUs; a job that asks for GPUs names its GPU model; one worker's GPUs, CPU
+        and memory fit a single node that could run it; a gang's workers × GPUs (and CPU and memory, where the
+        department has such quotas) fit the department's own + borrowed quota of at least one GPU model it may run
+        on."""
         payload = s.TrainingJobInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         job = services.job_submit(submitter=request.user, **payload.validated_data)

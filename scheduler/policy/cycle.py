@@ -6,23 +6,31 @@ models by most idle capacity. On each model the quota comes first (own, else bor
 then a node with free room. Only when no model has room does an own-quota job preempt, on
 the first model where victims on one node free its whole need. Every admission and
 preemption updates the cycle's node tables and quota ledger, so later jobs see it.
+
+A gang (a job of several workers) is admitted only with a node for every worker, on one model (gang.py); the
+first gang that cannot start reserves the nodes that free soonest, and later jobs use their room only when they
+end before it (reservation.py).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
-from cluster.types import GPU_EPS, JobStatus, JobView, Pool, QuotaKind, Snapshot
-from colocation.policy.pools import preferred_pool
+from cluster.types import GPU_EPS, Allocation, JobStatus, JobView, Pool, QuotaKind, Snapshot, Topology
+from colocation.policy.pools import expected_run_s, preferred_pool
 from colocation.policy.profile import LendingProfile
-from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, StillPending
+from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, Reserve, StillPending, Worker
 from scheduler.policy.framework import PodRequest
+from scheduler.policy.gang import pick, room, shortfall
 from scheduler.policy.nodes import NodeTable, node_tables
-from scheduler.policy.placement import LeastGpuLoss, Placement, attach_loss, place
+from scheduler.policy.placement import LeastGpuLoss, Placement, allowed, attach_loss, ends_for_memo, place
 from scheduler.policy.preemption import Candidate, VictimIndex, Victims
+from scheduler.policy.reservation import Release, Reservation, clock, releases, reserve
 from scheduler.policy.priority import (ScoreBreakdown, aging_points, base_points, rebased, score, utilization_points,
                                       waited_s)
 from scheduler.policy.profile import Profile, QueueOrder
@@ -40,7 +48,7 @@ class Queued:
     request: Request  # right-sized
     score: ScoreBreakdown  # with the quota kind the job would get at the start of the cycle
     models: tuple[str | None, ...]  # certified models, preferred first; (None,) for CPU-only
-    host: Demand  # the CPU and memory part of the quota demand (the same on every model)
+    host: Demand  # the CPU and memory part of the quota demand (the same on every model; a gang's whole)
     pool: Pool | None  # the pool it asks for; None: any
 
 
@@ -87,8 +95,11 @@ class _NoRoom:
     kind: QuotaKind | None
     bounds: tuple[float, float, int, int] | None  # most free on one node (upper bounds); None: not shown
     free: tuple[int, float] = (0, 0.0)  # wholly free and idle GPUs across the model's nodes, when shown
+    gang: str | None = None  # a gang's shortfall (gang.shortfall), when shown
 
     def __str__(self) -> str:
+        if self.gang is not None:
+            return self.gang
         whole, share, cpu, mem = self.bounds
         where = f"{self.pod.gpu_model} node" if self.pod.gpu_model else "CPU node"
         borrowed = " (borrowed quota runs on idle capacity only)" if self.kind is QuotaKind.BORROWED else ""
@@ -146,6 +157,12 @@ class _Cycle:
         self._fallbacks: dict[tuple[tuple[str | None, ...], str | None], list] = {}  # until capacity changes
         self._victims: dict[str | None, VictimIndex] = {}
         self._breakdowns: dict[tuple[int, int, int], ScoreBreakdown] = {}
+        self.reservations: list[Reservation] = []  # what the first waiting gangs hold
+        self._coming: dict[str | None, list[Release]] = {}  # what the holders of a model give back, soonest first
+        self.gang_failed: dict[str | None, list[tuple]] = defaultdict(list)  # gangs known not to fit now
+        self.gang_preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor by preempting
+        self.started: list[Release] = []  # what this cycle's admissions give back, when known (gangs waiting)
+        self.gangs = False
 
     @cached_property
     def tables(self) -> dict[str | None, NodeTable]:
@@ -182,19 +199,21 @@ class _Cycle:
             table = self.tables[model]
             candidates = []
             for job in self.holders_by_model.get(model, ()):
-                alloc = job.allocation
-                if alloc.node not in table.row:
-                    continue  # a node outside the snapshot: nothing to reclaim there
-                candidates.append(Candidate(
-                    job, alloc, table.row[alloc.node], score(job, alloc.quota_kind, self.now, self.profile).total,
-                    job.run_time_s(self.now), alloc.quota_kind is QuotaKind.BORROWED))
+                total = score(job, job.allocation.quota_kind, self.now, self.profile).total
+                for alloc in job.allocations:  # a gang: each worker, evicted all together
+                    if alloc.node not in table.row:
+                        continue  # a node outside the snapshot: nothing to reclaim there
+                    candidates.append(Candidate(job, alloc, table.row[alloc.node], total, job.run_time_s(self.now),
+                                                alloc.quota_kind is QuotaKind.BORROWED))
             index = self._victims[model] = VictimIndex(table, candidates)
         return index
 
     # -- queue ------------------------------------------------------------------------
     def run(self) -> CycleResult:
         head: JobView | None = None
-        for position, q in enumerate(self.queue()):
+        queue = self.queue()
+        self.gangs = self.profile.reservations and any(q.job.gang for q in queue)  # a reservation may come
+        for position, q in enumerate(queue):
             if head is not None:
                 self._pending(q, position, Reason.BLOCKED, f"waiting behind job {head.name} (strict FCFS)")
             elif not self._try(q, position) and self.profile.head_of_line_blocking:
@@ -217,11 +236,13 @@ class _Cycle:
     def _queued(self, job: JobView, per_job: _PerJob) -> Queued:
         profile = self.profile
         _, request, utilization, host = per_job.get(job, profile)
+        if job.gang:
+            host = host_demand(request.cpu_request_milli * job.workers, request.memory_mib * job.workers)
         models = self._models(job)
         kind = None
         if profile.quotas:
             first = models[0] if models else job.gpu_model
-            own = self.ledger.has_own_room(job.department, gpu_demand(first, request.gpus), host)
+            own = self.ledger.has_own_room(job.department, gpu_demand(first, request.gpus * job.workers), host)
             kind = QuotaKind.OWN if own else QuotaKind.BORROWED
         # = score(job, kind, now, profile), with the utilization term from the memo
         return Queued(job, request, self._breakdown(base_points(kind, profile), utilization,
@@ -282,6 +303,7 @@ class _Cycle:
         refusals: list[tuple[str | None, object]] = []  # (model, why) formatted only if the job waits
         attempts: list[_NoRoom] = []
         quota = self.ledger.checker(job.department, q.host, profile.borrowing) if profile.quotas else None
+        ends_at = self._ends_at(job)
         for n, model in enumerate(self._model_order(q)):
             # Every model tried and not used adds to `refusals`, so the first two models are the ones
             # a waiting job's message spells out (see _why); the others it only names, so for them
@@ -290,30 +312,147 @@ class _Cycle:
             if quota is None:
                 kind = None
             elif spelled:
-                check = quota.choose(gpu_demand(model, req.gpus))
+                check = quota.choose(gpu_demand(model, req.gpus * job.workers))
                 for why in check.refused:
                     refusals.append((model, why))
                 kind = check.kind
             else:
-                kind = quota.kind(gpu_demand(model, req.gpus))
+                kind = quota.kind(gpu_demand(model, req.gpus * job.workers))
             if kind is None and quota is not None:
                 if not spelled:
                     refusals.append((model, None))
                 continue
-            pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, q.pool)
+            pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, q.pool, ends_at)
             table = self.tables[model]
-            placement = place(pod, table, profile)
-            if placement is not None:
-                self._admit(q, pod, kind, placement, ())
-                return True
-            attempt = _NoRoom(pod, kind, table.bounds(), (table.free_whole_gpus(), table.idle_gpus())) if spelled \
-                else _NoRoom(pod, kind, None)
+            if job.gang:
+                rows = self._gang_rows(job, pod, table)
+                if rows is not None:
+                    self._admit_gang(q, pod, kind, rows, ())
+                    return True
+                attempt = _NoRoom(pod, kind, None, gang=self._gang_shortfall(job, pod, table) if spelled else None)
+            else:
+                placement = place(pod, table, profile)
+                if placement is not None:
+                    self._admit(q, pod, kind, placement, ())
+                    return True
+                attempt = _NoRoom(pod, kind, table.bounds(), (table.free_whole_gpus(), table.idle_gpus())) \
+                    if spelled else _NoRoom(pod, kind, None)
             attempts.append(attempt)
             refusals.append((model, attempt if spelled else None))
-        if self.profile.preemption and self._preempt_for(q, attempts):
+        if self.profile.preemption and (self._preempt_gang(q, attempts) if job.gang else self._preempt_for(q, attempts)):
             return True
-        self._pending(q, position, *self._why(q, attempts, refusals))
+        reason, message = self._why(q, attempts, refusals)
+        if job.gang and attempts and profile.reservations and len(self.reservations) < profile.reservation_depth:
+            sentence = self._reserve(q, attempts)  # the first waiting gangs, highest in the queue first
+            if sentence:
+                reason, message = Reason.RESERVED, f"{message}; {sentence}"
+        self._pending(q, position, reason, message)
         return False
+
+    def _ends_at(self, job: JobView) -> float:
+        """When the job would end if it started now (inf: unknown): it may use room reserved for a gang that starts
+        later (backfill)."""
+        if not self.reservations:
+            return math.inf  # (nothing reserved: never read)
+        run_s = expected_run_s(job)
+        return math.inf if run_s is None else self.now + run_s
+
+    # -- gangs --------------------------------------------------------------------------
+    def _gang_rows(self, job: JobView, pod: PodRequest, table) -> list[int] | None:
+        """A row per worker of the gang on `table`, or None; the failures of a cycle are remembered (capacity only
+        shrinks until something is evicted), so a stream of gangs too large for what is left costs little."""
+        if not len(table) or not table.may_fit(*pod.dims()) or pod.gpus * job.workers > table.free_whole_gpus():
+            return None  # not even one worker fits anywhere, or fewer whole GPUs are free than the gang needs
+        memo = (job.workers, *pod.dims(), pod.pool, job.topology, ends_for_memo(pod, table))
+        failed = self.gang_failed[pod.gpu_model]
+        if _known_gang_failure(failed, memo):
+            return None
+        rows = pick(table, room(table, pod, allowed(pod, table, self.profile), job.topology), job.workers)
+        if rows is None:
+            failed.append(memo)
+        return rows
+
+    def _gang_shortfall(self, job: JobView, pod: PodRequest, table) -> str:
+        """What a waiting gang misses on one model; the cheap sentence when too few whole GPUs are free at all."""
+        free = table.free_whole_gpus() if len(table) else 0
+        if pod.gpus * job.workers > free:
+            return (f"needs {job.workers} workers of {pod}: {pod.gpus * job.workers:g} whole {pod.gpu_model} GPUs, "
+                    f"{free} free across the cluster")
+        return shortfall(table, room(table, pod, allowed(pod, table, self.profile), job.topology), job.workers, pod,
+                         job.topology)
+
+    def _admit_gang(self, q: Queued, pod: PodRequest, kind: QuotaKind | None, rows: list[int],
+                    preempting: tuple[int, ...]) -> None:
+        """Allocate every worker (in rank order) and admit the gang as one decision."""
+        table = self.tables[pod.gpu_model]
+        workers = []
+        for row in rows:
+            shares = table.choose_gpus(row, pod.gpus)
+            table.allocate(row, shares, pod.cpu_milli, pod.memory_mib)
+            workers.append(Worker(table.names[row], shares))
+        self._fallbacks.clear()
+        job, n = q.job, len(rows)
+        if kind is not None:
+            self.ledger.charge(job.department, kind, demand(pod.gpu_model, pod.gpus * n, pod.cpu_milli * n,
+                                                            pod.memory_mib * n))
+        self._started(job, pod, workers)
+        breakdown = rebased(q.score, kind, self.profile)
+        asked = requested(job)
+        nodes = sorted({w.node for w in workers})
+        blocks = sorted({table.block_names[table.block[table.row[node]]] for node in nodes} - {""})
+        where = (f"admitted {n} workers on {len(nodes)} node{'s' if len(nodes) > 1 else ''} "
+                 f"({', '.join(nodes[:6])}{', …' if len(nodes) > 6 else ''})"
+                 + (f", block {blocks[0]}" if len(blocks) == 1 else f", {len(blocks)} blocks" if blocks else ""))
+        parts = [where, f"{kind.value} quota of {job.department}" if kind else "no quotas",
+                 f"score {breakdown}"]
+        if job.gpus and pod.gpu_model != job.gpu_model:
+            parts.append(f"{pod.gpu_model}: most idle certified model" + (f", not {job.gpu_model}" if job.gpu_model else ""))
+        if q.request != asked:
+            parts.append(f"each worker right-sized from {asked} to {q.request}")
+        if preempting:
+            parts.append(f"after preempting {len(preempting)} job(s)")
+        first = workers[0]
+        self.decisions.append(Admit(
+            job.id, job.name, first.node, pod.gpu_model, first.gpu_shares, kind, asked, q.request, breakdown,
+            preempting, _ADMITTED[kind], "; ".join(parts), tuple(workers[1:])))
+
+    def _started(self, job: JobView, pod: PodRequest, workers: list) -> None:
+        """Remember what an admission gives back and when, for a reservation later in this cycle."""
+        run_s = expected_run_s(job)
+        if run_s is not None:
+            self.started.extend(Release(self.now + run_s, Allocation(w.node, pod.gpu_model, w.gpu_shares,
+                                                                     pod.cpu_milli, pod.memory_mib, None))
+                                for w in workers)
+
+    def _reserve(self, q: Queued, attempts: list[_NoRoom]) -> str:
+        """Reserve for a waiting gang the nodes that free soonest, among those no earlier gang holds; the sentence
+        saying so ("" when nothing could be reserved: borrowed quota, or no end known of the jobs in the way)."""
+        best: tuple[str | None, Reservation] | None = None
+        for a in attempts:
+            if self.profile.quotas and a.kind is QuotaKind.BORROWED:
+                continue  # borrowed quota only ever runs on idle capacity: no room is held for it
+            model = a.pod.gpu_model
+            table = self.tables[model]
+            if model not in self._coming:
+                self._coming[model] = releases(self.holders_by_model.get(model, []), self.now)
+            coming = list(heapq.merge(self._coming[model], sorted(
+                (r for r in self.started if r.allocation.gpu_model == model), key=lambda r: r.at), key=lambda r: r.at))
+            found = reserve(table, a.pod, q.job.workers, q.job.topology, allowed(a.pod, table, self.profile),
+                            coming)
+            if found is not None and (best is None or found.start_at < best[1].start_at):
+                best = (model, found)
+        if best is None:
+            return ""
+        model, found = best
+        self.reservations.append(found)
+        table = self.tables[model]
+        table.reserve(found.rows, found.start_at)
+        nodes = [table.names[r] for r in found.rows]
+        shown = ", ".join(nodes[:6]) + (f" and {len(nodes) - 6} more" if len(nodes) > 6 else "")
+        sentence = (f"reserved {shown} for job {q.job.name}; expected start {clock(found.start_at)} "
+                    f"(when the jobs there are expected to end); until then only jobs ending before it use them")
+        self.decisions.append(Reserve(q.job.id, q.job.name, tuple(nodes), found.start_at, Reason.RESERVED, sentence))
+        return sentence
 
     def _why(self, q: Queued, attempts: list[_NoRoom], refusals: list[tuple[str | None, object]]
              ) -> tuple[Reason, str]:
@@ -362,30 +501,90 @@ class _Cycle:
             if victims is None:
                 self.preempt_failed[model].append(memo)
                 continue
-            self._evict(q, a, table, victims)
+            taken = self._take(model, victims)
+            self._preempt_decisions(q, a, taken)
             placement = Placement(victims.row, table.names[victims.row], table.choose_gpus(victims.row, a.pod.gpus))
-            self._admit(q, a.pod, a.kind, placement, tuple(c.job.id for c in victims.jobs))
+            self._admit(q, a.pod, a.kind, placement, _job_ids(taken))
             return True
         return False
 
-    def _evict(self, q: Queued, a: _NoRoom, table: NodeTable, victims: Victims) -> None:
-        model = a.pod.gpu_model
-        self.victims(model).remove(victims)
-        total = rebased(q.score, a.kind, self.profile).total
-        for c in victims.jobs:
+    def _preempt_gang(self, q: Queued, attempts: list[_NoRoom]) -> bool:
+        """Victims node by node, each set freeing a worker's room where there was none, until the whole gang fits;
+        when it never does, everything taken is given back and nobody is preempted."""
+        job = q.job
+        for a in attempts:
+            if a.kind is QuotaKind.BORROWED or not self.holders_by_model.get(a.pod.gpu_model):
+                continue
+            total = rebased(q.score, a.kind, self.profile).total
+            model, table = a.pod.gpu_model, self.tables[a.pod.gpu_model]
+            own = a.kind is QuotaKind.OWN
+            memo = (job.workers, *a.pod.dims(), a.pod.pool, job.topology, total, own)
+            if _known_gang_preempt_failure(self.gang_preempt_failed[model], memo):
+                continue
+            index = self.victims(model)
+            taken: list[Candidate] = []
+            rows = None
+            for _ in range(job.workers):
+                fits = room(table, a.pod, allowed(a.pod, table, self.profile), job.topology).per_node > 0
+                victims = index.find(a.pod, total, own, self.profile, exclude=fits)
+                if victims is None:
+                    break
+                taken.extend(self._take(model, victims))
+                rows = self._gang_rows(job, a.pod, table)
+                if rows is not None:
+                    break
+            if rows is None:
+                self._give_back(model, taken)
+                self.gang_preempt_failed[model].append(memo)
+                continue
+            self._preempt_decisions(q, a, taken)
+            self._admit_gang(q, a.pod, a.kind, rows, _job_ids(taken))
+            return True
+        return False
+
+    def _take(self, model: str | None, victims: Victims) -> list[Candidate]:
+        """Free what the victims hold (a gang's every worker) in the tables, the ledger and the victim index."""
+        index, table = self.victims(model), self.tables[model]
+        taken = index.whole(victims)
+        index.remove(taken)
+        for c in taken:
             alloc = c.allocation
-            table.release(victims.row, alloc.gpu_shares, alloc.cpu_milli, alloc.memory_mib)
+            table.release(c.row, alloc.gpu_shares, alloc.cpu_milli, alloc.memory_mib)
             if alloc.quota_kind is not None:
                 self.ledger.release(c.job.department, alloc.quota_kind, allocation_demand(alloc))
-            reclaim = c.borrowed and a.kind is QuotaKind.OWN
-            why = (f"to give {q.job.department} back its own {model or 'CPU'} quota" if reclaim
-                   else f"for higher score {total} > {c.score}")
-            self.decisions.append(Preempt(
-                c.job.id, c.job.name, alloc.node, q.job.id, c.run_time_s, True,
-                Reason.PREEMPTED_RECLAIM if reclaim else Reason.PREEMPTED_PRIORITY,
-                f"preempted on {alloc.node} after {c.run_time_s:.0f}s {why} (job {q.job.name}); "
-                f"requeued with its original submit time and history"))
         self.preempt_failed[model].clear()
+        self.gang_failed[model].clear()
+        self.gang_preempt_failed[model].clear()
+        return taken
+
+    def _give_back(self, model: str | None, taken: list[Candidate]) -> None:
+        """Undo _take: a gang's preemption that did not free enough."""
+        table = self.tables[model]
+        for c in taken:
+            alloc = c.allocation
+            table.allocate(c.row, alloc.gpu_shares, alloc.cpu_milli, alloc.memory_mib)
+            if alloc.quota_kind is not None:
+                self.ledger.charge(c.job.department, alloc.quota_kind, allocation_demand(alloc))
+        self.victims(model).remove(taken, sign=-1)
+
+    def _preempt_decisions(self, q: Queued, a: _NoRoom, taken: list[Candidate]) -> None:
+        total = rebased(q.score, a.kind, self.profile).total
+        by_job: dict[int, list[Candidate]] = {}
+        for c in taken:
+            by_job.setdefault(c.job.id, []).append(c)
+        for cands in by_job.values():
+            c = cands[0]
+            reclaim = c.borrowed and a.kind is QuotaKind.OWN
+            why = (f"to give {q.job.department} back its own {a.pod.gpu_model or 'CPU'} quota" if reclaim
+                   else f"for higher score {total} > {c.score}")
+            nodes = sorted({x.allocation.node for x in cands})
+            where = (f"on {nodes[0]}" if not c.job.gang else
+                     f"(all {c.job.workers} workers of the gang, on {', '.join(nodes)})")
+            self.decisions.append(Preempt(
+                c.job.id, c.job.name, c.allocation.node, q.job.id, c.run_time_s, True,
+                Reason.PREEMPTED_RECLAIM if reclaim else Reason.PREEMPTED_PRIORITY,
+                f"preempted {where} after {c.run_time_s:.0f}s {why} (job {q.job.name}); "
+                f"requeued with its original submit time and history"))
 
     # -- outcomes ---------------------------------------------------------------------
     def _admit(self, q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Placement,
@@ -396,6 +595,8 @@ class _Cycle:
         self._fallbacks.clear()  # idle capacity changed (here and by the evictions, if any, made for this job)
         if kind is not None:
             self.ledger.charge(job.department, kind, _demand(pod))
+        if self.gangs:
+            self._started(job, pod, [Worker(placement.node, placement.gpu_shares)])
         breakdown = rebased(q.score, kind, self.profile)
         asked = requested(job)
         self.decisions.append(Admit(
@@ -424,6 +625,31 @@ class _Cycle:
     def _pending(self, q: Queued, position: int, reason: Reason, message: str) -> None:
         self.decisions.append(StillPending(q.job.id, q.job.name, position, q.score, reason,
                                            f"pending: {message}"))
+
+
+def _job_ids(taken: list[Candidate]) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(c.job.id for c in taken))
+
+
+def _known_gang_failure(failed: list[tuple], attempt: tuple) -> bool:
+    """A gang no easier than one that already failed: no fewer workers, none smaller, same pool, ending no sooner, and
+    packed if the failed one was packed (spread needs more nodes than pack)."""
+    w2, g2, c2, m2, pool2, top2, e2 = attempt
+    for w, g, c, m, pool, top, e in failed:
+        if (w2 >= w and g2 >= g and c2 >= c and m2 >= m and (pool is None or pool == pool2)
+                and (top == top2 or top is Topology.PACK) and e2 >= e):
+            return True
+    return False
+
+
+def _known_gang_preempt_failure(failed: list[tuple], attempt: tuple) -> bool:
+    """A gang's preemption no easier than one that already failed (as _known_failure, with workers and topology)."""
+    w2, g2, c2, m2, pool2, top2, total2, own2 = attempt
+    for w, g, c, m, pool, top, total, own in failed:
+        if (w2 >= w and g2 >= g and c2 >= c and m2 >= m and (pool is None or pool == pool2)
+                and (top == top2 or top is Topology.PACK) and total2 <= total and (own or not own2)):
+            return True
+    return False
 
 
 def _known_failure(failed: list[tuple], attempt: tuple) -> bool:

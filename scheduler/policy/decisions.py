@@ -21,6 +21,15 @@ class Reason(str, Enum):
     NO_CAPACITY = "no-capacity"  # quota has room, no node fits even with preemption
     NO_COMPATIBLE_MODEL = "no-compatible-model"
     BLOCKED = "blocked-by-queue-head"  # strict FCFS
+    RESERVED = "reserved"  # a gang that cannot start now holds the nodes that free soonest
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """Where one worker of an admitted job goes."""
+
+    node: str
+    gpu_shares: tuple[GpuShare, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +46,12 @@ class Admit:
     preempting: tuple[int, ...]  # victims to evict before binding (their Preempt decisions come first)
     reason: Reason
     message: str
+    peers: tuple[Worker, ...] = ()  # a gang's workers 1.. (worker 0 is node, gpu_shares)
+
+    @property
+    def workers(self) -> tuple[Worker, ...]:
+        """Every worker, rank 0 first: bind all of them or none."""
+        return (Worker(self.node, self.gpu_shares), *self.peers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +76,20 @@ class StillPending:
     message: str
 
 
-Decision = Admit | Preempt | StillPending
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """A gang that cannot start now holds `nodes` from `start_at` (when their jobs are expected to end); until then
+    only jobs expected to end before `start_at` may use their room (backfill)."""
+
+    job_id: int
+    job_name: str
+    nodes: tuple[str, ...]
+    start_at: float
+    reason: Reason
+    message: str
+
+
+Decision = Admit | Preempt | StillPending | Reserve
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +108,7 @@ class CycleResult:
     @property
     def pending(self) -> tuple[StillPending, ...]:
         return tuple(d for d in self.decisions if isinstance(d, StillPending))
+
+    @property
+    def reserved(self) -> tuple[Reserve, ...]:
+        return tuple(d for d in self.decisions if isinstance(d, Reserve))

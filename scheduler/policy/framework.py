@@ -9,6 +9,7 @@ outcomes are values (quota.QuotaCheck, decisions with a Reason code and a senten
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +30,7 @@ class PodRequest:
     cpu_milli: int
     memory_mib: int
     pool: Pool | None = None  # preferred pool hook; None: any pool
+    ends_at: float = math.inf  # when it is expected to end: it may use rows reserved for a gang starting later
 
     @property
     def fractional(self) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cluster.types import GPU_EPS, GpuShare, NodeView, Pool
+from cluster.types import BLOCK_LABEL, GPU_EPS, GpuShare, NodeView, Pool
 from scheduler.policy.packing import WholeGpuIndex
 from scheduler.policy.workload import FragTables
 
@@ -51,6 +51,10 @@ class _Rows:
         self.mem_free = np.array([n.memory_mib - n.memory_used for n in nodes], dtype=np.int64)
         self.schedulable = _frozen(np.array([n.accepts_training for n in nodes], dtype=bool))
         self.fixed_pool = _frozen(np.array([n.pool is Pool.FIXED for n in nodes], dtype=bool))
+        blocks = [n.labels.get(BLOCK_LABEL, "") for n in nodes]
+        self.block_names = sorted(set(blocks))  # "" (no block label) sorts first
+        index = {b: i for i, b in enumerate(self.block_names)}
+        self.block = _frozen(np.array([index[b] for b in blocks], dtype=np.int64))
         self._derive()
 
     def _derive(self) -> None:
@@ -132,7 +136,8 @@ class _Layout:
         by_model: dict[str | None, list[tuple[int, NodeView]]] = defaultdict(list)
         for i in changed:
             new, was = nodes[i], old[i]
-            if new.name != was.name or new.gpu_model != was.gpu_model or new.gpu_count != was.gpu_count:
+            if (new.name != was.name or new.gpu_model != was.gpu_model or new.gpu_count != was.gpu_count
+                    or new.labels.get(BLOCK_LABEL) != was.labels.get(BLOCK_LABEL)):
                 return False
             model, row = self.where[i]
             by_model[model].append((row, new))
@@ -197,12 +202,16 @@ class NodeTable:
         self.mem_free = rows.mem_free.copy()
         self.schedulable = rows.schedulable
         self.fixed_pool = rows.fixed_pool
+        self.block, self.block_names = rows.block, rows.block_names
+        # when each row is reserved for a waiting gang from (inf: not reserved); only jobs ending by then use it
+        self.reserved_from: np.ndarray | None = None
         self.used_sum = rows.used_sum.copy()
         self.whole_free = rows.whole_free.copy()
         self.max_share_free = rows.max_share_free.copy()
         self.least_shared = rows.least_shared.copy()
         self.allocated = rows.allocated.copy()
-        self.failed: list[tuple[float, int, int, Pool | None]] = []  # requests known not to fit now
+        # requests known not to fit now: (gpus, cpu, memory, pool, expected end: kept off rows reserved before it)
+        self.failed: list[tuple[float, int, int, Pool | None, float]] = []
         self._bounds: tuple[float, float, int, int] | None = None
         self._stale = False
         self._idle = rows.idle
@@ -324,12 +333,27 @@ class NodeTable:
             mask &= self.max_share_free + GPU_EPS >= gpus
         return mask
 
-    def known_failure(self, gpus: float, cpu_milli: int, memory_mib: int, pool: Pool | None) -> bool:
-        """A request at least as large as one that already failed (capacity only shrank since)."""
-        for g, c, m, p in self.failed:
-            if gpus >= g and cpu_milli >= c and memory_mib >= m and (p is None or p == pool):
+    def known_failure(self, gpus: float, cpu_milli: int, memory_mib: int, pool: Pool | None,
+                      ends_at: float = 0.0) -> bool:
+        """A request at least as large, ending no sooner, as one that already failed (capacity only shrank since,
+        reserved rows only grew)."""
+        for g, c, m, p, e in self.failed:
+            if gpus >= g and cpu_milli >= c and memory_mib >= m and (p is None or p == pool) and ends_at >= e:
                 return True
         return False
+
+    def reserve(self, rows: Sequence[int], start_at: float) -> None:
+        """Hold `rows` for a gang from `start_at`: from now on only requests that end by then may use them."""
+        if self.reserved_from is None:
+            self.reserved_from = np.full(len(self), np.inf)
+        self.reserved_from[list(rows)] = start_at
+
+    def held_for_gangs(self, ends_at: float) -> np.ndarray | None:
+        """Rows a request ending at `ends_at` may not use (reserved for a gang starting before); None: none."""
+        if self.reserved_from is None:
+            return None
+        held = self.reserved_from < ends_at
+        return held if held.any() else None
 
     def choose_gpus(self, row: int, gpus: float) -> tuple[GpuShare, ...]:
         """Whole GPUs: the lowest free indices. A fraction: best fit, the fullest GPU it still fits on."""

@@ -116,7 +116,8 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
     Fitting on an offline-normal node is not a plugin: it is the rule every profile obeys.
     """
     dims = req.dims()
-    if not len(table) or not table.may_fit(*dims) or table.known_failure(*dims, req.pool):
+    restricted = ends_for_memo(req, table)
+    if not len(table) or not table.may_fit(*dims) or table.known_failure(*dims, req.pool, restricted):
         return None
     scorers = [(name, weight) for name, weight in profile.scorers if SCORERS[name].applies(req)]
     gpu = loss = None
@@ -127,7 +128,7 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
     else:
         row = scan(req, table, profile, scorers)
     if row is None:
-        table.failed.append((*dims, req.pool))
+        table.failed.append((*dims, req.pool, restricted))
         return None
     shares = (GpuShare(gpu, float(req.gpus)),) if gpu is not None else table.choose_gpus(row, req.gpus)
     return Placement(row, table.names[row], shares, loss)
@@ -167,9 +168,17 @@ def scan(req: PodRequest, table: NodeTable, profile: Profile, scorers: list[tupl
     return int(rows[0] if scores is None else rows[scores.argmax()])
 
 
+def ends_for_memo(req: PodRequest, table: NodeTable) -> float:
+    """How restricted a request is by reservations, for the failure memos: its expected end (a later end is kept off
+    more reserved rows), or 0 while the table holds none."""
+    return 0.0 if table.reserved_from is None else req.ends_at
+
+
 def allowed(req: PodRequest, table: NodeTable, profile: Profile) -> np.ndarray | None:
-    """The rows every filter of the profile allows (None: all); shares the filters' arrays when it can."""
-    mask = None
+    """The rows every filter of the profile allows, and not held for a gang that starts before `req` would end
+    (None: all); shares the filters' arrays when it can."""
+    held = table.held_for_gangs(req.ends_at)
+    mask = ~held if held is not None else None
     for name in profile.filters:
         rows = FILTERS[name].filter(req, table)
         if rows is not None:
@@ -178,7 +187,10 @@ def allowed(req: PodRequest, table: NodeTable, profile: Profile) -> np.ndarray |
 
 
 def filtered(mask: np.ndarray, req: PodRequest, table: NodeTable, profile: Profile) -> np.ndarray:
-    """`mask` (changed in place) narrowed by every filter of the profile."""
+    """`mask` (changed in place) narrowed by every filter of the profile, and by the reservations."""
+    held = table.held_for_gangs(req.ends_at)
+    if held is not None:
+        mask &= ~held
     for name in profile.filters:
         allowed = FILTERS[name].filter(req, table)
         if allowed is not None:

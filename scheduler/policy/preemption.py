@@ -1,7 +1,8 @@
 """Preemption: choose victims on the snapshot only; the acting layer evicts and requeues them.
 
 Like Kueue's preemption.GetTargets: who may be a victim, then the cheapest set on ONE node
-that frees the whole need (no scattered partial frees), losing the least work. NumPy finds
+that frees the whole need (no scattered partial frees), losing the least work. A gang's workers are
+candidates one by one, but evicting one evicts the whole gang: its work lost counts every worker. NumPy finds
 the nodes where evicting every eligible job would be enough; the exact victim choice then
 runs node by node in order of a lower bound on the cost, stopping when no node can beat the
 best set found.
@@ -34,6 +35,10 @@ class Candidate:
     score: int
     run_time_s: float
     borrowed: bool
+    lost_s: float = 0.0  # work lost if evicted: the run time of every worker of its gang
+
+    def __post_init__(self) -> None:
+        self.lost_s = self.run_time_s * self.job.workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +48,7 @@ class Victims:
 
     @property
     def work_lost_s(self) -> float:
-        return sum(c.run_time_s for c in self.jobs)
+        return sum({c.job.id: c.lost_s for c in self.jobs}.values())
 
     def key(self) -> tuple[int, float, int, int]:
         """Fewest own-quota victims, then least work lost, then fewest victims, then node order."""
@@ -68,8 +73,11 @@ class VictimIndex:
         self.table = table
         self.cands = list(candidates)
         self.by_row: dict[int, list[int]] = defaultdict(list)
+        self.by_job: dict[int, list[Candidate]] = defaultdict(list)  # a gang's workers on this table
         for i, c in enumerate(self.cands):
             self.by_row[c.row].append(i)
+            self.by_job[c.job.id].append(c)
+        self.index = {id(c): i for i, c in enumerate(self.cands)}
         self.row = np.array([c.row for c in self.cands], dtype=np.int64)
         self.score = np.array([c.score for c in self.cands], dtype=np.int64)
         self.run_time = np.array([c.run_time_s for c in self.cands], dtype=float)
@@ -95,25 +103,43 @@ class VictimIndex:
         gpu = np.bincount(self.share_cell, weights=self.share * elig[self.share_cand], minlength=n * shape[1])
         return cpu, mem, gpu.reshape(shape)
 
-    def remove(self, victims: Victims) -> None:
-        cpu, mem, gpu = self.held_by_borrowed
+    def whole(self, victims: Victims) -> list[Candidate]:
+        """The candidates evicting `victims` removes: every worker of each victim's gang on this table."""
+        out: dict[int, Candidate] = {}
         for c in victims.jobs:
-            i = next(i for i in self.by_row[c.row] if self.cands[i] is c)
-            self.by_row[c.row].remove(i)
-            self.alive[i] = False
-            if c.borrowed:
-                cpu[c.row] -= c.allocation.cpu_milli
-                mem[c.row] -= c.allocation.memory_mib
-                for s in c.allocation.gpu_shares:
-                    gpu[c.row, s.index] -= s.share
-        left = [self.cands[i].run_time_s for i in self.by_row[victims.row] if self.borrowed[i]]
-        self.youngest_borrowed[victims.row] = min(left, default=np.inf)
+            for w in self.by_job[c.job.id]:
+                out[id(w)] = w
+        return list(out.values())
 
-    def find(self, req: PodRequest, score: int, own_quota: bool, profile: Profile) -> Victims | None:
-        """The best victim set on a single node whose eviction lets `req` fit there."""
+    def remove(self, cands: Iterable[Candidate], sign: int = 1) -> None:
+        """Take `cands` out of the index (sign 1), or put them back (sign -1: a gang's preemption undone)."""
+        cpu, mem, gpu = self.held_by_borrowed
+        rows = set()
+        for c in cands:
+            i = self.index[id(c)]
+            if sign > 0:
+                self.by_row[c.row].remove(i)
+            else:
+                self.by_row[c.row].append(i)
+            self.alive[i] = sign < 0
+            rows.add(c.row)
+            if c.borrowed:
+                cpu[c.row] -= sign * c.allocation.cpu_milli
+                mem[c.row] -= sign * c.allocation.memory_mib
+                for s in c.allocation.gpu_shares:
+                    gpu[c.row, s.index] -= sign * s.share
+        for row in rows:
+            left = [self.cands[i].run_time_s for i in self.by_row[row] if self.borrowed[i]]
+            self.youngest_borrowed[row] = min(left, default=np.inf)
+
+    def find(self, req: PodRequest, score: int, own_quota: bool, profile: Profile,
+             exclude: np.ndarray | None = None) -> Victims | None:
+        """The best victim set on a single node whose eviction lets `req` fit there (not on `exclude`d rows)."""
         if not self.cands:
             return None
         allowed = filtered(self.table.schedulable.copy(), req, self.table, profile)
+        if exclude is not None:
+            allowed &= ~exclude
         if own_quota:
             # Borrowed victims only: any set without own-quota victims beats every set with one.
             rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))
@@ -164,14 +190,14 @@ def _victims_on_row(req: PodRequest, table: NodeTable, row: int, pool: list[Cand
     that turned out not to be needed, most work first."""
     room = _Room(table, row)
     chosen: list[Candidate] = []
-    for c in sorted(pool, key=lambda c: (not c.borrowed, c.run_time_s)):
+    for c in sorted(pool, key=lambda c: (not c.borrowed, c.lost_s)):
         room.free(c, 1)
         chosen.append(c)
         if room.fits(req):
             break
     else:
         return None
-    for c in sorted(chosen, key=lambda c: -c.run_time_s):
+    for c in sorted(chosen, key=lambda c: -c.lost_s):
         room.free(c, -1)
         if room.fits(req):
             chosen.remove(c)

@@ -117,9 +117,9 @@ class QuotaLedger:
         # jobs ask for the same few GPU parts (model, count) each cycle
         self._checked: dict[str, dict[Demand, tuple[_Short | None, _Short | None]]] = {}
         for job in holders:
-            alloc = job.allocation
-            if alloc is not None and alloc.quota_kind is not None:
-                self.charge(job.department, alloc.quota_kind, allocation_demand(alloc))
+            for alloc in job.allocations:  # a gang holds quota for every worker
+                if alloc.quota_kind is not None:
+                    self.charge(job.department, alloc.quota_kind, allocation_demand(alloc))
 
     def _read(self, department: str) -> Mapping[str, Sequence[float]]:
         rows = self._rows.get(department)

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler.replay import mapping as mp
-from scheduler.replay.engine import Options, PolicyRun, Setup, build_setup, run_policies
+from scheduler.replay.engine import VARIANTS, Options, PolicyRun, Setup, build_setup, replay_profile, run_policies
 from cluster.simulated.alibaba import TraceError, read_nodes, read_pods
 from cluster.simulated.traces import helios_shares
 
 DEFAULT_POLICIES = ("tidal", "fifo", "quota-borrowing")
+GANG_POLICIES = ("tidal", "fifo", "tidal-no-reservations")  # with gangs: what reservations buy
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,10 @@ class Outcome:
 
 
 def load(nodes_csv: str | Path, pods_csv: str | Path, quota_csv: str | Path | None, options: Options,
-         borrow_ratio: float = 1.0) -> Setup:
-    """Read and validate everything before anything runs (TraceError on the first fatal row)."""
-    nodes = read_nodes(nodes_csv)
+         borrow_ratio: float = 1.0, every: int = 1) -> Setup:
+    """Read and validate everything before anything runs (TraceError on the first fatal row). `every`: keep one
+    node in that many of the list (the demo's cluster holds 1 in 10)."""
+    nodes = read_nodes(nodes_csv)[::every]
     pods = read_pods(pods_csv)
     if quota_csv is not None:
         try:
@@ -59,4 +61,5 @@ def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, worke
     return Outcome(setup, runs, files, wall)
 
 
-__all__ = ["DEFAULT_POLICIES", "Options", "Outcome", "TraceError", "load", "replay"]
+__all__ = ["DEFAULT_POLICIES", "GANG_POLICIES", "VARIANTS", "Options", "Outcome", "TraceError", "load", "replay",
+           "replay_profile"]

@@ -27,18 +27,25 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cluster.clock import VirtualClock
+from cluster.simulated.traces import GangPlan, demo_run_s, gang_plan, with_blocks, workers_room
 from cluster.types import JobStatus, JobView, NodeView, QuotaView
 from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, StillPending, get_profile, schedule
+from scheduler.policy.decisions import Reserve
+from scheduler.policy.profile import TIDAL
 from scheduler.policy.workload import TargetWorkload, job_shape
 from scheduler.replay import mapping as mp
 from scheduler.replay.metrics import CAPACITY_REASONS, JobRecord, Recorder
 from cluster.simulated.alibaba import PodRow, PodTrace, Shapes, Unplaceable, unplaceable
 
 Progress = Callable[[float], None]  # called with an absolute progress value
+# Profiles replay runs besides the named ones: what a feature buys, the same code with it off.
+VARIANTS: dict[str, Profile] = {
+    "tidal-no-reservations": replace(TIDAL, name="tidal-no-reservations", reservations=False),
+}
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,9 @@ class Options:
     inflate_step_s: float = 10.0
     inflate_max_pods: int = 200_000  # a safety bound, never reached on the Alibaba traces
     seed: int = 0
+    gang_share: float | None = None  # gangs (the demo's rule) holding this share of GPU-time; None: no gangs
+    gang_source: str = ""  # where the share comes from (said in the report)
+    demo_speedup: float | None = None  # the demo's clock: run times / it (2 min - 2 h), arrivals / it x load factor
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,19 @@ class Setup:
     unplaceable: tuple[Unplaceable, ...]
     capacity_by_model: dict[str, int]
     options: Options
+    gangs: GangPlan | None = None  # which pods run as gangs (Options.gang_share)
+
+    def workers(self, pod: PodRow) -> int:
+        return self.gangs.of(pod) if self.gangs else 1
+
+    @property
+    def spread(self) -> float:
+        """Inter-arrival times are multiplied by this: the gangs' growth of the offered GPU-time (1 without), over
+        the demo's speed-up (with --demo)."""
+        return (self.gangs.growth if self.gangs else 1.0) / (self.options.demo_speedup or 1.0)
+
+    def run_s(self, pod: PodRow) -> float:
+        return run_seconds(pod, self.trace.end, self.options)
 
     @property
     def mode(self) -> str:
@@ -78,15 +101,32 @@ class Setup:
         return float(len(self.pods) if self.mode == "timeline" else sum(self.capacity_by_model.values()))
 
 
+def run_seconds(pod: PodRow, trace_end: float, options: Options) -> float:
+    """A pod's run time: the trace's (mapping.run_time), or the demo's (cluster.simulated.traces.demo_run_s)."""
+    return demo_run_s(pod, options.demo_speedup) if options.demo_speedup else mp.run_time(pod, trace_end)
+
+
 def build_setup(trace: PodTrace, nodes: list[NodeView], mapping: mp.Mapping, options: Options) -> Setup:
+    nodes = with_blocks(nodes)  # topology blocks, as every simulated cluster has them
     shapes = Shapes(nodes)
     bad = tuple(unplaceable(trace.pods, shapes))
     bad_lines = {u.line for u in bad}
     pods = tuple(p for p in trace.pods if p.line not in bad_lines)
     models = mp.gpu_models(nodes)
     capacity = mp.cluster_capacity(nodes)
+    gangs = None
+    if options.gang_share is not None:
+        gangs = gang_plan(pods, options.gang_share, lambda p: run_seconds(p, trace.end, options),
+                          lambda p: _room(p, shapes, nodes))
     return Setup(trace, tuple(nodes), mapping, mapping.quotas(nodes), mp.certified(pods, models), pods,
-                 {p.line: shapes.preferred(p) for p in pods}, bad, {m: int(capacity[m]) for m in models}, options)
+                 {p.line: shapes.preferred(p) for p in pods}, bad, {m: int(capacity[m]) for m in models}, options,
+                 gangs)
+
+
+def _room(pod: PodRow, shapes: Shapes, nodes: Sequence[NodeView]) -> int:
+    """The most workers of the pod's shape one of its GPU models could ever hold (a gang's workers share a model)."""
+    return max((workers_room(pod.gpus, pod.cpu_milli, pod.memory_mib, [n for n in nodes if n.gpu_model == m])
+                for m in shapes.candidates(pod)), default=0)
 
 
 class ReplayCluster(SimulatedTraining):
@@ -104,16 +144,13 @@ class ReplayCluster(SimulatedTraining):
     def add(self, job: JobView, pod: PodRow, run_time_s: float | None, preferred: str | None) -> None:
         self.submit(job, run_time_s)
         self.pending += 1
-        self.rec.submitted(JobRecord(job.id, job.name, pod.line, mp.Mapping.own_eligible(pod), job.gpus,
-                                     preferred, job.submitted_at, job.submitted_at))
+        # one record per job: a gang's wait and completion count once, its GPUs are all its workers'
+        self.rec.submitted(JobRecord(job.id, job.name, pod.line, mp.Mapping.own_eligible(pod), job.total_gpus,
+                                     preferred, job.submitted_at, job.submitted_at, workers=job.workers))
 
-    def finish_elapsed(self) -> int:
-        finished = self.backend.advance()
-        for event in finished:
-            self.jobs.pop(event.job_id)
-            self.run_time.pop(event.job_id, None)
-            self.rec.finished(event.job_id, event.at)
-        return len(finished)
+    def _completed(self, job: JobView, at: float) -> None:
+        self.run_time.pop(job.id, None)  # finished jobs are not kept: the record has what the report needs
+        self.rec.finished(job.id, at)
 
     def apply(self, result: CycleResult) -> None:
         now = self.clock.now()
@@ -121,15 +158,18 @@ class ReplayCluster(SimulatedTraining):
         waiting = 0
         for d in result.decisions:
             if isinstance(d, Preempt):
-                allocated -= self.jobs[d.job_id].gpus
+                allocated -= self.jobs[d.job_id].total_gpus
                 self._preempt(d)
                 self.pending += 1
                 self.rec.preempted(d.job_id, now, d.reason.value)
             elif isinstance(d, Admit):
-                self._admit(d)
+                if not self._admit(d):
+                    continue  # a worker could not be bound: nothing was, the job waits (counted in bind_failures)
                 self.pending -= 1
-                allocated += d.rightsized.gpus if d.gpu_model else 0.0
+                allocated += d.rightsized.gpus * len(d.workers) if d.gpu_model else 0.0
                 self.rec.admitted(d.job_id, now, d.gpu_model, d.quota_kind)
+            elif isinstance(d, Reserve):
+                self.rec.reserved(d.job_id)
             elif isinstance(d, StillPending):
                 waiting += self.jobs[d.job_id].gpus > 0
                 if d.reason in CAPACITY_REASONS and self.jobs[d.job_id].gpus and self.rec.first_failure is None:
@@ -161,9 +201,14 @@ class PolicyRun:
         return self.events / self.wall_s if self.wall_s else 0.0
 
 
+def replay_profile(name: str) -> Profile:
+    """`get_profile(name)`, the same call the live loop makes, or one of replay's variants of a profile."""
+    return VARIANTS[name] if name in VARIANTS else get_profile(name)
+
+
 def run_policy(setup: Setup, name: str, progress: Progress | None = None) -> PolicyRun:
-    """Replay one policy. The profile is `get_profile(name)`: the same call the live loop makes."""
-    profile = get_profile(name)
+    """Replay one policy. The profile is `get_profile(name)`: the same call the live loop makes (or a variant)."""
+    profile = replay_profile(name)
     started = time.perf_counter()
     if setup.mode == "inflate":
         rec, end, extra = _inflate(setup, profile, progress)
@@ -226,7 +271,7 @@ def run_policies(setup: Setup, names: Sequence[str], workers: int = 1,
 def _timeline(setup: Setup, profile: Profile, progress: Progress | None) -> tuple[Recorder, float, dict]:
     opt = setup.options
     trace_end = setup.trace.end
-    arrivals = sorted(((p.creation / opt.load_factor, i) for i, p in enumerate(setup.pods)))
+    arrivals = sorted(((p.creation * setup.spread / opt.load_factor, i) for i, p in enumerate(setup.pods)))
     start = arrivals[0][0] if arrivals else 0.0
     clock = VirtualClock(start)
     rec = Recorder(setup.capacity_by_model, start, window_end=arrivals[-1][0] if arrivals else start)
@@ -250,7 +295,9 @@ def _timeline(setup: Setup, profile: Profile, progress: Progress | None) -> tupl
             at, k = arrivals[i]
             pod = setup.pods[k]
             preferred = setup.preferred[pod.line]
-            sim.add(mp.job(k + 1, pod, setup.mapping, at, preferred), pod, mp.run_time(pod, trace_end), preferred)
+            run_s = setup.run_s(pod)
+            sim.add(mp.job(k + 1, pod, setup.mapping, at, preferred, workers=setup.workers(pod), expected_s=run_s),
+                    pod, run_s, preferred)
             i += 1
         if not sim.pending:
             continue
@@ -283,7 +330,8 @@ def _inflate(setup: Setup, profile: Profile, progress: Progress | None) -> tuple
             pod = rng.choice(sample)
             submitted += 1
             preferred = setup.preferred[pod.line]
-            job = mp.job(submitted, pod, setup.mapping, clock.now(), preferred, name=f"{pod.name}#{submitted}")
+            job = mp.job(submitted, pod, setup.mapping, clock.now(), preferred, name=f"{pod.name}#{submitted}",
+                         workers=setup.workers(pod))
             sim.add(job, pod, None, preferred)
         sim.cycle(profile)
         if progress:

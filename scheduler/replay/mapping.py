@@ -17,11 +17,17 @@
 - Run time = deletion - scheduled. Never scheduled in the trace: deletion - creation (how long
   the pod was wanted). Never deleted: until the end of the trace. At least MIN_RUN_S.
 - Arrival = creation / load_factor (inter-arrival times compressed, run times unchanged).
+- Gangs (`--gangs`, the demo's rule: cluster.simulated.traces.gang_plan): pods of whole GPUs become gangs of 2-16
+  workers of the pod's shape until gangs hold the share of GPU-time that jobs of >= 8 GPUs hold in Helios; the
+  arrivals are then spread by the offered GPU-time's growth, so a load factor offers the same GPU load with or
+  without gangs.
+- Expected duration = the run time (users' estimates exact), what reservations and backfill read.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -120,10 +126,13 @@ def run_time_rule(pod: PodRow) -> str:
 
 
 def job(job_id: int, pod: PodRow, mapping: Mapping, submitted_at: float, preferred: str | None,
-        name: str | None = None) -> JobView:
-    """`preferred`: the user's GPU model (trace.Shapes.preferred), None when any model will do."""
+        name: str | None = None, workers: int = 1, expected_s: float | None = None) -> JobView:
+    """`preferred`: the user's GPU model (trace.Shapes.preferred), None when any model will do; `workers`: a gang's
+    workers, each of the pod's shape; `expected_s`: the expected duration (None: unknown, e.g. infinite)."""
     return JobView(
         id=job_id, name=name or pod.name, task_key=pod.name, department=mapping.account(pod),
         framework=framework(pod), gpu_model=preferred, gpus=pod.gpus,
         cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, status=JobStatus.PENDING, submitted_at=submitted_at,
+        expected_duration_s=expected_s if expected_s is not None and math.isfinite(expected_s) else None,
+        workers=workers,
     )

@@ -6,7 +6,9 @@
 - the FGD fragmentation measure: GPUs left unallocated at the moment the first GPU pod could not
   be placed for lack of room (reasons no-capacity / no-idle-capacity / no-compatible-model);
 - unallocated GPU-hours while GPU work was waiting: from each cycle that left a GPU pod pending
-  until the next cycle, the GPUs nobody held (capacity idle while GPU pods were refused).
+  until the next cycle, the GPUs nobody held (capacity idle while GPU pods were refused);
+- per job size (total GPUs: 1 or less, 2-8, more than 8): queueing time (p50, p95, max) and job completion time
+  (finish - submit; p50, p95, max) — a gang is one job: its wait and completion count once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from cluster.types import QuotaKind
 from scheduler.policy import Reason
 
 CAPACITY_REASONS = frozenset({Reason.NO_CAPACITY, Reason.NO_IDLE_CAPACITY, Reason.NO_COMPATIBLE_MODEL})
+# job size classes by total GPUs (all workers): (key, upper bound inclusive)
+SIZE_CLASSES: tuple[tuple[str, float], ...] = (("<=1", 1.0), ("2-8", 8.0), (">8", math.inf))
 TIMELINE_POINTS = 2000  # kept per policy for the plot and report.json
 
 
@@ -32,7 +36,7 @@ class JobRecord:
     name: str
     line: int
     own_eligible: bool  # LS/Guaranteed: entitled to its department's own quota
-    gpus: float
+    gpus: float  # all its workers'
     preferred: str | None
     submitted: float
     pending_since: float | None
@@ -43,6 +47,7 @@ class JobRecord:
     model: str | None = None
     preemptions: int = 0
     fallbacks: int = 0
+    workers: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,7 @@ class Recorder:
         self.lost_gpu_s = 0.0  # work thrown away by preemptions
         self.first_failure: FirstFailure | None = None
         self.quota_refusals = 0
+        self.reserved_jobs: set[int] = set()  # gangs that held a reservation at some cycle
         self.events = 0
         self.cycles = 0
 
@@ -134,6 +140,9 @@ class Recorder:
         rec.finished = t
         self.events += 1
 
+    def reserved(self, job_id: int) -> None:
+        self.reserved_jobs.add(job_id)
+
     def failure(self, at: float, pod: str, reason: Reason, allocated: float) -> None:
         if self.first_failure is None:
             self.first_failure = FirstFailure(at, pod, reason.value, self.capacity - allocated,
@@ -173,6 +182,10 @@ class Recorder:
             "preemptions_by_reason": dict(sorted(self.preempt_reasons.items())),
             "jobs_preempted": sum(1 for r in recs if r.preemptions),
             "preempted_gpu_hours_lost": round(self.lost_gpu_s / 3600, 3),
+            "by_size": by_size(recs, end),
+            "gangs_submitted": sum(1 for r in recs if r.workers > 1),
+            "gangs_finished": sum(1 for r in recs if r.workers > 1 and r.finished is not None),
+            "gangs_reserved": len(self.reserved_jobs),
             "gpu_model_fallbacks": sum(r.fallbacks for r in recs),
             "jobs_with_preferred_model": sum(1 for r in recs if r.preferred is not None),
             "util_by_gpu_model": by_model,
@@ -204,9 +217,37 @@ class Recorder:
         return [[round(float(x), 3), round(float(y) / cap, 6)] for x, y in zip(edges[:-1], peak)]
 
 
+def _wait(r: JobRecord, end: float) -> float:
+    return r.waited_s + (end - r.pending_since if r.pending_since is not None else 0.0)
+
+
 def _waits(recs: Iterable[JobRecord], end: float) -> dict:
-    values = [r.waited_s + (end - r.pending_since if r.pending_since is not None else 0.0) for r in recs]
+    values = [_wait(r, end) for r in recs]
     return {"n": len(values), **percentiles(values)}
+
+
+def size_class(total_gpus: float) -> str:
+    return next(key for key, upper in SIZE_CLASSES if total_gpus <= upper)
+
+
+def by_size(recs: Sequence[JobRecord], end: float) -> dict[str, dict]:
+    """Per size class: jobs, queueing time (jobs still waiting at the end count with their wait so far) and
+    completion time (finish - submit, finished jobs only)."""
+    out = {}
+    for key, _ in SIZE_CLASSES:
+        mine = [r for r in recs if size_class(r.gpus) == key]
+        jct = [r.finished - r.submitted for r in mine if r.finished is not None]
+        out[key] = {"n": len(mine), "wait": spread([_wait(r, end) for r in mine]),
+                    "jct": {"n": len(jct), **spread(jct)}}
+    return out
+
+
+def spread(values: Sequence[float]) -> dict[str, float | None]:
+    """p50, p95 and max."""
+    if not values:
+        return {"p50": None, "p95": None, "max": None}
+    p = np.percentile(np.asarray(values, dtype=float), [50, 95])
+    return {"p50": round(float(p[0]), 3), "p95": round(float(p[1]), 3), "max": round(float(max(values)), 3)}
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:

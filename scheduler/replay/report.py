@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from scheduler.replay import mapping as mp  # noqa: E402
-from scheduler.replay.engine import PolicyRun, Setup  # noqa: E402
+from scheduler.replay.engine import VARIANTS, PolicyRun, Setup  # noqa: E402
 
 PLOTS = {
     "alloc_share": "alloc_share.png",
@@ -22,15 +22,17 @@ PLOTS = {
     "waits": "queue_wait.png",
     "preemptions": "preemptions_fallbacks.png",
     "util_by_model": "util_by_gpu_model.png",
+    "waits_by_size": "queue_wait_by_size.png",
 }
-COLORS = {"tidal": "#1f77b4", "fifo": "#7f7f7f", "quota-borrowing": "#ff7f0e"}
-STYLES = {"tidal": "-", "fifo": "--", "quota-borrowing": ":"}  # curves that coincide stay visible
+COLORS = {"tidal": "#1f77b4", "fifo": "#7f7f7f", "quota-borrowing": "#ff7f0e", "tidal-no-reservations": "#2ca02c"}
+STYLES = {"tidal": "-", "fifo": "--", "quota-borrowing": ":", "tidal-no-reservations": "-."}  # curves that coincide stay visible
 JSON_KEYS = ("gpu_alloc_share", "unallocated_gpu_hours", "wait_p95_s", "wait_p95_own_s", "preemptions")
 
 
 def summary_json(runs: Sequence[PolicyRun]) -> dict:
     """What `--json PATH` writes: the headline figures per policy, with timings."""
     return {r.policy: {**{k: r.figures[k] for k in JSON_KEYS},
+                       "by_size": r.figures["by_size"],
                        "events_per_s": round(r.events_per_s, 1), "wall_s": round(r.wall_s, 3),
                        "mode": r.mode,
                        "unallocated_gpus_at_first_failure": r.figures["unallocated_gpus_at_first_failure"]}
@@ -50,10 +52,18 @@ def mapping_rules(setup: Setup) -> dict:
         "gpu_spec": "each distinct gpu_spec is framework 'spec:<models>' certified on those models; the one with "
                     "the most GPUs in the cluster (that the pod fits on) = user's choice, the others = fallbacks "
                     "(tidal only); no spec = framework 'any', any model, no choice",
-        "run_time": "deletion - scheduled; never scheduled: deletion - creation; never ended: until trace end; "
-                    f"at least {mp.MIN_RUN_S:g} s; restarts from zero after a preemption",
+        "run_time": ("deletion - scheduled; never scheduled: deletion - creation; never ended: until trace end; "
+                     f"at least {mp.MIN_RUN_S:g} s; restarts from zero after a preemption"
+                     if not opt.demo_speedup else
+                     f"the demo's (cluster.simulated.traces.demo_run_s): (deletion - scheduled) / "
+                     f"{opt.demo_speedup:g}, within 2 min - 2 h; never ran or never ended: 5 min; restarts from zero "
+                     "after a preemption"),
         "run_time_rules_used": rules,
-        "arrival": f"creation_time / load_factor ({opt.load_factor:g})",
+        "arrival": (f"creation_time / load_factor ({opt.load_factor:g})" if setup.gangs is None else
+                    f"creation_time x {setup.spread:.4g} (the gangs' growth of offered GPU-time) / load_factor "
+                    f"({opt.load_factor:g})"),
+        "gangs": gang_rule(setup),
+        "expected_duration": "the run time (users' estimates exact): what reservations and backfill read",
         "clock": (f"event-driven; cycle on arrival, or on finish/recheck while jobs pend; cycles >= "
                   f"{opt.min_cycle_s:g} s apart; recheck every {opt.recheck_s:g} s while jobs pend"
                   if setup.mode == "timeline" else
@@ -61,6 +71,33 @@ def mapping_rules(setup: Setup) -> dict:
                   f"with replacement (seed {opt.seed}), one cycle per batch, {opt.inflate_step_s:g} s apart; "
                   f"stop at the first GPU pod that cannot be placed"),
     }
+
+
+def gang_rule(setup: Setup) -> str:
+    g = setup.gangs
+    if g is None:
+        return "none: every pod is a one-worker job"
+    return (f"the demo's rule (cluster.simulated.traces.gang_plan): pods of whole GPUs become gangs of 2-16 workers "
+            f"of the pod's shape (by a hash of the name; at most what one GPU model of the cluster holds) until gangs "
+            f"hold {100 * g.target_share:.1f}% of the offered GPU-time, the share of GPUs held by jobs of >= 8 GPUs "
+            f"in Helios ({setup.options.gang_source or 'given'}): {len(g.workers):,} gangs, "
+            f"{100 * g.share:.1f}% of GPU-time, offered GPU-time x {g.growth:.3g}")
+
+
+def reservations_verdict(runs: Sequence[PolicyRun]) -> list[str]:
+    """What reservations buy: tidal against the same profile with them off, on the size classes."""
+    by = {r.policy: r.figures["by_size"] for r in runs}
+    if "tidal" not in by or "tidal-no-reservations" not in by:
+        return []
+    on, off = by["tidal"], by["tidal-no-reservations"]
+    big_on, big_off = on[">8"]["wait"]["max"], off[">8"]["wait"]["max"]
+    lines = [f"- jobs of more than 8 GPUs, max wait: {_f(big_on)} s with reservations, {_f(big_off)} s without"]
+    for key in ("<=1", "2-8"):
+        a, b = on[key]["wait"]["p95"], off[key]["wait"]["p95"]
+        change = "–" if a is None or b is None else ("0.0%" if a == b else
+                                                      "∞" if not b else f"{100 * (a - b) / b:+.1f}%")
+        lines.append(f"- jobs of {key} GPUs, p95 wait: {_f(a)} s with reservations, {_f(b)} s without ({change})")
+    return ["## What reservations buy (tidal vs tidal-no-reservations)", "", *lines, ""]
 
 
 def profile_dict(profile) -> dict:
@@ -96,6 +133,10 @@ def report_json(setup: Setup, runs: Sequence[PolicyRun]) -> dict:
         "pods_replayed": len(setup.pods),
         "unplaceable": [{"line": u.line, "pod": u.name, "why": u.why} for u in setup.unplaceable],
         "mapping": mapping_rules(setup),
+        "gangs": None if setup.gangs is None else {
+            "jobs": len(setup.gangs.workers), "target_share": round(setup.gangs.target_share, 6),
+            "share": round(setup.gangs.share, 6), "gpu_time_growth": round(setup.gangs.growth, 6),
+            "source": setup.options.gang_source},
         "policies": {r.policy: {**r.figures, "extra": r.extra, "profile": profile_dict(r.profile),
                                 "timeline": r.timeline} for r in runs},
     }
@@ -113,6 +154,7 @@ def write_report(out: Path, setup: Setup, runs: Sequence[PolicyRun], command: st
     _plot_waits(paths["waits"], setup, runs)
     _plot_preemptions(paths["preemptions"], runs)
     _plot_util(paths["util_by_model"], setup, runs)
+    _plot_waits_by_size(paths["waits_by_size"], runs)
     (out / "report.md").write_text(_markdown(setup, runs, data, command, wall_s))
     return {"report.md": out / "report.md", "report.json": out / "report.json", **paths}
 
@@ -134,7 +176,8 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
              f"- cluster: {len(setup.nodes):,} nodes, {data['gpus']:,} GPUs "
              f"({', '.join(f'{m} {c}' for m, c in setup.capacity_by_model.items())})",
              f"- policies: {', '.join(r.policy for r in runs)} — the profile objects of "
-             "`scheduler.policy.get_profile(name)`, as loaded by the live loop",
+             "`scheduler.policy.get_profile(name)`, as loaded by the live loop (replay's variants: "
+             + ", ".join(f"{n} = tidal with reservations off" for n in VARIANTS) + ")",
              f"- wall time of all policies: {wall_s:.1f} s" if wall_s is not None else "", ""]
     if not t.timed:
         lines += ["**This pod list has no time columns** (no creation/scheduled/deletion times), so only the "
@@ -178,7 +221,21 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
             if w["n"]:
                 lines.append(f"| {r.policy} | {group} | {w['n']:,} | {_f(w['p50'])} | {_f(w['p95'])} | "
                              f"{_f(w['p99'])} |")
-    lines += ["", "## Preemptions, fallbacks, utilization per GPU model", "",
+    lines += ["", "## Queueing time and job completion time per job size", "",
+              "Size = total GPUs of the job (every worker of a gang). A gang is one job: its wait and completion "
+              "count once. JCT = finish - submit (finished jobs). Jobs still waiting at the end count with their "
+              "wait so far.", "",
+              "| policy | size | jobs | wait p50 s | wait p95 s | wait max s | finished | JCT p50 s | JCT p95 s | "
+              "JCT max s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        for key, c in r.figures["by_size"].items():
+            w, j = c["wait"], c["jct"]
+            lines.append(f"| {r.policy} | {key} | {c['n']:,} | {_f(w['p50'])} | {_f(w['p95'])} | {_f(w['max'])} | "
+                         f"{j['n']:,} | {_f(j['p50'])} | {_f(j['p95'])} | {_f(j['max'])} |")
+    lines += ["", f"Gangs: {gang_rule(setup)}. Gangs that held a reservation: "
+              + ", ".join(f"{r.policy} {r.figures['gangs_reserved']:,}" for r in runs) + ".", ""]
+    lines += reservations_verdict(runs)
+    lines += ["## Preemptions, fallbacks, utilization per GPU model", "",
               "| policy | preemptions (by reason) | jobs preempted | GPU-h lost | fallbacks / jobs with a "
               "chosen model | never started | " + " | ".join(setup.capacity_by_model) + " |",
               "|---|---|---|---|---|---|" + "---|" * len(setup.capacity_by_model)]
@@ -195,7 +252,8 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
     lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in PLOTS.items()] + [""]
     rules = data["mapping"]
     lines += ["## Mapping (trace → Tidal)", ""]
-    for key in ("department_rule", "own_quota", "borrowed_quota", "qos", "gpu_spec", "run_time", "arrival", "clock"):
+    for key in ("department_rule", "own_quota", "borrowed_quota", "qos", "gpu_spec", "run_time", "arrival", "gangs",
+                "expected_duration", "clock"):
         lines.append(f"- **{key.replace('_', ' ')}**: {rules[key]}")
     lines.append(f"- **run-time rules used**: {rules['run_time_rules_used']}")
     lines.append(f"- **departments** ({len(rules['departments'])}, Helios-shaped shares): " + ", ".join(
@@ -307,4 +365,17 @@ def _plot_util(path: Path, setup: Setup, runs: Sequence[PolicyRun]) -> None:
     ax.set_ylabel("allocated (% of the model's GPUs)")
     ax.margins(y=0.15)
     ax.legend()
+    save_figure(fig, path)
+
+
+def _plot_waits_by_size(path: Path, runs: Sequence[PolicyRun]) -> None:
+    classes = [key for key in runs[0].figures["by_size"]] if runs else []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110)
+    for ax, stat in zip(axes, ("p95", "max")):
+        ax.set_title(f"Queue wait {stat} per job size (total GPUs)")
+        ax.grid(True, alpha=0.3)
+        _bars(ax, classes, {r.policy: [r.figures["by_size"][k]["wait"][stat] for k in classes] for r in runs})
+        ax.set_ylabel("wait (virtual s)")
+        ax.margins(y=0.15)
+        ax.legend()
     save_figure(fig, path)

@@ -175,3 +175,86 @@ def test_services_page_for_an_admin(world, console):
     expect(page.get_by_text("at least 3 replicas")).to_be_visible()
     console.shot("service-policy")
     page.screenshot(path="/tmp/ui-service-policy.png", full_page=True)
+
+
+def test_a_member_submits_a_gang_and_sees_both_workers_once_admitted(world, console):
+    """Issue 25: a 2-worker job through the form, `2 × …` in My jobs and the department's queue in GPUs, then both
+    workers on its page after a real scheduling cycle places the gang."""
+    from colocation.models import Node, NodeState
+
+    Node.objects.filter(name="t4-1").update(state=NodeState.OFFLINE_NORMAL)  # lent to training: two T4 nodes
+    page = console.page
+    console.sign_in("mia")
+    page.get_by_role("link", name="Submit a job").first.click()
+    page.get_by_label("Name").fill("ddp-bert")
+    page.get_by_label("Image").fill("registry.local/bert:2")
+    page.get_by_label("Command").fill("torchrun --nproc-per-node 1 train.py")
+    page.get_by_label("Framework").select_option(label="pytorch-2.1")
+    page.get_by_label("GPU model").select_option("T4")
+    page.get_by_label("Workers").fill("2")
+    page.get_by_label("Topology").select_option("spread")
+    page.get_by_label("GPUs").fill("0.5")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#id_gpus_error")).to_contain_text("each of a gang's 2 workers asks for whole GPUs")
+    expect(page.get_by_label("Workers")).to_have_value("2")  # what was typed is kept
+    assert not TrainingJob.objects.exists()
+    page.get_by_label("GPUs").fill("1")
+    console.shot("gang-submit-form")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("ddp-bert")
+    job = TrainingJob.objects.get(name="ddp-bert")
+    assert (job.workers, job.topology) == (2, "spread")
+
+    console.open("/jobs/")
+    row = page.locator("#jobs tbody tr", has_text="ddp-bert")
+    expect(row).to_contain_text("2 × 1 T4")
+    console.shot("gang-my-jobs")
+    console.open("/departments/ml-search/")
+    expect(page.locator("#queue-size")).to_contain_text("1 pending job asking 2 T4 GPUs")
+    console.shot("gang-department-queue")
+
+    schedule_once()
+    console.open(f"/jobs/{job.pk}/")
+    workers = page.locator("#worker-table tbody tr")
+    expect(workers).to_have_count(2)
+    assert sorted(workers.locator("td:nth-child(2)").all_inner_texts()) == ["t4-0", "t4-1"]  # spread: a node each
+    for rank in (0, 1):
+        expect(workers.nth(rank).locator("td").first).to_have_text(str(rank))
+        expect(workers.nth(rank)).to_contain_text("running")
+    console.shot("gang-job-page")
+    job.refresh_from_db()
+    assert job.status in (JobStatus.ADMITTED, JobStatus.RUNNING)
+
+
+def test_a_waiting_gang_shows_its_reservation_in_local_time(world, console):
+    """The reservation a cycle recorded (nodes and expected start, epoch seconds) reads in the browser's time zone
+    (Europe/Berlin here) with how long until it."""
+    from datetime import datetime, timedelta, timezone
+    from decimal import Decimal
+    from zoneinfo import ZoneInfo
+
+    from core.models import Decision, Department
+    from scheduler import services
+
+    job = services.job_submit(
+        submitter=world.users["member"], department=Department.objects.get(name="ml-search"), name="ddp-wait",
+        image="registry/ddp:1", command="torchrun train.py", framework=world.frameworks["pytorch-2.1"],
+        gpu_model=world.gpu_models["T4"], gpus=Decimal(1), cpu_milli=4000, memory_mib=16384, workers=4)
+    start = (datetime.now(timezone.utc) + timedelta(minutes=42)).replace(second=0, microsecond=0)
+    TrainingJob.objects.filter(pk=job.pk).update(
+        reservation={"nodes": ["t4-0", "t4-1"], "start_at": start.timestamp()}, queue_position=1,
+        pending_reason="reserved")
+    Decision.objects.create(kind="pending", subject=f"job:{job.pk}", department=job.department, reason="reserved",
+                            message="pending: needs 4 workers of 1 T4 (packed); room for 2 across the T4 nodes; "
+                                    f"reserved t4-0, t4-1 for job {job.pk}")
+    page = console.page
+    console.sign_in("mia")
+    console.open(f"/jobs/{job.pk}/")
+    expect(page.locator(".why")).to_contain_text("needs 4 workers of 1 T4")
+    reservation = page.locator("dd.reservation")
+    expect(reservation).to_contain_text("t4-0, t4-1 from")
+    local = start.astimezone(ZoneInfo("Europe/Berlin"))
+    expect(reservation.locator("time")).to_contain_text(local.strftime("%I:%M").lstrip("0"))
+    expect(reservation.locator("time")).to_contain_text(re.compile(r"· in \d+ min$"))  # ahead, not "ago"
+    expect(page.get_by_text("4 workers × 1 T4 GPU = 4 GPUs")).to_be_visible()
+    console.shot("gang-waiting-reserved")

@@ -1,9 +1,11 @@
 """Training jobs through the API: submission rules, cancellation, filters and who sees what."""
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
 from core.models import Decision
-from scheduler.models import JobRun, TrainingJob
+from scheduler.models import JobRun, Quota, TrainingJob
 from tests.conftest import listed
 
 pytestmark = pytest.mark.django_db
@@ -189,8 +191,8 @@ def test_a_name_with_a_nul_character_names_nothing(world, field, value):
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Shanghai"])
 def test_the_job_list_writes_each_job_as_drf_would(world, settings, tz):
     """The list's rows, written out, against DRF's field-by-field representation of the jobs themselves, on every
-    shape of job: GPU and CPU-only, fractions, waiting, running on a node, finished, in UTC and in another time
-    zone."""
+    shape of job: GPU and CPU-only, fractions, a gang, waiting, running on a node, finished, in UTC and in another
+    time zone."""
     from scheduler.api.serializers import TrainingJobSerializer
     from scheduler.selectors import job_rows
 
@@ -199,7 +201,8 @@ def test_the_job_list_writes_each_job_as_drf_would(world, settings, tz):
     jobs = [world.submit(gpus="0.5"), world.submit(gpus="0", gpu_model=None), world.submit(gpus="2", gpu_model="A100")]
     world.hold(jobs[2], gpu_model="A100")
     TrainingJob.objects.filter(pk=jobs[2].pk).update(node=world.nodes["a100-0"], admitted_at=now, started_at=now,
-                                                    expected_duration_s=3600, keep_request=True)
+                                                    expected_duration_s=3600, keep_request=True, workers=2,
+                                                    topology="spread")  # a gang
     TrainingJob.objects.filter(pk=jobs[0].pk).update(status="succeeded", finished_at=now.replace(microsecond=0))
     with timezone.override(tz):
         listed = TrainingJobSerializer(list(job_rows(TrainingJob.objects.order_by("pk"))), many=True).data
@@ -207,3 +210,161 @@ def test_the_job_list_writes_each_job_as_drf_would(world, settings, tz):
     assert len(listed) == len(one_by_one) >= 3
     assert listed == one_by_one
     assert all(list(row) == TrainingJobSerializer.Meta.fields for row in listed)
+
+
+# --- gangs (issue 25): several workers of one request, started together or not at all ---------------------------
+
+
+def test_a_gang_is_submitted_and_read_back(world):
+    member = world.client("member")
+    response = member.post("/api/jobs/", world.job_payload(workers=2, topology="spread"), format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["workers"], body["topology"], body["gpus"], body["placement"], body["reservation"]) == (
+        2, "spread", "1.000", [], None)
+    job = TrainingJob.objects.get(pk=body["id"])
+    assert (job.workers, job.topology) == (2, "spread")
+    assert "as a gang of 2 workers (spread)" in Decision.objects.get(subject=f"job:{job.pk}").message
+    assert member.get(f"/api/jobs/{job.pk}/").json()["workers"] == 2
+    row = next(r for r in member.get("/api/jobs/").json()["results"] if r["id"] == job.pk)
+    assert (row["workers"], row["topology"]) == (2, "spread")
+
+
+def test_a_job_without_workers_is_one_worker_packed(world):
+    response = world.client("member").post("/api/jobs/", world.job_payload(), format="json")
+    assert (response.json()["workers"], response.json()["topology"]) == (1, "pack")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"workers": 2, "gpus": "2", "gpu_model": "A100"},  # 4 A100 GPUs: exactly the own quota
+     {"workers": 3, "gpus": "1"},  # 3 T4 GPUs are above either T4 quota, but the own A100 quota holds them
+     {"workers": 8, "gpus": "0", "gpu_model": None, "cpu_milli": 8000, "memory_mib": 65536}],  # exactly own CPU, memory
+    ids=["a100-at-own-quota", "t4-gang-fits-a100", "cpu-only-at-own-quota"],
+)
+def test_gangs_within_node_and_quota_limits_are_accepted(world, overrides):
+    response = world.client("member").post("/api/jobs/", world.job_payload(**overrides), format="json")
+    assert response.status_code == 201, response.json()
+
+
+@pytest.fixture
+def lopsided_t4(world):
+    """A T4 node with more CPU but less memory than the others, and a framework certified on T4 only: each of a
+    worker's CPU and memory fits some T4 node, both together none."""
+    from colocation.models import Node, NodeState, Pool
+    from scheduler.models import Framework
+
+    Node.objects.create(name="t4-cpu", resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"],
+                        gpu_count=2, cpu_milli=64000, memory_mib=65536, pool=Pool.FIXED,
+                        state=NodeState.OFFLINE_NORMAL)
+    Framework.objects.create(name="jax", version="0.4").certified_on.set([world.gpu_models["T4"]])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "text"),
+    [
+        ({"workers": 0}, "workers", "greater than or equal to 1"),
+        ({"workers": -3}, "workers", "greater than or equal to 1"),
+        ({"workers": 1025}, "workers", "less than or equal to 1024"),
+        ({"topology": "ring"}, "topology", "not a valid choice"),
+        ({"workers": 2, "gpus": "0.5"}, "gpus",
+         "0.5 GPUs is a fraction: each of a gang's 2 workers asks for whole GPUs"),
+        ({"workers": 2, "gpus": "4", "gpu_model": "A100"}, "workers",
+         "2 workers ask 8 GPUs, 8000m CPU and 32768 MiB memory at once, more than ml-search's own or borrowed quota "
+         "could ever give (a gang takes all it asks from one of them): own: 8 GPUs above A100 4 and T4 2; borrowed: "
+         "8 GPUs above A100 2 and T4 1"),
+        ({"workers": 2, "gpus": "3", "gpu_model": "A100"}, "workers",  # 6 = own 4 + borrowed 2, but never both
+         "own: 6 GPUs above A100 4 and T4 2; borrowed: 6 GPUs above A100 2 and T4 1"),
+        ({"workers": 3, "gpus": "1", "cpu_milli": 32000}, "workers",
+         "own: 96000m CPU above 64000m CPU; borrowed: 3 GPUs above A100 2 and T4 1, 96000m CPU above 16000m CPU"),
+        ({"workers": 6, "gpus": "0", "gpu_model": None, "memory_mib": 131072}, "workers",
+         "own: 786432 MiB memory above 524288 MiB memory; borrowed: 24000m CPU above 16000m CPU, 786432 MiB memory "
+         "above 131072 MiB memory"),
+        ({"workers": 2, "framework": "jax-0.4", "cpu_milli": 96000}, "cpu_milli",
+         "96000m CPU is more than any T4 node with 1 GPU has (64000m)"),
+        ({"workers": 2, "framework": "jax-0.4", "cpu_milli": 48000, "memory_mib": 100000}, "memory_mib",
+         "no single T4 node with 1 GPU has both 48000m CPU and 100000 MiB memory"),
+        ({"framework": "jax-0.4", "cpu_milli": 48000, "memory_mib": 100000}, "memory_mib",
+         "no single T4 node with 1 GPU has both"),  # one worker is a worker too
+    ],
+    ids=["zero", "negative", "too-many", "topology", "fraction", "gpu-quota", "own-plus-borrowed", "cpu-quota",
+         "memory-quota",
+         "cpu-of-the-gpu-nodes", "no-node-holds-both", "one-worker-no-node-holds-both"],
+)
+def test_a_bad_gang_is_rejected_with_the_numbers_and_writes_nothing(world, lopsided_t4, overrides, field, text):
+    before = world.snapshot()
+    response = world.client("member").post("/api/jobs/", world.job_payload(**overrides), format="json")
+    assert response.status_code == 400, response.json()
+    messages = response.json()["extra"]["fields"][field]
+    assert any(text in m for m in messages), messages
+    assert world.snapshot() == before
+
+
+def test_quota_numbers_are_not_told_to_an_outsider(world):
+    """Not a member of ml-search: told that, not what ml-search's quotas are."""
+    response = world.client("outsider").post(
+        "/api/jobs/", world.job_payload(workers=2, gpus="4", gpu_model="A100"), format="json")
+    assert response.status_code == 400
+    assert set(response.json()["extra"]["fields"]) == {"department"}
+
+
+def _run(job, attempt: int, **fields) -> JobRun:
+    started = timezone.now() - timedelta(hours=2 - attempt)
+    return JobRun.objects.create(job=job, attempt=attempt, started_at=started, **fields)
+
+
+def test_the_detail_shows_every_worker_of_the_open_run(world):
+    job = world.hold(world.submit(gpus="8", gpu_model="A100"), gpu_model="A100")
+    TrainingJob.objects.filter(pk=job.pk).update(workers=2, node=world.nodes["a100-0"])
+    _run(job, 1, node=world.nodes["t4-0"], ended_at=timezone.now() - timedelta(minutes=30),
+         outcome=JobRun.Outcome.PREEMPTED,
+         workers=[{"rank": 0, "node": "t4-0", "pod": "job-1-1-0", "gpu_shares": [[0, 1.0]], "state": "preempted"}])
+    shares = [[i, 1.0] for i in range(4)]
+    _run(job, 2, node=world.nodes["a100-0"], pod=f"job-{job.pk}-2-0", gpu_shares=shares, workers=[
+        {"rank": 1, "node": "a100-1", "pod": f"job-{job.pk}-2-1", "gpu_shares": shares, "state": "running"},
+        {"rank": 0, "node": "a100-0", "pod": f"job-{job.pk}-2-0", "gpu_shares": shares, "state": "running"},
+    ])
+    body = world.client("member").get(f"/api/jobs/{job.pk}/").json()
+    assert body["placement"] == [
+        {"rank": 0, "node": "a100-0", "pod": f"job-{job.pk}-2-0", "gpus": "4.000", "gpu_shares": shares,
+         "state": "running"},
+        {"rank": 1, "node": "a100-1", "pod": f"job-{job.pk}-2-1", "gpus": "4.000", "gpu_shares": shares,
+         "state": "running"},
+    ]
+
+
+def test_a_one_worker_job_is_one_row_from_its_run(world):
+    job = world.hold(world.submit(gpus="0.5"))
+    _run(job, 1, node=world.nodes["t4-1"], pod=f"job-{job.pk}-1", gpu_shares=[[1, 0.5]])
+    placement = world.client("member").get(f"/api/jobs/{job.pk}/").json()["placement"]
+    assert placement == [{"rank": 0, "node": "t4-1", "pod": f"job-{job.pk}-1", "gpus": "0.500",
+                          "gpu_shares": [[1, 0.5]], "state": "running"}]
+    JobRun.objects.filter(job=job).update(ended_at=timezone.now(), outcome=JobRun.Outcome.KILLED)
+    TrainingJob.objects.filter(pk=job.pk).update(status="pending")
+    placement = world.client("member").get(f"/api/jobs/{job.pk}/").json()["placement"]
+    assert [row["state"] for row in placement] == ["killed"]  # the last run's, ended
+
+
+def test_a_waiting_gang_shows_its_reservation(world):
+    job = world.submit()
+    start = 1_790_000_000
+    TrainingJob.objects.filter(pk=job.pk).update(workers=2, reservation={"nodes": ["t4-0", "t4-1"], "start_at": start})
+    body = world.client("member").get(f"/api/jobs/{job.pk}/").json()
+    assert body["reservation"] == {"nodes": ["t4-0", "t4-1"], "start_at": "2026-09-21T14:13:20Z"}
+    TrainingJob.objects.filter(pk=job.pk).update(status="running")
+    assert world.client("member").get(f"/api/jobs/{job.pk}/").json()["reservation"] is None
+
+
+def test_a_running_gang_holds_quota_for_every_worker(world):
+    """What the department's usage (and the console's quota bars, and a quota change's floor) count: 2 workers of
+    2 A100 GPUs, 8 cores and 32 GiB each hold 4 GPUs, 16 cores and 64 GiB."""
+    job = world.hold(world.submit(gpus="2", gpu_model="A100", cpu_milli=8000, memory_mib=32768), gpu_model="A100")
+    TrainingJob.objects.filter(pk=job.pk).update(workers=2)
+    usage = {u["resource"]: u for u in world.client("member").get(
+        f"/api/departments/{world.departments['ml-search'].pk}/usage/").json()}
+    assert (usage["A100"]["own_used"], usage["cpu"]["own_used"], usage["memory"]["own_used"]) == (
+        "4.000", "16000.000", "65536.000")
+    response = world.client("operator").patch(
+        f"/api/quotas/{Quota.objects.get(department__name='ml-search', gpu_model__name='A100').pk}/",
+        {"own": "3"}, format="json")
+    assert response.status_code == 409 and "below the 4" in str(response.json())

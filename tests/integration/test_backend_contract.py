@@ -1,6 +1,7 @@
 """One behavioural contract for ClusterBackend, run against both backends: the simulated cluster, and the Kubernetes
 backend talking to the Kubernetes API emulator (kmock with Tidal's cluster actors; no real kube-apiserver can be
-installed here — cluster/emulator). The same test functions; only the harness differs."""
+installed here — cluster/emulator). The same test functions; only the harness differs. The gang cases at the end run
+the live loop's acting on the database against each backend."""
 from __future__ import annotations
 
 import time
@@ -11,12 +12,13 @@ import pytest
 
 from cluster.backend import (
     DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLACED_BY_LABEL, REPLACES_LABEL, RESOURCE_GROUP_LABEL,
-    RUNTIME_LABEL, TRAINING, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
+    RUN_LABEL, RUNTIME_LABEL, TRAINING, WORKER_LABEL, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
 )
 from cluster.clock import VirtualClock
 from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster
 from cluster.types import GpuShare, NodeState, NodeView, Pool
+from tests.integration.gangs import GANG_NODES, WHOLE_NODE, add_gang_nodes, gang_admit, gang_job, gang_pods
 
 STARTUP_S = 0.3
 NODES = (
@@ -32,6 +34,8 @@ class Harness:
     backend: ClusterBackend
     settle_fn: object
     wait_fn: object
+    services_fn: object  # the headless Services on the cluster: name -> selector
+    manifest_fn: object = None  # a pod as the API stores it (Kubernetes only)
     seen: list[ClusterEvent] = field(default_factory=list)
 
     def settle(self) -> None:
@@ -58,23 +62,26 @@ class Harness:
     def pod(self, name: str):
         return next((p for p in self.backend.pods() if p.spec.name == name), None)
 
+    def services(self) -> dict[str, dict[str, str]]:
+        return self.services_fn()
 
-def _simulated() -> Iterator[Harness]:
+
+def _simulated(nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harness]:
     clock = VirtualClock(1_000_000.0)
-    cluster = SimulatedCluster(NODES, clock, store.labelled_runtime, startup_s=STARTUP_S)
+    cluster = SimulatedCluster(nodes, clock, store.labelled_runtime, startup_s=STARTUP_S)
 
     def wait(seconds: float) -> None:
         clock.advance(seconds)
         cluster.advance()
 
-    yield Harness(cluster, lambda: wait(STARTUP_S + 0.01), wait)
+    yield Harness(cluster, lambda: wait(STARTUP_S + 0.01), wait, cluster.services)
 
 
-def _kubernetes() -> Iterator[Harness]:
+def _kubernetes(nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harness]:
     from cluster.emulator import Emulator
     from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
 
-    with Emulator(nodes=NODES, namespace="tidal-workloads", startup_s=STARTUP_S, termination_s=0.1) as emu:
+    with Emulator(nodes=nodes, namespace="tidal-workloads", startup_s=STARTUP_S, termination_s=0.1) as emu:
         backend = KubernetesCluster(emu.api_client(), KubeSettings(namespace="tidal-workloads", replacement_wait_s=3,
                                                                    grace_period_s=1))
 
@@ -96,7 +103,14 @@ def _kubernetes() -> Iterator[Harness]:
             emu.settle()
             backend.refresh()
 
-        harness = Harness(backend, settle, wait)
+        def services() -> dict[str, dict[str, str]]:
+            return {svc["metadata"]["name"]: svc["spec"].get("selector", {})
+                    for svc in emu.objects("services", "tidal-workloads")}
+
+        def manifest(name: str) -> dict | None:
+            return next((p for p in emu.objects("pods", "tidal-workloads") if p["metadata"]["name"] == name), None)
+
+        harness = Harness(backend, settle, wait, services, manifest)
         harness.seen += backend.drain_events()  # start the watches
         yield harness
         backend.stop()
@@ -279,3 +293,120 @@ def test_detaching_a_pod_outside_any_replicaset_is_refused(cluster):
     with pytest.raises(BackendError, match="replicaset"):
         cluster.backend.detach_pod("job-1-1")
     assert DETACHED_FROM_LABEL not in cluster.pod("job-1-1").spec.labels
+
+
+# --- gangs: the live loop binding a job of several workers, on the database ---------------------------------
+# The same cases on both backends: what the scheduler and the lending controller do to a gang's pods and headless
+# Service, and what they record. The admission is built by hand (tests/integration/gangs.py).
+
+
+@dataclass
+class GangLab:
+    world: object
+    cluster: Harness
+
+
+@pytest.fixture(params=["simulated", "kubernetes"])
+def gangs(request, world) -> Iterator[GangLab]:
+    from colocation.selectors import node_views
+
+    add_gang_nodes(world)
+    nodes = node_views()
+    harness = _simulated(nodes) if request.param == "simulated" else _kubernetes(nodes)
+    yield from (GangLab(world, h) for h in harness)
+
+
+def _gang_pods_on_cluster(lab: GangLab, job) -> list[str]:
+    return sorted(p.spec.name for p in lab.cluster.backend.pods() if p.spec.job_id == job.pk)
+
+
+@pytest.mark.django_db
+def test_a_gang_is_bound_whole_with_its_rendezvous_environment_and_headless_service(gangs):
+    from core.models import Decision
+    from scheduler import live
+    from scheduler.models import JobStatus
+
+    job = gang_job(gangs.world)
+    assert live._admit(gang_admit(job), gangs.cluster.backend, time.time())
+    gangs.cluster.settle()
+    service, pods = f"gang-{job.pk}-1", gang_pods(job)
+    assert gangs.cluster.services() == {service: {JOB_LABEL: str(job.pk), RUN_LABEL: "1"}}
+    for rank, name in enumerate(pods):
+        pod = gangs.cluster.pod(name)
+        assert pod is not None and pod.node == GANG_NODES[rank] and pod.spec.gpu_shares == WHOLE_NODE
+        assert {k: pod.spec.labels[k] for k in (JOB_LABEL, RUN_LABEL, WORKER_LABEL)} == \
+            {JOB_LABEL: str(job.pk), RUN_LABEL: "1", WORKER_LABEL: str(rank)}
+        assert pod.spec.subdomain == service
+        env = pod.spec.env
+        assert (env["MASTER_ADDR"], env["WORLD_SIZE"], env["RANK"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == \
+            (f"{pods[0]}.{service}", "4", str(rank), str(rank), "2")
+        manifest = gangs.cluster.manifest_fn and gangs.cluster.manifest_fn(name)
+        if manifest is not None:  # Kubernetes: the DNS name <hostname>.<subdomain> of the Service
+            assert (manifest["spec"]["hostname"], manifest["spec"]["subdomain"]) == (name, service)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.node.name == "g-0"
+    run = job.runs.get()
+    assert [(w["rank"], w["node"], w["pod"], w["state"]) for w in run.workers] == \
+        [(r, GANG_NODES[r], pods[r], "running") for r in range(4)]
+    assert run.pod == pods[0]
+    admission = Decision.objects.get(subject=f"job:{job.pk}", kind="admission")
+    assert admission.data["nodes"] == list(GANG_NODES)
+
+
+@pytest.mark.django_db
+def test_a_gang_with_one_bind_refused_leaves_nothing_bound_and_is_requeued_once(gangs):
+    from core.models import Decision
+    from scheduler import live
+    from scheduler.models import JobStatus
+
+    blocker = PodSpec(name="someone-else", job_id=None, gpu_model="T4", gpu_shares=(GpuShare(1, 1.0),),
+                      cpu_milli=1000, memory_mib=1024, labels={KIND_LABEL: TRAINING})
+    gangs.cluster.backend.bind(blocker, "g-2")  # the cluster changed since the cycle looked: worker 2 cannot go
+    job = gang_job(gangs.world)
+    assert not live._admit(gang_admit(job), gangs.cluster.backend, time.time())
+    gangs.cluster.settle()
+    assert _gang_pods_on_cluster(gangs, job) == []
+    assert gangs.cluster.services() == {}
+    assert gangs.cluster.pod("someone-else") is not None  # not ours: left alone
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
+    (run,) = job.runs.all()
+    assert run.outcome == "failed" and run.ended_at is not None
+    assert [w["state"] for w in run.workers] == ["stopped", "stopped", "failed", "stopped"]
+    (requeued,) = Decision.objects.filter(subject=f"job:{job.pk}", reason="bind-failed")
+    assert "worker 2 of 4" in requeued.message and "g-2" in requeued.message
+    assert "2 workers already bound were removed" in requeued.message
+
+
+@pytest.mark.django_db
+def test_taking_back_a_node_with_one_worker_requeues_the_whole_gang_once(gangs):
+    from colocation import controller, services as colocation_services
+    from colocation.models import Node, NodeTransition
+    from colocation.policy import DEFAULT, Direction
+    from core.models import Decision
+    from scheduler import live
+    from scheduler.models import JobStatus
+
+    job = gang_job(gangs.world)
+    assert live._admit(gang_admit(job), gangs.cluster.backend, time.time())
+    gangs.cluster.settle()
+    colocation_services.transition_request(node=Node.objects.get(name="g-2"), direction=Direction.TAKE_BACK,
+                                           actor=gangs.world.users["operator"], reason="operator", message="by hand")
+    controller.lending_tick(backend=gangs.cluster.backend, now=time.time(), profile=DEFAULT)
+    gangs.cluster.settle()
+    # the other workers went with it, in the same tick (no scheduler tick ran to evict orphans)
+    assert _gang_pods_on_cluster(gangs, job) == []
+    assert gangs.cluster.services() == {}
+    for _ in range(5):  # a graceful eviction is waited for: the transition finishes on a later tick
+        if NodeTransition.objects.get(node__name="g-2").status == "done":
+            break
+        controller.lending_tick(backend=gangs.cluster.backend, now=time.time(), profile=DEFAULT)
+        gangs.cluster.settle()
+    assert NodeTransition.objects.get(node__name="g-2").status == "done"
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING and job.pool_preference == "fixed"
+    (run,) = job.runs.all()
+    assert run.outcome == "killed"
+    assert [w["state"] for w in run.workers] == ["stopped", "stopped", "killed", "stopped"]
+    (requeued,) = Decision.objects.filter(subject=f"job:{job.pk}", reason="taken-back")
+    assert "g-2" in requeued.message and "worker 2 of 4" in requeued.message

@@ -24,11 +24,18 @@ def signed_in(world, role: str, **kwargs) -> Client:
 
 @pytest.fixture
 def pages(world):
-    """Every console page for an object of ml-search (a job, the department, a service)."""
+    """Every console page for an object of ml-search (a job, a running gang, the department, a service)."""
+    from scheduler.models import JobRun
+
     job = world.submit("member")
+    gang = world.hold(_gang(world, name="gang", workers=2, gpus="2", gpu_model="A100"), gpu_model="A100")
+    JobRun.objects.create(job=gang, attempt=1, node=world.nodes["a100-0"], started_at=gang.submitted_at, workers=[
+        {"rank": r, "node": "a100-0", "pod": f"job-{gang.pk}-1-{r}", "gpu_shares": [[2 * r, 1.0], [2 * r + 1, 1.0]],
+         "state": "running"} for r in range(2)])
     service = world.service("ml-search")
     return {
         "jobs": reverse("jobs"), "submit": reverse("job-submit"), "job": reverse("job", args=[job.pk]),
+        "gang": reverse("job", args=[gang.pk]),
         "job-cancel": reverse("job-cancel", args=[job.pk]), "departments": reverse("departments"),
         "department": reverse("department", args=["ml-search"]), "services": reverse("services"),
         "service": reverse("service", args=[service.name]), "service-edit": reverse("service-edit", args=[service.name]),
@@ -49,7 +56,8 @@ def test_every_page_renders_for_its_department(world, pages):
         assert client.get(url).status_code == 200, name
 
 
-@pytest.mark.parametrize("page", ["job", "job-cancel", "department", "service", "service-edit", "submit-again"])
+@pytest.mark.parametrize("page", ["job", "gang", "job-cancel", "department", "service", "service-edit",
+                                  "submit-again"])
 def test_another_department_gets_404(world, pages, page):
     """A member of ml-ads cannot open ml-search's objects, nor learn that they exist."""
     assert signed_in(world, "outsider").get(pages[page]).status_code == 404
@@ -134,6 +142,11 @@ def _form(world, **overrides) -> dict:
     ({"gpu_model": "P40"}, "gpu_model", "Select a valid choice"),  # not certified for pytorch: not offered
     ({"name": ""}, "name", "This field is required"),
     ({"department": "ml-ads"}, "department", "Select a valid choice"),  # not a department of the user
+    ({"workers": "0"}, "workers", "greater than or equal to 1"),
+    ({"workers": "2"}, "gpus", "0.5 GPUs is a fraction: each of a gang's 2 workers asks for whole GPUs"),
+    ({"workers": "2", "gpus": "4", "gpu_model": "A100"}, "workers",
+     "2 workers ask 8 GPUs, 8000m CPU and 32768 MiB memory at once, more than ml-search's own or borrowed quota"),
+    ({"topology": "ring"}, "topology", "Select a valid choice"),
 ])
 def test_a_bad_submission_shows_the_error_beside_its_field_and_writes_nothing(world, overrides, field, text):
     client = signed_in(world, "member")
@@ -154,6 +167,15 @@ def test_a_valid_submission_goes_through_job_submit(world):
     assert (job.gpus, job.gpu_model.name, job.expected_duration_s, job.task_key) == (Decimal("0.5"), "T4", 5400,
                                                                                       "ml-search/bert")
     assert Decision.objects.filter(subject=f"job:{job.pk}", reason="submitted").exists()
+
+
+def test_a_gang_is_submitted_through_the_form(world):
+    client = signed_in(world, "member")
+    response = client.post(reverse("job-submit"), _form(world, workers="2", topology="spread", gpus="1"))
+    job = TrainingJob.objects.get(name="bert")
+    assert response.status_code == 302 and (job.workers, job.topology, job.gpus) == (2, "spread", Decimal(1))
+    form = client.get(reverse("job-submit") + f"?from={job.pk}").context["form"]  # submit again: the same gang
+    assert (form.initial["workers"], form.initial["topology"]) == (2, "spread")
 
 
 def test_submit_again_prefills_the_form_with_the_same_task_key(world):
@@ -200,6 +222,119 @@ def test_a_cpu_only_job_is_described_in_cores_and_memory_each_once(world):
     assert room == "96 cores, 1 TiB on a100-0 (2 schedulable training nodes); this job asks 4 cores, 8 GiB"
     asked = re.search(r"<dt>Asked</dt><dd>(.*?)</dd>", html, re.S).group(1)
     assert asked == "4 cores · 8 GiB"  # no "0 GPU" on a job that asks none
+
+
+def _gang(world, name: str = "ddp", workers: int = 2, gpus: str = "1", gpu_model: str = "T4", **fields):
+    """A gang written through the service (world.submit asks for one worker)."""
+    from core.models import Department, GPUModel
+    from scheduler import services
+
+    return services.job_submit(
+        submitter=world.users["member"], department=Department.objects.get(name="ml-search"), name=name,
+        image="registry/ddp:1", command="torchrun train.py", framework=world.frameworks["pytorch-2.1"],
+        gpu_model=GPUModel.objects.get(name=gpu_model), gpus=Decimal(gpus), cpu_milli=4000, memory_mib=16384,
+        workers=workers, **fields)
+
+
+def test_my_jobs_shows_a_gang_as_workers_times_gpus(world):
+    _gang(world, name="ddp-t4", workers=3)
+    world.submit("member", name="single", gpus="1")
+    html = signed_in(world, "member").get(reverse("jobs")).content.decode()
+    gang_row = html.split(">ddp-t4</a>", 1)[1].split("</tr>", 1)[0]
+    single_row = html.split(">single</a>", 1)[1].split("</tr>", 1)[0]
+    assert ">3 × 1 T4<" in gang_row and ">3 × 4 cores<" in gang_row and ">3 × 16 GiB<" in gang_row
+    assert ">1<" in single_row and "×" not in single_row  # one worker: as before
+
+
+def test_a_running_gangs_page_shows_its_workers(world):
+    from scheduler.models import JobRun
+
+    job = _gang(world, workers=2, gpus="2", gpu_model="A100", topology="spread")
+    world.hold(job, gpu_model="A100")
+    TrainingJob.objects.filter(pk=job.pk).update(node=world.nodes["a100-0"])
+    JobRun.objects.create(job=job, attempt=1, node=world.nodes["a100-0"], started_at=job.submitted_at, workers=[
+        {"rank": 0, "node": "a100-0", "pod": f"job-{job.pk}-1-0", "gpu_shares": [[0, 1.0], [1, 1.0]],
+         "state": "running"},
+        {"rank": 1, "node": "a100-1", "pod": f"job-{job.pk}-1-1", "gpu_shares": [[5, 1.0], [7, 1.0]],
+         "state": "running"}])
+    html = signed_in(world, "member").get(reverse("job", args=[job.pk])).content.decode()
+    rows = re.findall(r"<tr><td class=\"num\">(\d)</td><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td></tr>",
+                      html.split('id="worker-table"', 1)[1].split("</table>", 1)[0])
+    assert rows == [("0", "a100-0", "2 · GPUs 0, 1", '<span class="badge running">running</span>'),
+                    ("1", "a100-1", "2 · GPUs 5, 7", '<span class="badge running">running</span>')]
+    assert "2 (spread: a node per worker); asked and allocated are per worker" in html
+    runs = html.split('id="runs"', 1)[1].split("</table>", 1)[0]
+    assert "<th>Nodes</th>" in runs and "<td>a100-0, a100-1</td>" in runs  # the run's every node
+    assert "<dt>Node</dt>" not in html  # worker 0's node alone would mislead
+
+
+def test_a_waiting_gang_says_what_it_needs_and_its_reservation(world):
+    job = _gang(world, workers=4, gpus="1")
+    TrainingJob.objects.filter(pk=job.pk).update(reservation={"nodes": ["t4-0", "t4-1"], "start_at": 1_790_000_000})
+    Decision.objects.create(kind="pending", subject=f"job:{job.pk}", department=job.department, reason="reserved",
+                            message="pending: needs 4 workers of 1 T4 (packed); room for 1 across the T4 nodes; "
+                                    "reserved t4-0, t4-1 for job 1; expected start 14:13")
+    html = signed_in(world, "member").get(reverse("job", args=[job.pk])).content.decode()
+    assert "Pending: needs 4 workers of 1 T4 (packed); room for 1" in html  # the cycle's sentence
+    needs = re.search(r"<dt>Needs at once</dt>\s*<dd>(.*?)</dd>", html, re.S).group(1)
+    assert needs.startswith("4 workers × 1 T4 GPU = <strong>4 GPUs</strong> on one GPU model, each with 4 cores and "
+                            "16 GiB; on the fewest nodes")
+    reserved = re.search(r'<dd class="reservation">(.*?)</dd>', html, re.S).group(1)
+    assert reserved.startswith('t4-0, t4-1 from <time datetime="2026-09-21T14:13:20+00:00" data-show="both">')
+    assert "each of its 4 workers asks 1 GPU" in html
+
+
+@pytest.mark.parametrize("shares, text", [
+    ([(0, 1.0), (1, 1.0), (2, 1.0), (3, 1.0)], "4 · GPUs 0–3"),
+    ([(4, 1.0), (6, 1.0)], "2 · GPUs 4, 6"),
+    ([(2, 1.0)], "1 · GPU 2"),
+    ([(3, 0.5)], "0.5 of GPU 3"),
+    ([], "—"),
+])
+def test_a_workers_gpus_are_named_by_index(shares, text):
+    from frontend.jobs.detail import gpu_text
+    from scheduler.selectors import WorkerRow
+
+    assert gpu_text(WorkerRow(0, "n", "p", tuple(shares), "running")) == text
+
+
+def test_a_one_worker_jobs_page_has_no_gang_parts(world):
+    html = signed_in(world, "member").get(reverse("job", args=[world.submit("member").pk])).content.decode()
+    assert "Needs at once" not in html and "worker-table" not in html and "Reserved for it" not in html
+
+
+def test_a_running_gangs_every_worker_fills_the_quota_bar(world):
+    world.hold(_gang(world, workers=2, gpus="2", gpu_model="A100"), gpu_model="A100")
+    html = signed_in(world, "member").get(reverse("department", args=["ml-search"])).content.decode()
+    assert 'aria-label="A100: own 4 of 4 used, borrowed 0 of 2 used"' in html
+
+
+def test_the_department_queue_counts_gpus(world):
+    _gang(world, name="big", workers=2, gpus="2", gpu_model="A100")
+    world.submit("member", name="small", gpus="1")
+    world.hold(world.submit("member", name="running", gpus="2"))  # not waiting: not counted
+    world.submit("member", name="cpu", gpus="0", gpu_model=None)
+    client = signed_in(world, "member")
+    html = client.get(reverse("department", args=["ml-search"])).content.decode()
+    size = re.search(r'id="queue-size">(.*?)</span>', html, re.S).group(1)
+    assert size == "3 pending jobs asking <strong>5 GPUs</strong> (4 A100 · 1 T4), in scheduling order"
+    big_row = html.split("big</a>", 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num nowrap">2 × 2 A100</td>' in big_row
+    listing = client.get(reverse("departments")).content.decode()
+    row = listing.split(">ml-search</a>", 1)[1].split("</tr>", 1)[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', row) == ["2", "3", "5", "1"]  # members, pending, GPUs, running
+
+
+@pytest.mark.parametrize("asked, text", [
+    ({}, ("0 GPUs", "")),
+    ({"T4": Decimal("1.000")}, ("1 T4 GPU", "")),
+    ({"T4": Decimal("0.5")}, ("0.5 T4 GPUs", "")),
+    ({"T4": Decimal(2), "A100": Decimal(32)}, ("34 GPUs", " (32 A100 · 2 T4)")),
+])
+def test_a_queue_is_told_in_gpus(asked, text):
+    from frontend.departments.views import gpus_asked
+
+    assert gpus_asked(asked) == text
 
 
 def test_cancel_asks_first_then_cancels(world):
@@ -403,8 +538,8 @@ def test_every_form_needs_its_csrf_token(world, pages):
     assert 'name="csrfmiddlewaretoken"' in html
 
 
-@pytest.mark.parametrize("page, most", [("jobs", 12), ("job", 22), ("department", 16), ("departments", 10),
-                                        ("services", 10), ("service", 12), ("submit", 12)])
+@pytest.mark.parametrize("page, most", [("jobs", 12), ("job", 22), ("gang", 22), ("department", 16),
+                                        ("departments", 10), ("services", 10), ("service", 12), ("submit", 12)])
 def test_queries_per_page_do_not_grow_with_rows(world, pages, django_assert_max_num_queries, page, most):
     """Forty more jobs, runs and decisions must not add queries (no N+1)."""
     for n in range(40):
@@ -450,3 +585,21 @@ def test_the_api_override_rejects_a_bad_body(world):
     response = world.client("operator").post(f"/api/jobs/{job.pk}/keep-request/", {"keep_request": "maybe"},
                                              format="json")
     assert response.status_code == 400 and "keep_request" in response.json()["extra"]["fields"]
+
+
+def test_most_free_counts_every_worker_of_a_running_gang(world):
+    from colocation.models import NodeState
+    from colocation.selectors import most_free
+    from scheduler.models import JobRun
+
+    # t4-1 offline too: two T4 nodes of 2 GPUs; a gang of 2 x 1 T4 with a worker on each leaves 1 free on each
+    world.nodes["t4-1"].state = NodeState.OFFLINE_NORMAL
+    world.nodes["t4-1"].save(update_fields=["state"])
+    job = _gang(world, workers=2, gpus="1", topology="spread")
+    world.hold(job)
+    TrainingJob.objects.filter(pk=job.pk).update(node=world.nodes["t4-0"])
+    JobRun.objects.create(job=job, attempt=1, node=world.nodes["t4-0"], started_at=job.submitted_at, workers=[
+        {"rank": r, "node": n, "pod": f"job-{job.pk}-1-{r}", "gpu_shares": [[0, 1.0]], "state": "running"}
+        for r, n in enumerate(("t4-0", "t4-1"))])
+    room = most_free(gpu_model="T4")
+    assert room.nodes == 2 and room.gpus == 1  # not 2: worker 1 holds one of t4-1's GPUs too

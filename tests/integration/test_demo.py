@@ -126,6 +126,7 @@ def test_demo_workload_submits_trace_pods_as_they_come_due(world, settings, tmp_
     )
     settings.TRACES_DIR, settings.TIDAL_DEMO_TRACE_START_S = tmp_path, 1000
     settings.TIDAL_DEMO_SPEEDUP, settings.TIDAL_DEMO_LOAD_FACTOR = 60, 2  # arrivals 120× faster, run times 60×
+    helios_share(tmp_path, big=0, held=10)  # no gangs here (test_demo_workload_submits_gangs has them)
     redis, namespace = Redis.from_url(settings.REDIS_URL), f"test-{os.getpid()}-{time.monotonic_ns()}"
     try:
         assert demo_submit_due(redis=redis, namespace=namespace, now=1000.0) == 1
@@ -141,6 +142,52 @@ def test_demo_workload_submits_trace_pods_as_they_come_due(world, settings, tmp_
     assert jobs["p-b"].annotations[RUNTIME_LABEL] == "120"  # 100 s / 60 = 1.7 s, raised to the 2 min floor
     assert jobs["p-c"].annotations[RUNTIME_LABEL] == "300"  # never ran: 5 min
     assert jobs["p-a"].task_key == f"trace/{jobs['p-a'].department.name}/2000m-2048Mi-0.46gpu-any-LS"
+
+
+def helios_share(traces: Path, *, big: int, held: int) -> None:
+    """A per-VC Helios file where jobs of >= 8 GPUs hold big / held of the running GPUs."""
+    vcs = traces / "helios" / "vcs"
+    vcs.mkdir(parents=True)
+    (vcs / "vcX.csv").write_text("time,running_gpu_num,running_gpu_num_noless_8\n"
+                                 f"2020-05-01 00:00:00,{held},{big}\n")
+
+
+@pytest.mark.django_db
+def test_demo_workload_submits_gangs_in_the_helios_share(world, settings, tmp_path):
+    from redis import Redis
+
+    from cluster.simulated.traces import gang_workers_of
+    from demo.trace_jobs import POD_LIST, demo_gangs, demo_submit_due, read_pods
+    from scheduler.models import TrainingJob
+
+    (tmp_path / POD_LIST).parent.mkdir(parents=True)
+    (tmp_path / POD_LIST).write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+        "p-frac,2000,2048,1,500,,LS,Running,1000,61000,1000\n"  # 0.5 GPU x 1000 s (60000 / 60)
+        "p-g,1000,1024,1,1000,,LS,Running,1010,1070,1010\n"  # 1 GPU x 120 s (the floor): becomes the gang
+    )
+    helios_share(tmp_path, big=9, held=10)  # gangs should hold 90 % of the GPU-time
+    settings.TRACES_DIR, settings.TIDAL_DEMO_TRACE_START_S = tmp_path, 1000
+    settings.TIDAL_DEMO_SPEEDUP, settings.TIDAL_DEMO_LOAD_FACTOR = 60, 2
+    path = tmp_path / POD_LIST
+    plan = demo_gangs(path, 60.0, tmp_path / "helios")
+    w = gang_workers_of("p-g")
+    assert plan.workers == {"p-g": w} and plan.share == pytest.approx(w * 120 / (w * 120 + 500))
+    assert plan.growth == pytest.approx((w * 120 + 500) / (120 + 500))
+    assert plan.of(read_pods(path)[0]) == 1
+    redis, namespace = Redis.from_url(settings.REDIS_URL), f"test-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        assert demo_submit_due(redis=redis, namespace=namespace, now=1000.0) == 1
+        # p-g is 10 trace s later: 10 / 120 s, spread by the gangs' growth of the GPU-time
+        assert demo_submit_due(redis=redis, namespace=namespace, now=1000.0 + 10 / 120 * plan.growth - 0.01) == 0
+        assert demo_submit_due(redis=redis, namespace=namespace, now=1000.0 + 10 / 120 * plan.growth + 0.01) == 1
+    finally:
+        redis.delete(f"{namespace}:demo-workload")
+    gang = TrainingJob.objects.get(name="p-g")
+    # at most what its model's nodes hold and all from one kind of its department's quota (conftest's world: 2 T4
+    # nodes of 2 GPUs, own 2; one A100 node of 8 GPUs, own 4)
+    assert gang.workers == min(w, {"T4": 2, "A100": 4}[gang.gpu_model.name]) >= 2
+    assert TrainingJob.objects.get(name="p-frac").workers == 1
 
 
 def test_up_names_debug_only_when_it_is_on():

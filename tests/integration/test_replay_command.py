@@ -57,3 +57,36 @@ def test_bad_row_stops_before_anything_runs(trace, tmp_path):
     assert not out.exists()
     with pytest.raises(CommandError, match="--load-factor must be > 0"):
         call_command("replay", nodes=str(nodes), pods=str(pods), out=str(out), load_factor=0)
+
+
+def test_replay_with_gangs_reports_waits_and_jct_per_job_size(trace, tmp_path):
+    nodes, pods = trace
+    out, summary = tmp_path / "gangs", tmp_path / "gangs.json"
+    call_command("replay", nodes=str(nodes), pods=str(pods), out=str(out), json_path=str(summary),
+                 quotas="equal", workers=1, gang_share=0.5)
+    figures = json.loads(summary.read_text())
+    assert list(figures) == ["tidal", "fifo", "tidal-no-reservations"]  # the default policies with gangs
+    for f in figures.values():
+        assert set(f["by_size"]) == {"<=1", "2-8", ">8"}
+        assert sum(c["n"] for c in f["by_size"].values()) == 4  # one record per job, gangs included
+    data = json.loads((out / "report.json").read_text())
+    assert data["gangs"]["jobs"] == 1 and data["gangs"]["source"] == "--gang-share"  # l1 becomes 2 x 1 GPU
+    assert figures["tidal"]["by_size"]["2-8"]["n"] == 2  # the gang and b1
+    report = (out / "report.md").read_text()
+    assert "## Queueing time and job completion time per job size" in report
+    assert "## What reservations buy (tidal vs tidal-no-reservations)" in report
+    assert (out / "queue_wait_by_size.png").stat().st_size > 0
+
+
+def test_replay_demo_shaped_speeds_up_run_times_and_arrivals(trace, tmp_path, settings):
+    nodes, pods = trace
+    settings.TIDAL_DEMO_SPEEDUP = 10
+    out = tmp_path / "demo"
+    call_command("replay", nodes=str(nodes), pods=str(pods), out=str(out), quotas="equal", workers=1,
+                 policies=["tidal"], demo=True, every=1)
+    data = json.loads((out / "report.json").read_text())
+    assert data["gangs"] is not None and "demo_run_s" in data["mapping"]["run_time"]
+    # arrivals 10x faster (and spread by the gangs' growth): the last pod arrives at 300 x growth / 10
+    assert data["policies"]["tidal"]["window_s"] == pytest.approx(300 * data["gangs"]["gpu_time_growth"] / 10, abs=1e-3)
+    with pytest.raises(CommandError, match="--gang-share"):
+        call_command("replay", nodes=str(nodes), pods=str(pods), out=str(out), gang_share=1.5)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cluster.types import (CPU_KEY, MEMORY_KEY, Allocation, GpuShare, JobStatus, JobView, NodeState, NodeView,
-                           Pool, QuotaKind, QuotaView, RunProfile, Snapshot)
+from cluster.types import (BLOCK_LABEL, CPU_KEY, MEMORY_KEY, Allocation, GpuShare, JobStatus, JobView, NodeState,
+                           NodeView, Pool, QuotaKind, QuotaView, RunProfile, Snapshot, Topology)
 
 NOW = 1_000_000.0
 MIN = 60.0
@@ -29,6 +29,9 @@ class NodeBuilder:
 
     def pool(self, pool: Pool) -> NodeBuilder:
         return self._set(pool=pool)
+
+    def block(self, name: str) -> NodeBuilder:
+        return self._set(labels={**self._node.labels, BLOCK_LABEL: name})
 
     def used(self, *shares: float) -> NodeBuilder:
         return self._set(gpu_used=tuple(shares) + (0.0,) * (self._node.gpu_count - len(shares)))
@@ -72,6 +75,13 @@ class JobBuilder:
     def pool(self, pool: Pool) -> JobBuilder:
         return self._set(preferred_pool=pool)
 
+    def workers(self, n: int, topology: Topology = Topology.PACK) -> JobBuilder:
+        return self._set(workers=n, topology=topology)
+
+    def duration(self, seconds: float) -> JobBuilder:
+        """The run time the submitter stated."""
+        return self._set(expected_duration_s=seconds)
+
     def waited(self, seconds: float) -> JobBuilder:
         return self._set(submitted_at=NOW - seconds)
 
@@ -93,6 +103,15 @@ class JobBuilder:
                            tuple(GpuShare(i, share) for i in gpu_indices), job.cpu_milli, job.memory_mib, kind)
         return self._set(status=JobStatus.RUNNING, allocation=alloc, started_at=NOW - ran,
                          submitted_at=min(job.submitted_at, NOW - ran))
+
+    def running_gang(self, *workers: tuple[str, tuple[int, ...]], kind: QuotaKind | None = QuotaKind.OWN,
+                     ran: float = 3600.0) -> JobBuilder:
+        """A gang running with one worker per (node, GPU indices), whole GPUs."""
+        job = self._job
+        allocs = tuple(Allocation(node, job.gpu_model, tuple(GpuShare(i, 1.0) for i in gpus), job.cpu_milli,
+                                  job.memory_mib, kind) for node, gpus in workers)
+        return self._set(workers=len(allocs), status=JobStatus.RUNNING, allocation=allocs[0], peers=allocs[1:],
+                         started_at=NOW - ran, submitted_at=min(job.submitted_at, NOW - ran))
 
     def _set(self, **fields: object) -> JobBuilder:
         self._job = replace(self._job, **fields)
@@ -133,15 +152,17 @@ class SnapshotBuilder:
     def build(self) -> Snapshot:
         """Node usage = what the node builder set + what the running jobs on it hold (as a backend reports)."""
         models = tuple(sorted({n.gpu_model for n in self.nodes if n.gpu_model}))
-        nodes = tuple(with_jobs(n, [j for j in self.jobs if j.node == n.name]) for n in self.nodes)
+        nodes = tuple(with_jobs(n, self.jobs) for n in self.nodes)
         return Snapshot(self.now, nodes, tuple(self.jobs), tuple(self.quotas), self.certified, models)
 
 
 def with_jobs(node: NodeView, jobs: list[JobView]) -> NodeView:
+    """The node with what the jobs' workers on it hold (each worker a pod)."""
+    here = [(job, rank, a) for job in jobs for rank, a in enumerate(job.allocations) if a.node == node.name]
     used = list(node.used_shares())
-    for job in jobs:
-        for s in job.allocation.gpu_shares:
+    for _, _, a in here:
+        for s in a.gpu_shares:
             used[s.index] += s.share
-    return replace(node, gpu_used=tuple(used), cpu_used=node.cpu_used + sum(j.allocation.cpu_milli for j in jobs),
-                   memory_used=node.memory_used + sum(j.allocation.memory_mib for j in jobs),
-                   pods=node.pods + tuple(j.name for j in jobs))
+    return replace(node, gpu_used=tuple(used), cpu_used=node.cpu_used + sum(a.cpu_milli for _, _, a in here),
+                   memory_used=node.memory_used + sum(a.memory_mib for _, _, a in here),
+                   pods=node.pods + tuple(job.name if not job.gang else f"{job.name}-{rank}" for job, rank, _ in here))

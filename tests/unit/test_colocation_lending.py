@@ -3,9 +3,11 @@
 Default thresholds: minRate 40%, expectRate 60%, maxRate 80%; nodes have 4 GPUs unless stated.
 """
 
+from dataclasses import replace
+
 import pytest
 
-from colocation.policy import (Direction, GroupView, Hold, Lend, LendReason, TakeBack, decide_group,
+from colocation.policy import (Direction, GroupView, Hold, Lend, LendReason, TakeBack, TrainingPod, decide_group,
                                decide_lending)
 from tests.unit.colocation_builders import NOW, OFF_U, ON_U, G, N, at, online_fleet
 
@@ -233,3 +235,14 @@ def test_decide_lending_one_decision_per_group_sorted():
               G("p40").nodes(*online_fleet((4,), prefix="p40"), N("p40-2").offline()).build()]
     decisions = decide_lending(groups, NOW)
     assert [(d.group, type(d)) for d in decisions] == [("p40", TakeBack), ("t4", Lend)]
+
+
+def test_take_back_counts_a_gang_worker_as_its_whole_gang():
+    # t4-5 holds one worker of a 4-worker gang started 10 min ago; t4-6 two single jobs started an hour ago.
+    # Counting pods, t4-5 (1 job) goes first; counting what dies, the gang's 4 workers make it the costlier node.
+    gang = replace(N("t4-5").build(), training=(TrainingPod("gang-w0", 77, NOW - 600, workers=4),))
+    singles = N("t4-6").offline(3600, 3600)
+    d = decide(G().nodes(*online_fleet((4,), (4,), (3,)), gang, singles, N("t4-7").offline(60, 60, 60, 60, 60)))
+    assert isinstance(d, TakeBack)
+    assert d.nodes == ("t4-6", "t4-5")  # 2 jobs lost first, then the gang's 4 workers, never t4-7's 5 jobs
+    assert "3 training jobs requeued" in d.message  # the gang is one job

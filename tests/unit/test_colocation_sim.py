@@ -155,3 +155,30 @@ def test_the_two_runs_side_by_side_report_what_each_run_alone_does(sim, static, 
     figures, _ = simulate(sim.cfg, tmp_path, "test", bar, processes=2)
     assert figures == summary(sim.outcome(), static.outcome())
     assert shown == {"lending": list(range(sim.cfg.minutes)), "static": list(range(sim.cfg.minutes))}
+
+
+def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
+    """The sim's acting on a gang (README: Co-location): the take-back's eviction of one worker ends the gang's run,
+    its other workers are evicted at once, the job goes back to the queue whole (pinned to the fixed pool), once."""
+    from colocation.policy import EvictTraining
+    from scheduler.policy import CycleResult
+    from tests.unit.test_simulated_gangs import admit
+
+    s = CoLocationSim(SimConfig(Path(TRACES_DIR), days=1, training_load=0.1).small())
+    model = next(n.gpu_model for n in s.backend.nodes() if n.gpu_model)
+    free = [n for n in s.backend.nodes() if n.gpu_model == model and n.state.offline and not n.pods][:2]
+    assert len(free) == 2
+    job = JobView(10**6, "gang", "gang", "training", "pytorch", model, 1.0, 1000, 1024, JobStatus.PENDING, SIM_START,
+                  expected_duration_s=3600.0, workers=2)
+    s.training.submit(job, 3600.0)
+    s.queue.add(job)
+    result = CycleResult(SIM_START, (admit(job.id, (free[0].name, (0,)), (free[1].name, (0,)), model=model),))
+    s.training.apply(result)
+    s._count(result)
+    assert s.training.pods_of(job.id) == ("job-1000000", "job-1000000-w1")
+    s._execute(EvictTraining(free[1].name, "job-1000000-w1"), SIM_START)
+    assert s.backend.pod("job-1000000") is None and s.backend.pod("job-1000000-w1") is None
+    requeued = s.training.jobs[job.id]
+    assert requeued.status is JobStatus.PENDING and requeued.peers == () and requeued.preferred_pool is Pool.FIXED
+    assert s.metrics.killed == 1 and s.training.requeues[job.id] == 1 and job.id in s.killed_jobs
+    assert len(s.queue) == 1  # nothing else arrived: the gang, back in the queue once

@@ -131,3 +131,57 @@ def test_same_inputs_give_identical_report_json(blocking_trace, tmp_path):
     assert a.files["report.md"].exists() and b.files["report.md"].exists()
     for name in ("alloc_share", "fragmentation", "waits", "preemptions", "util_by_model"):
         assert a.files[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- gangs: reservations, per-size figures ---------------------------------------------------------
+@pytest.fixture
+def gang_trace(tmp_path):
+    """2 one-GPU T4 nodes (and a CPU node for `end`, which closes the arrival window at 1000); departments a and b each own the whole cluster (so nothing borrows or reclaims).
+    a's small jobs (1 GPU, 100 s) keep coming; b's gang g (2 workers x 1 GPU, 300 s) arrives at 10."""
+    from dataclasses import replace
+
+    from cluster.simulated.alibaba import read_nodes, read_pods
+    from cluster.simulated.traces import GangPlan
+    from scheduler.replay import Options, mapping as mp
+    from scheduler.replay.engine import build_setup
+
+    nodes = write(tmp_path / "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model",
+                  ["t4-0,8000,16384,1,T4", "t4-1,8000,16384,1,T4", "cpu-0,4000,8192,0,"])
+    pods = write(tmp_path / "pods.csv", POD_HEADER, [
+        pod("small-2", 1, 0, 100), pod("small-5", 1, 0, 150), pod("g", 1, 10, 300), pod("s3", 1, 20, 100),
+        pod("s4", 1, 120, 100), pod("s5", 1, 170, 100), pod("s6", 1, 220, 100), pod("s7", 1, 270, 100),
+        pod("end", 0, 1000, 10)])
+    mapping = mp.Mapping({"a": 1.0, "b": 1.0})
+    assert {mapping.department(n) for n in ("small-2", "small-5", "s3", "s7")} == {"a"} and mapping.department("g") == "b"
+    setup = build_setup(read_pods(pods), read_nodes(nodes), mapping, Options())
+    return replace(setup, gangs=GangPlan({"g": 2}, 0.5, 0.5, 1.0))
+
+
+def test_a_reservation_keeps_small_jobs_from_starving_the_gang(gang_trace):
+    f = run_policy(gang_trace, "tidal").figures
+    # 10: g reserves both nodes from 150 (when small-5 ends); s3..s7 (100 s) would end after 150: no backfill.
+    # 150: g starts (waited 140), ends 450; then the small jobs two at a time: s3 430, s4 330, s5 380, s6 330, s7 380
+    assert f["gangs_submitted"] == 1 and f["gangs_reserved"] == 1 and f["preemptions"] == 0
+    gang = f["by_size"]["2-8"]
+    assert gang["n"] == 1 and gang["wait"] == {"p50": 140.0, "p95": 140.0, "max": 140.0}  # once per job
+    assert gang["jct"] == {"n": 1, "p50": 440.0, "p95": 440.0, "max": 440.0}
+    assert f["by_size"]["<=1"]["n"] == 8 and f["by_size"]["<=1"]["wait"]["max"] == 430.0
+    assert f["by_size"][">8"] == {"n": 0, "wait": {"p50": None, "p95": None, "max": None},
+                                  "jct": {"n": 0, "p50": None, "p95": None, "max": None}}
+    # both workers' GPUs count: 100 + 150 + 2 x 300 + 5 x 100 GPU-s of 2 GPUs over [0, 1000]
+    assert f["gpu_alloc_share"] == pytest.approx(1350 / 2000)
+
+
+def test_without_reservations_the_stream_of_small_jobs_passes_the_gang(gang_trace):
+    f = run_policy(gang_trace, "tidal-no-reservations").figures
+    # each time one node frees, a waiting small job takes it: both are free together only at 400
+    assert f["gangs_reserved"] == 0
+    assert f["by_size"]["2-8"]["wait"]["max"] == 390.0 and f["by_size"]["<=1"]["wait"]["max"] == 80.0
+
+
+def test_the_variant_is_tidal_with_reservations_off():
+    from scheduler.replay import replay_profile
+
+    variant = replay_profile("tidal-no-reservations")
+    assert variant.reservations is False and variant.with_(name="tidal", reservations=True) == get_profile("tidal")
+    assert replay_profile("fifo") == get_profile("fifo")

@@ -1,4 +1,4 @@
-"""`python manage.py bench scheduler --nodes 5000 --pending 10000 --json out.json`
+"""`python manage.py bench scheduler --nodes 5000 --pending 10000 [--gang-share 0.2] --json out.json`
 `python manage.py bench streaming --samples 600000 --pods 1000 --json out.json`
 `python manage.py bench console --jobs 10000 --departments 200 --json out.json`
 `python manage.py bench api --users 100 --duration 60 --json out.json`"""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from django.conf import settings
@@ -29,6 +29,8 @@ class Command(BaseCommand):
         parser.add_argument("--cycles", type=int, default=6)
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--profile", default="tidal")
+        parser.add_argument("--gang-share", type=float, default=0.0,
+                            help="scheduler: share of the jobs that are gangs of 2-16 workers of whole GPUs (0-1)")
         parser.add_argument("--node-csv", default=str(settings.TRACES_DIR / "alibaba-gpu-2023/openb_node_list_all_node.csv"),
                             help="node shapes to draw from (built-in Alibaba shapes when the file is missing)")
         parser.add_argument("--samples", type=int, default=600_000, help="streaming: pod samples to push")
@@ -60,10 +62,12 @@ class Command(BaseCommand):
 
     @staticmethod
     def _scheduler(opts: dict) -> dict:
+        if not 0 <= opts["gang_share"] <= 1:
+            raise CommandError(f"--gang-share must be between 0 and 1, got {opts['gang_share']}")
         with tqdm(total=opts["cycles"], desc="scheduling cycles", disable=None) as bar:
             figures = bench_scheduler(nodes=(opts["nodes"] or 5000), pending=opts["pending"], cycles=opts["cycles"],
                                       seed=opts["seed"], node_csv=opts["node_csv"], profile=opts["profile"],
-                                      progress=lambda _cycle: bar.update())
+                                      progress=lambda _cycle: bar.update(), gang_share=opts["gang_share"])
         return figures
 
     @staticmethod

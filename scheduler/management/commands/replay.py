@@ -17,9 +17,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from scheduler.policy import PROFILES
-from scheduler.replay import DEFAULT_POLICIES, Options, TraceError, load, replay
+from scheduler.replay import DEFAULT_POLICIES, GANG_POLICIES, VARIANTS, Options, TraceError, load, replay
 from scheduler.replay.report import summary_json
 from cluster.simulated.alibaba import trace_name
+from cluster.simulated.traces import gang_share
 
 ALIBABA = "alibaba-gpu-2023"
 
@@ -41,8 +42,19 @@ class Command(BaseCommand):
                             help="node list (Alibaba 2023 schema: sn,cpu_milli,memory_mib,gpu,model)")
         parser.add_argument("--pods", default="default",
                             help="pod list (Alibaba 2023 schema), or a pod list name such as default, gpuspec10")
-        parser.add_argument("--policy", action="append", choices=sorted(PROFILES), dest="policies",
-                            help=f"repeatable; default: {', '.join(DEFAULT_POLICIES)}")
+        parser.add_argument("--policy", action="append", choices=sorted({*PROFILES, *VARIANTS}), dest="policies",
+                            help=f"repeatable; default: {', '.join(DEFAULT_POLICIES)} "
+                                 f"(with gangs: {', '.join(GANG_POLICIES)})")
+        parser.add_argument("--demo", action="store_true",
+                            help="the demo's workload: --gangs, run times sped up TIDAL_DEMO_SPEEDUP times (2 min - 2 h), "
+                                 "arrivals TIDAL_DEMO_SPEEDUP x load factor times, on 1 node in 10 (--every 10)")
+        parser.add_argument("--every", type=int, default=None,
+                            help="keep one node in this many of the node list (default 1; 10 with --demo)")
+        parser.add_argument("--gangs", action="store_true",
+                            help="the demo-shaped workload: pods become gangs of 2-16 workers (the demo's rule) until "
+                                 "they hold the share of GPUs that jobs of >= 8 GPUs hold in Helios")
+        parser.add_argument("--gang-share", type=float, default=None,
+                            help="gangs hold this share of the offered GPU-time instead of Helios' (implies --gangs)")
         parser.add_argument("--out", help="report folder (default: out/replay-<trace>[-lfX][-inflate])")
         parser.add_argument("--json", dest="json_path", help="also write the headline figures per policy here")
         parser.add_argument("--load-factor", type=float, default=1.0,
@@ -66,19 +78,32 @@ class Command(BaseCommand):
             raise CommandError(f"--load-factor must be > 0, got {opts['load_factor']}")
         if opts["min_cycle_s"] < 0 or opts["recheck_s"] <= 0 or opts["borrow_ratio"] < 0:
             raise CommandError("--min-cycle-s must be >= 0, --recheck-s > 0, --borrow-ratio >= 0")
+        if opts["demo"]:
+            opts["gangs"] = True
+        every = opts["every"] or (10 if opts["demo"] else 1)
+        if every < 1:
+            raise CommandError(f"--every must be >= 1, got {every}")
+        share, source = self._gang_share(opts)
         pods = _pods_path(str(opts["pods"]))
-        policies = opts["policies"] or list(DEFAULT_POLICIES)
+        policies = opts["policies"] or list(DEFAULT_POLICIES if share is None else GANG_POLICIES)
         options = Options(load_factor=opts["load_factor"], min_cycle_s=opts["min_cycle_s"],
-                          recheck_s=opts["recheck_s"], inflate=opts["inflate"], seed=opts["seed"])
+                          recheck_s=opts["recheck_s"], inflate=opts["inflate"], seed=opts["seed"],
+                          gang_share=share, gang_source=source,
+                          demo_speedup=float(settings.TIDAL_DEMO_SPEEDUP) if opts["demo"] else None)
         quotas = None if opts["quotas"] == "equal" else opts["quotas"]
         try:
-            setup = load(opts["nodes"], pods, quotas, options, borrow_ratio=opts["borrow_ratio"])
+            setup = load(opts["nodes"], pods, quotas, options, borrow_ratio=opts["borrow_ratio"], every=every)
         except TraceError as e:
             raise CommandError(str(e)) from None
         out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / self._folder(pods, setup, options)
         command = "python manage.py replay " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "replay"
         self.stdout.write(f"{setup.trace.name}: {len(setup.pods):,} pods ({len(setup.unplaceable)} unplaceable), "
                           f"{len(setup.nodes):,} nodes, {setup.mode} mode, policies {', '.join(policies)}")
+        if setup.gangs is not None:
+            g = setup.gangs
+            self.stdout.write(f"gangs: {len(g.workers):,} pods run as gangs of 2-16 workers, holding "
+                              f"{100 * g.share:.1f}% of the offered GPU-time (target {100 * g.target_share:.1f}%: "
+                              f"{source}); arrivals spread x{g.growth:.3g}")
         bars: list[tqdm] = []
 
         def bar(name: str, total: float):
@@ -101,11 +126,26 @@ class Command(BaseCommand):
             self.stdout.write(f"{name:>15}: GPU share {f['gpu_alloc_share']:.4f}, wait p95 {f['wait_p95_s']} s "
                               f"(own {f['wait_p95_own_s']} s), preemptions {f['preemptions']}, "
                               f"{f['events_per_s']:,.0f} events/s, {f['wall_s']:.1f} s")
+            sizes = "; ".join(f"{k} GPUs n={c['n']} wait p50/p95/max {c['wait']['p50']}/{c['wait']['p95']}/"
+                              f"{c['wait']['max']} s" for k, c in f["by_size"].items() if c["n"])
+            self.stdout.write(f"{'':>15}  {sizes}")
         self.stdout.write(f"report: {outcome.files['report.md']} (all policies: {outcome.wall_s:.1f} s)")
+
+    @staticmethod
+    def _gang_share(opts: dict) -> tuple[float | None, str]:
+        if opts["gang_share"] is not None:
+            if not 0 <= opts["gang_share"] < 1:
+                raise CommandError(f"--gang-share must be in [0, 1), got {opts['gang_share']}")
+            return opts["gang_share"], "--gang-share"
+        if opts["gangs"]:
+            return gang_share(Path(settings.TRACES_DIR) / "helios")
+        return None, ""
 
     @staticmethod
     def _folder(pods: Path, setup, options: Options) -> str:
         name = f"replay-{trace_name(pods)}"
+        if setup.gangs is not None:
+            name += "-demo" if options.demo_speedup else "-gangs"
         if setup.mode == "timeline" and options.load_factor != 1:
             name += f"-lf{options.load_factor:g}"
         if setup.mode == "inflate":

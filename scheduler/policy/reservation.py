@@ -1,0 +1,91 @@
+"""Reservations for gangs, and backfill (as Slurm's backfill scheduler does).
+
+The first gang in queue order that can start nowhere gets the nodes that free soonest: the jobs holding its GPU
+model are released in the order they are expected to end (start + expected run time: the mean of past runs, else
+the stated duration; unknown ends never come), until the gang fits; the nodes it would take then are held from that
+moment. Until then, the rest of the cycle may use their room only for a job expected to end before the reservation
+starts, so a backfilled job never delays the gang when run times are exact. Jobs of unknown run time never
+backfill. Each cycle reserves anew from the snapshot, so the reservation follows what really ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from cluster.types import GPU_EPS, Allocation, JobView, Topology
+from colocation.policy.pools import expected_run_s
+from scheduler.policy.framework import PodRequest
+from scheduler.policy.gang import Room, pick, room, workers_fit
+from scheduler.policy.nodes import NodeTable
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Room a job is expected to give back at `at` (one worker's allocation)."""
+
+    at: float
+    allocation: Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    rows: tuple[int, ...]
+    start_at: float
+
+
+def expected_end(job: JobView, now: float) -> float | None:
+    """When a running job should end (not before `now`); None when its run time is unknown."""
+    run_s = expected_run_s(job)
+    if run_s is None or job.started_at is None:
+        return None
+    return max(now, job.started_at + run_s)
+
+
+def releases(jobs: list[JobView], now: float) -> list[Release]:
+    """What each holding job gives back and when, soonest first."""
+    out = [Release(end, alloc) for job in jobs if (end := expected_end(job, now)) is not None
+           for alloc in job.allocations]
+    out.sort(key=lambda r: r.at)
+    return out
+
+
+def reserve(table: NodeTable, pod: PodRequest, workers: int, topology: Topology, allowed: np.ndarray | None,
+            coming: list[Release]) -> Reservation | None:
+    """The soonest moment the gang fits on `table` as jobs end, and the nodes it would take then."""
+    used = table.gpu_used.copy()
+    whole, cpu, mem = table.whole_free.copy(), table.cpu_free.copy(), table.mem_free.copy()
+    per_node = room(table, pod, allowed, topology).per_node.copy()
+    total = int(per_node.sum())
+    ok = table.schedulable if allowed is None else table.schedulable & allowed
+    cap = 1 if topology is Topology.SPREAD else None
+    i = 0
+    while i < len(coming):
+        at = coming[i].at
+        while i < len(coming) and coming[i].at == at:  # everything ending at the same moment at once
+            alloc = coming[i].allocation
+            i += 1
+            row = table.row.get(alloc.node) if alloc.gpu_model == table.gpu_model else None
+            if row is None:
+                continue
+            for s in alloc.gpu_shares:
+                used[row, s.index] = max(0.0, used[row, s.index] - s.share)
+            whole[row] = int((used[row] <= GPU_EPS).sum())
+            cpu[row] += alloc.cpu_milli
+            mem[row] += alloc.memory_mib
+            if ok[row]:
+                k = workers_fit(pod, int(whole[row]), int(cpu[row]), int(mem[row]), cap)
+                total += k - int(per_node[row])
+                per_node[row] = k
+        if total >= workers:
+            rows = pick(table, Room(per_node), workers)
+            if rows is not None:
+                return Reservation(tuple(sorted(set(rows))), at)
+    return None
+
+
+def clock(at: float) -> str:
+    """A moment as the sentences show it (UTC; the console shows local times)."""
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%b %d %H:%M UTC")
