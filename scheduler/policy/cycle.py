@@ -8,8 +8,8 @@ the first model where victims on one node free its whole need. Every admission a
 preemption updates the cycle's node tables and quota ledger, so later jobs see it.
 
 A gang (a job of several workers) is admitted only with a node for every worker, on one model (gang.py); the
-first gang that cannot start reserves the nodes that free soonest, and later jobs use their room only when they
-end before it (reservation.py).
+first gangs that cannot start (own quota) reserve the nodes that free soonest, and later jobs use their room only
+when they end before it (reservation.py).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Reservations for gangs, and backfill (as Slurm's backfill scheduler does).
 
-The first gang in queue order that can start nowhere gets the nodes that free soonest: the jobs holding its GPU
-model are released in the order they are expected to end (start + expected run time: the mean of past runs, else
-the stated duration; unknown ends never come), until the gang fits; the nodes it would take then are held from that
-moment. Until then, the rest of the cycle may use their room only for a job expected to end before the reservation
-starts, so a backfilled job never delays the gang when run times are exact. Jobs of unknown run time never
-backfill. Each cycle reserves anew from the snapshot, so the reservation follows what really ended.
+Each of the first gangs in queue order that can start nowhere (Profile.reservation_depth) gets the nodes that free
+soonest: the jobs holding its GPU model are released in the order they are expected to end (start + expected run
+time: the mean of past runs, else the stated duration; unknown ends never come), until the gang fits on nodes no
+earlier gang holds; the nodes it would take then are held from that moment. Until then, the rest of the cycle may
+use their room only for a job expected to end before the reservation starts, so a backfilled job never delays the
+gang when run times are exact. Jobs of unknown run time never backfill. Each cycle reserves anew from the snapshot,
+so reservations follow what really ended.
 """
 
 from __future__ import annotations
