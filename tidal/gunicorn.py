@@ -16,7 +16,8 @@ keepalive = 75
 
 
 def post_worker_init(worker: object) -> None:
-    """Warm each worker before it takes a request, freeze what it loaded, and pass the GIL on sooner.
+    """Warm each worker before it takes a request (its URLconf, and the API schema once), freeze what it loaded, and
+    pass the GIL on sooner.
 
     Importing the URLconf (every view, serializer and filter) takes about a second: without this the first users
     after a start, a deploy or a worker's restart wait for it, and every request queued behind theirs too.
@@ -25,7 +26,11 @@ def post_worker_init(worker: object) -> None:
     now). A thread back from the database waits for the GIL at most 1 ms instead of 5 while another renders a page:
     side by side under `bench api`, a list's p99 was 68–98 ms with it and 85–110 ms without (two runs each)."""
     from django.urls import get_resolver
+    from drf_spectacular.generators import SchemaGenerator
 
     get_resolver().url_patterns  # noqa: B018 — the import is the point
+    # drf-spectacular loads its extensions on the first schema it builds, and two threads doing that at once race
+    # (one gets a 500: `make run`'s readiness probe retried /api/schema/ while the first build was still running)
+    SchemaGenerator().get_schema(request=None, public=True)
     gc.freeze()
     sys.setswitchinterval(0.001)
