@@ -5,6 +5,7 @@ and the emulator's stand-ins for kube-scheduler pick GPUs with `first_fit`. Pure
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -83,3 +84,15 @@ def misfit(pod: PodSpec, node: NodeUse) -> str | None:
     if not room_for(pod, node):
         return f"pod {pod.name} does not fit CPU/memory on {node.name}"
     return None
+
+
+def workers_on(gpus: float, cpu_milli: int, memory_mib: int, whole_free: int, cpu_free: int, memory_free: int) -> int:
+    """How many workers of a gang's shape (whole GPUs each) one node with this much free room takes; the policy's
+    vectorised twin is scheduler.policy.gang.room."""
+    need = math.ceil(gpus)
+    k = whole_free // need if need else 1 << 30
+    if cpu_milli:
+        k = min(k, cpu_free // cpu_milli)
+    if memory_mib:
+        k = min(k, memory_free // memory_mib)
+    return max(k, 0)

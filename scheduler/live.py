@@ -187,8 +187,8 @@ def _requeue_missing(job: TrainingJob, run: JobRun | None, missing: list[str], p
     if run is None or not run.workers:
         message = "requeued: it was admitted but its pod is not on the cluster"
     else:
-        ranks = ", ".join(f"{services.run_worker(run, p)['rank']} ({p} on {services.run_worker(run, p)['node']})"
-                          for p in missing)
+        ranks = ", ".join(f"{w['rank']} ({w['pod']} on {w['node']})"
+                          for w in (services.run_worker(run, p) for p in missing))
         which = f"worker {ranks} of {len(run.workers)} is" if len(missing) == 1 else \
             f"workers {ranks} of {len(run.workers)} are"
         message = (f"requeued: {which} not on the cluster; a gang runs whole, so its {len(present)} other workers "

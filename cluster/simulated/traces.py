@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from cluster.fit import workers_on
 from cluster.types import BLOCK_LABEL, NodeState, NodeView, Pool
 
 CPU_GROUP = "CPU"
@@ -147,9 +148,7 @@ class NodeSize(Protocol):
 
 def workers_room(gpus: float, cpu_milli: int, memory_mib: int, nodes: Iterable[NodeSize]) -> int:
     """How many workers of this shape the nodes hold when empty (a gang larger than that never starts)."""
-    need = math.ceil(gpus)
-    return sum(min(n.gpu_count // need if need else 1 << 30, n.cpu_milli // max(cpu_milli, 1),
-                   n.memory_mib // max(memory_mib, 1)) for n in nodes)
+    return sum(workers_on(gpus, cpu_milli, memory_mib, n.gpu_count, n.cpu_milli, n.memory_mib) for n in nodes)
 
 
 def gang_plan(pods: Sequence[PodLike], share: float, run_s: Callable[[PodLike], float],

@@ -28,18 +28,6 @@ class Room:
         return int(self.per_node.sum())
 
 
-def workers_fit(pod: PodRequest, whole: int, cpu: int, mem: int, cap: int | None) -> int:
-    """Workers of `pod`'s shape one node with this much free room takes (at most `cap`); the scalar twin of room()."""
-    k = cap if cap is not None else 1 << 30
-    if pod.gpus >= 1:
-        k = min(k, whole // int(pod.gpus))
-    if pod.cpu_milli:
-        k = min(k, cpu // pod.cpu_milli)
-    if pod.memory_mib:
-        k = min(k, mem // pod.memory_mib)
-    return max(k, 0)
-
-
 def room(table: NodeTable, pod: PodRequest, allowed: np.ndarray | None, topology: Topology,
          free: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> Room:
     """Workers of `pod`'s shape each allowed, schedulable row could take; `free` = (whole free GPUs, CPU, memory)

@@ -35,10 +35,11 @@ class Candidate:
     score: int
     run_time_s: float
     borrowed: bool
-    lost_s: float = 0.0  # work lost if evicted: the run time of every worker of its gang
 
-    def __post_init__(self) -> None:
-        self.lost_s = self.run_time_s * self.job.workers
+    @property
+    def lost_s(self) -> float:
+        """Work lost if evicted: the run time of every worker of its gang."""
+        return self.run_time_s * self.job.workers
 
 
 @dataclass(frozen=True, slots=True)

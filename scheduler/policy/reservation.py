@@ -16,10 +16,11 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from cluster.fit import workers_on
 from cluster.types import GPU_EPS, Allocation, JobView, Topology
 from colocation.policy.pools import expected_run_s
 from scheduler.policy.framework import PodRequest
-from scheduler.policy.gang import Room, pick, room, workers_fit
+from scheduler.policy.gang import Room, pick, room
 from scheduler.policy.nodes import NodeTable
 
 
@@ -77,7 +78,8 @@ def reserve(table: NodeTable, pod: PodRequest, workers: int, topology: Topology,
             cpu[row] += alloc.cpu_milli
             mem[row] += alloc.memory_mib
             if ok[row]:
-                k = workers_fit(pod, int(whole[row]), int(cpu[row]), int(mem[row]), cap)
+                k = workers_on(pod.gpus, pod.cpu_milli, pod.memory_mib, int(whole[row]), int(cpu[row]), int(mem[row]))
+                k = k if cap is None else min(k, cap)
                 total += k - int(per_node[row])
                 per_node[row] = k
         if total >= workers:

@@ -116,32 +116,32 @@ def test_the_first_waiting_gang_reserves_the_nodes_that_free_soonest_and_only_sh
     assert {d.job_id for d in result.admitted} == {long_small.build().id, short_small.build().id}
 
 
-def test_backfill_is_refused_on_reserved_nodes_to_jobs_ending_after_the_reservation():
-    # n0 (4 free now, the rest ends in 1 h) is what the gang of 8+8 needs with n1 (free in 1 h)
+def _gang_behind_a_busy_pair(*waiting: JobBuilder) -> tuple[SnapshotBuilder, JobBuilder]:
+    """n0 has 4 GPUs free now and the rest in 1 h, n1 is free in 1 h: what a gang of 8+8, waiting first, needs."""
     a = JobBuilder().model("G2").gpus(4).duration(HOUR).running("n0", 0, 1, 2, 3, ran=0)
     b = JobBuilder().model("G2").gpus(8).duration(HOUR).running("n1", *range(8), ran=0)
     gang = job(8, 2).waited(3 * HOUR)
+    return cluster(g2("n0", "a"), g2("n1", "a")).job(a, b, gang, *waiting), gang
+
+
+def test_backfill_is_refused_on_reserved_nodes_to_jobs_ending_after_the_reservation():
     long_small = job(4).duration(2 * HOUR).waited(HOUR)
-    snap = cluster(g2("n0", "a"), g2("n1", "a")).job(a, b, gang, long_small).build()
-    result = schedule(snap, TIDAL)
+    snap, gang = _gang_behind_a_busy_pair(long_small)
+    result = schedule(snap.build(), TIDAL)
     (reserve,) = of(result, gang.build().id, Reserve)
     assert set(reserve.nodes) == {"n0", "n1"} and reserve.start_at == NOW + HOUR
     (pending,) = of(result, long_small.build().id, StillPending)
     assert not of(result, long_small.build().id, Admit)
     short_small = job(4).duration(HOUR / 2).waited(HOUR)
-    result = schedule(cluster(g2("n0", "a"), g2("n1", "a")).job(a, b, gang, short_small).build(), TIDAL)
+    result = schedule(_gang_behind_a_busy_pair(short_small)[0].build(), TIDAL)
     assert of(result, short_small.build().id, Admit)[0].node == "n0"
 
 
 def test_without_reservations_the_small_job_takes_the_room():
     from dataclasses import replace
 
-    a = JobBuilder().model("G2").gpus(4).duration(HOUR).running("n0", 0, 1, 2, 3, ran=0)
-    b = JobBuilder().model("G2").gpus(8).duration(HOUR).running("n1", *range(8), ran=0)
-    gang = job(8, 2).waited(3 * HOUR)
     long_small = job(4).duration(2 * HOUR).waited(HOUR)
-    snap = cluster(g2("n0", "a"), g2("n1", "a")).job(a, b, gang, long_small).build()
-    result = schedule(snap, replace(TIDAL, reservations=False))
+    result = schedule(_gang_behind_a_busy_pair(long_small)[0].build(), replace(TIDAL, reservations=False))
     assert not result.reserved and of(result, long_small.build().id, Admit)
 
 
