@@ -10,6 +10,8 @@ Shaped after Kubernetes so its backend maps one-to-one:
 - apply_replicaset: create or scale an apps/v1 ReplicaSet of inference pods (`spec.replicas`,
   pod template, `nodeSelector`); the backend (the ReplicaSet controller and kube-scheduler in
   Kubernetes) creates, places and deletes its pods; pods it cannot place stay Pending;
+- pod_logs / follow_pod_logs: the pod's log (`GET .../pods/{name}/log` with tailLines, sinceSeconds, follow); a
+  pod that ended stays readable until it is cleaned up (the kubelet keeps a terminated container's log);
 - detach_pod: relabel a pod so its ReplicaSet's selector no longer matches it: the ReplicaSet
   creates a replacement elsewhere while the old pod keeps serving (create-before-delete, part 1;
   part 2 is `evict` once the replacement is ready).
@@ -22,7 +24,7 @@ Pod labels: `tidal.io/kind` = inference|training; an inference pod owned by a Re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
@@ -46,11 +48,17 @@ SERVICE_LABEL = "tidal.io/service"  # InferenceService name
 # pod after it); a real cluster's containers ignore it.
 RUNTIME_LABEL = "tidal.io/sim-runtime-s"
 WORKER_LABEL = "tidal.io/worker"  # a gang worker's rank (0 ..); its pods also share JOB_LABEL and RUN_LABEL
+FRAMEWORK_LABEL = "tidal.io/framework"  # a training pod's framework ("pytorch-2.1"): the simulated log's banner
 
 
 def kube_state_label(name: str) -> str:
     """kube-state-metrics' name for a pod label in `kube_pod_labels`: tidal.io/task -> label_tidal_io_task."""
     return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def label_value(text: str) -> str:
+    """`text` as a valid label value: at most 63 of [A-Za-z0-9_.-], beginning and ending with an alphanumeric."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63].strip("-_.")
 
 
 class BackendError(Exception):
@@ -226,4 +234,16 @@ class ClusterBackend(Protocol):
 
     def delete_service(self, name: str) -> None:
         """Remove a gang's headless Service; nothing when it does not exist."""
+        ...
+
+    def pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None) -> str:
+        """The pod's log as text (newline-terminated lines): the lines of the last `since` seconds, the last `tail`
+        of those; a pod that ended is readable until it is cleaned up. BackendError when the pod is unknown (or
+        gone), BackendUnavailable when the cluster cannot be asked."""
+        ...
+
+    def follow_pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None,
+                        poll_s: float = 1.0) -> Iterator[str]:
+        """The same lines, then each new line as it is written (without its newline), until the pod ends; close
+        the iterator to stop early. Errors as pod_logs (raised by the first next())."""
         ...

@@ -27,6 +27,7 @@ from core import telemetry
 from core.decisions import decision_record
 from core.errors import ApplicationError
 from core.models import Decision
+from scheduler.logs import pod_evict
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.selectors import learned_workload
 from scheduler.services import job_take_back, run_service
@@ -140,7 +141,7 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
         backend.evict(action.pod, f"migrated off {node}: its replacement is ready")
     elif isinstance(action, EvictTraining):
         pod = pods.bound.get(action.pod)
-        backend.evict(action.pod, f"{node} taken back for inference")
+        pod_evict(backend=backend, pod=action.pod, reason=f"{node} taken back for inference")  # its log archived
         if pod is not None and pod.spec.job_id is not None:
             run = job_take_back(job_id=pod.spec.job_id, node=node, now=now)
             if run is not None:
@@ -154,7 +155,7 @@ def _stop_gang(backend: ClusterBackend, run: JobRun, evicted: str, node: str) ->
         if other == evicted:
             continue
         try:  # a worker that had finished is gone already: refused, and nothing to do
-            backend.evict(other, f"its gang lost a worker: {node} taken back for inference")
+            pod_evict(backend=backend, pod=other, reason=f"its gang lost a worker: {node} taken back for inference")
         except BackendError as error:  # refused for now (a disruption budget): the scheduler evicts orphans
             log.info("evict %s: %s", other, error)
     service = run_service(run)

@@ -131,12 +131,15 @@ def _seed_departments(nodes: list[ct.NodeView], shares: list[float], models: dic
 
 def _seed_users() -> None:
     User = get_user_model()
-    operator, created = User.objects.get_or_create(username=OPERATOR[0], defaults={"is_staff": True, "is_superuser": True})
+    # every account has an address (a reserved domain: nothing leaves), so the demo's notification e-mail shows in
+    # the worker's log (README: Notifications)
+    operator, created = User.objects.get_or_create(username=OPERATOR[0], defaults={
+        "is_staff": True, "is_superuser": True, "email": f"{OPERATOR[0]}@example.org"})
     if created:
         operator.set_password(OPERATOR[1])
         operator.save()
     for username, department, role in USERS:
-        user, created = User.objects.get_or_create(username=username)
+        user, created = User.objects.get_or_create(username=username, defaults={"email": f"{username}@example.org"})
         if created:
             user.set_password(DEMO_PASSWORD)
             user.save()

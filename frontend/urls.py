@@ -5,6 +5,7 @@ from frontend import views
 from frontend.dashboards import views as ops
 from frontend.departments import views as departments
 from frontend.jobs import views as jobs
+from frontend.notifications import views as notifications
 from frontend.services import views as services
 
 urlpatterns = [
@@ -37,4 +38,7 @@ urlpatterns = [
     path("ops/replays/", ops.replays, name="ops-replays"),
     path("ops/replays/<int:pk>/", ops.replay_detail, name="ops-replay"),
     path("ops/replays/<int:pk>/<str:name>", ops.replay_plot, name="ops-replay-plot"),
+    path("notifications/", notifications.notification_settings, name="notifications"),
+    path("notifications/preferences/", notifications.preference_save, name="notification-preferences-save"),
+    path("notifications/departments/<slug:name>/", notifications.subscription_save, name="notification-subscription"),
 ]

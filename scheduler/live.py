@@ -20,8 +20,8 @@ from django.db import transaction
 from django.db.models import Q
 
 from cluster.backend import (
-    JOB_LABEL, RUN_LABEL, RUNTIME_LABEL, TASK_LABEL, WORKER_LABEL, BackendError, ClusterBackend, ClusterEvent,
-    EventKind, PodSpec,
+    FRAMEWORK_LABEL, JOB_LABEL, RUN_LABEL, RUNTIME_LABEL, TASK_LABEL, WORKER_LABEL, BackendError, ClusterBackend,
+    ClusterEvent, EventKind, PodSpec, label_value,
 )
 from cluster.types import GpuShare
 from colocation.live_backend import live_cluster
@@ -31,6 +31,7 @@ from core.decisions import decision_record
 from core.models import Decision
 from scheduler import services
 from scheduler.gcfreeze import frozen_heap
+from scheduler.logs import pod_evict, pod_logs_archive
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.observe import snapshot_from_db
 from scheduler.policy.cycle import schedule
@@ -69,6 +70,7 @@ class Recorded:
 
     finished: int = 0
     stops: list[Stop] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)  # pods whose own end was recorded: their log is archived
 
 
 def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> TickReport:
@@ -76,6 +78,7 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
     report = TickReport()
     recorded = _record_events(backend.drain_events(), now)
     report.finished = recorded.finished
+    pod_logs_archive(backend=backend, pods=recorded.ended)  # still readable: a pod that ended stays until cleaned up
     for stop in recorded.stops:
         _stop(backend, stop)
     _reconcile(backend, now, report)
@@ -107,6 +110,7 @@ def _record_events(events: list[ClusterEvent], now: float) -> Recorded:
             _gang_event(event, job, run, now, recorded)
         else:
             _one_worker_event(event, job, run, now, recorded)
+        recorded.ended.append(event.pod)
     return recorded
 
 
@@ -201,8 +205,9 @@ def _requeue_missing(job: TrainingJob, run: JobRun | None, missing: list[str], p
 
 
 def _evict(backend: ClusterBackend, pod: str, reason: str) -> None:
+    """Every eviction of the loop, with the pod's log archived (README: Job logs)."""
     try:
-        backend.evict(pod, reason)
+        pod_evict(backend=backend, pod=pod, reason=reason)
     except BackendError as error:  # already gone: nothing to free
         log.info("evict %s: %s", pod, error)
 
@@ -281,7 +286,8 @@ def _wait_for_victims(decision: Admit, stopping: set[int]) -> None:
 
 def _pod_specs(decision: Admit, job: TrainingJob, run: JobRun) -> list[tuple[PodSpec, str]]:
     """Every worker's pod and node, rank 0 first; a gang's carry their rank, rendezvous environment and Service."""
-    labels = {JOB_LABEL: str(job.pk), RUN_LABEL: str(run.attempt), TASK_LABEL: job.task_key}
+    labels = {JOB_LABEL: str(job.pk), RUN_LABEL: str(run.attempt), TASK_LABEL: job.task_key,
+              FRAMEWORK_LABEL: label_value(str(job.framework))}
     if RUNTIME_LABEL in job.annotations:
         labels[RUNTIME_LABEL] = job.annotations[RUNTIME_LABEL]
     r = decision.rightsized

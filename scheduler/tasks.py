@@ -5,7 +5,7 @@ from django.conf import settings
 from django.utils import timezone
 from redis import Redis
 
-from scheduler import live, services, whatif_run
+from scheduler import live, logs, services, whatif_run
 from scheduler.fragmentation import experiment
 from scheduler.policy.profile import get_profile
 
@@ -29,6 +29,12 @@ def scheduler_tick() -> dict | None:
 def learn_workload() -> int:
     """The fragmentation measure's target workload from the last week's submissions (settings: hourly)."""
     return len(services.workload_learn(now=timezone.now()).shapes)
+
+
+@shared_task(name="scheduler.logs_expire", ignore_result=True)
+def logs_expire() -> int:
+    """Delete job log archives older than TIDAL_LOG_RETENTION_DAYS (settings: daily)."""
+    return logs.logs_expire(now=timezone.now(), days=settings.TIDAL_LOG_RETENTION_DAYS)
 
 
 @shared_task(name="scheduler.fragmentation_run")

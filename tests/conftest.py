@@ -33,6 +33,15 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _job_log_archives_apart(settings, tmp_path_factory):
+    """The job log archives the loops write (scheduler/logs.py) go to a folder of this test, not the checkout's
+    .run/logs (created only when something is archived)."""
+    location = tmp_path_factory.getbasetemp() / "job-logs" / uuid.uuid4().hex[:12]
+    settings.STORAGES = {**settings.STORAGES, "logs": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                                                       "OPTIONS": {"location": str(location)}}}
+
+
 @pytest.fixture(scope="session")
 def live_server(live_server):
     """pytest-django's, whose request threads close their database session after each request. A client that keeps

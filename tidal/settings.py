@@ -1,4 +1,5 @@
 """Tidal settings. Every value that differs between machines comes from the environment (README: Configuration)."""
+import json
 import os
 from pathlib import Path
 
@@ -50,6 +51,7 @@ INSTALLED_APPS = [
     "scheduler",
     "colocation",
     "profiling",
+    "notifications",
     "frontend",
     "demo",
     "benchmarks",
@@ -238,6 +240,53 @@ CELERY_BEAT_SCHEDULE["task-profiles-daily"] = {
 CELERY_BEAT_SCHEDULE["forecast-train-daily"] = {
     "task": "profiling.forecast_train_daily", "schedule": crontab(hour=4, minute=0),
 }
+
+# Notifications (README: Notifications): e-mail through Django's mail framework; with DEBUG on and no EMAIL_BACKEND
+# given, sent mail is printed to the worker's log (the console backend) instead of reaching a real server.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend" if DEBUG
+                               else "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "0") == "1"
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", "10"))
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "tidal@localhost")
+# The scan turns new decisions into events every TIDAL_NOTIFY_SCAN_S; decisions younger than TIDAL_NOTIFY_SETTLE_S
+# wait for the next scan (a transaction that wrote a lower id may not have committed yet).
+TIDAL_NOTIFY_SCAN_S = float(os.environ.get("TIDAL_NOTIFY_SCAN_S", "5"))
+TIDAL_NOTIFY_SETTLE_S = float(os.environ.get("TIDAL_NOTIFY_SETTLE_S", "5"))
+TIDAL_NOTIFY_WEBHOOK_TIMEOUT_S = float(os.environ.get("TIDAL_NOTIFY_WEBHOOK_TIMEOUT_S", "5"))
+TIDAL_NOTIFY_FAILURES = int(os.environ.get("TIDAL_NOTIFY_FAILURES", "3"))  # department failures in an hour to alert
+TIDAL_PUBLIC_URL = os.environ.get("TIDAL_PUBLIC_URL", "")  # links in notifications, e.g. https://tidal.example.com
+CELERY_BEAT_SCHEDULE["notifications-scan"] = {"task": "notifications.scan", "schedule": TIDAL_NOTIFY_SCAN_S}
+
+# Job logs (README: Job logs; scheduler/logs.py): when a run ends, the last TIDAL_LOG_ARCHIVE_BYTES of each worker's
+# log are saved through the "logs" storage — FileSystemStorage under TIDAL_RUN_DIR/logs unless TIDAL_LOG_STORAGE names
+# another Django storage class (e.g. storages.backends.s3.S3Storage) with TIDAL_LOG_STORAGE_OPTIONS as its JSON
+# options — and deleted after TIDAL_LOG_RETENTION_DAYS by a daily task. A followed log is cut after
+# TIDAL_LOG_FOLLOW_MAX_S.
+TIDAL_LOG_ARCHIVE_BYTES = int(os.environ.get("TIDAL_LOG_ARCHIVE_BYTES", str(1024 * 1024)))
+TIDAL_LOG_RETENTION_DAYS = int(os.environ.get("TIDAL_LOG_RETENTION_DAYS", "30"))
+TIDAL_LOG_FOLLOW_MAX_S = float(os.environ.get("TIDAL_LOG_FOLLOW_MAX_S", "3600"))
+if TIDAL_LOG_ARCHIVE_BYTES < 1 or TIDAL_LOG_RETENTION_DAYS < 1 or TIDAL_LOG_FOLLOW_MAX_S <= 0:
+    raise ImproperlyConfigured("TIDAL_LOG_ARCHIVE_BYTES, TIDAL_LOG_RETENTION_DAYS and TIDAL_LOG_FOLLOW_MAX_S must be "
+                               "positive")
+_LOG_STORAGE = os.environ.get("TIDAL_LOG_STORAGE", "django.core.files.storage.FileSystemStorage")
+try:
+    _LOG_STORAGE_OPTIONS = json.loads(os.environ.get("TIDAL_LOG_STORAGE_OPTIONS") or "{}")
+except ValueError as _error:
+    raise ImproperlyConfigured(f"TIDAL_LOG_STORAGE_OPTIONS is not JSON: {_error}") from None
+if not isinstance(_LOG_STORAGE_OPTIONS, dict):
+    raise ImproperlyConfigured("TIDAL_LOG_STORAGE_OPTIONS must be a JSON object of the storage's options")
+if _LOG_STORAGE.endswith(".FileSystemStorage"):
+    _LOG_STORAGE_OPTIONS.setdefault("location", str(RUN_DIR / "logs"))
+STORAGES = {  # Django's defaults for the first two
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "logs": {"BACKEND": _LOG_STORAGE, "OPTIONS": _LOG_STORAGE_OPTIONS},
+}
+CELERY_BEAT_SCHEDULE["logs-expire"] = {"task": "scheduler.logs_expire", "schedule": crontab(hour=2, minute=30)}
 
 LOGGING = {
     "version": 1,

@@ -7,16 +7,18 @@ from rest_framework.routers import DefaultRouter
 from colocation.api.urls import ROUTES as COLOCATION_ROUTES
 from core.api.throttling import SignInThrottle
 from frontend import health, views
+from notifications.api.urls import ROUTES as NOTIFICATION_ROUTES, URLS as NOTIFICATION_URLS
 from profiling.api.urls import ROUTES as PROFILING_ROUTES, URLS as PROFILING_URLS
 from scheduler.api.urls import ROUTES as SCHEDULER_ROUTES
 from scheduler.api.views import MeView
 
 router = DefaultRouter()  # one router, so /api/ lists every app's endpoints
-for prefix, viewset, basename in SCHEDULER_ROUTES + COLOCATION_ROUTES + PROFILING_ROUTES:
+for prefix, viewset, basename in SCHEDULER_ROUTES + COLOCATION_ROUTES + PROFILING_ROUTES + NOTIFICATION_ROUTES:
     router.register(prefix, viewset, basename=basename)
 
 api = [
     *PROFILING_URLS,  # jobs/{id}/profile/, inference-services/{id}/load/: beside the router's jobs and services
+    *NOTIFICATION_URLS,  # notifications/preferences/: the caller's own, one object
     path("", include(router.urls)),
     path("me/", MeView.as_view(), name="me"),
     path("auth/token/", ObtainAuthToken.as_view(throttle_classes=[SignInThrottle]), name="token"),

@@ -13,6 +13,7 @@ import random
 import re
 import string
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -28,9 +29,10 @@ import kmock
 import yaml
 from kubernetes import client
 
-from cluster.backend import RESOURCE_GROUP_LABEL
+from cluster.backend import RESOURCE_GROUP_LABEL, RUNTIME_LABEL
 from cluster.emulator.actors import Actors
-from cluster.kubernetes import conventions
+from cluster.kubernetes import conventions, objects
+from cluster.simulated import podlog
 from cluster.types import NodeView
 
 Obj = dict[str, Any]
@@ -40,6 +42,7 @@ REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 409: "Co
            415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
            503: "ServiceUnavailable"}
 TERMINAL = ("Succeeded", "Failed")
+LOG_POLL_S = 0.2  # how often a followed log looks for new lines
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class Kind:
 
 
 KINDS = {k.plural: k for k in (
-    Kind("v1", "pods", "Pod", subresources=("status", "binding", "eviction"), initial_status={"phase": "Pending"}),
+    Kind("v1", "pods", "Pod", subresources=("status", "binding", "eviction", "log"), initial_status={"phase": "Pending"}),
     Kind("v1", "nodes", "Node", namespaced=False, subresources=("status",)),
     Kind("v1", "namespaces", "Namespace", namespaced=False),
     Kind("apps/v1", "replicasets", "ReplicaSet", subresources=("status", "scale"),
@@ -202,6 +205,8 @@ class ApiServer(kmock.KubernetesEmulator):
                 return aiohttp.web.json_response(await self._discover(request))
             if self._is_watch(request):
                 return await self._watch(request, kind)
+            if kind.plural == "pods" and request.subresource == "log" and request.method.value == "GET":
+                return await self._pod_log(request)
             code, body = self._serve(request, kind)
             return aiohttp.web.json_response(body, status=code)
         except ApiError as e:
@@ -452,6 +457,67 @@ class ApiServer(kmock.KubernetesEmulator):
         max_unavailable = spec.get("maxUnavailable")
         return max_unavailable is not None and len(matching) - remaining > pdb_threshold(max_unavailable,
                                                                                          len(matching))
+
+    # --- logs ---------------------------------------------------------------------------------------------
+    # No containers run here: a training pod's log is made up by the simulated cluster's generator (podlog), from the
+    # pod as stored — its framework label, image, command, GPUs, rank — its start, and its end: Succeeded after its
+    # labelled run time, Failed, or deleted (an eviction: the SIGTERM lines, with the reason Tidal annotated).
+
+    def log_source(self, pod: Obj) -> podlog.PodLogSource:
+        status = pod.get("status") or {}
+        if not pod["spec"].get("nodeName") or not status.get("startTime"):
+            raise ApiError(400, f'container "main" in pod "{pod["metadata"]["name"]}" is waiting to start: '
+                                f"ContainerCreating")
+        spec, _ = objects.pod_spec(pod)
+        started = objects.timestamp(status["startTime"])
+        runtime = objects.labels_of(pod).get(RUNTIME_LABEL)
+        if pod["metadata"].get("deletionTimestamp"):
+            return podlog.source_of(spec, started, ended_at=objects.timestamp(pod["metadata"]["deletionTimestamp"]),
+                                    end=podlog.EVICTED,
+                                    reason=objects.annotations_of(pod).get("tidal.io/eviction-reason", ""))
+        if status.get("phase") == "Succeeded":
+            return podlog.source_of(spec, started, ended_at=started + float(runtime or 0), end=podlog.SUCCEEDED)
+        if status.get("phase") == "Failed":
+            return podlog.source_of(spec, started, ended_at=started, end=podlog.FAILED,
+                                    reason=status.get("message", ""))
+        return podlog.source_of(spec, started)
+
+    async def _pod_log(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """GET .../pods/{name}/log with tailLines, sinceSeconds and follow (kept open, a line as it is written,
+        until the pod ends or is gone)."""
+        params = request.params
+        try:
+            tail = int(params["tailLines"]) if "tailLines" in params else None
+            since = int(params["sinceSeconds"]) if "sinceSeconds" in params else None
+        except ValueError:
+            raise ApiError(400, "tailLines and sinceSeconds are integers") from None
+        if (tail is not None and tail < 0) or (since is not None and since < 1):
+            raise ApiError(422, "tailLines must be >= 0 and sinceSeconds >= 1")
+        pod = self.get(KINDS["pods"], request.namespace, request.name)
+        source, now = self.log_source(pod), time.time()
+        lines = podlog.pod_log_lines(source, now, since=None if since is None else now - since, tail=tail)
+        if params.get("follow") not in ("true", "1"):
+            return aiohttp.web.Response(text="".join(f"{line}\n" for line in lines), content_type="text/plain")
+        response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+        await response.prepare(request._raw_request)
+        try:
+            await response.write("".join(f"{line}\n" for line in lines).encode())
+            written = podlog.pod_log_count(source, now)
+            while source.ended_at is None and not self.closing:
+                await asyncio.sleep(LOG_POLL_S)
+                try:
+                    source, now = self.log_source(self.get(KINDS["pods"], request.namespace, request.name)), time.time()
+                except ApiError:
+                    break  # deleted: the stream ends
+                count = podlog.pod_log_count(source, now)
+                if count > written:
+                    new = podlog.pod_log_lines(source, now, tail=count - written)
+                    await response.write("".join(f"{line}\n" for line in new).encode())
+                    written = count
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client went away
+        return response
 
     # --- watch --------------------------------------------------------------------------------------------
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 import urllib3
@@ -55,6 +56,7 @@ class KubeSettings:
     grace_period_s: int = 30  # evicted pods' termination grace
     replacement_wait_s: float = 5.0  # how long detach_pod waits for the ReplicaSet controller's new pod
     request_timeout_s: float = 10.0
+    follow_timeout_s: float = 3600.0  # a followed log's stream is dropped after this long without a line
 
 
 @dataclass
@@ -355,6 +357,51 @@ class KubernetesCluster:
             self._call(self._core.delete_namespaced_service, name, self.settings.namespace)
         except NotFound:
             pass
+
+    # -- logs ------------------------------------------------------------------------------------------
+    def pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None) -> str:
+        """`GET .../pods/{pod}/log`: the kubelet keeps a terminated container's log until the pod is deleted."""
+        response = self._log_request(pod, since, tail, follow=False)
+        try:
+            return response.data.decode("utf-8", errors="replace")
+        finally:
+            response.release_conn()
+
+    def follow_pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None,
+                        poll_s: float = 1.0) -> Iterator[str]:
+        """`?follow=true`, streamed: the API server keeps the response open and writes each line as the container
+        does, and ends it when the container stops. `poll_s` is unused: nothing polls."""
+        response = self._log_request(pod, since, tail, follow=True)
+        pending = b""
+        try:
+            for chunk in response.stream(4096, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", errors="replace")
+            if pending:
+                yield pending.decode("utf-8", errors="replace")
+        except (urllib3.exceptions.HTTPError, OSError) as error:  # the stream broke: what came is what there is
+            log.info("following %s's log stopped: %s", pod, error)
+        finally:
+            response.release_conn()
+            response.close()
+
+    def _log_request(self, pod: str, since: float | None, tail: int | None, follow: bool):
+        options: dict = {"follow": follow}
+        if since is not None:
+            options["since_seconds"] = max(1, math.ceil(since))  # the API takes whole seconds, at least 1
+        if tail is not None:
+            options["tail_lines"] = tail
+        timeout = (self.settings.request_timeout_s, self.settings.follow_timeout_s) if follow \
+            else self.settings.request_timeout_s
+        try:
+            return self._core.read_namespaced_pod_log(pod, self.settings.namespace, _preload_content=False,
+                                                      _request_timeout=timeout, **options)
+        except ApiException as error:
+            raise _refusal("read_namespaced_pod_log", error) from None
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise BackendUnavailable(f"read_namespaced_pod_log: the API server did not answer ({error})") from None
 
     # -- nodes -----------------------------------------------------------------------------------------
     def set_node_state(self, node: str, state: NodeState, labels: Mapping[str, str] | None = None) -> None:

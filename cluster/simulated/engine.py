@@ -17,7 +17,8 @@ Training pods keep what they were bound with (a gang worker's rendezvous environ
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, KIND_LABEL, REPLACED_BY_LABEL, REPLACES_LABEL,
@@ -25,9 +26,16 @@ from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, KIND_LABEL, REPLACE
                              PendingPodView, PodSpec, PodView, ReplicaSetView)
 from cluster.clock import Clock
 from cluster.fit import misfit, place
+from cluster.simulated.podlog import EVICTED, SUCCEEDED, PodLogSource, pod_log_count, pod_log_lines, pod_log_text, \
+    source_of
 from cluster.types import GpuShare, NodeState, NodeView
 
 DEFAULT_STARTUP_S = 30.0
+# An ended training pod's log stays readable (as a kubelet keeps a terminated container's) for ENDED_KEEP_S of the
+# cluster's clock, for at most ENDED_KEPT pods: long enough for the loop to record its end and archive its log, and
+# small in the pickle the demo saves every tick.
+ENDED_KEPT = 200
+ENDED_KEEP_S = 600.0
 
 Duration = Callable[[PodSpec], "float | None"]
 
@@ -67,6 +75,16 @@ class _Node:
 class _Pod:
     view: PodView
     seq: int  # identifies this binding in the finish heap (a name may be bound again)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """A training pod that ended: its log stays readable, with its last lines, for a while (ENDED_KEEP_S)."""
+
+    view: PodView
+    at: float
+    end: str  # podlog.SUCCEEDED | EVICTED
+    reason: str = ""
 
 
 @dataclass(slots=True)
@@ -139,6 +157,7 @@ class SimulatedCluster:
         if record is None:
             raise BackendError(f"pod {pod} is not bound")
         self._release(record.view)
+        self._ended_pod(record.view, self._clock.now(), EVICTED, reason)
         self._emit(EventKind.POD_EVICTED, self._clock.now(), record.view.node, record.view.spec, reason)
         rs = self._replicasets.get(record.view.replicaset or "")
         if rs is not None:  # still owned: its ReplicaSet recreates it, as in Kubernetes
@@ -303,6 +322,44 @@ class SimulatedCluster:
     def _gang_services(self) -> dict[str, dict[str, str]]:
         return self.__dict__.setdefault("_services", {})  # a cluster pickled before gangs has none yet
 
+    # -- logs ------------------------------------------------------------------------
+    # No containers run here: a training pod's log is made up by podlog, a pure function of the pod and the time.
+    def log_source(self, pod: str) -> PodLogSource:
+        """What `pod`'s log is made from: a bound pod (ended at its run time if that has passed), or one that ended
+        lately. BackendError when neither."""
+        record = self._pods.get(pod)
+        if record is not None:
+            view = record.view
+            run_time = self._duration(view.spec)
+            if run_time is not None and view.started_at + run_time <= self._clock.now():  # done; advance() records it
+                return source_of(view.spec, view.started_at, ended_at=view.started_at + run_time, end=SUCCEEDED)
+            return source_of(view.spec, view.started_at)
+        ended = self._ended_pods().get(pod)
+        if ended is None:
+            raise BackendError(f"pod {pod} not found")
+        return source_of(ended.view.spec, ended.view.started_at, ended_at=ended.at, end=ended.end,
+                         reason=ended.reason)
+
+    def pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None) -> str:
+        now = self._clock.now()
+        return pod_log_text(self.log_source(pod), now, since=None if since is None else now - since, tail=tail)
+
+    def follow_pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None,
+                        poll_s: float = 1.0) -> Iterator[str]:
+        return follow_logs(lambda: self, pod, since=since, tail=tail, poll_s=poll_s)
+
+    def _ended_pods(self) -> dict[str, _Ended]:
+        return self.__dict__.setdefault("_ended", {})  # a cluster pickled before logs has none yet
+
+    def _ended_pod(self, view: PodView, at: float, end: str, reason: str = "") -> None:
+        if view.kind != TRAINING:
+            return
+        ended = self._ended_pods()
+        ended.pop(view.spec.name, None)
+        ended[view.spec.name] = _Ended(view, at, end, reason)
+        while len(ended) > ENDED_KEPT or ended[next(iter(ended))].at < at - ENDED_KEEP_S:
+            del ended[next(iter(ended))]
+
     # -- simulation ----------------------------------------------------------------
     def add_node(self, node: NodeView) -> None:
         """A node joins the cluster (the inventory grew); an existing name is left as it is."""
@@ -320,6 +377,7 @@ class SimulatedCluster:
             if record is None or record.seq != seq:
                 continue  # evicted (and maybe bound again) before finishing
             self._release(record.view)
+            self._ended_pod(record.view, end, SUCCEEDED)
             finished.append(self._emit(EventKind.POD_FINISHED, end, record.view.node, record.view.spec))
         self._promote_ready()
         self._place_pending()
@@ -380,3 +438,26 @@ class SimulatedCluster:
         event = ClusterEvent(kind, at, node, pod.name, pod.job_id, detail)
         self._events.append(event)
         return event
+
+
+def follow_logs(current: Callable[[], SimulatedCluster], pod: str, *, since: float | None = None,
+                tail: int | None = None, poll_s: float = 1.0) -> Iterator[str]:
+    """Follow `pod`'s log on the cluster `current()` returns, asked afresh every `poll_s` seconds (the demo's cluster
+    lives in Redis and changes in another process): the lines so far, then each new one, until the pod has ended or
+    is gone. The log is a pure function of the pod and the time, so a line count is the cursor."""
+    cluster = current()
+    source, now = cluster.log_source(pod), cluster._clock.now()
+    yield from pod_log_lines(source, now, since=None if since is None else now - since, tail=tail)
+    written = pod_log_count(source, now)
+    while source.ended_at is None:
+        time.sleep(poll_s)
+        try:
+            cluster = current()
+            source = cluster.log_source(pod)
+        except BackendError:
+            return  # cleaned up meanwhile
+        now = cluster._clock.now()
+        count = pod_log_count(source, now)
+        if count > written:
+            yield from pod_log_lines(source, now, tail=count - written)
+        written = max(written, count)

@@ -1,7 +1,8 @@
 """JSON bodies are held to the types the schema states. DRF coerces leniently ("5" or true as an integer, 0 as a
 string or a boolean, {} as a list, decimals as numbers): a client with a wrong type would get a 2xx for a request
 the schema says is invalid, and whatever DRF guessed would be written. Refused here as field errors, before any
-coercion, beside the other fields' errors."""
+coercion, beside the other fields' errors. Amounts (GPUs, quotas: `UnsignedDecimalField`) take a JSON number or a
+decimal string, as people write them."""
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,8 +21,11 @@ def wrong_type(field: serializers.Field, value: Any) -> str | None:
         return None if isinstance(value, bool) else "Must be true or false."
     if isinstance(field, (serializers.IntegerField, serializers.FloatField)):  # 1.0 is left to the field
         return None if isinstance(value, NUMBER) and not isinstance(value, bool) else "Must be a number."
+    if isinstance(field, serializers.DecimalField) and getattr(field, "json_numbers", False):  # amounts: 2 or "2"
+        return None if isinstance(value, (str, *NUMBER)) and not isinstance(value, bool) else \
+            "Must be a number or a decimal string."
     if isinstance(field, (serializers.CharField, serializers.DecimalField, SlugRelatedField)):
-        return None if isinstance(value, str) else "Must be a string."  # decimals are strings in this API
+        return None if isinstance(value, str) else "Must be a string."  # other decimals are strings in this API
     if isinstance(field, ManyRelatedField):
         if not isinstance(value, list):
             return "Must be a list."

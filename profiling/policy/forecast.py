@@ -29,8 +29,11 @@ DAY, WEEK = 1440, 10080
 LAGS = (1, 2, 3, 5, 10)  # minutes back of the work, besides the last minute's
 MEAN_OF = 15  # minutes in the short rolling mean
 ROUNDS = 150
+# One thread: the forecaster shares a small machine with the control loops, and OpenMP's spinning threads slow
+# to a crawl when another process holds a core (a 9 s training took 230 s beside a busy test run)
+THREADS = 1
 PARAMS = {"tree_method": "hist", "max_depth": 6, "eta": 0.1, "subsample": 0.8, "min_child_weight": 5,
-          "objective": "reg:absoluteerror", "nthread": 2, "verbosity": 0}
+          "objective": "reg:absoluteerror", "nthread": THREADS, "verbosity": 0}
 BASE = ("service", "minute_of_day", "weekday", "holiday", "node_gpu", "node_cpu", "replicas", "qps", "errors",
         "latency_ms", "work", *(f"work_lag{k}" for k in LAGS), "work_mean", "work_slope")
 FEATURES = (*BASE, "work_day_before", "work_week_before")
@@ -73,7 +76,7 @@ class Model:
             raise ValueError("the model was trained on other features; train it again")
         boosters = []
         for raw in meta["boosters"]:
-            b = xgb.Booster(params={"nthread": 2})
+            b = xgb.Booster(params={"nthread": THREADS})
             b.load_model(bytearray(base64.b64decode(raw)))
             boosters.append(b)
         return cls(meta["target"], tuple(boosters), meta["services"], meta["trained_from"], meta["trained_to"],

@@ -16,11 +16,17 @@ from scheduler.services import MAX_WORKERS
 
 
 class GPUsField(UnsignedDecimalField):
-    """GPUs a job asks for: a fraction of one GPU, or whole GPUs (the service refuses 1.5; the pattern states it)."""
+    """GPUs a job asks for: a fraction of one GPU, or whole GPUs (the service refuses 1.5; the pattern and the number
+    schemas state it)."""
 
     def pattern(self) -> str:
         whole, places = self.max_digits - self.decimal_places, self.decimal_places
         return rf"^(?:\d{{1,{whole}}}(?:\.0{{0,{places}}})?|0{{0,{whole}}}\.\d{{1,{places}}})$"
+
+    def number_schemas(self) -> list[dict]:
+        fraction = {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": self.step()}
+        whole = {"type": "number", "minimum": 2, "maximum": int(self.largest()), "multipleOf": 1}
+        return [fraction, whole]  # disjoint (oneOf): 1 is a fraction of one GPU here
 
 
 class FrameworkField(serializers.SlugRelatedField):

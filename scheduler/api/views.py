@@ -1,17 +1,22 @@
 """Scheduler API views: thin — parse input, call a service or selector, render output."""
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import mixins, status, viewsets
+from django.http import HttpResponse, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api.permissions import IsOperatorOrReadOnly
+from core.api.query import parse_query
 from core.api.serializers import DecisionSerializer
 from core.api.throttling import SubmitThrottle
 from core.api.views import RestrictedMixin
 from core.models import Decision, Department, GPUModel, Membership
-from scheduler import selectors, services
+from scheduler import logs, selectors, services
 from scheduler.api import serializers as s
 from scheduler.filtersets import (
     DecisionFilterSet,
@@ -159,6 +164,34 @@ class QuotaViewSet(RestrictedMixin, viewsets.ModelViewSet):
         services.quota_delete(quota=instance, actor=self.request.user)
 
 
+FLAGS = ["true", "false", "1", "0"]
+
+
+class JobLogQuerySerializer(serializers.Serializer):
+    run = serializers.IntegerField(min_value=1, max_value=2**31 - 1, required=False,
+                                   help_text="The run (attempt); default: the newest")
+    worker = serializers.IntegerField(min_value=0, max_value=2**15 - 1, default=0,
+                                      help_text="The worker's rank (0 for a one-worker job)")
+    tail = serializers.IntegerField(min_value=0, max_value=10**6, required=False,
+                                    help_text="Only the last N lines; default: the whole log, at most the archive's "
+                                              "size (TIDAL_LOG_ARCHIVE_BYTES)")
+    follow = serializers.ChoiceField(choices=FLAGS, default="false",
+                                     help_text="Keep the response open and stream new lines until the pod ends")
+    download = serializers.ChoiceField(choices=FLAGS, default="false",
+                                       help_text="Answer as a file to save (Content-Disposition: attachment)")
+
+
+class JsonErrors(BaseContentNegotiation):
+    """The log answers text/plain itself (an HttpResponse); what goes through DRF's renderers is an error: JSON,
+    whatever the client accepts (a text/plain-only client still gets a readable error, not a 406)."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
 class TrainingJobViewSet(
     RestrictedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
@@ -215,6 +248,37 @@ class TrainingJobViewSet(
         job = services.job_keep_request(job=self.get_object(), keep=body.validated_data["keep_request"],
                                         actor=request.user)
         return Response(s.TrainingJobDetailSerializer(job).data)
+
+
+    @extend_schema(
+        parameters=[JobLogQuerySerializer],
+        responses={(200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description=(
+            "The worker's log, newline-terminated lines; header X-Tidal-Log-Source: live, archive or none (a pod "
+            "still starting: empty)"))},
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer], content_negotiation_class=JsonErrors,
+            filter_backends=[], pagination_class=None)
+    def logs(self, request, pk=None):
+        """A run's log, one worker's: read live from the cluster while its pod exists, from the archive after the run
+        ends (the last TIDAL_LOG_ARCHIVE_BYTES of each worker's log, kept TIDAL_LOG_RETENTION_DAYS days). Visible
+        to whoever may see the job. `follow=true` keeps the response open and streams each new line until the pod
+        ends (at most TIDAL_LOG_FOLLOW_MAX_S; a pod not started yet is waited for; a finished run's log is sent
+        once). A job that never ran, a run it does not have, or a finished run whose log was not kept is a 404
+        saying so; beyond the schema (a 400 naming the field): `worker` is one of the run's workers."""
+        job = self.get_object()  # 404 before 400: nothing is said about a job the user may not see
+        query = parse_query(JobLogQuerySerializer, request)
+        target = logs.log_target(job=job, attempt=query.get("run"), worker=query["worker"])
+        headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+        if query["download"] in ("true", "1"):
+            headers["Content-Disposition"] = f'attachment; filename="{target.filename}"'
+        if query["follow"] in ("true", "1"):
+            lines = logs.log_follow(target=target, tail=query.get("tail"))
+            response = StreamingHttpResponse(lines, content_type="text/plain; charset=utf-8", headers=headers)
+            response["X-Accel-Buffering"] = "no"  # a proxy passes lines on as they come
+            return response
+        read = logs.log_read(target=target, tail=query.get("tail"))
+        return HttpResponse(read.text, content_type="text/plain; charset=utf-8",
+                            headers={**headers, "X-Tidal-Log-Source": read.source})
 
 
 class DecisionViewSet(RestrictedMixin, viewsets.ReadOnlyModelViewSet):

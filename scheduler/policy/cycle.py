@@ -161,6 +161,7 @@ class _Cycle:
         self._coming: dict[str | None, list[Release]] = {}  # what the holders of a model give back, soonest first
         self.gang_failed: dict[str | None, list[tuple]] = defaultdict(list)  # gangs known not to fit now
         self.gang_preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor by preempting
+        self.reserve_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor reserved as jobs end
         self.started: list[Release] = []  # what this cycle's admissions give back, when known (gangs waiting)
         self.gangs = False
 
@@ -420,6 +421,7 @@ class _Cycle:
         """Remember what an admission gives back and when, for a reservation later in this cycle."""
         run_s = expected_run_s(job)
         if run_s is not None:
+            self.reserve_failed[pod.gpu_model].clear()  # one more release to come: a reservation may now be found
             self.started.extend(Release(self.now + run_s, Allocation(w.node, pod.gpu_model, w.gpu_shares,
                                                                      pod.cpu_milli, pod.memory_mib, None))
                                 for w in workers)
@@ -432,6 +434,11 @@ class _Cycle:
             if self.profile.quotas and a.kind is QuotaKind.BORROWED:
                 continue  # borrowed quota only ever runs on idle capacity: no room is held for it
             model = a.pod.gpu_model
+            # no gang easier than one no release order could seat is seated (the releases and held rows being
+            # the same): a queue of waiting gangs costs one search per model, not one each
+            memo = (q.job.workers, *a.pod.dims(), a.pod.pool, q.job.topology, a.pod.ends_at)
+            if _known_gang_failure(self.reserve_failed[model], memo):
+                continue
             table = self.tables[model]
             if model not in self._coming:
                 self._coming[model] = releases(self.holders_by_model.get(model, []), self.now)
@@ -439,7 +446,9 @@ class _Cycle:
                 (r for r in self.started if r.allocation.gpu_model == model), key=lambda r: r.at), key=lambda r: r.at))
             found = reserve(table, a.pod, q.job.workers, q.job.topology, allowed(a.pod, table, self.profile),
                             coming)
-            if found is not None and (best is None or found.start_at < best[1].start_at):
+            if found is None:
+                self.reserve_failed[model].append(memo)
+            elif best is None or found.start_at < best[1].start_at:
                 best = (model, found)
         if best is None:
             return ""
@@ -555,6 +564,7 @@ class _Cycle:
         self.preempt_failed[model].clear()
         self.gang_failed[model].clear()
         self.gang_preempt_failed[model].clear()
+        self.reserve_failed[model].clear()
         return taken
 
     def _give_back(self, model: str | None, taken: list[Candidate]) -> None:

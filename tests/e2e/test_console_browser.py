@@ -258,3 +258,102 @@ def test_a_waiting_gang_shows_its_reservation_in_local_time(world, console):
     expect(reservation.locator("time")).to_contain_text(re.compile(r"· in \d+ min$"))  # ahead, not "ago"
     expect(page.get_by_text("4 workers × 1 T4 GPU = 4 GPUs")).to_be_visible()
     console.shot("gang-waiting-reserved")
+
+
+def test_notification_settings_save_and_a_bad_webhook_is_named_beside_its_field(world, console, settings):
+    from django.utils import timezone
+
+    from notifications.models import Preference
+    from notifications.services import notifications_scan
+    from scheduler import services
+
+    settings.TIDAL_NOTIFY_SETTLE_S = 0
+    adam = world.users["dept_admin"]
+    adam.email = "adam@cluster.test"
+    adam.save(update_fields=["email"])
+    job = world.submit(role="dept_admin", name="bert-base")
+    services.job_finish(job=job, at=time.time(), status=JobStatus.FAILED, message="failed on t4-0 in run 1: OOMKilled")
+    notifications_scan(now=timezone.now())  # failed is a default event: one e-mail, not sent yet
+    page = console.page
+    console.sign_in("adam")
+    page.get_by_role("link", name="Notifications").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Notifications")
+    expect(page.locator("table tbody tr", has_text="bert-base")).to_contain_text("Pending")
+    mine = page.get_by_role("form", name="My jobs")
+    expect(mine.get_by_label("preempted")).to_be_checked()  # the defaults
+    expect(mine.get_by_label("admitted")).not_to_be_checked()
+
+    mine.get_by_label("finished").check()
+    mine.get_by_label("Webhook URL").fill("ftp://hooks.example.test/T0/secret")
+    mine.get_by_role("button", name="Save").click()
+    expect(page.locator("#id_webhook_url_error")).to_have_text("must be an http:// or https:// URL with a host")
+    expect(mine.get_by_label("finished")).to_be_checked()  # what was chosen is kept
+    page.screenshot(path="/tmp/h3-settings-error.png", full_page=True)
+    assert not Preference.objects.exists()
+
+    mine.get_by_label("Webhook URL").fill("https://hooks.example.test/T0/secret")
+    mine.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status")).to_contain_text("Notification settings saved.")
+    expect(mine.get_by_label("Webhook URL")).to_have_value("https://hooks.example.test/T0/secret")
+    preference = Preference.objects.get(user=adam)
+    assert preference.events == ["preempted", "taken_back", "finished", "failed"]
+    assert preference.webhook_url == "https://hooks.example.test/T0/secret"
+    expect(page.get_by_role("heading", name=re.compile("ml-search"))).to_be_visible()  # an admin's department section
+    page.screenshot(path="/tmp/h3-settings.png", full_page=True)
+    console.shot("notification-settings")
+
+
+def test_the_job_page_shows_its_log_follows_it_and_keeps_the_archive_of_a_preempted_run(world, console, settings):
+    """The log panel: the running pod's log read live, new lines followed without a reload (kept scrolled to the
+    end), pause, download, and after a preemption the first run's archive with its SIGTERM lines."""
+    import uuid
+
+    from redis import Redis
+
+    from scheduler.policy.decisions import Preempt, Reason
+
+    settings.TIDAL_CLUSTER_BACKEND = "simulated"
+    settings.TIDAL_REDIS_NAMESPACE = namespace = f"test-e2e-logs-{uuid.uuid4().hex[:8]}"
+    redis = Redis.from_url(settings.REDIS_URL)
+    clock = VirtualClock(time.time() - 600)
+    cluster = SimulatedCluster(node_views(), clock, store.labelled_runtime)
+    job = world.submit(name="resnet-logs")
+    live.scheduler_tick(backend=cluster, now=clock.now(), profile=get_profile("tidal"))
+    pod = TrainingJob.objects.get(pk=job.pk).runs.get().pod
+    clock.advance(300)
+    store.save(redis, namespace, cluster)
+    try:
+        page = console.page
+        console.sign_in("mia")
+        console.open(f"/jobs/{job.pk}/")
+        log = page.locator("pre.log")
+        expect(log).to_contain_text("torchrun --nnodes=1")
+        expect(log).to_contain_text(cluster.pod_logs(pod, tail=1).split(" ", 1)[1].strip())
+        expect(page.locator("[data-log-status]")).to_contain_text("live from the cluster · following")
+
+        clock.advance(90)  # the cluster writes on: the panel shows the new lines without a reload
+        store.save(redis, namespace, cluster)
+        newest = cluster.pod_logs(pod, tail=1).strip()
+        expect(log).to_contain_text(newest.split(" ", 1)[1])
+        assert log.evaluate("el => el.scrollTop + el.clientHeight >= el.scrollHeight - 4")  # at the end
+        page.screenshot(path="/tmp/h2-logs.png", full_page=True)
+        console.shot("job-log-following")
+
+        page.get_by_role("button", name="Pause").click()
+        expect(page.locator("[data-log-status]")).to_contain_text("paused")
+        expect(page.get_by_role("link", name="Download")).to_have_attribute(
+            "href", re.compile(rf"/api/jobs/{job.pk}/logs/\?run=1&worker=0&download=1$"))
+
+        victim = Preempt(job_id=job.pk, job_name=job.name, node="t4-0", for_job_id=999, run_time_s=60, requeue=True,
+                         reason=Reason.PREEMPTED_PRIORITY, message="preempted for job 999 (higher score)")
+        live._preempt(victim, cluster, clock.now())
+        store.save(redis, namespace, cluster)
+        console.open(f"/jobs/{job.pk}/")
+        expect(log).to_contain_text("Received SIGTERM (signal 15): preempted for job 999")
+        expect(page.locator("[data-log-status]")).to_contain_text("from the archive")
+        expect(page.locator("[data-log-run]")).to_contain_text("1 · preempted")
+        page.screenshot(path="/tmp/h2-logs-archive.png", full_page=True)
+        console.shot("job-log-archive")
+    finally:
+        for key in redis.scan_iter(f"{namespace}:*"):
+            redis.delete(key)

@@ -12,6 +12,7 @@ from redis import Redis
 from cluster.clock import VirtualClock
 from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster
+from colocation import live_backend
 from scheduler import live
 from scheduler.policy.profile import get_profile
 
@@ -45,3 +46,15 @@ def scaling_lab(world, settings, *, clock: VirtualClock, prefix: str) -> Iterato
     finally:
         for key in redis.scan_iter(f"{namespace}:*"):
             redis.delete(key)
+
+
+def on_emulator(settings, emulator, tmp_path, *, namespace: str, prefix: str) -> str:
+    """Point the live loops and the log reads at the Kubernetes API emulator: its kubeconfig, the workloads and lease
+    `namespace`, one leader, a Redis namespace of the test's own (returned)."""
+    settings.TIDAL_CLUSTER_BACKEND = "kubernetes"
+    settings.TIDAL_KUBECONFIG = str(emulator.kubeconfig(tmp_path / "kubeconfig"))
+    settings.TIDAL_K8S_NAMESPACE = settings.TIDAL_K8S_LEASE_NAMESPACE = namespace
+    settings.TIDAL_LEADER_ID = "worker-a"
+    settings.TIDAL_REDIS_NAMESPACE = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    live_backend.kubernetes_backend.cache_clear()
+    return settings.TIDAL_REDIS_NAMESPACE

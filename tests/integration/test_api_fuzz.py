@@ -52,7 +52,7 @@ def api_server(transactional_db, tmp_path):
 
 @pytest.mark.parametrize("role", ["operator", "member", "anonymous"])
 def test_the_schema_holds_under_fuzzing(world, api_server, tmp_path, role):
-    """Runs `st` in the suite's own words: every check, 8 examples per operation, seed 7."""
+    """Runs `st` in the suite's own words: every check, 8 examples per operation, seed 7, two workers (the server has two)."""
     from rest_framework.authtoken.models import Token
 
     world.submit("member")  # something to read, cancel and profile
@@ -63,7 +63,7 @@ def test_the_schema_holds_under_fuzzing(world, api_server, tmp_path, role):
         headers = ["-H", f"Authorization: Token {token.key}"]
     result = subprocess.run(
         [str(BIN / "st"), "--config-file", str(ROOT / "schemathesis.toml"), "run", f"{api_server}/api/schema/",
-         "--checks", "all", "--max-examples", "8", "--seed", "7", "--request-timeout", "20", "--no-color", *headers],
+         "--checks", "all", "--max-examples", "8", "--seed", "7", "--workers", "2", "--request-timeout", "20", "--no-color", *headers],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[result.stdout.find("FAILURES"):][-12000:]
     assert re.search(r"Selected: (\d+)/\1\s+Tested: \1\b", result.stdout)  # it really ran every operation

@@ -101,6 +101,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("PATCH", "/api/inference-services/{id}/"): Row("401 404 403 200 200", "service", {"replicas": 3}),
     # profiles: read-only, visible to whoever may see the job, the task's jobs or the service
     ("GET", "/api/jobs/{id}/profile/"): Row("401 404 200 200 200", "job"),
+    ("GET", "/api/jobs/{id}/logs/"): Row("401 404 200 200 200", "ended_job"),  # its run's archive
     ("GET", "/api/task-profiles/"): Row("401 200 200 200 200"),
     ("GET", "/api/task-profiles/{id}/"): Row("401 404 200 200 200", "task_profile"),
     ("GET", "/api/inference-services/{id}/load/"): Row("401 404 200 200 200", "service"),
@@ -108,6 +109,21 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/inference-services/{id}/scaling/"): Row("401 404 200 200 200", "service"),
     ("GET", "/api/forecast-models/"): Row("401 200 200 200 200"),
     ("GET", "/api/forecast-models/{id}/"): Row("401 200 200 200 200", "forecast_model"),
+    # notifications: each user's own settings and deliveries (the delivery is mia's), operators read all; admins
+    # subscribe their departments (the subscription is adam's), operators manage all
+    ("GET", "/api/notifications/preferences/"): Row("401 200 200 200 200"),
+    ("PUT", "/api/notifications/preferences/"): Row("401 200 200 200 200",
+        body={"events": ["failed"], "waiting_hours": 3, "email": True, "webhook_url": ""}),
+    ("PATCH", "/api/notifications/preferences/"): Row("401 200 200 200 200", body={"waiting_hours": 2}),
+    ("GET", "/api/notifications/deliveries/"): Row("401 200 200 200 200"),
+    ("GET", "/api/notifications/deliveries/{id}/"): Row("401 404 200 404 200", "delivery"),
+    ("GET", "/api/notifications/department-subscriptions/"): Row("401 200 200 200 200"),
+    ("POST", "/api/notifications/department-subscriptions/"): Row("401 400 400 201 201",
+        body={"department": "ml-search", "events": ["quota_full"]}),
+    ("GET", "/api/notifications/department-subscriptions/{id}/"): Row("401 404 404 200 200", "subscription"),
+    ("PATCH", "/api/notifications/department-subscriptions/{id}/"): Row("401 404 404 200 200", "subscription",
+        {"events": ["failed"]}),
+    ("DELETE", "/api/notifications/department-subscriptions/{id}/"): Row("401 404 404 204 204", "subscription"),
 }
 # Served but not part of the schema they describe.
 NOT_IN_SCHEMA: dict[tuple[str, str], Row] = {
@@ -124,9 +140,16 @@ def _objects(world) -> dict[str, int]:
     from profiling.models import ForecastModel, TaskProfile
     from scheduler.models import Quota
 
+    from notifications.models import DepartmentSubscription, Delivery, Event
+
     job = world.submit("member")
     search = world.departments["ml-search"]
+    event = Event.objects.create(kind="failed", key=f"decision:{job.pk}", job=job, department=search,
+                                 subject=f"[Tidal] job {job.pk} failed", body="failed")
     return {
+        "delivery": Delivery.objects.create(event=event, user=world.users["member"], channel="email",
+                                            target="mia@cluster.test").pk,
+        "subscription": DepartmentSubscription.objects.create(user=world.users["dept_admin"], department=search).pk,
         "department": search.pk,
         "empty_department": Department.objects.create(name="ml-empty").pk,
         "membership": Membership.objects.get(user=world.users["member"], department=search).pk,
@@ -134,6 +157,7 @@ def _objects(world) -> dict[str, int]:
         "framework": world.frameworks["caffe-1.0"].pk,
         "quota": Quota.objects.get(department=search, gpu_model=world.gpu_models["T4"]).pk,
         "job": job.pk,
+        "ended_job": _ended_job(world),
         "decision": Decision.objects.get(subject=f"job:{job.pk}").pk,
         "node": world.nodes["t4-0"].pk,
         "online_node": world.nodes["t4-1"].pk,
@@ -147,6 +171,23 @@ def _objects(world) -> dict[str, int]:
             target="gpu", version=1, trained_from=job.submitted_at, trained_to=job.submitted_at, minutes=0,
             blob=b"{}").pk,
     }
+
+
+def _ended_job(world) -> int:
+    """A job of ml-search whose one run ended with its log archived (README: Job logs)."""
+    from django.core.files.base import ContentFile
+    from django.core.files.storage import storages
+    from django.utils import timezone
+
+    from scheduler.logs import archive_path
+    from scheduler.models import JobRun
+
+    job = world.submit("member")
+    now = timezone.now()
+    JobRun.objects.create(job=job, attempt=1, pod=f"job-{job.pk}-1", started_at=now, ended_at=now,
+                          outcome=JobRun.Outcome.FAILED)
+    storages["logs"].save(archive_path(job.pk, 1, 0), ContentFile(b"step 1 loss 0.9\n"))
+    return job.pk
 
 
 def test_schema_is_valid_and_generates_without_warnings(tmp_path):

@@ -19,6 +19,7 @@ from django.urls import URLPattern, URLResolver, reverse
 from colocation.models import InferenceService, Node
 from frontend import urls as console_urls
 from core.models import Membership
+from notifications.models import DepartmentSubscription, Preference
 from scheduler.models import JobStatus, Quota, ReplayRun, TrainingJob
 from tests.integration.console_pages import assert_no_template_syntax
 from tests.integration.test_security import assert_no_secret, secrets_in_play  # noqa: F401 (a fixture)
@@ -192,6 +193,20 @@ MATRIX: dict[tuple[str, str, str], Row] = {
     ("POST", "ops-replay", ""): Row("302 403 403 403 403 200", lambda o: [o.replay.pk]),
     ("GET", "ops-replay-plot", ""): Row("302 403 403 403 403 200", lambda o: [o.replay.pk, "waits.png"]),
     ("POST", "ops-replay-plot", ""): Row("302 403 403 403 403 200", lambda o: [o.replay.pk, "waits.png"]),
+    # notifications: everyone's own settings; admins subscribe to their departments' events
+    ("GET", "notifications", ""): Row("302 200 200 200 200 200"),
+    ("POST", "notifications", ""): Row("302 200 200 200 200 200"),
+    ("GET", "notification-preferences-save", ""): Row("302 405 405 405 405 405"),
+    ("POST", "notification-preferences-save", ""): Row(
+        "302 302 302 302 302 302", data=lambda o: {"events": ["failed"], "waiting_hours": "2", "email": "on"},
+        writes="outsider other_admin member dept_admin operator",
+        done=lambda c: Preference.objects.filter(user_id=c.session.get("_auth_user_id"), waiting_hours=2).exists()),
+    ("GET", "notification-subscription", ""): Row("302 405 405 405 405 405", lambda o: ["ml-search"]),
+    ("POST", "notification-subscription", ""): Row(
+        "302 404 404 404 302 302", lambda o: ["ml-search"],
+        data=lambda o: {f"d{o.quota.department_id}-events": ["quota_full"], f"d{o.quota.department_id}-email": "on"},
+        writes="dept_admin operator",
+        done=lambda c: DepartmentSubscription.objects.filter(user_id=c.session.get("_auth_user_id")).exists()),
 }
 
 

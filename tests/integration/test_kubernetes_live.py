@@ -5,7 +5,6 @@ leader election, and faults — the emulator stopped mid-tick, answering 500, 40
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 from redis import Redis
@@ -22,6 +21,7 @@ from core.models import Decision
 from scheduler import live
 from scheduler.models import JobStatus, TrainingJob
 from scheduler.policy.profile import get_profile
+from tests.integration.livecluster import on_emulator
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the watch threads read nothing from the database, but the
 # ticks commit as in production
@@ -39,15 +39,10 @@ def kube(world, settings, tmp_path):
         group.lending = False
         group.save()
     with Emulator(nodes=node_views(), namespace=NS, startup_s=0.3, termination_s=0.1) as emu:
-        settings.TIDAL_CLUSTER_BACKEND = "kubernetes"
-        settings.TIDAL_KUBECONFIG = str(emu.kubeconfig(tmp_path / "kubeconfig"))
-        settings.TIDAL_K8S_NAMESPACE = settings.TIDAL_K8S_LEASE_NAMESPACE = NS
-        settings.TIDAL_LEADER_ID = "worker-a"
-        settings.TIDAL_REDIS_NAMESPACE = f"test-k8s-{uuid.uuid4().hex[:8]}"
+        namespace = on_emulator(settings, emu, tmp_path, namespace=NS, prefix="test-k8s")
         settings.TIDAL_CLUSTER_BACKOFF_S = 0.01
-        live_backend.kubernetes_backend.cache_clear()
         redis = Redis.from_url(settings.REDIS_URL)
-        yield world, emu, redis, settings.TIDAL_REDIS_NAMESPACE
+        yield world, emu, redis, namespace
         live_backend.kubernetes_backend()[0].stop()
         live_backend.kubernetes_backend.cache_clear()
         for key in redis.scan_iter(f"{settings.TIDAL_REDIS_NAMESPACE}:*"):

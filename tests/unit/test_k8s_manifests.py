@@ -28,6 +28,7 @@ PERMISSIONS = {
     ("ClusterRole", None, "", "pods"): {"list"},  # the tick's one read counts every pod's requests on its node
     ("Role", "tidal-workloads", "", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("Role", "tidal-workloads", "", "pods/eviction"): {"create"},
+    ("Role", "tidal-workloads", "", "pods/log"): {"get"},
     ("Role", "tidal-workloads", "", "services"): {"create", "delete"},  # a gang's headless Service
     ("Role", "tidal-workloads", "apps", "replicasets"): {"get", "list", "watch", "create", "patch"},
     ("Role", "tidal", "coordination.k8s.io", "leases"): {"get", "create", "update", "patch"},

@@ -86,6 +86,8 @@ class Command(BaseCommand):
         python = sys.executable
         demo = "1" if demo_workload else "0"  # the demo's training jobs and its inference traffic
         env = {**os.environ, "TIDAL_DEMO_WORKLOAD": demo, "TIDAL_DEMO_TRAFFIC": demo}
+        # Notification e-mail is printed to the worker's log unless a real backend is configured (README: Notifications).
+        env.setdefault("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
         celery = [python, "-m", "celery", "-A", "tidal"]
         commands = {
             "web": [python, "-m", "gunicorn", "tidal.wsgi", "-c", "python:tidal.gunicorn", "--bind", f"{host}:{port}",

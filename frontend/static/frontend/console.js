@@ -90,3 +90,87 @@
   });
   setInterval(function () { times(document); }, 30000);
 })();
+
+// The job page's log panel (README: Job logs): the API's /api/jobs/{id}/logs/ for the chosen run and worker; while
+// following an open run it is read again every few seconds (no reload) and kept scrolled to the end; Pause stops
+// that; a finished run's log (its archive) is read once.
+(function () {
+  "use strict";
+  const POLL_MS = 3000;
+
+  function logPanel(panel) {
+    const text = panel.querySelector("[data-log-text]"), status = panel.querySelector("[data-log-status]");
+    const runs = panel.querySelector("[data-log-run]"), workers = panel.querySelector("[data-log-worker]");
+    const follow = panel.querySelector("[data-log-follow]"), pause = panel.querySelector("[data-log-pause]");
+    const download = panel.querySelector("[data-log-download]");
+    let timer = null, paused = false, busy = false, generation = 0;
+
+    function chosen() { return runs.options[runs.selectedIndex]; }
+    function query(extra) {
+      const params = new URLSearchParams({ run: runs.value, worker: workers.value || "0" });
+      Object.keys(extra || {}).forEach(function (k) { params.set(k, extra[k]); });
+      return panel.dataset.logUrl + "?" + params.toString();
+    }
+    function fillWorkers() {
+      const n = parseInt(chosen().dataset.workers || "1", 10), keep = workers.value;
+      workers.innerHTML = "";
+      for (let rank = 0; rank < n; rank++) workers.add(new Option(String(rank), String(rank)));
+      workers.value = keep < n ? keep : "0";
+    }
+    function following() { return follow.checked && !paused && chosen().dataset.open === "1"; }
+    function schedule() {
+      clearTimeout(timer);
+      if (following()) timer = setTimeout(read, POLL_MS);
+    }
+    function show(body, source, lines) {
+      const atEnd = text.scrollTop + text.clientHeight >= text.scrollHeight - 4;
+      if (text.textContent !== body) text.textContent = body;
+      if ((following() && atEnd) || !text.dataset.shown) text.scrollTop = text.scrollHeight;
+      text.dataset.shown = "1";
+      const where = source === "live" ? "live from the cluster" : source === "archive" ? "from the archive" :
+        "its pod is starting";
+      status.textContent = lines + " line" + (lines === 1 ? "" : "s") + ", " + where +
+        (following() ? " · following" : paused ? " · paused" : "");
+    }
+    function read() {
+      if (busy) return schedule();
+      busy = true;
+      follow.disabled = pause.disabled = chosen().dataset.open !== "1";  // an ended run's log does not grow
+      const mine = ++generation;
+      download.href = query({ download: "1" });
+      fetch(query({ tail: panel.dataset.logTail }), { credentials: "same-origin", headers: { Accept: "text/plain" } })
+        .then(function (response) {
+          if (response.ok) {
+            return response.text().then(function (body) {
+              if (mine !== generation) return;
+              const source = response.headers.get("X-Tidal-Log-Source");
+              if (source === "archive") chosen().dataset.open = "0";  // the run ended while we followed it
+              show(body, source, body ? body.split("\n").length - 1 : 0);
+            });
+          }
+          return response.json().then(function (error) {
+            if (mine === generation) { text.textContent = ""; status.textContent = error.message; }
+          });
+        })
+        .catch(function () { status.textContent = "could not read the log; retrying"; })
+        .finally(function () { busy = false; if (mine === generation) schedule(); });
+    }
+    runs.addEventListener("change", function () { fillWorkers(); text.dataset.shown = ""; read(); });
+    workers.addEventListener("change", function () { text.dataset.shown = ""; read(); });
+    follow.addEventListener("change", function () { if (follow.checked) text.scrollTop = text.scrollHeight; read(); });
+    pause.addEventListener("click", function () {
+      paused = !paused;
+      pause.textContent = paused ? "Resume" : "Pause";
+      pause.setAttribute("aria-pressed", String(paused));
+      read();
+    });
+    fillWorkers();
+    read();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-log-url]").forEach(function (panel) {
+      if (panel.querySelector("[data-log-run]")) logPanel(panel);
+    });
+  });
+})();

@@ -1,0 +1,3 @@
+from tidal_cli.cli import main
+
+main()

@@ -1,0 +1,161 @@
+"""The cluster around your jobs: quota, top (allocation per resource group), inference services."""
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+
+import typer
+
+from tidal_cli.api import Client, Node, ResourceGroup, Service
+from tidal_cli.commands import OUTPUT, example
+from tidal_cli.output import Format, ago, cores, emit, fields, grid, mem, number
+from tidal_cli.runtime import Exit, Failure, connect
+
+HOLDING = ["admitted", "running"]  # the job statuses that hold resources
+
+
+@example("tidal quota", "tidal quota ml-search", "tidal quota -o json")
+def quota(
+    department: str = typer.Argument(None, help="Default: each of your departments (operators: all)."),
+    output: Format = OUTPUT,
+) -> None:
+    """Show own and borrowed quota per resource, with what the department's jobs hold."""
+    client = connect()
+    try:
+        visible = client.departments()
+        if department:
+            chosen = [d for d in visible if d["name"] == department]
+            if not chosen:
+                raise Failure(f"department {department!r}: not found (or not one of yours)", Exit.NOT_FOUND)
+        else:
+            mine = {m["department"] for m in client.me()["memberships"]}
+            chosen = [d for d in visible if d["name"] in mine] or visible
+        rows = [{"department": d["name"], **row} for d in chosen for row in client.usage(d["id"])]
+    finally:
+        client.close()
+    table = [[row["department"], _resource(row["resource"]), _amount(row["own_used"], row["resource"]),
+              _amount(row["own"], row["resource"]), _amount(row["borrowed_used"], row["resource"]),
+              _amount(row["borrowed"], row["resource"])] for row in rows]
+    emit(rows, output, lambda: [grid(["department", "resource", "own used", "own", "borrowed used", "borrowed"],
+                                     table)] if rows else ["No quotas."])
+
+
+def _resource(resource: str) -> str:
+    return {"cpu": "cpu (cores)", "memory": "memory"}.get(resource, f"{resource} (GPUs)")
+
+
+def _amount(value: str, resource: str) -> str:
+    return cores(value) if resource == "cpu" else mem(value) if resource == "memory" else number(value)
+
+
+@example("tidal top", "tidal top -o json")
+def top(output: Format = OUTPUT) -> None:
+    """Allocation per resource group: nodes online (inference) and offline (training), and the GPUs, CPU and memory
+    of the offline nodes that admitted and running jobs hold. Members see their departments' jobs only."""
+    client = connect()
+    try:
+        groups, nodes = client.resource_groups(), client.nodes()
+        jobs = client.jobs(limit=10**6, status=HOLDING)
+        operator = client.me()["is_operator"]
+    finally:
+        client.close()
+    rows = allocation(groups, nodes, jobs)
+    table = [[r["resource_group"], r["gpu_model"], f"{r['nodes_online']}/{r['nodes_offline']}",
+              "on" if r["lending"] else "off", f"{number(r['gpus_allocated'])}/{r['gpus']}",
+              f"{cores(r['cpu_milli_allocated'])}/{cores(r['cpu_milli'])}",
+              f"{mem(r['memory_mib_allocated'])}/{mem(r['memory_mib'])}", r["jobs"]] for r in rows]
+    note = [] if operator else ["(allocation counts your departments' jobs only)"]
+    emit(rows, output, lambda: [grid(["group", "gpu model", "nodes on/off", "lending", "gpus", "cpu", "memory",
+                                      "jobs"], table), *note])
+
+
+def allocation(groups: list[ResourceGroup], nodes: list[Node], jobs: list[dict]) -> list[dict]:
+    """Per group: node counts, the offline (training) nodes' capacity and what holding jobs take of it. A job counts
+    where its first worker runs; a gang's workers share one GPU model, so one group."""
+    group_of = {node["name"]: node["resource_group"] for node in nodes}
+    taken: dict[str, dict] = defaultdict(lambda: {"gpus": Decimal(0), "cpu": 0, "memory": 0, "jobs": 0})
+    for job in jobs:
+        group = group_of.get(job["node"] or "")
+        if group:
+            workers = job.get("workers") or 1
+            taken[group]["gpus"] += Decimal(job["gpus"]) * workers
+            taken[group]["cpu"] += job["cpu_milli"] * workers
+            taken[group]["memory"] += job["memory_mib"] * workers
+            taken[group]["jobs"] += 1
+    rows = []
+    for group in groups:
+        members = [node for node in nodes if node["resource_group"] == group["name"]]
+        offline = [node for node in members if node["state"].startswith("offline")]
+        used = taken[group["name"]]
+        rows.append({
+            "resource_group": group["name"], "gpu_model": group["gpu_model"], "lending": group["lending"],
+            "nodes_online": len(members) - len(offline), "nodes_offline": len(offline),
+            "gpus": sum(node["gpu_count"] for node in offline), "gpus_allocated": str(used["gpus"]),
+            "cpu_milli": sum(node["cpu_milli"] for node in offline), "cpu_milli_allocated": used["cpu"],
+            "memory_mib": sum(node["memory_mib"] for node in offline), "memory_mib_allocated": used["memory"],
+            "jobs": used["jobs"],
+        })
+    return rows
+
+
+@example("tidal services", "tidal services --department ml-search -o yaml")
+def services(
+    department: str = typer.Option(None, "--department", "-d"),
+    output: Format = OUTPUT,
+) -> None:
+    """List inference services with their replicas and autoscaling."""
+    client = connect()
+    try:
+        rows = client.services(department=department)
+    finally:
+        client.close()
+    table = [[s["name"], s["department"], s["gpu_model"], f"{s['replicas']} ({s['min_replicas']}-{s['max_replicas']})",
+              number(s["gpus_per_replica"]), _state(s), ago(s["created_at"])] for s in rows]
+    emit(rows, output, lambda: [grid(["name", "department", "gpu model", "replicas (min-max)", "gpus/replica",
+                                      "autoscaling", "age"], table)] if rows else ["No services."])
+
+
+def _state(service: Service) -> str:
+    return "offline" if service["offline"] else "on" if service["autoscaling"] else "off"
+
+
+def describe_service(name: str, output: Format) -> None:
+    client = connect()
+    try:
+        service = client.service(_service_id(client, name))
+        scaling = client.scaling(service["id"], limit=10)
+    finally:
+        client.close()
+    data = {**service, "scaling": scaling}
+    emit(data, output, lambda: _service_blocks(service, scaling))
+
+
+def _service_id(client: Client, name: str) -> int:
+    match = [s for s in client.services() if s["name"] == name or str(s["id"]) == name]
+    if not match:
+        raise Failure(f"service {name!r}: not found (or not one of yours)", Exit.NOT_FOUND)
+    return match[0]["id"]
+
+
+def _service_blocks(service: Service, scaling: list[dict]) -> list:
+    blocks: list = [fields([
+        ("Service", f"{service['id']} {service['name']}"), ("Department", service["department"]),
+        ("GPU model", service["gpu_model"]), ("Priority", service["priority"]),
+        ("Replicas", f"{service['replicas']} (min {service['min_replicas']}, max {service['max_replicas']}), "
+                     f"changed {ago(service['replicas_changed_at'])}"),
+        ("Per replica", f"{number(service['gpus_per_replica'])} GPU, {cores(service['cpu_milli_per_replica'])} CPU, "
+                        f"{mem(service['memory_mib_per_replica'])} memory"),
+        ("Autoscaling", _state(service)), ("Created", ago(service["created_at"])),
+    ])]
+    if service["thresholds"]:
+        blocks += ["", "Thresholds:", grid(["metric", "min", "expect", "max"],
+                                           [[t["metric"], t["min_rate"], t["expect_rate"], t["max_rate"]]
+                                            for t in service["thresholds"]])]
+    if scaling:
+        blocks += ["", "Scaling:", grid(["when", "kind", "reason", "message"],
+                                        [[ago(d["created_at"]), d["kind"], d["reason"], d["message"]]
+                                         for d in scaling])]
+    return blocks
+
+
+COMMANDS = {"quota": quota, "top": top, "services": services}

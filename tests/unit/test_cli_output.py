@@ -1,0 +1,60 @@
+"""How the CLI shows things: relative times, units, kubectl-like tables, JSON and YAML that parse."""
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import yaml
+
+from tidal_cli import output
+from tidal_cli.output import Format
+
+NOW = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("delta, text", [
+    (timedelta(seconds=2), "just now"), (timedelta(seconds=45), "45s ago"), (timedelta(minutes=3), "3m ago"),
+    (timedelta(hours=2), "2h ago"), (timedelta(hours=2, minutes=5), "2h5m ago"), (timedelta(days=3, hours=4),
+                                                                                 "3d4h ago"),
+    (timedelta(days=-1), "in 1d"), (timedelta(minutes=-5), "in 5m"),
+])
+def test_relative_times(delta, text):
+    assert output.ago((NOW - delta).isoformat().replace("+00:00", "Z"), now=NOW) == text
+
+
+def test_no_time_is_a_dash():
+    assert output.ago(None) == "-" and output.ago("") == "-"
+
+
+@pytest.mark.parametrize("value, text", [("0.500", "0.5"), ("2.000", "2"), ("100.000", "100"), ("0", "0"),
+                                         (None, "-")])
+def test_decimals_lose_their_trailing_zeros(value, text):
+    assert output.number(value) == text
+
+
+def test_units():
+    assert [output.cores(4000), output.cores(500), output.cores(None)] == ["4", "0.5", "-"]
+    assert [output.mem(16384), output.mem(512), output.mem(1536)] == ["16Gi", "512Mi", "1.5Gi"]
+
+
+def test_json_and_yaml_print_the_data_itself(capsys):
+    data = [{"id": 1, "name": "résumé", "gpus": "0.500", "node": None}]
+    output.emit(data, Format.json, lambda: ["not this"])
+    assert json.loads(capsys.readouterr().out) == data
+    output.emit(data, Format.yaml, lambda: ["not this"])
+    assert yaml.safe_load(capsys.readouterr().out) == data
+
+
+def test_a_table_is_plain_and_whole_on_a_pipe(capsys):
+    long = "x" * 300
+    output.emit([], Format.table, lambda: [output.grid(["id", "name", "node"], [[1, long, None], [22, "b", "t4-0"]])])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "NODE"]
+    assert lines[1].split() == ["1", long, "-"]  # not wrapped, no borders, "-" for nothing
+    assert lines[2].split() == ["22", "b", "t4-0"]
+    assert "\x1b[" not in "".join(lines)  # no colour codes into a pipe
+
+
+def test_a_describe_block(capsys):
+    output.emit({}, Format.table, lambda: [output.fields([("Status", "pending"), ("Node", None), ("Gang", True)])])
+    assert [line.split() for line in capsys.readouterr().out.splitlines()] == [
+        ["Status:", "pending"], ["Node:", "-"], ["Gang:", "yes"]]
