@@ -14,22 +14,26 @@ Every tick ends with an outcome, counted per loop (tidal_loop_ticks_total{loop, 
 operators' overview): `acted`, or why not. A loop that skips TIDAL_LOOP_SKIP_ALERT_AFTER ticks in a row for a
 reason of its own (busy, Redis unreachable, the lock lost, an error) raises an alert Decision, and another when
 it acts again; a cluster outage has its own alert, and a standby worker is not acting by design.
+
+Reads that change nothing (a job's log, for the API) get read_backend(): the same choice, without lock or lease.
 """
 from __future__ import annotations
 
 import logging
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 
 from django.conf import settings
+from redis import Redis
 from redis.exceptions import RedisError
 
-from cluster.backend import BackendUnavailable, ClusterBackend
+from cluster.backend import BackendError, BackendUnavailable, ClusterBackend
 from cluster.lock import Fenced, LockLost, TickSkipped, cluster_lock
 from cluster.simulated import store
+from cluster.simulated.engine import SimulatedCluster, follow_logs
 from colocation.selectors import node_views
 from colocation.services import inventory_sync
 from core import telemetry
@@ -178,3 +182,37 @@ def _ended(redis, namespace: str, loop: str, outcome: str, why: str = "") -> Non
         decision_record(kind=Decision.Kind.ALERT, subject=f"loop:{loop}", reason="loop-acting",
                         message=f"the {loop} loop acts again after {streak} skipped ticks",
                         data={"loop": loop, "skipped": streak})
+
+
+# --- the cluster, for reading ---------------------------------------------------------------------------------
+
+
+def read_backend():
+    """A backend to read with (job logs, scheduler/logs.py), from the configuration as live_cluster's: the demo's
+    simulated cluster as the loops last saved it, or the Kubernetes API. Reading takes no cluster lock
+    and no leader lease: it changes nothing."""
+    if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
+        return kubernetes_backend()[0]  # the API client only: its watches start with a tick, not here
+    return StoredSimulatedCluster(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
+
+
+class StoredSimulatedCluster:
+    """The simulated cluster as the control loops saved it to Redis after their last tick, loaded afresh for each
+    read (a follower re-reads it every poll: pods end in another process)."""
+
+    def __init__(self, redis: Redis, namespace: str) -> None:
+        self._redis, self._namespace = redis, namespace
+
+    def _load(self) -> SimulatedCluster:
+        cluster = store.load(self._redis, self._namespace)
+        if cluster is None:
+            raise BackendError("the simulated cluster has not started yet")
+        return cluster
+
+    def pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None) -> str:
+        return self._load().pod_logs(pod, since=since, tail=tail)
+
+    def follow_pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None,
+                        poll_s: float = 1.0) -> Iterator[str]:
+        loader: Callable[[], SimulatedCluster] = self._load
+        return follow_logs(loader, pod, since=since, tail=tail, poll_s=poll_s)

@@ -1,17 +1,19 @@
 """Reads for the colocation app."""
 from dataclasses import dataclass
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 
 from django.conf import settings
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Concat
+from redis import Redis
 
 from cluster import types as ct
 from cluster.simulated.traces import with_blocks
 from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup
 from colocation.policy import LendingProfile
+from core import telemetry
 from core.models import Decision
 from profiling.models import ServiceMinute
 from scheduler.models import HOLDING_STATUSES, JobRun, TrainingJob
@@ -71,6 +73,36 @@ def most_free(*, gpu_model: str | None) -> Room:
 
 
 # --- counts for /metrics ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAllocation:
+    """What a resource group's nodes hold, every pod counted (training and inference), as the lending tick last saw
+    it on the cluster; `gpus_fragmented`: idle GPUs the typical jobs cannot use (None before a workload is learned)."""
+
+    resource_group: str
+    observed_at: datetime
+    gpus: float
+    gpus_allocated: float
+    gpus_fragmented: float | None
+    cpu_milli: int
+    cpu_milli_allocated: int
+    memory_mib: int
+    memory_mib_allocated: int
+
+
+def group_allocation() -> list[GroupAllocation]:
+    """Each group's capacity and allocation from the lending tick's last look (core.telemetry: the figures /metrics
+    serves), in the API's units; empty before the first tick."""
+    at, groups = telemetry.groups(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
+    if at is None:
+        return []
+    observed = datetime.fromtimestamp(at, timezone.utc)
+    return [GroupAllocation(name, observed, f["gpu_capacity"], round(f["gpu_allocated"], 3),
+                            None if "gpu_fragmented" not in f else round(f["gpu_fragmented"], 3),
+                            round(f["cpu_capacity"] * 1000), round(f["cpu_allocated"] * 1000),
+                            round(f["memory_capacity"] / 2**20), round(f["memory_allocated"] / 2**20))
+            for name, f in sorted(groups.items())]
 
 
 def node_counts() -> list[tuple[str, str, str, bool, int]]:

@@ -18,19 +18,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
-from redis import Redis
 
 from cluster.backend import BackendError, BackendUnavailable
-from cluster.simulated import store
-from cluster.simulated.engine import SimulatedCluster, follow_logs
-from colocation.live_backend import kubernetes_backend
+from colocation.live_backend import read_backend
 from core.errors import ApplicationError
 from scheduler.models import JobRun, TrainingJob
 
@@ -257,7 +254,7 @@ def log_read(*, target: LogTarget, tail: int | None = None) -> LogRead:
 
 def _live(target: LogTarget, tail: int) -> LogRead | None:
     try:
-        return LogRead(log_backend().pod_logs(target.pod, tail=tail), LIVE)
+        return LogRead(read_backend().pod_logs(target.pod, tail=tail), LIVE)
     except (BackendError, BackendUnavailable) as error:
         log.info("log of pod %s not read live: %s", target.pod, error)
         return None
@@ -281,7 +278,7 @@ def log_follow(*, target: LogTarget, tail: int | None = None, poll_s: float = 1.
     run = target.run
     while run.ended_at is None and time.monotonic() < deadline:
         try:
-            lines = log_backend().follow_pod_logs(target.pod, tail=tail, poll_s=poll_s)
+            lines = read_backend().follow_pod_logs(target.pod, tail=tail, poll_s=poll_s)
             first = next(lines, None)  # the pod not found raises here, before anything is sent
         except (BackendError, BackendUnavailable):
             time.sleep(poll_s)  # not bound yet (or the cluster did not answer): look again
@@ -301,37 +298,3 @@ def log_follow(*, target: LogTarget, tail: int | None = None, poll_s: float = 1.
                                 tail=tail).text.splitlines(keepends=True)
         except LogNotFound as missing:
             yield f"({missing.message})\n"
-
-
-# --- the cluster, for reading ---------------------------------------------------------------------------------
-
-
-def log_backend():
-    """A backend to read logs with, from the configuration (as the live loops' factory, colocation/live_backend.py):
-    the demo's simulated cluster as the loops last saved it, or the Kubernetes API. Reading takes no cluster lock
-    and no leader lease: it changes nothing."""
-    if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
-        return kubernetes_backend()[0]  # the API client only: its watches start with a tick, not here
-    return StoredSimulatedCluster(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
-
-
-class StoredSimulatedCluster:
-    """The simulated cluster as the control loops saved it to Redis after their last tick, loaded afresh for each
-    read (a follower re-reads it every poll: pods end in another process)."""
-
-    def __init__(self, redis: Redis, namespace: str) -> None:
-        self._redis, self._namespace = redis, namespace
-
-    def _load(self) -> SimulatedCluster:
-        cluster = store.load(self._redis, self._namespace)
-        if cluster is None:
-            raise BackendError("the simulated cluster has not started yet")
-        return cluster
-
-    def pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None) -> str:
-        return self._load().pod_logs(pod, since=since, tail=tail)
-
-    def follow_pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None,
-                        poll_s: float = 1.0) -> Iterator[str]:
-        loader: Callable[[], SimulatedCluster] = self._load
-        return follow_logs(loader, pod, since=since, tail=tail, poll_s=poll_s)

@@ -156,6 +156,18 @@ class ResourceGroup(TypedDict):
     lending: bool
 
 
+class GroupAllocation(TypedDict):
+    resource_group: str
+    observed_at: str
+    gpus: float
+    gpus_allocated: float
+    gpus_fragmented: float | None
+    cpu_milli: int
+    cpu_milli_allocated: int
+    memory_mib: int
+    memory_mib_allocated: int
+
+
 class Node(TypedDict):
     name: str
     resource_group: str
@@ -290,6 +302,10 @@ class Client:
 
     def resource_groups(self) -> list[ResourceGroup]:
         return self._list("/api/resource-groups/", limit=10 * PAGE)
+
+    def group_allocation(self) -> list[GroupAllocation]:
+        """Each group's capacity and what every pod holds, as the lending loop last saw the cluster."""
+        return self._request("GET", "/api/resource-groups/allocation/")
 
     def nodes(self) -> list[Node]:
         return self._list("/api/nodes/", limit=100 * PAGE)

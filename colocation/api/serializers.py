@@ -19,6 +19,20 @@ class ResourceGroupSerializer(serializers.ModelSerializer):
                   "min_rate", "expect_rate", "max_rate"]
 
 
+class GroupAllocationSerializer(serializers.Serializer):
+    """selectors.GroupAllocation: a group's capacity and what every pod on it holds, as the lending tick last saw it."""
+
+    resource_group = serializers.CharField()
+    observed_at = serializers.DateTimeField()
+    gpus = serializers.FloatField()
+    gpus_allocated = serializers.FloatField()
+    gpus_fragmented = serializers.FloatField(allow_null=True, help_text="Idle GPUs the typical jobs cannot use.")
+    cpu_milli = serializers.IntegerField()
+    cpu_milli_allocated = serializers.IntegerField()
+    memory_mib = serializers.IntegerField()
+    memory_mib_allocated = serializers.IntegerField()
+
+
 class ResourceGroupSettingsSerializer(JSONTypes, serializers.ModelSerializer):
     min_rate = serializers.FloatField(min_value=0, max_value=1, required=False)
     expect_rate = serializers.FloatField(min_value=0, max_value=1, required=False)

@@ -39,6 +39,14 @@ class ResourceGroupViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mix
         services.group_settings_set(group=self.get_object(), actor=request.user, **body.validated_data)
         return Response(s.ResourceGroupSerializer(self.get_object()).data)
 
+    @extend_schema(responses=s.GroupAllocationSerializer(many=True))
+    @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
+    def allocation(self, request):
+        """Each group's capacity and allocation — every pod counted, inference replicas too — and its idle GPUs the
+        typical jobs cannot use, as the lending tick last saw the cluster (the figures /metrics serves); an empty list
+        before its first tick. Cluster-wide figures: every signed-in user reads them (`tidal top`)."""
+        return Response(s.GroupAllocationSerializer(selectors.group_allocation(), many=True).data)
+
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     """Nodes with state, pool and current transition; operators lend, take back or pin a node."""

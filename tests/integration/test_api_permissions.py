@@ -92,6 +92,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/transitions/"): Row("401 200 200 200 200"),
     ("GET", "/api/transitions/{id}/"): Row("401 200 200 200 200", "transition"),
     ("GET", "/api/resource-groups/"): Row("401 200 200 200 200"),
+    ("GET", "/api/resource-groups/allocation/"): Row("401 200 200 200 200"),
     ("GET", "/api/resource-groups/{id}/"): Row("401 200 200 200 200", "resource_group"),
     # inference services: the department's admins and operators write
     ("GET", "/api/inference-services/"): Row("401 200 200 200 200"),

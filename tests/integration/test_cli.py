@@ -2,25 +2,24 @@
 (a bad job file's field errors and exit 2, nothing written), ls, describe (the pending sentence), cancel, logs -f,
 quota, top, services; every `-o json` parses; the exit codes scripts rely on."""
 import json
-import os
 import queue
 import stat
 import subprocess
-import sys
 import threading
+import time
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 from redis import Redis
 
 from cluster.simulated import store
+from core import telemetry
 from core.api.throttling import SignInThrottle
 from scheduler.models import JobStatus, TrainingJob
 from tests.integration.livecluster import tick
+from tests.integration.tidalcli import TIDAL, Tidal
 
-TIDAL = str(Path(sys.executable).with_name("tidal"))
 GOOD = """\
 name: bert-small
 image: registry/bert:2
@@ -44,32 +43,12 @@ memory: 16Gi
 """
 
 
-class Tidal:
-    """Runs `tidal` with a config file of its own, the server's URL and no token in the environment."""
-
-    def __init__(self, url: str, home: Path) -> None:
-        self.url, self.home = url, home
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TIDAL_")}
-        self.env.update(TIDAL_CONFIG=str(home / "tidal" / "config.json"), NO_COLOR="1")
-
-    def __call__(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([TIDAL, *args], env=self.env, input=input, capture_output=True, text=True, timeout=120,
-                              cwd=self.home)
-
-    def json(self, *args: str):
-        result = self(*args, "-o", "json")
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
-
-    def login(self, username: str = "mia", password: str = "pw") -> subprocess.CompletedProcess:
-        return self("login", self.url, "--username", username, "--password-stdin", input=f"{password}\n")
-
-
 @pytest.fixture
-def tidal(live_server, world, tmp_path, monkeypatch):
+def tidal(live_server, world, tmp_path, monkeypatch, settings):
     # Every test signs in as mia: more than the sign-in throttle's 10 a minute per name, counted across the session
     # (the throttle has tests of its own). The live server's threads run in this process.
     monkeypatch.setattr(SignInThrottle, "rate", "1000/min", raising=False)
+    settings.TIDAL_REDIS_NAMESPACE = f"test-cli-{uuid.uuid4().hex[:8]}"  # no other run's cluster figures
     return Tidal(live_server.url, tmp_path)
 
 
@@ -204,7 +183,28 @@ def test_every_read_parses_as_json_and_yaml(tidal, world):
     quota = tidal.json("quota", "ml-search")
     assert {row["resource"] for row in quota} == {"T4", "A100", "cpu", "memory"}
     top = {row["resource_group"]: row for row in tidal.json("top")}
-    assert top["t4"]["gpus"] == 2 and top["t4"]["nodes_online"] == 1 and top["a100"]["gpus"] == 8
+    assert top["t4"]["nodes_online"] == 1 and top["t4"]["gpus"] is None  # no lending tick has looked yet
+
+
+def test_top_shows_what_the_lending_loop_saw_per_group(tidal, world, settings):
+    """Every pod's allocation per group (core.telemetry, written by the lending tick), for a member too; the jobs
+    column counts the holding jobs the caller may see."""
+    namespace = settings.TIDAL_REDIS_NAMESPACE
+    redis = Redis.from_url(settings.REDIS_URL)
+    telemetry.put_groups(redis, namespace, {"t4": {
+        "gpu_capacity": 4.0, "gpu_allocated": 2.5, "gpu_fragmented": 0.5, "cpu_capacity": 64.0, "cpu_allocated": 6.5,
+        "memory_capacity": 256 * 2**30, "memory_allocated": 24 * 2**30}}, time.time())
+    try:
+        assert tidal.login().returncode == 0
+        top = {row["resource_group"]: row for row in tidal.json("top")}
+        assert top["t4"] | {"observed_at": None} == top["t4"] | {
+            "gpus": 4.0, "gpus_allocated": 2.5, "gpus_fragmented": 0.5, "cpu_milli": 64000, "cpu_milli_allocated": 6500,
+            "memory_mib": 262144, "memory_mib_allocated": 24576, "observed_at": None}
+        assert top["a100"]["gpus"] is None  # a group the loop has not seen
+        table = tidal("top").stdout
+        assert "2.5/4" in table and "6.5/64" in table and "24Gi/256Gi" in table and "cluster figures from" in table
+    finally:
+        redis.delete(*redis.keys(f"{namespace}:*"))
 
 
 def test_logs_follow_prints_lines_as_they_come(tidal, world, cluster, settings):

@@ -23,6 +23,7 @@ from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster
 from colocation import live_backend
 from colocation.selectors import node_views
+from core.api.throttling import SignInThrottle
 from scheduler import live, logs
 from scheduler.models import JobStatus, TrainingJob
 from scheduler.policy.decisions import Preempt, Reason
@@ -30,6 +31,7 @@ from scheduler.policy.profile import get_profile
 from scheduler.services import job_cancel
 from tests.integration.gangs import add_gang_nodes, gang_admit, gang_job
 from tests.integration.livecluster import T0, on_emulator, tick
+from tests.integration.tidalcli import Tidal
 
 NS = "tidal-workloads"
 
@@ -319,3 +321,23 @@ def test_the_emulator_serves_tail_since_and_refuses_a_pod_it_does_not_have(world
     assert backend.pod_logs(pod, since=3600) == whole
     with pytest.raises(BackendError, match="404"):
         backend.pod_logs("job-0-1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_the_emulator_tidal_logs_reads_live_then_the_archive(world, kube, live_server, tmp_path, monkeypatch):
+    """`tidal logs` (the command line, in a subprocess) on the Kubernetes backend: the pod's log while it runs, the
+    archive once the run ended and its pod is gone."""
+    emu, schedule = kube
+    monkeypatch.setattr(SignInThrottle, "rate", "1000/min", raising=False)
+    tidal = Tidal(live_server.url, tmp_path)
+    job = submit(world, runtime_s=3)
+    schedule()
+    emu.settle()
+    assert tidal.login().returncode == 0
+    live = tidal("logs", str(job.pk), "--tail", "2")
+    assert live.returncode == 0, live.stderr
+    assert live.stdout.splitlines() == text_of(get_log(world, job)).splitlines()[-2:]
+    until(schedule, lambda: TrainingJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED)
+    until(schedule, lambda: not emu.objects("pods", NS))
+    ended = tidal("logs", str(job.pk))
+    assert ended.returncode == 0 and ended.stdout == archived(job) and "exiting with code 0" in ended.stdout

@@ -1,12 +1,11 @@
 """The cluster around your jobs: quota, top (allocation per resource group), inference services."""
 from __future__ import annotations
 
-from collections import defaultdict
-from decimal import Decimal
+from collections import Counter
 
 import typer
 
-from tidal_cli.api import Client, Node, ResourceGroup, Service
+from tidal_cli.api import Client, GroupAllocation, Node, ResourceGroup, Service
 from tidal_cli.commands import OUTPUT, example
 from tidal_cli.output import Format, ago, cores, emit, fields, grid, mem, number
 from tidal_cli.runtime import Exit, Failure, connect
@@ -50,52 +49,52 @@ def _amount(value: str, resource: str) -> str:
 
 @example("tidal top", "tidal top -o json")
 def top(output: Format = OUTPUT) -> None:
-    """Allocation per resource group: nodes online (inference) and offline (training), and the GPUs, CPU and memory
-    of the offline nodes that admitted and running jobs hold. Members see their departments' jobs only."""
+    """Per resource group: its nodes (online: inference, offline: training) and lending, what every pod on them holds
+    (GPUs, the idle GPUs the typical jobs cannot use, CPU, memory) as the lending loop last saw the cluster, and the
+    training jobs you may see there."""
     client = connect()
     try:
-        groups, nodes = client.resource_groups(), client.nodes()
+        groups, nodes, figures = client.resource_groups(), client.nodes(), client.group_allocation()
         jobs = client.jobs(limit=10**6, status=HOLDING)
-        operator = client.me()["is_operator"]
     finally:
         client.close()
-    rows = allocation(groups, nodes, jobs)
+    rows = top_rows(groups, nodes, figures, jobs)
     table = [[r["resource_group"], r["gpu_model"], f"{r['nodes_online']}/{r['nodes_offline']}",
-              "on" if r["lending"] else "off", f"{number(r['gpus_allocated'])}/{r['gpus']}",
-              f"{cores(r['cpu_milli_allocated'])}/{cores(r['cpu_milli'])}",
-              f"{mem(r['memory_mib_allocated'])}/{mem(r['memory_mib'])}", r["jobs"]] for r in rows]
-    note = [] if operator else ["(allocation counts your departments' jobs only)"]
-    emit(rows, output, lambda: [grid(["group", "gpu model", "nodes on/off", "lending", "gpus", "cpu", "memory",
-                                      "jobs"], table), *note])
+              "on" if r["lending"] else "off", _of(r["gpus_allocated"], r["gpus"], number),
+              "-" if r["gpus_fragmented"] is None else number(r["gpus_fragmented"]),
+              _of(r["cpu_milli_allocated"], r["cpu_milli"], cores), _of(r["memory_mib_allocated"], r["memory_mib"], mem),
+              r["jobs"]] for r in rows]
+    seen = max((f["observed_at"] for f in figures), default=None)
+    note = [f"(cluster figures from {ago(seen)}; jobs: those you may see)" if seen else
+            "(no figures yet: the lending loop has not looked at the cluster)"]
+    emit(rows, output, lambda: [grid(["group", "gpu model", "nodes on/off", "lending", "gpus", "gpus fragmented",
+                                      "cpu", "memory", "jobs"], table), *note])
 
 
-def allocation(groups: list[ResourceGroup], nodes: list[Node], jobs: list[dict]) -> list[dict]:
-    """Per group: node counts, the offline (training) nodes' capacity and what holding jobs take of it. A job counts
-    where its first worker runs; a gang's workers share one GPU model, so one group."""
+FIGURES = ("gpus", "gpus_allocated", "gpus_fragmented", "cpu_milli", "cpu_milli_allocated", "memory_mib",
+           "memory_mib_allocated", "observed_at")
+
+
+def top_rows(groups: list[ResourceGroup], nodes: list[Node], figures: list[GroupAllocation],
+             jobs: list[dict]) -> list[dict]:
+    """One row per group: node counts and lending, the server's figures (None where it has none yet), and the
+    holding jobs the caller may see whose first worker runs there (a gang's workers share one group)."""
     group_of = {node["name"]: node["resource_group"] for node in nodes}
-    taken: dict[str, dict] = defaultdict(lambda: {"gpus": Decimal(0), "cpu": 0, "memory": 0, "jobs": 0})
-    for job in jobs:
-        group = group_of.get(job["node"] or "")
-        if group:
-            workers = job.get("workers") or 1
-            taken[group]["gpus"] += Decimal(job["gpus"]) * workers
-            taken[group]["cpu"] += job["cpu_milli"] * workers
-            taken[group]["memory"] += job["memory_mib"] * workers
-            taken[group]["jobs"] += 1
+    jobs_in = Counter(group_of.get(job["node"] or "") for job in jobs)
+    by_group = {f["resource_group"]: f for f in figures}
     rows = []
     for group in groups:
-        members = [node for node in nodes if node["resource_group"] == group["name"]]
-        offline = [node for node in members if node["state"].startswith("offline")]
-        used = taken[group["name"]]
-        rows.append({
-            "resource_group": group["name"], "gpu_model": group["gpu_model"], "lending": group["lending"],
-            "nodes_online": len(members) - len(offline), "nodes_offline": len(offline),
-            "gpus": sum(node["gpu_count"] for node in offline), "gpus_allocated": str(used["gpus"]),
-            "cpu_milli": sum(node["cpu_milli"] for node in offline), "cpu_milli_allocated": used["cpu"],
-            "memory_mib": sum(node["memory_mib"] for node in offline), "memory_mib_allocated": used["memory"],
-            "jobs": used["jobs"],
-        })
+        states = [node["state"] for node in nodes if node["resource_group"] == group["name"]]
+        offline = sum(state.startswith("offline") for state in states)
+        seen = by_group.get(group["name"], {})
+        rows.append({"resource_group": group["name"], "gpu_model": group["gpu_model"], "lending": group["lending"],
+                     "nodes_online": len(states) - offline, "nodes_offline": offline,
+                     **{key: seen.get(key) for key in FIGURES}, "jobs": jobs_in[group["name"]]})
     return rows
+
+
+def _of(allocated, capacity, show) -> str:
+    return "-" if capacity is None else f"{show(allocated)}/{show(capacity)}"
 
 
 @example("tidal services", "tidal services --department ml-search -o yaml")
