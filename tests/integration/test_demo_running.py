@@ -74,12 +74,13 @@ class Demo:
             # started the way `make run &` is: with SIGINT ignored; up must still stop on it
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
 
-    def wait_up(self, timeout: float = 120) -> None:
+    def wait_up(self, timeout: float = 180) -> None:
+        """Until the web server answers (up gives it 120 s: a busy machine boots everything at once)."""
         deadline = time.monotonic() + timeout
         while True:
             assert self.process.poll() is None, self.process.stdout.read()
             try:
-                urllib.request.urlopen(f"{self.base}/api/schema/", timeout=2)
+                urllib.request.urlopen(f"{self.base}/api/schema/", timeout=15)
                 return
             except OSError:
                 assert time.monotonic() < deadline, "up did not answer"

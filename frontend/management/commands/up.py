@@ -114,12 +114,14 @@ class Command(BaseCommand):
             self.stdout.write(f"started {name} (pid {children[name].pid}), log {log.name}")
         return children
 
-    def _wait_ready(self, url: str, children: dict[str, subprocess.Popen], timeout: float = 60) -> None:
+    def _wait_ready(self, url: str, children: dict[str, subprocess.Popen], timeout: float = 120) -> None:
+        # Two cores boot Flink's JVM, the loops and four web workers at once: the first answer can take seconds, and a
+        # probe that gave up after 2 s asked again for ever (seen once in CI: "did not answer within 60 s")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._check_alive(children)
             try:
-                with urllib.request.urlopen(url, timeout=2):
+                with urllib.request.urlopen(url, timeout=15):
                     return
             except OSError:
                 time.sleep(0.3)
