@@ -18,6 +18,7 @@ from notifications.events import (DEPARTMENT_EVENTS, USER_EVENTS, EventKind, Mes
 from notifications.models import (Channel, DepartmentSubscription, Delivery, Episode, Event, Preference,
                                   ScanCursor)
 from scheduler import selectors as scheduler_selectors
+from scheduler.services import amount_text
 from scheduler.models import JobStatus, TrainingJob
 
 log = logging.getLogger(__name__)
@@ -220,8 +221,9 @@ def _department_conditions(now: datetime) -> dict[tuple[int, str, str], str]:
             total, used = q.own + q.borrowed, q.own_used + q.borrowed_used
             if q.resource not in (CPU, MEMORY) and total > 0 and used >= total:
                 found[(departments[name].pk, EventKind.QUOTA_FULL.value, q.resource)] = (
-                    f"{name}'s {q.resource} GPU quota is fully used: own {_num(q.own_used)}/{_num(q.own)}, "
-                    f"borrowed {_num(q.borrowed_used)}/{_num(q.borrowed)}; new {q.resource} jobs wait")
+                    f"{name}'s {q.resource} GPU quota is fully used: "
+                    f"own {amount_text(q.own_used)}/{amount_text(q.own)}, "
+                    f"borrowed {amount_text(q.borrowed_used)}/{amount_text(q.borrowed)}; new {q.resource} jobs wait")
     failed = (TrainingJob.objects.filter(status=JobStatus.FAILED, finished_at__gte=now - FAILURE_WINDOW)
               .values_list("department_id", "pk").order_by("pk"))
     by_department: dict[int, list[int]] = {}
@@ -234,10 +236,6 @@ def _department_conditions(now: datetime) -> dict[tuple[int, str, str], str]:
             found[(department_id, EventKind.FAILING_REPEATEDLY.value, "")] = (
                 f"{len(ids)} jobs of {names[department_id]} failed in the last hour (jobs {shown})")
     return found
-
-
-def _num(value) -> str:
-    return f"{value.normalize():f}"
 
 
 def _department_episodes(now: datetime) -> list[int]:

@@ -199,7 +199,7 @@ def _job_errors(*, submitter, department, framework, gpu_model, gpus: Decimal, c
     elif workers > MAX_WORKERS:
         add("workers", f"at most {MAX_WORKERS} workers, got {workers}")
     elif workers > 1 and gpus != gpus.to_integral_value() and "gpus" not in errors:
-        add("gpus", f"{_num(gpus)} GPUs is a fraction: each of a gang's {workers} workers asks for whole GPUs "
+        add("gpus", f"{amount_text(gpus)} GPUs is a fraction: each of a gang's {workers} workers asks for whole GPUs "
                     "(or none)")
     if topology not in Topology.values:
         add("topology", f"must be one of {', '.join(Topology.values)}, got {topology!r}")
@@ -235,7 +235,8 @@ def _worker_fit_errors(*, certified: list[str], gpus: Decimal, cpu_milli: int,
     room = selectors.worker_room(gpu_models=certified, gpus=gpus, cpu_milli=cpu_milli, memory_mib=memory_mib)
     if room.fitting:
         return []
-    where = f"{' or '.join(certified)} node with {_num(gpus)} GPU{'s' if gpus > 1 else ''}" if gpus > 0 else "node"
+    plural = "s" if gpus > 1 else ""
+    where = f"{' or '.join(certified)} node with {amount_text(gpus)} GPU{plural}" if gpus > 0 else "node"
     if cpu_milli > room.max_cpu_milli:
         return [("cpu_milli", f"{cpu_milli}m CPU is more than any {where} has ({room.max_cpu_milli}m)")]
     if memory_mib > room.max_memory_mib:
@@ -255,23 +256,23 @@ def _gang_quota_errors(*, department: Department, certified: list[str], gpus: De
     for slot, kind in enumerate(("own", "borrowed")):
         parts = []
         if gpus > 0 and not any(model in limits and total["gpus"] <= limits[model][slot] for model in certified):
-            named = " and ".join(f"{model} {_num(limits[model][slot])}" if model in limits else f"{model} none"
+            named = " and ".join(f"{model} {amount_text(limits[model][slot])}" if model in limits else f"{model} none"
                                  for model in certified)
-            parts.append(f"{_num(total['gpus'])} GPUs above {named}")
+            parts.append(f"{amount_text(total['gpus'])} GPUs above {named}")
         for resource, unit in ((CPU, "m CPU"), (MEMORY, " MiB memory")):
             if resource in limits and total[resource] > limits[resource][slot]:
-                parts.append(f"{total[resource]}{unit} above {_num(limits[resource][slot])}{unit}")
+                parts.append(f"{total[resource]}{unit} above {amount_text(limits[resource][slot])}{unit}")
         if not parts:
             return []
         short.append(f"{kind}: {', '.join(parts)}")
-    asked = [f"{_num(total['gpus'])} GPUs"] * (gpus > 0) + [f"{total[CPU]}m CPU", f"{total[MEMORY]} MiB memory"]
+    asked = [f"{amount_text(total['gpus'])} GPUs"] * (gpus > 0) + [f"{total[CPU]}m CPU", f"{total[MEMORY]} MiB memory"]
     return [("workers", f"{workers} workers ask {', '.join(asked[:-1])} and {asked[-1]} at once, more than "
                         f"{department}'s own or borrowed quota could ever give (a gang takes all it asks from one of "
                         f"them): {'; '.join(short)}")]
 
 
-def _num(value: Decimal) -> str:
-    """2.000 -> 2, 0.500 -> 0.5, 10 -> 10 (not 1E+1)."""
+def amount_text(value: Decimal) -> str:
+    """An amount as sentences write it: 2.000 -> 2, 0.500 -> 0.5, 10 -> 10 (not 1E+1)."""
     return f"{Decimal(value).normalize():f}"
 
 
