@@ -2,8 +2,14 @@
 a time. Every executed step is persisted before the next, and the next action is derived from what is
 observed on the node, so a crash at any point is resumed by the next tick without repeating a destructive
 step (colocation/policy/steps.py).
+
+Forecast-driven lending (profile.forecast): each tick records every group's online demand per minute in Redis
+(colocation/demand_history.py, whether or not forecasting is on, so the history is there when it is switched on),
+forecasts each group from it (the seasonal profile), decides with the forecasts, and stores the predicted take-back
+time per GPU model, which the scheduler loop reads back through `colocation.selectors.lending_profile`.
 """
 import logging
+import math
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
@@ -11,22 +17,28 @@ from dataclasses import dataclass, field, replace
 from django.conf import settings
 from django.db import transaction
 
-from cluster.backend import REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, BackendError, ClusterBackend, PodView
+from cluster.backend import (INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, BackendError, ClusterBackend,
+                             PodView)
 from cluster.clock import utc
 from cluster.types import NodeState, NodeView, Pool
-from colocation import observe, replicas, services
+from colocation import demand_history, observe, replicas, services
 from colocation.live_backend import live_cluster
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
-    SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final, next_action,
+    DemandForecast, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final,
+    next_action, seasonal_forecast, take_back_at,
 )
+from colocation.policy.forecast import DAY_MIN
+from colocation.policy.lending import expedite
+from colocation.policy.pools import expected_run_of, long_bar_s
 from colocation.policy.states import Direction, Event, transition
 from colocation.policy.views import unit_name
 from core import telemetry
 from core.decisions import decision_record
 from core.errors import ApplicationError
 from core.models import Decision
+from profiling.selectors import task_histories
 from scheduler.logs import pod_evict
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.selectors import learned_workload
@@ -45,17 +57,65 @@ class LendingReport:
     waiting: dict[str, str] = field(default_factory=dict)
 
 
-def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile) -> LendingReport:
+def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile, redis=None,
+                 namespace: str = "") -> LendingReport:
+    """One tick. With `redis`, the groups' demand is recorded and, with `profile.forecast`, forecast from."""
     report = LendingReport()
     replicas.apply_services(backend)
-    for decision in decide_lending(group_views(backend), now, profile):
+    views = group_views(backend)
+    forecasts: dict[str, DemandForecast] = {}
+    if redis is not None:
+        demand_history.record(redis, namespace, {g.name: g.demand for g in views}, now)
+        if profile.forecast:
+            forecasts = group_forecasts(redis, namespace, views, now, profile)
+            demand_history.put_take_back_by(redis, namespace, take_back_times(views, forecasts, now, profile),
+                                            max(300.0, 5 * settings.TIDAL_LENDING_INTERVAL_S))
+    decisions = decide_lending(views, now, profile, forecasts)
+    _expedite(expedite(views), now)
+    for decision in decisions:
         if isinstance(decision, (Lend, TakeBack)):
-            _open(decision, report)
+            _open(decision, report, now)
     pods = observe.PodIndex.of(backend)
     nodes = {n.name: n for n in backend.nodes()}
     for record in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN).select_related("node"):
         pods = _advance(record, backend, nodes, pods, now, report)
     return report
+
+
+# --- forecasting -----------------------------------------------------------------------------------
+
+
+def horizon_min(now: float, profile: LendingProfile) -> int:
+    """Minutes to forecast: far enough for the longest job a lent node may take (the long-job bar and the
+    margin), the minimum lend time and the drain; at most a day."""
+    reach = max(long_bar_s(now, profile) + profile.deadline_margin_s, profile.min_lend_s) + profile.drain_s
+    return min(DAY_MIN, math.ceil(reach / 60) + 1)
+
+
+def group_forecasts(redis, namespace: str, views: list[GroupView], now: float,
+                    profile: LendingProfile) -> dict[str, DemandForecast]:
+    """The seasonal forecast of every group with a day of recorded demand, from the minute that started last."""
+    minute = now - now % 60
+    out = {}
+    for g in views:
+        fc = seasonal_forecast(g.name, demand_history.history(redis, namespace, g.name, now), minute,
+                               horizon_min(now, profile))
+        if fc is not None:
+            out[g.name] = fc
+    return out
+
+
+def take_back_times(views: list[GroupView], forecasts: dict[str, DemandForecast], now: float,
+                    profile: LendingProfile) -> dict[str, float]:
+    """{GPU model ("" for CPU-only): predicted take-back of its lent nodes} for the groups with one."""
+    model_of = dict(ResourceGroup.objects.values_list("name", "gpu_model__name"))
+    out = {}
+    for g in views:
+        at = take_back_at(g, forecasts.get(g.name), now, profile)
+        if at is not None:
+            key = model_of.get(g.name) or ""
+            out[key] = min(at, out.get(key, at))
+    return out
 
 
 # --- observing -------------------------------------------------------------------------------------
@@ -77,7 +137,7 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
             "node__name", "node__resource_group__name", "direction"):
         converting[group].append(Converting(node, Direction(direction)))
     views = []
-    for name, members in sorted(observe.group_nodes(backend).items()):
+    for name, members in sorted(observe.group_nodes(backend, expected_run(backend)).items()):
         group = groups.get(name)
         if group is None or not group.lending:
             continue
@@ -89,18 +149,55 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
     return views
 
 
+def expected_run(backend: ClusterBackend) -> dict[int, float]:
+    """Expected run seconds of the jobs whose training pods are bound (profile mean, else stated duration; a job with
+    neither is absent: its end is unknown): one query for the jobs, one for their tasks' histories."""
+    ids = {p.spec.job_id for p in backend.pods() if p.kind != INFERENCE and p.spec.job_id is not None}
+    if not ids:
+        return {}
+    jobs = list(TrainingJob.objects.filter(pk__in=ids).only("pk", "task_key", "expected_duration_s"))
+    histories = task_histories(task_keys={j.task_key for j in jobs})
+    out = {}
+    for job in jobs:
+        history = histories.get(job.task_key)
+        run = expected_run_of(history.run_s if history else (), job.expected_duration_s)
+        if run is not None:
+            out[job.pk] = float(run)
+    return out
+
+
 def _pin(node: GroupNode) -> GroupNode:
     return replace(node, pool=Pool.FIXED)
 
 
-def _open(decision: Lend | TakeBack, report: LendingReport) -> None:
+def _open(decision: Lend | TakeBack, report: LendingReport, now: float) -> None:
+    # a graceful take-back's deadline (evict what still runs then); none: at once
+    evict_at = utc(decision.evict_at) if isinstance(decision, TakeBack) and decision.evict_at > now else None
     for name in decision.nodes:
         try:
-            services.transition_request(node=Node.objects.get(name=name), direction=decision.direction, actor=None,
-                                        reason=decision.reason.value, message=decision.message)
+            with transaction.atomic():
+                record = services.transition_request(node=Node.objects.get(name=name), direction=decision.direction,
+                                                     actor=None, reason=decision.reason.value,
+                                                     message=decision.message)
+                if evict_at is not None:
+                    NodeTransition.objects.filter(pk=record.pk).update(evict_at=evict_at)
             report.opened.append(name)
         except ApplicationError as refused:  # e.g. an operator pinned it since we looked
             log.info("not moving %s: %s", name, refused.message)
+
+
+def _expedite(groups: frozenset[str], now: float) -> None:
+    """Online pods pending in these groups: their cordoned take-backs evict now (online service wins)."""
+    if not groups:
+        return
+    expedited = NodeTransition.objects.filter(
+        status=NodeTransition.Status.OPEN, direction=Direction.TAKE_BACK.value, evict_at__gt=utc(now),
+        node__resource_group__name__in=groups)
+    for record in expedited.select_related("node__resource_group"):
+        decision_record(kind=Decision.Kind.LENDING, subject=f"node:{record.node.name}", reason="take-back-expedited",
+                        message=f"take-back of {record.node.name} evicts now, not at {record.evict_at:%H:%M} UTC: "
+                                f"online pods are pending in {record.node.resource_group.name}")
+    expedited.update(evict_at=utc(now))
 
 
 # --- acting ----------------------------------------------------------------------------------------
@@ -111,9 +208,10 @@ def _advance(record: NodeTransition, backend: ClusterBackend, nodes: dict, pods:
     """Run the record's next actions until one must wait; persist each step as it is done."""
     name = record.node.name
     _catch_up(record, nodes[name], pods, now)
-    state = TransitionRecord(name, Direction(record.direction), Step(record.step), record.started_at.timestamp())
+    state = TransitionRecord(name, Direction(record.direction), Step(record.step), record.started_at.timestamp(),
+                             record.evict_at.timestamp() if record.evict_at else 0.0)
     for _ in range(MAX_STEPS_PER_TICK):
-        action = next_action(state, observe.node_now(nodes[name], pods))
+        action = next_action(state, observe.node_now(nodes[name], pods), now)
         try:
             _execute(action, record, backend, pods, now)
         except BackendBusy as busy:  # e.g. a disruption budget: the same step is tried again next tick
@@ -247,7 +345,7 @@ def run_lending_tick(*, redis, namespace: str, profile: LendingProfile) -> Lendi
         if cluster is None:
             return None
         started = time.perf_counter()
-        report = lending_tick(backend=cluster, now=time.time(), profile=profile)
+        report = lending_tick(backend=cluster, now=time.time(), profile=profile, redis=redis, namespace=namespace)
         telemetry.observe(redis, namespace, "lending_tick", time.perf_counter() - started)
         telemetry.put_groups(redis, namespace, observe.group_allocation(cluster.nodes(), learned_workload()),
                              time.time())

@@ -112,6 +112,10 @@ class NodeTransition(models.Model):
     reason = models.CharField(max_length=64)
     message = models.TextField()
     waiting_for = models.TextField(blank=True, help_text="Why the last tick could not go further.")
+    evict_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Take-back: training pods still running are evicted from then on (the node is cordoned meanwhile); "
+                  "empty: at once.")
     started_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)

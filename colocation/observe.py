@@ -7,6 +7,7 @@ jobs, open transition records, thresholds).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cluster.backend import INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, TRAINING, ClusterBackend, PodView
@@ -16,8 +17,10 @@ from colocation.policy.views import in_group_unit
 from scheduler.policy.workload import MILLI, TargetWorkload, node_frag
 
 
-def group_nodes(backend: ClusterBackend) -> dict[str, list[GroupNode]]:
-    """Every node as the lending policy sees it, by resource group, with its inference and training pods."""
+def group_nodes(backend: ClusterBackend,
+                run_s: Mapping[int, float] | None = None) -> dict[str, list[GroupNode]]:
+    """Every node as the lending policy sees it, by resource group, with its inference and training pods.
+    `run_s`: expected run seconds by job id (a pod's expected end = its start + that; absent: unknown)."""
     pods = {p.spec.name: p for p in backend.pods()}
     # a gang's pods share its job id: taking back one worker's node ends every worker
     gang_size = Counter(p.spec.job_id for p in pods.values() if p.spec.job_id is not None and p.kind != INFERENCE)
@@ -31,8 +34,10 @@ def group_nodes(backend: ClusterBackend) -> dict[str, list[GroupNode]]:
                 request = in_group_unit(pod.spec.gpus, pod.spec.cpu_milli, gpu=gpu_unit)
                 inference.append(InferencePod(name, request, pod.detached_from is not None))
             elif pod.kind == TRAINING or pod.kind is None:
-                training.append(TrainingPod(name, pod.spec.job_id, pod.started_at,
-                                            gang_size[pod.spec.job_id] if pod.spec.job_id is not None else 1))
+                job = pod.spec.job_id
+                run = run_s.get(job) if run_s is not None and job is not None else None
+                training.append(TrainingPod(name, job, pod.started_at, gang_size[job] if job is not None else 1,
+                                            None if run is None else pod.started_at + run))
         groups[node.resource_group].append(GroupNode.of(node, inference, training))
     return groups
 

@@ -8,9 +8,11 @@ from django.conf import settings
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Concat
 from redis import Redis
+from redis.exceptions import RedisError
 
 from cluster import types as ct
 from cluster.simulated.traces import with_blocks
+from colocation import demand_history
 from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup
 from colocation.policy import LendingProfile
 from core import telemetry
@@ -33,8 +35,17 @@ def node_views() -> list[ct.NodeView]:
 
 
 def lending_profile() -> LendingProfile:
-    """The one lending profile of the live loops (busy windows and the night rule in the site's time zone)."""
-    return LendingProfile(tz=settings.TIME_ZONE)
+    """The one lending profile of the live loops (busy windows and the night rule in the site's time zone). With
+    TIDAL_LENDING_FORECAST, forecast-driven, carrying the predicted take-back times the lending tick stored last
+    (the scheduling cycle keeps jobs off lent nodes they would outlive); a stale or unreadable store: none."""
+    profile = LendingProfile(tz=settings.TIME_ZONE)
+    if not settings.TIDAL_LENDING_FORECAST:
+        return profile
+    try:
+        by = demand_history.take_back_by(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
+    except RedisError:  # placement then falls back to the long-job bar alone, as without forecasts
+        by = ()
+    return profile.with_(forecast=True, take_back_by=by)
 
 
 @dataclass(frozen=True)

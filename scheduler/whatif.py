@@ -72,15 +72,24 @@ def fragmentation_request(*, actor, trace: str, policies: list[str]) -> ReplayRu
         pods_path=str(Path(settings.TRACES_DIR) / ALIBABA / f"openb_pod_list_{trace}.csv")))
 
 
-def colocation_request(*, actor, days: int, small: bool) -> ReplayRun:
-    """Keep and enqueue a co-location simulation: lending against a static split over `days` (1-7) of the
-    GenAI and World Cup traffic traces."""
+LENDING = ("threshold", "forecast")  # a co-location run's lending rules, kept as its one "policy"
+
+
+def colocation_request(*, actor, days: int, small: bool, lending: str = "threshold") -> ReplayRun:
+    """Keep and enqueue a co-location simulation: lending (threshold-only or forecast-driven) against a static split
+    over `days` (1-7) of the GenAI and World Cup traffic traces."""
     if not actor.is_staff:
         raise PermissionDenied("only platform operators start simulations")
+    errors: dict[str, list[str]] = {}
     if not 1 <= days <= MAX_DAYS:
-        raise ApplicationError("the simulation was not started", fields={"days": [f"1 to {MAX_DAYS}, got {days}"]})
+        errors["days"] = [f"1 to {MAX_DAYS}, got {days}"]
+    if lending not in LENDING:
+        errors["lending"] = [f"one of {', '.join(LENDING)}, got {lending!r}"]
+    if errors:
+        raise ApplicationError("the simulation was not started", fields=errors)
     return _enqueue(ReplayRun.objects.create(kind=ReplayRun.Kind.COLOCATION, requested_by=actor, days=days,
-                                             small=small, trace="small cluster" if small else "trace cluster"))
+                                             small=small, policies=[lending],
+                                             trace="small cluster" if small else "trace cluster"))
 
 
 def _enqueue(run: ReplayRun) -> ReplayRun:

@@ -64,6 +64,8 @@ def _fragmentation(run: ReplayRun, out: Path) -> dict:
 def _simulate(run: ReplayRun, out: Path) -> dict:
     cfg = SimConfig(Path(settings.TRACES_DIR), days=run.days)
     cfg = cfg.small() if run.small else cfg
+    if "forecast" in run.policies:  # the same simulation, its lending forecast-driven
+        cfg = cfg.with_(lending=cfg.lending.with_(forecast=True))
     progress = _progress(run)
 
     def bar(label: str, total: int):

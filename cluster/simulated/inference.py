@@ -1,8 +1,8 @@
 """Simulated inference load, from public traces read in place (paths passed in), and the
 per-replica utilization the autoscaler (colocation/policy/autoscaling.py) reacts to. Pure: no Django, no backend.
 
-- Request rate: the World Cup 98 per-minute request counts (local time = GMT+2), each service on
-  its own day and phase (drawn from the seed, so deterministic), scaled to its peak QPS.
+- Request rate: a per-minute traffic curve (cluster/simulated/traffic.py: World Cup 98, the GenAI log's GPU work,
+  or a CSV), each service on its own day and phase (drawn from the seed, so deterministic), scaled to its peak QPS.
 - GPU utilization per replica: y = k · (QPS per ready replica) · (1 + noise), clipped to [0, 1];
   k (GPU busy fraction per request/s on one pod) and the noise spread come from the Alibaba GenAI
   serving trace: per minute, sum of pod duty cycles / system QPS, over the busiest half of minutes.
@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # traffic.py imports this module
+    from cluster.simulated.traffic import Traffic
 
 WORLDCUP_FILE = "invocation_count.csv"
 LOCAL_OFFSET_MIN = 120  # the site's local time was GMT+2
@@ -91,12 +95,12 @@ def genai_util_model(folder: str | Path) -> UtilModel:
 # -- services --------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ServiceLoad:
-    """One service's request-rate curve: a window of the World Cup trace, shifted and scaled."""
+    """One service's request-rate curve: a window of the traffic curve, shifted and scaled."""
 
     name: str
-    day: int  # trace day the simulation's day 0 maps to
+    day: int  # curve day the simulation's day 0 maps to
     phase_min: int  # shift of the curve (minutes, may be negative)
-    peak_qps: float  # the trace's 99th percentile over the used days maps to this
+    peak_qps: float  # the curve's 99th percentile over the used days maps to this
 
     def qps(self, minute: int, curve: Sequence[float], scale: float) -> float:
         i = (self.day * DAY_MIN + minute - self.phase_min) % len(curve)
@@ -104,27 +108,42 @@ class ServiceLoad:
 
 
 class InferenceLoad:
-    """Per-minute QPS and utilization of a set of services; deterministic for a seed."""
+    """Per-minute QPS and utilization of a set of services on a per-minute traffic curve (a
+    cluster.simulated.traffic.Traffic: any whole number of days); deterministic for a seed.
 
-    def __init__(self, worldcup_dir: str | Path, genai_dir: str | Path, names: Sequence[str],
-                 peak_qps: Sequence[float], days: int, seed: int = 0, max_phase_min: int = 60,
-                 first_day: int = 7, last_day: int = 70) -> None:
-        self.curve = worldcup_local_minutes(str(worldcup_dir))
+    The run covers curve days [start_day, start_day + days) (start_day None: the last `days` days). Each service reads
+    the curve from its own day, up to `max_back_days` before start_day (as far as the curve allows), shifted by its
+    own phase (+-max_phase_min): the services of a cluster peak together, not in lockstep. Minutes before 0 read the
+    days before (a forecaster's history), wrapping round the curve's ends only where it has none."""
+
+    def __init__(self, traffic: Traffic, genai_dir: str | Path, names: Sequence[str], peak_qps: Sequence[float],
+                 days: int, seed: int = 0, start_day: int | None = None, max_phase_min: int = 60,
+                 max_back_days: int = 6) -> None:
+        self.traffic = traffic
+        self.curve = tuple(traffic.values.tolist())  # indexing a tuple is faster than an array, minute by minute
         self.model = genai_util_model(str(genai_dir))
         total_days = len(self.curve) // DAY_MIN
-        rng = random.Random(f"inference-load-{seed}")
         days = max(1, math.ceil(days))
-        last_day = min(last_day, total_days - days - 1)
+        start = total_days - days if start_day is None else start_day
+        if start < 0 or start + days > total_days:
+            raise ValueError(f"{traffic.name} has {total_days} whole days: cannot run {days} days from day {start}")
+        self.start_day = start
+        rng = random.Random(f"inference-load-{seed}")
         self.services: list[ServiceLoad] = []
         self._scale: list[float] = []
         for name, peak in zip(names, peak_qps, strict=True):
-            day = rng.randint(min(first_day, last_day), last_day)
+            day = start - rng.randint(0, min(max_back_days, start))
             phase = rng.randint(-max_phase_min, max_phase_min)
             window = sorted(self.curve[day * DAY_MIN:(day + days) * DAY_MIN])
             p99 = window[int(0.99 * (len(window) - 1))] or 1.0
             self.services.append(ServiceLoad(name, day, phase, peak))
             self._scale.append(peak / p99)
         self._noise = [random.Random(f"{seed}-{s.name}") for s in self.services]
+
+    def history_minutes(self, i: int) -> int:
+        """Minutes of the curve before service i's minute 0 (what a forecaster could have seen)."""
+        s = self.services[i]
+        return max(0, s.day * DAY_MIN - s.phase_min)
 
     def qps(self, i: int, minute: int) -> float:
         return self.services[i].qps(minute, self.curve, self._scale[i])

@@ -11,7 +11,7 @@ from colocation.autoscale_eval.policies import Hpa, Spec, Static
 from colocation.autoscale_eval.run import Run, run
 from colocation.autoscale_eval.service import ServiceModel
 from colocation.policy import hpa
-from colocation.policy.autoscaling import ScalingPolicy
+from colocation.policy.autoscaling import Rates, ScalingPolicy
 
 POLICIES = ("static", "hpa", "reactive", "tidal")
 MAX_OVER_STATIC = 2  # the autoscaled service may grow to this many times the static (peak) size
@@ -19,9 +19,22 @@ MAX_OVER_STATIC = 2  # the autoscaled service may grow to this many times the st
 Progress = Callable[[str, int], Callable[[int], None]]  # (label, total) -> tick(n)
 
 
-def _scaling(model: ServiceModel, max_replicas: int, predictive: bool) -> ScalingPolicy:
-    return ScalingPolicy(thresholds=(("gpu", model.rates),), min_replicas=model.min_replicas,
-                         max_replicas=max_replicas, predictive=predictive)
+def _scaling(model: ServiceModel, max_replicas: int, predictive: bool, rates: Rates | None = None,
+             headroom: float = 0.0) -> ScalingPolicy:
+    return ScalingPolicy(thresholds=(("gpu", rates or model.rates),), min_replicas=model.min_replicas,
+                         max_replicas=max_replicas, predictive=predictive, headroom=headroom)
+
+
+def hpa_autoscaler(model: ServiceModel, top: int, target: float | None = None) -> Hpa:
+    """Kubernetes HPA at `target` utilization (default: the service's expectRate)."""
+    return Hpa(hpa.HpaSpec(model.rates.expect_rate if target is None else target, model.min_replicas, top))
+
+
+def tidal_autoscaler(model: ServiceModel, top: int, fc: Forecast | None, rates: Rates | None = None,
+                     headroom: float = 0.0) -> Spec:
+    """decide_service with the forecast when it is usable (without one, its decisions say why)."""
+    return Spec("tidal", _scaling(model, top, True, rates, headroom), fc.values if fc is not None and fc.usable else None,
+                fc.notional if fc is not None else 1, fc.note if fc is not None else "no forecast")
 
 
 def replay(demand: np.ndarray, start: float, model: ServiceModel, fc: Forecast | None,
@@ -32,11 +45,9 @@ def replay(demand: np.ndarray, start: float, model: ServiceModel, fc: Forecast |
     top, first = MAX_OVER_STATIC * static, model.replicas_for(float(demand[0]))
     autoscalers = {
         "static": (Static(), static),
-        "hpa": (Hpa(hpa.HpaSpec(model.rates.expect_rate, model.min_replicas, top)), first),
+        "hpa": (hpa_autoscaler(model, top), first),
         "reactive": (Spec("reactive", _scaling(model, top, False)), first),
-        "tidal": (Spec("tidal", _scaling(model, top, True),
-                       fc.values if fc is not None and fc.usable else None,
-                       fc.notional if fc is not None else 1, fc.note if fc is not None else "no forecast"), first),
+        "tidal": (tidal_autoscaler(model, top, fc), first),
     }
     runs = {}
     for name, (policy, initial) in autoscalers.items():

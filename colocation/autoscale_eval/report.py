@@ -12,9 +12,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cluster.simulated.inference import DAY_MIN  # noqa: E402
+from colocation.autoscale_eval.sweep import tidal_rates  # noqa: E402
 
 COLORS = {"static": "tab:gray", "hpa": "tab:orange", "reactive": "tab:blue", "tidal": "tab:green"}
 PLOTS = ("load_replicas.png", "load_replicas_day.png", "forecast_h5.png")
+FRONT_PLOT = "front.png"
 
 
 def _figure(title: str, rows: int = 1, width: float = 11, height: float = 4.5):
@@ -57,6 +59,35 @@ def plot_forecast(path: Path, title: str, actual: np.ndarray, h5: np.ndarray, fi
     _save(fig, path)
 
 
+def pareto(points) -> list:
+    """The points no other point beats in both overloaded minutes and replica-hours, by overloaded minutes."""
+    return sorted((p for p in points if not any(
+        q.overloaded_min <= p.overloaded_min and q.replica_hours <= p.replica_hours
+        and (q.overloaded_min, q.replica_hours) != (p.overloaded_min, p.replica_hours) for q in points)),
+        key=lambda p: (p.overloaded_min, p.replica_hours))
+
+
+def plot_front(path: Path, title: str, front) -> None:
+    """Overloaded minutes (x) against replica-hours (y): HPA's targets as a line, every tidal setting as a dot and
+    tidal's Pareto front as a line, front points labelled (target, or expectRate/headroom/band); lower-left is
+    better."""
+    fig, (ax,) = _figure(title, width=8, height=5.5)
+    ax.scatter([p.overloaded_min for p in front.tidal], [p.replica_hours for p in front.tidal], s=10,
+               color=COLORS["tidal"], alpha=0.35, label="tidal, every setting")
+    for name, points, marker in (("hpa", list(front.hpa), "o"), ("tidal", pareto(front.tidal), "s")):
+        ax.plot([p.overloaded_min for p in points], [p.replica_hours for p in points], marker=marker,
+                color=COLORS[name], linewidth=0.9, markersize=4,
+                label="hpa (target)" if name == "hpa" else "tidal front (expectRate/headroom/band)")
+        for p in points:
+            text = f"{p.knob:.2f}" if name == "hpa" else f"{p.knob:.2f}/{p.headroom:g}/±{p.band:.0%}"
+            ax.annotate(text, (p.overloaded_min, p.replica_hours), textcoords="offset points", xytext=(4, 4),
+                        fontsize=7, color=COLORS[name])
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set(xlabel="overloaded minutes (utilization > 1.0)", ylabel="replica-hours")
+    ax.legend(loc="upper right")
+    _save(fig, path)
+
+
 def busiest_day(demand: np.ndarray) -> int:
     """The evaluated day (index) with the highest minute: the zoomed plot's day."""
     return int(np.argmax(demand[: len(demand) // DAY_MIN * DAY_MIN].reshape(-1, DAY_MIN).max(axis=1)))
@@ -71,19 +102,38 @@ def _pct(a: float, b: float) -> str:
     return f"{(a - b) / b:+.0%}" if b else "n/a"
 
 
-def markdown(figures: dict, command: str, wall_s: float) -> str:
+def front_markdown(front) -> list[str]:
+    """The front's table and the dominance verdict, one line per HPA point."""
+    lines = ["", f"## Front (start-up {front.startup_min} min)", "",
+             "| policy | setting | overloaded min | replica-hours |", "|---|---|---|---|"]
+    for p in (*front.hpa, *front.tidal):
+        r = tidal_rates(p.knob, p.band)
+        knob = f"target {p.knob:.2f}" if p.policy == "hpa" else \
+            f"min/expect/max {r.min_rate:g}/{r.expect_rate:g}/{r.max_rate:g}, headroom {p.headroom:g}"
+        lines.append(f"| {p.policy} | {knob} | {p.overloaded_min} | {p.replica_hours:,.1f} |")
+    verdict = "dominates" if front.dominates else "does **not** dominate"
+    lines += ["", f"Tidal's front {verdict} HPA's (for every HPA point, a tidal point with no more overloaded "
+                  "minutes and no more replica-hours):", ""]
+    lines += [f"- {line}" for line in front.lines()]
+    lines += ["", f"Plot: `{FRONT_PLOT}`.", ""]
+    return lines
+
+
+def markdown(figures: dict, command: str, wall_s: float, front=None) -> str:
     p, f, s, acc = figures["policies"], figures["forecast"], figures["service"], figures["acceptance"]
     lines = [
         f"# Autoscaling evaluation — {figures['trace']}", "",
         f"`{command}` — {wall_s:.1f} s wall", "",
-        f"Evaluated the last {figures['days']} whole days of the trace (days {figures['eval_days'][0]}–"
-        f"{figures['eval_days'][1]}, local time); the forecast was trained only on the {figures['train_days']} "
-        "days just before them.", "",
-        f"Service model: {s['capacity']:.0f} requests/min per replica at utilization 1.0, new replicas serve after "
+        f"Evaluated {figures['days']} whole days of the trace's {figures.get('trace_days', '?')} (days "
+        f"{figures['eval_days'][0]}–{figures['eval_days'][1]}, local time; {figures.get('unit', 'requests/min')}); "
+        f"the forecast was trained only on the {figures['train_days']} days just before them.", "",
+        f"Service model: {s['capacity']:g} {figures.get('unit', 'requests/min')} per replica at utilization 1.0"
+        + (f" ({s['capacity_note']})" if s.get("capacity_note") else "") + ", new replicas serve after "
         f"{s['startup_min']} minutes, scale-in at once; thresholds min/expect/max {s['min_rate']}/{s['expect_rate']}/"
         f"{s['max_rate']} on GPU utilization; {s['min_replicas']}..{s['max_replicas']} replicas; static = "
         f"{s['static_replicas']} replicas (the evaluated peak at expectRate).", "",
-        "| policy | overloaded min (>1.0) | min over maxRate | replica-hours | scale events | unserved requests |",
+        "| policy | overloaded min (>1.0) | min over maxRate | replica-hours | scale events | unserved "
+        + ("requests |" if figures.get("unit", "requests/min") == "requests/min" else "work |"),
         "|---|---|---|---|---|---|",
     ]
     for name, r in p.items():
@@ -109,6 +159,8 @@ def markdown(figures: dict, command: str, wall_s: float) -> str:
               f"{mae['seasonal'][4]:.4f}: {_ok(acc['forecast_h5'])}",
               "", f"Forecast used by tidal: {'yes' if f['usable'] else 'no — ' + f['note']}", "",
               "Plots: " + ", ".join(f"`{n}`" for n in PLOTS) + f" (zoom: day {figures['zoom_day']}).", ""]
+    if front is not None:
+        lines += front_markdown(front)
     return "\n".join(lines)
 
 

@@ -1,77 +1,55 @@
-"""Per-minute traffic traces for the evaluation, read in place from the shared traces folder."""
+"""What the evaluation replays: a built-in trace or a `timestamp,value` CSV (read by cluster/simulated/traffic.py,
+the one reader), and which of its days are evaluated and which train the forecast."""
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import numpy as np
+from cluster.simulated.inference import DAY_MIN
+from cluster.simulated.traffic import BUILTIN, Traffic, TrafficError, builtin, read_csv
 
-from cluster.simulated.inference import DAY_MIN, LOCAL_OFFSET_MIN, WORLDCUP_FILE, worldcup_local_minutes
-
-WORLDCUP_DIR = "worldcup98-per-minute"
-GENAI_QPS = "alibaba-genai-2026/qps.csv"
-TRACES = ("worldcup98", "genai")
+TRACES = BUILTIN
 MIN_TRAIN_DAYS = 1
-
-
-class TraceError(ValueError):
-    """The trace cannot be evaluated as asked (missing, too short); the message says why."""
+TraceError = TrafficError
 
 
 @dataclass(frozen=True)
-class Trace:
-    """Requests per minute from local midnight of day 0; `start` is that midnight as epoch seconds of a
-    UTC-labelled clock (local wall time, so minute-of-day and weekday features come out in local time)."""
+class Span:
+    """The evaluated days [first_day, first_day + days) of `traffic`; every earlier day may train the forecast."""
 
-    name: str
-    demand: np.ndarray  # requests per minute
-    start: float
+    traffic: Traffic
+    first_day: int
+    days: int
 
     @property
-    def days(self) -> int:
-        return len(self.demand) // DAY_MIN
+    def at(self) -> int:
+        """The first evaluated minute."""
+        return self.first_day * DAY_MIN
+
+    @property
+    def end(self) -> int:
+        return (self.first_day + self.days) * DAY_MIN
 
 
-def load(name: str, traces_dir: Path) -> Trace:
-    if name == "worldcup98":
-        return _worldcup(traces_dir / WORLDCUP_DIR)
-    if name == "genai":
-        return _genai(traces_dir / GENAI_QPS)
-    raise TraceError(f"unknown trace {name!r}: choose one of {', '.join(TRACES)}")
+def load(trace: str | None, csv_path: Path | None, traces_dir: Path) -> Traffic:
+    """`--traffic CSV` when given, else the built-in `--trace`."""
+    if csv_path is not None:
+        return read_csv(csv_path)
+    return builtin(trace or "worldcup98", traces_dir)
 
 
-def _worldcup(folder: Path) -> Trace:
-    path = folder / WORLDCUP_FILE
-    if not path.is_file():
-        raise TraceError(f"World Cup 98 trace not found: {path}")
-    with open(path, newline="") as f:
-        first = datetime.fromisoformat(next(csv.DictReader(f))["period"])
-    local = first + timedelta(minutes=LOCAL_OFFSET_MIN)
-    day0 = datetime(local.year, local.month, local.day, tzinfo=timezone.utc) + timedelta(days=1)  # as inference.py
-    return Trace("worldcup98", np.asarray(worldcup_local_minutes(str(folder)), dtype=float), day0.timestamp())
-
-
-def _genai(path: Path) -> Trace:
-    """The Alibaba GenAI QPS trace spans under a day (57 s samples, anonymized start): no earlier whole day to
-    train on, so it is refused with its span; the error is the answer."""
-    if not path.is_file():
-        raise TraceError(f"GenAI QPS trace not found: {path}")
-    with open(path, newline="") as f:
-        stamps = [float(r["timestamp_anon"]) for r in csv.DictReader(f)]
-    hours = (max(stamps) - min(stamps)) / 3600 if stamps else 0.0
-    raise TraceError(f"the GenAI QPS trace ({path}) spans {hours:.1f} hours: the evaluation needs at least "
-                     f"{MIN_TRAIN_DAYS} whole day to train the forecast on plus the evaluated days after it; "
-                     "use --trace worldcup98")
-
-
-def split(trace: Trace, days: int) -> int:
-    """The first evaluated minute: the last `days` whole days are evaluated, every earlier day trains."""
+def span(traffic: Traffic, days: int, start_day: int | None = None) -> Span:
+    """`days` evaluated days from `start_day` (None: the last `days`), with at least one earlier day to train on."""
     if days < 1:
-        raise TraceError(f"--days must be at least 1, got {days}")
-    if trace.days - days < MIN_TRAIN_DAYS:
-        raise TraceError(f"--days {days} leaves {trace.days - days} of the trace's {trace.days} days for training; "
-                         f"at most {trace.days - MIN_TRAIN_DAYS} days can be evaluated")
-    return (trace.days - days) * DAY_MIN
+        raise TrafficError(f"--days must be at least 1, got {days}")
+    first = traffic.days - days if start_day is None else start_day
+    if first < MIN_TRAIN_DAYS:
+        most = traffic.days - MIN_TRAIN_DAYS
+        raise TrafficError(f"{traffic.name}: evaluating {days} days from day {first} leaves {max(first, 0)} of its "
+                           f"{traffic.days} days for training (at least {MIN_TRAIN_DAYS} needed); --days can be at "
+                           f"most {most} and --start at least {MIN_TRAIN_DAYS}")
+    if first + days > traffic.days:
+        raise TrafficError(f"{traffic.name} has {traffic.days} whole days (0..{traffic.days - 1}): {days} days from "
+                           f"day {first} run past its end")
+    return Span(traffic, first, days)

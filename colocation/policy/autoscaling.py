@@ -87,6 +87,14 @@ class ScalingPolicy:
     schedules: tuple[Schedule, ...] = ()
     busy_signal: bool = False  # scale on the "busy" threshold instead of utilization
     tz: str = "UTC"
+    # Square-root headroom (beta): every rate is scaled by 1/(1 + beta/sqrt(N)) at N replicas, so a small service
+    # keeps more headroom than a large one: a load's minute-to-minute swing grows like the square root of its size
+    # (square-root staffing), not in proportion. 0: the plain thresholds.
+    headroom: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.headroom < 0:
+            raise ValueError(f"headroom must be >= 0, got {self.headroom}")
 
     def rates(self) -> dict[str, Rates]:
         """The metrics this policy scales on; the busy signal without its own threshold keeps 0.6-0.8 (README: Inference
@@ -274,22 +282,54 @@ def _idle(view: ServiceView, now: float) -> ScaleDecision | None:
                          f"{view.name}: no request for {idle} minutes; scaled to zero")
 
 
+def rates_at(rates: Rates, headroom: float, n: int) -> Rates:
+    """The thresholds at `n` replicas under square-root headroom: each rate times 1/(1 + headroom/√n)."""
+    if not headroom or n <= 0:
+        return rates
+    f = 1.0 / (1.0 + headroom / math.sqrt(n))
+    return Rates(rates.min_rate * f, rates.expect_rate * f, rates.max_rate * f)
+
+
+def replicas_for(y: float, n: int, rate: float, headroom: float, up: bool) -> tuple[int, str]:
+    """Replicas for the work of utilization `y` at `n` replicas, and the formula as a phrase: without headroom
+    ceil(y/rate×n) (up) or floor(y/rate×n) (down); with it, the fewest replicas k whose rate at k (rates_at) runs
+    the work (up), or the most whose rate it fills (down)."""
+    if not headroom:
+        if up:
+            k = math.ceil(y / rate * n - FLOAT_SLACK)
+            return k, f"ceil({y:.2f}/{rate:.2f}×{n}) = {k}"
+        k = math.floor(y / rate * n + FLOAT_SLACK)
+        return k, f"floor({y:.2f}/{rate:.2f}×{n}) = {k}"
+    work = y * n
+
+    def fits(k: int) -> bool:
+        return work <= rate * k / (1.0 + headroom / math.sqrt(k)) + FLOAT_SLACK
+
+    k = max(1, math.ceil(work / rate - FLOAT_SLACK))  # the headroom only adds replicas to the plain answer
+    while not fits(k):
+        k += 1
+    if not up and work < rate * k / (1.0 + headroom / math.sqrt(k)) - FLOAT_SLACK:
+        k -= 1
+    return k, f"{k} replicas run {y:.2f}×{n} at {rate:.2f} less headroom {headroom:g}/√{k}"
+
+
 def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
-    """The reactive rule per metric and the predictive rule; the largest answer wins."""
+    """The reactive rule per metric and the predictive rule; the largest answer wins. With square-root headroom the
+    triggers are the rates at the current count (rates_at) and every count is sized at the headroom-scaled rate."""
     n, policy = view.replicas, view.policy
     answers: list[tuple[int, Reason, str, str]] = []  # (replicas, reason, metric, why)
-    for metric, rates in sorted(policy.rates().items()):
-        ys = _trailing(loads, metric)
+    for metric, base in sorted(policy.rates().items()):
+        ys, rates = _trailing(loads, metric), rates_at(base, policy.headroom, n)
         if len(ys) >= OUT_MINUTES and all(v > rates.max_rate for v in ys[-OUT_MINUTES:]):
-            k = math.ceil(ys[-1] / rates.expect_rate * n - FLOAT_SLACK)
+            k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=True)
             answers.append((max(n + 1, k), Reason.SCALE_OUT, metric,  # over maxRate >= expectRate: one more at least
                             f"{metric} {_pcts(ys[-OUT_MINUTES:])} over maxRate {rates.max_rate:.0%} for "
-                            f"{OUT_MINUTES} minutes: ceil({ys[-1]:.2f}/{rates.expect_rate:.2f}×{n}) = {k}" + _nudged(k, max(n + 1, k))))
+                            f"{OUT_MINUTES} minutes: {formula}" + _nudged(k, max(n + 1, k))))
         elif len(ys) >= IN_MINUTES and all(v < rates.min_rate for v in ys[-IN_MINUTES:]):
-            k = math.floor(ys[-1] / rates.expect_rate * n + FLOAT_SLACK)
+            k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=False)
             answers.append((min(n - 1, k), Reason.SCALE_IN, metric,  # under minRate <= expectRate: one fewer at least
                             f"{metric} under minRate {rates.min_rate:.0%} for {IN_MINUTES} minutes "
-                            f"(now {ys[-1]:.0%}): floor({ys[-1]:.2f}/{rates.expect_rate:.2f}×{n}) = {k}" + _nudged(k, min(n - 1, k))))
+                            f"(now {ys[-1]:.0%}): {formula}" + _nudged(k, min(n - 1, k))))
         elif ys:
             answers.append((n, Reason.HOLD, metric, f"{metric} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
                                                     f"{rates.max_rate:.0%}"))
@@ -305,6 +345,7 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
             why += f"; {view.forecast_note}"
     if reason is Reason.SCALE_IN:
         replicas, reason, why = _limit_in(view, replicas, why)
+        replicas, reason, why = _no_flap(view, loads, replicas, reason, why)
     verb = {Reason.HOLD: "stays at", Reason.SCALE_IN: "scales in to"}.get(reason, "scales out to")
     if reason is Reason.PREDICTIVE_LIMIT:
         verb = "stays at" if replicas == n else "scales in only to"
@@ -313,19 +354,46 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
 
 
 def _limit_in(view: ServiceView, k: int, why: str) -> tuple[int, Reason, str]:
-    """Predictive: never scale in below what the forecast's next AHEAD minutes need to stay within maxRate (the
-    floor formula lands near maxRate, so a rise right after a scale-in would overload the fewer replicas)."""
+    """Predictive: never scale in below what the forecast's next AHEAD minutes need at expectRate, where a
+    scale-out would size them (the floor formula lands at or above expectRate, so a rise right after a scale-in
+    would push the fewer replicas past maxRate)."""
     rates, n, need, note = view.policy.rates(), view.replicas, k, ""
     for metric, values in view.forecast if view.policy.predictive else ():
         if metric in rates and values[:AHEAD]:
             peak, r = max(values[:AHEAD]), rates[metric]
-            m = math.ceil(peak / r.max_rate * n - FLOAT_SLACK)
+            m, formula = replicas_for(peak, n, r.expect_rate, view.policy.headroom, up=True)
             if m > need:
                 need, note = m, (f"the {metric} forecast peaks at {peak:.0%} of {n} replicas within {AHEAD} "
-                                 f"minutes: ceil({peak:.2f}/{r.max_rate:.2f}×{n}) = {m} keep it under maxRate")
+                                 f"minutes: {formula} keep it at expectRate")
     if need <= k:
         return k, Reason.SCALE_IN, why
     return min(n, need), Reason.PREDICTIVE_LIMIT, f"{why}; but {note}"
+
+
+def _no_flap(view: ServiceView, loads: Sequence[LoadMinute], k: int, reason: Reason,
+             why: str) -> tuple[int, Reason, str]:
+    """Never scale in to a count where the peak of the last IN_MINUTES minutes (the minutes that justified the
+    scale-in) would be over maxRate: the scale-out rule would then fire on the very load just measured, and the
+    replicas it asks come back only after the start-up. floor(y/expectRate×N) sizes the newest minute alone, so
+    a minute-to-minute swing inside the window can land the fewer replicas over maxRate."""
+    n = view.replicas
+    if k >= n:
+        return k, reason, why
+    need, note = k, ""
+    for metric, base in sorted(view.policy.rates().items()):
+        ys = _trailing(loads, metric)[-IN_MINUTES:]
+        if not ys:
+            continue
+        peak, m = max(ys), max(1, k)
+        while m < n and peak * n / m > rates_at(base, view.policy.headroom, m).max_rate + FLOAT_SLACK:
+            m += 1
+        if m > max(need, 1, k):
+            rate = rates_at(base, view.policy.headroom, m - 1).max_rate
+            need, note = m, (f"the {metric} peak of the last {IN_MINUTES} minutes ({peak:.0%} of {n}) would be "
+                             f"{peak * n / (m - 1):.0%} at {m - 1}, over maxRate {rate:.0%}")
+    if need == k:
+        return k, reason, why
+    return need, Reason.HOLD if need == n else reason, f"{why}; kept at {need}: {note}"
 
 
 def _ahead(view: ServiceView) -> tuple[int, Reason, str, str] | None:
@@ -337,12 +405,13 @@ def _ahead(view: ServiceView) -> tuple[int, Reason, str, str] | None:
     for metric, values in view.forecast:
         if metric not in rates:
             continue
-        ahead, r = values[:AHEAD], rates[metric]
+        ahead, base = values[:AHEAD], rates[metric]
+        r = rates_at(base, view.policy.headroom, n)
         if sum(v > r.max_rate for v in ahead) >= AHEAD_OVER:
-            k = max(n, math.ceil(max(ahead) / r.expect_rate * n - FLOAT_SLACK))
+            m, formula = replicas_for(max(ahead), n, base.expect_rate, view.policy.headroom, up=True)
+            k = max(n, m)
             why = (f"{metric} forecast {_pcts(ahead)} over the next {AHEAD} minutes exceeds maxRate "
-                   f"{r.max_rate:.0%} {sum(v > r.max_rate for v in ahead)} times: ceil({max(ahead):.2f}/"
-                   f"{r.expect_rate:.2f}×{n}) = {k} ahead of the peak")
+                   f"{r.max_rate:.0%} {sum(v > r.max_rate for v in ahead)} times: {formula} ahead of the peak")
             if best is None or k > best[0]:
                 best = (k, Reason.PREDICTIVE_OUT, metric, why)
     return best

@@ -5,6 +5,10 @@
   first-fit decreasing, after the capacity already being taken back). Choose offline-normal
   co-location nodes with the fewest training jobs, then the least run time so far (the most
   recently started jobs: least work lost). Urgent: pending pods override busy windows.
+- Graceful take-back: the node is cordoned (online-unnormal) at once, but its training pods are evicted only at
+  `TakeBack.evict_at`: now when urgent (online pods pending), else now + `take_back_grace_s`, or the forecast rise
+  for a forecast take-back if later (a take-back the forecast alone fired is no more urgent than a threshold one). Nodes are chosen by the jobs (a gang whole) still running at that deadline, then the run
+  time lost. `expedite` names the groups whose in-flight take-backs must evict now (online pods pending).
 - Lend (online->offline) when projected usage < minRate and training jobs are pending, no online
   pod is pending and no take-back is in flight. Size: the largest k such that, without the k
   chosen nodes, usage stays <= expectRate and their pods fit (first-fit decreasing) in the free
@@ -12,19 +16,28 @@
 - At most `max_parallel` nodes per group convert at once, in-flight ones included; fixed-pool
   nodes are never candidates; at least `min_online_nodes` stay online.
 A trigger that cannot act yields a Hold with the reason, so dashboards can say why nothing moved.
+
+Forecast-driven (`profile.forecast` and a DemandForecast for the group; otherwise exactly the rules above):
+- Take back ahead of the rise: when the forecast puts online usage (lent nodes staying lent) above maxRate within
+  `drain_s`, take back now, sized to expectRate at the forecast peak within `drain_s` (also for the threshold
+  triggers). Only when something is lent; busy windows hold it like a threshold take-back.
+- Lend only what stays idle: a lend is also sized so that the forecast peak over [now, now + `min_lend_s`] stays
+  <= maxRate without the lent nodes (longer, up to the latest expected end of the jobs already on lent nodes: lending
+  more must not pull their take-back before it); if not even one node qualifies, a Hold says the forecast needs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from cluster.types import GPU_EPS, NodeState, Pool
+from colocation.policy.forecast import DemandForecast, first_over
 from colocation.policy.profile import DEFAULT, LendingProfile, Thresholds
 from colocation.policy.states import Direction
 from colocation.policy.views import GroupNode, GroupView, ratio
-from colocation.policy.windows import busy_window
+from colocation.policy.windows import busy_window, local
 
 
 class LendReason(str, Enum):
@@ -37,6 +50,8 @@ class LendReason(str, Enum):
     BUSY_WINDOW = "busy-window"
     TAKE_BACK_IN_FLIGHT = "take-back-in-flight"
     COVERED = "covered-by-take-back-in-flight"
+    FORECAST_RISE = "forecast-above-max"  # forecast-driven take-back ahead of the rise
+    FORECAST_NEEDS_BACK = "forecast-needs-node-back"  # lend held: the forecast needs the node back within min_lend_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +74,9 @@ class TakeBack:
     usage: float
     usage_after: float
     direction: Direction = Direction.TAKE_BACK
+    # cordon now, evict the training pods still running from then on (steps.TransitionRecord.evict_at): now when
+    # urgent, else now + profile.take_back_grace_s (a forecast take-back: the forecast rise if later)
+    evict_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,29 +92,55 @@ class Hold:
 LendingDecision = Lend | TakeBack | Hold
 
 
-def decide_lending(groups: Iterable[GroupView], now: float,
-                   profile: LendingProfile = DEFAULT) -> list[LendingDecision]:
-    """At most one decision per group, groups by name; pure."""
+def decide_lending(groups: Iterable[GroupView], now: float, profile: LendingProfile = DEFAULT,
+                   forecasts: Mapping[str, DemandForecast] | None = None) -> list[LendingDecision]:
+    """At most one decision per group, groups by name; pure. `forecasts` by group name are used only with
+    `profile.forecast`; a group without one gets the threshold rules alone."""
     out = []
     for g in sorted(groups, key=lambda g: g.name):
-        decision = decide_group(g, now, profile)
+        fc = forecasts.get(g.name) if profile.forecast and forecasts else None
+        decision = decide_group(g, now, profile, fc)
         if decision is not None:
             out.append(decision)
     return out
 
 
-def decide_group(g: GroupView, now: float, profile: LendingProfile = DEFAULT) -> LendingDecision | None:
+def decide_group(g: GroupView, now: float, profile: LendingProfile = DEFAULT,
+                 forecast: DemandForecast | None = None) -> LendingDecision | None:
     th = g.thresholds or profile.thresholds
     usage = g.projected_usage
+    fc = forecast if profile.forecast else None
     if g.urgent_pending or usage > th.max_rate:
-        return _take_back(g, th, now, profile)
+        return _take_back(g, th, now, profile, fc)
+    if fc is not None and _lent(g) and first_over(fc, g.projected_capacity, th.max_rate, now, profile.drain_s):
+        return _take_back(g, th, now, profile, fc)
     if usage < th.min_rate and g.pending_training > 0:
-        return _lend(g, th, now, profile)
+        return _lend(g, th, now, profile, fc)
     return None
+
+
+def _lent(g: GroupView) -> list[GroupNode]:
+    """Offline-normal co-location nodes not converting: what a take-back can choose from."""
+    flight = g.in_flight()
+    return [n for n in g.nodes if n.pool is Pool.COLOCATION and n.state is NodeState.OFFLINE_NORMAL
+            and n.name not in flight]
+
+
+def _hhmm(t: float, profile: LendingProfile) -> str:
+    return f"{local(t, profile.tz):%H:%M}"
+
+
+def _forecast_says(usage: float, t: float, th: Thresholds, profile: LendingProfile, source: str) -> str:
+    via = "" if source == "seasonal" else f" ({source})"
+    return f"forecast{via} {_hhmm(t, profile)} online {_pct(usage)} > maxRate {_pct(th.max_rate)}"
 
 
 def _pct(x: float) -> str:
     return f"{x:.0%}"
+
+
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
 
 
 def _spill(items: Iterable[float], bins: Iterable[float]) -> list[float]:
@@ -116,15 +160,22 @@ def _hold(g: GroupView, d: Direction, reason: LendReason, why: str) -> Hold:
     return Hold(g.name, d, reason, f"{g.name}: would {verb} but {why}")
 
 
-def _work_lost(n: GroupNode, now: float) -> tuple[int, float, str]:
-    """What taking back `n` kills: its training jobs (a gang's worker counts its whole gang: all its workers die),
-    then their run time so far (again every worker of a gang), then the name."""
-    jobs = {p.job_id if p.job_id is not None else p.name: p for p in n.training}
+def _work_lost(n: GroupNode, evict_at: float) -> tuple[int, float, str]:
+    """What taking back `n` with its evictions at `evict_at` kills: its training jobs still running then (a gang's
+    worker counts its whole gang: all its workers die; an unknown end counts as running), then their run time by
+    then (again every worker of a gang), then the name."""
+    jobs = {p.job_id if p.job_id is not None else p.name: p for p in n.training if p.runs_at(evict_at)}
     return (sum(p.workers for p in jobs.values()),
-            sum(p.workers * max(0.0, now - p.started_at) for p in jobs.values()), n.name)
+            sum(p.workers * max(0.0, evict_at - p.started_at) for p in jobs.values()), n.name)
 
 
-def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile) -> LendingDecision:
+def expedite(groups: Iterable[GroupView]) -> frozenset[str]:
+    """Groups whose in-flight take-backs must evict now: online pods are pending there (online service wins)."""
+    return frozenset(g.name for g in groups if g.urgent_pending)
+
+
+def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile,
+               fc: DemandForecast | None = None) -> LendingDecision:
     flight = g.in_flight()
     usage, pending = g.projected_usage, g.urgent_pending
     triggers = []
@@ -133,14 +184,24 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
         triggers.append(f"{len(pending)} online pods pending needing {need:g} {g.unit}")
     if usage > th.max_rate:
         triggers.append(f"online usage {_pct(usage)} > maxRate {_pct(th.max_rate)}")
+    demand = g.demand
+    evict_at = now if pending else now + profile.take_back_grace_s
+    if fc is not None and not triggers:  # the forecast alone fired (decide_group checked it)
+        rise = first_over(fc, g.projected_capacity, th.max_rate, now, profile.drain_s)
+        triggers.append(_forecast_says(*rise, th, profile, fc.source) if rise else "forecast above maxRate")
+        # not urgent, like a threshold take-back: the grace at least (a forecast that jumped must not kill now)
+        evict_at = max(evict_at, rise[1]) if rise else evict_at
+    if fc is not None and (peak := fc.peak(now, profile.drain_s)) is not None and peak[0] > demand:
+        demand = peak[0]  # land at expectRate at the peak the drain reaches, not just now
+        if usage > th.max_rate or pending:  # the forecast's own sentence already names its minute
+            triggers.append(f"forecast peak {_hhmm(peak[1], profile)} online "
+                            f"{_pct(ratio(demand, g.projected_capacity))}")
     trigger = "; ".join(triggers)
     window = busy_window(now, profile)
     if not pending and profile.hold_against_window and window and window.direction is Direction.LEND:
         return _hold(g, Direction.TAKE_BACK, LendReason.BUSY_WINDOW,
                      f"{trigger} is not urgent inside the {window.start:%H:%M}-{window.end:%H:%M} lending window")
-    cands = sorted((n for n in g.nodes if n.pool is Pool.COLOCATION and n.state is NodeState.OFFLINE_NORMAL
-                    and n.name not in flight),
-                   key=lambda n: _work_lost(n, now))
+    cands = sorted(_lent(g), key=lambda n: _work_lost(n, evict_at))
     if not cands:
         return _hold(g, Direction.TAKE_BACK, LendReason.NO_CANDIDATE, f"{trigger}; no offline-normal co-location node")
     slots = profile.max_parallel - len(flight)
@@ -156,7 +217,7 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     caps = [n.capacity for n in cands]
     k_pending = next((k for k in range(len(caps) + 1) if not _spill(need, caps[:k])), len(caps))
     base = g.projected_capacity
-    k_usage = next((k for k in range(len(caps) + 1) if ratio(g.demand, base + sum(caps[:k])) <= th.expect_rate),
+    k_usage = next((k for k in range(len(caps) + 1) if ratio(demand, base + sum(caps[:k])) <= th.expect_rate),
                    len(caps))
     want = max(k_pending, k_usage)
     if want == 0 and too_big:
@@ -170,15 +231,33 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     chosen = cands[:k]
     after = ratio(g.demand, base + sum(caps[:k]))
     capped = f"; capped at {k} of {want} by max {profile.max_parallel} converting" if k < want else ""
-    reason = LendReason.ONLINE_PENDING if pending else LendReason.HIGH_USAGE
-    jobs = len({p.job_id if p.job_id is not None else p.name for n in chosen for p in n.training})
+    reason = (LendReason.ONLINE_PENDING if pending else LendReason.HIGH_USAGE if usage > th.max_rate
+              else LendReason.FORECAST_RISE)
+    jobs = {p.job_id if p.job_id is not None else p.name: p for n in chosen for p in n.training}
+    evicting = f"{len(jobs)} training jobs requeued to the fixed pool"
+    if evict_at > now:  # graceful: name the deadline and what is expected to be still running then
+        left = sum(1 for p in jobs.values() if p.runs_at(evict_at))
+        ending = f" ({len(jobs) - left} expected to end before)" if left < len(jobs) else ""
+        evicting = (f"cordoned, evicting what still runs at {_hhmm(evict_at, profile)}: {left} training jobs "
+                    f"requeued to the fixed pool{ending}")
     msg = (f"take back {', '.join(n.name for n in chosen)}: {trigger}; target expectRate "
-           f"{_pct(th.expect_rate)}, usage after {_pct(after)}; "
-           f"{jobs} training jobs requeued to the fixed pool{capped}")
-    return TakeBack(g.name, tuple(n.name for n in chosen), reason, msg, usage, after)
+           f"{_pct(th.expect_rate)}, usage after {_pct(after)}; {evicting}{capped}")
+    return TakeBack(g.name, tuple(n.name for n in chosen), reason, msg, usage, after, evict_at=evict_at)
 
 
-def _lend(g: GroupView, th: Thresholds, now: float, profile: LendingProfile) -> LendingDecision:
+def _keep_idle(g: GroupView, now: float, profile: LendingProfile) -> tuple[float, str]:
+    """How long a new lend must leave the forecast below maxRate, and why: the minimum lend, or longer while training
+    jobs already on the group's lent nodes are expected to run (they were placed to end before the predicted
+    take-back; lending more lowers the online capacity, and must not pull that take-back before their end)."""
+    ends = [p.expected_end for n in _lent(g) for p in n.training if p.expected_end is not None]
+    latest = max(ends, default=now)
+    if latest - now > profile.min_lend_s:
+        return latest - now, f"the jobs on lent nodes' expected end {_hhmm(latest, profile)}"
+    return profile.min_lend_s, f"the {_h(profile.min_lend_s)} minimum lend"
+
+
+def _lend(g: GroupView, th: Thresholds, now: float, profile: LendingProfile,
+          fc: DemandForecast | None = None) -> LendingDecision:
     flight = g.in_flight()
     usage = g.projected_usage
     trigger = (f"online usage {_pct(usage)} < minRate {_pct(th.min_rate)}, "
@@ -203,15 +282,23 @@ def _lend(g: GroupView, th: Thresholds, now: float, profile: LendingProfile) -> 
     if len(online) <= profile.min_online_nodes:
         return _hold(g, Direction.LEND, LendReason.NO_ROOM,
                      f"{trigger}; only {len(online)} online-normal nodes left (keep {profile.min_online_nodes})")
-    k = 0
+    k, needed = 0, None
+    keep_s, keep_why = _keep_idle(g, now, profile)
     for size in range(1, min(slots, len(cands), len(online) - profile.min_online_nodes) + 1):
         out = {n.name for n in cands[:size]}
-        if ratio(g.demand, g.projected_capacity - sum(n.capacity for n in cands[:size])) > th.expect_rate:
+        left = g.projected_capacity - sum(n.capacity for n in cands[:size])
+        if ratio(g.demand, left) > th.expect_rate:
             break
         items = moving + [p.request for n in cands[:size] for p in n.inference if not p.detached]
         if _spill(items, (n.capacity - n.load for n in online if n.name not in out)):
             break
+        if fc is not None and (needed := first_over(fc, left, th.max_rate, now, keep_s)) is not None:
+            break  # the forecast would take this node back too soon: lend only what stays idle
         k = size
+    if k == 0 and needed is not None:
+        return _hold(g, Direction.LEND, LendReason.FORECAST_NEEDS_BACK,
+                     f"{trigger}; lending even one node, {_forecast_says(*needed, th, profile, fc.source)} "
+                     f"within {keep_why}")
     if k == 0:
         return _hold(g, Direction.LEND, LendReason.NO_ROOM,
                      f"{trigger}; without even one node usage would exceed expectRate "
@@ -220,4 +307,8 @@ def _lend(g: GroupView, th: Thresholds, now: float, profile: LendingProfile) -> 
     after = ratio(g.demand, g.projected_capacity - sum(n.capacity for n in chosen))
     msg = (f"lend {', '.join(n.name for n in chosen)}: {trigger}; target expectRate {_pct(th.expect_rate)}, "
            f"usage after {_pct(after)}")
+    if needed is not None:
+        msg += f"; no more: lending one more node, {_forecast_says(*needed, th, profile, fc.source)} within {keep_why}"
+    elif fc is not None:
+        msg += f"; the forecast keeps usage <= maxRate {_pct(th.max_rate)} for {keep_why}"
     return Lend(g.name, tuple(n.name for n in chosen), LendReason.LOW_USAGE, msg, usage, after)

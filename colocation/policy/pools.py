@@ -9,10 +9,15 @@ Expected run time: the mean of the job's past run durations (its profile) when t
 else the duration the user stated, else unknown (`LendingProfile.unknown_is_long` decides).
 A job pinned to the fixed pool stays there: its submitter chose it, or a take-back killed it on the co-location
 pool and it went back to the queue at once (`requeue_after_take_back`).
+
+Deadline-aware placement (forecast-driven lending): when the profile carries a predicted take-back time for the
+job's GPU model (`take_back_by`, set each cycle from `forecast.take_back_at`), a job may go to lent nodes only if
+its expected run ends before that time minus `deadline_margin_s` (`lend_bar_s`); otherwise the fixed pool.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import lru_cache
@@ -27,6 +32,7 @@ class PoolReason(str, Enum):
     SHORT = "short-job"
     UNKNOWN = "unknown-run-time"
     PINNED = "pinned-to-fixed"
+    TAKE_BACK_SOON = "ends-after-take-back"  # would outlive its lent node's predicted take-back
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +55,47 @@ def long_bar_s(now: float, profile: LendingProfile = DEFAULT) -> float:
     return profile.long_job_s
 
 
+def take_back_by(profile: LendingProfile, gpu_model: str | None) -> float | None:
+    """The predicted take-back time of this GPU model's lent nodes ("" / None: CPU-only), if any."""
+    key = gpu_model or ""
+    return next((t for model, t in profile.take_back_by if model == key), None)
+
+
+def lend_bar_s(now: float, profile: LendingProfile, gpu_model: str | None) -> float:
+    """Run time above which a job of this GPU model (None or "": CPU-only) may not go to lent nodes: `long_bar_s`,
+    lowered to the time left until the model's predicted take-back minus `deadline_margin_s` (>= 0) when the
+    profile has one."""
+    return _lend_bar(now, profile, take_back_by(profile, gpu_model))
+
+
+def _lend_bar(now: float, profile: LendingProfile, at: float | None) -> float:
+    bar = long_bar_s(now, profile)
+    return bar if at is None else min(bar, max(0.0, at - now - profile.deadline_margin_s))
+
+
+def _job_take_back(job: JobView, profile: LendingProfile) -> tuple[str, float] | None:
+    """(model, time) of the take-back that bounds this job: its model's; a GPU job of any model: the earliest."""
+    if job.gpu_model or not job.gpus:
+        at = take_back_by(profile, job.gpu_model)
+        return None if at is None else (job.gpu_model or "CPU", at)
+    gpu = [(model, t) for model, t in profile.take_back_by if model]
+    return min(gpu, key=lambda e: e[1]) if gpu else None
+
+
 def is_long(expected_run_s: float, now: float, profile: LendingProfile = DEFAULT) -> bool:
     return expected_run_s > long_bar_s(now, profile)
 
 
 def expected_run_s(job: JobView) -> float | None:
     """Mean past run duration (profile) if any, else the stated duration, else None."""
-    if job.past_run_s:
-        return sum(job.past_run_s) / len(job.past_run_s)
-    return job.expected_duration_s
+    return expected_run_of(job.past_run_s, job.expected_duration_s)
+
+
+def expected_run_of(past_run_s: Sequence[float], stated_s: float | None) -> float | None:
+    """The rule of `expected_run_s` on its two inputs (the live lending loop has no JobView)."""
+    if past_run_s:
+        return sum(past_run_s) / len(past_run_s)
+    return stated_s
 
 
 def _h(seconds: float) -> str:
@@ -80,6 +118,13 @@ def preferred_pool(job: JobView, now: float, profile: LendingProfile = DEFAULT) 
     if expected > bar:
         return PoolChoice((Pool.FIXED,), PoolReason.LONG,
                           f"{job.name}: expected {_h(expected)} ({source}) > {_h(bar)}: long, fixed pool")
+    bound = _job_take_back(job, profile)
+    if bound is not None and expected > (lend := _lend_bar(now, profile, bound[1])):
+        model, at = bound
+        return PoolChoice((Pool.FIXED,), PoolReason.TAKE_BACK_SOON,
+                          f"{job.name}: expected {_h(expected)} ({source}) > {_h(lend)} until "
+                          f"{model}'s predicted take-back at {local(at, profile.tz):%H:%M} - "
+                          f"{profile.deadline_margin_s / 60:.0f} min margin: fixed pool")
     return PoolChoice(short, PoolReason.SHORT,
                       f"{job.name}: expected {_h(expected)} ({source}) <= {_h(bar)}: short, "
                       f"co-location pool first")

@@ -3,7 +3,9 @@
     lend:      mark offline-unnormal -> per inference pod: detach from its ReplicaSet (a
                replacement is created elsewhere), delete it once the replacement is ready
                -> mark offline-normal -> done
-    take back: mark online-unnormal -> evict each training pod (requeued to the fixed pool)
+    take back: mark online-unnormal (cordon: no new training lands) -> wait until the record's
+               `evict_at` while training pods run (graceful: those that end meanwhile are not killed)
+               -> evict each training pod still there (requeued to the fixed pool)
                -> wait until they are gone -> mark online-normal -> done
 
 The next action is derived from what is observed on the node (state, pods); the persisted record
@@ -16,6 +18,7 @@ a hand-made revert, never the source of truth. Done is only returned once the no
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from enum import Enum
 
 from cluster.types import NodeState, Pool
@@ -64,6 +67,9 @@ class TransitionRecord:
     direction: Direction
     step: Step = Step.PLANNED
     started_at: float = 0.0
+    # take-back: training pods still running are evicted only from here on (graceful: jobs that end before it are
+    # not killed; the node is online-unnormal meanwhile, so nothing new lands on it); 0: at once
+    evict_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +141,8 @@ def _set(node: NodeNow, event: Event, step: Step) -> SetState | Conflict:
     return SetState(node.name, event, result.new_state, step)
 
 
-def next_action(record: TransitionRecord, node: NodeNow) -> Action:
-    """The one thing to do next for this conversion, given the node as observed now."""
+def next_action(record: TransitionRecord, node: NodeNow, now: float) -> Action:
+    """The one thing to do next for this conversion, given the node as observed at `now`."""
     d = record.direction
     started = record.step is not Step.PLANNED
     source = NodeState.ONLINE_NORMAL if d is Direction.LEND else NodeState.OFFLINE_NORMAL
@@ -150,7 +156,7 @@ def next_action(record: TransitionRecord, node: NodeNow) -> Action:
         return _set(node, _START[d], Step.MARK_UNNORMAL)
     if node.state is not middle:
         return Conflict(node.name, f"{node.name} is {node.state.value}, not on the way {d.value}", record.step)
-    drain = _drain_lend(node) if d is Direction.LEND else _drain_take_back(node)
+    drain = _drain_lend(node) if d is Direction.LEND else _drain_take_back(node, record.evict_at, now)
     return drain or _set(node, _FINISH[d], Step.MARK_NORMAL)
 
 
@@ -172,17 +178,27 @@ def _drain_lend(node: NodeNow) -> Action | None:
     return Wait(node.name, "; ".join(reasons)) if reasons else None
 
 
-def _drain_take_back(node: NodeNow) -> Action | None:
-    waiting = []
+def _drain_take_back(node: NodeNow, evict_at: float, now: float) -> Action | None:
+    waiting, running = [], []
     for pod in node.pods:
         if pod.kind is not PodKind.TRAINING:
             continue
-        if not pod.terminating:
+        if pod.terminating:
+            waiting.append(pod.name)
+        elif now >= evict_at:
             return EvictTraining(node.name, pod.name)
-        waiting.append(pod.name)
+        else:
+            running.append(pod.name)
+    if running:  # cordoned (online-unnormal): what ends before the deadline is not killed
+        return Wait(node.name, f"cordoned: {len(running)} training pods may finish until {hhmm(evict_at)}")
     if waiting:
         return Wait(node.name, f"evicted training pods {', '.join(waiting)} still terminating")
     return None
+
+
+def hhmm(t: float) -> str:
+    """A deadline as operators read it in a waiting sentence (the step machine knows no site time zone: UTC)."""
+    return f"{datetime.fromtimestamp(t, timezone.utc):%H:%M} UTC"
 
 
 def expected_after(node: NodeNow, action: Action) -> NodeNow:

@@ -39,6 +39,11 @@ class TrainingPod:
     job_id: int | None
     started_at: float
     workers: int = 1  # of its job: a gang dies whole when one worker's node is taken back
+    expected_end: float | None = None  # epoch s its job is expected to end (None: unknown, counts as killed)
+
+    def runs_at(self, t: float) -> bool:
+        """Still running at `t` (so a take-back evicting then kills it)."""
+        return self.expected_end is None or self.expected_end > t
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,24 +30,35 @@ class SimConfig:
     traces: Path
     days: int = 7
     seed: int = 0
+    # Inference traffic: a built-in trace ("worldcup98", "genai") or a CSV path (cluster/simulated/traffic.py); the run
+    # covers days [start_day, start_day + days) of it (None: its last `days` days).
+    traffic: str = "worldcup98"
+    start_day: int | None = None
     groups: tuple[GroupSpec, ...] = (
         GroupSpec("T4", "T4", 60, 4, 1.0),
         GroupSpec("G2", "G2", 30, 3, 1.0),
         GroupSpec("CPU", "", 30, 2, 8000.0, replica_cpu_milli=8000, replica_memory_mib=16384),
     )
-    # Of each group's nodes: the fixed training pool, never lent. Long jobs (> 12 h, about half the GPU work
-    # of the Alibaba window) may only run there, so it must hold them: 25% at a 25% training load.
+    # Of each group's nodes: the fixed training pool, never lent, when not `fixed_from_static`; it also sizes the
+    # inference load (below) in both layouts.
     fixed_share: float = 0.25
-    # Inference: the services of a group together need this share of the group's co-location
-    # capacity at their peak (p99 minute), with replicas at the autoscaler's expectRate.
+    # True: Lyra's comparison: the lending run keeps the static split's training side as its fixed pool and may lend
+    # only the nodes the static split keeps online for inference (same training cluster, plus the inference
+    # cluster's idle servers on loan). Long jobs (> 12 h: 79% of Philly's GPU time) run on the fixed pool only, so
+    # a fixed pool smaller than the static training side would leave them less room than the baseline.
+    fixed_from_static: bool = True
+    # Inference: the services of a group together need this share of the group's co-location capacity (with
+    # fixed_share) at their peak (p99 minute), with replicas at the autoscaler's expectRate.
     inference_peak: float = 0.50
     # README: Inference autoscaling, on GPU utilization; reactive only: the simulation has no forecast model.
     autoscale: ScalingPolicy = ScalingPolicy(thresholds=(("gpu", Rates(0.3, 0.6, 0.8)),), max_replicas=10_000,
                                              predictive=False)
     startup_s: float = 30.0
-    # Training: Alibaba 2023 pods of the densest `days` window, replicated so that the offered load
-    # (GPU-seconds submitted per second) is this share of the group's GPUs (CPU: of its cores).
-    training_load: float = 0.25
+    # Training (colocation/sim/training_load.py): GPU-hours offered within the run over the training capacity (each
+    # group's fixed pool: the static split's training side). Default 0.75: the four Helios clusters ran
+    # 0.73-0.84 of their GPUs over six months (helios_cluster_summary.csv: complete + cancel + fail GPU time over
+    # gpu_num x 183 days; Earth 0.73, Venus 0.76, Uranus 0.79, Saturn 0.84).
+    training_load: float = 0.75
     lending: LendingProfile = field(default_factory=lambda: LendingProfile(thresholds=Thresholds(0.4, 0.6, 0.8)))
     # False: the static split baseline: per group, just enough online nodes for the run's inference peak
     # (workload.static_split), the rest offline for training; nodes never move.

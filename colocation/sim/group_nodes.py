@@ -8,6 +8,8 @@ detached from its ReplicaSet (a label), which the simulation reports with `detac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from cluster.backend import PodView
 from cluster.simulated.engine import SimulatedCluster
 from cluster.types import NodeView
@@ -30,8 +32,8 @@ class _Some:
 
 
 class GroupNodes:
-    def __init__(self, backend: SimulatedCluster) -> None:
-        self._backend = backend
+    def __init__(self, backend: SimulatedCluster, run_s: Mapping[int, float] | None = None) -> None:
+        self._backend, self._run_s = backend, run_s  # run_s: expected run seconds by job (observe.group_nodes)
         self._seen: dict[str, tuple[NodeView, str, GroupNode]] = {}  # node -> (its view, its group, what was seen)
 
     def detached(self, node: str) -> None:
@@ -44,7 +46,7 @@ class GroupNodes:
         changed = [n for n in nodes if (seen := self._seen.get(n.name)) is None or seen[0] is not n]
         if changed:
             views = {n.name: n for n in changed}
-            for group, members in observe.group_nodes(_Some(self._backend, changed)).items():
+            for group, members in observe.group_nodes(_Some(self._backend, changed), self._run_s).items():
                 for member in members:
                     self._seen[member.name] = (views[member.name], group, member)
         out: dict[str, list[GroupNode]] = {}

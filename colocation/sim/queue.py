@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections import defaultdict
+from collections.abc import Callable
 from heapq import merge
 from itertools import islice
 
@@ -82,21 +83,22 @@ class PendingQueue:
                 n += bisect_right(self._runs[gpu_model, bucket], bar)
         return n
 
-    def head(self, per_lane: int | None, bar: float) -> list[int]:
+    def head(self, per_lane: int | None, bar: float | Callable[[str | None], float]) -> list[int]:
         """Ids of the first `per_lane` short and the first `per_lane` fixed-pool-only jobs of every model at the
-        long-job bar `bar` (None: every pending job)."""
+        long-job bar `bar` (per GPU model when a function: `lend_bar_s`; None: every pending job)."""
         if per_lane is None:
             return list(self._where)
         out: list[int] = []
-        for lanes in self._lanes.values():
+        for model, lanes in self._lanes.items():
+            bar_of = bar(model) if callable(bar) else bar
             short: list[list[Entry]] = []
             long: list[list[Entry]] = []
             for bucket, lane in lanes.items():
                 low, high = _bounds(bucket)
-                if bucket != PINNED and low < bar < high:  # the bar falls in this lane: split it
-                    short.append([e for e in islice((e for e in lane if e[2] <= bar), per_lane)])
-                    long.append([e for e in islice((e for e in lane if e[2] > bar), per_lane)])
-                elif bucket != PINNED and high <= bar:
+                if bucket != PINNED and low < bar_of < high:  # the bar falls in this lane: split it
+                    short.append([e for e in islice((e for e in lane if e[2] <= bar_of), per_lane)])
+                    long.append([e for e in islice((e for e in lane if e[2] > bar_of), per_lane)])
+                elif bucket != PINNED and high <= bar_of:
                     short.append(lane[:per_lane])
                 else:
                     long.append(lane[:per_lane])

@@ -4,7 +4,10 @@ Each tick: (1) the backend advances (training pods finish, inference pods become
 pods are retried); (2) training jobs arrive; (3) inference autoscaling (the real policy,
 `autoscaling.decide_group` per group) applied as ReplicaSet scales; (4) `decide_lending` per group
 opens transitions;
-(5) the step machine (`next_action`) runs each open transition as far as it can this tick;
+(5) the step machine (`next_action`) runs each open transition as far as it can this tick (a take-back is graceful:
+the node is cordoned at once, its training pods evicted only at the decision's `evict_at`; online pods pending
+expedite every cordoned take-back of their group, `lending.expedite`; a training pod's expected end is exact here,
+its start + its job's run time);
 (6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"), lending)`) over the running jobs and the heads of
 the pending queue (`cfg.queue_window` short and as many fixed-pool-only jobs per GPU model,
 colocation/sim/queue.py); the policy gives each its pool (`preferred_pool`). The acting layer here plays the
@@ -19,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from itertools import islice
 
+import numpy
+
 from cluster.backend import DETACHED_FROM_LABEL, REPLACES_LABEL, RESOURCE_GROUP_LABEL, ReplicaSetView
 from cluster.clock import VirtualClock
 from cluster.types import NodeState, NodeView, Pool, QuotaView
@@ -27,18 +32,22 @@ from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done,
                                SetState, TakeBack, TransitionRecord, Wait, decide_lending, is_final, next_action,
                                requeue_after_take_back)
 from colocation.policy import autoscaling
-from colocation.policy.pools import long_bar_s
+from colocation.policy.forecast import DemandForecast, seasonal_forecast, take_back_at
+from colocation.policy.lending import expedite
+from colocation.policy.pools import lend_bar_s
+from colocation.policy.profile import LendingProfile
 from colocation.policy.states import Direction
 from colocation.sim.autoscale import Measured
 from colocation.sim.config import SIM_START, SimConfig
 from colocation.sim.group_nodes import GroupNodes
 from colocation.sim.queue import PendingQueue
 from colocation.sim.world import (build_jobs, build_nodes, build_services, group_capacity, initial_replicas,
-                                    peak_replicas, static_split)
+                                    modelled_replicas, peak_replicas, static_split)
 from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, get_profile, schedule
 from scheduler.policy.workload import jobs_workload
 
+HISTORY_MIN = 7 * 1440 + 60  # what the seasonal forecast reads: up to 7 days and an hour
 MAX_STEPS_PER_TICK = 64  # per transition; a lend of a node with many pods needs 2 per pod
 
 
@@ -68,8 +77,20 @@ class Metrics:
     serving_drops: int = 0  # a step left a ReplicaSet with fewer serving pods than before it
     scale_events: int = 0
     jobs_submitted: int = 0
-    load_factors: dict[str, float] = field(default_factory=dict)
+    training_load: str = ""  # how the training load was built (TrainingLoad.describe)
     over_one_gpu: int = 0
+    # Lyra's metrics (README: Co-location): per job submitted in the run, from submission to its first start / to its
+    # end; a job not started (not finished) by the run's end counts until the run's end
+    queue_wait_s: list[float] = field(default_factory=list)
+    jct_s: list[float] = field(default_factory=list)
+    unfinished: int = 0
+    # services with fewer serving replicas than the autoscaler asked for a minute earlier, per minute (measured at
+    # the start of the minute, before it scales again: a new replica's start-up, shorter than a tick, never counts)
+    online_short: list[int] = field(default_factory=list)
+    lent_nodes: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))  # per group, per minute
+    lent_gpus: list[float] = field(default_factory=list)  # GPUs on lent nodes, per minute
+    lent_node_minutes: int = 0
+    tick_s: float = 60.0
 
     def summary(self, days: float) -> dict[str, float]:
         pending_minutes = sum(1 for p in self.pending_online if p)
@@ -81,7 +102,32 @@ class Metrics:
             "online_pending_minutes_outside_take_back": pending_minutes - inside,
             "transitions_per_day": sum(self.transitions.values()) / days,
             "gpu_util_mean": sum(self.gpu_util) / len(self.gpu_util) if self.gpu_util else 0.0,
+            "queue_wait_mean_s": _mean(self.queue_wait_s),
+            "queue_wait_p95_s": _p95(self.queue_wait_s),
+            "jct_mean_s": _mean(self.jct_s),
+            "online_short_minutes": sum(1 for n in self.online_short if n),
+            "gpu_hours_lent": sum(self.lent_gpus) * self.tick_h,
+            "kills_per_lent_node_hour": (self.killed / (self.lent_node_minutes * self.tick_h)
+                                         if self.lent_node_minutes else 0.0),
+            "killed": self.killed,
+            "jobs_submitted": self.jobs_submitted,
+            "jobs_unfinished": self.unfinished,
         }
+
+    @property
+    def tick_h(self) -> float:
+        return self.tick_s / 3600.0
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _p95(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
 
 @dataclass(frozen=True)
@@ -99,31 +145,37 @@ class CoLocationSim:
         self.cfg = cfg
         self.clock = VirtualClock(SIM_START)
         nodes = build_nodes(cfg)
-        # The inference load is sized on the lending layout, so both runs serve the very same load.
+        # The inference load is sized on the fixed_share layout, so both runs serve the very same load.
         self.services, self.load = build_services(cfg, nodes)
-        self.static_online: dict[str, int] = {}  # static baseline: online nodes per group
-        self.static_peak: dict[str, int] = {}  # and the peak replicas they are sized for
-        if not cfg.lend:
-            # sized on a dry run of the autoscaler over a fresh copy of the load (same draws as this run's)
-            self.static_peak = peak_replicas(cfg, self.services, build_services(cfg, nodes)[1])
-            nodes, self.static_online = static_split(cfg, nodes, self.static_peak)
+        # the static split: sized on a dry run of the autoscaler over a fresh copy of the load (same draws as this
+        # run's); its training side is the training capacity the load is sized on, in both runs
+        self.static_peak = peak_replicas(cfg, self.services, build_services(cfg, nodes)[1])
+        split, online = static_split(cfg, nodes, self.static_peak)
+        self.static_online: dict[str, int] = online if not cfg.lend else {}  # static baseline: online nodes per group
+        if not cfg.lend or cfg.fixed_from_static:
+            nodes = split
         self.initial = {n.name: (n.state, n.pool) for n in nodes}
         self.group_of = {n.name: n.resource_group for n in nodes}
         self.groups = {g.model or "CPU": g for g in cfg.groups}
         self.group_of_model = {g.model or None: g.model or "CPU" for g in cfg.groups}
-        self.arrivals, factors = build_jobs(cfg, nodes, SIM_START)
+        self.arrivals, self.training_load = build_jobs(cfg, split, SIM_START)
         # the target workload of the least-gpu-loss placement: the shapes of the training the run offers
         self.workload = jobs_workload((a.job for a in self.arrivals), lambda _, model: (model,) if model else ())
+        # Departments (Helios quota shares) label the jobs; each one's quota covers the whole cluster, so every job
+        # runs on its own quota and the policy's order is the submit order (colocation/sim/queue.py)
         quotas = []
-        for key in sorted({n.gpu_model for n in nodes if n.gpu_model}):
-            quotas.append(QuotaView("training", key, sum(n.gpu_count for n in nodes if n.gpu_model == key), 0.0))
-        quotas += [QuotaView("training", "cpu", sum(n.cpu_milli for n in nodes), 0.0),
-                   QuotaView("training", "memory", sum(n.memory_mib for n in nodes), 0.0)]
+        for dept in sorted({a.job.department for a in self.arrivals}):
+            for key in sorted({n.gpu_model for n in nodes if n.gpu_model}):
+                quotas.append(QuotaView(dept, key, sum(n.gpu_count for n in nodes if n.gpu_model == key), 0.0))
+            quotas += [QuotaView(dept, "cpu", sum(n.cpu_milli for n in nodes), 0.0),
+                       QuotaView(dept, "memory", sum(n.memory_mib for n in nodes), 0.0)]
         self.training = SimulatedTraining(nodes, quotas, {}, self.clock)
         self.backend = self.training.backend
         self.backend.startup_s = cfg.startup_s
         self.profile = get_profile("tidal")
-        self.metrics = Metrics(cfg.minutes, load_factors=factors)
+        self.metrics = Metrics(cfg.minutes, training_load=self.training_load.describe(), tick_s=cfg.tick_s)
+        self.first_start: dict[int, float] = {}  # job id -> its first start
+        self.finished_at: dict[int, float] = {}
         self.total_gpus = sum(n.gpu_count for n in nodes)
         self.records: dict[str, TransitionRecord] = {}
         self.killed_jobs: set[int] = set()
@@ -141,13 +193,32 @@ class CoLocationSim:
                                           node_selector={RESOURCE_GROUP_LABEL: s.group.model or "CPU"})
         self.backend.advance()
         self._node_index = {n.name: i for i, n in enumerate(self.backend.nodes())}
-        self.group_nodes = GroupNodes(self.backend)
+        # the jobs' run times are exact here: a training pod's expected end is its start + its job's run time
+        self.group_nodes = GroupNodes(self.backend, self.training.run_time)
         self._figures: dict[str, _NodeFigures] = {}  # per node, for _measure
         # what inference could have of each group: every node but the fixed pool (pools never change here)
         self.capacity: Counter[str] = Counter()
         for n in self.backend.nodes():
             if n.pool is not Pool.FIXED:
                 self.capacity[n.resource_group] += n.gpu_count if n.gpu_model else n.cpu_milli
+        # forecast-driven lending: per group, the online demand per minute (warmed with the traffic before the run)
+        self.lending_now: LendingProfile = cfg.lending  # with this cycle's predicted take-back times
+        self.forecasts: dict[str, DemandForecast] = {}
+        self.history, self._warm = self._warm_history() if cfg.lend and cfg.lending.forecast else ({}, 0)
+
+    def _warm_history(self) -> tuple[dict[str, numpy.ndarray], int]:
+        """Per group: room for the run's minutes of online demand, after up to MAX_DAYS days + an hour of the demand
+        the traffic before the run modelled (replicas at expectRate, as minute 0 starts) where the curve has them, so
+        the seasonal forecast works from minute 0."""
+        warm = min([HISTORY_MIN] + [self.load.history_minutes(s.index) for s in self.services])
+        out = {}
+        for g in self.groups:
+            mine = [s for s in self.services if (s.group.model or "CPU") == g]
+            h = numpy.zeros(warm + self.cfg.minutes)
+            for m in range(-warm, 0):
+                h[warm + m] = sum(s.request * modelled_replicas(self.cfg, self.load, s.index, m) for s in mine)
+            out[g] = h
+        return out, warm
 
     def _node_figures(self, n: NodeView) -> _NodeFigures:
         figures = self._figures.get(n.name)
@@ -167,7 +238,17 @@ class CoLocationSim:
             self.tick(minute)
             if progress:
                 progress(minute)
+        self.close()
         return self.metrics
+
+    def close(self) -> None:
+        """The per-job figures of the jobs submitted so far, as of the end of the run."""
+        end = SIM_START + self.cfg.minutes * self.cfg.tick_s
+        m = self.metrics
+        submitted = self.arrivals[:self._next_arrival]
+        m.queue_wait_s = [self.first_start.get(a.job.id, end) - a.at for a in submitted]
+        m.jct_s = [self.finished_at.get(a.job.id, end) - a.at for a in submitted]
+        m.unfinished = sum(1 for a in submitted if a.job.id not in self.finished_at)
 
     def tick(self, minute: int) -> None:
         self.clock.set(SIM_START + minute * self.cfg.tick_s)
@@ -176,7 +257,7 @@ class CoLocationSim:
         self._arrive(now)
         self._autoscale(minute, now)
         if self.cfg.lend:
-            self._lend(now)
+            self._lend(minute, now)
         self._steps(now)
         if minute % self.cfg.schedule_every_min == 0:
             self._schedule(now)
@@ -190,7 +271,9 @@ class CoLocationSim:
             return
         self._dirty = True
         # the jobs that just finished are the last `done` ones of training.done (a dict keeps insertion order)
+        now = self.clock.now()
         for job in islice(reversed(self.training.done.values()), done):
+            self.finished_at[job.id] = now
             self._holding.discard(job.id)
             self.metrics.finished += 1
             if any(self._node(a.node).pool is Pool.COLOCATION for a in job.allocations):  # any worker lent
@@ -221,6 +304,7 @@ class CoLocationSim:
         capacity is what inference could have of it (every node but the fixed pool)."""
         sets = {rs.name: rs for rs in self.backend.replicasets()}
         serving = self.serving(sets.values())
+        self.metrics.online_short.append(sum(1 for s in self.services if serving[s.name] < sets[s.name].replicas))
         by_group: dict[str, list[autoscaling.ServiceView]] = defaultdict(list)
         for s in self.services:
             y = self.load.utilization(s.index, minute, serving[s.name])
@@ -242,8 +326,8 @@ class CoLocationSim:
         """The policy's view of each group, observed as the live controller does (colocation/observe.py); the
         sim adds what only it knows: pending training jobs that may use lent nodes, its open transitions."""
         members = self.group_nodes()
-        bar = long_bar_s(now, self.cfg.lending)
-        pending_training = {group: self.queue.short_count(model, bar) for model, group in self.group_of_model.items()}
+        pending_training = {group: self.queue.short_count(model, lend_bar_s(now, self.lending_now, model))
+                            for model, group in self.group_of_model.items()}
         pending_online = observe.pending_online(self.backend, self.group_of_model)
         converting: dict[str, list[Converting]] = defaultdict(list)
         for r in self.records.values():
@@ -252,12 +336,41 @@ class CoLocationSim:
                           tuple(converting[g]), "GPU" if self.groups[g].model else "millicore")
                 for g in sorted(members)]
 
-    def _lend(self, now: float) -> None:
-        for d in decide_lending(self.group_views(now), now, self.cfg.lending):
+    def _forecast(self, minute: int, now: float) -> None:
+        """The seasonal forecast of each group's online demand from the minutes measured so far; renewed every
+        scheduling period (a forecast starts at the minute it was made; later minutes read it further on)."""
+        if minute % self.cfg.schedule_every_min:
+            return
+        horizon = int(max(self.cfg.lending.long_job_s, self.cfg.lending.min_lend_s + self.cfg.lending.drain_s) // 60)
+        self.forecasts = {}
+        for g, h in self.history.items():
+            fc = seasonal_forecast(g, h[:self._warm + minute], now, horizon)
+            if fc is not None:
+                self.forecasts[g] = fc
+
+    def _lend(self, minute: int, now: float) -> None:
+        profile = self.cfg.lending
+        if profile.forecast:
+            self._forecast(minute, now)
+        views = self.group_views(now)
+        decisions = decide_lending(views, now, profile, self.forecasts if profile.forecast else None)
+        if profile.forecast:  # when each model's lent nodes are predicted back: the cycle places jobs by it
+            by = []
+            for v in views:
+                at = take_back_at(v, self.forecasts.get(v.name), now, profile)
+                if at is not None:
+                    by.append((self.groups[v.name].model, at))
+            self.lending_now = profile.with_(take_back_by=tuple(by))
+        for g in expedite(views):  # online pods pending: the group's cordoned take-backs evict now
+            for name, r in self.records.items():
+                if r.direction is Direction.TAKE_BACK and r.evict_at > now and self.group_of[name] == g:
+                    self.records[name] = replace(r, evict_at=now)
+        for d in decisions:
             self.metrics.decisions[f"{type(d).__name__}:{d.reason.value}"] += 1
             if isinstance(d, (Lend, TakeBack)):
+                evict_at = d.evict_at if isinstance(d, TakeBack) else 0.0
                 for node in d.nodes:
-                    self.records[node] = TransitionRecord(node, d.direction, started_at=now)
+                    self.records[node] = TransitionRecord(node, d.direction, started_at=now, evict_at=evict_at)
 
     # -- (5) the step machine -----------------------------------------------------------------
     def _steps(self, now: float) -> None:
@@ -270,7 +383,7 @@ class CoLocationSim:
         for name in sorted(self.records):
             record = self.records[name]
             for _ in range(MAX_STEPS_PER_TICK):
-                action = next_action(record, observe.node_now(self._node(name), pods))
+                action = next_action(record, observe.node_now(self._node(name), pods), now)
                 self._execute(action, now)
                 if not isinstance(action, Wait):
                     pods = observe.PodIndex.of(self.backend)  # the action changed the cluster
@@ -322,11 +435,12 @@ class CoLocationSim:
             return  # nothing arrived, finished or moved since the last cycle: it would decide the same
         self._dirty = False
         jobs = self.training.jobs
-        head = self.queue.head(self.cfg.queue_window, long_bar_s(now, self.cfg.lending))
+        lending = self.lending_now
+        head = self.queue.head(self.cfg.queue_window, lambda model: lend_bar_s(now, lending, model))
         # the running jobs too (the quota ledger and preemption need them), in the order of training.jobs (by id);
         # the policy gives each pending job its pool, as in the live loop
         snapshot = self.training.snapshot(jobs[i] for i in sorted(self._holding.union(head)))
-        result = schedule(snapshot, self.profile, self.cfg.lending, self.workload)
+        result = schedule(snapshot, self.profile, lending, self.workload)
         self.training.apply(result)
         self._pending_jobs = len(self.queue)
         self._count(result)
@@ -347,6 +461,7 @@ class CoLocationSim:
                     continue  # a worker could not be bound: the job still waits (SimulatedTraining.bind_failures)
                 self.queue.remove(d.job_id)
                 self._holding.add(d.job_id)
+                self.first_start.setdefault(d.job_id, self.clock.now())
                 self._pending_jobs -= 1
                 if any(pools[w.node] is Pool.COLOCATION for w in d.workers):  # a gang with any worker lent
                     self.metrics.started_lent += 1
@@ -381,7 +496,18 @@ class CoLocationSim:
         for f in nodes:
             online[f.group] += f.online
             cap[f.group] += f.online_capacity
+        lent: Counter[str] = Counter()
+        lent_gpus = 0
+        for f in nodes:
+            if f.lent:
+                lent[f.group] += 1
+                lent_gpus += f.gpus
+        m.lent_gpus.append(lent_gpus)
+        m.lent_node_minutes += sum(lent.values())
+        for g, h in self.history.items():
+            h[self._warm + minute] = demand[g]
         for g in self.groups:
+            m.lent_nodes[g].append(lent[g])
             m.online_nodes[g].append(online[g])
             m.usage[g].append(demand[g] / cap[g] if cap[g] else 0.0)
         urgent = [p for p in self.backend.pending_pods() if p.replaces is None]
@@ -402,12 +528,15 @@ class _NodeFigures:
     over_one_gpu: int  # GPUs used beyond 1.0
     online: int  # 1: not offline
     online_capacity: int  # online-normal: its GPUs (CPU group: millicores)
+    lent: bool  # a co-location node that is offline: lent to training
+    gpus: int
 
     @classmethod
     def of(cls, n: NodeView) -> _NodeFigures:
         return cls(n, n.resource_group, sum(n.gpu_used), sum(1 for u in n.gpu_used if u > 1.0 + 1e-6),
                    0 if n.state.offline else 1,
-                   (n.gpu_count if n.gpu_model else n.cpu_milli) if n.state is NodeState.ONLINE_NORMAL else 0)
+                   (n.gpu_count if n.gpu_model else n.cpu_milli) if n.state is NodeState.ONLINE_NORMAL else 0,
+                   n.pool is Pool.COLOCATION and n.state.offline, n.gpu_count)
 
 
 def run_sim(cfg: SimConfig, progress: Callable[[int], None] | None = None) -> CoLocationSim:

@@ -1,33 +1,29 @@
-"""The simulated world: nodes from the Alibaba 2023 node list, inference services on the World Cup
-curve, training jobs from the Alibaba 2023 pod list. Deterministic for a seed (hash-based draws)."""
+"""The simulated world: nodes from the Alibaba 2023 node list, inference services on a per-minute traffic curve
+(World Cup 98, the GenAI log or a CSV: cluster/simulated/traffic.py), training jobs shaped by real traces
+(colocation/sim/training_load.py). Deterministic for a seed (hash-based draws)."""
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import math
 import random
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
 
 from cluster.backend import PodSpec
 from cluster.simulated.inference import InferenceLoad
-from cluster.simulated.alibaba import read_pods
 from cluster.simulated.traces import alibaba_node
+from cluster.simulated.traffic import BUILTIN, Traffic, builtin, read_csv
 from cluster.types import GpuShare, JobStatus, JobView, NodeState, NodeView, Pool
 from colocation.policy.autoscaling import decide_service
 from colocation.sim.autoscale import Measured
 from colocation.sim.config import SIM_START, GroupSpec, SimConfig
+from colocation.sim.training_load import GroupTarget, NodeShape, TrainingLoad, build as build_training
 
 ALIBABA = "alibaba-gpu-2023"
 NODE_FILE = "openb_node_list_all_node.csv"
-POD_FILE = "openb_pod_list_default.csv"
 FRAMEWORK = "pytorch"
-JITTER_S = 6 * 3600.0
-
-
-def _unit(key: str) -> float:
-    """A deterministic number in [0, 1) from a string."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2**64
 
 
 def build_nodes(cfg: SimConfig) -> list[NodeView]:
@@ -59,8 +55,14 @@ def build_nodes(cfg: SimConfig) -> list[NodeView]:
 
 def initial_replicas(cfg: SimConfig, load: InferenceLoad, index: int) -> int:
     """What minute 0 needs at expectRate, within the policy's bounds."""
+    return modelled_replicas(cfg, load, index, 0)
+
+
+def modelled_replicas(cfg: SimConfig, load: InferenceLoad, index: int, minute: int) -> int:
+    """What a minute's traffic needs at expectRate, within the policy's bounds (minutes before 0: the curve's days
+    before the run)."""
     policy = cfg.autoscale
-    want = round(load.replicas_for(load.qps(index, 0), policy.rates()["gpu"].expect_rate))
+    want = round(load.replicas_for(load.qps(index, minute), policy.rates()["gpu"].expect_rate))
     return min(policy.max_replicas, max(policy.min_replicas, 2, want))
 
 
@@ -139,10 +141,20 @@ def template_for(g: GroupSpec, name: str) -> PodSpec:
     return PodSpec(name, None, None, (), int(g.replica_request), g.replica_memory_mib)
 
 
+@lru_cache(maxsize=4)
+def _traffic(traces: Path, source: str) -> Traffic:
+    return builtin(source, traces) if source in BUILTIN else read_csv(Path(source))
+
+
+def load_traffic(cfg: SimConfig) -> Traffic:
+    """The run's traffic curve: a built-in trace by name or a CSV path (TrafficError names a bad line); read once per
+    process (a forked worker inherits what its parent read)."""
+    return _traffic(cfg.traces, cfg.traffic)
+
+
 def build_services(cfg: SimConfig, nodes: list[NodeView]) -> tuple[list[Service], InferenceLoad]:
     """Services of each group share its peak demand (weights drawn by seed)."""
     names, peaks, services = [], [], []
-    model = None
     for g in cfg.groups:
         cap = group_capacity(nodes, g, Pool.COLOCATION)
         rng = random.Random(f"services-{cfg.seed}-{g.name}")
@@ -153,14 +165,12 @@ def build_services(cfg: SimConfig, nodes: list[NodeView]) -> tuple[list[Service]
             names.append(name)
             peaks.append(peak_units / g.replica_request)  # peak replicas; converted to QPS below
             services.append(Service(len(services), name, g, template_for(g, name), g.replica_request))
-    load = InferenceLoad(cfg.traces / "worldcup98-per-minute", cfg.traces / "alibaba-genai-2026", names,
-                         [1.0] * len(names), cfg.days, cfg.seed)
-    model = load.model
+    traffic = load_traffic(cfg)
+    genai = cfg.traces / "alibaba-genai-2026"
+    model = InferenceLoad(traffic, genai, names, [1.0] * len(names), cfg.days, cfg.seed, cfg.start_day).model
     # peak replicas N at expectRate: QPS = N * expectRate / k
     qps = [n * cfg.autoscale.rates()["gpu"].expect_rate / model.per_qps for n in peaks]
-    load = InferenceLoad(cfg.traces / "worldcup98-per-minute", cfg.traces / "alibaba-genai-2026", names, qps,
-                         cfg.days, cfg.seed)
-    return services, load
+    return services, InferenceLoad(traffic, genai, names, qps, cfg.days, cfg.seed, cfg.start_day)
 
 
 # -- training -------------------------------------------------------------------------------
@@ -171,81 +181,29 @@ class Arrival:
     run_s: float
 
 
-def build_jobs(cfg: SimConfig, nodes: list[NodeView], start: float) -> tuple[list[Arrival], dict[str, float]]:
-    """Pods of the densest `days` window of the Alibaba 2023 pod list, mapped to a group (CPU-only pods
-    to the CPU group; GPU pods by hash, weighted by group GPUs; >2 GPUs need an 8-GPU group), replicated
-    (copies jittered by up to +-JITTER_S/2: the trace comes in bursts) so each group's offered load is `training_load` of its capacity.
-    Expected run time = the trace's run time (a perfect profile). Returns arrivals and the factors."""
-    pods = []
-    for p in read_pods(cfg.traces / ALIBABA / POD_FILE).pods:
-        if p.creation is None or p.deletion is None:
-            continue  # never ended in the trace: no run time to replay
-        run = p.deletion - (p.scheduled if p.scheduled is not None else p.creation)
-        if run > 0:
-            pods.append((p.creation, p.name, p.gpus, p.cpu_milli, p.memory_mib, run))
-    span = cfg.days * 86400
-    pods.sort()
-    # densest window by count of creations
-    best, lo = (0, 0.0), 0
-    for hi in range(len(pods)):
-        while pods[hi][0] - pods[lo][0] > span:
-            lo += 1
-        if hi - lo + 1 > best[0]:
-            best = (hi - lo + 1, pods[lo][0])
-    t0 = best[1]
-    window = [p for p in pods if t0 <= p[0] < t0 + span]
-    gpu_groups = [g for g in cfg.groups if g.model]
-    cpu_group = next((g for g in cfg.groups if not g.model), None)
-    shapes = {g.name: next(n for n in nodes if n.resource_group == (g.model or "CPU")) for g in cfg.groups}
-    caps = {g.name: group_capacity(nodes, g) for g in cfg.groups}
+def _shape(n: NodeView) -> NodeShape:
+    return NodeShape(n.gpu_count, n.cpu_milli, n.memory_mib)
 
-    def group_of(name: str, gpus: float) -> GroupSpec | None:
-        if gpus == 0:
-            return cpu_group
-        fits = [g for g in gpu_groups if shapes[g.name].gpu_count >= gpus]
-        if not fits:
-            return None
-        total = sum(caps[g.name] for g in fits)
-        x, acc = _unit(f"group-{cfg.seed}-{name}") * total, 0.0
-        for g in fits:
-            acc += caps[g.name]
-            if x < acc:
-                return g
-        return fits[-1]
 
-    mapped: dict[str, list[tuple]] = {g.name: [] for g in cfg.groups}
-    offered: dict[str, float] = {g.name: 0.0 for g in cfg.groups}
-    for created, name, gpus, cpu, mem, run in window:
-        g = group_of(name, gpus)
-        if g is None:
-            continue
-        node = shapes[g.name]
-        if cpu > node.cpu_milli or mem > node.memory_mib:
-            continue
-        mapped[g.name].append((created - t0, name, gpus, cpu, mem, run))
-        offered[g.name] += (gpus if g.model else cpu) * min(run, span)
-    arrivals: list[Arrival] = []
-    factors = {}
+def build_jobs(cfg: SimConfig, nodes: list[NodeView], start: float) -> tuple[list[Arrival], TrainingLoad]:
+    """The trace-shaped training load (colocation/sim/training_load.py), sized on the training capacity: each
+    group's fixed-pool nodes (with `fixed_from_static`, the static split's training side). Expected run time = the
+    real one (a perfect profile)."""
+    targets = []
     for g in cfg.groups:
-        factor = cfg.training_load * caps[g.name] * span / offered[g.name] if offered[g.name] else 0.0
-        factors[g.name] = factor
-        for offset, name, gpus, cpu, mem, run in mapped[g.name]:
-            u = _unit(f"copies-{cfg.seed}-{name}")
-            copies = int(factor) + (1 if u < factor - int(factor) else 0)
-            for c in range(copies):
-                jitter = 0.0 if c == 0 else (_unit(f"jitter-{cfg.seed}-{name}-{c}") - 0.5) * JITTER_S
-                at = start + min(span - 1, max(0.0, offset + jitter))
-                arrivals.append(Arrival(at, JobView(
-                    0, f"{name}-{c}", f"task-{name}", "training", FRAMEWORK, g.model or None, gpus, cpu, mem,
-                    JobStatus.PENDING, submitted_at=at, expected_duration_s=run), run))
-    arrivals.sort(key=lambda a: (a.at, a.job.name))
+        key = g.model or "CPU"
+        mine = [n for n in nodes if n.resource_group == key]
+        fixed = [n for n in mine if n.pool is Pool.FIXED]
+        targets.append(GroupTarget(g.name, g.model or None, _shape(mine[0]), tuple(_shape(n) for n in fixed),
+                                   group_capacity(nodes, g, Pool.FIXED)))
+    load = build_training(cfg.traces, targets, cfg.training_load, cfg.days, cfg.seed)
     out = []
-    for i, a in enumerate(arrivals, start=1):
-        out.append(Arrival(a.at, JobView(i, a.job.name, a.job.task_key, a.job.department, a.job.framework,
-                                         a.job.gpu_model, a.job.gpus, a.job.cpu_milli, a.job.memory_mib,
-                                         JobStatus.PENDING, submitted_at=a.at,
-                                         expected_duration_s=a.job.expected_duration_s), a.run_s))
-    return out, factors
+    for i, j in enumerate(load.jobs, start=1):
+        at = start + j.at
+        out.append(Arrival(at, JobView(i, j.name, f"task-{j.name}", j.department, FRAMEWORK, j.model, j.shape.gpus,
+                                       j.shape.cpu_milli, j.shape.memory_mib, JobStatus.PENDING, submitted_at=at,
+                                       expected_duration_s=j.run_s, workers=j.workers), j.run_s))
+    return out, load
 
 
 def ceil_div(a: float, b: float) -> int:

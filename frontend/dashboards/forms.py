@@ -33,6 +33,14 @@ class ColocationForm(forms.Form):
                               help_text="simulated days of GenAI and World Cup traffic (1 to 7)")
     small = forms.BooleanField(required=False, initial=True, label="Small cluster",
                                help_text="a few dozen nodes instead of the trace's cluster: seconds, not minutes")
+    lending = forms.ChoiceField(
+        choices=[("threshold", "Thresholds only"), ("forecast", "Forecast-driven")], initial="threshold",
+        required=False, widget=forms.RadioSelect, label="Lending",
+        help_text="forecast-driven: take back ahead of the forecast rise, lend only what stays idle, keep jobs off "
+                  "lent nodes they would outlive")
+
+    def clean_lending(self) -> str:
+        return self.cleaned_data["lending"] or "threshold"  # not chosen: today's threshold rules
 
 
 class FragmentationForm(forms.Form):

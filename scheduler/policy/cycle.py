@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from colocation.policy.pools import expected_run_s, preferred_pool
 from colocation.policy.profile import LendingProfile
 from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, Reserve, StillPending, Worker
 from scheduler.policy.framework import PodRequest
-from scheduler.policy.gang import pick, room, shortfall
+from scheduler.policy.gang import Room, pick, room, shortfall
 from scheduler.policy.nodes import NodeTable, node_tables
 from scheduler.policy.placement import LeastGpuLoss, Placement, allowed, attach_loss, ends_for_memo, place
 from scheduler.policy.preemption import Candidate, VictimIndex, Victims
@@ -50,6 +51,8 @@ class Queued:
     models: tuple[str | None, ...]  # certified models, preferred first; (None,) for CPU-only
     host: Demand  # the CPU and memory part of the quota demand (the same on every model; a gang's whole)
     pool: Pool | None  # the pool it asks for; None: any
+    total: int  # score.total
+    shape: tuple  # its department, framework, preferred model, GPUs and memory (right-sized), workers, topology
 
 
 class _PerJob:
@@ -61,21 +64,24 @@ class _PerJob:
 
     def __init__(self) -> None:
         self.profile: Profile | None = None
-        self.last: dict[int, tuple[JobView, Request, int, Demand]] = {}
-        self.now: dict[int, tuple[JobView, Request, int, Demand]] = {}
+        self.last: dict[int, tuple[JobView, Request, int, Demand, tuple]] = {}
+        self.now: dict[int, tuple[JobView, Request, int, Demand, tuple]] = {}
 
     def start(self, profile: Profile) -> None:
         if self.profile is not profile and self.profile != profile:
             self.last = {}
         self.profile = profile
 
-    def get(self, job: JobView, profile: Profile) -> tuple[JobView, Request, int, Demand]:
-        """(job, right-sized request, utilization points, host demand)."""
+    def get(self, job: JobView, profile: Profile) -> tuple[JobView, Request, int, Demand, tuple]:
+        """(job, right-sized request, utilization points, host demand of every worker, shape: what the waiting
+        cache reads of the job but its CPU, pool and score)."""
         entry = self.last.get(id(job))
         if entry is None or entry[0] is not job:
             request = rightsize(job, profile)
-            entry = (job, request, utilization_points(job, profile),
-                     host_demand(request.cpu_request_milli, request.memory_mib))
+            entry = (job, request, utilization_points(job, profile),  # the host demand is the whole gang's
+                     host_demand(request.cpu_request_milli * job.workers, request.memory_mib * job.workers),
+                     (job.department, job.framework, job.gpu_model, request.gpus, request.memory_mib, job.workers,
+                      job.topology))
         self.now[id(job)] = entry
         return entry
 
@@ -85,6 +91,10 @@ class _PerJob:
 
 # One memo per process, taken out while a cycle uses it (a concurrent cycle builds its own).
 _PER_JOB: dict[str, _PerJob] = {}
+_SCORES: dict[str, dict[int, tuple[JobView, Profile, int]]] = {}  # running jobs' victim scores (_Cycle.victims)
+
+
+_NO_FREE = (0, 0.0)
 
 
 @dataclass(slots=True)
@@ -94,16 +104,27 @@ class _NoRoom:
     pod: PodRequest
     kind: QuotaKind | None
     bounds: tuple[float, float, int, int] | None  # most free on one node (upper bounds); None: not shown
-    free: tuple[int, float] = (0, 0.0)  # wholly free and idle GPUs across the model's nodes, when shown
+    free: tuple[int, float] = _NO_FREE  # wholly free and idle GPUs across the model's nodes, when shown
     gang: str | None = None  # a gang's shortfall (gang.shortfall), when shown
+    frame: tuple[str, str] | None = None  # the gang's, split where the worker's CPU goes (None: more depends on it)
 
     def __str__(self) -> str:
+        return self.text(f"{self.pod.cpu_milli}")
+
+    @property
+    def templated(self) -> bool:
+        """Whether the sentence depends on the request's CPU only where it is written."""
+        return self.gang is None or self.frame is not None
+
+    def text(self, request_cpu: str) -> str:
+        """The sentence, the request's CPU written as `request_cpu` (a waiting job's sentence is kept as a template
+        with its CPU left out)."""
         if self.gang is not None:
-            return self.gang
+            return self.gang if self.frame is None else request_cpu.join(self.frame)
         whole, share, cpu, mem = self.bounds
         where = f"{self.pod.gpu_model} node" if self.pod.gpu_model else "CPU node"
         borrowed = " (borrowed quota runs on idle capacity only)" if self.kind is QuotaKind.BORROWED else ""
-        return (f"no idle {where} fits {self.pod}{borrowed}; most free on one node: "
+        return (f"no idle {where} fits {self.pod.describe(request_cpu)}{borrowed}; most free on one node: "
                 f"{whole:g} whole GPU{'' if whole == 1 else 's'}, {share:.2f} of a GPU, {cpu}m CPU, {mem} MiB"
                 f"{self._fragments(whole, share)}")
 
@@ -118,6 +139,22 @@ class _NoRoom:
                     f"this job needs {gpus:g} of one GPU")
         return ""
 
+
+@dataclass(slots=True)
+class _Waited:
+    """A job that waited: when (the cycle's change count), its CPU and score, and what it was told."""
+
+    changes: int
+    takes: int  # evictions tried (a gang's preemption is a greedy search: trusted only while its memo stands)
+    cpu: int
+    exact: bool  # its sentence depends on the CPU beyond where it is written: only that very CPU reads the same
+    total: int
+    reason: Reason
+    template: str  # the sentence, _CPU_MARK where the job's CPU goes
+
+
+_KEEP_MISSES, _PROBE_EVERY = 64, 16  # see _Cycle._try
+_CPU_MARK = "\x00"  # where a waiting job's CPU goes in its sentence (checked not to occur in any name)
 
 _ADMITTED = {QuotaKind.OWN: Reason.ADMITTED_OWN, QuotaKind.BORROWED: Reason.ADMITTED_BORROWED, None: Reason.ADMITTED}
 
@@ -156,6 +193,10 @@ class _Cycle:
         self._split: dict[tuple[tuple[str | None, ...], str | None], tuple[list, list]] = {}
         self._fallbacks: dict[tuple[tuple[str | None, ...], str | None], list] = {}  # until capacity changes
         self._victims: dict[str | None, VictimIndex] = {}
+        # running jobs' scores as victims: the last cycle's, and this one's for the next (by identity, as _PerJob)
+        self._last_scores: dict[int, tuple[JobView, Profile, int]] = _SCORES.pop("last", {})
+        self._scores: dict[int, tuple[JobView, Profile, int]] = {}
+        self._gpu_demands: dict[float, dict[str | None, Demand]] = {}  # GPUs of a whole job -> model -> its demand
         self._breakdowns: dict[tuple[int, int, int], ScoreBreakdown] = {}
         self.reservations: list[Reservation] = []  # what the first waiting gangs hold
         self._coming: dict[str | None, list[Release]] = {}  # what the holders of a model give back, soonest first
@@ -164,6 +205,14 @@ class _Cycle:
         self.reserve_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor reserved as jobs end
         self.started: list[Release] = []  # what this cycle's admissions give back, when known (gangs waiting)
         self.gangs = False
+        # Kueue-style inadmissible cache: what a waiting job got, by everything its try reads of it (_wait_key), valid
+        # while nothing changed: `changes` counts admissions (with their evictions), reservations, and a gang's
+        # evictions given back when that did not restore every figure bit for bit
+        self.changes = 0
+        self.takes = 0
+        self._misses = 0  # jobs tried in a row without the cache answering
+        self._waited: dict[tuple, _Waited] = {}
+        self._starts: list[float] = []  # the reservations' start times, ascending
 
     @cached_property
     def tables(self) -> dict[str | None, NodeTable]:
@@ -199,8 +248,15 @@ class _Cycle:
         if index is None:
             table = self.tables[model]
             candidates = []
+            profile, last, scores = self.profile, self._last_scores, self._scores
             for job in self.holders_by_model.get(model, ()):
-                total = score(job, job.allocation.quota_kind, self.now, self.profile).total
+                known = last.get(id(job))
+                if known is not None and known[0] is job and known[1] is profile:
+                    total = known[2]
+                else:
+                    total = score(job, job.allocation.quota_kind, self.now, profile).total
+                if job.started_at is not None:  # its wait, hence its score, no longer grows
+                    scores[id(job)] = (job, profile, total)
                 for alloc in job.allocations:  # a gang: each worker, evicted all together
                     if alloc.node not in table.row:
                         continue  # a node outside the snapshot: nothing to reclaim there
@@ -219,36 +275,40 @@ class _Cycle:
                 self._pending(q, position, Reason.BLOCKED, f"waiting behind job {head.name} (strict FCFS)")
             elif not self._try(q, position) and self.profile.head_of_line_blocking:
                 head = q.job
+        _SCORES["last"] = self._scores
         return CycleResult(self.now, tuple(self.decisions))
 
     def queue(self) -> list[Queued]:
         per_job = _PER_JOB.pop("last", None) or _PerJob()
         per_job.start(self.profile)
         pending = JobStatus.PENDING
-        items = [self._queued(j, per_job) for j in self.snap.jobs if j.status is pending]
+        own_room: dict[tuple, bool] = {}  # the ledger does not change while the queue is built
+        items = [self._queued(j, per_job, own_room) for j in self.snap.jobs if j.status is pending]
         per_job.finish()
         _PER_JOB["last"] = per_job
         if self.profile.order is QueueOrder.FIFO:
             items.sort(key=lambda q: (q.job.submitted_at, q.job.id))
         else:
-            items.sort(key=lambda q: (-q.score.total, q.job.submitted_at, q.job.id))
+            items.sort(key=lambda q: (-q.total, q.job.submitted_at, q.job.id))
         return items
 
-    def _queued(self, job: JobView, per_job: _PerJob) -> Queued:
+    def _queued(self, job: JobView, per_job: _PerJob, own_room: dict[tuple, bool]) -> Queued:
         profile = self.profile
-        _, request, utilization, host = per_job.get(job, profile)
-        if job.gang:
-            host = host_demand(request.cpu_request_milli * job.workers, request.memory_mib * job.workers)
+        _, request, utilization, host, shape = per_job.get(job, profile)
         models = self._models(job)
         kind = None
         if profile.quotas:
             first = models[0] if models else job.gpu_model
-            own = self.ledger.has_own_room(job.department, gpu_demand(first, request.gpus * job.workers), host)
+            key = (job.department, first, request.gpus * job.workers, host)
+            own = own_room.get(key)
+            if own is None:
+                own = own_room[key] = self.ledger.has_own_room(job.department, gpu_demand(*key[1:3]), host)
             kind = QuotaKind.OWN if own else QuotaKind.BORROWED
         # = score(job, kind, now, profile), with the utilization term from the memo
-        return Queued(job, request, self._breakdown(base_points(kind, profile), utilization,
-                                                    aging_points(waited_s(job, self.now), profile)), models, host,
-                      self._pool(job))
+        breakdown = self._breakdown(base_points(kind, profile), utilization,
+                                    aging_points(waited_s(job, self.now), profile))
+        return Queued(job, request, breakdown, models, host,
+                      job.preferred_pool if self.lending is None else self._pool(job), breakdown.total, shape)
 
     def _pool(self, job: JobView) -> Pool | None:
         if self.lending is None:
@@ -300,11 +360,56 @@ class _Cycle:
 
     # -- one job ----------------------------------------------------------------------
     def _try(self, q: Queued, position: int) -> bool:
+        """Admit `q` or say why it waits. Kueue-style, a job is not tried again when one that waited since the last
+        change reads the same (_wait_key), asked no more CPU, scores no higher (could preempt no more) and both
+        had room in their host quota: then it waits for the same reason, its own CPU in the same sentence."""
+        job, req = q.job, q.request
+        ends_at = self._ends_at(job)
+        key = self._wait_key(q, ends_at)
+        cpu, total = req.cpu_request_milli, q.total
+        known = self._waited.get(key)
+        if (known is not None and known.changes == self.changes and (cpu == known.cpu or cpu > known.cpu
+                                                                      and not known.exact)
+                and total <= known.total and (job.workers == 1 or known.takes == self.takes) and self._host_fits(q)):
+            self._pending(q, position, known.reason, known.template.replace(_CPU_MARK, f"{cpu}"))
+            self._misses = 0
+            return False
+        # After a long run of misses (a burst of admissions: each one makes what waited before stale), only every
+        # few jobs are kept, until one is found again: keeping costs, and changes nothing.
+        self._misses += 1
+        keep = self._misses <= _KEEP_MISSES or self._misses % _PROBE_EVERY == 0
+        changes, takes = self.changes, self.takes
+        waits = self._attempt(q, position, ends_at, _CPU_MARK if keep else None)
+        if waits is None:
+            return True
+        reason, template, exact, host_fits = waits
+        if keep and self.changes == changes and template is not None and host_fits:
+            self._waited[key] = _Waited(changes, takes, cpu, exact, total, reason, template)
+        return False
+
+    def _wait_key(self, q: Queued, ends_at: float) -> tuple:
+        """Everything a try reads of a job but its score and CPU: its shape, department, certified models, pool and
+        which reservations it must keep off (those starting before it would end)."""
+        return q.shape, q.pool, bisect_left(self._starts, ends_at) if self._starts else 0
+
+    def _host_fits(self, q: Queued) -> bool:
+        """The job's CPU and memory fit its department's own and borrowed quota: its CPU then decides no quota
+        check, and no quota sentence shows it."""
+        return not self.profile.quotas or self.ledger.host_fits(q.job.department, q.host, self.profile.borrowing)
+
+    def _attempt(self, q: Queued, position: int, ends_at: float, mark: str | None = _CPU_MARK
+                 ) -> tuple[Reason, str | None, bool, bool] | None:
+        """Try every model (and preemption) for `q`: None when admitted, else the reason it waits with, its sentence
+        with `mark` where the job's CPU goes (None: not kept), whether more of it depends on the CPU (a gang's room per
+        block) and whether its CPU and memory fit its host quota (_host_fits); its StillPending decision appended."""
         job, req, profile = q.job, q.request, self.profile
         refusals: list[tuple[str | None, object]] = []  # (model, why) formatted only if the job waits
         attempts: list[_NoRoom] = []
         quota = self.ledger.checker(job.department, q.host, profile.borrowing) if profile.quotas else None
-        ends_at = self._ends_at(job)
+        need = req.gpus * job.workers
+        demands = self._gpu_demands.get(need)
+        if demands is None:
+            demands = self._gpu_demands[need] = {}
         for n, model in enumerate(self._model_order(q)):
             # Every model tried and not used adds to `refusals`, so the first two models are the ones
             # a waiting job's message spells out (see _why); the others it only names, so for them
@@ -312,13 +417,16 @@ class _Cycle:
             spelled = n < 2
             if quota is None:
                 kind = None
-            elif spelled:
-                check = quota.choose(gpu_demand(model, req.gpus * job.workers))
-                for why in check.refused:
-                    refusals.append((model, why))
-                kind = check.kind
             else:
-                kind = quota.kind(gpu_demand(model, req.gpus * job.workers))
+                gpu = demands.get(model)
+                if gpu is None:
+                    gpu = demands[model] = gpu_demand(model, need)
+                if spelled:
+                    check = quota.choose(gpu)
+                    refusals.extend((model, why) for why in check.refused)
+                    kind = check.kind
+                else:
+                    kind = quota.kind(gpu)
             if kind is None and quota is not None:
                 if not spelled:
                     refusals.append((model, None))
@@ -329,26 +437,34 @@ class _Cycle:
                 rows = self._gang_rows(job, pod, table)
                 if rows is not None:
                     self._admit_gang(q, pod, kind, rows, ())
-                    return True
-                attempt = _NoRoom(pod, kind, None, gang=self._gang_shortfall(job, pod, table) if spelled else None)
+                    return None
+                attempt = _NoRoom(pod, kind, None, _NO_FREE, *self._gang_shortfall(job, pod, table)) if spelled \
+                    else _NoRoom(pod, kind, None)
             else:
                 placement = place(pod, table, profile)
                 if placement is not None:
                     self._admit(q, pod, kind, placement, ())
-                    return True
+                    return None
                 attempt = _NoRoom(pod, kind, table.bounds(), (table.free_whole_gpus(), table.idle_gpus())) \
                     if spelled else _NoRoom(pod, kind, None)
             attempts.append(attempt)
             refusals.append((model, attempt if spelled else None))
         if self.profile.preemption and (self._preempt_gang(q, attempts) if job.gang else self._preempt_for(q, attempts)):
-            return True
-        reason, message = self._why(q, attempts, refusals)
+            return None
+        reason, template, marks, exact = self._why(q, attempts, refusals, mark)
+        if mark is None:
+            message, template = template, None
+        elif template.count(mark) == marks:
+            message = template.replace(mark, f"{req.cpu_request_milli}")
+        else:  # the mark was in some name: written plainly, and not kept
+            reason, message, _, _ = self._why(q, attempts, refusals)
+            template = None
         if job.gang and attempts and profile.reservations and len(self.reservations) < profile.reservation_depth:
             sentence = self._reserve(q, attempts)  # the first waiting gangs, highest in the queue first
             if sentence:
                 reason, message = Reason.RESERVED, f"{message}; {sentence}"
         self._pending(q, position, reason, message)
-        return False
+        return reason, template, exact, quota is None or quota.host_fits()
 
     def _ends_at(self, job: JobView) -> float:
         """When the job would end if it started now (inf: unknown): it may use room reserved for a gang that starts
@@ -373,18 +489,34 @@ class _Cycle:
             failed.append(memo)
         return rows
 
-    def _gang_shortfall(self, job: JobView, pod: PodRequest, table) -> str:
-        """What a waiting gang misses on one model; the cheap sentence when too few whole GPUs are free at all."""
+    def _gang_shortfall(self, job: JobView, pod: PodRequest, table) -> tuple[str, tuple[str, str] | None]:
+        """What a waiting gang misses on one model (the cheap sentence when too few whole GPUs are free at all), and
+        the sentence split where the worker's CPU goes when it depends on the CPU only there (None: room per block,
+        which the CPU changes, is named)."""
         free = table.free_whole_gpus() if len(table) else 0
-        if pod.gpus * job.workers > free:
-            return (f"needs {job.workers} workers of {pod}: {pod.gpus * job.workers:g} whole {pod.gpu_model} GPUs, "
-                    f"{free} free across the cluster")
-        return shortfall(table, room(table, pod, allowed(pod, table, self.profile), job.topology), job.workers, pod,
-                         job.topology)
+        fits = None
+        if pod.gpus * job.workers <= free:
+            fits = room(table, pod, allowed(pod, table, self.profile), job.topology)
+            if fits.total:
+                return shortfall(table, fits, job.workers, pod, job.topology), None
+        frame = self._gang_text(table, job, pod, free, fits, _CPU_MARK).split(_CPU_MARK)
+        if len(frame) != 2:  # the mark in a name: written plainly, without a frame
+            return self._gang_text(table, job, pod, free, fits, None), None
+        return f"{pod.cpu_milli}".join(frame), (frame[0], frame[1])
+
+    @staticmethod
+    def _gang_text(table: NodeTable, job: JobView, pod: PodRequest, free: int, fits: Room | None,
+                   cpu: str | None) -> str:
+        """A gang's shortfall when no node has room for one worker, or too few whole GPUs are free at all."""
+        if fits is not None:
+            return shortfall(table, fits, job.workers, pod, job.topology, cpu)
+        return (f"needs {job.workers} workers of {pod if cpu is None else pod.describe(cpu)}: "
+                f"{pod.gpus * job.workers:g} whole {pod.gpu_model} GPUs, {free} free across the cluster")
 
     def _admit_gang(self, q: Queued, pod: PodRequest, kind: QuotaKind | None, rows: list[int],
                     preempting: tuple[int, ...]) -> None:
         """Allocate every worker (in rank order) and admit the gang as one decision."""
+        self.changes += 1
         table = self.tables[pod.gpu_model]
         workers = []
         for row in rows:
@@ -454,6 +586,8 @@ class _Cycle:
             return ""
         model, found = best
         self.reservations.append(found)
+        insort(self._starts, found.start_at)
+        self.changes += 1
         table = self.tables[model]
         table.reserve(found.rows, found.start_at)
         nodes = [table.names[r] for r in found.rows]
@@ -463,35 +597,44 @@ class _Cycle:
         self.decisions.append(Reserve(q.job.id, q.job.name, tuple(nodes), found.start_at, Reason.RESERVED, sentence))
         return sentence
 
-    def _why(self, q: Queued, attempts: list[_NoRoom], refusals: list[tuple[str | None, object]]
-             ) -> tuple[Reason, str]:
+    def _why(self, q: Queued, attempts: list[_NoRoom], refusals: list[tuple[str | None, object]],
+             cpu: str | None = None) -> tuple[Reason, str, int, bool]:
+        """The reason and sentence, the request's CPU written as `cpu` (default: the figure), how many times, and
+        whether the sentence depends on the CPU elsewhere too."""
         if not q.models:
             return Reason.NO_COMPATIBLE_MODEL, (f"framework {q.job.framework} is not certified on "
-                                                f"{q.job.gpu_model or 'any GPU model'}")
+                                                f"{q.job.gpu_model or 'any GPU model'}"), 0, False
         if not refusals:
-            return Reason.NO_CAPACITY, "no node of a compatible GPU model exists"
+            return Reason.NO_CAPACITY, "no node of a compatible GPU model exists", 0, False
         # Spelled out for the preferred and the best fallback model; the rest only named (cheap).
         # Refusals come model by model, so the first two models seen are the first two listed.
         shown: list[str | None] = []
         parts: list[str] = []
         others: set[str | None] = set()
+        marks, exact = 0, False
         for model, why in refusals:
             if model not in shown:
                 if len(shown) == 2:
                     others.add(model)
                     continue
                 shown.append(model)
+            if cpu is not None and type(why) is _NoRoom:
+                if why.templated:
+                    parts.append(why.text(cpu))
+                    marks += 1
+                    continue
+                exact = True
             parts.append(str(why))
         message = "; ".join(parts)
         if others:
             named = ", ".join(sorted(m or "CPU" for m in others))
             message += f"; no quota or room on the other certified models either ({named})"
         if not attempts:
-            return Reason.QUOTA_EXHAUSTED, message
+            return Reason.QUOTA_EXHAUSTED, message, marks, exact
         for a in attempts:
             if a.kind is not QuotaKind.BORROWED:
-                return Reason.NO_CAPACITY, message
-        return Reason.NO_IDLE_CAPACITY, message
+                return Reason.NO_CAPACITY, message, marks, exact
+        return Reason.NO_IDLE_CAPACITY, message, marks, exact
 
     # -- preemption -------------------------------------------------------------------
     def _preempt_for(self, q: Queued, attempts: list[_NoRoom]) -> bool:
@@ -538,12 +681,16 @@ class _Cycle:
                 victims = index.find(a.pod, total, own, self.profile, exclude=fits)
                 if victims is None:
                     break
+                if not taken:
+                    before = self._fingerprint(model)
                 taken.extend(self._take(model, victims))
                 rows = self._gang_rows(job, a.pod, table)
                 if rows is not None:
                     break
             if rows is None:
                 self._give_back(model, taken)
+                if taken and self._fingerprint(model) != before:
+                    self.changes += 1  # floats that did not add back exactly: what waited since may not wait now
                 self.gang_preempt_failed[model].append(memo)
                 continue
             self._preempt_decisions(q, a, taken)
@@ -553,6 +700,7 @@ class _Cycle:
 
     def _take(self, model: str | None, victims: Victims) -> list[Candidate]:
         """Free what the victims hold (a gang's every worker) in the tables, the ledger and the victim index."""
+        self.takes += 1
         index, table = self.victims(model), self.tables[model]
         taken = index.whole(victims)
         index.remove(taken)
@@ -566,6 +714,13 @@ class _Cycle:
         self.gang_preempt_failed[model].clear()
         self.reserve_failed[model].clear()
         return taken
+
+    def _fingerprint(self, model: str | None) -> tuple:
+        """What a preemption changes and a give-back restores (the model's free room, idle GPUs and victims; the
+        quota usage): equal before and after, the cycle is where it was (the waiting cache stays valid)."""
+        table, index = self.tables[model], self.victims(model)
+        return (table.gpu_used.tobytes(), table.cpu_free.tobytes(), table.mem_free.tobytes(), table.idle_gpus(),
+                index.alive.tobytes(), *(a.tobytes() for a in index.held_by_borrowed), self.ledger.usage())
 
     def _give_back(self, model: str | None, taken: list[Candidate]) -> None:
         """Undo _take: a gang's preemption that did not free enough."""
@@ -599,6 +754,7 @@ class _Cycle:
     # -- outcomes ---------------------------------------------------------------------
     def _admit(self, q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Placement,
                preempting: tuple[int, ...]) -> None:
+        self.changes += 1
         job = q.job
         table = self.tables[pod.gpu_model]
         table.allocate(placement.row, placement.gpu_shares, pod.cpu_milli, pod.memory_mib)

@@ -40,8 +40,12 @@ class PodRequest:
         return (self.gpus, self.cpu_milli, self.memory_mib)
 
     def __str__(self) -> str:
+        return self.describe(f"{self.cpu_milli}")
+
+    def describe(self, cpu: str) -> str:
+        """As str(), the CPU written as `cpu`."""
         gpu = f"{self.gpus:g} {self.gpu_model} GPU{'s' if self.gpus > 1 else ''}, " if self.gpus else ""
-        return f"{gpu}{self.cpu_milli}m CPU, {self.memory_mib} MiB"
+        return f"{gpu}{cpu}m CPU, {self.memory_mib} MiB"
 
 
 class FilterPlugin(Protocol):

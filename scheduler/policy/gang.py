@@ -91,15 +91,45 @@ def _fewest(table: NodeTable, rows: np.ndarray, k: np.ndarray, workers: int) -> 
 
 def _in_one_block(table: NodeTable, rows: np.ndarray, k: np.ndarray, workers: int) -> list[int] | None:
     """The fewest nodes within one block (ties: the block with the least room, then block order); None when no
-    block holds the gang. Every block's node count comes from one sort of the candidate rows."""
+    block holds the gang."""
     if table.block_names == [""]:
         return None  # no node carries a block label
     labelled = rows[table.block[rows] != 0] if table.block_names[0] == "" else rows  # "" sorts first
     if not labelled.size:
         return None
     blocks = table.block[labelled]
-    order = labelled[np.lexsort((-k[labelled], blocks))]  # by block, most workers first
-    sorted_blocks = table.block[order]
+    most = int(k[labelled].max())
+    found = _by_counts(blocks, k[labelled], most, workers, len(table.block_names)) if most <= _FEW_LEVELS else \
+        _by_sorting(labelled, blocks, k, workers, len(table.block_names))
+    return None if found is None else _fewest(table, labelled[blocks == found], k, workers)
+
+
+_FEW_LEVELS = 64  # workers per node up to this: count nodes per (block, workers) instead of sorting them
+
+
+def _by_counts(blocks: np.ndarray, k: np.ndarray, most: int, workers: int, n_blocks: int) -> int | None:
+    """= _by_sorting(), from how many nodes of each block take 1..most workers: taking the nodes that take most
+    first, the nodes a block needs are those of the levels above the one that completes the gang, plus as many of
+    that level as the rest needs."""
+    counts = np.bincount(blocks * (most + 1) + k, minlength=n_blocks * (most + 1)).reshape(n_blocks, most + 1)
+    levels = np.arange(most, 0, -1)
+    nodes = counts[:, :0:-1]  # per block, nodes taking most, most - 1, ... 1 workers
+    held = np.cumsum(nodes * levels, axis=1)
+    enough = held >= workers
+    fits = np.flatnonzero(enough[:, -1])
+    if not fits.size:
+        return None
+    level = enough[fits].argmax(axis=1)  # the first level (most first) at which the block holds the gang
+    before_held = np.where(level > 0, held[fits, level - 1], 0)
+    before_nodes = np.where(level > 0, np.cumsum(nodes[fits], axis=1)[np.arange(fits.size), level - 1], 0)
+    needed = before_nodes + -(-(workers - before_held) // levels[level])
+    return int(fits[np.lexsort((fits, held[fits, -1], needed))[0]])
+
+
+def _by_sorting(labelled: np.ndarray, blocks: np.ndarray, k: np.ndarray, workers: int, n_blocks: int) -> int | None:
+    """The best block from one sort of the candidate rows by block, most workers first."""
+    by_block = np.lexsort((-k[labelled], blocks))  # by block, most workers first
+    order, sorted_blocks = labelled[by_block], blocks[by_block]
     counts = k[order]
     starts = np.flatnonzero(np.r_[True, sorted_blocks[1:] != sorted_blocks[:-1]])
     lengths = np.diff(np.r_[starts, len(order)])
@@ -112,15 +142,16 @@ def _in_one_block(table: NodeTable, rows: np.ndarray, k: np.ndarray, workers: in
     first_blocks, first = np.unique(sorted_blocks[enough], return_index=True)  # each block's first sufficient node
     position = enough[first]
     nodes_needed = position - np.repeat(starts, lengths)[position] + 1
-    totals = np.bincount(blocks, weights=k[labelled], minlength=len(table.block_names))[first_blocks]
-    best = np.lexsort((first_blocks, totals, nodes_needed))[0]
-    return _fewest(table, labelled[blocks == first_blocks[best]], k, workers)
+    totals = np.bincount(blocks, weights=k[labelled], minlength=n_blocks)[first_blocks]
+    return int(first_blocks[np.lexsort((first_blocks, totals, nodes_needed))[0]])
 
 
-def shortfall(table: NodeTable, room: Room, workers: int, pod: PodRequest, topology: Topology) -> str:
-    """What is missing, in one sentence: the gang's shape and the blocks that come closest."""
+def shortfall(table: NodeTable, room: Room, workers: int, pod: PodRequest, topology: Topology,
+              cpu: str | None = None) -> str:
+    """What is missing, in one sentence: the gang's shape and the blocks that come closest (the worker's CPU written
+    as `cpu`, default its figure)."""
     per = "one worker per node" if topology is Topology.SPREAD else "packed"
-    need = f"needs {workers} workers of {pod} ({per})"
+    need = f"needs {workers} workers of {pod if cpu is None else pod.describe(cpu)} ({per})"
     if room.total == 0:
         return f"{need}; no {pod.gpu_model or 'CPU'} node has room for one worker now"
     named = [(n, b) for b, n in enumerate(np.bincount(table.block, weights=room.per_node,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from itertools import chain
+from operator import attrgetter
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +58,11 @@ class Victims:
         return (sum(not c.borrowed for c in self.jobs), self.work_lost_s, len(self.jobs), self.row)
 
 
+_ROW, _SCORE, _RUN_TIME, _BORROWED = (attrgetter(f) for f in ("row", "score", "run_time_s", "borrowed"))
+_CPU, _MEMORY, _SHARES = (attrgetter(f"allocation.{f}") for f in ("cpu_milli", "memory_mib", "gpu_shares"))
+_INDEX, _SHARE = attrgetter("index"), attrgetter("share")
+
+
 def eligible(c: Candidate, score: int, own_quota: bool, profile: Profile) -> bool:
     """Own-quota work reclaims any borrowed job; otherwise only lower scores past the minimum run time."""
     if own_quota and c.borrowed:
@@ -71,27 +78,35 @@ class VictimIndex:
     """
 
     def __init__(self, table: NodeTable, candidates: Iterable[Candidate]) -> None:
+        # Built for every model where preemption is tried, every cycle, from thousands of candidates: the
+        # arrays are read through C-level getters (map/attrgetter), not one comprehension per field.
         self.table = table
-        self.cands = list(candidates)
-        self.by_row: dict[int, list[int]] = defaultdict(list)
-        self.by_job: dict[int, list[Candidate]] = defaultdict(list)  # a gang's workers on this table
-        for i, c in enumerate(self.cands):
-            self.by_row[c.row].append(i)
-            self.by_job[c.job.id].append(c)
-        self.index = {id(c): i for i, c in enumerate(self.cands)}
-        self.row = np.array([c.row for c in self.cands], dtype=np.int64)
-        self.score = np.array([c.score for c in self.cands], dtype=np.int64)
-        self.run_time = np.array([c.run_time_s for c in self.cands], dtype=float)
-        self.borrowed = np.array([c.borrowed for c in self.cands], dtype=bool)
-        self.cpu = np.array([c.allocation.cpu_milli for c in self.cands], dtype=float)
-        self.mem = np.array([c.allocation.memory_mib for c in self.cands], dtype=float)
-        self.alive = np.ones(len(self.cands), dtype=bool)
+        cands = self.cands = list(candidates)
+        n = len(cands)
+        self.row = np.fromiter(map(_ROW, cands), dtype=np.int64, count=n)
+        self.by_row: dict[int, list[int]] = defaultdict(list)  # candidate indices per row, ascending
+        order = np.argsort(self.row, kind="stable")
+        rows = self.row[order]
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]).tolist() if n else []
+        ordered = order.tolist()
+        for r, a, b in zip(rows[starts].tolist(), starts, [*starts[1:], n]):
+            self.by_row[r] = ordered[a:b]
+        self._by_job: dict[int, list[Candidate]] | None = None  # a gang's workers on this table, when first asked
+        self._index: dict[int, int] | None = None  # candidate position by id(), when first asked
+        self.score = np.fromiter(map(_SCORE, cands), dtype=np.int64, count=n)
+        self.run_time = np.fromiter(map(_RUN_TIME, cands), dtype=float, count=n)
+        self.borrowed = np.fromiter(map(_BORROWED, cands), dtype=bool, count=n)
+        self.cpu = np.fromiter(map(_CPU, cands), dtype=float, count=n)
+        self.mem = np.fromiter(map(_MEMORY, cands), dtype=float, count=n)
+        self.alive = np.ones(n, dtype=bool)
         width = table.gpu_used.shape[1]
-        shares = [(i, c.row * width + s.index, s.share) for i, c in enumerate(self.cands)
-                  for s in c.allocation.gpu_shares]
-        self.share_cand = np.array([s[0] for s in shares], dtype=np.int64)
-        self.share_cell = np.array([s[1] for s in shares], dtype=np.int64)
-        self.share = np.array([s[2] for s in shares], dtype=float)
+        shares = list(map(_SHARES, cands))
+        self.share_cand = np.repeat(np.arange(n, dtype=np.int64), np.fromiter(map(len, shares), dtype=np.int64,
+                                                                              count=n))
+        flat = list(chain.from_iterable(shares))
+        self.share_cell = self.row[self.share_cand] * width + np.fromiter(map(_INDEX, flat), dtype=np.int64,
+                                                                          count=len(flat))
+        self.share = np.fromiter(map(_SHARE, flat), dtype=float, count=len(flat))
         self.held_by_borrowed = self._held(self.alive & self.borrowed)
         self.youngest_borrowed = np.full(len(table), np.inf)
         np.minimum.at(self.youngest_borrowed, self.row[self.borrowed], self.run_time[self.borrowed])
@@ -103,6 +118,22 @@ class VictimIndex:
         mem = np.bincount(self.row, weights=self.mem * elig, minlength=n)
         gpu = np.bincount(self.share_cell, weights=self.share * elig[self.share_cand], minlength=n * shape[1])
         return cpu, mem, gpu.reshape(shape)
+
+    @property
+    def index(self) -> dict[int, int]:
+        """Each candidate's position, by id() (only an eviction asks)."""
+        if self._index is None:
+            self._index = dict(zip(map(id, self.cands), range(len(self.cands))))
+        return self._index
+
+    @property
+    def by_job(self) -> dict[int, list[Candidate]]:
+        """Each job's candidates on this table (a gang's workers)."""
+        if self._by_job is None:
+            self._by_job = defaultdict(list)
+            for c in self.cands:
+                self._by_job[c.job.id].append(c)
+        return self._by_job
 
     def whole(self, victims: Victims) -> list[Candidate]:
         """The candidates evicting `victims` removes: every worker of each victim's gang on this table."""

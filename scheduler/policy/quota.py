@@ -116,10 +116,29 @@ class QuotaLedger:
         # per department, until it is next charged: need -> (own, borrowed) shortfall; thousands of waiting
         # jobs ask for the same few GPU parts (model, count) each cycle
         self._checked: dict[str, dict[Demand, tuple[_Short | None, _Short | None]]] = {}
+        self._host_checked: dict[str, dict[Demand, tuple[bool, bool]]] = {}  # host_fits(), the same way
+        # Summed per department and kind first, in holder order: each GPU model's sum is the one charging
+        # allocation by allocation makes, and CPU and memory are whole numbers, exact in any order.
+        gpus: dict[tuple[str, QuotaKind, str], float] = {}
+        host: dict[tuple[str, QuotaKind], list[int]] = {}
         for job in holders:
+            department = job.department
             for alloc in job.allocations:  # a gang holds quota for every worker
-                if alloc.quota_kind is not None:
-                    self.charge(job.department, alloc.quota_kind, allocation_demand(alloc))
+                kind = alloc.quota_kind
+                if kind is None:
+                    continue
+                for resource, amount in gpu_demand(alloc.gpu_model, alloc.gpus):
+                    key = (department, kind, resource)
+                    gpus[key] = gpus.get(key, 0.0) + amount
+                summed = host.get((department, kind))
+                if summed is None:
+                    summed = host[(department, kind)] = [0, 0]
+                summed[0] += alloc.cpu_milli
+                summed[1] += alloc.memory_mib
+        for (department, kind, resource), amount in gpus.items():
+            self.charge(department, kind, ((resource, amount),))
+        for (department, kind), (cpu, memory) in host.items():
+            self.charge(department, kind, host_demand(cpu, memory))
 
     def _read(self, department: str) -> Mapping[str, Sequence[float]]:
         rows = self._rows.get(department)
@@ -137,6 +156,16 @@ class QuotaLedger:
         return _part(rows, self._checked.setdefault(department, {}), need)[0] is None and \
             _no_room(rows, host, _OWN_LIMIT, _OWN_USED) is None
 
+    def host_fits(self, department: str, host: Demand, borrowing: bool) -> bool:
+        """`host` (a CPU and memory demand) fits the department's own quota, and its borrowed quota when borrowing."""
+        checked = self._host_checked.setdefault(department, {})
+        fits = checked.get(host)
+        if fits is None:
+            rows = self._read(department)
+            fits = checked[host] = (_no_room(rows, host, _OWN_LIMIT, _OWN_USED) is None,
+                                    _no_room(rows, host, _BORROWED_LIMIT, _BORROWED_USED) is None)
+        return fits[0] and (fits[1] or not borrowing)
+
     def choose(self, department: str, need: Demand, borrowing: bool) -> QuotaCheck:
         """Own quota when every resource has room there, else borrowed quota when it has room."""
         return self.checker(department, (), borrowing).choose(need)
@@ -148,6 +177,7 @@ class QuotaLedger:
     def charge(self, department: str, kind: QuotaKind, need: Demand, sign: int = 1) -> None:
         rows = self._write(department)
         self._checked.pop(department, None)
+        self._host_checked.pop(department, None)
         slot = _SLOTS[kind][1]
         for resource, amount in need:
             row = rows.get(resource)
@@ -157,6 +187,10 @@ class QuotaLedger:
 
     def release(self, department: str, kind: QuotaKind, need: Demand) -> None:
         self.charge(department, kind, need, sign=-1)
+
+    def usage(self) -> tuple:
+        """Every row charged so far, as values (to tell whether a release and charge left the ledger as it was)."""
+        return tuple((d, r, *row) for d, rows in self._rows.items() for r, row in rows.items())
 
 
 class JobQuota:
@@ -181,6 +215,16 @@ class JobQuota:
         refused = (Shortfall(QuotaKind.OWN, *own),) if borrowed is None else \
             (Shortfall(QuotaKind.OWN, *own), Shortfall(QuotaKind.BORROWED, *borrowed))
         return QuotaCheck(kind, refused)
+
+    def host_fits(self) -> bool:
+        """= QuotaLedger.host_fits(department, host, borrowing), from what this job's checks already read."""
+        if self.own_host is not None:
+            return False
+        if not self.borrowing:
+            return True
+        if self._borrowed_host is False:
+            self._borrowed_host = _no_room(self.rows, self.host, _BORROWED_LIMIT, _BORROWED_USED)
+        return self._borrowed_host is None
 
     def kind(self, gpu: Demand) -> QuotaKind | None:
         """choose(gpu).kind, without building the refusals (for models a message only names)."""

@@ -185,3 +185,21 @@ def test_operator_walks_every_dashboard_tab(world, console):
     expect(page.get_by_role("link", name="ml-search-ranker")).to_be_visible()
     expect(page.get_by_role("link", name="ads-cpu")).to_have_count(0)
     page.screenshot(path="/tmp/ui-ops-autoscaling.png", full_page=True)
+
+
+def test_operator_chooses_forecast_driven_lending_for_a_colocation_simulation(world, console):
+    """The co-location what-if offers threshold-only or forecast-driven lending; a bad field is refused beside it
+    and the choice is kept."""
+    console.sign_in("otto")
+    console.open("/ops/replays/")
+    page = console.page
+    form = page.get_by_role("region", name="Simulate co-location")
+    expect(form.get_by_label("Thresholds only")).to_be_checked()
+    form.get_by_label("Forecast-driven").check()
+    form.get_by_label("Days").fill("9")
+    console.shot("ops-colocation-form")
+    form.get_by_role("button", name="Start simulation").click()
+    form = page.get_by_role("region", name="Simulate co-location")
+    expect(form.locator(".field.invalid")).to_contain_text("Days")
+    expect(form.get_by_label("Forecast-driven")).to_be_checked()
+    console.shot("ops-colocation-form-refused")

@@ -1,4 +1,5 @@
-"""The `tidal` command (.venv/bin/tidal, in a subprocess) against a live server on the test database: log in, submit
+"""The `tidal` command (its main() in this process; .venv/bin/tidal in a subprocess for login, the exit code of a
+missing login and logs -f) against a live server on the test database: log in, submit
 (a bad job file's field errors and exit 2, nothing written), ls, describe (the pending sentence), cancel, logs -f,
 quota, top, services; every `-o json` parses; the exit codes scripts rely on."""
 import json
@@ -56,8 +57,8 @@ def test_login_keeps_the_token_in_a_0600_file(tidal):
     refused = tidal.login(password="wrong")
     assert refused.returncode == 4 and "login refused" in refused.stderr
     assert not (tidal.home / "tidal" / "config.json").exists()
-    result = tidal.login()
-    assert result.returncode == 0, result.stderr
+    result = tidal.subprocess("login", tidal.url, "--username", "mia", "--password-stdin", input="pw\n")
+    assert result.returncode == 0, result.stderr  # the installed entry point, in a process of its own
     saved = tidal.home / "tidal" / "config.json"
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
     assert json.loads(saved.read_text())["url"] == tidal.url
@@ -65,7 +66,7 @@ def test_login_keeps_the_token_in_a_0600_file(tidal):
 
 
 def test_not_logged_in_is_exit_4(tidal):
-    result = tidal("ls")
+    result = tidal.subprocess("ls")
     assert result.returncode == 4 and "tidal login" in result.stderr
     tidal.env.update(TIDAL_URL=tidal.url, TIDAL_TOKEN="not-a-token")
     assert tidal("ls").returncode == 4

@@ -199,3 +199,139 @@ def test_the_lending_task_runs_a_tick_on_the_live_cluster(lab, settings):
         assert Node.objects.get(name="a100-0").state == "online-normal"
     finally:
         Redis.from_url(settings.REDIS_URL).delete(f"{settings.TIDAL_REDIS_NAMESPACE}:{store.KEY}")
+
+
+# --- forecast-driven lending ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def demand_store(settings):
+    from redis import Redis
+
+    redis = Redis.from_url(settings.REDIS_URL)
+    namespace = settings.TIDAL_REDIS_NAMESPACE = f"test-{time.monotonic_ns()}"
+    yield redis, namespace
+    for key in redis.scan_iter(f"{namespace}:*"):
+        redis.delete(key)
+
+
+def fill_history(redis, namespace: str, group: str, now: float, demand, days: int = 2) -> None:
+    """`days` days of per-minute demand before `now`: demand(minute offset from now, negative) per minute."""
+    from colocation.demand_history import KEEP_DAYS, _demand_key
+    from colocation.policy.forecast import DAY_MIN
+
+    end = int(now // 60)
+    by_day: dict[int, dict[int, str]] = {}
+    for minute in range(end - days * DAY_MIN, end):
+        day, of_day = divmod(minute, DAY_MIN)
+        by_day.setdefault(day, {})[of_day] = repr(float(demand(minute - end)))
+    for day, fields in by_day.items():
+        redis.hset(_demand_key(namespace, group, day), mapping=fields)
+        redis.expire(_demand_key(namespace, group, day), KEEP_DAYS * 86400)
+
+
+def daily_rise(offset: int) -> float:
+    """2 GPUs, 4 from 20 to 60 minutes after the minute the test runs at, every day (the seasonal profile looks
+    10 minutes either side: it sees the rise from minute 10, inside the 15 min drain)."""
+    return 4.0 if 20 <= offset % 1440 < 60 else 2.0
+
+
+@pytest.mark.parametrize("forecast", [True, False])
+def test_a_forecast_take_back_is_stored_with_its_sentence(lab, demand_store, forecast):
+    world, cluster, clock = lab
+    redis, namespace = demand_store
+    t4 = world.groups["t4"]
+    t4.lending = True
+    t4.save()
+    serve(cluster, replicas=2)  # 2 of the 4 online GPUs: 50%, no threshold fires
+    fill_history(redis, namespace, "t4", clock.now() + 5, daily_rise)
+    clock.advance(5)
+    cluster.advance()
+    profile = DEFAULT.with_(forecast=forecast)
+    report = controller.lending_tick(backend=cluster, now=clock.now(), profile=profile, redis=redis,
+                                     namespace=namespace)
+    from colocation import demand_history
+
+    if not forecast:  # today's threshold rules: nothing moves; demand is still recorded
+        assert report.opened == [] and demand_history.take_back_by(redis, namespace) == ()
+        assert demand_history.history(redis, namespace, "t4", clock.now() + 60)[-1] == 2.0
+        return
+    assert report.opened == ["t4-3"]
+    decision = Decision.objects.filter(subject="node:t4-3", reason="forecast-above-max").get()
+    rise = time.strftime("%H:%M", time.gmtime(clock.now() - clock.now() % 60 + 600))
+    assert decision.message.startswith(f"take back t4-3: forecast {rise} online 100% > maxRate 80%; ")
+    assert NodeTransition.objects.get(node__name="t4-3").reason == "forecast-above-max"
+    (model, at), = demand_history.take_back_by(redis, namespace)
+    assert model == "T4" and at == pytest.approx(clock.now() - clock.now() % 60 + 600 - profile.drain_s)
+
+
+def test_the_scheduler_reads_the_predicted_take_back_when_forecasting_is_on(demand_store, settings):
+    from colocation import demand_history
+    from colocation.selectors import lending_profile
+
+    redis, namespace = demand_store
+    demand_history.put_take_back_by(redis, namespace, {"T4": 1234.0}, ttl_s=60)
+    settings.TIDAL_LENDING_FORECAST = False
+    assert lending_profile().take_back_by == () and not lending_profile().forecast
+    settings.TIDAL_LENDING_FORECAST = True
+    assert lending_profile().forecast and lending_profile().take_back_by == (("T4", 1234.0),)
+
+
+def graceful_setup(lab):
+    """A T4 job on the lent t4-3 (another on the fixed t4-0), and 4 one-GPU replicas filling t4-1 and t4-2:
+    online usage 100% > maxRate with nothing pending, so the automation takes t4-3 back gracefully."""
+    world, cluster, clock = lab
+    t4 = world.groups["t4"]
+    t4.lending = True
+    t4.save()
+    jobs = [world.submit(gpus="2", gpu_model="T4", name=f"t4-job-{i}") for i in range(2)]
+    scheduling(lab)
+    (lent_job,) = [j for j in jobs if (j.refresh_from_db() or j).node.name == "t4-3"]
+    serve(cluster, replicas=4)
+    lending(lab, seconds=31)  # the replicas become ready; the take-back opens and cordons t4-3
+    return lent_job
+
+
+def test_a_graceful_take_back_waits_then_evicts_at_its_deadline(lab):
+    world, cluster, clock = lab
+    job = graceful_setup(lab)
+    record = NodeTransition.objects.get(node__name="t4-3", status="open")
+    assert record.reason == "online-usage-above-max"
+    assert record.evict_at.timestamp() == pytest.approx(clock.now() + DEFAULT.take_back_grace_s, abs=60)
+    deadline = record.evict_at.timestamp()
+    assert state_of(cluster, "t4-3") == "online-unnormal"  # cordoned at once: no new training lands there
+    assert record.waiting_for.startswith("cordoned: 1 training pods may finish until ")
+    assert "cordoned, evicting what still runs at" in record.message
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING  # not killed yet
+    from django.test import Client
+
+    ops = Client()
+    ops.force_login(world.users["operator"])
+    assert "cordoned: 1 training pods may finish until" in ops.get("/ops/nodes/").content.decode()  # as operators see it
+
+    lending(lab, seconds=deadline - clock.now() - 10)  # just before the deadline: still waiting
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and "t4-3" in lending(lab, seconds=1).waiting
+
+    report = lending(lab, seconds=deadline - clock.now())  # the deadline: what still runs is evicted
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING and job.pool_preference == "fixed"
+    lending(lab)
+    assert NodeTransition.objects.get(node__name="t4-3").status == "done", report
+
+
+def test_online_pods_pending_expedite_a_graceful_take_back(lab):
+    world, cluster, clock = lab
+    job = graceful_setup(lab)
+    record = NodeTransition.objects.get(node__name="t4-3", status="open")
+    assert record.evict_at.timestamp() > clock.now() + 600
+    serve(cluster, replicas=5)  # one more replica finds no room: online service wins
+    lending(lab)
+    record.refresh_from_db()
+    job.refresh_from_db()
+    assert record.evict_at.timestamp() <= clock.now()
+    assert job.status == JobStatus.PENDING
+    assert Decision.objects.filter(subject="node:t4-3", reason="take-back-expedited").exists()
+    lending(lab, seconds=31)
+    assert not cluster.pending_pods() and state_of(cluster, "t4-3") == "online-normal"

@@ -70,6 +70,10 @@ def test_a_bad_pod_list_is_refused_with_its_line_and_nothing_is_kept(world, smal
     assert page.context["replay_form"].errors["load_factor"] == ["must be above 0, got 0.0"]
     page = signed_in(world, "operator").post("/ops/replays/", {"what": "colocation", "sim-days": "8"})
     assert page.status_code == 400 and page.context["sim_form"].errors["days"]
+    page = signed_in(world, "operator").post("/ops/replays/", {"what": "colocation", "sim-days": "1",
+                                                                "sim-lending": "oracle"})
+    assert page.status_code == 400 and "oracle" in page.context["sim_form"].errors["lending"][0]
+    assert 'id="id_sim-lending_error"' in page.content.decode()  # beside its field
     assert not ReplayRun.objects.exists()
 
 
@@ -89,6 +93,22 @@ def test_a_colocation_simulation_runs_from_the_console(world, eager):
     assert run.progress == {"lending": [1440, 1440], "static": [1440, 1440]}
     assert 0 < run.figures["gpu_util_mean"] <= 1 and "gpu_util_mean_static" in run.figures
     assert whatif.report_files(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_forecast_driven_colocation_simulation_runs_from_the_console(world, eager, monkeypatch):
+    from scheduler import whatif_run
+
+    seen = []
+    real = whatif_run.simulate
+    monkeypatch.setattr(whatif_run, "simulate", lambda cfg, *args: seen.append(cfg.lending) or real(cfg, *args))
+    operator = signed_in(world, "operator")
+    response = operator.post("/ops/replays/", {"what": "colocation", "sim-days": "1", "sim-small": "on",
+                                               "sim-lending": "forecast"})
+    run = ReplayRun.objects.get()
+    assert response.status_code == 302 and (run.status, run.policies) == ("done", ["forecast"]), run.error
+    assert [p.forecast for p in seen] == [True]
+    assert "forecast-driven lending" in operator.get("/ops/replays/").content.decode()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -13,7 +13,9 @@ from colocation.autoscale_eval.forecasting import Forecast
 from colocation.autoscale_eval.policies import Measured, Step
 from colocation.autoscale_eval.run import run
 from colocation.autoscale_eval.service import Pool, ServiceModel
-from colocation.autoscale_eval.trace import Trace, TraceError, split
+from colocation.autoscale_eval.sweep import Front, Point, covering, dominates, settings, sweep, tidal_rates
+from colocation.autoscale_eval.trace import TraceError, span
+from cluster.simulated.traffic import Traffic
 from colocation.policy.autoscaling import Reason
 
 DAY = 1440
@@ -106,7 +108,8 @@ def test_reactive_and_tidal_decide_through_the_spec_policy(runs):
     assert {Reason.SCALE_OUT, Reason.SCALE_IN} <= reactive and reactive <= {x.value for x in Reason}
     assert Reason.PREDICTIVE_OUT not in reactive
     tidal = {e.reason for e in r["tidal"].events}
-    assert Reason.PREDICTIVE_OUT in tidal and Reason.SCALE_IN in tidal
+    assert Reason.PREDICTIVE_OUT in tidal and tidal & {Reason.SCALE_IN, Reason.PREDICTIVE_LIMIT}
+    assert any(e.after < e.before for e in r["tidal"].events)  # the forecast limits scale-ins, never stops them
     out = next(e for e in r["reactive"].events if e.reason == Reason.SCALE_OUT)
     assert "over maxRate 80% for 2 minutes" in out.message and out.after > out.before
     ahead = next(e for e in r["tidal"].events if e.reason == Reason.PREDICTIVE_OUT)
@@ -164,16 +167,94 @@ def test_overload_acceptance_is_half_or_better(tidal, other, met):
     assert acc["overload_vs_reactive"] is met and acc["overload_vs_hpa"] is met and not acc["forecast_h5"]
 
 
-def test_split_keeps_earlier_days_for_training():
-    trace = Trace("synthetic", diurnal(10), START)
-    assert split(trace, 3) == 7 * DAY
-    with pytest.raises(TraceError, match="--days"):
-        split(trace, 0)
-    with pytest.raises(TraceError, match="training"):
-        split(trace, 10)
+@pytest.mark.parametrize("days, start_day, first", [(3, None, 7), (9, None, 1), (2, 1, 1), (4, 6, 6)])
+def test_span_keeps_earlier_days_for_training(days, start_day, first):
+    sp = span(Traffic("synthetic", START, diurnal(10), "requests/min"), days, start_day)
+    assert (sp.first_day, sp.at, sp.end) == (first, first * DAY, (first + days) * DAY)
+
+
+@pytest.mark.parametrize("days, start_day, words", [
+    (0, None, "--days must be at least 1"), (10, None, "leaves 0 of its 10 days for training"),
+    (3, 0, "leaves 0 of its 10 days"), (3, 8, "run past its end")])
+def test_span_refuses_what_the_trace_does_not_offer(days, start_day, words):
+    with pytest.raises(TraceError, match=words):
+        span(Traffic("synthetic", START, diurnal(10), "requests/min"), days, start_day)
+
+
+def pts(policy: str, *pairs: tuple[int, float]) -> tuple[Point, ...]:
+    return tuple(Point(policy, 0.5 + 0.1 * i, o, h) for i, (o, h) in enumerate(pairs))
+
+
+@pytest.mark.parametrize("tidal, hpa, result", [
+    (pts("tidal", (10, 100.0)), pts("hpa", (10, 100.0)), True),  # a tie covers
+    (pts("tidal", (5, 90.0)), pts("hpa", (10, 100.0), (20, 95.0)), True),  # one point covers both
+    (pts("tidal", (5, 120.0), (30, 80.0)), pts("hpa", (10, 100.0)), False),  # each better in one dimension only
+    (pts("tidal", (11, 90.0)), pts("hpa", (10, 100.0)), False),  # one more overloaded minute
+    (pts("tidal", (9, 100.01)), pts("hpa", (10, 100.0)), False),  # a little more replica-hours
+    (pts("tidal", (3, 200.0), (40, 50.0)), pts("hpa", (2, 300.0), (50, 60.0)), False),  # low end uncovered
+    (pts("tidal", (1, 250.0), (40, 50.0)), pts("hpa", (2, 300.0), (50, 60.0)), True),
+    ((), pts("hpa", (0, 1.0)), False),
+    (pts("tidal", (0, 1.0)), (), True),
+])
+def test_dominance_needs_a_covering_tidal_point_for_every_hpa_point(tidal, hpa, result):
+    assert dominates(tidal, hpa) is result
+    assert Front(3, hpa, tidal).dominates is result
+    assert Front(3, hpa, tidal).figures()["dominates"] is result
+
+
+def test_covering_picks_the_cheapest_point_and_lines_say_which():
+    tidal = pts("tidal", (3, 95.0), (8, 90.0), (12, 80.0))
+    assert covering(Point("hpa", 0.6, 10, 100.0), tidal).replica_hours == 90.0
+    front = Front(1, pts("hpa", (10, 100.0), (2, 300.0)), tidal)
+    lines = front.lines()
+    assert "covered by tidal expectRate 0.60 band ±10% headroom 0 (8 min, 90.00 replica-h)" in lines[0]
+    assert "no tidal point covers it" in lines[1]
+    f = front.figures()
+    assert f["hpa"] == [[10, 100.0], [2, 300.0]] and f["tidal"][0] == [3, 95.0]
+    assert f["uncovered_hpa"] == [0.6] and f["startup_min"] == 1 and f["dominates"] is False
+
+
+@pytest.mark.parametrize("expect, rates", [(0.6, (0.54, 0.6, 0.66)), (0.5, (0.45, 0.5, 0.55)),
+                                           (0.95, (0.855, 0.95, 1.0)), (0.03, (0.027, 0.03, 0.033))])
+def test_tidal_rates_keep_a_relative_band_around_expect_within_0_and_1(expect, rates):
+    """HPA's tolerance is relative (±10 % of its target): tidal's band in the sweep is too."""
+    r = tidal_rates(expect)
+    assert (r.min_rate, r.expect_rate, r.max_rate) == pytest.approx(rates)
+
+
+def test_sweep_runs_every_setting_on_the_same_minutes_with_one_forecast():
+    demand = diurnal(1)
+    ticks = []
+    front = sweep(demand, START, MODEL, oracle(demand, 24), 48, ticks.append, hpa_targets=(0.5, 0.9),
+                  tidal=((0.5, 0.0), (0.9, 0.0)))
+    assert [p.knob for p in front.hpa] == [0.5, 0.9] and [p.knob for p in front.tidal] == [0.5, 0.9]
+    assert sum(ticks) == 4 * len(demand) and front.figures()["tidal_settings"] == [[0.5, 0.0, 0.1], [0.9, 0.0, 0.1]]
+    for points in (front.hpa, front.tidal):  # a higher target runs fewer replicas
+        assert points[0].replica_hours > points[1].replica_hours
+        assert all(p.overloaded_min >= 0 for p in points)
+
+
+def test_more_headroom_costs_replica_hours_and_saves_overload():
+    """Square-root headroom on the same forecast: more of it never runs fewer replicas on a noisy curve."""
+    rng = np.random.default_rng(1)
+    demand = diurnal(1) * (1 + 0.1 * rng.standard_normal(DAY))
+    front = sweep(demand, START, MODEL, oracle(demand, 24), 48, hpa_targets=(), tidal=settings((0.8,), (0.0, 1.0), (0.1,)))
+    plain, roomy = front.tidal
+    assert roomy.replica_hours > plain.replica_hours and roomy.overloaded_min <= plain.overloaded_min
+    assert report.pareto(front.tidal)[0] in front.tidal
 
 
 def test_busiest_day_is_the_zoom():
     demand = diurnal(3)
     demand[DAY + 700] = 5000.0
     assert report.busiest_day(demand) == 1
+
+
+def test_the_grid_tries_every_band_and_the_band_sets_the_triggers():
+    """Tidal's grid crosses expectRate, headroom and the relative band; a point's band gives its minRate/maxRate."""
+    grid = settings((0.6, 0.9), (0.0,), (0.05, 0.1))
+    assert grid == ((0.6, 0.0, 0.05), (0.6, 0.0, 0.1), (0.9, 0.0, 0.05), (0.9, 0.0, 0.1))
+    demand = diurnal(1)
+    front = sweep(demand, START, MODEL, oracle(demand, 24), 48, hpa_targets=(), tidal=grid[:2])
+    assert [p.band for p in front.tidal] == [0.05, 0.1] and "band ±5%" in front.tidal[0].label
+    assert tidal_rates(0.6, 0.05).max_rate == pytest.approx(0.63)

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from colocation.policy.autoscaling import (BUSY_RATES, SKIPS, LoadMinute, Rates, Reason, ScaleDecision,
+                                           rates_at, replicas_for,
                                            ScalingPolicy, ServiceView, decide_group, decide_service, in_peak)
 from colocation.policy.schedules import Schedule, scheduled_minimum
 from tests.unit.colocation_builders import at
@@ -104,15 +105,37 @@ PREDICTIVE = [
     case(svc(FLAT, forecast_note="the model is worse than the seasonal baseline; not used"), 4, Reason.HOLD,
          "the model is worse than the seasonal baseline; not used", id="forecast-note-in-hold"),
     # scale-in limited by the forecast: 10 replicas at 20% would go to floor(0.2/0.6×10) = 3, but a forecast peak of
-    # 40% of 10 replicas needs ceil(0.4/0.8×10) = 5 to stay under maxRate
-    case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.2, 0.3, 0.4, 0.3, 0.2)),)), 5, Reason.PREDICTIVE_LIMIT,
-         "ceil(0.40/0.80×10) = 5", id="in-limited-by-forecast-peak"),
-    case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.2, 0.2, 0.24, 0.2, 0.2)),)), 3, Reason.SCALE_IN,
+    # 40% of 10 replicas needs ceil(0.4/0.6×10) = 7 at expectRate, where a scale-out would size it
+    case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.2, 0.3, 0.4, 0.3, 0.2)),)), 7, Reason.PREDICTIVE_LIMIT,
+         "ceil(0.40/0.60×10) = 7 keep it at expectRate", id="in-limited-by-forecast-peak"),
+    case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.18,) * 5),)), 3, Reason.SCALE_IN,
          id="in-not-limited-forecast-fits"),
     case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.2, 0.9, 0.2, 0.2, 0.2)),)), 10, Reason.PREDICTIVE_LIMIT,
          "stays at 10", id="in-held-whole-by-forecast-peak"),
     case(svc(loads(*[0.2] * 5), n=10, forecast=(("gpu", (0.9,) * 5),), policy=pol(predictive=False)), 3,
          Reason.SCALE_IN, id="in-not-limited-predictive-off"),
+]
+
+# no flapping: a scale-in never lands where the peak of its last 5 minutes would be over maxRate (0.8 here)
+NO_FLAP = [
+    # floor(0.20/0.6×10) = 3, but the window's 0.29 of 10 is 97% at 3 and 73% at 4: kept at 4
+    case(svc(loads(0.2, 0.29, 0.2, 0.2, 0.2), n=10), 4, Reason.SCALE_IN,
+         "kept at 4: the gpu peak of the last 5 minutes (29% of 10) would be 97% at 3, over maxRate 80%",
+         id="no-flap-fires-on-window-peak"),
+    case(svc(loads(0.2, 0.23, 0.2, 0.2, 0.2), n=10), 3, Reason.SCALE_IN, id="no-flap-not-when-peak-fits"),
+    case(svc(loads(*[0.2] * 5), n=10), 3, Reason.SCALE_IN, id="no-flap-not-on-flat-load"),
+    case(svc(loads(0.4, 0.8, 0.2, 0.2, 0.2, 0.2, 0.2), n=10), 3, Reason.SCALE_IN, id="no-flap-only-last-5-minutes"),
+    # 3 replicas at 29%: floor(0.29/0.6×3) = 1, bounded to 2; the window's 0.29 of 3 is 44% at 2: fits
+    case(svc(loads(*[0.29] * 5), n=3), 2, Reason.SCALE_IN, id="no-flap-not-at-minimum"),
+    # minRate 0.75 / expect 0.8 / max 0.85: 3 replicas at 0.6 would go to floor(0.6/0.8×3) = 2, 90% > 85%: held
+    case(svc(loads(*[0.6] * 5), n=3, policy=pol(thresholds=(("gpu", Rates(0.75, 0.8, 0.85)),))), 3, Reason.HOLD,
+         "kept at 3", id="no-flap-holds-whole"),
+    # the forecast limit (7) already above what the window needs: unchanged
+    case(svc(loads(0.2, 0.29, 0.2, 0.2, 0.2), n=10, forecast=(("gpu", (0.4,) * 5),)), 7, Reason.PREDICTIVE_LIMIT,
+         id="no-flap-not-over-forecast-limit"),
+    # with square-root headroom the maxRate at the landing count is lower
+    case(svc(loads(0.1, 0.2, 0.1, 0.1, 0.1), n=10, policy=pol(headroom=1.0)), 4, Reason.SCALE_IN,
+         "over maxRate", id="no-flap-uses-headroom-rate"),
 ]
 
 # --- filters --------------------------------------------------------------------------------------
@@ -262,8 +285,50 @@ BUSY_SIGNAL = [
 ]
 
 
+# --- square-root headroom ------------------------------------------------------------------------
+# headroom 1 at 4 replicas scales every rate by 1/(1 + 1/√4) = 2/3: 0.2/0.4/0.533; at 10 by 1/(1 + 1/√10) = 0.76
+
+HEADROOM = [
+    case(svc(loads(0.6, 0.6), policy=pol(headroom=1.0)), 6, Reason.SCALE_OUT, "6 replicas run 0.60×4 at 0.60 less "
+         "headroom 1/√6", id="headroom-out-fires-over-scaled-maxRate"),
+    case(svc(loads(0.6, 0.6)), 4, Reason.HOLD, id="headroom-0-holds-within-band"),
+    case(svc(loads(*[0.15] * 5), n=10, policy=pol(headroom=1.0)), 3, Reason.SCALE_IN, id="headroom-in-keeps-more"),
+    case(svc(loads(*[0.15] * 5), n=10), 2, Reason.SCALE_IN, "floor(0.15/0.60×10) = 2", id="headroom-0-in-floor"),
+    case(svc(loads(*[0.25] * 5), n=10, policy=pol(headroom=1.0)), 10, Reason.HOLD,
+         id="headroom-in-not-over-scaled-minRate"),
+    case(svc(FLAT, forecast=(("gpu", (0.5, 0.55, 0.5, 0.55, 0.5)),), policy=pol(headroom=1.0)), 6,
+         Reason.PREDICTIVE_OUT, "ahead of the peak", id="headroom-ahead-fires-under-plain-maxRate"),
+]
+
+
+@pytest.mark.parametrize("n, headroom, scaled", [(4, 0.0, (0.3, 0.6, 0.8)), (4, 1.0, (0.2, 0.4, 0.8 / 1.5)),
+                                                 (100, 1.0, (0.3 / 1.1, 0.6 / 1.1, 0.8 / 1.1)), (0, 1.0, (0.3, 0.6, 0.8))])
+def test_rates_at_scale_with_the_square_root_of_the_count(n, headroom, scaled):
+    r = rates_at(GPU, headroom, n)
+    assert (r.min_rate, r.expect_rate, r.max_rate) == pytest.approx(scaled)
+
+
+@SETTINGS
+@given(st.floats(0.01, 1.0), st.integers(1, 60), st.floats(0.0, 2.0), st.sampled_from([0.5, 0.6, 0.8]))
+def test_replicas_for_is_the_fewest_that_run_the_work(y, n, headroom, rate):
+    """Up: the fewest k whose headroom-scaled rate at k runs the work; down: that or one fewer; headroom only adds."""
+    work = y * n
+    up, _ = replicas_for(y, n, rate, headroom, up=True)
+    down, _ = replicas_for(y, n, rate, headroom, up=False)
+    assert work <= rates_at(Rates(0, rate, rate), headroom, up).expect_rate * up + 1e-9
+    if up > 1:
+        assert work > rates_at(Rates(0, rate, rate), headroom, up - 1).expect_rate * (up - 1) - 1e-9
+    assert up - 1 <= down <= up and up >= replicas_for(y, n, rate, 0.0, up=True)[0]
+
+
+def test_negative_headroom_is_refused():
+    with pytest.raises(ValueError, match="headroom"):
+        pol(headroom=-0.1)
+
+
 @pytest.mark.parametrize("view, now, target, reason, says",
-                         REACTIVE + LARGEST + PREDICTIVE + FILTERS + SYSTEM + SCHEDULES + FALLBACK + ZERO + BUSY_SIGNAL)
+                         REACTIVE + LARGEST + PREDICTIVE + FILTERS + SYSTEM + SCHEDULES + FALLBACK + ZERO + BUSY_SIGNAL
+                         + HEADROOM + NO_FLAP)
 def test_rule(view, now, target, reason, says):
     check(view, now, target, reason, says)
 
@@ -436,8 +501,12 @@ def test_busy_signal_steers_into_its_band(n, y):
     after = y * n / d.target
     if y > 0.8:
         assert d.reason is Reason.SCALE_OUT and d.target > n and after <= 0.7 + 1e-6
-    elif y < 0.6 and n > 2:
-        assert d.reason is Reason.SCALE_IN and d.target < n and (after >= 0.7 - 1e-6 or d.target == 2)
+    elif y < 0.6 and n > 2 and d.target < n:
+        # at or over expectRate, or held above it because one fewer would put the same work over maxRate (no flap)
+        assert d.reason is Reason.SCALE_IN and after <= 0.8 + 1e-6
+        assert after >= 0.7 - 1e-6 or d.target == 2 or y * n / (d.target - 1) > 0.8
+    elif y < 0.6 and n > 2:  # every fewer count would land the work over maxRate
+        assert d.reason is Reason.HOLD and y * n / (n - 1) > 0.8
     else:  # within the band (or already at the system minimum): the GPU at 95% does not count
         assert (d.target, d.reason) == (n, Reason.HOLD)
 

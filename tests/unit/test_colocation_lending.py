@@ -150,7 +150,8 @@ def test_take_back_on_high_usage_sized_to_expect_rate():
     assert d.nodes == ("t4-8", "t4-6")  # no jobs first, then the most recently started job
     assert d.usage_after == pytest.approx(11 / 20)
     assert d.message == ("take back t4-8, t4-6: online usage 92% > maxRate 80%; target expectRate 60%, "
-                         "usage after 55%; 1 training jobs requeued to the fixed pool")
+                         "usage after 55%; cordoned, evicting what still runs at 14:15: 1 training jobs requeued "
+                         "to the fixed pool")  # graceful (take_back_grace_s 15 min): nothing is pending
 
 
 @pytest.mark.parametrize("pending,chosen", [

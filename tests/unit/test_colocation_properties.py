@@ -95,7 +95,7 @@ def test_step_machine_is_create_before_delete_crash_safe_and_ends_normal(convers
                 continue  # the evicted training pod has exited
             pods.append(p)
         node = replace(node, pods=tuple(pods))
-        action = next_action(record, node)
+        action = next_action(record, node, 0.0)
         assert not isinstance(action, Conflict), action
         if isinstance(action, Done):
             assert node.state is direction.target and node.state.normal
@@ -165,7 +165,7 @@ def test_ticks_of_decide_and_convert_never_exceed_the_limit_nor_strand_a_node(da
                 observed = NodeNow(name, n.state, n.pool, tuple(
                     [NodePod(p.name, PodKind.INFERENCE, p.detached, p.detached) for p in n.inference]
                     + [NodePod(p.name, PodKind.TRAINING) for p in n.training]))
-                action = next_action(records[name], observed)
+                action = next_action(records[name], observed, now)
                 assert not isinstance(action, Conflict), action
                 if isinstance(action, Done):
                     assert n.state.normal

@@ -15,7 +15,7 @@ from tidal.settings import TRACES_DIR
 
 @pytest.fixture(scope="module")
 def sim():
-    s = CoLocationSim(SimConfig(Path(TRACES_DIR), days=1, training_load=0.1).small())
+    s = CoLocationSim(SimConfig(Path(TRACES_DIR), days=1).small())
     s.run()
     return s
 
@@ -48,7 +48,7 @@ def test_training_only_on_offline_nodes_and_figures_in_range(sim):
 
 @pytest.fixture(scope="module")
 def static():
-    s = CoLocationSim(SimConfig(Path(TRACES_DIR), days=1, training_load=0.1, lend=False).small())
+    s = CoLocationSim(SimConfig(Path(TRACES_DIR), days=1, lend=False).small())
     s.run()
     return s
 
@@ -164,7 +164,7 @@ def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
     from scheduler.policy import CycleResult
     from tests.unit.test_simulated_gangs import admit
 
-    s = CoLocationSim(SimConfig(Path(TRACES_DIR), days=1, training_load=0.1).small())
+    s = CoLocationSim(SimConfig(Path(TRACES_DIR), days=1).small())
     model = next(n.gpu_model for n in s.backend.nodes() if n.gpu_model)
     free = [n for n in s.backend.nodes() if n.gpu_model == model and n.state.offline and not n.pods][:2]
     assert len(free) == 2

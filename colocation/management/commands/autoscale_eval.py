@@ -1,5 +1,5 @@
-"""`python manage.py autoscale_eval --trace worldcup98 [--days N] [--json PATH] [--out DIR] [--seed N]`: thin;
-the work is in colocation/autoscale_eval/ (no Django there)."""
+"""`python manage.py autoscale_eval [--trace worldcup98|genai | --traffic CSV] [--days N] [--start DAY] [--sweep]
+[--json PATH] [--out DIR] [--seed N]`: thin; the work is in colocation/autoscale_eval/ (no Django there)."""
 
 from __future__ import annotations
 
@@ -18,32 +18,46 @@ from colocation.autoscale_eval.trace import TRACES, TraceError
 
 
 class Command(BaseCommand):
-    help = ("Replay a per-minute traffic trace through a service model with four autoscaling policies side by side "
+    help = ("Replay per-minute traffic through a service model with four autoscaling policies side by side "
             "(static, Kubernetes HPA, reactive, tidal = reactive + XGBoost predictive + system rules): "
-            "overloaded minutes, replica-hours, scale events, forecast MAE, plots. Traces: worldcup98 (88 days; "
-            "the last --days whole days are evaluated, all earlier days train the forecast); genai (the Alibaba "
-            "GenAI QPS trace spans 22 hours, too short to train on earlier days: refused with that reason).")
+            "overloaded minutes, replica-hours, scale events, forecast MAE, plots. Traffic: --trace worldcup98 "
+            "(World Cup 98 requests/min, 87 days) or genai (the Alibaba GenAI request log as GPU work per minute, "
+            "22 whole days), or --traffic CSV (timestamp,value). --days whole days are evaluated from --start "
+            "(default: the last ones); every earlier day trains the forecast. --sweep adds the front: HPA at "
+            "several targets and tidal at several thresholds, overloaded minutes against replica-hours.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--trace", default="worldcup98", help=f"one of {', '.join(TRACES)}")
-        parser.add_argument("--days", type=int, default=14, help="whole days evaluated, at the end of the trace")
+        parser.add_argument("--trace", choices=TRACES, help="a built-in trace (default worldcup98)")
+        parser.add_argument("--traffic", help="a CSV with columns timestamp,value (ISO 8601 or epoch seconds, any "
+                                              "step; value = requests or work units per minute)")
+        parser.add_argument("--days", type=int, default=14, help="whole days evaluated")
+        parser.add_argument("--start", type=int, default=None,
+                            help="first evaluated day (0 = the trace's first whole day; default: the last --days)")
+        parser.add_argument("--sweep", action="store_true", help="also sweep HPA targets and tidal thresholds: "
+                                                                 "front.png, the front in report.md and the JSON")
         parser.add_argument("--json", dest="json_path", help="write the figures here")
         parser.add_argument("--out", help="report and plots folder (default: out/autoscale-eval)")
         parser.add_argument("--seed", type=int, default=0, help="the forecast model's random seed")
         parser.add_argument("--train-days", type=int, default=0,
                             help="train the forecast on this many days before the evaluated ones (0: all of them)")
-        parser.add_argument("--capacity", type=float, default=CAPACITY,
-                            help="requests/min one replica serves at utilization 1.0")
+        parser.add_argument("--capacity", type=float, default=None,
+                            help=f"work one replica serves per minute at utilization 1.0 (default: {CAPACITY:g} "
+                                 "requests/min for worldcup98, 60 GPU-seconds for genai, a CSV's evaluated peak "
+                                 "over 25 replicas)")
         parser.add_argument("--startup-min", type=int, default=STARTUP_MIN,
                             help="minutes before a new replica serves")
 
     def handle(self, *args: object, **opts: object) -> None:
+        if opts["trace"] and opts["traffic"]:
+            raise CommandError("give either --trace or --traffic, not both")
         try:
-            model = ServiceModel(capacity=opts["capacity"], startup_min=opts["startup_min"])
+            model = ServiceModel(capacity=opts["capacity"] or CAPACITY, startup_min=opts["startup_min"])
         except ValueError as e:
             raise CommandError(str(e)) from e
-        cfg = EvalConfig(Path(settings.TRACES_DIR), trace=opts["trace"], days=opts["days"], model=model,
-                         seed=opts["seed"], train_days=max(0, opts["train_days"]))
+        cfg = EvalConfig(Path(settings.TRACES_DIR), trace=opts["trace"] or "worldcup98",
+                         traffic_csv=Path(opts["traffic"]) if opts["traffic"] else None, days=opts["days"],
+                         start_day=opts["start"], model=model, capacity_given=opts["capacity"] is not None,
+                         seed=opts["seed"], train_days=max(0, opts["train_days"]), sweep=opts["sweep"])
         out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / "autoscale-eval"
         command = "python manage.py autoscale_eval " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 \
             else "python manage.py autoscale_eval"
@@ -70,3 +84,8 @@ class Command(BaseCommand):
             f"{r['scale_events']} events" for name, r in p.items()))
         mae = result.figures["forecast"]["mae"]
         self.stdout.write("forecast MAE h5: " + ", ".join(f"{k} {v[4]:.4f}" for k, v in mae.items()))
+        if result.front is not None:
+            verdict = "dominates" if result.front.dominates else "does NOT dominate"
+            self.stdout.write(f"front (start-up {result.front.startup_min} min): tidal {verdict} hpa")
+            for line in result.front.lines():
+                self.stdout.write(f"  {line}")

@@ -1,0 +1,129 @@
+"""Online demand forecasts for forecast-driven lending (README: Co-location), pure.
+
+`seasonal_forecast` predicts a group's online demand per minute from its own per-minute history, assuming only
+that traffic repeats daily: for each coming minute, the demand at the same minute of day (+-`SLACK_MIN` minutes,
+so a peak that comes a little early still counts) on each of the last up-to-7 days, each day first brought to
+today's level (the mean of the last 24 hours over that day's mean of the 24 hours before the same minute, bounded
+0.5-2x: traffic that grows or shrinks over the week is forecast at today's level, not at its busiest days'), then a
+high quantile across those days (a cautious profile that one odd day does not dominate). It is a safety profile,
+not a mean: lending errs toward taking back early rather than late. The level moves slowly on purpose: renewed
+every few minutes, the forecast must not jump (a jump pulls every predicted take-back, and the jobs placed to end
+before it are killed); an hour's level made it jump by up to 2x within minutes.
+
+`take_back_at` turns a forecast into the time the group's lent nodes are predicted to be taken back: the first
+forecast minute where online usage, with every lent node still lent, passes maxRate, minus the drain time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from colocation.policy.profile import LendingProfile
+from colocation.policy.views import GroupView, ratio
+
+DAY_MIN = 1440
+MAX_DAYS = 7  # days of history the seasonal profile looks at
+SLACK_MIN = 10  # same minute of day +- this many minutes
+QUANTILE = 0.85  # across days: with 7 days, between the highest and the second highest
+SCALE_MIN, SCALE_MAX = 0.5, 2.0  # today's level against a past day's: bounded
+LEVEL_MIN = DAY_MIN  # a level: the mean of the 24 h before the minute (slow: a forecast must not jump minute to minute)
+
+
+@dataclass(frozen=True, slots=True)
+class DemandForecast:
+    group: str
+    start: float  # epoch s of values[0] = the minute after `now` (the minute starting at `now`)
+    values: tuple[float, ...]  # predicted online demand per minute, in the group's unit (GPUs; millicores for CPU)
+    source: str  # "seasonal" or "xgboost"
+    step_s: float = 60.0
+    array: np.ndarray = field(init=False, repr=False, compare=False)  # the values, for vectorised scans
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "array", np.asarray(self.values, dtype=float))
+
+    def at(self, i: int) -> float:
+        """Epoch s at which values[i] starts."""
+        return self.start + i * self.step_s
+
+    def peak(self, now: float, within_s: float) -> tuple[float, float] | None:
+        """(largest predicted demand, its minute) over [now, now + within_s), None if the forecast does not reach."""
+        best = None
+        for i, v in enumerate(self.values):
+            t = self.at(i)
+            if t + self.step_s <= now:
+                continue
+            if t >= now + within_s:
+                break
+            if best is None or v > best[0]:
+                best = (v, t)
+        return best
+
+
+def seasonal_forecast(group: str, history: Sequence[float], now: float, horizon_min: int) -> DemandForecast | None:
+    """The seasonal profile (module docstring) for the `horizon_min` minutes from `now`; None with less than one
+    day of history. `history`: the group's online demand per minute, oldest first, its last value the minute that
+    ended at `now`. Negative or non-finite values are read as 0."""
+    if horizon_min <= 0:
+        raise ValueError(f"horizon_min must be > 0, got {horizon_min}")
+    days = min(MAX_DAYS, len(history) // DAY_MIN)
+    if days < 1:
+        return None
+    horizon = min(horizon_min, DAY_MIN)  # yesterday's minute must be in the past
+    span = days * DAY_MIN + LEVEL_MIN  # >= SLACK_MIN: every day's window and its level's span are inside
+    recent = history[-span:] if len(history) > span else history
+    h = np.nan_to_num(np.asarray(recent, dtype=float), nan=0.0, posinf=0.0, neginf=0.0).clip(min=0.0)
+    n = len(h)
+    # row d-1: minutes [n - d*DAY - SLACK, n - d*DAY + horizon + SLACK) of day d back, clipped into the history
+    offsets = np.arange(-SLACK_MIN, horizon + SLACK_MIN)
+    starts = n - DAY_MIN * np.arange(1, days + 1)
+    idx = np.clip(starts[:, None] + offsets[None, :], 0, n - 1)
+    windows = np.lib.stride_tricks.sliding_window_view(h[idx], 2 * SLACK_MIN + 1, axis=1).max(axis=2)
+    windows = windows * _scales(h, starts)[:, None]  # each day brought to today's level before they are compared
+    profile = np.quantile(windows, QUANTILE, axis=0) if days > 1 else windows[0]
+    return DemandForecast(group, now, tuple(float(v) for v in profile[:horizon_min]), "seasonal")
+
+
+def _scales(h: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per past day: today's level (the mean of the last LEVEL_MIN minutes) over that day's level at the same time,
+    bounded; 1 when that day's level is unknown or quiet (the night says nothing about the day). Per day, not one
+    factor over the days' median: traffic that grows or shrinks over the week would otherwise be forecast at the
+    level of its busiest days."""
+    today = float(h[-LEVEL_MIN:].mean())
+    floor = 0.05 * float(h.mean())
+    out = np.ones(len(starts))
+    for i, s in enumerate(starts):
+        past = float(h[max(0, s - LEVEL_MIN):s].mean()) if s > 0 else 0.0
+        if past > floor and past > 0:
+            out[i] = min(SCALE_MAX, max(SCALE_MIN, today / past))
+    return out
+
+
+def take_back_at(g: GroupView, fc: DemandForecast | None, now: float, profile: LendingProfile) -> float | None:
+    """When the group's lent nodes are predicted to be taken back: the first forecast minute whose demand over the
+    capacity heading online (every lent node staying lent) passes maxRate, minus `profile.drain_s`; None when no
+    such minute is within the forecast, or no forecast. It may be before `now` (the rise is closer than the drain)."""
+    if fc is None:
+        return None
+    minute = first_over(fc, g.projected_capacity, (g.thresholds or profile.thresholds).max_rate, now)
+    return None if minute is None else minute[1] - profile.drain_s
+
+
+def first_over(fc: DemandForecast, capacity: float, max_rate: float, now: float,
+               within_s: float | None = None) -> tuple[float, float] | None:
+    """(usage, minute start) of the first forecast minute from `now` (within `within_s`) whose usage over
+    `capacity` passes `max_rate`; None if none. Vectorised: the loops ask it every minute for every group."""
+    first = max(0, math.floor((now - fc.start) / fc.step_s))  # the minute `now` is in (minutes ended: skipped)
+    last = len(fc.values) if within_s is None else min(len(fc.values),
+                                                        math.ceil((now + within_s - fc.start) / fc.step_s))
+    if first >= last:
+        return None
+    v = fc.array[first:last]
+    over = v > 0 if capacity <= 0 else v / capacity > max_rate
+    if not over.any():
+        return None
+    i = first + int(np.argmax(over))
+    return ratio(fc.values[i], capacity), fc.at(i)
