@@ -7,8 +7,9 @@
   recently started jobs: least work lost). Urgent: pending pods override busy windows.
 - Graceful take-back: the node is cordoned (online-unnormal) at once, but its training pods are evicted only at
   `TakeBack.evict_at`: now when urgent (online pods pending), else now + `take_back_grace_s`, or the forecast rise
-  for a forecast take-back if later (a take-back the forecast alone fired is no more urgent than a threshold one). Nodes are chosen by the jobs (a gang whole) still running at that deadline, then the run
-  time lost. `expedite` names the groups whose in-flight take-backs must evict now (online pods pending).
+  for a forecast take-back if later (a take-back the forecast alone fired is no more urgent than a threshold one).
+  Nodes are chosen by the jobs (a gang whole) still running at that deadline, then the run time lost.
+  `expedite` names the groups whose in-flight take-backs must evict now (online pods pending).
 - Lend (online->offline) when projected usage < minRate and training jobs are pending, no online
   pod is pending and no take-back is in flight. Size: the largest k such that, without the k
   chosen nodes, usage stays <= expectRate and their pods fit (first-fit decreasing) in the free
