@@ -111,5 +111,7 @@ def demo_lending_profile(profile: LendingProfile) -> LendingProfile:
     """The demo's lending profile: its busy windows are real wall-clock hours (08-11 take back, 18-22 lend),
     while its traffic runs on the compressed demo clock; holding a non-urgent conversion against a real-time
     window would make the demo depend on the hour it is started at. Urgent take-backs (online pods pending)
-    ignore windows anyway."""
-    return profile.with_(hold_against_window=False)
+    ignore windows anyway. A take-back's grace is compressed like the day (15 minutes of a day: 6 s of a
+    10-minute demo day), or a cordoned node would sit out an hour and a half of demo time."""
+    return profile.with_(hold_against_window=False,
+                         take_back_grace_s=profile.take_back_grace_s * settings.TIDAL_DEMO_DAY_S / 86400)
