@@ -9,7 +9,6 @@ forecasts each group from it (the seasonal profile), decides with the forecasts,
 time per GPU model, which the scheduler loop reads back through `colocation.selectors.lending_profile`.
 """
 import logging
-import math
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
@@ -27,11 +26,11 @@ from colocation.models import InferenceService, Node, NodeTransition, ResourceGr
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
     DemandForecast, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final,
-    next_action, seasonal_forecast, take_back_at,
+    next_action, seasonal_forecast,
 )
-from colocation.policy.forecast import DAY_MIN
+from colocation.policy.forecast import horizon_min, take_back_times
 from colocation.policy.lending import expedite
-from colocation.policy.pools import expected_run_of, long_bar_s
+from colocation.policy.pools import expected_run_of
 from colocation.policy.states import Direction, Event, transition
 from colocation.policy.views import unit_name
 from core import telemetry
@@ -68,7 +67,9 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
         demand_history.record(redis, namespace, {g.name: g.demand for g in views}, now)
         if profile.forecast:
             forecasts = group_forecasts(redis, namespace, views, now, profile)
-            demand_history.put_take_back_by(redis, namespace, take_back_times(views, forecasts, now, profile),
+            model_of = dict(ResourceGroup.objects.values_list("name", "gpu_model__name"))
+            demand_history.put_take_back_by(redis, namespace,
+                                            take_back_times(views, forecasts, now, profile, model_of),
                                             max(300.0, 5 * settings.TIDAL_LENDING_INTERVAL_S))
     decisions = decide_lending(views, now, profile, forecasts)
     _expedite(expedite(views), now)
@@ -85,13 +86,6 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
 # --- forecasting -----------------------------------------------------------------------------------
 
 
-def horizon_min(now: float, profile: LendingProfile) -> int:
-    """Minutes to forecast: far enough for the longest job a lent node may take (the long-job bar and the
-    margin), the minimum lend time and the drain; at most a day."""
-    reach = max(long_bar_s(now, profile) + profile.deadline_margin_s, profile.min_lend_s) + profile.drain_s
-    return min(DAY_MIN, math.ceil(reach / 60) + 1)
-
-
 def group_forecasts(redis, namespace: str, views: list[GroupView], now: float,
                     profile: LendingProfile) -> dict[str, DemandForecast]:
     """The seasonal forecast of every group with a day of recorded demand, from the minute that started last."""
@@ -102,19 +96,6 @@ def group_forecasts(redis, namespace: str, views: list[GroupView], now: float,
                                horizon_min(now, profile))
         if fc is not None:
             out[g.name] = fc
-    return out
-
-
-def take_back_times(views: list[GroupView], forecasts: dict[str, DemandForecast], now: float,
-                    profile: LendingProfile) -> dict[str, float]:
-    """{GPU model ("" for CPU-only): predicted take-back of its lent nodes} for the groups with one."""
-    model_of = dict(ResourceGroup.objects.values_list("name", "gpu_model__name"))
-    out = {}
-    for g in views:
-        at = take_back_at(g, forecasts.get(g.name), now, profile)
-        if at is not None:
-            key = model_of.get(g.name) or ""
-            out[key] = min(at, out.get(key, at))
     return out
 
 

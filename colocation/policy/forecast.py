@@ -16,12 +16,13 @@ forecast minute where online usage, with every lent node still lent, passes maxR
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from colocation.policy.pools import long_bar_s
 from colocation.policy.profile import LendingProfile
 from colocation.policy.views import GroupView, ratio
 
@@ -99,6 +100,27 @@ def _scales(h: np.ndarray, starts: np.ndarray) -> np.ndarray:
         past = float(h[max(0, s - LEVEL_MIN):s].mean()) if s > 0 else 0.0
         if past > floor and past > 0:
             out[i] = min(SCALE_MAX, max(SCALE_MIN, today / past))
+    return out
+
+
+def horizon_min(now: float, profile: LendingProfile) -> int:
+    """Minutes to forecast: far enough for the longest job a lent node may take (the long-job bar and the margin),
+    the minimum lend time and the drain; at most a day."""
+    reach = max(long_bar_s(now, profile) + profile.deadline_margin_s, profile.min_lend_s) + profile.drain_s
+    return min(DAY_MIN, math.ceil(reach / 60) + 1)
+
+
+def take_back_times(views: Sequence[GroupView], forecasts: Mapping[str, DemandForecast], now: float,
+                    profile: LendingProfile, model_of: Mapping[str, str | None]) -> dict[str, float]:
+    """{GPU model ("" for CPU-only): the earliest predicted take-back of its groups' lent nodes} for the groups with
+    one (`take_back_at`); `model_of` maps a group to its GPU model. What the loops hand the scheduling cycle as
+    `LendingProfile.take_back_by`."""
+    out: dict[str, float] = {}
+    for g in views:
+        at = take_back_at(g, forecasts.get(g.name), now, profile)
+        if at is not None:
+            key = model_of.get(g.name) or ""
+            out[key] = min(at, out.get(key, at))
     return out
 
 

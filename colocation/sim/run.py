@@ -32,7 +32,7 @@ from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done,
                                SetState, TakeBack, TransitionRecord, Wait, decide_lending, is_final, next_action,
                                requeue_after_take_back)
 from colocation.policy import autoscaling
-from colocation.policy.forecast import DemandForecast, seasonal_forecast, take_back_at
+from colocation.policy.forecast import DemandForecast, horizon_min, seasonal_forecast, take_back_times
 from colocation.policy.lending import expedite
 from colocation.policy.pools import lend_bar_s
 from colocation.policy.profile import LendingProfile
@@ -158,6 +158,7 @@ class CoLocationSim:
         self.group_of = {n.name: n.resource_group for n in nodes}
         self.groups = {g.model or "CPU": g for g in cfg.groups}
         self.group_of_model = {g.model or None: g.model or "CPU" for g in cfg.groups}
+        self.model_of = {g.model or "CPU": g.model for g in cfg.groups}  # group -> GPU model ("": CPU-only)
         self.arrivals, self.training_load = build_jobs(cfg, split, SIM_START)
         # the target workload of the least-gpu-loss placement: the shapes of the training the run offers
         self.workload = jobs_workload((a.job for a in self.arrivals), lambda _, model: (model,) if model else ())
@@ -341,7 +342,7 @@ class CoLocationSim:
         scheduling period (a forecast starts at the minute it was made; later minutes read it further on)."""
         if minute % self.cfg.schedule_every_min:
             return
-        horizon = int(max(self.cfg.lending.long_job_s, self.cfg.lending.min_lend_s + self.cfg.lending.drain_s) // 60)
+        horizon = horizon_min(now, self.cfg.lending)  # as the live loop forecasts
         self.forecasts = {}
         for g, h in self.history.items():
             fc = seasonal_forecast(g, h[:self._warm + minute], now, horizon)
@@ -355,12 +356,8 @@ class CoLocationSim:
         views = self.group_views(now)
         decisions = decide_lending(views, now, profile, self.forecasts if profile.forecast else None)
         if profile.forecast:  # when each model's lent nodes are predicted back: the cycle places jobs by it
-            by = []
-            for v in views:
-                at = take_back_at(v, self.forecasts.get(v.name), now, profile)
-                if at is not None:
-                    by.append((self.groups[v.name].model, at))
-            self.lending_now = profile.with_(take_back_by=tuple(by))
+            by = take_back_times(views, self.forecasts, now, profile, self.model_of)
+            self.lending_now = profile.with_(take_back_by=tuple(by.items()))
         for g in expedite(views):  # online pods pending: the group's cordoned take-backs evict now
             for name, r in self.records.items():
                 if r.direction is Direction.TAKE_BACK and r.evict_at > now and self.group_of[name] == g:

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from cluster.backend import PodSpec
-from cluster.simulated.inference import InferenceLoad
+from cluster.simulated.inference import InferenceLoad, genai_util_model
 from cluster.simulated.traces import alibaba_node
 from cluster.simulated.traffic import BUILTIN, Traffic, builtin, read_csv
 from cluster.types import GpuShare, JobStatus, JobView, NodeState, NodeView, Pool
@@ -167,7 +167,7 @@ def build_services(cfg: SimConfig, nodes: list[NodeView]) -> tuple[list[Service]
             services.append(Service(len(services), name, g, template_for(g, name), g.replica_request))
     traffic = load_traffic(cfg)
     genai = cfg.traces / "alibaba-genai-2026"
-    model = InferenceLoad(traffic, genai, names, [1.0] * len(names), cfg.days, cfg.seed, cfg.start_day).model
+    model = genai_util_model(str(genai))
     # peak replicas N at expectRate: QPS = N * expectRate / k
     qps = [n * cfg.autoscale.rates()["gpu"].expect_rate / model.per_qps for n in peaks]
     return services, InferenceLoad(traffic, genai, names, qps, cfg.days, cfg.seed, cfg.start_day)

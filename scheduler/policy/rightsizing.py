@@ -57,17 +57,13 @@ def recent_use(job: JobView, profile: Profile) -> RecentUse | None:
 
 
 def rightsize(job: JobView, profile: Profile) -> Request:
-    # recent_use()'s figures, without building it: every job of a cycle's queue is right-sized on first sight
-    runs = job.history[-profile.rightsizing_runs:] if profile.rightsizing and not job.keep_request else ()
-    if not runs:
+    use = recent_use(job, profile) if profile.rightsizing and not job.keep_request else None
+    if use is None:
         return requested(job)
-    n = len(runs)
-    gpu_util = max(sum(r.mean_gpu_util for r in runs) / n, max(r.peak_gpu_mem_util for r in runs))
-    gpus = _clamp(_ceil(job.gpus * gpu_util / profile.gpu_util_target), min(job.gpus, 1.0), job.gpus)
+    gpus = _clamp(_ceil(job.gpus * use.gpu_util / profile.gpu_util_target), min(job.gpus, 1.0), job.gpus)
     floor = min(profile.cpu_floor_milli, job.cpu_milli)
-    mean_cpu, peak_cpu = sum(r.mean_cpu_milli for r in runs) / n, max(r.peak_cpu_milli for r in runs)
-    cpu_request = int(_clamp(_ceil(mean_cpu / profile.cpu_util_target), floor, job.cpu_milli))
-    cpu_limit = int(_clamp(_ceil(peak_cpu / profile.cpu_util_target), cpu_request, job.cpu_milli))
+    cpu_request = int(_clamp(_ceil(use.mean_cpu_milli / profile.cpu_util_target), floor, job.cpu_milli))
+    cpu_limit = int(_clamp(_ceil(use.peak_cpu_milli / profile.cpu_util_target), cpu_request, job.cpu_milli))
     return Request(float(gpus), cpu_request, cpu_limit, job.memory_mib)
 
 

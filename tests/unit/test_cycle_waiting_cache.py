@@ -151,7 +151,7 @@ def test_best_block_by_counts_is_the_one_sorting_finds(nodes, workers):
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 20000), st.floats(0, 40000)), max_size=5),
        st.sampled_from([0.25, 0.5, 1.0, 2.0, 8.0]), st.integers(100, 16000))
 def test_rightsize_reads_the_recent_use_it_shows(runs, gpus, cpu):
-    """rightsize() computes recent_use()'s figures itself: the request is the one the shown figures give."""
+    """The request rightsize() gives is the one the figures recent_use() shows give."""
     import math
 
     from cluster.types import RunProfile
