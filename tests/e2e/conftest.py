@@ -41,6 +41,12 @@ class Console:
         self.page.wait_for_load_state("networkidle")
         return response
 
+    def follow(self, link: str) -> None:
+        """Click a link and wait until its page has loaded its scripts: htmx binds its triggers on load, and a change
+        made before that is lost (a slow CI machine filled a form faster than htmx started)."""
+        self.page.get_by_role("link", name=link).first.click()
+        self.page.wait_for_load_state("networkidle")
+
     def shot(self, name: str) -> Path:
         self._n += 1
         self.shots.mkdir(parents=True, exist_ok=True)

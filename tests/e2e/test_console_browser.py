@@ -31,7 +31,7 @@ def test_a_member_submits_finds_understands_and_cancels_a_job(world, console):
     console.shot("my-jobs-empty")
     expect(page.get_by_text("No jobs here yet")).to_be_visible()
 
-    page.get_by_role("link", name="Submit a job").first.click()
+    console.follow("Submit a job")
     expect(page.get_by_label("Department")).to_have_value("ml-search")  # the user's department is preselected
     page.get_by_label("Name").fill("bert-large")
     page.get_by_label("Image").fill("registry.local/bert:2")
@@ -185,11 +185,12 @@ def test_a_member_submits_a_gang_and_sees_both_workers_once_admitted(world, cons
     Node.objects.filter(name="t4-1").update(state=NodeState.OFFLINE_NORMAL)  # lent to training: two T4 nodes
     page = console.page
     console.sign_in("mia")
-    page.get_by_role("link", name="Submit a job").first.click()
+    console.follow("Submit a job")
     page.get_by_label("Name").fill("ddp-bert")
     page.get_by_label("Image").fill("registry.local/bert:2")
     page.get_by_label("Command").fill("torchrun --nproc-per-node 1 train.py")
     page.get_by_label("Framework").select_option(label="pytorch-2.1")
+    expect(page.locator("#id_gpu_model option")).to_have_count(3)  # none, A100, T4: htmx swapped caffe's P40 out
     page.get_by_label("GPU model").select_option("T4")
     page.get_by_label("Workers").fill("2")
     page.get_by_label("Topology").select_option("spread")
