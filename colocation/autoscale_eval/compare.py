@@ -20,9 +20,10 @@ Progress = Callable[[str, int], Callable[[int], None]]  # (label, total) -> tick
 
 
 def _scaling(model: ServiceModel, max_replicas: int, predictive: bool, rates: Rates | None = None,
-             headroom: float = 0.0) -> ScalingPolicy:
+             headroom: float = 0.0, idle_min: int | None = None) -> ScalingPolicy:
     return ScalingPolicy(thresholds=(("gpu", rates or model.rates),), min_replicas=model.min_replicas,
-                         max_replicas=max_replicas, predictive=predictive, headroom=headroom)
+                         max_replicas=max_replicas, predictive=predictive, headroom=headroom,
+                         scale_to_zero_idle_min=idle_min)
 
 
 def hpa_autoscaler(model: ServiceModel, top: int, target: float | None = None) -> Hpa:
@@ -31,9 +32,10 @@ def hpa_autoscaler(model: ServiceModel, top: int, target: float | None = None) -
 
 
 def tidal_autoscaler(model: ServiceModel, top: int, fc: Forecast | None, rates: Rates | None = None,
-                     headroom: float = 0.0) -> Spec:
+                     headroom: float = 0.0, idle_min: int | None = None) -> Spec:
     """decide_service with the forecast when it is usable (without one, its decisions say why)."""
-    return Spec("tidal", _scaling(model, top, True, rates, headroom), fc.values if fc is not None and fc.usable else None,
+    values = fc.values if fc is not None and fc.usable else None
+    return Spec("tidal", _scaling(model, top, True, rates, headroom, idle_min), values,
                 fc.notional if fc is not None else 1, fc.note if fc is not None else "no forecast")
 
 

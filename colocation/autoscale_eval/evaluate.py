@@ -16,7 +16,7 @@ from colocation.autoscale_eval.compare import POLICIES, Progress, replay
 from colocation.autoscale_eval.forecasting import HORIZONS, Forecast
 from colocation.autoscale_eval.run import Run
 from colocation.autoscale_eval.service import CAPACITY, ServiceModel
-from colocation.autoscale_eval.sweep import HPA_TARGETS, Front, settings, sweep
+from colocation.autoscale_eval.sweep import HPA_TARGETS, Front, grid, sweep
 from colocation.autoscale_eval.trace import Span, load, span
 from colocation.autoscale_eval.xgb import forecast
 
@@ -77,7 +77,7 @@ def evaluate(cfg: EvalConfig, out: Path, command: str, progress: Progress | None
     runs, static, top = replay(demand, start, model, fc, progress)
     front = None
     if cfg.sweep:
-        points = len(HPA_TARGETS) + len(settings())
+        points = len(HPA_TARGETS) + len(grid(demand))
         front = sweep(demand, start, model, fc, top, progress("sweep", points * len(demand)) if progress else None)
     figures = _figures(cfg, traffic, sp, model, runs, fc, static, top, demand)
     figures["service"]["capacity_note"] = capacity_note

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from colocation.policy import hpa
-from colocation.policy.autoscaling import LoadMinute, ScalingPolicy, ServiceView, decide_service
+from colocation.policy.autoscaling import LoadMinute, ScalingPolicy, ServiceView, decide_service, keep_minutes
 
 SERVICE = "wc98-web"
-KEEP_MINUTES = 10  # the rules look at the last 5 measured minutes
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +68,7 @@ class Spec:
                  notional: int = 1, forecast_note: str = "") -> None:
         self.name, self.policy = name, policy
         self._forecast, self._notional, self._note = forecast, notional, forecast_note
-        self._loads: deque[LoadMinute] = deque(maxlen=KEEP_MINUTES)
+        self._loads: deque[LoadMinute] = deque(maxlen=keep_minutes(policy))  # scale to zero needs its idle window
         self._changed_at: float | None = None
 
     def view(self, minute: int, size: int, ready: int) -> ServiceView:

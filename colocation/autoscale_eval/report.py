@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cluster.simulated.inference import DAY_MIN  # noqa: E402
-from colocation.autoscale_eval.sweep import tidal_rates  # noqa: E402
+from colocation.autoscale_eval.sweep import dominates, tidal_rates  # noqa: E402
 
 COLORS = {"static": "tab:gray", "hpa": "tab:orange", "reactive": "tab:blue", "tidal": "tab:green"}
 PLOTS = ("load_replicas.png", "load_replicas_day.png", "forecast_h5.png")
@@ -69,17 +69,18 @@ def pareto(points) -> list:
 
 def plot_front(path: Path, title: str, front) -> None:
     """Overloaded minutes (x) against replica-hours (y): HPA's targets as a line, every tidal setting as a dot and
-    tidal's Pareto front as a line, front points labelled (target, or expectRate/headroom/band); lower-left is
-    better."""
+    tidal's Pareto front as a line, front points labelled (target, or expectRate/headroom/band, and /z30 for scale to
+    zero after 30 idle minutes); lower-left is better."""
     fig, (ax,) = _figure(title, width=8, height=5.5)
     ax.scatter([p.overloaded_min for p in front.tidal], [p.replica_hours for p in front.tidal], s=10,
                color=COLORS["tidal"], alpha=0.35, label="tidal, every setting")
     for name, points, marker in (("hpa", list(front.hpa), "o"), ("tidal", pareto(front.tidal), "s")):
         ax.plot([p.overloaded_min for p in points], [p.replica_hours for p in points], marker=marker,
                 color=COLORS[name], linewidth=0.9, markersize=4,
-                label="hpa (target)" if name == "hpa" else "tidal front (expectRate/headroom/band)")
+                label="hpa (target)" if name == "hpa" else "tidal front (expectRate/headroom/band[/zero after min])")
         for p in points:
-            text = f"{p.knob:.2f}" if name == "hpa" else f"{p.knob:.2f}/{p.headroom:g}/±{p.band:.0%}"
+            text = f"{p.knob:.2f}" if name == "hpa" else f"{p.knob:.2f}/{p.headroom:g}/±{p.band:.0%}" + (
+                f"/z{p.idle_min}" if p.idle_min else "")
             ax.annotate(text, (p.overloaded_min, p.replica_hours), textcoords="offset points", xytext=(4, 4),
                         fontsize=7, color=COLORS[name])
     ax.set_xscale("symlog", linthresh=10)
@@ -109,14 +110,24 @@ def front_markdown(front) -> list[str]:
     for p in (*front.hpa, *front.tidal):
         r = tidal_rates(p.knob, p.band)
         knob = f"target {p.knob:.2f}" if p.policy == "hpa" else \
-            f"min/expect/max {r.min_rate:g}/{r.expect_rate:g}/{r.max_rate:g}, headroom {p.headroom:g}"
+            f"min/expect/max {r.min_rate:g}/{r.expect_rate:g}/{r.max_rate:g}, headroom {p.headroom:g}" + (
+                f", to zero after {p.idle_min} idle min" if p.idle_min else "")
         lines.append(f"| {p.policy} | {knob} | {p.overloaded_min} | {p.replica_hours:,.1f} |")
     verdict = "dominates" if front.dominates else "does **not** dominate"
     lines += ["", f"Tidal's front {verdict} HPA's (for every HPA point, a tidal point with no more overloaded "
                   "minutes and no more replica-hours):", ""]
     lines += [f"- {line}" for line in front.lines()]
-    lines += ["", f"Plot: `{FRONT_PLOT}`.", ""]
+    lines += ["", without_zero(front), "", f"Plot: `{FRONT_PLOT}`.", ""]
     return lines
+
+
+def without_zero(front) -> str:
+    """The verdict on HPA's own terms: tidal's points that never go under minReplicas."""
+    if len(front.always_on) == len(front.tidal):
+        return "No scale-to-zero setting was run: the traffic never idles as long as the shortest idle time tried."
+    verdict = "still dominates" if dominates(front.always_on, front.hpa) else "does not dominate"
+    return (f"Without scale to zero (HPA cannot go below minReplicas) tidal's front {verdict} HPA's: "
+            f"{len(front.always_on)} of its {len(front.tidal)} points never go to zero.")
 
 
 def markdown(figures: dict, command: str, wall_s: float, front=None) -> str:

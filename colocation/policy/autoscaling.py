@@ -158,7 +158,7 @@ def decide_service(view: ServiceView, now: float) -> ScaleDecision:
     """Inference autoscaling for one service: filters, the reactive and predictive rules, scale to zero, then system
     rules."""
     skip = _skip(view, now)
-    if skip is not None:
+    if skip is not None and not _waking(view, now, skip):
         return skip
     fresh = _recent_run(view.loads, now)
     if not fresh:
@@ -174,6 +174,21 @@ def decide_service(view: ServiceView, now: float) -> ScaleDecision:
         return d
     return replace(d, message=f"{d.message}; not scaled to zero after {view.policy.scale_to_zero_idle_min} idle "
                               f"minutes: {blocked}")
+
+
+def _waking(view: ServiceView, now: float, skip: ScaleDecision) -> bool:
+    """A service at zero whose gateway saw a request comes back at once, even within STABLE_S of going to zero:
+    the stability wait guards against flapping between counts, and every minute at zero now is a minute its
+    requests are not served."""
+    fresh = _recent_run(view.loads, now)
+    return (skip.reason is Reason.SKIP_UNSTABLE and view.replicas == 0 and bool(fresh)
+            and bool(fresh[-1].qps))
+
+
+def keep_minutes(policy: ScalingPolicy) -> int:
+    """Loads a view needs: no rule looks further back than the scale-in run, the scale-out run or the idle time
+    of scale to zero (callers that keep a window of minutes size it with this)."""
+    return max(IN_MINUTES, OUT_MINUTES, policy.scale_to_zero_idle_min or 0)
 
 
 def _zero_blocked(view: ServiceView, now: float) -> str | None:

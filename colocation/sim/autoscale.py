@@ -6,13 +6,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from colocation.policy.autoscaling import IN_MINUTES, OUT_MINUTES, LoadMinute, ScalingPolicy, ServiceView
-
-
-def keep_minutes(policy: ScalingPolicy) -> int:
-    """Loads a view carries: no rule looks further back than the scale-in run, the scale-out run or the idle time
-    of scale to zero (more minutes would only make every decision walk them)."""
-    return max(IN_MINUTES, OUT_MINUTES, policy.scale_to_zero_idle_min or 0)
+from colocation.policy.autoscaling import LoadMinute, ScalingPolicy, ServiceView, keep_minutes
 
 
 @dataclass

@@ -13,7 +13,8 @@ from colocation.autoscale_eval.forecasting import Forecast
 from colocation.autoscale_eval.policies import Measured, Step
 from colocation.autoscale_eval.run import run
 from colocation.autoscale_eval.service import Pool, ServiceModel
-from colocation.autoscale_eval.sweep import Front, Point, covering, dominates, settings, sweep, tidal_rates
+from colocation.autoscale_eval.sweep import (Front, Point, covering, dominates, grid, longest_idle, settings, sweep,
+                                            tidal_rates)
 from colocation.autoscale_eval.trace import TraceError, span
 from cluster.simulated.traffic import Traffic
 from colocation.policy.autoscaling import Reason
@@ -226,9 +227,10 @@ def test_sweep_runs_every_setting_on_the_same_minutes_with_one_forecast():
     demand = diurnal(1)
     ticks = []
     front = sweep(demand, START, MODEL, oracle(demand, 24), 48, ticks.append, hpa_targets=(0.5, 0.9),
-                  tidal=((0.5, 0.0), (0.9, 0.0)))
+                  tidal=settings((0.5, 0.9), (0.0,), (0.1,), (None,)))
     assert [p.knob for p in front.hpa] == [0.5, 0.9] and [p.knob for p in front.tidal] == [0.5, 0.9]
-    assert sum(ticks) == 4 * len(demand) and front.figures()["tidal_settings"] == [[0.5, 0.0, 0.1], [0.9, 0.0, 0.1]]
+    assert sum(ticks) == 4 * len(demand) and front.figures()["tidal_settings"] == [[0.5, 0.0, 0.1, None],
+                                                                             [0.9, 0.0, 0.1, None]]
     for points in (front.hpa, front.tidal):  # a higher target runs fewer replicas
         assert points[0].replica_hours > points[1].replica_hours
         assert all(p.overloaded_min >= 0 for p in points)
@@ -238,7 +240,7 @@ def test_more_headroom_costs_replica_hours_and_saves_overload():
     """Square-root headroom on the same forecast: more of it never runs fewer replicas on a noisy curve."""
     rng = np.random.default_rng(1)
     demand = diurnal(1) * (1 + 0.1 * rng.standard_normal(DAY))
-    front = sweep(demand, START, MODEL, oracle(demand, 24), 48, hpa_targets=(), tidal=settings((0.8,), (0.0, 1.0), (0.1,)))
+    front = sweep(demand, START, MODEL, oracle(demand, 24), 48, hpa_targets=(), tidal=settings((0.8,), (0.0, 1.0), (0.1,), (None,)))
     plain, roomy = front.tidal
     assert roomy.replica_hours > plain.replica_hours and roomy.overloaded_min <= plain.overloaded_min
     assert report.pareto(front.tidal)[0] in front.tidal
@@ -252,9 +254,47 @@ def test_busiest_day_is_the_zoom():
 
 def test_the_grid_tries_every_band_and_the_band_sets_the_triggers():
     """Tidal's grid crosses expectRate, headroom and the relative band; a point's band gives its minRate/maxRate."""
-    grid = settings((0.6, 0.9), (0.0,), (0.05, 0.1))
-    assert grid == ((0.6, 0.0, 0.05), (0.6, 0.0, 0.1), (0.9, 0.0, 0.05), (0.9, 0.0, 0.1))
+    grid = settings((0.6, 0.9), (0.0,), (0.05, 0.1), (None,))
+    assert grid == ((0.6, 0.0, 0.05, None), (0.6, 0.0, 0.1, None), (0.9, 0.0, 0.05, None), (0.9, 0.0, 0.1, None))
     demand = diurnal(1)
     front = sweep(demand, START, MODEL, oracle(demand, 24), 48, hpa_targets=(), tidal=grid[:2])
     assert [p.band for p in front.tidal] == [0.05, 0.1] and "band ±5%" in front.tidal[0].label
     assert tidal_rates(0.6, 0.05).max_rate == pytest.approx(0.63)
+
+
+def office_hours(days: int = 1) -> np.ndarray:
+    """Requests/min: 1,200 from 08:00 to 18:00 and nothing else -- a service idle 14 hours a day."""
+    minute = np.arange(days * DAY) % DAY
+    return np.where((minute >= 480) & (minute < 1080), 1200.0, 0.0)
+
+
+@pytest.mark.parametrize("demand, longest", [
+    (np.array([0.0, 0.0, 5.0, 0.0, 0.0, 0.0]), 3), (np.array([1.0, 2.0]), 0), (np.zeros(4), 4),
+    (office_hours(2), 14 * 60),  # the night between the two days
+])
+def test_longest_idle_is_the_longest_run_without_work(demand, longest):
+    assert longest_idle(demand) == longest
+
+
+def test_the_grid_leaves_out_idle_times_the_traffic_never_reaches():
+    """A setting whose idle time is longer than any idle run can never fire: it would repeat the run without it."""
+    tidal = settings((0.8,), (0.0,), (0.1,), (None, 30, 60))
+    assert grid(diurnal(1), tidal) == ((0.8, 0.0, 0.1, None),)  # always busy
+    demand = np.concatenate([diurnal(1), np.zeros(45)])
+    assert grid(demand, tidal) == ((0.8, 0.0, 0.1, None), (0.8, 0.0, 0.1, 30))
+
+
+def test_scale_to_zero_saves_the_idle_hours_and_pays_the_wake_up_in_overloaded_minutes():
+    """Idle 14 hours a day: tidal with scale to zero drops the night's 2 replicas; the morning's first requests meet
+    zero ready replicas until the start-up is over, and those minutes count as overloaded."""
+    demand = office_hours(2)
+    front = sweep(demand, START, MODEL, oracle(demand, 24), 48, hpa_targets=(0.8,),
+                  tidal=settings((0.8,), (0.0,), (0.1,), (None, 30)))
+    (hpa,), (always_on, to_zero) = front.hpa, front.tidal
+    idle_beyond_30 = (480 - 30) + (840 - 30) + (360 - 30)  # the first morning, the night, the last evening
+    assert always_on.replica_hours - to_zero.replica_hours >= 2 * idle_beyond_30 / 60  # the 2-replica floor, off
+    assert to_zero.overloaded_min >= always_on.overloaded_min + MODEL.startup_min  # the second morning's wake-up
+    f = front.figures()
+    assert f["tidal_settings"][1] == [0.8, 0.0, 0.1, 30] and "to zero after 30 idle min" in to_zero.label
+    assert f["dominates_without_scale_to_zero"] is dominates((always_on,), (hpa,))
+    assert "Without scale to zero" in report.without_zero(front)

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from colocation.autoscale_eval.evaluate import EvalConfig, evaluate
-from colocation.autoscale_eval.report import write_json
+from colocation.autoscale_eval.report import without_zero, write_json
 from colocation.autoscale_eval.service import CAPACITY, STARTUP_MIN, ServiceModel
 from colocation.autoscale_eval.trace import TRACES, TraceError
 
@@ -89,3 +89,4 @@ class Command(BaseCommand):
             self.stdout.write(f"front (start-up {result.front.startup_min} min): tidal {verdict} hpa")
             for line in result.front.lines():
                 self.stdout.write(f"  {line}")
+            self.stdout.write(f"  {without_zero(result.front)}")
