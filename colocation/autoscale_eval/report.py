@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cluster.simulated.inference import DAY_MIN  # noqa: E402
-from colocation.autoscale_eval.sweep import dominates, tidal_rates  # noqa: E402
+from colocation.autoscale_eval.sweep import covering, dominates, tidal_rates  # noqa: E402
 
 COLORS = {"static": "tab:gray", "hpa": "tab:orange", "reactive": "tab:blue", "tidal": "tab:green"}
 PLOTS = ("load_replicas.png", "load_replicas_day.png", "forecast_h5.png")
@@ -68,21 +68,28 @@ def pareto(points) -> list:
 
 
 def plot_front(path: Path, title: str, front) -> None:
-    """Overloaded minutes (x) against replica-hours (y): HPA's targets as a line, every tidal setting as a dot and
-    tidal's Pareto front as a line, front points labelled (target, or expectRate/headroom/band, and /z30 for scale to
-    zero after 30 idle minutes); lower-left is better."""
+    """Overloaded minutes (x) against replica-hours (y): HPA's targets as a line, every tidal setting as a dot,
+    tidal's Pareto front as a line and, when scale to zero was tried, its front without it dashed. Labelled: HPA's
+    targets and the tidal point covering each (expectRate/headroom/band, /z30 for scale to zero after 30 idle
+    minutes); lower-left is better."""
     fig, (ax,) = _figure(title, width=8, height=5.5)
     ax.scatter([p.overloaded_min for p in front.tidal], [p.replica_hours for p in front.tidal], s=10,
                color=COLORS["tidal"], alpha=0.35, label="tidal, every setting")
-    for name, points, marker in (("hpa", list(front.hpa), "o"), ("tidal", pareto(front.tidal), "s")):
-        ax.plot([p.overloaded_min for p in points], [p.replica_hours for p in points], marker=marker,
-                color=COLORS[name], linewidth=0.9, markersize=4,
-                label="hpa (target)" if name == "hpa" else "tidal front (expectRate/headroom/band[/zero after min])")
-        for p in points:
-            text = f"{p.knob:.2f}" if name == "hpa" else f"{p.knob:.2f}/{p.headroom:g}/±{p.band:.0%}" + (
-                f"/z{p.idle_min}" if p.idle_min else "")
-            ax.annotate(text, (p.overloaded_min, p.replica_hours), textcoords="offset points", xytext=(4, 4),
-                        fontsize=7, color=COLORS[name])
+    lines = [("hpa (target)", list(front.hpa), "o", "-", COLORS["hpa"]),
+             ("tidal front", pareto(front.tidal), "s", "-", COLORS["tidal"])]
+    if len(front.always_on) < len(front.tidal):
+        lines.append(("tidal front without scale to zero", pareto(front.always_on), None, "--", COLORS["tidal"]))
+    for label, points, marker, style, color in lines:
+        ax.plot([p.overloaded_min for p in points], [p.replica_hours for p in points], marker=marker, linestyle=style,
+                color=color, linewidth=0.9, markersize=4, label=label)
+    for p in front.hpa:
+        ax.annotate(f"{p.knob:.2f}", (p.overloaded_min, p.replica_hours), textcoords="offset points", xytext=(4, 4),
+                    fontsize=7, color=COLORS["hpa"])
+        q = covering(p, front.tidal)
+        if q is not None:
+            text = f"{q.knob:.2f}/{q.headroom:g}/±{q.band:.0%}" + (f"/z{q.idle_min}" if q.idle_min else "")
+            ax.annotate(text, (q.overloaded_min, q.replica_hours), textcoords="offset points", xytext=(4, -10),
+                        fontsize=7, color=COLORS["tidal"])
     ax.set_xscale("symlog", linthresh=10)
     ax.set(xlabel="overloaded minutes (utilization > 1.0)", ylabel="replica-hours")
     ax.legend(loc="upper right")
