@@ -38,7 +38,7 @@ class NodeTransitionAdmin(OperatorAdmin):
     list_filter = ["status", "direction", "node__resource_group"]
     search_fields = ["node__name", "message"]
     readonly_fields = ["node", "direction", "step", "status", "requested_by", "reason", "message", "waiting_for",
-                       "started_at", "updated_at", "finished_at"]
+                       "evict_at", "started_at", "updated_at", "finished_at"]
 
     def has_add_permission(self, request) -> bool:
         return False  # a transition by hand would skip the checks in colocation.services.transition_request

@@ -50,7 +50,7 @@ class TransitionSerializer(serializers.ModelSerializer):
     class Meta:
         model = NodeTransition
         fields = ["id", "node", "direction", "step", "status", "requested_by", "reason", "message", "waiting_for",
-                  "started_at", "updated_at", "finished_at"]
+                  "evict_at", "started_at", "updated_at", "finished_at"]
 
 
 class PinSerializer(JSONTypes, serializers.Serializer):

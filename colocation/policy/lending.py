@@ -21,7 +21,8 @@ A trigger that cannot act yields a Hold with the reason, so dashboards can say w
 Forecast-driven (`profile.forecast` and a DemandForecast for the group; otherwise exactly the rules above):
 - Take back ahead of the rise: when the forecast puts online usage (lent nodes staying lent) above maxRate within
   `drain_s`, take back now, sized to expectRate at the forecast peak within `drain_s` (also for the threshold
-  triggers). Only when something is lent; busy windows hold it like a threshold take-back.
+  triggers). Only when something is lent; busy windows hold it like a threshold take-back, unless the forecast puts
+  online usage over 100 % within `drain_s` (its pods would pend: urgent, seen ahead).
 - Lend only what stays idle: a lend is also sized so that the forecast peak over [now, now + `min_lend_s`] stays
   <= maxRate without the lent nodes (longer, up to the latest expected end of the jobs already on lent nodes: lending
   more must not pull their take-back before it); if not even one node qualifies, a Hold says the forecast needs it.
@@ -200,8 +201,13 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     trigger = "; ".join(triggers)
     window = busy_window(now, profile)
     if not pending and profile.hold_against_window and window and window.direction is Direction.LEND:
-        return _hold(g, Direction.TAKE_BACK, LendReason.BUSY_WINDOW,
-                     f"{trigger} is not urgent inside the {window.start:%H:%M}-{window.end:%H:%M} lending window")
+        span = f"{window.start:%H:%M}-{window.end:%H:%M} lending window"
+        full = first_over(fc, g.projected_capacity, 1.0, now, profile.drain_s) if fc is not None else None
+        if full is None:
+            return _hold(g, Direction.TAKE_BACK, LendReason.BUSY_WINDOW, f"{trigger} is not urgent inside the {span}")
+        # pods will pend before a take-back started later could bring the nodes back: urgent, seen ahead
+        trigger += (f"; urgent inside the {span}: forecast {_hhmm(full[1], profile)} online {_pct(full[0])} "
+                    f"> 100%, its pods would wait")
     cands = sorted(_lent(g), key=lambda n: _work_lost(n, evict_at))
     if not cands:
         return _hold(g, Direction.TAKE_BACK, LendReason.NO_CANDIDATE, f"{trigger}; no offline-normal co-location node")

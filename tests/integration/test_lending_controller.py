@@ -1,6 +1,7 @@
 """The live lending controller on the real database against the simulated cluster: operator and automatic
 conversions, create-before-delete migration, take-backs that requeue training, and a crash at every step."""
 import time
+from datetime import datetime
 
 import pytest
 
@@ -309,6 +310,8 @@ def test_a_graceful_take_back_waits_then_evicts_at_its_deadline(lab):
     ops = Client()
     ops.force_login(world.users["operator"])
     assert "cordoned: 1 training pods may finish until" in ops.get("/ops/nodes/").content.decode()  # as operators see it
+    (api,) = ops.get("/api/transitions/", {"node": "t4-3", "status": "open"}).json()["results"]  # and automation
+    assert datetime.fromisoformat(api["evict_at"]).timestamp() == pytest.approx(deadline, abs=1)
 
     lending(lab, seconds=deadline - clock.now() - 10)  # just before the deadline: still waiting
     job.refresh_from_db()

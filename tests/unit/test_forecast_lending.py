@@ -93,6 +93,25 @@ def test_forecast_take_back_is_held_inside_the_lending_window_unless_urgent():
     assert isinstance(urgent, TakeBack) and urgent.reason is LendReason.ONLINE_PENDING
 
 
+@pytest.mark.parametrize("points, urgent", [
+    (((5, 11),), False),  # 92 % of the 12 online GPUs: over maxRate, but the pods still fit
+    (((5, 12),), False),  # 100 %: full, nothing waits yet
+    (((5, 13),), True),  # 108 %: a pod would pend at 19:05
+    (((14, 13),), True),  # inside the 15-minute drain
+    (((15, 13), (5, 11)), False),  # past the drain: a take-back started then is still in time
+])
+def test_a_forecast_over_full_capacity_is_urgent_inside_the_lending_window(points, urgent):
+    """Busy windows hold a take-back unless it is urgent; a forecast that online demand will not fit within the drain
+    time (usage > 100 %: pods would pend) is urgent seen ahead, so the nodes come back before the pods wait."""
+    evening = at("19:00")
+    d = decide_group(lent_group().build(), evening, ON, fc(*points, base=6, start=evening))
+    if urgent:
+        assert isinstance(d, TakeBack) and "urgent inside the 18:00-22:00 lending window: forecast 19:" in d.message
+        assert "> 100%, its pods would wait" in d.message
+    else:
+        assert isinstance(d, Hold) and d.reason is LendReason.BUSY_WINDOW
+
+
 def test_threshold_take_back_with_a_forecast_is_sized_to_the_coming_peak():
     lent = [N(f"t4-{i}").offline(600 - i) for i in range(4, 8)]
     g = G().nodes(*online_fleet((4,), (4,), (2,)), *lent).build()
