@@ -254,7 +254,7 @@ class _Cycle:
                 if known is not None and known[0] is job and known[1] is profile:
                     total = known[2]
                 else:
-                    total = score(job, job.allocation.quota_kind, self.now, profile).total
+                    total = score(job, job.allocation.quota_kind, self.now, profile).preemption(profile)
                 if job.started_at is not None:  # its wait, hence its score, no longer grows
                     scores[id(job)] = (job, profile, total)
                 for alloc in job.allocations:  # a gang: each worker, evicted all together
@@ -642,7 +642,7 @@ class _Cycle:
         for a in attempts:
             if a.kind is QuotaKind.BORROWED or not self.holders_by_model.get(a.pod.gpu_model):
                 continue  # (nobody to preempt on an empty model: the burst of a first cycle)
-            total = rebased(q.score, a.kind, self.profile).total
+            total = rebased(q.score, a.kind, self.profile).preemption(self.profile)
             own = a.kind is QuotaKind.OWN
             model = a.pod.gpu_model
             memo = (*a.pod.dims(), a.pod.pool, total, own)
@@ -667,7 +667,7 @@ class _Cycle:
         for a in attempts:
             if a.kind is QuotaKind.BORROWED or not self.holders_by_model.get(a.pod.gpu_model):
                 continue
-            total = rebased(q.score, a.kind, self.profile).total
+            total = rebased(q.score, a.kind, self.profile).preemption(self.profile)
             model, table = a.pod.gpu_model, self.tables[a.pod.gpu_model]
             own = a.kind is QuotaKind.OWN
             memo = (job.workers, *a.pod.dims(), a.pod.pool, job.topology, total, own)
@@ -733,7 +733,7 @@ class _Cycle:
         self.victims(model).remove(taken, sign=-1)
 
     def _preempt_decisions(self, q: Queued, a: _NoRoom, taken: list[Candidate]) -> None:
-        total = rebased(q.score, a.kind, self.profile).total
+        total = rebased(q.score, a.kind, self.profile).preemption(self.profile)
         by_job: dict[int, list[Candidate]] = {}
         for c in taken:
             by_job.setdefault(c.job.id, []).append(c)
@@ -741,7 +741,8 @@ class _Cycle:
             c = cands[0]
             reclaim = c.borrowed and a.kind is QuotaKind.OWN
             why = (f"to give {q.job.department} back its own {a.pod.gpu_model or 'CPU'} quota" if reclaim
-                   else f"for higher score {total} > {c.score}")
+                   else f"for higher score {total} > {c.score}" if self.profile.aging_preempts
+                   else f"for higher priority {total} > {c.score} (base + utilization; aging only orders the queue)")
             nodes = sorted({x.allocation.node for x in cands})
             where = (f"on {nodes[0]}" if not c.job.gang else
                      f"(all {c.job.workers} workers of the gang, on {', '.join(nodes)})")

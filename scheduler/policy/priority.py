@@ -21,6 +21,10 @@ class ScoreBreakdown:
     def __str__(self) -> str:
         return f"{self.total} (base {self.base}, utilization {self.utilization:+d}, aging +{self.aging})"
 
+    def preemption(self, profile: Profile) -> int:
+        """What preemption compares: the total, or without aging unless the profile lets aging preempt."""
+        return self.total if profile.aging_preempts else self.base + self.utilization
+
 
 def aging_points(waited_s: float, profile: Profile) -> int:
     """After `aging_after_s`, the n-th further step adds min(n, cap): 1, 2, 3, 4, 5, 5, ..."""

@@ -38,6 +38,11 @@ class Profile:
     aging_after_s: float = 600.0
     aging_step_s: float = 600.0
     aging_cap: int = 5
+    # Aging orders the queue (and a waiting gang's reservation); with this off it does not also let a job evict
+    # running work: a victim requeued with its submit time would have aged the most and evict back, round after
+    # round (Kueue and Volcano preempt by priority class, never by time waited). Off: preemption compares base +
+    # utilization.
+    aging_preempts: bool = False
     # right-sizing
     rightsizing: bool = True
     rightsizing_runs: int = 3

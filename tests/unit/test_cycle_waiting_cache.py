@@ -116,10 +116,10 @@ def test_a_job_asking_more_cpu_waits_with_its_own_cpu_in_the_sentence():
 
 
 def test_a_higher_score_is_tried_again_it_may_preempt_what_a_lower_one_could_not():
-    """In submit order the older job comes first and scores below the running job (poor utilization); the next
-    one, of the same shape once right-sized, scores above it and preempts it."""
+    """In submit order the older job comes first and ranks below the running job (poor utilization: -20, no
+    history: 0); the next one, of the same shape once right-sized, ranks above it (+20) and preempts it."""
     snap = SnapshotBuilder().node(NodeBuilder("n1", gpus=1)).quota("a", "T4", own=8).job(
-        JobBuilder(9).history((0.9, 0.9, 100, 100)).running("n1", 0).waited(10 * MIN),
+        JobBuilder(9).running("n1", 0).waited(10 * MIN),
         JobBuilder(1).history((0.1, 0.1, 100, 100)).waited(40 * MIN),
         JobBuilder(2).history((0.9, 0.9, 100, 100)).waited(20 * MIN)).build()
     result = run_cycle(snap, "tidal", order=QueueOrder.FIFO, min_runtime_s=0.0)

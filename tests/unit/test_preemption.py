@@ -1,4 +1,5 @@
-"""Reclaim by own quota, higher score preempts lower, one node, least work lost, protection."""
+"""Reclaim by own quota, higher priority preempts lower (aging only when the profile says), one node, least work
+lost, protection."""
 
 from cluster.types import QuotaKind
 from scheduler.policy import Reason
@@ -72,23 +73,38 @@ def test_no_unneeded_victims():
     assert victims(cycle(snap)) == {11}
 
 
-def test_higher_score_preempts_lower_own_job():
-    # Both on own quota of their departments; the pending job has waited 80 min (+25), the runner
-    # has no aging and ran 20 min (past the 300 s protection).
+def test_higher_priority_preempts_lower_own_job():
+    # Both on own quota of their departments; the pending job's profile meets the utilization target (+20), the
+    # runner's does not (-20), and it ran 20 min (past the 300 s protection).
     snap = SnapshotBuilder().node(NodeBuilder("n1")).quota("a", "T4", own=4).quota("b", "T4", own=4) \
-        .job(JobBuilder(10).dept("b").gpus(4).waited(0).running("n1", 0, 1, 2, 3, ran=20 * MIN),
-             JobBuilder(1).dept("a").gpus(4).waited(80 * MIN)).build()
+        .job(JobBuilder(10).dept("b").gpus(4).util(0.2).running("n1", 0, 1, 2, 3, ran=20 * MIN),
+             JobBuilder(1).dept("a").gpus(4).util(0.8)).build()
     result = cycle(snap)
     assert victims(result) == {10}
-    assert result.preempted[0].reason is Reason.PREEMPTED_PRIORITY
+    p = result.preempted[0]
+    assert p.reason is Reason.PREEMPTED_PRIORITY and "for higher priority 1000020 > 999980 (base + utilization" in p.message
+
+
+def aged_against_fresh(ran: float = 20 * MIN) -> SnapshotBuilder:
+    """The pending job has waited 80 min (aging +25); the runner waited nothing."""
+    return SnapshotBuilder().node(NodeBuilder("n1")).quota("a", "T4", own=4).quota("b", "T4", own=4) \
+        .job(JobBuilder(10).dept("b").gpus(4).waited(0).running("n1", 0, 1, 2, 3, ran=ran),
+             JobBuilder(1).dept("a").gpus(4).waited(80 * MIN))
+
+
+def test_aging_orders_the_queue_but_does_not_evict_running_work():
+    """A victim requeued with its submit time would have aged the most and evict back: aging alone never preempts
+    (Kueue's habit), unless the profile says it may."""
+    snap = aged_against_fresh().build()
+    assert not cycle(snap).preempted
+    result = cycle(snap, aging_preempts=True)
+    assert victims(result) == {10} and "for higher score 1000025 > 1000000" in result.preempted[0].message
 
 
 def test_min_runtime_protects_young_jobs_from_priority_preemption():
-    snap = SnapshotBuilder().node(NodeBuilder("n1")).quota("a", "T4", own=4).quota("b", "T4", own=4) \
-        .job(JobBuilder(10).dept("b").gpus(4).waited(0).running("n1", 0, 1, 2, 3, ran=299),
-             JobBuilder(1).dept("a").gpus(4).waited(80 * MIN)).build()
-    assert not cycle(snap).preempted
-    assert victims(cycle(snap, min_runtime_s=200)) == {10}
+    snap = aged_against_fresh(ran=299).build()
+    assert not cycle(snap, aging_preempts=True).preempted
+    assert victims(cycle(snap, aging_preempts=True, min_runtime_s=200)) == {10}
 
 
 def test_equal_score_does_not_preempt():
