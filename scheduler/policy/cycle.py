@@ -148,7 +148,7 @@ class _Waited:
     takes: int  # evictions tried (a gang's preemption is a greedy search: trusted only while its memo stands)
     cpu: int
     exact: bool  # its sentence depends on the CPU beyond where it is written: only that very CPU reads the same
-    total: int
+    total: int  # the score its preemption compared (ScoreBreakdown.preemption)
     reason: Reason
     template: str  # the sentence, _CPU_MARK where the job's CPU goes
 
@@ -361,12 +361,12 @@ class _Cycle:
     # -- one job ----------------------------------------------------------------------
     def _try(self, q: Queued, position: int) -> bool:
         """Admit `q` or say why it waits. Kueue-style, a job is not tried again when one that waited since the last
-        change reads the same (_wait_key), asked no more CPU, scores no higher (could preempt no more) and both
-        had room in their host quota: then it waits for the same reason, its own CPU in the same sentence."""
+        change reads the same (_wait_key), asked no more CPU, ranks no higher for preemption (could preempt no more)
+        and both had room in their host quota: then it waits for the same reason, its own CPU in the same sentence."""
         job, req = q.job, q.request
         ends_at = self._ends_at(job)
         key = self._wait_key(q, ends_at)
-        cpu, total = req.cpu_request_milli, q.total
+        cpu, total = req.cpu_request_milli, q.score.preemption(self.profile)  # what its preemption compares
         known = self._waited.get(key)
         if (known is not None and known.changes == self.changes and (cpu == known.cpu or cpu > known.cpu
                                                                       and not known.exact)

@@ -127,6 +127,18 @@ def test_a_higher_score_is_tried_again_it_may_preempt_what_a_lower_one_could_not
     assert admit(result, 2).preempting == (9,)
 
 
+def test_a_job_that_ranks_higher_for_preemption_is_tried_again_though_its_aging_scores_lower():
+    """The cache compares what preemption compares (base + utilization), not the total: the older job's aging puts
+    its total above the next one's, but its poor utilization leaves it no victim; the next one preempts."""
+    snap = SnapshotBuilder().node(NodeBuilder("n1", gpus=1)).quota("a", "T4", own=8).job(
+        JobBuilder(9).history((0.1, 0.1, 100, 100)).running("n1", 0).waited(0),
+        JobBuilder(1).history((0.1, 0.1, 100, 100)).waited(80 * MIN),  # 999980 + aging 25
+        JobBuilder(2).waited(0)).build()  # 1000000 + 0
+    result = run_cycle(snap, "tidal", order=QueueOrder.FIFO, min_runtime_s=0.0)
+    assert pending(result, 1).reason is Reason.NO_CAPACITY
+    assert admit(result, 2).preempting == (9,)
+
+
 def test_a_job_short_of_host_quota_is_tried_itself():
     """The first job's CPU fits its department's quota, the second's does not: a quota sentence of its own."""
     snap = SnapshotBuilder().node(NodeBuilder("n1", gpus=4).cpu(8000)).quota(
