@@ -158,9 +158,9 @@ def decide_service(view: ServiceView, now: float) -> ScaleDecision:
     """Inference autoscaling for one service: filters, the reactive and predictive rules, scale to zero, then system
     rules."""
     skip = _skip(view, now)
-    if skip is not None and not _waking(view, now, skip):
-        return skip
     fresh = _recent_run(view.loads, now)
+    if skip is not None and not _waking(view, skip, fresh):
+        return skip
     if not fresh:
         return _silent(view, now)
     if view.replicas == 0:
@@ -176,13 +176,11 @@ def decide_service(view: ServiceView, now: float) -> ScaleDecision:
                               f"minutes: {blocked}")
 
 
-def _waking(view: ServiceView, now: float, skip: ScaleDecision) -> bool:
+def _waking(view: ServiceView, skip: ScaleDecision, fresh: Sequence[LoadMinute]) -> bool:
     """A service at zero whose gateway saw a request comes back at once, even within STABLE_S of going to zero:
     the stability wait guards against flapping between counts, and every minute at zero now is a minute its
     requests are not served."""
-    fresh = _recent_run(view.loads, now)
-    return (skip.reason is Reason.SKIP_UNSTABLE and view.replicas == 0 and bool(fresh)
-            and bool(fresh[-1].qps))
+    return skip.reason is Reason.SKIP_UNSTABLE and view.replicas == 0 and bool(fresh) and bool(fresh[-1].qps)
 
 
 def keep_minutes(policy: ScalingPolicy) -> int:
