@@ -9,7 +9,7 @@ preemption updates the cycle's node tables and quota ledger, so later jobs see i
 
 A gang (a job of several workers) is admitted only with a node for every worker, on one model (gang.py); the
 first gangs that cannot start (own quota) reserve the nodes that free soonest, and later jobs use their room only
-when they end before it (reservation.py).
+when they end before it, or when they run on borrowed quota, which the gang reclaims when it starts (reservation.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import math
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from cluster.types import GPU_EPS, Allocation, JobStatus, JobView, Pool, QuotaKind, Snapshot, Topology
@@ -28,8 +28,8 @@ from colocation.policy.profile import LendingProfile
 from scheduler.policy.decisions import Admit, CycleResult, Decision, Preempt, Reason, Reserve, StillPending, Worker
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.gang import Room, pick, room, shortfall
-from scheduler.policy.nodes import NodeTable, node_tables
-from scheduler.policy.placement import LeastGpuLoss, Placement, allowed, attach_loss, ends_for_memo, place
+from scheduler.policy.nodes import NodeTable, no_less_restricted, node_tables
+from scheduler.policy.placement import LeastGpuLoss, Placement, allowed, attach_loss, place, restriction
 from scheduler.policy.preemption import Candidate, VictimIndex, Victims
 from scheduler.policy.reservation import Release, Reservation, clock, releases, reserve
 from scheduler.policy.priority import (ScoreBreakdown, aging_points, base_points, rebased, score, utilization_points,
@@ -431,7 +431,8 @@ class _Cycle:
                 if not spelled:
                     refusals.append((model, None))
                 continue
-            pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, q.pool, ends_at)
+            pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, q.pool, ends_at,
+                             kind is QuotaKind.BORROWED)
             table = self.tables[model]
             if job.gang:
                 rows = self._gang_rows(job, pod, table)
@@ -480,7 +481,7 @@ class _Cycle:
         shrinks until something is evicted), so a stream of gangs too large for what is left costs little."""
         if not len(table) or not table.may_fit(*pod.dims()) or pod.gpus * job.workers > table.free_whole_gpus():
             return None  # not even one worker fits anywhere, or fewer whole GPUs are free than the gang needs
-        memo = (job.workers, *pod.dims(), pod.pool, job.topology, ends_for_memo(pod, table))
+        memo = (job.workers, *pod.dims(), pod.pool, job.topology, restriction(pod, table))
         failed = self.gang_failed[pod.gpu_model]
         if _known_gang_failure(failed, memo):
             return None
@@ -561,14 +562,14 @@ class _Cycle:
     def _reserve(self, q: Queued, attempts: list[_NoRoom]) -> str:
         """Reserve for a waiting gang the nodes that free soonest, among those no earlier gang holds; the sentence
         saying so ("" when nothing could be reserved: borrowed quota, or no end known of the jobs in the way)."""
-        best: tuple[str | None, Reservation] | None = None
+        best: tuple[str | None, Reservation, bool] | None = None
         for a in attempts:
             if self.profile.quotas and a.kind is QuotaKind.BORROWED:
                 continue  # borrowed quota only ever runs on idle capacity: no room is held for it
             model = a.pod.gpu_model
             # no gang easier than one no release order could seat is seated (the releases and held rows being
             # the same): a queue of waiting gangs costs one search per model, not one each
-            memo = (q.job.workers, *a.pod.dims(), a.pod.pool, q.job.topology, a.pod.ends_at)
+            memo = (q.job.workers, *a.pod.dims(), a.pod.pool, q.job.topology, (a.pod.ends_at, False))
             if _known_gang_failure(self.reserve_failed[model], memo):
                 continue
             table = self.tables[model]
@@ -576,24 +577,27 @@ class _Cycle:
                 self._coming[model] = releases(self.holders_by_model.get(model, []), self.now)
             coming = list(heapq.merge(self._coming[model], sorted(
                 (r for r in self.started if r.allocation.gpu_model == model), key=lambda r: r.at), key=lambda r: r.at))
-            found = reserve(table, a.pod, q.job.workers, q.job.topology, allowed(a.pod, table, self.profile),
-                            coming)
+            # kept off every earlier gang's rows (a borrowed gang on an own-quota gang's would be reclaimed by it)
+            keep_off = allowed(replace(a.pod, borrowed=False), table, self.profile)
+            found = reserve(table, a.pod, q.job.workers, q.job.topology, keep_off, coming)
             if found is None:
                 self.reserve_failed[model].append(memo)
             elif best is None or found.start_at < best[1].start_at:
-                best = (model, found)
+                # an own-quota gang reclaims borrowed work when it starts: its rows stay open to borrowed jobs
+                best = (model, found, a.kind is QuotaKind.OWN and self.profile.preemption)
         if best is None:
             return ""
-        model, found = best
+        model, found, reclaims = best
         self.reservations.append(found)
         insort(self._starts, found.start_at)
         self.changes += 1
         table = self.tables[model]
-        table.reserve(found.rows, found.start_at)
+        table.reserve(found.rows, found.start_at, firm=not reclaims)
         nodes = [table.names[r] for r in found.rows]
         shown = ", ".join(nodes[:6]) + (f" and {len(nodes) - 6} more" if len(nodes) > 6 else "")
         sentence = (f"reserved {shown} for job {q.job.name}; expected start {clock(found.start_at)} "
-                    f"(when the jobs there are expected to end); until then only jobs ending before it use them")
+                    f"(when the jobs there are expected to end); until then only jobs ending before it use them"
+                    + (", and borrowed ones, which it reclaims when it starts" if reclaims else ""))
         self.decisions.append(Reserve(q.job.id, q.job.name, tuple(nodes), found.start_at, Reason.RESERVED, sentence))
         return sentence
 
@@ -804,7 +808,7 @@ def _known_gang_failure(failed: list[tuple], attempt: tuple) -> bool:
     w2, g2, c2, m2, pool2, top2, e2 = attempt
     for w, g, c, m, pool, top, e in failed:
         if (w2 >= w and g2 >= g and c2 >= c and m2 >= m and (pool is None or pool == pool2)
-                and (top == top2 or top is Topology.PACK) and e2 >= e):
+                and (top == top2 or top is Topology.PACK) and no_less_restricted(e2, e)):
             return True
     return False
 

@@ -79,7 +79,8 @@ class StillPending:
 @dataclass(frozen=True, slots=True)
 class Reserve:
     """A gang that cannot start now holds `nodes` from `start_at` (when their jobs are expected to end); until then
-    only jobs expected to end before `start_at` may use their room (backfill)."""
+    only jobs expected to end before `start_at` may use their room (backfill), and, when the gang reclaims (own quota),
+    borrowed jobs."""
 
     job_id: int
     job_name: str

@@ -31,6 +31,7 @@ class PodRequest:
     memory_mib: int
     pool: Pool | None = None  # preferred pool hook; None: any pool
     ends_at: float = math.inf  # when it is expected to end: it may use rows reserved for a gang starting later
+    borrowed: bool = False  # on borrowed quota: it may also use rows held for an own-quota gang, which reclaims it
 
     @property
     def fractional(self) -> bool:

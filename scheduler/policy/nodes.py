@@ -29,6 +29,16 @@ if TYPE_CHECKING:
 
 _ABSENT = 2.0  # "used" value of padding GPUs: never free, never fits
 
+# How reservations restrict a request, for the failure memos: its expected end (a later end is kept off more held
+# rows), and whether it is on borrowed quota while some rows are held for an own-quota gang (those stay open to it).
+Restriction = tuple[float, bool]
+UNRESTRICTED: Restriction = (0.0, False)
+
+
+def no_less_restricted(a: Restriction, b: Restriction) -> bool:
+    """A request restricted as `a` is kept off every row one restricted as `b` is."""
+    return a[0] >= b[0] and (b[1] or not a[1])
+
 
 class _Rows:
     """The arrays of one GPU model's table as read from its NodeViews, before any cycle changes them.
@@ -203,15 +213,18 @@ class NodeTable:
         self.schedulable = rows.schedulable
         self.fixed_pool = rows.fixed_pool
         self.block, self.block_names = rows.block, rows.block_names
-        # when each row is reserved for a waiting gang from (inf: not reserved); only jobs ending by then use it
+        # when each row is reserved for a waiting gang from (inf: not reserved); only jobs ending by then use it ...
         self.reserved_from: np.ndarray | None = None
+        # ... except borrowed jobs on rows held for an own-quota gang (it reclaims them): these hold against them too
+        self.firm_from: np.ndarray | None = None
+        self.soft_holds = False  # some row is held for an own-quota gang
         self.used_sum = rows.used_sum.copy()
         self.whole_free = rows.whole_free.copy()
         self.max_share_free = rows.max_share_free.copy()
         self.least_shared = rows.least_shared.copy()
         self.allocated = rows.allocated.copy()
-        # requests known not to fit now: (gpus, cpu, memory, pool, expected end: kept off rows reserved before it)
-        self.failed: list[tuple[float, int, int, Pool | None, float]] = []
+        # requests known not to fit now: (gpus, cpu, memory, pool, how reservations restrict it: Restriction)
+        self.failed: list[tuple[float, int, int, Pool | None, Restriction]] = []
         self._bounds: tuple[float, float, int, int] | None = None
         self._stale = False
         self._idle = rows.idle
@@ -334,25 +347,36 @@ class NodeTable:
         return mask
 
     def known_failure(self, gpus: float, cpu_milli: int, memory_mib: int, pool: Pool | None,
-                      ends_at: float = 0.0) -> bool:
-        """A request at least as large, ending no sooner, as one that already failed (capacity only shrank since,
-        reserved rows only grew)."""
+                      restricted: Restriction = UNRESTRICTED) -> bool:
+        """A request at least as large, kept off no fewer reserved rows, as one that already failed (capacity only
+        shrank since, reserved rows only grew)."""
         for g, c, m, p, e in self.failed:
-            if gpus >= g and cpu_milli >= c and memory_mib >= m and (p is None or p == pool) and ends_at >= e:
+            if gpus >= g and cpu_milli >= c and memory_mib >= m and (p is None or p == pool) and \
+                    no_less_restricted(restricted, e):
                 return True
         return False
 
-    def reserve(self, rows: Sequence[int], start_at: float) -> None:
-        """Hold `rows` for a gang from `start_at`: from now on only requests that end by then may use them."""
+    def reserve(self, rows: Sequence[int], start_at: float, firm: bool = True) -> None:
+        """Hold `rows` for a gang from `start_at`: from now on only requests that end by then may use them, and, unless
+        `firm` (the hold of an own-quota gang, which reclaims borrowed work when it starts), borrowed ones."""
+        rows = list(rows)
         if self.reserved_from is None:
             self.reserved_from = np.full(len(self), np.inf)
-        self.reserved_from[list(rows)] = start_at
+        self.reserved_from[rows] = start_at
+        if not firm:
+            self.soft_holds = True
+            return
+        if self.firm_from is None:
+            self.firm_from = np.full(len(self), np.inf)
+        self.firm_from[rows] = start_at
 
-    def held_for_gangs(self, ends_at: float) -> np.ndarray | None:
-        """Rows a request ending at `ends_at` may not use (reserved for a gang starting before); None: none."""
-        if self.reserved_from is None:
+    def held_for_gangs(self, ends_at: float, borrowed: bool = False) -> np.ndarray | None:
+        """Rows a request ending at `ends_at` (on borrowed quota or not) may not use: reserved for a gang starting
+        before; None: none."""
+        start = self.firm_from if borrowed else self.reserved_from
+        if start is None:
             return None
-        held = self.reserved_from < ends_at
+        held = start < ends_at
         return held if held.any() else None
 
     def choose_gpus(self, row: int, gpus: float) -> tuple[GpuShare, ...]:

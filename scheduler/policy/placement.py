@@ -9,7 +9,7 @@ import numpy as np
 
 from cluster.types import GPU_EPS, GpuShare, Pool
 from scheduler.policy.framework import FilterPlugin, PodRequest, ScorePlugin
-from scheduler.policy.nodes import NodeTable
+from scheduler.policy.nodes import UNRESTRICTED, NodeTable, Restriction
 from scheduler.policy.profile import Profile
 from scheduler.policy.workload import FragTables, TargetWorkload, gpu_shape, pressure
 
@@ -116,7 +116,7 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
     Fitting on an offline-normal node is not a plugin: it is the rule every profile obeys.
     """
     dims = req.dims()
-    restricted = ends_for_memo(req, table)
+    restricted = restriction(req, table)
     if not len(table) or not table.may_fit(*dims) or table.known_failure(*dims, req.pool, restricted):
         return None
     scorers = [(name, weight) for name, weight in profile.scorers if SCORERS[name].applies(req)]
@@ -168,16 +168,17 @@ def scan(req: PodRequest, table: NodeTable, profile: Profile, scorers: list[tupl
     return int(rows[0] if scores is None else rows[scores.argmax()])
 
 
-def ends_for_memo(req: PodRequest, table: NodeTable) -> float:
-    """How restricted a request is by reservations, for the failure memos: its expected end (a later end is kept off
-    more reserved rows), or 0 while the table holds none."""
-    return 0.0 if table.reserved_from is None else req.ends_at
+def restriction(req: PodRequest, table: NodeTable) -> Restriction:
+    """How the table's reservations restrict `req`, for the failure memos (UNRESTRICTED while it holds none)."""
+    if table.reserved_from is None:
+        return UNRESTRICTED
+    return (req.ends_at, req.borrowed and table.soft_holds)
 
 
 def allowed(req: PodRequest, table: NodeTable, profile: Profile) -> np.ndarray | None:
     """The rows every filter of the profile allows, and not held for a gang that starts before `req` would end
     (None: all); shares the filters' arrays when it can."""
-    held = table.held_for_gangs(req.ends_at)
+    held = table.held_for_gangs(req.ends_at, req.borrowed)
     mask = ~held if held is not None else None
     for name in profile.filters:
         rows = FILTERS[name].filter(req, table)
@@ -188,7 +189,7 @@ def allowed(req: PodRequest, table: NodeTable, profile: Profile) -> np.ndarray |
 
 def filtered(mask: np.ndarray, req: PodRequest, table: NodeTable, profile: Profile) -> np.ndarray:
     """`mask` (changed in place) narrowed by every filter of the profile, and by the reservations."""
-    held = table.held_for_gangs(req.ends_at)
+    held = table.held_for_gangs(req.ends_at, req.borrowed)
     if held is not None:
         mask &= ~held
     for name in profile.filters:

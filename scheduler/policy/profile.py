@@ -26,7 +26,9 @@ class Profile:
     preemption: bool = True  # own-quota reclaim and higher-score-preempts-lower
     min_runtime_s: float = 300.0  # younger jobs are protected, except from own-quota reclaim
     preemption_max_nodes: int = 8  # nodes whose exact victim set is computed per preemptor
-    reservations: bool = True  # gangs that cannot start hold the nodes that free soonest (backfill)
+    # gangs that cannot start hold the nodes that free soonest (backfill; an own-quota gang's stay open to borrowed
+    # work, which it reclaims when it starts)
+    reservations: bool = True
     reservation_depth: int = 8  # the first this many waiting gangs each get a reservation (Slurm's bf_max_job_test)
     # priority score
     own_base: int = 1_000_000

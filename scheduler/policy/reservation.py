@@ -5,8 +5,10 @@ soonest: the jobs holding its GPU model are released in the order they are expec
 time: the mean of past runs, else the stated duration; unknown ends never come), until the gang fits on nodes no
 earlier gang holds; the nodes it would take then are held from that moment. Until then, the rest of the cycle may
 use their room only for a job expected to end before the reservation starts, so a backfilled job never delays the
-gang when run times are exact. Jobs of unknown run time never backfill. Each cycle reserves anew from the snapshot,
-so reservations follow what really ended.
+gang when run times are exact. A reservation holds only against what its gang could not preempt: an own-quota gang
+(when the profile preempts) reclaims borrowed work when it starts, so jobs on borrowed quota use its nodes freely.
+Jobs of unknown run time never backfill. Each cycle reserves anew from the snapshot, so reservations follow what
+really ended.
 """
 
 from __future__ import annotations

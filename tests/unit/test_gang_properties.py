@@ -2,7 +2,8 @@
 
 - a gang never runs partially (every worker placed, or none; a preempted gang loses every worker);
 - quotas are never exceeded by a gang (all its workers are charged);
-- with exact run times, a backfilled job never delays a reserved gang's start.
+- with exact run times, a backfilled job never delays a reserved gang's start (nor does borrowed work on its nodes,
+  which the own-quota gang reclaims when it starts).
 """
 
 from __future__ import annotations
@@ -140,12 +141,14 @@ def test_on_the_simulated_cluster_gangs_run_whole_and_within_quota(nodes, quotas
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from([4, 8]), min_size=2, max_size=6), st.integers(2, 4),
-       st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(60, 5000)), min_size=1, max_size=25))
+       st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(60, 5000), st.booleans()), min_size=1,
+                max_size=25))
 def test_with_exact_run_times_backfill_never_delays_the_reserved_gang(node_gpus, workers, small):
+    """Nor does borrowed work on its nodes: the own-quota gang reclaims it when it starts."""
     step = 60.0
     if workers > node_gpus.count(max(node_gpus)):
         return  # the gang never fits this cluster
-    sim = _sim([(g, "x") for g in node_gpus], {"a": (10**6, 0), "b": (0, 0)})
+    sim = _sim([(g, "x") for g in node_gpus], {"a": (10**6, 0), "b": (0, 10**6)})  # b only borrows
     # the cluster busy first: every node full with jobs of known, different ends
     for i, gpus in enumerate(node_gpus):
         sim.submit(JobBuilder(1000 + i).model("G2").gpus(gpus).cpu(100).duration(600 * (i + 1))
@@ -158,9 +161,9 @@ def test_with_exact_run_times_backfill_never_delays_the_reserved_gang(node_gpus,
     while started is None and (reserved_start is None or sim.clock.now() <= reserved_start + step):
         spec = next(stream, None)  # a stream of small jobs, each behind the gang in the queue
         if spec is not None:
-            gpus, run_s = spec
-            sim.submit(JobBuilder(2 + len(sim.jobs) + len(sim.done)).model("G2").gpus(gpus).cpu(100).duration(run_s)
-                       .submitted(sim.clock.now()).build(), float(run_s))
+            gpus, run_s, borrows = spec
+            sim.submit(JobBuilder(2 + len(sim.jobs) + len(sim.done)).dept("b" if borrows else "a").model("G2")
+                       .gpus(gpus).cpu(100).duration(run_s).submitted(sim.clock.now()).build(), float(run_s))
         for d in sim.step(TIDAL).decisions:
             if isinstance(d, Reserve) and d.job_id == 1 and reserved_start is None:
                 reserved_start = d.start_at

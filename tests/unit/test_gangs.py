@@ -137,6 +137,26 @@ def test_backfill_is_refused_on_reserved_nodes_to_jobs_ending_after_the_reservat
     assert of(result, short_small.build().id, Admit)[0].node == "n0"
 
 
+def _own_gang_and_a_borrower(waiting: JobBuilder) -> SnapshotBuilder:
+    """_gang_behind_a_busy_pair's nodes and gang (a's own quota), and department b, which owns nothing and borrows."""
+    a = JobBuilder().model("G2").gpus(4).duration(HOUR).running("n0", 0, 1, 2, 3, ran=0)
+    b = JobBuilder().model("G2").gpus(8).duration(HOUR).running("n1", *range(8), ran=0)
+    return SnapshotBuilder().node(g2("n0", "a"), g2("n1", "a")).quota("a", "G2", 100).quota("b", "G2", 0, 100).certify(
+        "pytorch", "G2").job(a, b, job(8, 2).waited(3 * HOUR), waiting)
+
+
+def test_borrowed_jobs_may_use_the_rows_of_an_own_quota_gang_which_reclaims_them_when_it_starts():
+    borrowed = job(4).dept("b").duration(2 * HOUR).waited(HOUR)
+    result = schedule(_own_gang_and_a_borrower(borrowed).build(), TIDAL)
+    (reserve,) = result.reserved
+    assert set(reserve.nodes) == {"n0", "n1"} and "borrowed ones, which it reclaims when it starts" in reserve.message
+    (admit,) = of(result, borrowed.build().id, Admit)
+    assert admit.node == "n0" and admit.quota_kind is QuotaKind.BORROWED
+    own = job(4).duration(2 * HOUR).waited(HOUR)  # a's own job, ending after the gang's start: kept off
+    result = schedule(_own_gang_and_a_borrower(own).build(), TIDAL)
+    assert result.reserved and not of(result, own.build().id, Admit)
+
+
 def test_without_reservations_the_small_job_takes_the_room():
     from dataclasses import replace
 
