@@ -31,7 +31,7 @@ from scheduler.policy.gang import Room, pick, room, shortfall
 from scheduler.policy.nodes import NodeTable, no_less_restricted, node_tables
 from scheduler.policy.placement import LeastGpuLoss, Placement, allowed, attach_loss, place, restriction
 from scheduler.policy.preemption import Candidate, VictimIndex, Victims
-from scheduler.policy.reservation import Release, Reservation, clock, releases, reserve
+from scheduler.policy.reservation import Release, Reservation, clock, coming_back, releases, reserve
 from scheduler.policy.priority import (ScoreBreakdown, aging_points, base_points, rebased, score, utilization_points,
                                       waited_s)
 from scheduler.policy.profile import Profile, QueueOrder
@@ -199,7 +199,7 @@ class _Cycle:
         self._gpu_demands: dict[float, dict[str | None, Demand]] = {}  # GPUs of a whole job -> model -> its demand
         self._breakdowns: dict[tuple[int, int, int], ScoreBreakdown] = {}
         self.reservations: list[Reservation] = []  # what the first waiting gangs hold
-        self._coming: dict[str | None, list[Release]] = {}  # what the holders of a model give back, soonest first
+        self._coming: dict[tuple[str | None, bool], list[Release]] = {}  # (model, reclaims) -> releases, soonest first
         self.gang_failed: dict[str | None, list[tuple]] = defaultdict(list)  # gangs known not to fit now
         self.gang_preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor by preempting
         self.reserve_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor reserved as jobs end
@@ -529,7 +529,7 @@ class _Cycle:
         if kind is not None:
             self.ledger.charge(job.department, kind, demand(pod.gpu_model, pod.gpus * n, pod.cpu_milli * n,
                                                             pod.memory_mib * n))
-        self._started(job, pod, workers)
+        self._started(job, pod, kind, workers)
         breakdown = rebased(q.score, kind, self.profile)
         asked = requested(job)
         nodes = sorted({w.node for w in workers})
@@ -550,13 +550,15 @@ class _Cycle:
             job.id, job.name, first.node, pod.gpu_model, first.gpu_shares, kind, asked, q.request, breakdown,
             preempting, _ADMITTED[kind], "; ".join(parts), tuple(workers[1:])))
 
-    def _started(self, job: JobView, pod: PodRequest, workers: list) -> None:
-        """Remember what an admission gives back and when, for a reservation later in this cycle."""
+    def _started(self, job: JobView, pod: PodRequest, kind: QuotaKind | None, workers: list) -> None:
+        """Remember what an admission gives back and when (inf: its run time is unknown), for a reservation later in
+        this cycle."""
         run_s = expected_run_s(job)
-        if run_s is not None:
+        if run_s is not None or kind is QuotaKind.BORROWED:  # (borrowed work an own-quota gang would reclaim)
             self.reserve_failed[pod.gpu_model].clear()  # one more release to come: a reservation may now be found
-            self.started.extend(Release(self.now + run_s, Allocation(w.node, pod.gpu_model, w.gpu_shares,
-                                                                     pod.cpu_milli, pod.memory_mib, None))
+            at = math.inf if run_s is None else self.now + run_s
+            self.started.extend(Release(at, Allocation(w.node, pod.gpu_model, w.gpu_shares, pod.cpu_milli,
+                                                       pod.memory_mib, kind))
                                 for w in workers)
 
     def _reserve(self, q: Queued, attempts: list[_NoRoom]) -> str:
@@ -569,22 +571,24 @@ class _Cycle:
             model = a.pod.gpu_model
             # no gang easier than one no release order could seat is seated (the releases and held rows being
             # the same): a queue of waiting gangs costs one search per model, not one each
-            memo = (q.job.workers, *a.pod.dims(), a.pod.pool, q.job.topology, (a.pod.ends_at, False))
+            # An own-quota gang reclaims borrowed work when it starts: for it, that work's room comes back at once
+            # (and its nodes stay open to borrowed jobs meanwhile).
+            reclaims = a.kind is QuotaKind.OWN and self.profile.preemption
+            memo = (q.job.workers, *a.pod.dims(), a.pod.pool, q.job.topology, (a.pod.ends_at, reclaims))
             if _known_gang_failure(self.reserve_failed[model], memo):
                 continue
             table = self.tables[model]
-            if model not in self._coming:
-                self._coming[model] = releases(self.holders_by_model.get(model, []), self.now)
-            coming = list(heapq.merge(self._coming[model], sorted(
-                (r for r in self.started if r.allocation.gpu_model == model), key=lambda r: r.at), key=lambda r: r.at))
+            if (model, reclaims) not in self._coming:
+                self._coming[model, reclaims] = releases(self.holders_by_model.get(model, []), self.now, reclaims)
+            coming = list(heapq.merge(self._coming[model, reclaims], coming_back(
+                (r for r in self.started if r.allocation.gpu_model == model), self.now, reclaims), key=lambda r: r.at))
             # kept off every earlier gang's rows (a borrowed gang on an own-quota gang's would be reclaimed by it)
             keep_off = allowed(replace(a.pod, borrowed=False), table, self.profile)
             found = reserve(table, a.pod, q.job.workers, q.job.topology, keep_off, coming)
             if found is None:
                 self.reserve_failed[model].append(memo)
             elif best is None or found.start_at < best[1].start_at:
-                # an own-quota gang reclaims borrowed work when it starts: its rows stay open to borrowed jobs
-                best = (model, found, a.kind is QuotaKind.OWN and self.profile.preemption)
+                best = (model, found, reclaims)
         if best is None:
             return ""
         model, found, reclaims = best
@@ -767,7 +771,7 @@ class _Cycle:
         if kind is not None:
             self.ledger.charge(job.department, kind, _demand(pod))
         if self.gangs:
-            self._started(job, pod, [Worker(placement.node, placement.gpu_shares)])
+            self._started(job, pod, kind, [Worker(placement.node, placement.gpu_shares)])
         breakdown = rebased(q.score, kind, self.profile)
         asked = requested(job)
         self.decisions.append(Admit(

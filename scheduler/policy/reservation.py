@@ -13,13 +13,15 @@ really ended.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
 
 from cluster.fit import workers_on
-from cluster.types import GPU_EPS, Allocation, JobView, Topology
+from cluster.types import GPU_EPS, Allocation, JobView, QuotaKind, Topology
 from colocation.policy.pools import expected_run_s
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.gang import Room, pick, room
@@ -48,12 +50,22 @@ def expected_end(job: JobView, now: float) -> float | None:
     return max(now, job.started_at + run_s)
 
 
-def releases(jobs: list[JobView], now: float) -> list[Release]:
-    """What each holding job gives back and when, soonest first."""
-    out = [Release(end, alloc) for job in jobs if (end := expected_end(job, now)) is not None
-           for alloc in job.allocations]
+def releases(jobs: list[JobView], now: float, reclaims: bool = False) -> list[Release]:
+    """What each holding job gives back and when, soonest first; with `reclaims` (as an own-quota gang sees it),
+    borrowed work gives its room back now."""
+    out = [Release(end, alloc) for job in jobs for alloc in job.allocations
+           if (end := now if reclaims and alloc.quota_kind is QuotaKind.BORROWED else expected_end(job, now))
+           is not None]
     out.sort(key=lambda r: r.at)
     return out
+
+
+def coming_back(started: Iterable[Release], now: float, reclaims: bool) -> list[Release]:
+    """What this cycle's admissions give back and when (their end, inf when unknown: never), soonest first; with
+    `reclaims`, borrowed ones now."""
+    out = [Release(now, r.allocation) if reclaims and r.allocation.quota_kind is QuotaKind.BORROWED else r
+           for r in started]
+    return sorted((r for r in out if r.at != math.inf), key=lambda r: r.at)
 
 
 def reserve(table: NodeTable, pod: PodRequest, workers: int, topology: Topology, allowed: np.ndarray | None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cluster.clock import VirtualClock
@@ -143,6 +143,9 @@ def test_on_the_simulated_cluster_gangs_run_whole_and_within_quota(nodes, quotas
 @given(st.lists(st.sampled_from([4, 8]), min_size=2, max_size=6), st.integers(2, 4),
        st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(60, 5000), st.booleans()), min_size=1,
                 max_size=25))
+# found by this test: a borrowed job on the gang's node once pushed its start to that job's end, and an own job
+# ending then backfilled
+@example([4, 4], 2, [(1, 601, False), (1, 661, True)])
 def test_with_exact_run_times_backfill_never_delays_the_reserved_gang(node_gpus, workers, small):
     """Nor does borrowed work on its nodes: the own-quota gang reclaims it when it starts."""
     step = 60.0
