@@ -19,7 +19,7 @@ import math
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 from cluster.types import GPU_EPS, Allocation, JobStatus, JobView, Pool, QuotaKind, Snapshot, Topology
@@ -582,9 +582,9 @@ class _Cycle:
                 self._coming[model, reclaims] = releases(self.holders_by_model.get(model, []), self.now, reclaims)
             coming = list(heapq.merge(self._coming[model, reclaims], coming_back(
                 (r for r in self.started if r.allocation.gpu_model == model), self.now, reclaims), key=lambda r: r.at))
-            # kept off every earlier gang's rows (a borrowed gang on an own-quota gang's would be reclaimed by it)
-            keep_off = allowed(replace(a.pod, borrowed=False), table, self.profile)
-            found = reserve(table, a.pod, q.job.workers, q.job.topology, keep_off, coming)
+            # (a.pod is not borrowed: borrowed gangs reserve nothing, so it is kept off every earlier gang's rows)
+            found = reserve(table, a.pod, q.job.workers, q.job.topology, allowed(a.pod, table, self.profile),
+                            coming)
             if found is None:
                 self.reserve_failed[model].append(memo)
             elif best is None or found.start_at < best[1].start_at:

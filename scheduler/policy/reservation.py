@@ -50,22 +50,28 @@ def expected_end(job: JobView, now: float) -> float | None:
     return max(now, job.started_at + run_s)
 
 
+def _back_at(end: float | None, alloc: Allocation, now: float, reclaims: bool) -> float | None:
+    """When `alloc`'s room comes back: its job's expected end (None or inf: unknown, never), or now for borrowed work
+    when the gang reclaims it (`reclaims`: as an own-quota gang sees it)."""
+    return now if reclaims and alloc.quota_kind is QuotaKind.BORROWED else end
+
+
 def releases(jobs: list[JobView], now: float, reclaims: bool = False) -> list[Release]:
-    """What each holding job gives back and when, soonest first; with `reclaims` (as an own-quota gang sees it),
-    borrowed work gives its room back now."""
-    out = [Release(end, alloc) for job in jobs for alloc in job.allocations
-           if (end := now if reclaims and alloc.quota_kind is QuotaKind.BORROWED else expected_end(job, now))
-           is not None]
+    """What each holding job gives back and when, soonest first."""
+    out: list[Release] = []
+    for job in jobs:
+        end = expected_end(job, now)
+        out += [Release(at, a) for a in job.allocations if (at := _back_at(end, a, now, reclaims)) is not None]
     out.sort(key=lambda r: r.at)
     return out
 
 
 def coming_back(started: Iterable[Release], now: float, reclaims: bool) -> list[Release]:
-    """What this cycle's admissions give back and when (their end, inf when unknown: never), soonest first; with
-    `reclaims`, borrowed ones now."""
-    out = [Release(now, r.allocation) if reclaims and r.allocation.quota_kind is QuotaKind.BORROWED else r
-           for r in started]
-    return sorted((r for r in out if r.at != math.inf), key=lambda r: r.at)
+    """What this cycle's admissions give back and when (their end, inf when unknown), soonest first."""
+    out = [Release(at, r.allocation) for r in started
+           if (at := _back_at(r.at, r.allocation, now, reclaims)) != math.inf]
+    out.sort(key=lambda r: r.at)
+    return out
 
 
 def reserve(table: NodeTable, pod: PodRequest, workers: int, topology: Topology, allowed: np.ndarray | None,
