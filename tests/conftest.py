@@ -17,6 +17,37 @@ def listed(response, key: str = "id") -> set:
     return {row[key] for row in body["results"]}
 
 
+# Modules whose tests stop or restart a service the whole session shares (PostgreSQL, Redis, Kafka, Prometheus, a
+# Celery worker's broker), and the one whose demo must not meet them.
+_STOPS_SHARED = {"test_faults_database", "test_faults_kafka", "test_faults_prometheus", "test_faults_redis",
+                 "test_faults_worker"}
+_DEMO = "test_demo_running"
+
+
+def _module(item: pytest.Item) -> str:
+    return item.module.__name__.rpartition(".")[2]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """test_demo_running's demo needs minutes of real load: it starts with the session and runs beside the other
+    tests (in pytest-django's order); its own tests come after them, and last those that stop a shared service,
+    which the demo must not meet."""
+    items.sort(key=lambda item: 1 if _module(item) == _DEMO else 2 if _module(item) in _STOPS_SHARED else 0)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    demo = next((item.module for item in session.items if _module(item) == _DEMO), None)
+    if demo is not None and not session.config.option.collectonly:
+        demo.start_early()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    demo = next((item.module for item in getattr(session, "items", ()) if _module(item) == _DEMO), None)
+    if demo is not None:
+        demo.stop_early()
+
+
 def pytest_configure(config):
     # `make test` sets TIDAL_REQUIRE_POSTGRES: the suite must not silently fall back to SQLite there.
     if os.environ.get("TIDAL_REQUIRE_POSTGRES") == "1":

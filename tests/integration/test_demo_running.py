@@ -1,7 +1,8 @@
 """The demo as a newcomer meets it (issue 22): `manage.py up` — what `make run` runs — with its web server, Celery
 worker and beat, and the whole profile pipeline (exporter, publisher, Flink, sink), on a fast demo clock (one demo
 day in three real minutes), until three complete minutes of service load have left the pipeline (about four
-minutes); then Ctrl-C stops everything it started.
+minutes); then Ctrl-C stops everything it started. Under the whole suite the demo starts with the session and runs
+beside the other tests while its load builds up (tests/conftest.py); these tests come after them.
 
 What it must show, asserted on behaviour and never on timings:
 - every control loop acted on at least 90 % of its ticks (the worker's log, and /metrics' tidal_loop_ticks_total);
@@ -15,11 +16,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -60,6 +63,7 @@ class Demo:
 
     def __init__(self, folder: Path) -> None:
         self.folder, self.port = folder, _free_port()
+        self.started = time.monotonic()
         self.base = f"http://127.0.0.1:{self.port}"
         self.namespace = f"test-demo-{self.port}"
         env = {**os.environ, "DATABASE_URL": f"sqlite:///{folder / 'demo.sqlite3'}", "TIDAL_RUN_DIR": str(folder),
@@ -69,7 +73,7 @@ class Demo:
                # span 5 s, well inside the lateness bound)
                "TIDAL_PROFILE_LATENESS_S": "20", "TIDAL_PUBLISHER_INTERVAL_S": "5"}
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "up", "--port", str(self.port), "--exit-after", "900"],
+            [sys.executable, "manage.py", "up", "--port", str(self.port), "--exit-after", "3600"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             # started the way `make run &` is: with SIGINT ignored; up must still stop on it
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
@@ -87,16 +91,16 @@ class Demo:
                 time.sleep(0.5)
 
     def wait_for_load(self, minutes: int, least_s: float = 150, most_s: float = 420) -> None:
-        """Until every demo service has `minutes` rows of load with a rate (the first of them partial), at least
-        `least_s`."""
-        started = time.monotonic()
-        while time.monotonic() - started < most_s:
-            time.sleep(5)
+        """Until every demo service has `minutes` rows of load with a rate (the first of them partial), `least_s`
+        after the demo started at least; `most_s` more at most."""
+        deadline = time.monotonic() + most_s
+        while time.monotonic() < deadline:
             with self.db() as db:
                 counts = [n for (n,) in db.execute(
                     "SELECT COUNT(qps) FROM profiling_serviceminute GROUP BY service_id")]
-            if time.monotonic() - started >= least_s and len(counts) >= 3 and min(counts) >= minutes:
+            if time.monotonic() - self.started >= least_s and len(counts) >= 3 and min(counts) >= minutes:
                 return
+            time.sleep(5)
 
     def stop(self) -> str:
         """Ctrl-C; what up printed. Fails if it does not stop within a minute."""
@@ -126,11 +130,29 @@ class Demo:
         return opener
 
 
+_EARLY: list[Demo] = []  # the demo started with the session
+
+
+def start_early() -> None:
+    """Start the demo now, for these tests to find it running when their turn comes (tests/conftest.py)."""
+    _EARLY.append(Demo(Path(tempfile.mkdtemp(prefix="tidal-demo-"))))
+
+
+def stop_early() -> None:
+    """At the end of the session: a demo started early whose tests never ran (deselected, or the run stopped)."""
+    while _EARLY:
+        up = _EARLY.pop()
+        if up.process.poll() is None:
+            up.stop()
+        shutil.rmtree(up.folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """The demo once three complete minutes of service load left the pipeline, and what `up` printed when Ctrl-C
     stopped it."""
-    up = Demo(tmp_path_factory.mktemp("demo"))
+    early = _EARLY.pop() if _EARLY else None
+    up = early or Demo(tmp_path_factory.mktemp("demo"))
     try:
         up.wait_up()
         up.wait_for_load(minutes=4)
@@ -143,7 +165,9 @@ def demo(tmp_path_factory):
         redis = Redis.from_url(settings.REDIS_URL)
         for key in redis.scan_iter(f"{up.namespace}:*"):
             redis.delete(key)
-    return up
+    yield up
+    if early:
+        shutil.rmtree(up.folder, ignore_errors=True)
 
 
 def test_ctrl_c_stops_everything_up_started(demo):
