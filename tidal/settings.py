@@ -169,9 +169,10 @@ TIDAL_REDIS_NAMESPACE = os.environ.get("TIDAL_REDIS_NAMESPACE", "tidal")  # pref
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                       "KEY_PREFIX": f"{TIDAL_REDIS_NAMESPACE}:cache"}}
 CELERY_BROKER_URL = REDIS_URL
-# A namespace of its own has a task queue of its own too (the default one keeps Celery's): a demo or test run on it
-# beside another Tidal on the same Redis neither takes the other's loop ticks nor gives its own away.
-CELERY_TASK_DEFAULT_QUEUE = "celery" if TIDAL_REDIS_NAMESPACE == "tidal" else f"{TIDAL_REDIS_NAMESPACE}:celery"
+if TIDAL_REDIS_NAMESPACE != "tidal":
+    # A namespace of its own has a task queue of its own too (the default one keeps Celery's, `celery`): a demo or
+    # test run on it beside another Tidal on the same Redis neither takes the other's loop ticks nor gives its own.
+    CELERY_TASK_DEFAULT_QUEUE = f"{TIDAL_REDIS_NAMESPACE}:celery"
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import fields
 from enum import Enum
@@ -94,10 +96,43 @@ def reservations_verdict(runs: Sequence[PolicyRun]) -> list[str]:
     lines = [f"- jobs of more than 8 GPUs, max wait: {_f(big_on)} s with reservations, {_f(big_off)} s without"]
     for key in ("<=1", "2-8"):
         a, b = on[key]["wait"]["p95"], off[key]["wait"]["p95"]
-        change = "–" if a is None or b is None else ("0.0%" if a == b else
-                                                      "∞" if not b else f"{100 * (a - b) / b:+.1f}%")
-        lines.append(f"- jobs of {key} GPUs, p95 wait: {_f(a)} s with reservations, {_f(b)} s without ({change})")
+        lines.append(f"- jobs of {key} GPUs, p95 wait: {_f(a)} s with reservations, {_f(b)} s without "
+                     f"({_change(_relative(a, b))})")
     return ["## What reservations buy (tidal vs tidal-no-reservations)", "", *lines, ""]
+
+
+# What reservations are judged on (issue 25): the small classes' p95 wait, the largest class's longest wait.
+RESERVATION_MARKS = (("<=1", "p95"), ("2-8", "p95"), (">8", "max"))
+
+
+def reservations_change(figures: dict) -> dict[str, float | None] | None:
+    """Per mark, tidal's relative change against tidal-no-reservations in one replay's `summary_json` (None: one of
+    them did not run; a mark's None: no such jobs)."""
+    on, off = figures.get("tidal"), figures.get("tidal-no-reservations")
+    if on is None or off is None:
+        return None
+    return {f"{stat} {size}": _relative(on["by_size"][size]["wait"][stat], off["by_size"][size]["wait"][stat])
+            for size, stat in RESERVATION_MARKS}
+
+
+def reservations_across(changes: dict[float, dict[str, float | None]]) -> list[str]:
+    """A markdown table of what reservations change at each load factor, with the median of each mark: one replay
+    is one sample of a chaotic system (a class's p95 moves by tens of percent with the load factor)."""
+    marks = [f"{stat} {size}" for size, stat in RESERVATION_MARKS]
+    lines = ["| load factor | " + " | ".join(marks) + " |", "|---" * (len(marks) + 1) + "|"]
+    lines += [f"| {lf:g} | " + " | ".join(_change(c[m]) for m in marks) + " |" for lf, c in changes.items()]
+    medians = [statistics.median(known) if (known := [c[m] for c in changes.values() if c[m] is not None]) else None
+               for m in marks]
+    lines.append("| median | " + " | ".join(_change(m) for m in medians) + " |")
+    return lines
+
+
+def _relative(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else 0.0 if a == b else math.inf if not b else (a - b) / b
+
+
+def _change(x: float | None) -> str:
+    return "–" if x is None else "∞" if x == math.inf else f"{100 * x:+.1f}%"
 
 
 def profile_dict(profile) -> dict:

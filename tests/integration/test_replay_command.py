@@ -1,4 +1,5 @@
 """`manage.py replay` end to end on a tiny hand-made trace: report files, JSON keys, bad input."""
+import io
 import json
 
 import pytest
@@ -76,6 +77,25 @@ def test_replay_with_gangs_reports_waits_and_jct_per_job_size(trace, tmp_path):
     assert "## Queueing time and job completion time per job size" in report
     assert "## What reservations buy (tidal vs tidal-no-reservations)" in report
     assert (out / "queue_wait_by_size.png").stat().st_size > 0
+
+
+def test_several_load_factors_replay_each_and_say_what_reservations_change_in_the_median(trace, tmp_path):
+    nodes, pods = trace
+    out, summary, printed = tmp_path / "sweep", tmp_path / "sweep.json", io.StringIO()
+    call_command("replay", nodes=str(nodes), pods=str(pods), out=str(out), json_path=str(summary), quotas="equal",
+                 workers=1, gang_share=0.5, load_factor="1,2,2", stdout=printed)
+    figures = json.loads(summary.read_text())
+    assert list(figures["load_factors"]) == ["1", "2"]  # each factor once
+    for lf in ("1", "2"):
+        assert (out / f"lf{lf}" / "report.md").exists()
+        assert set(figures["load_factors"][lf]) == {"tidal", "fifo", "tidal-no-reservations"}
+        assert set(figures["reservations"][lf]) == {"p95 <=1", "p95 2-8", "max >8"}
+    table = printed.getvalue()
+    assert "| load factor | p95 <=1 | p95 2-8 | max >8 |" in table and "| median |" in table
+    for bad, said in (("2,x", "numbers separated by commas"), ("2,-1", "must be > 0, got -1")):
+        with pytest.raises(CommandError, match=said):
+            call_command("replay", nodes=str(nodes), pods=str(pods), out=str(tmp_path / "never"), load_factor=bad)
+    assert not (tmp_path / "never").exists()
 
 
 def test_replay_demo_shaped_speeds_up_run_times_and_arrivals(trace, tmp_path, settings):

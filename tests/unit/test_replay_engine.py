@@ -7,6 +7,7 @@ import pytest
 from scheduler.policy import PROFILES, get_profile
 from scheduler.replay import replay
 from scheduler.replay.engine import run_policies, run_policy
+from scheduler.replay.report import reservations_across, reservations_change
 from tests.unit.replay_fixtures import POD_HEADER, cluster, pod, setup_for, write
 
 POLICIES = ("tidal", "fifo", "quota-borrowing")
@@ -185,3 +186,20 @@ def test_the_variant_is_tidal_with_reservations_off():
     variant = replay_profile("tidal-no-reservations")
     assert variant.reservations is False and variant.with_(name="tidal", reservations=True) == get_profile("tidal")
     assert replay_profile("fifo") == get_profile("fifo")
+
+
+def test_what_reservations_change_is_relative_to_the_variant_and_its_median_is_per_mark():
+    def figures(small: float, mid: float, big: float) -> dict:
+        sizes = {"<=1": {"wait": {"p95": small, "max": 0.0}}, "2-8": {"wait": {"p95": mid, "max": 0.0}},
+                 ">8": {"wait": {"p95": 0.0, "max": big}}}
+        return {"by_size": sizes}
+
+    off = figures(100, 200, 1000)
+    changes = {lf: reservations_change({"tidal": figures(*on), "tidal-no-reservations": off})
+               for lf, on in {16: (110, 200, 900), 18: (90, None, 1300), 20: (130, 100, 1000)}.items()}
+    assert changes[16] == {"p95 <=1": pytest.approx(0.1), "p95 2-8": 0.0, "max >8": pytest.approx(-0.1)}
+    assert changes[18]["p95 2-8"] is None  # no such jobs with reservations
+    assert reservations_change({"tidal": off}) is None
+    table = reservations_across(changes)
+    assert table[2] == "| 16 | +10.0% | +0.0% | -10.0% |"
+    assert table[-1] == "| median | +10.0% | -25.0% | +0.0% |"  # medians over the replays that have the class

@@ -7,6 +7,7 @@ scheduler/replay/ (no Django there).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -18,7 +19,7 @@ from tqdm import tqdm
 
 from scheduler.policy import PROFILES
 from scheduler.replay import DEFAULT_POLICIES, GANG_POLICIES, VARIANTS, Options, TraceError, load, replay
-from scheduler.replay.report import summary_json
+from scheduler.replay.report import reservations_across, reservations_change, summary_json
 from cluster.simulated.alibaba import trace_name
 from cluster.simulated.traces import gang_share
 
@@ -31,6 +32,20 @@ def _pods_path(value: str) -> Path:
     if path.exists() or os.sep in value or value.endswith(".csv"):
         return path
     return Path(settings.TRACES_DIR) / ALIBABA / f"openb_pod_list_{value}.csv"
+
+
+def _load_factors(value: object) -> list[float]:
+    """`--load-factor`: one factor or several, comma-separated, each > 0."""
+    factors = []
+    for part in str(value).split(","):
+        try:
+            factor = float(part)
+        except ValueError:
+            raise CommandError(f"--load-factor must be numbers separated by commas, got {value!r}") from None
+        if not factor > 0 or math.isinf(factor):
+            raise CommandError(f"--load-factor must be > 0, got {part.strip()}")
+        factors.append(factor)
+    return list(dict.fromkeys(factors))
 
 
 class Command(BaseCommand):
@@ -57,8 +72,10 @@ class Command(BaseCommand):
                             help="gangs hold this share of the offered GPU-time instead of Helios' (implies --gangs)")
         parser.add_argument("--out", help="report folder (default: out/replay-<trace>[-lfX][-inflate])")
         parser.add_argument("--json", dest="json_path", help="also write the headline figures per policy here")
-        parser.add_argument("--load-factor", type=float, default=1.0,
-                            help="compress inter-arrival times this many times (run times unchanged)")
+        parser.add_argument("--load-factor", default="1",
+                            help="compress inter-arrival times this many times (run times unchanged); several, "
+                                 "comma-separated (16,18,20): one replay each, and what reservations change at each "
+                                 "and in the median")
         parser.add_argument("--inflate", action="store_true",
                             help="FGD experiment: submit sampled pods until the first cannot be placed")
         parser.add_argument("--seed", type=int, default=0, help="sampling seed for --inflate")
@@ -74,8 +91,7 @@ class Command(BaseCommand):
                             help="policies replayed in parallel processes (1: one after the other)")
 
     def handle(self, *args: object, **opts: object) -> None:
-        if not opts["load_factor"] > 0:
-            raise CommandError(f"--load-factor must be > 0, got {opts['load_factor']}")
+        factors = _load_factors(opts["load_factor"])
         if opts["min_cycle_s"] < 0 or opts["recheck_s"] <= 0 or opts["borrow_ratio"] < 0:
             raise CommandError("--min-cycle-s must be >= 0, --recheck-s > 0, --borrow-ratio >= 0")
         if opts["demo"]:
@@ -83,10 +99,26 @@ class Command(BaseCommand):
         every = opts["every"] or (10 if opts["demo"] else 1)
         if every < 1:
             raise CommandError(f"--every must be >= 1, got {every}")
+        figures = {lf: self._replay(opts, lf, every, several=len(factors) > 1) for lf in factors}
+        if len(factors) == 1:
+            written = figures[factors[0]]
+        else:
+            changes = {lf: reservations_change(f) for lf, f in figures.items()}
+            written = {"load_factors": {f"{lf:g}": f for lf, f in figures.items()}}
+            if all(c is not None for c in changes.values()):
+                self.stdout.write("What reservations change (tidal against tidal-no-reservations):")
+                self.stdout.write("\n".join(reservations_across(changes)))
+                written["reservations"] = {f"{lf:g}": c for lf, c in changes.items()}
+        if opts["json_path"]:
+            Path(opts["json_path"]).parent.mkdir(parents=True, exist_ok=True)
+            Path(opts["json_path"]).write_text(json.dumps(written, indent=2) + "\n")
+
+    def _replay(self, opts: dict, load_factor: float, every: int, several: bool) -> dict:
+        """One replay at `load_factor`: its report written, its figures printed and returned (summary_json)."""
         share, source = self._gang_share(opts)
         pods = _pods_path(str(opts["pods"]))
         policies = opts["policies"] or list(DEFAULT_POLICIES if share is None else GANG_POLICIES)
-        options = Options(load_factor=opts["load_factor"], min_cycle_s=opts["min_cycle_s"],
+        options = Options(load_factor=load_factor, min_cycle_s=opts["min_cycle_s"],
                           recheck_s=opts["recheck_s"], inflate=opts["inflate"], seed=opts["seed"],
                           gang_share=share, gang_source=source,
                           demo_speedup=float(settings.TIDAL_DEMO_SPEEDUP) if opts["demo"] else None)
@@ -95,7 +127,10 @@ class Command(BaseCommand):
             setup = load(opts["nodes"], pods, quotas, options, borrow_ratio=opts["borrow_ratio"], every=every)
         except TraceError as e:
             raise CommandError(str(e)) from None
-        out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / self._folder(pods, setup, options)
+        if opts["out"]:
+            out = Path(opts["out"]) / f"lf{load_factor:g}" if several else Path(opts["out"])
+        else:
+            out = Path(settings.BASE_DIR) / "out" / self._folder(pods, setup, options)
         command = "python manage.py replay " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "replay"
         self.stdout.write(f"{setup.trace.name}: {len(setup.pods):,} pods ({len(setup.unplaceable)} unplaceable), "
                           f"{len(setup.nodes):,} nodes, {setup.mode} mode, policies {', '.join(policies)}")
@@ -119,9 +154,6 @@ class Command(BaseCommand):
             for b in bars:
                 b.close()
         figures = summary_json(outcome.runs)
-        if opts["json_path"]:
-            Path(opts["json_path"]).parent.mkdir(parents=True, exist_ok=True)
-            Path(opts["json_path"]).write_text(json.dumps(figures, indent=2) + "\n")
         for name, f in figures.items():
             self.stdout.write(f"{name:>15}: GPU share {f['gpu_alloc_share']:.4f}, wait p95 {f['wait_p95_s']} s "
                               f"(own {f['wait_p95_own_s']} s), preemptions {f['preemptions']}, "
@@ -130,6 +162,7 @@ class Command(BaseCommand):
                               f"{c['wait']['max']} s" for k, c in f["by_size"].items() if c["n"])
             self.stdout.write(f"{'':>15}  {sizes}")
         self.stdout.write(f"report: {outcome.files['report.md']} (all policies: {outcome.wall_s:.1f} s)")
+        return figures
 
     @staticmethod
     def _gang_share(opts: dict) -> tuple[float | None, str]:
