@@ -89,7 +89,8 @@ def gang_rule(setup: Setup) -> str:
 def reservations_verdict(runs: Sequence[PolicyRun]) -> list[str]:
     """What reservations buy: tidal against the same profile with them off, on the size classes."""
     by = {r.policy: r.figures["by_size"] for r in runs}
-    if "tidal" not in by or "tidal-no-reservations" not in by:
+    change = reservations_change({r.policy: r.figures for r in runs})
+    if change is None:
         return []
     on, off = by["tidal"], by["tidal-no-reservations"]
     big_on, big_off = on[">8"]["wait"]["max"], off[">8"]["wait"]["max"]
@@ -97,7 +98,7 @@ def reservations_verdict(runs: Sequence[PolicyRun]) -> list[str]:
     for key in ("<=1", "2-8"):
         a, b = on[key]["wait"]["p95"], off[key]["wait"]["p95"]
         lines.append(f"- jobs of {key} GPUs, p95 wait: {_f(a)} s with reservations, {_f(b)} s without "
-                     f"({_change(_relative(a, b))})")
+                     f"({_change(change[f'p95 {key}'])})")
     return ["## What reservations buy (tidal vs tidal-no-reservations)", "", *lines, ""]
 
 
@@ -106,8 +107,8 @@ RESERVATION_MARKS = (("<=1", "p95"), ("2-8", "p95"), (">8", "max"))
 
 
 def reservations_change(figures: dict) -> dict[str, float | None] | None:
-    """Per mark, tidal's relative change against tidal-no-reservations in one replay's `summary_json` (None: one of
-    them did not run; a mark's None: no such jobs)."""
+    """Per mark, tidal's relative change against tidal-no-reservations in one replay's figures per policy (each with
+    its `by_size`, as summary_json has them) (None: one of them did not run; a mark's None: no such jobs)."""
     on, off = figures.get("tidal"), figures.get("tidal-no-reservations")
     if on is None or off is None:
         return None

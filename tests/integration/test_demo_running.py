@@ -113,6 +113,12 @@ class Demo:
             pytest.fail(f"up did not stop within 60 s of Ctrl-C:\n{output}")
         return output
 
+    def forget(self) -> None:
+        """Its Redis keys gone (after it stopped)."""
+        redis = Redis.from_url(settings.REDIS_URL)
+        for key in redis.scan_iter(f"{self.namespace}:*"):
+            redis.delete(key)
+
     def db(self) -> sqlite3.Connection:
         return sqlite3.connect(f"file:{self.folder / 'demo.sqlite3'}?mode=ro", uri=True, timeout=30)
 
@@ -144,6 +150,7 @@ def stop_early() -> None:
         up = _EARLY.pop()
         if up.process.poll() is None:
             up.stop()
+        up.forget()
         shutil.rmtree(up.folder, ignore_errors=True)
 
 
@@ -162,9 +169,7 @@ def demo(tmp_path_factory):
         up.clock = Redis.from_url(settings.REDIS_URL).get(f"{up.namespace}:{DEMO_KEY}:clock")
     finally:
         up.output = up.stop()
-        redis = Redis.from_url(settings.REDIS_URL)
-        for key in redis.scan_iter(f"{up.namespace}:*"):
-            redis.delete(key)
+        up.forget()
     yield up
     if early:
         shutil.rmtree(up.folder, ignore_errors=True)

@@ -11,6 +11,7 @@ import math
 import os
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from django.conf import settings
@@ -18,7 +19,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from scheduler.policy import PROFILES
-from scheduler.replay import DEFAULT_POLICIES, GANG_POLICIES, VARIANTS, Options, TraceError, load, replay
+from scheduler.replay import (DEFAULT_POLICIES, GANG_POLICIES, VARIANTS, Options, Setup, TraceError, load,
+                             replay)
 from scheduler.replay.report import reservations_across, reservations_change, summary_json
 from cluster.simulated.alibaba import trace_name
 from cluster.simulated.traces import gang_share
@@ -99,7 +101,21 @@ class Command(BaseCommand):
         every = opts["every"] or (10 if opts["demo"] else 1)
         if every < 1:
             raise CommandError(f"--every must be >= 1, got {every}")
-        figures = {lf: self._replay(opts, lf, every, several=len(factors) > 1) for lf in factors}
+        share, source = self._gang_share(opts)
+        pods = _pods_path(str(opts["pods"]))
+        policies = opts["policies"] or list(DEFAULT_POLICIES if share is None else GANG_POLICIES)
+        options = Options(load_factor=factors[0], min_cycle_s=opts["min_cycle_s"],
+                          recheck_s=opts["recheck_s"], inflate=opts["inflate"], seed=opts["seed"],
+                          gang_share=share, gang_source=source,
+                          demo_speedup=float(settings.TIDAL_DEMO_SPEEDUP) if opts["demo"] else None)
+        quotas = None if opts["quotas"] == "equal" else opts["quotas"]
+        try:
+            setup = load(opts["nodes"], pods, quotas, options, borrow_ratio=opts["borrow_ratio"], every=every)
+        except TraceError as e:
+            raise CommandError(str(e)) from None
+        # the trace is read once: a load factor only changes the arrival times
+        figures = {lf: self._replay(opts, replace(setup, options=replace(options, load_factor=lf)), pods, policies,
+                                    several=len(factors) > 1) for lf in factors}
         if len(factors) == 1:
             written = figures[factors[0]]
         else:
@@ -113,22 +129,11 @@ class Command(BaseCommand):
             Path(opts["json_path"]).parent.mkdir(parents=True, exist_ok=True)
             Path(opts["json_path"]).write_text(json.dumps(written, indent=2) + "\n")
 
-    def _replay(self, opts: dict, load_factor: float, every: int, several: bool) -> dict:
-        """One replay at `load_factor`: its report written, its figures printed and returned (summary_json)."""
-        share, source = self._gang_share(opts)
-        pods = _pods_path(str(opts["pods"]))
-        policies = opts["policies"] or list(DEFAULT_POLICIES if share is None else GANG_POLICIES)
-        options = Options(load_factor=load_factor, min_cycle_s=opts["min_cycle_s"],
-                          recheck_s=opts["recheck_s"], inflate=opts["inflate"], seed=opts["seed"],
-                          gang_share=share, gang_source=source,
-                          demo_speedup=float(settings.TIDAL_DEMO_SPEEDUP) if opts["demo"] else None)
-        quotas = None if opts["quotas"] == "equal" else opts["quotas"]
-        try:
-            setup = load(opts["nodes"], pods, quotas, options, borrow_ratio=opts["borrow_ratio"], every=every)
-        except TraceError as e:
-            raise CommandError(str(e)) from None
+    def _replay(self, opts: dict, setup: Setup, pods: Path, policies: list[str], several: bool) -> dict:
+        """One replay of `setup`: its report written, its figures printed and returned (summary_json)."""
+        options = setup.options
         if opts["out"]:
-            out = Path(opts["out"]) / f"lf{load_factor:g}" if several else Path(opts["out"])
+            out = Path(opts["out"]) / f"lf{options.load_factor:g}" if several else Path(opts["out"])
         else:
             out = Path(settings.BASE_DIR) / "out" / self._folder(pods, setup, options)
         command = "python manage.py replay " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "replay"
@@ -138,7 +143,7 @@ class Command(BaseCommand):
             g = setup.gangs
             self.stdout.write(f"gangs: {len(g.workers):,} pods run as gangs of 2-16 workers, holding "
                               f"{100 * g.share:.1f}% of the offered GPU-time (target {100 * g.target_share:.1f}%: "
-                              f"{source}); arrivals spread x{g.growth:.3g}")
+                              f"{options.gang_source}); arrivals spread x{g.growth:.3g}")
         bars: list[tqdm] = []
 
         def bar(name: str, total: float):
