@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler.replay import mapping as mp
-from scheduler.replay.engine import VARIANTS, Options, PolicyRun, Setup, build_setup, replay_profile, run_policies
+from scheduler.replay.engine import (CLOCK_SHIFT_S, NOISE_POLICY, VARIANTS, Options, PolicyRun, Setup, build_setup,
+                                     replay_profile, run_policies, run_policy, shifted)
 from cluster.simulated.alibaba import TraceError, read_nodes, read_pods
 from cluster.simulated.traces import helios_shares
 
@@ -30,6 +31,7 @@ class Outcome:
     runs: list[PolicyRun]
     files: dict[str, Path]
     wall_s: float
+    noise: PolicyRun | None = None  # NOISE_POLICY with its cycles CLOCK_SHIFT_S further apart (--noise-floor)
 
 
 def load(nodes_csv: str | Path, pods_csv: str | Path, quota_csv: str | Path | None, options: Options,
@@ -49,17 +51,23 @@ def load(nodes_csv: str | Path, pods_csv: str | Path, quota_csv: str | Path | No
 
 
 def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, workers: int = 1,
-           bar: Callable | None = None) -> Outcome:
+           bar: Callable | None = None, noise: bool = False) -> Outcome:
+    """Replay every policy on `setup` and write the report; with `noise`, NOISE_POLICY once more with its cycles
+    CLOCK_SHIFT_S further apart (the noise floor of the comparisons)."""
     import time
 
     from scheduler.replay.report import write_report
 
     started = time.perf_counter()
     runs = run_policies(setup, policies, workers, bar)
+    floor = None
+    if noise:
+        floor = run_policy(shifted(setup), NOISE_POLICY,
+                           bar(f"+{CLOCK_SHIFT_S:g} s", setup.total) if bar else None)
     wall = time.perf_counter() - started
-    files = write_report(out, setup, runs, command, wall)
-    return Outcome(setup, runs, files, wall)
+    files = write_report(out, setup, runs, command, wall, floor)
+    return Outcome(setup, runs, files, wall, floor)
 
 
-__all__ = ["DEFAULT_POLICIES", "GANG_POLICIES", "VARIANTS", "Options", "Outcome", "TraceError", "load", "replay",
-           "replay_profile"]
+__all__ = ["CLOCK_SHIFT_S", "DEFAULT_POLICIES", "GANG_POLICIES", "NOISE_POLICY", "VARIANTS", "Options", "Outcome",
+           "TraceError", "load", "replay", "replay_profile"]

@@ -46,6 +46,15 @@ Progress = Callable[[float], None]  # called with an absolute progress value
 VARIANTS: dict[str, Profile] = {
     "tidal-no-reservations": replace(TIDAL, name="tidal-no-reservations", reservations=False),
 }
+# The noise floor (replay --noise-floor): the profile without reservations replayed again with its cycles at least
+# this much further apart, a change that should not matter. What it moves a figure by, one replay cannot tell from
+# chance: a cycle admitting a job 0.1 s later changes what the next ones see.
+NOISE_POLICY, CLOCK_SHIFT_S = "tidal-no-reservations", 0.1
+
+
+def shifted(setup: Setup) -> Setup:
+    """`setup` with its cycles CLOCK_SHIFT_S further apart."""
+    return replace(setup, options=replace(setup.options, min_cycle_s=setup.options.min_cycle_s + CLOCK_SHIFT_S))
 
 
 @dataclass(frozen=True)

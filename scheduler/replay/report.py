@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from scheduler.replay import mapping as mp  # noqa: E402
-from scheduler.replay.engine import VARIANTS, PolicyRun, Setup  # noqa: E402
+from scheduler.replay.engine import CLOCK_SHIFT_S, NOISE_POLICY, VARIANTS, PolicyRun, Setup  # noqa: E402
 
 PLOTS = {
     "alloc_share": "alloc_share.png",
@@ -86,19 +86,26 @@ def gang_rule(setup: Setup) -> str:
             f"{100 * g.share:.1f}% of GPU-time, offered GPU-time x {g.growth:.3g}")
 
 
-def reservations_verdict(runs: Sequence[PolicyRun]) -> list[str]:
-    """What reservations buy: tidal against the same profile with them off, on the size classes."""
+def reservations_verdict(runs: Sequence[PolicyRun], noise: PolicyRun | None = None) -> list[str]:
+    """What reservations buy: tidal against the same profile with them off, on the size classes; with `noise`, what
+    that comparison cannot tell from chance (noise_change)."""
     by = {r.policy: r.figures["by_size"] for r in runs}
     change = reservations_change({r.policy: r.figures for r in runs})
     if change is None:
         return []
     on, off = by["tidal"], by["tidal-no-reservations"]
     big_on, big_off = on[">8"]["wait"]["max"], off[">8"]["wait"]["max"]
-    lines = [f"- jobs of more than 8 GPUs, max wait: {_f(big_on)} s with reservations, {_f(big_off)} s without"]
+    lines = [f"- jobs of more than 8 GPUs, max wait: {_f(big_on)} s with reservations, {_f(big_off)} s without "
+             f"({change_text(change['max >8'])})"]
     for key in ("<=1", "2-8"):
         a, b = on[key]["wait"]["p95"], off[key]["wait"]["p95"]
         lines.append(f"- jobs of {key} GPUs, p95 wait: {_f(a)} s with reservations, {_f(b)} s without "
-                     f"({_change(change[f'p95 {key}'])})")
+                     f"({change_text(change[f'p95 {key}'])})")
+    if noise is not None:
+        floor = noise_change({r.policy: r.figures for r in runs}, noise.figures)
+        lines.append(f"- noise floor: {NOISE_POLICY} replayed again with its cycles {CLOCK_SHIFT_S:g} s further apart "
+                     "changes " + ", ".join(f"{mark} by {change_text(x)}" for mark, x in floor.items())
+                     + ": one replay does not tell a change of that size from chance")
     return ["## What reservations buy (tidal vs tidal-no-reservations)", "", *lines, ""]
 
 
@@ -106,25 +113,37 @@ def reservations_verdict(runs: Sequence[PolicyRun]) -> list[str]:
 RESERVATION_MARKS = (("<=1", "p95"), ("2-8", "p95"), (">8", "max"))
 
 
-def reservations_change(figures: dict) -> dict[str, float | None] | None:
-    """Per mark, tidal's relative change against tidal-no-reservations in one replay's figures per policy (each with
-    its `by_size`, as summary_json has them) (None: one of them did not run; a mark's None: no such jobs)."""
-    on, off = figures.get("tidal"), figures.get("tidal-no-reservations")
-    if on is None or off is None:
-        return None
+def marks_change(on: dict, off: dict) -> dict[str, float | None]:
+    """Per mark, `on`'s relative change against `off` (the figures of two runs, each with its `by_size`, as
+    summary_json has them; a mark's None: no such jobs)."""
     return {f"{stat} {size}": _relative(on["by_size"][size]["wait"][stat], off["by_size"][size]["wait"][stat])
             for size, stat in RESERVATION_MARKS}
 
 
+def reservations_change(figures: dict) -> dict[str, float | None] | None:
+    """Per mark, tidal's relative change against tidal-no-reservations in one replay's figures per policy (None: one
+    of them did not run)."""
+    on, off = figures.get("tidal"), figures.get("tidal-no-reservations")
+    return None if on is None or off is None else marks_change(on, off)
+
+
+def noise_change(figures: dict, noise: dict) -> dict[str, float | None] | None:
+    """Per mark, the noise floor: NOISE_POLICY replayed with its cycles CLOCK_SHIFT_S further apart (`noise`, its
+    figures) against the same policy in `figures` (None: it did not run)."""
+    off = figures.get(NOISE_POLICY)
+    return None if off is None else marks_change(noise, off)
+
+
 def reservations_across(changes: dict[float, dict[str, float | None]]) -> list[str]:
-    """A markdown table of what reservations change at each load factor, with the median of each mark: one replay
-    is one sample of a chaotic system (a class's p95 moves by tens of percent with the load factor)."""
+    """A markdown table of the marks' changes at each load factor (what reservations change, or the noise floor),
+    with the median of each mark: one replay is one sample of a chaotic system (a class's p95 moves by tens of
+    percent with the load factor)."""
     marks = [f"{stat} {size}" for size, stat in RESERVATION_MARKS]
     lines = ["| load factor | " + " | ".join(marks) + " |", "|---" * (len(marks) + 1) + "|"]
-    lines += [f"| {lf:g} | " + " | ".join(_change(c[m]) for m in marks) + " |" for lf, c in changes.items()]
+    lines += [f"| {lf:g} | " + " | ".join(change_text(c[m]) for m in marks) + " |" for lf, c in changes.items()]
     medians = [statistics.median(known) if (known := [c[m] for c in changes.values() if c[m] is not None]) else None
                for m in marks]
-    lines.append("| median | " + " | ".join(_change(m) for m in medians) + " |")
+    lines.append("| median | " + " | ".join(change_text(m) for m in medians) + " |")
     return lines
 
 
@@ -132,7 +151,7 @@ def _relative(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else 0.0 if a == b else math.inf if not b else (a - b) / b
 
 
-def _change(x: float | None) -> str:
+def change_text(x: float | None) -> str:
     return "–" if x is None else "∞" if x == math.inf else f"{100 * x:+.1f}%"
 
 
@@ -154,8 +173,9 @@ def Counter_of(items) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def report_json(setup: Setup, runs: Sequence[PolicyRun]) -> dict:
+def report_json(setup: Setup, runs: Sequence[PolicyRun], noise: PolicyRun | None = None) -> dict:
     trace = setup.trace
+    floor = None if noise is None else noise_change({r.policy: r.figures for r in runs}, noise.figures)
     return {
         "trace": trace.name,
         "pods_file": str(trace.path),
@@ -175,13 +195,15 @@ def report_json(setup: Setup, runs: Sequence[PolicyRun]) -> dict:
             "source": setup.options.gang_source},
         "policies": {r.policy: {**r.figures, "extra": r.extra, "profile": profile_dict(r.profile),
                                 "timeline": r.timeline} for r in runs},
+        "noise_floor": None if noise is None else {"policy": NOISE_POLICY, "cycles_further_apart_s": CLOCK_SHIFT_S,
+                                                   "by_size": noise.figures["by_size"], "changes": floor},
     }
 
 
 def write_report(out: Path, setup: Setup, runs: Sequence[PolicyRun], command: str,
-                 wall_s: float | None = None) -> dict[str, Path]:
+                 wall_s: float | None = None, noise: PolicyRun | None = None) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
-    data = report_json(setup, runs)
+    data = report_json(setup, runs, noise)
     (out / "report.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     (out / "timings.json").write_text(json.dumps(summary_json(runs), indent=1) + "\n")
     paths = {k: out / v for k, v in PLOTS.items()}
@@ -191,7 +213,7 @@ def write_report(out: Path, setup: Setup, runs: Sequence[PolicyRun], command: st
     _plot_preemptions(paths["preemptions"], runs)
     _plot_util(paths["util_by_model"], setup, runs)
     _plot_waits_by_size(paths["waits_by_size"], runs)
-    (out / "report.md").write_text(_markdown(setup, runs, data, command, wall_s))
+    (out / "report.md").write_text(_markdown(setup, runs, data, command, wall_s, noise))
     return {"report.md": out / "report.md", "report.json": out / "report.json", **paths}
 
 
@@ -202,7 +224,8 @@ def _f(x, digits: int = 1, pct: bool = False) -> str:
     return f"{100 * x:.{digits}f}%" if pct else f"{x:,.{digits}f}"
 
 
-def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str, wall_s: float | None) -> str:
+def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str, wall_s: float | None,
+              noise: PolicyRun | None = None) -> str:
     t, opt = setup.trace, setup.options
     inflate = setup.mode == "inflate"
     lines = [f"# Trace replay: {t.name} ({setup.mode}{'' if inflate else f', load factor {opt.load_factor:g}'})", "",
@@ -270,7 +293,7 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
                          f"{j['n']:,} | {_f(j['p50'])} | {_f(j['p95'])} | {_f(j['max'])} |")
     lines += ["", f"Gangs: {gang_rule(setup)}. Gangs that held a reservation: "
               + ", ".join(f"{r.policy} {r.figures['gangs_reserved']:,}" for r in runs) + ".", ""]
-    lines += reservations_verdict(runs)
+    lines += reservations_verdict(runs, noise)
     lines += ["## Preemptions, fallbacks, utilization per GPU model", "",
               "| policy | preemptions (by reason) | jobs preempted | GPU-h lost | fallbacks / jobs with a "
               "chosen model | never started | " + " | ".join(setup.capacity_by_model) + " |",

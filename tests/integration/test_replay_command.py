@@ -92,6 +92,7 @@ def test_several_load_factors_replay_each_and_say_what_reservations_change_in_th
         assert set(figures["reservations"][lf]) == {"p95 <=1", "p95 2-8", "max >8"}
     table = printed.getvalue()
     assert "| load factor | p95 <=1 | p95 2-8 | max >8 |" in table and "| median |" in table
+    assert "noise_floor" not in figures and "Noise floor" not in table  # only when asked for
     for bad, said in (("2,x", "numbers separated by commas"), ("2,-1", "must be > 0, got -1")):
         with pytest.raises(CommandError, match=said):
             call_command("replay", nodes=str(nodes), pods=str(pods), out=str(tmp_path / "never"), load_factor=bad)
@@ -110,3 +111,30 @@ def test_replay_demo_shaped_speeds_up_run_times_and_arrivals(trace, tmp_path, se
     assert data["policies"]["tidal"]["window_s"] == pytest.approx(300 * data["gangs"]["gpu_time_growth"] / 10, abs=1e-3)
     with pytest.raises(CommandError, match="--gang-share"):
         call_command("replay", nodes=str(nodes), pods=str(pods), out=str(out), gang_share=1.5)
+
+
+def test_the_noise_floor_replays_the_variant_again_with_its_cycles_further_apart(trace, tmp_path):
+    nodes, pods = trace
+    out, summary, printed = tmp_path / "noise", tmp_path / "noise.json", io.StringIO()
+    call_command("replay", nodes=str(nodes), pods=str(pods), out=str(out), json_path=str(summary), quotas="equal",
+                 workers=1, gang_share=0.5, load_factor="1,2", policies=["tidal", "tidal-no-reservations"],
+                 noise_floor=True, stdout=printed)
+    figures = json.loads(summary.read_text())
+    assert set(figures["noise_floor"]) == {"1", "2"}
+    assert set(figures["noise_floor"]["1"]) == {"p95 <=1", "p95 2-8", "max >8"}
+    said = printed.getvalue()
+    assert "Noise floor (tidal-no-reservations with its cycles 0.1 s further apart, against itself):" in said
+    assert said.count("| median |") == 2  # what reservations change, and the noise floor
+    data = json.loads((out / "lf1" / "report.json").read_text())["noise_floor"]
+    assert data["policy"] == "tidal-no-reservations" and data["cycles_further_apart_s"] == 0.1
+    assert set(data["by_size"]) == {"<=1", "2-8", ">8"}
+    assert "- noise floor: tidal-no-reservations replayed again" in (out / "lf1" / "report.md").read_text()
+
+
+def test_the_noise_floor_needs_both_tidal_profiles(trace, tmp_path):
+    nodes, pods = trace
+    with pytest.raises(CommandError, match="--noise-floor reads what reservations change: replay both tidal and "
+                                           r"tidal-no-reservations \(policies given: tidal, fifo\)"):
+        call_command("replay", nodes=str(nodes), pods=str(pods), out=str(tmp_path / "never"), quotas="equal",
+                     policies=["tidal", "fifo"], noise_floor=True)
+    assert not (tmp_path / "never").exists()

@@ -6,8 +6,8 @@ import pytest
 
 from scheduler.policy import PROFILES, get_profile
 from scheduler.replay import replay
-from scheduler.replay.engine import run_policies, run_policy
-from scheduler.replay.report import reservations_across, reservations_change
+from scheduler.replay.engine import CLOCK_SHIFT_S, run_policies, run_policy, shifted
+from scheduler.replay.report import noise_change, reservations_across, reservations_change
 from tests.unit.replay_fixtures import POD_HEADER, cluster, pod, setup_for, write
 
 POLICIES = ("tidal", "fifo", "quota-borrowing")
@@ -203,3 +203,13 @@ def test_what_reservations_change_is_relative_to_the_variant_and_its_median_is_p
     table = reservations_across(changes)
     assert table[2] == "| 16 | +10.0% | +0.0% | -10.0% |"
     assert table[-1] == "| median | +10.0% | -25.0% | +0.0% |"  # medians over the replays that have the class
+    # the noise floor: the variant replayed again (its cycles further apart) against the variant itself
+    floor = noise_change({"tidal": figures(1, 1, 1), "tidal-no-reservations": off}, figures(120, 150, 1000))
+    assert floor == {"p95 <=1": pytest.approx(0.2), "p95 2-8": pytest.approx(-0.25), "max >8": 0.0}
+    assert noise_change({"tidal": off}, off) is None
+
+
+def test_the_noise_floor_replays_the_same_setup_with_its_cycles_further_apart(blocking_trace):
+    setup, moved = blocking_trace, shifted(blocking_trace)
+    assert moved.options.min_cycle_s == pytest.approx(setup.options.min_cycle_s + CLOCK_SHIFT_S)
+    assert moved.pods is setup.pods and moved.options.load_factor == setup.options.load_factor

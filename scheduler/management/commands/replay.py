@@ -19,9 +19,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from scheduler.policy import PROFILES
-from scheduler.replay import (DEFAULT_POLICIES, GANG_POLICIES, VARIANTS, Options, Setup, TraceError, load,
-                             replay)
-from scheduler.replay.report import reservations_across, reservations_change, summary_json
+from scheduler.replay import (CLOCK_SHIFT_S, DEFAULT_POLICIES, GANG_POLICIES, NOISE_POLICY, VARIANTS, Options, Setup,
+                             TraceError, load, replay)
+from scheduler.replay.report import (change_text, noise_change, reservations_across, reservations_change,
+                                     summary_json)
 from cluster.simulated.alibaba import trace_name
 from cluster.simulated.traces import gang_share
 
@@ -78,6 +79,10 @@ class Command(BaseCommand):
                             help="compress inter-arrival times this many times (run times unchanged); several, "
                                  "comma-separated (16,18,20): one replay each, and what reservations change at each "
                                  "and in the median")
+        parser.add_argument("--noise-floor", action="store_true",
+                            help=f"also replay {NOISE_POLICY} with its cycles {CLOCK_SHIFT_S:g} s further apart: what "
+                                 "that moves each figure of what reservations change is what one replay cannot tell "
+                                 "from chance (needs tidal and tidal-no-reservations)")
         parser.add_argument("--inflate", action="store_true",
                             help="FGD experiment: submit sampled pods until the first cannot be placed")
         parser.add_argument("--seed", type=int, default=0, help="sampling seed for --inflate")
@@ -104,6 +109,9 @@ class Command(BaseCommand):
         share, source = self._gang_share(opts)
         pods = _pods_path(str(opts["pods"]))
         policies = opts["policies"] or list(DEFAULT_POLICIES if share is None else GANG_POLICIES)
+        if opts["noise_floor"] and not {"tidal", NOISE_POLICY} <= set(policies):
+            raise CommandError(f"--noise-floor reads what reservations change: replay both tidal and {NOISE_POLICY} "
+                               f"(policies given: {', '.join(policies)})")
         options = Options(load_factor=factors[0], min_cycle_s=opts["min_cycle_s"],
                           recheck_s=opts["recheck_s"], inflate=opts["inflate"], seed=opts["seed"],
                           gang_share=share, gang_source=source,
@@ -114,10 +122,14 @@ class Command(BaseCommand):
         except TraceError as e:
             raise CommandError(str(e)) from None
         # the trace is read once: a load factor only changes the arrival times
-        figures = {lf: self._replay(opts, replace(setup, options=replace(options, load_factor=lf)), pods, policies,
-                                    several=len(factors) > 1) for lf in factors}
+        figures, floors = {}, {}
+        for lf in factors:
+            figures[lf], floors[lf] = self._replay(opts, replace(setup, options=replace(options, load_factor=lf)),
+                                                   pods, policies, several=len(factors) > 1)
         if len(factors) == 1:
             written = figures[factors[0]]
+            if opts["noise_floor"]:
+                written = {**written, "noise_floor": floors[factors[0]]}
         else:
             changes = {lf: reservations_change(f) for lf, f in figures.items()}
             written = {"load_factors": {f"{lf:g}": f for lf, f in figures.items()}}
@@ -125,12 +137,19 @@ class Command(BaseCommand):
                 self.stdout.write("What reservations change (tidal against tidal-no-reservations):")
                 self.stdout.write("\n".join(reservations_across(changes)))
                 written["reservations"] = {f"{lf:g}": c for lf, c in changes.items()}
+            if opts["noise_floor"]:
+                self.stdout.write(f"Noise floor ({NOISE_POLICY} with its cycles {CLOCK_SHIFT_S:g} s further apart, "
+                                  "against itself):")
+                self.stdout.write("\n".join(reservations_across(floors)))
+                written["noise_floor"] = {f"{lf:g}": c for lf, c in floors.items()}
         if opts["json_path"]:
             Path(opts["json_path"]).parent.mkdir(parents=True, exist_ok=True)
             Path(opts["json_path"]).write_text(json.dumps(written, indent=2) + "\n")
 
-    def _replay(self, opts: dict, setup: Setup, pods: Path, policies: list[str], several: bool) -> dict:
-        """One replay of `setup`: its report written, its figures printed and returned (summary_json)."""
+    def _replay(self, opts: dict, setup: Setup, pods: Path, policies: list[str], several: bool
+                ) -> tuple[dict, dict | None]:
+        """One replay of `setup`: its report written, its figures printed and returned (summary_json), with the noise
+        floor's changes (noise_change; None without --noise-floor)."""
         options = setup.options
         if opts["out"]:
             out = Path(opts["out"]) / f"lf{options.load_factor:g}" if several else Path(opts["out"])
@@ -154,7 +173,8 @@ class Command(BaseCommand):
 
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked
         try:
-            outcome = replay(setup, policies, out, command, workers=opts["workers"], bar=bar)
+            outcome = replay(setup, policies, out, command, workers=opts["workers"], bar=bar,
+                             noise=opts["noise_floor"])
         finally:
             for b in bars:
                 b.close()
@@ -166,8 +186,13 @@ class Command(BaseCommand):
             sizes = "; ".join(f"{k} GPUs n={c['n']} wait p50/p95/max {c['wait']['p50']}/{c['wait']['p95']}/"
                               f"{c['wait']['max']} s" for k, c in f["by_size"].items() if c["n"])
             self.stdout.write(f"{'':>15}  {sizes}")
+        floor = None
+        if outcome.noise is not None:
+            floor = noise_change(figures, outcome.noise.figures)
+            self.stdout.write(f"{'noise floor':>15}: {NOISE_POLICY} with its cycles {CLOCK_SHIFT_S:g} s further apart "
+                              "changes " + ", ".join(f"{m} {change_text(x)}" for m, x in floor.items()))
         self.stdout.write(f"report: {outcome.files['report.md']} (all policies: {outcome.wall_s:.1f} s)")
-        return figures
+        return figures, floor
 
     @staticmethod
     def _gang_share(opts: dict) -> tuple[float | None, str]:
