@@ -63,7 +63,7 @@ def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, worke
     floor = None
     if noise:
         floor = run_policy(shifted(setup), NOISE_POLICY,
-                           bar(f"+{CLOCK_SHIFT_S:g} s", setup.total) if bar else None)
+                           bar("noise floor", setup.total) if bar else None)
     wall = time.perf_counter() - started
     files = write_report(out, setup, runs, command, wall, floor)
     return Outcome(setup, runs, files, wall, floor)
