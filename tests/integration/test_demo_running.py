@@ -180,6 +180,8 @@ def test_ctrl_c_stops_everything_up_started(demo):
     assert "Tidal is up" in demo.output and demo.output.count("DEBUG is on") == 1
     for child in CHILDREN:
         assert f"stopped {child}" in demo.output
+    flink = demo.log("flink")  # its job cancelled through a JVM still there: no traceback on the way out
+    assert "profile job cancelled" in flink and "Traceback" not in flink, flink[-3000:]
 
 
 def test_every_loop_acts_on_at_least_nine_ticks_in_ten(demo):

@@ -32,6 +32,15 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+# Flink's Python process cancels its job through its JVM, which PyFlink starts ignoring SIGINT: SIGINT to the group
+# reaches the Python side only, and the JVM exits after it. SIGTERM would stop the JVM first and the cancel with it.
+STOP_SIGNALS = {"flink": signal.SIGINT}
+
+
+def _stop_signal(child: str) -> signal.Signals:
+    return STOP_SIGNALS.get(child, signal.SIGTERM)
+
+
 class Command(BaseCommand):
     help = "Run Tidal locally: web server, Celery worker and beat on the demo cluster."
 
@@ -140,11 +149,11 @@ class Command(BaseCommand):
                 raise CommandError(f"{name} exited with code {child.returncode}; see .run/logs/{name}.log")
 
     def _stop(self, children: dict[str, subprocess.Popen], grace_s: float = 20) -> None:
-        """SIGTERM to every child at once, then one shared grace period before SIGKILL (a JVM or a Celery
-        warm shutdown must not stretch Ctrl-C by 15 s per child)."""
-        for child in children.values():
+        """SIGTERM (or the child's own STOP_SIGNALS) to every child at once, then one shared grace period before SIGKILL
+        (a JVM or a Celery warm shutdown must not stretch Ctrl-C by 15 s per child)."""
+        for name, child in children.items():
             if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
+                os.killpg(child.pid, _stop_signal(name))
         deadline = time.monotonic() + grace_s
         for name, child in children.items():
             try:
@@ -152,5 +161,5 @@ class Command(BaseCommand):
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
-                self.stdout.write(f"killed {name} (no exit within {grace_s:.0f} s of SIGTERM)")
+                self.stdout.write(f"killed {name} (no exit within {grace_s:.0f} s of {_stop_signal(name).name})")
             self.stdout.write(f"stopped {name}")
