@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import Max
 from django.urls import reverse
@@ -26,6 +28,7 @@ CURSOR = "decisions"
 BATCH = 1000  # decisions per scan; the next scan goes on from the cursor
 MAX_ATTEMPTS = 6  # the first try and five retries with exponential backoff (notifications/tasks.py)
 MAX_WAITING_HOURS = 24 * 30
+MAX_ADDRESS = 254  # the user model's e-mail column
 FAILURE_WINDOW = timedelta(hours=1)
 
 
@@ -48,14 +51,35 @@ def _unique(events: list[str]) -> list[str]:
     return list(dict.fromkeys(events))
 
 
+def address_errors(address: str) -> list[str]:
+    """Why `address` cannot receive e-mail (none: empty, meaning no e-mail, or a valid address)."""
+    if not address:
+        return []
+    if len(address) > MAX_ADDRESS:
+        return [f"at most {MAX_ADDRESS} characters"]
+    try:
+        validate_email(address)
+    except ValidationError:
+        return ["enter an e-mail address such as alice@example.org, or leave it empty for no e-mail"]
+    return []
+
+
 @transaction.atomic
-def preference_set(*, user, events: list[str], waiting_hours: int, email: bool, webhook_url: str) -> Preference:
-    """Which of their jobs' events reach the user, and how; refused with every field's reason, nothing written."""
+def preference_set(*, user, events: list[str], waiting_hours: int, email: bool, webhook_url: str,
+                   email_address: str | None = None) -> Preference:
+    """Which of their jobs' events reach the user, and how, with the address their e-mail goes to (None: unchanged;
+    it serves their department subscriptions too); refused with every field's reason, nothing written."""
     errors = _choice_errors(events=events, allowed=USER_EVENTS, webhook_url=webhook_url)
     if not 1 <= waiting_hours <= MAX_WAITING_HOURS:
         errors["waiting_hours"] = [f"must be a whole number of hours from 1 to {MAX_WAITING_HOURS}"]
+    address = None if email_address is None else email_address.strip()
+    if address is not None and (problems := address_errors(address)):
+        errors["email_address"] = problems
     if errors:
         raise ApplicationError("the notification settings were not saved", fields=errors)
+    if address is not None and address != user.email:
+        user.email = address
+        user.save(update_fields=["email"])
     preference, _ = Preference.objects.update_or_create(user=user, defaults={
         "events": _unique(events), "waiting_hours": waiting_hours, "email": email, "webhook_url": webhook_url})
     return preference

@@ -19,6 +19,10 @@ class PreferenceForm(_Form):
     waiting_hours = forms.IntegerField(label="“Still waiting” after (hours)", initial=6,
                                        widget=forms.NumberInput(attrs={"min": 1, "max": 720}))
     email = forms.BooleanField(required=False, label="By e-mail to my address")
+    # a plain field: the service's check is the one rule, its message beside the field
+    email_address = forms.CharField(required=False, label="My e-mail address",
+                                    help_text="Also where your department subscriptions' e-mail goes. Empty: no e-mail.",
+                                    widget=forms.EmailInput(attrs={"autocomplete": "email"}))
     webhook_url = forms.CharField(required=False, max_length=500, label="Webhook URL",
                                   help_text="http(s); receives a Slack-compatible JSON POST. Empty: no webhook.",
                                   widget=forms.TextInput(attrs={"inputmode": "url",

@@ -20,7 +20,7 @@ DELIVERIES = ObjectList(table=DeliveryTable, per_page=25, template="frontend/not
 def _preference_form(user) -> PreferenceForm:
     p = selectors.preference_of(user=user)
     return PreferenceForm(initial={"events": p.events, "waiting_hours": p.waiting_hours, "email": p.email,
-                                   "webhook_url": p.webhook_url})
+                                   "email_address": user.email, "webhook_url": p.webhook_url})
 
 
 def _subscription_forms(user, failed: tuple[int, SubscriptionForm] | None) -> list[dict]:
@@ -54,8 +54,11 @@ def notification_settings(request, *, form: PreferenceForm | None = None,
 def preference_save(request):
     form = PreferenceForm(request.POST)
     if form.is_valid():
+        data = form.cleaned_data
+        if "email_address" not in request.POST:  # a form without the field leaves the address as it is
+            data = {k: v for k, v in data.items() if k != "email_address"}
         try:
-            services.preference_set(user=request.user, **form.cleaned_data)
+            services.preference_set(user=request.user, **data)
         except ApplicationError as error:
             apply_errors(form, error)
         else:

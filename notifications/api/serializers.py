@@ -48,8 +48,9 @@ class PreferenceSerializer(JSONTypes, serializers.ModelSerializer):
                                              help_text="waiting_long: after this many hours in one pending period.")
     email = serializers.BooleanField(help_text="E-mail to your account's address.")
     webhook_url = webhook_field()
-    email_address = serializers.CharField(source="user.email", read_only=True,
-                                          help_text="Where e-mail goes (empty: your account has none).")
+    email_address = serializers.EmailField(source="user.email", required=False, allow_blank=True, max_length=254,
+                                           help_text="Where your e-mail goes, also your department subscriptions' "
+                                                     "(empty: none); left out: unchanged.")
     updated_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text="null: the defaults.")
 
     class Meta:

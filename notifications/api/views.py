@@ -11,6 +11,7 @@ from notifications.models import DepartmentSubscription, Delivery
 
 RULES = ("Beyond the schema (a 400 naming the field): every event is a known one; `webhook_url` is empty or an "
          "http(s) URL with a host")
+ADDRESS = "`email_address` is empty or a valid e-mail address (left out: unchanged)"
 
 
 class PreferenceView(generics.RetrieveUpdateAPIView):
@@ -23,11 +24,11 @@ class PreferenceView(generics.RetrieveUpdateAPIView):
     def get_object(self):
         return selectors.preference_of(user=self.request.user)
 
-    @extend_schema(description=f"Replace your settings. {RULES}; `waiting_hours` is 1 to 720.")
+    @extend_schema(description=f"Replace your settings. {RULES}; {ADDRESS}; `waiting_hours` is 1 to 720.")
     def put(self, request, *args, **kwargs):
         return super().put(request, *args, **kwargs)
 
-    @extend_schema(description=f"Change some of your settings. {RULES}; `waiting_hours` is 1 to 720.")
+    @extend_schema(description=f"Change some of your settings. {RULES}; {ADDRESS}; `waiting_hours` is 1 to 720.")
     def patch(self, request, *args, **kwargs):
         return super().patch(request, *args, **kwargs)
 
@@ -36,7 +37,8 @@ class PreferenceView(generics.RetrieveUpdateAPIView):
         serializer.instance = services.preference_set(
             user=self.request.user, events=given.get("events", current.events),
             waiting_hours=given.get("waiting_hours", current.waiting_hours), email=given.get("email", current.email),
-            webhook_url=given.get("webhook_url", current.webhook_url))
+            webhook_url=given.get("webhook_url", current.webhook_url),
+            email_address=given.get("user", {}).get("email"))
 
 
 class DeliveryViewSet(RestrictedMixin, viewsets.ReadOnlyModelViewSet):

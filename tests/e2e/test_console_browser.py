@@ -284,18 +284,27 @@ def test_notification_settings_save_and_a_bad_webhook_is_named_beside_its_field(
     expect(mine.get_by_label("preempted")).to_be_checked()  # the defaults
     expect(mine.get_by_label("admitted")).not_to_be_checked()
 
+    expect(mine.get_by_label("My e-mail address")).to_have_value("adam@cluster.test")
+
     mine.get_by_label("finished").check()
     mine.get_by_label("Webhook URL").fill("ftp://hooks.example.test/T0/secret")
+    mine.get_by_label("My e-mail address").fill("adam at cluster")
     mine.get_by_role("button", name="Save").click()
     expect(page.locator("#id_webhook_url_error")).to_have_text("must be an http:// or https:// URL with a host")
+    expect(page.locator("#id_email_address_error")).to_contain_text("enter an e-mail address such as")
     expect(mine.get_by_label("finished")).to_be_checked()  # what was chosen is kept
     page.screenshot(path="/tmp/h3-settings-error.png", full_page=True)
-    assert not Preference.objects.exists()
+    adam.refresh_from_db()
+    assert not Preference.objects.exists() and adam.email == "adam@cluster.test"
 
     mine.get_by_label("Webhook URL").fill("https://hooks.example.test/T0/secret")
+    mine.get_by_label("My e-mail address").fill("adam.search@cluster.test")
     mine.get_by_role("button", name="Save").click()
     expect(page.get_by_role("status")).to_contain_text("Notification settings saved.")
     expect(mine.get_by_label("Webhook URL")).to_have_value("https://hooks.example.test/T0/secret")
+    expect(mine.get_by_label("My e-mail address")).to_have_value("adam.search@cluster.test")
+    adam.refresh_from_db()
+    assert adam.email == "adam.search@cluster.test"
     preference = Preference.objects.get(user=adam)
     assert preference.events == ["preempted", "taken_back", "finished", "failed"]
     assert preference.webhook_url == "https://hooks.example.test/T0/secret"

@@ -393,6 +393,40 @@ def test_the_settings_page_saves_preferences_and_puts_errors_beside_fields(world
     assert not DepartmentSubscription.objects.exists()
 
 
+def test_users_set_their_own_email_address_and_a_bad_one_changes_nothing(world):
+    member = world.users["member"]
+    before = member.email
+    client = world.client("member")
+    for bad in ("not-an-address", "a@b", "x" * 250 + "@example.org"):
+        response = client.patch("/api/notifications/preferences/", {"email_address": bad, "waiting_hours": 3})
+        assert response.status_code == 400, bad
+        assert list(response.json()["extra"]["fields"]) == ["email_address"], response.json()
+    member.refresh_from_db()
+    assert member.email == before and not Preference.objects.exists()  # nothing written, the hours neither
+
+    response = client.patch("/api/notifications/preferences/", {"email_address": " ml.member@example.org "})
+    assert response.status_code == 200 and response.json()["email_address"] == "ml.member@example.org"
+    member.refresh_from_db()
+    assert member.email == "ml.member@example.org"
+    response = client.patch("/api/notifications/preferences/", {"waiting_hours": 4})  # left out: unchanged
+    assert response.json()["email_address"] == "ml.member@example.org"
+
+    console = _console(world, "member")
+    assert 'value="ml.member@example.org"' in console.get("/notifications/").content.decode()
+    bad = console.post("/notifications/preferences/", {"events": ["preempted"], "waiting_hours": "6",
+                                                       "email": "on", "email_address": "alice at example"})
+    assert bad.status_code == 400
+    html = bad.content.decode()
+    assert 'id="id_email_address_error"' in html and "enter an e-mail address such as alice@example.org" in html
+    member.refresh_from_db()
+    assert member.email == "ml.member@example.org"
+    ok = console.post("/notifications/preferences/", {"events": ["preempted"], "waiting_hours": "6",
+                                                      "email": "on", "email_address": ""})
+    assert ok.status_code == 302
+    member.refresh_from_db()
+    assert member.email == ""  # emptied on purpose: no e-mail
+
+
 def test_a_delivery_whose_queue_message_was_lost_is_sent_by_the_next_scan(world, hooks, eager):
     hook = hooks()
     notify.preference_set(user=world.users["member"], events=["failed"], waiting_hours=6, email=False,
