@@ -182,6 +182,8 @@ def test_ctrl_c_stops_everything_up_started(demo):
         assert f"stopped {child}" in demo.output
     flink = demo.log("flink")  # its job cancelled through a JVM still there: no traceback on the way out
     assert "profile job cancelled" in flink and "Traceback" not in flink, flink[-3000:]
+    worker = demo.log("worker")  # a warm shutdown: the tasks running then end, none is killed mid-way
+    assert "Warm shutdown" in worker and "WorkerLostError" not in worker, worker[-3000:]
 
 
 def test_every_loop_acts_on_at_least_nine_ticks_in_ten(demo):

@@ -32,13 +32,21 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-# Flink's Python process cancels its job through its JVM, which PyFlink starts ignoring SIGINT: SIGINT to the group
-# reaches the Python side only, and the JVM exits after it. SIGTERM would stop the JVM first and the cancel with it.
+# How a child is asked to stop; by default SIGTERM to its whole process group.
+# - Flink's Python process cancels its job through its JVM, which PyFlink starts ignoring SIGINT: SIGINT to the group
+#   reaches the Python side only, and the JVM exits after it. SIGTERM would stop the JVM first and the cancel with it.
+# - Celery's main process stops its pool once the running tasks end (warm shutdown): SIGTERM to the pool's processes
+#   too would kill those tasks mid-way (WorkerLostError), so it goes to the main process only.
 STOP_SIGNALS = {"flink": signal.SIGINT}
+LEADER_ONLY = {"worker"}
 
 
 def _stop_signal(child: str) -> signal.Signals:
     return STOP_SIGNALS.get(child, signal.SIGTERM)
+
+
+def _ask_to_stop(name: str, pid: int) -> None:
+    (os.kill if name in LEADER_ONLY else os.killpg)(pid, _stop_signal(name))
 
 
 class Command(BaseCommand):
@@ -149,11 +157,11 @@ class Command(BaseCommand):
                 raise CommandError(f"{name} exited with code {child.returncode}; see .run/logs/{name}.log")
 
     def _stop(self, children: dict[str, subprocess.Popen], grace_s: float = 20) -> None:
-        """SIGTERM (or the child's own STOP_SIGNALS) to every child at once, then one shared grace period before SIGKILL
+        """Every child asked to stop at once (_ask_to_stop), then one shared grace period before SIGKILL to its group
         (a JVM or a Celery warm shutdown must not stretch Ctrl-C by 15 s per child)."""
         for name, child in children.items():
             if child.poll() is None:
-                os.killpg(child.pid, _stop_signal(name))
+                _ask_to_stop(name, child.pid)
         deadline = time.monotonic() + grace_s
         for name, child in children.items():
             try:
