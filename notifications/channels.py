@@ -7,7 +7,10 @@ import urllib.parse
 import urllib.request
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
+from django.core.validators import validate_email
 
 from notifications.events import Message
 
@@ -50,3 +53,19 @@ def webhook_url_errors(url: str) -> list[str]:
     if len(url) > 500:
         return ["must be at most 500 characters"]
     return [] if re.fullmatch(WEBHOOK_URL_PATTERN, url) else [WEBHOOK_URL_MESSAGE]  # no trailing newline
+
+
+ADDRESS_MAX = get_user_model()._meta.get_field("email").max_length
+
+
+def address_errors(address: str) -> list[str]:
+    """Why `address` cannot receive e-mail, or nothing; empty means no e-mail."""
+    if not address:
+        return []
+    if len(address) > ADDRESS_MAX:
+        return [f"at most {ADDRESS_MAX} characters"]
+    try:
+        validate_email(address)
+    except ValidationError:
+        return ["enter an e-mail address such as alice@example.org, or leave it empty for no e-mail"]
+    return []

@@ -5,8 +5,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import Max
 from django.urls import reverse
@@ -28,7 +26,6 @@ CURSOR = "decisions"
 BATCH = 1000  # decisions per scan; the next scan goes on from the cursor
 MAX_ATTEMPTS = 6  # the first try and five retries with exponential backoff (notifications/tasks.py)
 MAX_WAITING_HOURS = 24 * 30
-MAX_ADDRESS = 254  # the user model's e-mail column
 FAILURE_WINDOW = timedelta(hours=1)
 
 
@@ -51,19 +48,6 @@ def _unique(events: list[str]) -> list[str]:
     return list(dict.fromkeys(events))
 
 
-def address_errors(address: str) -> list[str]:
-    """Why `address` cannot receive e-mail (none: empty, meaning no e-mail, or a valid address)."""
-    if not address:
-        return []
-    if len(address) > MAX_ADDRESS:
-        return [f"at most {MAX_ADDRESS} characters"]
-    try:
-        validate_email(address)
-    except ValidationError:
-        return ["enter an e-mail address such as alice@example.org, or leave it empty for no e-mail"]
-    return []
-
-
 @transaction.atomic
 def preference_set(*, user, events: list[str], waiting_hours: int, email: bool, webhook_url: str,
                    email_address: str | None = None) -> Preference:
@@ -73,7 +57,7 @@ def preference_set(*, user, events: list[str], waiting_hours: int, email: bool, 
     if not 1 <= waiting_hours <= MAX_WAITING_HOURS:
         errors["waiting_hours"] = [f"must be a whole number of hours from 1 to {MAX_WAITING_HOURS}"]
     address = None if email_address is None else email_address.strip()
-    if address is not None and (problems := address_errors(address)):
+    if address is not None and (problems := channels.address_errors(address)):
         errors["email_address"] = problems
     if errors:
         raise ApplicationError("the notification settings were not saved", fields=errors)

@@ -8,7 +8,7 @@ from rest_framework import serializers
 from core.api.jsontypes import JSONTypes
 from core.api.serializers import NameField
 from core.models import Department
-from notifications.channels import WEBHOOK_URL_MESSAGE, WEBHOOK_URL_PATTERN
+from notifications.channels import ADDRESS_MAX, WEBHOOK_URL_MESSAGE, WEBHOOK_URL_PATTERN
 from notifications.events import DEPARTMENT_EVENTS, USER_EVENTS, EventKind, unknown_events
 from notifications.models import DepartmentSubscription, Delivery, Preference
 from notifications.services import MAX_WAITING_HOURS
@@ -48,7 +48,8 @@ class PreferenceSerializer(JSONTypes, serializers.ModelSerializer):
                                              help_text="waiting_long: after this many hours in one pending period.")
     email = serializers.BooleanField(help_text="E-mail to your account's address.")
     webhook_url = webhook_field()
-    email_address = serializers.EmailField(source="user.email", required=False, allow_blank=True, max_length=254,
+    email_address = serializers.EmailField(source="user.email", required=False, allow_blank=True,
+                                           max_length=ADDRESS_MAX,
                                            help_text="Where your e-mail goes, also your department subscriptions' "
                                                      "(empty: none); left out: unchanged.")
     updated_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text="null: the defaults.")

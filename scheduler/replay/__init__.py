@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler.replay import mapping as mp
-from scheduler.replay.engine import (CLOCK_SHIFT_S, NOISE_POLICY, VARIANTS, Options, PolicyRun, Setup, build_setup,
-                                     replay_profile, run_policies, run_policy, shifted)
+from scheduler.replay.engine import (CLOCK_SHIFT_S, NOISE_POLICY, NOISE_RUN, VARIANTS, NoiseFloor, Options, PolicyRun,
+                                     Setup, build_setup, replay_profile, run_policies, run_policy, shifted)
 from cluster.simulated.alibaba import TraceError, read_nodes, read_pods
 from cluster.simulated.traces import helios_shares
 
@@ -31,7 +31,7 @@ class Outcome:
     runs: list[PolicyRun]
     files: dict[str, Path]
     wall_s: float
-    noise: PolicyRun | None = None  # NOISE_POLICY with its cycles CLOCK_SHIFT_S further apart (--noise-floor)
+    noise: NoiseFloor | None = None  # with --noise-floor
 
 
 def load(nodes_csv: str | Path, pods_csv: str | Path, quota_csv: str | Path | None, options: Options,
@@ -56,18 +56,18 @@ def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, worke
     CLOCK_SHIFT_S further apart (the noise floor of the comparisons)."""
     import time
 
-    from scheduler.replay.report import write_report
+    from scheduler.replay.report import noise_change, write_report
 
     started = time.perf_counter()
     runs = run_policies(setup, policies, workers, bar)
     floor = None
     if noise:
-        floor = run_policy(shifted(setup), NOISE_POLICY,
-                           bar("noise floor", setup.total) if bar else None)
+        run = run_policy(shifted(setup), NOISE_POLICY, bar("noise floor", setup.total) if bar else None)
+        floor = NoiseFloor(run, noise_change({r.policy: r.figures for r in runs}, run.figures))
     wall = time.perf_counter() - started
     files = write_report(out, setup, runs, command, wall, floor)
     return Outcome(setup, runs, files, wall, floor)
 
 
-__all__ = ["CLOCK_SHIFT_S", "DEFAULT_POLICIES", "GANG_POLICIES", "NOISE_POLICY", "VARIANTS", "Options", "Outcome",
-           "TraceError", "load", "replay", "replay_profile"]
+__all__ = ["CLOCK_SHIFT_S", "DEFAULT_POLICIES", "GANG_POLICIES", "NOISE_POLICY", "NOISE_RUN", "VARIANTS", "NoiseFloor",
+           "Options", "Outcome", "TraceError", "load", "replay", "replay_profile"]

@@ -52,6 +52,9 @@ VARIANTS: dict[str, Profile] = {
 NOISE_POLICY, CLOCK_SHIFT_S = "tidal-no-reservations", 0.1
 
 
+NOISE_RUN = f"{NOISE_POLICY} with its cycles {CLOCK_SHIFT_S:g} s further apart"  # how reports name it
+
+
 def shifted(setup: Setup) -> Setup:
     """`setup` with its cycles CLOCK_SHIFT_S further apart."""
     return replace(setup, options=replace(setup.options, min_cycle_s=setup.options.min_cycle_s + CLOCK_SHIFT_S))
@@ -208,6 +211,14 @@ class PolicyRun:
     @property
     def events_per_s(self) -> float:
         return self.events / self.wall_s if self.wall_s else 0.0
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """NOISE_POLICY replayed on the shifted setup, and what that moves each mark by against its first replay."""
+
+    run: PolicyRun
+    changes: dict[str, float | None]
 
 
 def replay_profile(name: str) -> Profile:

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from scheduler.replay import mapping as mp  # noqa: E402
-from scheduler.replay.engine import CLOCK_SHIFT_S, NOISE_POLICY, VARIANTS, PolicyRun, Setup  # noqa: E402
+from scheduler.replay.engine import CLOCK_SHIFT_S, NOISE_POLICY, VARIANTS, NoiseFloor, PolicyRun, Setup  # noqa: E402
 
 PLOTS = {
     "alloc_share": "alloc_share.png",
@@ -86,7 +86,7 @@ def gang_rule(setup: Setup) -> str:
             f"{100 * g.share:.1f}% of GPU-time, offered GPU-time x {g.growth:.3g}")
 
 
-def reservations_verdict(runs: Sequence[PolicyRun], noise: PolicyRun | None = None) -> list[str]:
+def reservations_verdict(runs: Sequence[PolicyRun], noise: NoiseFloor | None = None) -> list[str]:
     """What reservations buy: tidal against the same profile with them off, on the size classes; with `noise`, what
     that comparison cannot tell from chance (noise_change)."""
     by = {r.policy: r.figures["by_size"] for r in runs}
@@ -102,9 +102,8 @@ def reservations_verdict(runs: Sequence[PolicyRun], noise: PolicyRun | None = No
         lines.append(f"- jobs of {key} GPUs, p95 wait: {_f(a)} s with reservations, {_f(b)} s without "
                      f"({change_text(change[f'p95 {key}'])})")
     if noise is not None:
-        floor = noise_change({r.policy: r.figures for r in runs}, noise.figures)
         lines.append(f"- noise floor: {NOISE_POLICY} replayed again with its cycles {CLOCK_SHIFT_S:g} s further apart "
-                     "changes " + ", ".join(f"{mark} by {change_text(x)}" for mark, x in floor.items())
+                     "changes " + ", ".join(f"{mark} by {change_text(x)}" for mark, x in noise.changes.items())
                      + ": one replay does not tell a change of that size from chance")
     return ["## What reservations buy (tidal vs tidal-no-reservations)", "", *lines, ""]
 
@@ -173,9 +172,8 @@ def Counter_of(items) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def report_json(setup: Setup, runs: Sequence[PolicyRun], noise: PolicyRun | None = None) -> dict:
+def report_json(setup: Setup, runs: Sequence[PolicyRun], noise: NoiseFloor | None = None) -> dict:
     trace = setup.trace
-    floor = None if noise is None else noise_change({r.policy: r.figures for r in runs}, noise.figures)
     return {
         "trace": trace.name,
         "pods_file": str(trace.path),
@@ -196,12 +194,13 @@ def report_json(setup: Setup, runs: Sequence[PolicyRun], noise: PolicyRun | None
         "policies": {r.policy: {**r.figures, "extra": r.extra, "profile": profile_dict(r.profile),
                                 "timeline": r.timeline} for r in runs},
         "noise_floor": None if noise is None else {"policy": NOISE_POLICY, "cycles_further_apart_s": CLOCK_SHIFT_S,
-                                                   "by_size": noise.figures["by_size"], "changes": floor},
+                                                   "by_size": noise.run.figures["by_size"],
+                                                   "changes": noise.changes},
     }
 
 
 def write_report(out: Path, setup: Setup, runs: Sequence[PolicyRun], command: str,
-                 wall_s: float | None = None, noise: PolicyRun | None = None) -> dict[str, Path]:
+                 wall_s: float | None = None, noise: NoiseFloor | None = None) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     data = report_json(setup, runs, noise)
     (out / "report.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -225,7 +224,7 @@ def _f(x, digits: int = 1, pct: bool = False) -> str:
 
 
 def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str, wall_s: float | None,
-              noise: PolicyRun | None = None) -> str:
+              noise: NoiseFloor | None = None) -> str:
     t, opt = setup.trace, setup.options
     inflate = setup.mode == "inflate"
     lines = [f"# Trace replay: {t.name} ({setup.mode}{'' if inflate else f', load factor {opt.load_factor:g}'})", "",

@@ -19,10 +19,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from scheduler.policy import PROFILES
-from scheduler.replay import (CLOCK_SHIFT_S, DEFAULT_POLICIES, GANG_POLICIES, NOISE_POLICY, VARIANTS, Options, Setup,
+from scheduler.replay import (DEFAULT_POLICIES, GANG_POLICIES, NOISE_POLICY, NOISE_RUN, VARIANTS, Options, Setup,
                              TraceError, load, replay)
-from scheduler.replay.report import (change_text, noise_change, reservations_across, reservations_change,
-                                     summary_json)
+from scheduler.replay.report import change_text, reservations_across, reservations_change, summary_json
 from cluster.simulated.alibaba import trace_name
 from cluster.simulated.traces import gang_share
 
@@ -80,9 +79,9 @@ class Command(BaseCommand):
                                  "comma-separated (16,18,20): one replay each, and what reservations change at each "
                                  "and in the median")
         parser.add_argument("--noise-floor", action="store_true",
-                            help=f"also replay {NOISE_POLICY} with its cycles {CLOCK_SHIFT_S:g} s further apart: what "
-                                 "that moves each figure of what reservations change is what one replay cannot tell "
-                                 "from chance (needs tidal and tidal-no-reservations)")
+                            help=f"also replay {NOISE_RUN}: what that moves each figure of what reservations "
+                                 "change is what one replay cannot tell from chance (needs tidal and "
+                                 "tidal-no-reservations)")
         parser.add_argument("--inflate", action="store_true",
                             help="FGD experiment: submit sampled pods until the first cannot be placed")
         parser.add_argument("--seed", type=int, default=0, help="sampling seed for --inflate")
@@ -138,8 +137,7 @@ class Command(BaseCommand):
                 self.stdout.write("\n".join(reservations_across(changes)))
                 written["reservations"] = {f"{lf:g}": c for lf, c in changes.items()}
             if opts["noise_floor"]:
-                self.stdout.write(f"Noise floor ({NOISE_POLICY} with its cycles {CLOCK_SHIFT_S:g} s further apart, "
-                                  "against itself):")
+                self.stdout.write(f"Noise floor ({NOISE_RUN}, against itself):")
                 self.stdout.write("\n".join(reservations_across(floors)))
                 written["noise_floor"] = {f"{lf:g}": c for lf, c in floors.items()}
         if opts["json_path"]:
@@ -186,11 +184,10 @@ class Command(BaseCommand):
             sizes = "; ".join(f"{k} GPUs n={c['n']} wait p50/p95/max {c['wait']['p50']}/{c['wait']['p95']}/"
                               f"{c['wait']['max']} s" for k, c in f["by_size"].items() if c["n"])
             self.stdout.write(f"{'':>15}  {sizes}")
-        floor = None
-        if outcome.noise is not None:
-            floor = noise_change(figures, outcome.noise.figures)
-            self.stdout.write(f"{'noise floor':>15}: {NOISE_POLICY} with its cycles {CLOCK_SHIFT_S:g} s further apart "
-                              "changes " + ", ".join(f"{m} {change_text(x)}" for m, x in floor.items()))
+        floor = None if outcome.noise is None else outcome.noise.changes
+        if floor is not None:
+            self.stdout.write(f"{'noise floor':>15}: {NOISE_RUN} changes "
+                              + ", ".join(f"{m} {change_text(x)}" for m, x in floor.items()))
         self.stdout.write(f"report: {outcome.files['report.md']} (all policies: {outcome.wall_s:.1f} s)")
         return figures, floor
 
