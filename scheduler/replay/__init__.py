@@ -53,7 +53,8 @@ def load(nodes_csv: str | Path, pods_csv: str | Path, quota_csv: str | Path | No
 def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, workers: int = 1,
            bar: Callable | None = None, noise: bool = False) -> Outcome:
     """Replay every policy on `setup` and write the report; with `noise`, NOISE_POLICY once more with its cycles
-    CLOCK_SHIFT_S further apart (the noise floor of the comparisons)."""
+    CLOCK_SHIFT_S further apart than its last replicate's (the noise floor of the comparisons; with several
+    replicates, as many more, none of them a replay the comparisons read)."""
     import time
 
     from scheduler.replay.report import noise_change, write_report
@@ -62,7 +63,8 @@ def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, worke
     runs = run_policies(setup, policies, workers, bar)
     floor = None
     if noise:
-        run = run_policy(shifted(setup), NOISE_POLICY, bar("noise floor", setup.total) if bar else None)
+        moved = shifted(setup, setup.options.replicates)
+        run = run_policy(moved, NOISE_POLICY, bar("noise floor", setup.total) if bar else None)
         floor = NoiseFloor(run, noise_change({r.policy: r.figures for r in runs}, run.figures))
     wall = time.perf_counter() - started
     files = write_report(out, setup, runs, command, wall, floor)

@@ -38,7 +38,7 @@ from scheduler.policy.decisions import Reserve
 from scheduler.policy.profile import TIDAL
 from scheduler.policy.workload import TargetWorkload, job_shape
 from scheduler.replay import mapping as mp
-from scheduler.replay.metrics import CAPACITY_REASONS, JobRecord, Recorder
+from scheduler.replay.metrics import CAPACITY_REASONS, JobRecord, Recorder, class_waits, pooled_by_size
 from cluster.simulated.alibaba import PodRow, PodTrace, Shapes, Unplaceable, unplaceable
 
 Progress = Callable[[float], None]  # called with an absolute progress value
@@ -46,18 +46,18 @@ Progress = Callable[[float], None]  # called with an absolute progress value
 VARIANTS: dict[str, Profile] = {
     "tidal-no-reservations": replace(TIDAL, name="tidal-no-reservations", reservations=False),
 }
-# The noise floor (replay --noise-floor): the profile without reservations replayed again with its cycles at least
-# this much further apart, a change that should not matter. What it moves a figure by, one replay cannot tell from
-# chance: a cycle admitting a job 0.1 s later changes what the next ones see.
+# The noise floor (replay --noise-floor): the profile without reservations replayed again with its cycles this much
+# further apart than in its last replay (its replicates as many steps on), a change that should not matter. What it
+# moves a figure by, one replay cannot tell from chance: a cycle admitting a job 0.1 s later changes what the next
+# ones see. Replicates (Options.replicates) step their cycles by the same amount.
 NOISE_POLICY, CLOCK_SHIFT_S = "tidal-no-reservations", 0.1
+NOISE_RUN = f"{NOISE_POLICY} replayed again, its cycles {CLOCK_SHIFT_S:g} s further apart than in its last replay"
 
 
-NOISE_RUN = f"{NOISE_POLICY} with its cycles {CLOCK_SHIFT_S:g} s further apart"  # how reports name it
-
-
-def shifted(setup: Setup) -> Setup:
-    """`setup` with its cycles CLOCK_SHIFT_S further apart."""
-    return replace(setup, options=replace(setup.options, min_cycle_s=setup.options.min_cycle_s + CLOCK_SHIFT_S))
+def shifted(setup: Setup, times: int = 1) -> Setup:
+    """`setup` with its cycles `times` x CLOCK_SHIFT_S further apart."""
+    return replace(setup, options=replace(setup.options,
+                                          min_cycle_s=setup.options.min_cycle_s + times * CLOCK_SHIFT_S))
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,9 @@ class Options:
     gang_share: float | None = None  # gangs (the demo's rule) holding this share of GPU-time; None: no gangs
     gang_source: str = ""  # where the share comes from (said in the report)
     demo_speedup: float | None = None  # the demo's clock: run times / it (2 min - 2 h), arrivals / it x load factor
+    # each policy replayed this many times, the k-th with its cycles k x CLOCK_SHIFT_S further apart (timeline mode):
+    # the size classes' marks are then read over all of them (metrics.pooled_by_size)
+    replicates: int = 1
 
 
 @dataclass(frozen=True)
@@ -109,8 +112,10 @@ class Setup:
 
     @property
     def total(self) -> float:
-        """Progress bar total: pods to submit (timeline) or GPUs to fill (inflate)."""
-        return float(len(self.pods) if self.mode == "timeline" else sum(self.capacity_by_model.values()))
+        """Progress bar total: pods to submit (timeline, in every replicate) or GPUs to fill (inflate)."""
+        if self.mode == "timeline":
+            return float(len(self.pods) * self.options.replicates)
+        return float(sum(self.capacity_by_model.values()))
 
 
 def run_seconds(pod: PodRow, trace_end: float, options: Options) -> float:
@@ -232,11 +237,25 @@ def run_policy(setup: Setup, name: str, progress: Progress | None = None) -> Pol
     started = time.perf_counter()
     if setup.mode == "inflate":
         rec, end, extra = _inflate(setup, profile, progress)
+        figures = rec.summary(end, setup.mode)
     else:
         rec, end, extra = _timeline(setup, profile, progress)
+        figures = rec.summary(end, setup.mode)
+        if setup.options.replicates > 1:
+            figures["replicates"] = _replicates(setup, profile, class_waits(rec.jobs.values(), end), progress)
     wall = time.perf_counter() - started
-    figures = rec.summary(end, setup.mode)
     return PolicyRun(name, profile, setup.mode, figures, rec.timeline_points(end), wall, rec.events, extra)
+
+
+def _replicates(setup: Setup, profile: Profile, first: dict[str, list[float]], progress: Progress | None) -> dict:
+    """The policy replayed again with its cycles k x CLOCK_SHIFT_S further apart (k = 1 .. replicates - 1); the size
+    classes' marks over every replay, the first (`first`, its waits per class) included."""
+    waits, pods = [first], len(setup.pods)
+    for k in range(1, setup.options.replicates):
+        step = None if progress is None else (lambda value, done=k * pods: progress(done + value))
+        rec, end, _ = _timeline(shifted(setup, k), profile, step)
+        waits.append(class_waits(rec.jobs.values(), end))
+    return {"n": len(waits), "cycles_further_apart_s": CLOCK_SHIFT_S, "by_size": pooled_by_size(waits)}
 
 
 # -- several policies, optionally in parallel worker processes ----------------------------------

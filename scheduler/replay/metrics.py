@@ -242,6 +242,27 @@ def by_size(recs: Sequence[JobRecord], end: float) -> dict[str, dict]:
     return out
 
 
+def class_waits(recs: Iterable[JobRecord], end: float) -> dict[str, list[float]]:
+    """Per size class, every job's queueing time (as by_size counts it)."""
+    out: dict[str, list[float]] = {key: [] for key, _ in SIZE_CLASSES}
+    for r in recs:
+        out[size_class(r.gpus)].append(_wait(r, end))
+    return out
+
+
+def pooled_by_size(replicates: Sequence[dict[str, list[float]]]) -> dict[str, dict]:
+    """Per size class over several replays of one policy (class_waits of each): p50 and p95 of all their waits
+    together, and max the mean of each replay's longest wait (the longest wait one replay should expect)."""
+    out = {}
+    for key, _ in SIZE_CLASSES:
+        waits = [w for r in replicates for w in r[key]]
+        figures = spread(waits)
+        longest = [max(r[key]) for r in replicates if r[key]]
+        figures["max"] = round(float(np.mean(longest)), 3) if longest else None
+        out[key] = {"n": len(waits), "wait": figures}
+    return out
+
+
 def spread(values: Sequence[float]) -> dict[str, float | None]:
     """p50, p95 and max."""
     if not values:

@@ -16,7 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from scheduler.replay import mapping as mp  # noqa: E402
-from scheduler.replay.engine import CLOCK_SHIFT_S, NOISE_POLICY, VARIANTS, NoiseFloor, PolicyRun, Setup  # noqa: E402
+from scheduler.replay.engine import (CLOCK_SHIFT_S, NOISE_POLICY, NOISE_RUN, VARIANTS, NoiseFloor,  # noqa: E402
+                                     PolicyRun, Setup)
 
 PLOTS = {
     "alloc_share": "alloc_share.png",
@@ -35,6 +36,7 @@ def summary_json(runs: Sequence[PolicyRun]) -> dict:
     """What `--json PATH` writes: the headline figures per policy, with timings."""
     return {r.policy: {**{k: r.figures[k] for k in JSON_KEYS},
                        "by_size": r.figures["by_size"],
+                       **({"replicates": r.figures["replicates"]} if "replicates" in r.figures else {}),
                        "events_per_s": round(r.events_per_s, 1), "wall_s": round(r.wall_s, 3),
                        "mode": r.mode,
                        "unallocated_gpus_at_first_failure": r.figures["unallocated_gpus_at_first_failure"]}
@@ -89,22 +91,25 @@ def gang_rule(setup: Setup) -> str:
 def reservations_verdict(runs: Sequence[PolicyRun], noise: NoiseFloor | None = None) -> list[str]:
     """What reservations buy: tidal against the same profile with them off, on the size classes; with `noise`, what
     that comparison cannot tell from chance (noise_change)."""
-    by = {r.policy: r.figures["by_size"] for r in runs}
+    by = {r.policy: marks_of(r.figures) for r in runs}
     change = reservations_change({r.policy: r.figures for r in runs})
     if change is None:
         return []
     on, off = by["tidal"], by["tidal-no-reservations"]
+    replicates = runs[0].figures.get("replicates")
+    over = [] if replicates is None else [
+        f"- over {replicates['n']} replays of each, the k-th with its cycles k x {CLOCK_SHIFT_S:g} s further apart: "
+        "p95 of all their waits together, max the mean of each replay's longest wait"]
     big_on, big_off = on[">8"]["wait"]["max"], off[">8"]["wait"]["max"]
-    lines = [f"- jobs of more than 8 GPUs, max wait: {_f(big_on)} s with reservations, {_f(big_off)} s without "
+    lines = [*over, f"- jobs of more than 8 GPUs, max wait: {_f(big_on)} s with reservations, {_f(big_off)} s without "
              f"({change_text(change['max >8'])})"]
     for key in ("<=1", "2-8"):
         a, b = on[key]["wait"]["p95"], off[key]["wait"]["p95"]
         lines.append(f"- jobs of {key} GPUs, p95 wait: {_f(a)} s with reservations, {_f(b)} s without "
                      f"({change_text(change[f'p95 {key}'])})")
     if noise is not None:
-        lines.append(f"- noise floor: {NOISE_POLICY} replayed again with its cycles {CLOCK_SHIFT_S:g} s further apart "
-                     "changes " + ", ".join(f"{mark} by {change_text(x)}" for mark, x in noise.changes.items())
-                     + ": one replay does not tell a change of that size from chance")
+        moves = ", ".join(f"{mark} by {change_text(x)}" for mark, x in noise.changes.items())
+        lines.append(f"- noise floor: {NOISE_RUN} changes {moves}: a change of that size cannot be told from chance")
     return ["## What reservations buy (tidal vs tidal-no-reservations)", "", *lines, ""]
 
 
@@ -112,10 +117,16 @@ def reservations_verdict(runs: Sequence[PolicyRun], noise: NoiseFloor | None = N
 RESERVATION_MARKS = (("<=1", "p95"), ("2-8", "p95"), (">8", "max"))
 
 
+def marks_of(figures: dict) -> dict:
+    """The size classes a run's marks are read from: over its replicates when it has several, else its own."""
+    return figures.get("replicates", figures)["by_size"]
+
+
 def marks_change(on: dict, off: dict) -> dict[str, float | None]:
     """Per mark, `on`'s relative change against `off` (the figures of two runs, each with its `by_size`, as
-    summary_json has them; a mark's None: no such jobs)."""
-    return {f"{stat} {size}": _relative(on["by_size"][size]["wait"][stat], off["by_size"][size]["wait"][stat])
+    summary_json has them, and its `replicates` when it has several; a mark's None: no such jobs)."""
+    on, off = marks_of(on), marks_of(off)
+    return {f"{stat} {size}": _relative(on[size]["wait"][stat], off[size]["wait"][stat])
             for size, stat in RESERVATION_MARKS}
 
 
@@ -194,7 +205,7 @@ def report_json(setup: Setup, runs: Sequence[PolicyRun], noise: NoiseFloor | Non
         "policies": {r.policy: {**r.figures, "extra": r.extra, "profile": profile_dict(r.profile),
                                 "timeline": r.timeline} for r in runs},
         "noise_floor": None if noise is None else {"policy": NOISE_POLICY, "cycles_further_apart_s": CLOCK_SHIFT_S,
-                                                   "by_size": noise.run.figures["by_size"],
+                                                   "by_size": marks_of(noise.run.figures),
                                                    "changes": noise.changes},
     }
 

@@ -123,12 +123,39 @@ def test_the_noise_floor_replays_the_variant_again_with_its_cycles_further_apart
     assert set(figures["noise_floor"]) == {"1", "2"}
     assert set(figures["noise_floor"]["1"]) == {"p95 <=1", "p95 2-8", "max >8"}
     said = printed.getvalue()
-    assert "Noise floor (tidal-no-reservations with its cycles 0.1 s further apart, against itself):" in said
+    assert ("Noise floor (tidal-no-reservations replayed again, its cycles 0.1 s further apart than in its last "
+            "replay, against itself):") in said
     assert said.count("| median |") == 2  # what reservations change, and the noise floor
     data = json.loads((out / "lf1" / "report.json").read_text())["noise_floor"]
     assert data["policy"] == "tidal-no-reservations" and data["cycles_further_apart_s"] == 0.1
     assert set(data["by_size"]) == {"<=1", "2-8", ">8"}
     assert "- noise floor: tidal-no-reservations replayed again" in (out / "lf1" / "report.md").read_text()
+
+
+def test_replicates_replay_each_policy_again_and_read_the_marks_over_them(trace, tmp_path):
+    nodes, pods = trace
+    out, summary, printed = tmp_path / "reps", tmp_path / "reps.json", io.StringIO()
+    call_command("replay", nodes=str(nodes), pods=str(pods), out=str(out), json_path=str(summary), quotas="equal",
+                 workers=1, gang_share=0.5, policies=["tidal", "tidal-no-reservations"], replicates=3,
+                 noise_floor=True, stdout=printed)
+    figures = json.loads(summary.read_text())
+    for name in ("tidal", "tidal-no-reservations"):
+        replicates = figures[name]["replicates"]
+        assert replicates["n"] == 3 and replicates["cycles_further_apart_s"] == 0.1
+        # every replay submits every job: three times the jobs of the first, each class
+        assert {k: c["n"] for k, c in replicates["by_size"].items()} == {
+            k: 3 * c["n"] for k, c in figures[name]["by_size"].items()}
+    assert printed.getvalue().count("over 3 replays (max: the mean of their longest)") == 2
+    data = json.loads((out / "report.json").read_text())
+    assert data["policies"]["tidal"]["replicates"]["n"] == 3
+    # the noise floor is replayed as many times, its cycles further apart than any replicate's
+    assert data["noise_floor"]["by_size"]["<=1"]["n"] == figures["tidal"]["replicates"]["by_size"]["<=1"]["n"]
+    report = (out / "report.md").read_text()
+    assert "- over 3 replays of each, the k-th with its cycles k x 0.1 s further apart" in report
+    for bad in ({"replicates": 0}, {"replicates": 2, "inflate": True}):
+        with pytest.raises(CommandError, match="--replicates must be >= 1"):
+            call_command("replay", nodes=str(nodes), pods=str(pods), out=str(tmp_path / "bad"), **bad)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_the_noise_floor_needs_both_tidal_profiles(trace, tmp_path):

@@ -7,6 +7,7 @@ import pytest
 from scheduler.policy import PROFILES, get_profile
 from scheduler.replay import replay
 from scheduler.replay.engine import CLOCK_SHIFT_S, run_policies, run_policy, shifted
+from scheduler.replay.metrics import pooled_by_size
 from scheduler.replay.report import noise_change, reservations_across, reservations_change
 from tests.unit.replay_fixtures import POD_HEADER, cluster, pod, setup_for, write
 
@@ -213,3 +214,38 @@ def test_the_noise_floor_replays_the_same_setup_with_its_cycles_further_apart(bl
     setup, moved = blocking_trace, shifted(blocking_trace)
     assert moved.options.min_cycle_s == pytest.approx(setup.options.min_cycle_s + CLOCK_SHIFT_S)
     assert moved.pods is setup.pods and moved.options.load_factor == setup.options.load_factor
+
+
+def test_replicates_pool_the_waits_and_average_the_longest():
+    pooled = pooled_by_size([{"<=1": [0.0, 10.0], "2-8": [100.0], ">8": []},
+                             {"<=1": [20.0, 30.0], "2-8": [300.0], ">8": []}])
+    assert pooled["<=1"] == {"n": 4, "wait": {"p50": 15.0, "p95": 28.5, "max": 20.0}}  # max: mean of 10 and 30
+    assert pooled["2-8"] == {"n": 2, "wait": {"p50": 200.0, "p95": 290.0, "max": 200.0}}
+    assert pooled[">8"] == {"n": 0, "wait": {"p50": None, "p95": None, "max": None}}
+
+
+def test_what_reservations_change_is_read_over_the_replicates_when_there_are_several():
+    def sizes(small: float) -> dict:
+        return {"<=1": {"wait": {"p95": small, "max": 0.0}}, "2-8": {"wait": {"p95": 1.0, "max": 0.0}},
+                ">8": {"wait": {"p95": 0.0, "max": 1.0}}}
+
+    on = {"by_size": sizes(500), "replicates": {"by_size": sizes(110)}}
+    off = {"by_size": sizes(100), "replicates": {"by_size": sizes(100)}}
+    assert reservations_change({"tidal": on, "tidal-no-reservations": off})["p95 <=1"] == pytest.approx(0.1)
+
+
+def test_each_replicate_replays_the_policy_with_its_cycles_further_apart(gang_trace):
+    from dataclasses import replace
+
+    setup = replace(gang_trace, options=replace(gang_trace.options, replicates=3))
+    assert setup.total == 3 * gang_trace.total  # the progress bar counts every replay
+    figures = run_policy(setup, "tidal").figures
+    alone = [run_policy(shifted(gang_trace, k), "tidal").figures["by_size"] for k in range(3)]
+    assert figures["by_size"] == alone[0]  # the first is the plain replay
+    assert figures["replicates"]["n"] == 3
+    for key, c in figures["replicates"]["by_size"].items():
+        assert c["n"] == sum(a[key]["n"] for a in alone)
+        longest = [a[key]["wait"]["max"] for a in alone if a[key]["n"]]
+        assert c["wait"]["max"] == (pytest.approx(sum(longest) / len(longest)) if longest else None)
+    moved = shifted(gang_trace, 3).options.min_cycle_s
+    assert moved == pytest.approx(gang_trace.options.min_cycle_s + 3 * CLOCK_SHIFT_S)

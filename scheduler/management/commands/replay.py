@@ -28,6 +28,12 @@ from cluster.simulated.traces import gang_share
 ALIBABA = "alibaba-gpu-2023"
 
 
+def _sizes(by_size: dict) -> str:
+    """The size classes' waits on one line."""
+    return "; ".join(f"{k} GPUs n={c['n']} wait p50/p95/max {c['wait']['p50']}/{c['wait']['p95']}/{c['wait']['max']} s"
+                     for k, c in by_size.items() if c["n"])
+
+
 def _pods_path(value: str) -> Path:
     """A path, or the name of a pod list in the traces folder (`default`, `gpuspec10`, ...)."""
     path = Path(value)
@@ -78,6 +84,10 @@ class Command(BaseCommand):
                             help="compress inter-arrival times this many times (run times unchanged); several, "
                                  "comma-separated (16,18,20): one replay each, and what reservations change at each "
                                  "and in the median")
+        parser.add_argument("--replicates", type=int, default=1,
+                            help="replay each policy this many times, the k-th with its cycles k x 0.1 s further "
+                                 "apart; what reservations change is then read over all of them (p95 of their waits "
+                                 "together, the mean of their longest waits)")
         parser.add_argument("--noise-floor", action="store_true",
                             help=f"also replay {NOISE_RUN}: what that moves each figure of what reservations "
                                  "change is what one replay cannot tell from chance (needs tidal and "
@@ -100,6 +110,8 @@ class Command(BaseCommand):
         factors = _load_factors(opts["load_factor"])
         if opts["min_cycle_s"] < 0 or opts["recheck_s"] <= 0 or opts["borrow_ratio"] < 0:
             raise CommandError("--min-cycle-s must be >= 0, --recheck-s > 0, --borrow-ratio >= 0")
+        if opts["replicates"] < 1 or opts["replicates"] > 1 and opts["inflate"]:
+            raise CommandError(f"--replicates must be >= 1, and 1 with --inflate (got {opts['replicates']})")
         if opts["demo"]:
             opts["gangs"] = True
         every = opts["every"] or (10 if opts["demo"] else 1)
@@ -113,7 +125,7 @@ class Command(BaseCommand):
                                f"(policies given: {', '.join(policies)})")
         options = Options(load_factor=factors[0], min_cycle_s=opts["min_cycle_s"],
                           recheck_s=opts["recheck_s"], inflate=opts["inflate"], seed=opts["seed"],
-                          gang_share=share, gang_source=source,
+                          gang_share=share, gang_source=source, replicates=opts["replicates"],
                           demo_speedup=float(settings.TIDAL_DEMO_SPEEDUP) if opts["demo"] else None)
         quotas = None if opts["quotas"] == "equal" else opts["quotas"]
         try:
@@ -181,9 +193,10 @@ class Command(BaseCommand):
             self.stdout.write(f"{name:>15}: GPU share {f['gpu_alloc_share']:.4f}, wait p95 {f['wait_p95_s']} s "
                               f"(own {f['wait_p95_own_s']} s), preemptions {f['preemptions']}, "
                               f"{f['events_per_s']:,.0f} events/s, {f['wall_s']:.1f} s")
-            sizes = "; ".join(f"{k} GPUs n={c['n']} wait p50/p95/max {c['wait']['p50']}/{c['wait']['p95']}/"
-                              f"{c['wait']['max']} s" for k, c in f["by_size"].items() if c["n"])
-            self.stdout.write(f"{'':>15}  {sizes}")
+            self.stdout.write(f"{'':>15}  {_sizes(f['by_size'])}")
+            if "replicates" in f:
+                self.stdout.write(f"{'':>15}  over {f['replicates']['n']} replays (max: the mean of their longest): "
+                                  f"{_sizes(f['replicates']['by_size'])}")
         floor = None if outcome.noise is None else outcome.noise.changes
         if floor is not None:
             self.stdout.write(f"{'noise floor':>15}: {NOISE_RUN} changes "
