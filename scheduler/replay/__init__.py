@@ -17,12 +17,13 @@ from pathlib import Path
 
 from scheduler.replay import mapping as mp
 from scheduler.replay.engine import (CLOCK_SHIFT_S, NOISE_POLICY, NOISE_RUN, VARIANTS, NoiseFloor, Options, PolicyRun,
-                                     Setup, build_setup, replay_profile, run_policies, run_policy, shifted)
+                                     Setup, build_setup, replay_profile, run_replays, shifted)
 from cluster.simulated.alibaba import TraceError, read_nodes, read_pods
 from cluster.simulated.traces import helios_shares
 
 DEFAULT_POLICIES = ("tidal", "fifo", "quota-borrowing")
 GANG_POLICIES = ("tidal", "fifo", "tidal-no-reservations")  # with gangs: what reservations buy
+NOISE_LABEL = "noise floor"  # the noise floor's replay among the policies' (labelled by their names)
 
 
 @dataclass(frozen=True)
@@ -52,20 +53,22 @@ def load(nodes_csv: str | Path, pods_csv: str | Path, quota_csv: str | Path | No
 
 def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, workers: int = 1,
            bar: Callable | None = None, noise: bool = False) -> Outcome:
-    """Replay every policy on `setup` and write the report; with `noise`, NOISE_POLICY once more with its cycles
-    CLOCK_SHIFT_S further apart than its last replicate's (the noise floor of the comparisons; with several
-    replicates, as many more, none of them a replay the comparisons read)."""
+    """Replay every policy on `setup` and write the report; with `noise`, NOISE_POLICY once more, its cycles
+    CLOCK_SHIFT_S further apart than in its last replicate (the noise floor of the comparisons), alongside them."""
     import time
 
     from scheduler.replay.report import noise_change, write_report
 
     started = time.perf_counter()
-    runs = run_policies(setup, policies, workers, bar)
-    floor = None
+    jobs = {name: (setup, name) for name in dict.fromkeys(policies)}
     if noise:
-        moved = shifted(setup, setup.options.replicates)
-        run = run_policy(moved, NOISE_POLICY, bar("noise floor", setup.total) if bar else None)
-        floor = NoiseFloor(run, noise_change({r.policy: r.figures for r in runs}, run.figures))
+        jobs[NOISE_LABEL] = (shifted(setup, setup.options.replicates), NOISE_POLICY)
+    done = run_replays(jobs, workers, bar)
+    floor_run = done.pop(NOISE_LABEL, None)
+    runs = list(done.values())
+    floor = None
+    if floor_run is not None:
+        floor = NoiseFloor(floor_run, noise_change({r.policy: r.figures for r in runs}, floor_run.figures))
     wall = time.perf_counter() - started
     files = write_report(out, setup, runs, command, wall, floor)
     return Outcome(setup, runs, files, wall, floor)

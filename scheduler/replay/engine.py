@@ -259,52 +259,59 @@ def _replicates(setup: Setup, profile: Profile, first: dict[str, list[float]], p
 
 
 # -- several policies, optionally in parallel worker processes ----------------------------------
-_WORKER_SETUP: Setup | None = None
+Job = tuple[Setup, str]  # a replay to run: the setup and the policy
+_WORKER_JOBS: dict[str, Job] = {}
 _WORKER_QUEUE = None
 
 
-def _worker(name: str) -> PolicyRun:
-    setup, queue = _WORKER_SETUP, _WORKER_QUEUE
+def _worker(label: str) -> PolicyRun:
+    (setup, name), queue = _WORKER_JOBS[label], _WORKER_QUEUE
     step = max(setup.total / 200, 1e-9)
     last = [-step]
 
     def progress(value: float) -> None:
         if value - last[0] >= step or value >= setup.total:
             last[0] = value
-            queue.put((name, value))
+            queue.put((label, value))
 
     return run_policy(setup, name, progress)
 
 
 def run_policies(setup: Setup, names: Sequence[str], workers: int = 1,
                  bar: Callable[[str, float], Callable[[float], None]] | None = None) -> list[PolicyRun]:
-    """Every policy on the same setup; results in the order of `names`. `bar(name, total)` returns a
-    progress callback. With workers > 1, policies run in forked processes (each calls get_profile
-    itself: one process per policy, so nothing is shared between their simulated clusters)."""
-    names = list(dict.fromkeys(names))
-    callbacks = {n: bar(n, setup.total) if bar else None for n in names}
-    if workers <= 1 or len(names) == 1 or "fork" not in mpc.get_all_start_methods():
-        return [run_policy(setup, n, callbacks[n]) for n in names]
-    global _WORKER_SETUP, _WORKER_QUEUE
+    """Every policy on the same setup; results in the order of `names` (run_replays)."""
+    runs = run_replays({n: (setup, n) for n in dict.fromkeys(names)}, workers, bar)
+    return list(runs.values())
+
+
+def run_replays(jobs: dict[str, Job], workers: int = 1,
+                bar: Callable[[str, float], Callable[[float], None]] | None = None) -> dict[str, PolicyRun]:
+    """Each labelled replay, results by label in the order given. `bar(label, total)` returns a progress callback.
+    With workers > 1, they run in forked processes (each calls get_profile itself: one process per replay, so
+    nothing is shared between their simulated clusters)."""
+    callbacks = {label: bar(label, s.total) if bar else None for label, (s, _) in jobs.items()}
+    if workers <= 1 or len(jobs) == 1 or "fork" not in mpc.get_all_start_methods():
+        return {label: run_policy(s, name, callbacks[label]) for label, (s, name) in jobs.items()}
+    global _WORKER_JOBS, _WORKER_QUEUE
     ctx = mpc.get_context("fork")
-    _WORKER_SETUP, _WORKER_QUEUE = setup, ctx.Queue()
+    _WORKER_JOBS, _WORKER_QUEUE = jobs, ctx.Queue()
     try:
-        with ProcessPoolExecutor(min(workers, len(names)), mp_context=ctx) as pool:
-            futures = {n: pool.submit(_worker, n) for n in names}
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx) as pool:
+            futures = {label: pool.submit(_worker, label) for label in jobs}
             while not all(f.done() for f in futures.values()):
                 try:
-                    name, value = _WORKER_QUEUE.get(timeout=0.2)
+                    label, value = _WORKER_QUEUE.get(timeout=0.2)
                 except queue_mod.Empty:
                     continue
-                if callbacks[name]:
-                    callbacks[name](value)
-            results = [futures[n].result() for n in names]
-        for n in names:
-            if callbacks[n]:
-                callbacks[n](setup.total)
+                if callbacks[label]:
+                    callbacks[label](value)
+            results = {label: f.result() for label, f in futures.items()}
+        for label, (s, _) in jobs.items():
+            if callbacks[label]:
+                callbacks[label](s.total)
         return results
     finally:
-        _WORKER_SETUP, _WORKER_QUEUE = None, None
+        _WORKER_JOBS, _WORKER_QUEUE = {}, None
 
 
 def _timeline(setup: Setup, profile: Profile, progress: Progress | None) -> tuple[Recorder, float, dict]:
