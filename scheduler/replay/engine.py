@@ -173,6 +173,7 @@ class ReplayCluster(SimulatedTraining):
         now = self.clock.now()
         allocated = self.rec.alloc  # walks the decisions in order for the first-failure measure
         waiting = 0
+        admits, waits = 0, []  # (job, reason, admissions before it in queue order)
         for d in result.decisions:
             if isinstance(d, Preempt):
                 allocated -= self.jobs[d.job_id].total_gpus
@@ -183,16 +184,20 @@ class ReplayCluster(SimulatedTraining):
                 if not self._admit(d):
                     continue  # a worker could not be bound: nothing was, the job waits (counted in bind_failures)
                 self.pending -= 1
+                admits += 1
                 allocated += d.rightsized.gpus * len(d.workers) if d.gpu_model else 0.0
                 self.rec.admitted(d.job_id, now, d.gpu_model, d.quota_kind)
             elif isinstance(d, Reserve):
                 self.rec.reserved(d.job_id)
             elif isinstance(d, StillPending):
+                waits.append((d.job_id, d.reason.value, admits))
                 waiting += self.jobs[d.job_id].gpus > 0
                 if d.reason in CAPACITY_REASONS and self.jobs[d.job_id].gpus and self.rec.first_failure is None:
                     self.rec.failure(now, d.job_name, d.reason, allocated)
                 elif d.reason.value == "quota-exhausted":
                     self.rec.quota_refusals += 1
+        for job_id, reason, before in waits:  # (decisions come in queue order)
+            self.rec.waits(job_id, now, reason, admits - before)
         self.rec.cycles += 1
         self.rec.waiting(now, waiting)
 

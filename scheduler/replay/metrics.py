@@ -8,14 +8,16 @@
 - unallocated GPU-hours while GPU work was waiting: from each cycle that left a GPU pod pending
   until the next cycle, the GPUs nobody held (capacity idle while GPU pods were refused);
 - per job size (total GPUs: 1 or less, 2-8, more than 8): queueing time (p50, p95, max) and job completion time
-  (finish - submit; p50, p95, max) — a gang is one job: its wait and completion count once.
+  (finish - submit; p50, p95, max) — a gang is one job: its wait and completion count once;
+- per size class, the longest waiters and what they waited for: the time between cycles, by the reason each cycle
+  gave for its wait, and how many jobs lower in the queue were admitted past it.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import math
 
@@ -28,6 +30,7 @@ CAPACITY_REASONS = frozenset({Reason.NO_CAPACITY, Reason.NO_IDLE_CAPACITY, Reaso
 # job size classes by total GPUs (all workers): (key, upper bound inclusive)
 SIZE_CLASSES: tuple[tuple[str, float], ...] = (("<=1", 1.0), ("2-8", 8.0), (">8", math.inf))
 TIMELINE_POINTS = 2000  # kept per policy for the plot and report.json
+LONGEST = 3  # longest waiters reported per size class
 
 
 @dataclass(slots=True)
@@ -48,6 +51,17 @@ class JobRecord:
     preemptions: int = 0
     fallbacks: int = 0
     workers: int = 1
+    waited_for: dict[str, float] = field(default_factory=dict)  # reason -> seconds (from each cycle to the next)
+    why: str | None = None  # the last cycle's reason, while waiting
+    why_since: float = 0.0
+    passed: int = 0  # jobs lower in the queue admitted in a cycle it waited in
+
+
+def _close(rec: JobRecord, t: float) -> None:
+    """The reason the job waited for since its last cycle ends at `t`."""
+    if rec.why is not None:
+        rec.waited_for[rec.why] = rec.waited_for.get(rec.why, 0.0) + t - rec.why_since
+        rec.why = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +129,17 @@ class Recorder:
         self.advance(t)
         self.waiting_gpu_jobs = gpu_jobs
 
+    def waits(self, job_id: int, t: float, reason: str, passed: int) -> None:
+        """A cycle at t left the job waiting for `reason`, and admitted `passed` jobs ranked below it."""
+        rec = self.jobs[job_id]
+        if rec.why != reason:
+            _close(rec, t)
+            rec.why, rec.why_since = reason, t
+        rec.passed += passed
+
     def admitted(self, job_id: int, t: float, model: str | None, kind: QuotaKind | None) -> None:
         rec = self.jobs[job_id]
+        _close(rec, t)
         rec.waited_s += t - rec.pending_since
         rec.pending_since = None
         rec.started, rec.kind, rec.model = t, kind, model
@@ -183,6 +206,7 @@ class Recorder:
             "jobs_preempted": sum(1 for r in recs if r.preemptions),
             "preempted_gpu_hours_lost": round(self.lost_gpu_s / 3600, 3),
             "by_size": by_size(recs, end),
+            "longest_waits": longest_waits(recs, end),
             "gangs_submitted": sum(1 for r in recs if r.workers > 1),
             "gangs_finished": sum(1 for r in recs if r.workers > 1 and r.finished is not None),
             "gangs_reserved": len(self.reserved_jobs),
@@ -240,6 +264,29 @@ def by_size(recs: Sequence[JobRecord], end: float) -> dict[str, dict]:
         out[key] = {"n": len(mine), "wait": spread([_wait(r, end) for r in mine]),
                     "jct": {"n": len(jct), **spread(jct)}}
     return out
+
+
+def longest_waits(recs: Sequence[JobRecord], end: float, n: int = LONGEST) -> dict[str, list[dict]]:
+    """Per size class, its `n` longest waiters: shape, the quota kind it last ran on (None: never started), its
+    wait, the share of it spent on each reason its cycles gave (jobs still waiting count until `end`), and how many
+    jobs ranked below it were admitted while it waited."""
+    out: dict[str, list[dict]] = {key: [] for key, _ in SIZE_CLASSES}
+    for r in sorted(recs, key=lambda r: (-_wait(r, end), r.id)):
+        rows = out[size_class(r.gpus)]
+        if len(rows) < n:
+            rows.append(_longest_row(r, end))
+    return out
+
+
+def _longest_row(r: JobRecord, end: float) -> dict:
+    spent = dict(r.waited_for)
+    if r.why is not None:
+        spent[r.why] = spent.get(r.why, 0.0) + end - r.why_since
+    total = sum(spent.values())
+    return {"job": r.name, "workers": r.workers, "gpus_per_worker": round(r.gpus / r.workers, 3), "model": r.model,
+            "kind": r.kind.value if r.kind else None, "wait_s": round(_wait(r, end), 3),
+            "waited_for": {k: round(v / total, 4) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
+            if total else {}, "passed_by": r.passed}
 
 
 def class_waits(recs: Iterable[JobRecord], end: float) -> dict[str, list[float]]:

@@ -88,6 +88,28 @@ def gang_rule(setup: Setup) -> str:
             f"{100 * g.share:.1f}% of GPU-time, offered GPU-time x {g.growth:.3g}")
 
 
+def longest_waits(runs: Sequence[PolicyRun]) -> list[str]:
+    """Each size class's longest waiters per policy, and what they waited for (timeline replays)."""
+    rows = [(r.policy, key, w) for r in runs for key, ws in r.figures.get("longest_waits", {}).items() for w in ws]
+    if not rows:
+        return []
+    lines = ["## The longest waits, and what they waited for", "",
+             "Per size class, its longest waiters: the quota kind they last ran on, and their wait by the reason "
+             "each cycle gave until the next (quota-exhausted: no own or borrowed quota left; no-idle-capacity: "
+             "borrowed quota has room, but borrowed work runs on idle capacity only; no-capacity: quota has room, "
+             "no node fits even by preempting; reserved: a gang holding the nodes that free soonest). Passed by: "
+             "jobs lower in the queue admitted while it waited (on any node).", "",
+             "| policy | size | job | shape | ran on | wait s | waited for | passed by |",
+             "|---|---|---|---|---|---|---|---|"]
+    for policy, key, w in rows:
+        worker = f"{w['gpus_per_worker']:g} {w['model'] or 'GPU'}" if w["gpus_per_worker"] else "CPU only"
+        shape = f"{w['workers']} × {worker}" if w["workers"] > 1 else worker
+        why = ", ".join(f"{k} {100 * v:.0f}%" for k, v in w["waited_for"].items()) or "–"
+        lines.append(f"| {policy} | {key} | {w['job']} | {shape} | {w['kind'] or 'never started'} | "
+                     f"{_f(w['wait_s'], 0)} | {why} | {w['passed_by']:,} |")
+    return [*lines, ""]
+
+
 def reservations_verdict(runs: Sequence[PolicyRun], noise: NoiseFloor | None = None) -> list[str]:
     """What reservations buy: tidal against the same profile with them off, on the size classes; with `noise`, what
     that comparison cannot tell from chance (noise_change)."""
@@ -303,6 +325,7 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
                          f"{j['n']:,} | {_f(j['p50'])} | {_f(j['p95'])} | {_f(j['max'])} |")
     lines += ["", f"Gangs: {gang_rule(setup)}. Gangs that held a reservation: "
               + ", ".join(f"{r.policy} {r.figures['gangs_reserved']:,}" for r in runs) + ".", ""]
+    lines += longest_waits(runs)
     lines += reservations_verdict(runs, noise)
     lines += ["## Preemptions, fallbacks, utilization per GPU model", "",
               "| policy | preemptions (by reason) | jobs preempted | GPU-h lost | fallbacks / jobs with a "

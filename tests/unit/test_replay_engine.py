@@ -181,6 +181,25 @@ def test_without_reservations_the_stream_of_small_jobs_passes_the_gang(gang_trac
     assert f["by_size"]["2-8"]["wait"]["max"] == 390.0 and f["by_size"]["<=1"]["wait"]["max"] == 80.0
 
 
+def test_the_longest_waits_say_what_the_gang_waited_for_and_who_passed_it(gang_trace, tmp_path):
+    gang = {"job": "g", "workers": 2, "gpus_per_worker": 1.0, "model": "T4", "kind": "own"}
+    on = run_policy(gang_trace, "tidal").figures["longest_waits"]
+    off = run_policy(gang_trace, "tidal-no-reservations").figures["longest_waits"]
+    # with its reservation it waits 10 -> 150 holding both nodes, and nothing passes it
+    assert on["2-8"] == [{**gang, "wait_s": 140.0, "waited_for": {"reserved": 1.0}, "passed_by": 0}]
+    # without, the five small jobs after it in the queue take each node as it frees; it waits 10 -> 400 (no node
+    # fits, and the small jobs are too young to preempt)
+    assert off["2-8"] == [{**gang, "wait_s": 390.0, "waited_for": {"no-capacity": 1.0}, "passed_by": 5}]
+    # every class lists its longest waiters first (at most LONGEST), each wait fully attributed
+    assert [w["job"] for w in off["<=1"]] == ["s3", "s4", "s5"] and off["<=1"][0]["wait_s"] == 80.0
+    assert all(sum(w["waited_for"].values()) == pytest.approx(1.0, abs=1e-3) for w in on["<=1"] + off["<=1"])
+    assert on[">8"] == off[">8"] == []
+    out = replay(gang_trace, ["tidal", "tidal-no-reservations"], tmp_path, "test")
+    text = out.files["report.md"].read_text()
+    assert "## The longest waits, and what they waited for" in text
+    assert "| tidal-no-reservations | 2-8 | g | 2 × 1 T4 | own | 390 | no-capacity 100% | 5 |" in text
+
+
 def test_the_variant_is_tidal_with_reservations_off():
     from scheduler.replay import replay_profile
 
