@@ -27,7 +27,8 @@ class EventAdmin(OperatorAdmin):
 class DeliveryAdmin(OperatorAdmin):
     list_display = ["id", "user", "channel", "status", "attempts", "delivered_at", "created_at"]
     list_filter = ["status", "channel"]
-    readonly_fields = ["event", "user", "channel", "target", "attempts", "last_error", "delivered_at", "created_at"]
+    readonly_fields = ["event", "user", "channel", "target", "attempts", "last_error", "delivered_at", "claimed_until",
+                       "created_at"]
 
 
 @admin.register(Episode)

@@ -143,6 +143,9 @@ class Delivery(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    claimed_until = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Set while a worker sends it (no other worker sends until then); cleared with the outcome.")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -1,7 +1,7 @@
 """Reads of the notifications app: preferences (with their defaults), subscriptions, deliveries."""
 from datetime import datetime, timedelta
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from core.models import Department, Membership
 from notifications.models import DepartmentSubscription, Delivery, Preference
@@ -46,6 +46,8 @@ def deliveries_to(*, user) -> QuerySet[Delivery]:
 
 
 def stale_pending(*, now: datetime) -> list[int]:
-    """Deliveries never tried since long after they were made: their queue message was lost (a worker died)."""
-    return list(Delivery.objects.filter(status=Delivery.Status.PENDING, attempts=0,
-                                        created_at__lt=now - PENDING_STALE_AFTER).values_list("pk", flat=True)[:500])
+    """Deliveries whose queue message was lost (a worker died): never tried since long after they were made, or
+    claimed by an attempt that never recorded its outcome (its claim expired; the message was taken with it)."""
+    never_tried = Q(status=Delivery.Status.PENDING, attempts=0, created_at__lt=now - PENDING_STALE_AFTER)
+    abandoned = Q(status__in=[Delivery.Status.PENDING, Delivery.Status.RETRYING], claimed_until__lt=now)
+    return list(Delivery.objects.filter(never_tried | abandoned).values_list("pk", flat=True)[:500])

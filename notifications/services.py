@@ -27,6 +27,7 @@ BATCH = 1000  # decisions per scan; the next scan goes on from the cursor
 MAX_ATTEMPTS = 6  # the first try and five retries with exponential backoff (notifications/tasks.py)
 MAX_WAITING_HOURS = 24 * 30
 FAILURE_WINDOW = timedelta(hours=1)
+CLAIM_MARGIN = timedelta(seconds=60)  # beyond the channel's timeout, which bounds each socket operation, not a send
 
 
 class DeliveryFailed(Exception):
@@ -275,29 +276,81 @@ def _department_episodes(now: datetime) -> list[int]:
 # --- one delivery attempt --------------------------------------------------------------------------------------------
 
 def delivery_attempt(*, delivery_id: int) -> Delivery | None:
-    """Send one delivery unless it was delivered already (the row is locked while sending: two workers never both
-    send it); the attempt's outcome is recorded. Raises DeliveryFailed, after recording, when a retry is due."""
-    with transaction.atomic():
-        delivery = Delivery.objects.select_for_update().select_related("event").filter(pk=delivery_id).first()
-        if delivery is None or delivery.status in (Delivery.Status.DELIVERED, Delivery.Status.FAILED):
-            return delivery
-        event = delivery.event
-        message = Message(subject=event.subject, body=event.body, fields=event.fields)
-        delivery.attempts += 1
-        try:
-            if delivery.channel == Channel.EMAIL:
-                channels.send_email(to=delivery.target, message=message)
-            else:
-                channels.post_webhook(url=delivery.target, message=message)
-        except channels.SendError as error:
-            delivery.last_error = str(error)[:2000]
-            delivery.status = Delivery.Status.RETRYING if delivery.attempts < MAX_ATTEMPTS else Delivery.Status.FAILED
-        else:
-            delivery.status, delivery.delivered_at, delivery.last_error = Delivery.Status.DELIVERED, timezone.now(), ""
-        delivery.save(update_fields=["attempts", "status", "last_error", "delivered_at", "updated_at"])
+    """Send one delivery unless it was delivered already or another worker's claim on it is live. The claim commits
+    before the send and the outcome after it: no transaction or row lock is held while a slow server answers, two
+    workers never both send while a claim is live, and a worker that dies mid-send leaves a claim that expires, so a
+    later attempt sends again (at least once, never lost). Raises DeliveryFailed, after recording, when a retry is
+    due."""
+    claimed, ours = _delivery_claim(delivery_id=delivery_id, now=timezone.now())
+    if not ours:
+        return claimed  # gone, settled, or another worker's to send
+    delivery = _outcome_record(delivery_id=delivery_id, attempt=claimed.attempts, error=_send(claimed))
+    if delivery is None or delivery.attempts != claimed.attempts:
+        return delivery  # our claim expired and a newer attempt took it over: that attempt follows up
     if delivery.status == Delivery.Status.RETRYING:
         raise DeliveryFailed(f"delivery {delivery.pk}, attempt {delivery.attempts}: {delivery.last_error}")
     if delivery.status == Delivery.Status.FAILED:
         log.warning("delivery %s failed for good after %s attempts: %s", delivery.pk, delivery.attempts,
                     delivery.last_error)
+    return delivery
+
+
+def _claim_length(channel: str) -> timedelta:
+    """How long a claim keeps other workers off: the channel's timeout, read as channels.py reads it (Django's
+    EMAIL_TIMEOUT may be None: no timeout), and a margin."""
+    timeout = settings.EMAIL_TIMEOUT if channel == Channel.EMAIL else settings.TIDAL_NOTIFY_WEBHOOK_TIMEOUT_S
+    return timedelta(seconds=timeout or 0) + CLAIM_MARGIN
+
+
+def _delivery_claim(*, delivery_id: int, now: datetime) -> tuple[Delivery | None, bool]:
+    """The delivery and whether this worker now holds its claim (the row is locked only for this short
+    transaction); unchanged when it is settled or another worker's claim is live."""
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().filter(pk=delivery_id).first()
+        if delivery is None or delivery.status in (Delivery.Status.DELIVERED, Delivery.Status.FAILED):
+            return delivery, False
+        if delivery.claimed_until is not None and delivery.claimed_until > now:
+            return delivery, False  # another worker is sending it: its outcome, or its claim's expiry, comes next
+        if delivery.attempts >= MAX_ATTEMPTS:  # the last attempt's worker died mid-send: given up, as if it failed
+            delivery.status, delivery.claimed_until = Delivery.Status.FAILED, None
+            delivery.last_error = f"attempt {delivery.attempts} never finished (its worker stopped mid-send)"
+            delivery.save(update_fields=["status", "last_error", "claimed_until", "updated_at"])
+            log.warning("delivery %s failed for good: %s", delivery.pk, delivery.last_error)
+            return delivery, False
+        delivery.attempts += 1
+        delivery.claimed_until = now + _claim_length(delivery.channel)
+        delivery.save(update_fields=["attempts", "claimed_until", "updated_at"])
+    return delivery, True
+
+
+def _send(delivery: Delivery) -> str | None:
+    """One send, outside any transaction: why it failed, or None when it went out."""
+    event = delivery.event
+    message = Message(subject=event.subject, body=event.body, fields=event.fields)
+    try:
+        if delivery.channel == Channel.EMAIL:
+            channels.send_email(to=delivery.target, message=message)
+        else:
+            channels.post_webhook(url=delivery.target, message=message)
+    except channels.SendError as error:
+        return str(error)[:2000]
+    return None
+
+
+def _outcome_record(*, delivery_id: int, attempt: int, error: str | None) -> Delivery | None:
+    """Record attempt number `attempt`'s outcome and release its claim. A delivery stays delivered; if the claim
+    expired and a newer attempt took it over, only a success is recorded (the newer attempt owns the rest)."""
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().filter(pk=delivery_id).first()
+        if delivery is None:
+            return None
+        ours = delivery.attempts == attempt
+        if delivery.status != Delivery.Status.DELIVERED and error is None:
+            delivery.status, delivery.delivered_at, delivery.last_error = Delivery.Status.DELIVERED, timezone.now(), ""
+        elif delivery.status != Delivery.Status.DELIVERED and ours:
+            delivery.last_error = error
+            delivery.status = Delivery.Status.RETRYING if delivery.attempts < MAX_ATTEMPTS else Delivery.Status.FAILED
+        if ours:
+            delivery.claimed_until = None
+        delivery.save(update_fields=["status", "last_error", "delivered_at", "claimed_until", "updated_at"])
     return delivery

@@ -9,10 +9,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from aiosmtpd.controller import Controller
+from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
 from core.models import Membership
+from notifications import selectors
 from notifications import services as notify
 from notifications import tasks
 from notifications.models import DepartmentSubscription, Delivery, Episode, Event, Preference
@@ -436,3 +438,123 @@ def test_a_delivery_whose_queue_message_was_lost_is_sent_by_the_next_scan(world,
     Delivery.objects.update(created_at=timezone.now() - timedelta(minutes=10))
     assert _scan() == 0  # nothing new ...
     assert Delivery.objects.get().status == "delivered" and len(hook.bodies) == 1  # ... and the lost one sent
+
+
+# --- one attempt: a claim committed before the send, the outcome after it -------------------------------------------
+
+def _webhook_delivery(world, settings) -> Delivery:
+    """A pending webhook delivery of a failed job (nothing sent yet)."""
+    settings.TIDAL_NOTIFY_SETTLE_S = 0
+    notify.preference_set(user=world.users["member"], events=["failed"], waiting_hours=6, email=False,
+                          webhook_url="https://hooks.test/T000/secret-token")
+    _failed_job(world)
+    notify.notifications_scan(now=timezone.now())
+    return Delivery.objects.get()
+
+
+def _on_another_connection(work):
+    """What `work` returns (or raises) run in a thread of its own, hence on a database connection of its own."""
+    out = {}
+
+    def run():
+        try:
+            out["result"] = work()
+        except Exception as error:  # re-raised in the test's thread
+            out["error"] = error
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    if "error" in out:
+        raise out["error"]
+    return out["result"]
+
+
+@pytest.mark.django_db(transaction=True)  # the claim commits as in production: another connection sees it
+def test_the_send_holds_no_transaction_or_row_lock_and_a_concurrent_attempt_sends_nothing(world, settings,
+                                                                                        monkeypatch):
+    delivery = _webhook_delivery(world, settings)
+    sends, seen = [], {}
+
+    def locked_row():
+        with transaction.atomic():  # raises at once if the attempt still held the row's lock
+            row = Delivery.objects.select_for_update(nowait=True).get(pk=delivery.pk)
+            return row.attempts, row.claimed_until
+
+    def post(*, url, message):
+        sends.append(connection.in_atomic_block)
+        if len(sends) == 1:
+            seen["row"] = _on_another_connection(locked_row)
+            seen["other"] = _on_another_connection(lambda: notify.delivery_attempt(delivery_id=delivery.pk))
+
+    monkeypatch.setattr(notify.channels, "post_webhook", post)
+    done = notify.delivery_attempt(delivery_id=delivery.pk)
+
+    assert sends == [False]  # sent once, with no transaction open; the concurrent attempt did not send
+    attempts, claimed_until = seen["row"]
+    assert attempts == 1 and claimed_until > timezone.now()  # the claim was committed before the send
+    assert (seen["other"].status, seen["other"].attempts) == ("pending", 1)
+    done.refresh_from_db()
+    assert (done.status, done.attempts, done.claimed_until, done.last_error) == ("delivered", 1, None, "")
+
+
+def test_a_live_claim_keeps_other_attempts_off_and_an_expired_one_is_taken_over(world, settings, monkeypatch):
+    delivery = _webhook_delivery(world, settings)
+    sends = []
+    monkeypatch.setattr(notify.channels, "post_webhook", lambda *, url, message: sends.append(url))
+    live = timezone.now() + timedelta(seconds=30)
+    Delivery.objects.filter(pk=delivery.pk).update(attempts=1, claimed_until=live)  # another worker is sending
+
+    assert notify.delivery_attempt(delivery_id=delivery.pk).claimed_until == live
+    assert sends == [] and Delivery.objects.get().attempts == 1
+    assert delivery.pk not in selectors.stale_pending(now=timezone.now())
+
+    # That worker died mid-send: its claim expires, the scan finds the delivery and a new attempt sends it.
+    Delivery.objects.filter(pk=delivery.pk).update(claimed_until=timezone.now() - timedelta(seconds=1))
+    assert delivery.pk in selectors.stale_pending(now=timezone.now())
+    done = notify.delivery_attempt(delivery_id=delivery.pk)
+    assert len(sends) == 1
+    assert (done.status, done.attempts, done.claimed_until) == ("delivered", 2, None)
+    assert notify.delivery_attempt(delivery_id=delivery.pk).attempts == 2 and len(sends) == 1  # delivered: no more
+
+
+def test_a_claim_taken_over_mid_send_leaves_the_failure_and_the_retry_to_the_newer_attempt(world, settings,
+                                                                                          monkeypatch):
+    delivery = _webhook_delivery(world, settings)
+    newer = timezone.now() + timedelta(seconds=30)
+
+    def slow_then_refused(*, url, message):  # outlives its claim: another worker takes the delivery over meanwhile
+        Delivery.objects.filter(pk=delivery.pk).update(attempts=2, claimed_until=newer)
+        raise notify.channels.SendError("webhook at hooks.test answered HTTP 500")
+
+    monkeypatch.setattr(notify.channels, "post_webhook", slow_then_refused)
+    late = notify.delivery_attempt(delivery_id=delivery.pk)  # no DeliveryFailed: not this attempt's retry
+    assert (late.status, late.attempts, late.claimed_until, late.last_error) == ("pending", 2, newer, "")
+
+    # A late success is recorded all the same (it was sent), and the newer attempt's failure cannot undo it.
+    Delivery.objects.filter(pk=delivery.pk).update(attempts=1, claimed_until=timezone.now() - timedelta(seconds=1))
+    monkeypatch.setattr(notify.channels, "post_webhook", lambda *, url, message: Delivery.objects.filter(
+        pk=delivery.pk).update(attempts=3, claimed_until=newer))
+    assert notify.delivery_attempt(delivery_id=delivery.pk).status == "delivered"
+    assert notify._outcome_record(delivery_id=delivery.pk, attempt=3, error="HTTP 500").status == "delivered"
+    assert Delivery.objects.get().claimed_until is None
+
+
+def test_a_last_attempt_whose_worker_died_is_given_up_without_another_send(world, settings, monkeypatch):
+    delivery = _webhook_delivery(world, settings)
+    sends = []
+    monkeypatch.setattr(notify.channels, "post_webhook", lambda *, url, message: sends.append(url))
+    Delivery.objects.filter(pk=delivery.pk).update(status="retrying", attempts=notify.MAX_ATTEMPTS,
+                                                   claimed_until=timezone.now() - timedelta(seconds=1))
+    done = notify.delivery_attempt(delivery_id=delivery.pk)
+    assert sends == [] and (done.status, done.attempts, done.claimed_until) == ("failed", notify.MAX_ATTEMPTS, None)
+    assert done.last_error == f"attempt {notify.MAX_ATTEMPTS} never finished (its worker stopped mid-send)"
+    assert delivery.pk not in selectors.stale_pending(now=timezone.now())
+
+
+def test_a_claim_lasts_the_channels_timeout_and_a_margin(settings):
+    settings.TIDAL_NOTIFY_WEBHOOK_TIMEOUT_S, settings.EMAIL_TIMEOUT = 5, 10
+    assert notify._claim_length("webhook") == timedelta(seconds=5) + notify.CLAIM_MARGIN
+    assert notify._claim_length("email") == timedelta(seconds=10) + notify.CLAIM_MARGIN
