@@ -177,6 +177,17 @@ def load_traces(folder: str | Path) -> TraceShapes:
     return TraceShapes(tuple(training), tuple(serving))
 
 
+def builtin_shapes() -> TraceShapes:
+    """Stands in for the GenAI trace when the traces folder lacks it, as the built-in cluster does for the node list:
+    one made-up hour (not measured) of a training pod's GPU duty cycle and memory, and of a serving pod's load."""
+    minute = np.arange(60)
+    wave = np.sin(minute / 60 * 2 * np.pi)
+    qps = 20 + 15 * wave  # requests/s, 5..35
+    return TraceShapes(
+        (training_shape(80 + 15 * wave, 1 + 0.1 * np.cos(minute / 60 * 2 * np.pi)),),
+        (serving_shape(qps * 2.5, 0.3 + 0.1 * wave, qps, capacity_qps=40.0),))
+
+
 def _per_minute(path: Path, *, carry: bool, only: str | None = None) -> dict[str, np.ndarray]:
     """Per container with MIN_TRACE_MINUTES+ minutes: the mean per minute from its first to last sample."""
     samples: dict[str, tuple[list[int], list[float]]] = {}

@@ -57,10 +57,19 @@ def small_cluster(run: str):
 
 @pytest.fixture
 def exporter():
+    yield from _exporter({})
+
+
+@pytest.fixture
+def exporter_without_traces(tmp_path):
+    yield from _exporter({"TIDAL_TRACES_DIR": str(tmp_path)})
+
+
+def _exporter(extra_env: dict[str, str]):
     """The command in a subprocess on a test-only Redis namespace and target file; stopped with SIGTERM."""
     run = uuid.uuid4().hex[:8]
     env = {**os.environ, "TIDAL_REDIS_NAMESPACE": f"test-exporter-{run}", "REDIS_URL": REDIS_URL,
-           "PROMETHEUS_SD_DIR": str(PROMETHEUS_SD_DIR)}
+           "PROMETHEUS_SD_DIR": str(PROMETHEUS_SD_DIR), **extra_env}
     command = [sys.executable, "manage.py", "cluster_exporter", "--port", "0", "--target-name", f"it-exporter-{run}"]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     target = PROMETHEUS_SD_DIR / f"it-exporter-{run}.json"
@@ -110,3 +119,32 @@ def test_prometheus_scrapes_every_pod_metric_with_its_labels(exporter):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=15) == 0
     assert not target.exists()  # deregistered on exit
+
+
+def test_without_the_traces_folder_pods_follow_the_built_in_shapes(exporter_without_traces):
+    """A clone without ../shared/traces: `make run` falls back to the built-in cluster, and the exporter to built-in
+    pod shapes instead of exiting."""
+    run, process, target = exporter_without_traces
+    address = poll("target file", lambda: read_target(process, target))
+    store.save(Redis.from_url(REDIS_URL), f"test-exporter-{run}", small_cluster(run))
+
+    def utilization() -> list[float] | None:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+            lines = response.read().decode().splitlines()
+        values = [float(line.rsplit(" ", 1)[1]) for line in lines
+                  if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and f'pod="it-{run}-' in line]
+        return values if len(values) == 3 else None  # two GPUs of the training pod, one of the web pod
+
+    assert all(0 <= v <= 100 for v in poll("GPU utilization of every pod", utilization))
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    assert b"built-in shapes" in process.stdout.read()
+
+
+def test_a_genai_trace_folder_that_cannot_be_read_is_an_error(tmp_path):
+    (tmp_path / "alibaba-genai-2026").mkdir()  # there, but without its files
+    env = {**os.environ, "TIDAL_TRACES_DIR": str(tmp_path), "REDIS_URL": REDIS_URL}
+    done = subprocess.run([sys.executable, "manage.py", "cluster_exporter", "--port", "0"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "cannot read the GenAI trace" in done.stderr and "pod_gpu_duty_cycle_anon.csv" in done.stderr

@@ -14,7 +14,7 @@ from redis import Redis
 
 from cluster.simulated.alibaba import TraceError
 from cluster.simulated.exporter import redis_source, register_target, serve, target_name
-from cluster.simulated.metrics import ServingLoad, load_traces
+from cluster.simulated.metrics import ServingLoad, TraceShapes, builtin_shapes, load_traces
 from cluster.simulated.traffic import DemoServing
 from colocation.loads import demo_clock, demo_traffic
 
@@ -31,10 +31,7 @@ class Command(BaseCommand):
                             help="name of the file_sd target file")
 
     def handle(self, *args, port, host, target_name, **options):
-        try:
-            shapes = load_traces(settings.TRACES_DIR / GENAI_TRACE)
-        except (OSError, TraceError, ValueError) as error:
-            raise CommandError(f"cannot read the GenAI trace: {error}") from error
+        shapes = self._shapes()
         redis = Redis.from_url(settings.REDIS_URL)
         source = redis_source(redis, settings.TIDAL_REDIS_NAMESPACE)
         try:
@@ -55,6 +52,18 @@ class Command(BaseCommand):
             target.unlink(missing_ok=True)
             server.shutdown()
             thread.join(timeout=5)
+
+    def _shapes(self) -> TraceShapes:
+        """The GenAI trace's pod shapes; without the trace (no traces folder), the built-in ones. A trace that is
+        there but cannot be read is an error."""
+        folder = settings.TRACES_DIR / GENAI_TRACE
+        if not folder.is_dir():
+            self.stdout.write(f"{folder} not found: pods follow the built-in shapes (made up, not measured)")
+            return builtin_shapes()
+        try:
+            return load_traces(folder)
+        except (OSError, TraceError, ValueError) as error:
+            raise CommandError(f"cannot read the GenAI trace: {error}") from error
 
     def _demo_load(self, redis) -> ServingLoad | None:
         if not settings.TIDAL_DEMO_TRAFFIC:
