@@ -71,8 +71,8 @@ class Command(BaseCommand):
         clock = demo_clock(redis=redis, namespace=settings.TIDAL_REDIS_NAMESPACE, now=time.time())
         traffic = demo_traffic(clock=clock)
         if traffic is None:
-            self.stdout.write("no demo traffic (the World Cup or GenAI trace is missing): inference pods follow the "
-                              "GenAI per-pod series")
+            self.stdout.write("no demo traffic (the World Cup or GenAI trace is missing): inference pods follow their "
+                              "per-pod series")
             return None
         self.stdout.write(f"inference pods of {', '.join(sorted(traffic.services))} serve the demo's traffic")
         return DemoServing(traffic, clock)
