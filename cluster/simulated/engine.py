@@ -366,6 +366,26 @@ class SimulatedCluster:
         if node.name not in self._nodes:
             self._nodes[node.name] = _Node(node, [0.0] * node.gpu_count)
 
+    def remove_node(self, name: str, reason: str) -> None:
+        """A node leaves the cluster (the inventory lost it): its pods are evicted with `reason` (their ReplicaSets
+        replace them on the nodes left), as when a Kubernetes node is deleted; an unknown name is left alone."""
+        node = self._nodes.get(name)
+        if node is None:
+            return
+        now = self._clock.now()
+        gone = [self._pods[pod].view for pod in list(node.pods)]
+        for view in gone:
+            self._release(view)
+            self._ended_pod(view, now, EVICTED, reason)
+            self._emit(EventKind.POD_EVICTED, now, name, view.spec, reason)
+        del self._nodes[name]
+        self.__dict__.pop("_views", None)  # nodes() rebuilds its views and index without it
+        for view in gone:  # once the node is gone, so that no replacement lands on it
+            rs = self._replicasets.get(view.replicaset or "")
+            if rs is not None:
+                rs.pods.pop(view.spec.name, None)
+                self._reconcile(rs)
+
     def advance(self) -> list[ClusterEvent]:
         """Finish every pod whose run time elapsed by the clock's now (returns those events), mark
         inference pods whose start-up elapsed ready, and retry pending ReplicaSet pods."""

@@ -43,10 +43,22 @@ def save(redis, namespace: str, cluster: SimulatedCluster) -> None:
     redis.set(f"{namespace}:{KEY}", pickle.dumps(cluster, protocol=pickle.HIGHEST_PROTOCOL))
 
 
+LEFT_INVENTORY = "node-left-inventory"  # the eviction reason of pods on a node the inventory no longer has
+
+
 def sync_nodes(cluster: SimulatedCluster, inventory: Iterable[NodeView]) -> None:
-    """Nodes added to the inventory since the cluster was created join it (with no pods)."""
-    for node in inventory:
+    """The cluster holds the inventory's nodes: those added since it was created join it (with no pods), and those
+    the inventory lost leave it, their pods evicted (the loops requeue the jobs). A cluster kept in Redis from another
+    database (a new demo database, the same Redis) so never offers a node the database does not know."""
+    nodes = list(inventory)
+    for node in nodes:
         cluster.add_node(node)
+    names = {node.name for node in nodes}
+    if not names:
+        return  # an inventory with no node at all is not read as every node gone (nothing seeded yet)
+    for view in cluster.nodes():
+        if view.name not in names:
+            cluster.remove_node(view.name, LEFT_INVENTORY)
 
 
 LOCK = "cluster-lock"  # one actor on the cluster at a time: the scheduler, the lending controller

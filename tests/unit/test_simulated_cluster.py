@@ -105,3 +105,36 @@ def test_resource_vector_arithmetic():
     assert total.amounts() == {"A100": 2.0, "T4": 1.5, "cpu": 1500, "memory": 3072}
     assert (total - b) == a and total.gpu("A100") == 2.0
     assert a.fits(total) and not total.fits(a)
+
+
+def test_a_removed_node_evicts_its_pods_and_its_replicasets_replace_them_elsewhere():
+    clock = VirtualClock(100.0)
+    online = [NodeBuilder(n, gpus=2).state(NodeState.ONLINE_NORMAL).build() for n in ("a", "b")]
+    sim = SimulatedCluster(online, clock, startup_s=0)
+    sim.apply_replicaset("web", PodSpec("web", None, "T4", (GpuShare(0, 1.0),), 1000, 1024), 1)
+    sim.set_node_state("a", NodeState.OFFLINE_NORMAL)  # training on a, the web pod stays where it is
+    sim.bind(pod("train", (1, 1.0)), "a")
+    assert {p.spec.name: p.node for p in sim.pods()} == {"web-0": "a", "train": "a"}
+    sim.drain_events()
+    sim.remove_node("a", "node-left-inventory")
+    assert [n.name for n in sim.nodes()] == ["b"]
+    assert {p.spec.name: p.node for p in sim.pods()} == {"web-1": "b"}  # the replacement, on the node left
+    evicted = [(e.pod, e.node, e.detail) for e in sim.drain_events() if e.kind is EventKind.POD_EVICTED]
+    assert sorted(evicted) == [("train", "a", "node-left-inventory"), ("web-0", "a", "node-left-inventory")]
+    sim.remove_node("a", "again")  # unknown now: nothing happens
+    assert sim.drain_events() == [] and len(sim.nodes()) == 1
+
+
+def test_sync_nodes_makes_the_cluster_hold_the_inventorys_nodes():
+    from cluster.simulated.store import LEFT_INVENTORY, sync_nodes
+
+    clock = VirtualClock(100.0)
+    sim = SimulatedCluster([NodeBuilder("old", gpus=1).build(), NodeBuilder("kept", gpus=1).build()], clock)
+    sim.bind(pod("job-1-run-1", (0, 1.0)), "old")
+    sim.drain_events()
+    sync_nodes(sim, [NodeBuilder("kept", gpus=1).build(), NodeBuilder("new", gpus=2).build()])
+    assert sorted(n.name for n in sim.nodes()) == ["kept", "new"] and sim.pods() == ()
+    assert [(e.kind, e.pod, e.detail) for e in sim.drain_events()] == [
+        (EventKind.POD_EVICTED, "job-1-run-1", LEFT_INVENTORY)]
+    sync_nodes(sim, [])  # no inventory at all: nothing seeded yet, not every node gone
+    assert len(sim.nodes()) == 2
