@@ -17,6 +17,7 @@ from colocation.models import InferenceService, Node, NodeState, NodeTransition,
 from colocation.policy import LendingProfile
 from core import telemetry
 from core.models import Decision
+from profiling import selectors as profiling
 from profiling.models import ServiceMinute
 from scheduler.models import HOLDING_STATUSES, JobRun, TrainingJob
 
@@ -100,19 +101,24 @@ class GroupAllocation:
     cpu_milli_allocated: int
     memory_mib: int
     memory_mib_allocated: int
+    gpus_used: float | None = None  # really busy in `used_minute` (utilization x GPUs); None: no fresh profile
+    used_minute: datetime | None = None
 
 
 def group_allocation() -> list[GroupAllocation]:
     """Each group's capacity and allocation from the lending tick's last look (core.telemetry: the figures /metrics
-    serves), in the API's units; empty before the first tick."""
+    serves), in the API's units, with the GPUs really busy in the newest profiled minute; empty before the first
+    tick."""
     at, groups = telemetry.groups(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
     if at is None:
         return []
     observed = datetime.fromtimestamp(at, timezone.utc)
+    minute, busy = profiling.gpus_in_use_now(now=datetime.now(timezone.utc))
     return [GroupAllocation(name, observed, f["gpu_capacity"], round(f["gpu_allocated"], 3),
                             None if "gpu_fragmented" not in f else round(f["gpu_fragmented"], 3),
                             round(f["cpu_capacity"] * 1000), round(f["cpu_allocated"] * 1000),
-                            round(f["memory_capacity"] / 2**20), round(f["memory_allocated"] / 2**20))
+                            round(f["memory_capacity"] / 2**20), round(f["memory_allocated"] / 2**20),
+                            None if minute is None else round(busy.get(name, 0.0), 3), minute)
             for name, f in sorted(groups.items())]
 
 

@@ -3,7 +3,6 @@ only). Read at scrape time from the database (counts and counters over all time:
 and from what the control loops keep in Redis (loop durations, allocation per resource group)."""
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -16,7 +15,6 @@ from streaming.publisher import cursor_key
 
 WAIT_BUCKETS = (10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 24 * 3600.0)
 RESOURCES = {"gpu": "GPUs", "cpu": "CPU cores", "memory": "bytes of memory"}
-FRESH = timedelta(minutes=10)  # an older newest minute means the pipeline is down: no "used" figure
 
 
 def web_target(namespace: str) -> str:
@@ -55,10 +53,8 @@ class TidalCollector:
                                     "When the lending tick last read the allocation", value=at)
         used = GaugeMetricFamily("tidal_resource_group_gpus_used", "GPUs really busy (utilization x GPUs of the "
                                  "newest profiled minute) per resource group", labels=["group"])
-        newest = max(filter(None, profiling.newest_minutes().values()), default=None)
-        if newest is not None and timezone.now() - newest < FRESH:
-            for group, busy in sorted(profiling.gpus_in_use(minute=newest).items()):
-                used.add_metric([group], busy)
+        for group, busy in sorted(profiling.gpus_in_use_now(now=timezone.now())[1].items()):
+            used.add_metric([group], busy)
         yield used
 
     @staticmethod

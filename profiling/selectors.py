@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import F, Max, QuerySet, Sum, Window
@@ -20,6 +20,8 @@ from scheduler.models import JobRun, TrainingJob
 from scheduler.policy.priority import utilization_points
 from scheduler.policy.profile import get_profile
 from scheduler.policy.rightsizing import RecentUse, Request, recent_use, requested, rightsize
+
+USE_FRESH = timedelta(minutes=10)  # the newest profiled minute older than this: the pipeline is down
 
 STAT_FIELDS = tuple(f"{resource}_{stat}" for resource in RESOURCES for stat in ("mean", "peak"))
 
@@ -229,6 +231,15 @@ def gpus_in_use(*, minute: datetime) -> dict[str, float]:
         if group:
             used[group] += util * replicas * float(per_replica)
     return dict(used)
+
+
+def gpus_in_use_now(*, now: datetime) -> tuple[datetime | None, dict[str, float]]:
+    """The newest profiled minute and the GPUs really busy in it per resource group (gpus_in_use); (None, {}) when
+    there is none, or it is older than USE_FRESH: the pipeline is down, and an old figure would read as today's."""
+    newest = max(filter(None, newest_minutes().values()), default=None)
+    if newest is None or now - newest >= USE_FRESH:
+        return None, {}
+    return newest, gpus_in_use(minute=newest)
 
 
 def newest_minutes() -> dict[str, datetime | None]:

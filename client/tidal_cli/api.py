@@ -166,6 +166,8 @@ class GroupAllocation(TypedDict):
     cpu_milli_allocated: int
     memory_mib: int
     memory_mib_allocated: int
+    gpus_used: float | None  # really busy in used_minute; None while the profile pipeline is down
+    used_minute: str | None
 
 
 class Node(TypedDict):

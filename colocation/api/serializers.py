@@ -31,6 +31,9 @@ class GroupAllocationSerializer(serializers.Serializer):
     cpu_milli_allocated = serializers.IntegerField()
     memory_mib = serializers.IntegerField()
     memory_mib_allocated = serializers.IntegerField()
+    gpus_used = serializers.FloatField(allow_null=True, help_text="GPUs really busy (utilization x GPUs) in "
+                                       "used_minute, from the task profiles; null while the profile pipeline is down.")
+    used_minute = serializers.DateTimeField(allow_null=True, help_text="The newest profiled minute.")
 
 
 class ResourceGroupSettingsSerializer(JSONTypes, serializers.ModelSerializer):

@@ -43,8 +43,9 @@ class ResourceGroupViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mix
     @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
     def allocation(self, request):
         """Each group's capacity and allocation — every pod counted, inference replicas too — and its idle GPUs the
-        typical jobs cannot use, as the lending tick last saw the cluster (the figures /metrics serves); an empty list
-        before its first tick. Cluster-wide figures: every signed-in user reads them (`tidal top`)."""
+        typical jobs cannot use, as the lending tick last saw the cluster (the figures /metrics serves), and the GPUs
+        really busy in the newest profiled minute; an empty list before its first tick. Cluster-wide figures: every
+        signed-in user reads them (`tidal top`)."""
         return Response(s.GroupAllocationSerializer(selectors.group_allocation(), many=True).data)
 
 

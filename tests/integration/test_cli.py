@@ -203,7 +203,8 @@ def test_top_shows_what_the_lending_loop_saw_per_group(tidal, world, settings):
             "memory_mib": 262144, "memory_mib_allocated": 24576, "observed_at": None}
         assert top["a100"]["gpus"] is None  # a group the loop has not seen
         table = tidal("top").stdout
-        assert "2.5/4" in table and "6.5/64" in table and "24Gi/256Gi" in table and "cluster figures from" in table
+        assert "2.5/4" in table and "6.5/64" in table and "24Gi/256Gi" in table and "allocated, from" in table
+        assert top["t4"]["gpus_used"] is None and "gpus used: - while the profile pipeline is behind" in table
     finally:
         redis.delete(*redis.keys(f"{namespace}:*"))
 

@@ -86,6 +86,19 @@ def test_metrics_say_what_the_loops_and_the_database_hold(ticked, client):
     assert "mia" not in text and "otto" not in text  # no personal data
 
 
+def test_the_allocation_api_says_what_metrics_say_with_the_gpus_really_busy(ticked):
+    """GET /api/resource-groups/allocation/ (what `tidal top` reads): the same figures, for any signed-in user."""
+    rows = {r["resource_group"]: r for r in ticked.client("member").get("/api/resource-groups/allocation/").json()}
+    minute = JobMinute.objects.get().minute
+    assert (rows["t4"]["gpus"], rows["t4"]["gpus_allocated"], rows["t4"]["gpus_used"]) == (4, 1, 0.5)
+    assert rows["a100"]["gpus_used"] == 0.0  # profiled minute fresh, nothing busy there
+    assert {r["used_minute"] for r in rows.values()} == {minute.isoformat().replace("+00:00", "Z")}
+    JobMinute.objects.update(minute=minute - timedelta(minutes=30))  # the pipeline fell behind: no figure
+    rows = ticked.client("member").get("/api/resource-groups/allocation/").json()
+    assert {(r["gpus_used"], r["used_minute"]) for r in rows} == {(None, None)}
+    assert rows[0]["gpus_allocated"] is not None  # the allocation stays
+
+
 def test_the_real_prometheus_scrapes_every_family(ticked, live_server, client):
     """Every family with a sample on /metrics reaches Prometheus through the `tidal` file_sd scrape job."""
     exposed = {f.name for f in text_string_to_metric_families(client.get("/metrics").content.decode()) if f.samples}

@@ -50,8 +50,8 @@ def _amount(value: str, resource: str) -> str:
 @example("tidal top", "tidal top -o json")
 def top(output: Format = OUTPUT) -> None:
     """Per resource group: its nodes (online: inference, offline: training) and lending, what every pod on them holds
-    (GPUs, the idle GPUs the typical jobs cannot use, CPU, memory) as the lending loop last saw the cluster, and the
-    training jobs you may see there."""
+    (GPUs, the idle GPUs the typical jobs cannot use, CPU, memory) as the lending loop last saw the cluster, the GPUs
+    really busy in the newest profiled minute, and the training jobs you may see there."""
     client = connect()
     try:
         groups, nodes, figures = client.resource_groups(), client.nodes(), client.group_allocation()
@@ -60,19 +60,27 @@ def top(output: Format = OUTPUT) -> None:
         client.close()
     rows = top_rows(groups, nodes, figures, jobs)
     table = [[r["resource_group"], r["gpu_model"], f"{r['nodes_online']}/{r['nodes_offline']}",
-              "on" if r["lending"] else "off", _of(r["gpus_allocated"], r["gpus"], number),
-              "-" if r["gpus_fragmented"] is None else number(r["gpus_fragmented"]),
+              "on" if r["lending"] else "off", _of(r["gpus_allocated"], r["gpus"], number), number(r["gpus_used"]),
+              number(r["gpus_fragmented"]),
               _of(r["cpu_milli_allocated"], r["cpu_milli"], cores), _of(r["memory_mib_allocated"], r["memory_mib"], mem),
               r["jobs"]] for r in rows]
+    emit(rows, output, lambda: [grid(["group", "gpu model", "nodes on/off", "lending", "gpus", "gpus used",
+                                      "gpus fragmented", "cpu", "memory", "jobs"], table), _top_note(figures)])
+
+
+def _top_note(figures: list[GroupAllocation]) -> str:
+    """Where the figures come from, and how old they are."""
     seen = max((f["observed_at"] for f in figures), default=None)
-    note = [f"(cluster figures from {ago(seen)}; jobs: those you may see)" if seen else
-            "(no figures yet: the lending loop has not looked at the cluster)"]
-    emit(rows, output, lambda: [grid(["group", "gpu model", "nodes on/off", "lending", "gpus", "gpus fragmented",
-                                      "cpu", "memory", "jobs"], table), *note])
+    if seen is None:
+        return "(no figures yet: the lending loop has not looked at the cluster)"
+    minute = max((f["used_minute"] for f in figures if f.get("used_minute")), default=None)
+    used = (f"gpus used: busy in the minute profiled {ago(minute)}" if minute else
+            "gpus used: - while the profile pipeline is behind")
+    return f"(gpus: allocated, from {ago(seen)}; {used}; jobs: those you may see)"
 
 
-FIGURES = ("gpus", "gpus_allocated", "gpus_fragmented", "cpu_milli", "cpu_milli_allocated", "memory_mib",
-           "memory_mib_allocated", "observed_at")
+FIGURES = ("gpus", "gpus_allocated", "gpus_used", "used_minute", "gpus_fragmented", "cpu_milli",
+           "cpu_milli_allocated", "memory_mib", "memory_mib_allocated", "observed_at")
 
 
 def top_rows(groups: list[ResourceGroup], nodes: list[Node], figures: list[GroupAllocation],
