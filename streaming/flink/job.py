@@ -9,6 +9,7 @@ starts at its consumer group's committed offsets (earliest on a new group).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from streaming.flink.sql import PLANNER, Spec, ddl, inserts
 
 ROOT = Path(__file__).resolve().parents[2]
 JARS_DIR = ROOT / ".run" / "jars"  # the Kafka connector jars (platform/install.sh)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +75,28 @@ def table_env(runtime: Runtime, restore: Path | None):
     return env
 
 
+# Calcite keeps the planner's metadata provider in a thread-local of the Java thread that made the planner; a py4j
+# call served by another gateway thread plans without it and fails with this NullPointerException (a known race of
+# Flink's planner across threads). Nothing was submitted then, so the job is planned again on a fresh environment.
+PLANNER_RACE = "metadataHandlerProvider"
+PLANNING_TRIES = 3
+
+
 def submit(spec: Spec, runtime: Runtime):
     """Start the job (asynchronously) from the latest checkpoint if there is one; returns its TableResult."""
+    from py4j.protocol import Py4JJavaError
+
     runtime.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, PLANNING_TRIES + 1):
+        try:
+            return _plan_and_start(spec, runtime)
+        except Py4JJavaError as error:
+            if PLANNER_RACE not in str(error) or attempt == PLANNING_TRIES:
+                raise
+            log.warning("planning the profile job hit Flink's planner thread race (%s); planning it again", PLANNER_RACE)
+
+
+def _plan_and_start(spec: Spec, runtime: Runtime):
     env = table_env(runtime, latest_checkpoint(runtime.checkpoint_dir))
     for statement in ddl(spec):
         env.execute_sql(statement)
