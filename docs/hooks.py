@@ -3,7 +3,8 @@
 A page holds a marker (`<!-- generated: NAME -->`) that `on_page_markdown` replaces with GENERATORS[NAME]():
 the REST API from the OpenAPI schema drf-spectacular builds (what `manage.py spectacular` writes), the command
 line from its Typer app, the management commands from their argparse parsers, the metrics and decision reasons
-read from the source (AST: no services needed to build the docs)."""
+read from the source (AST: no services needed to build the docs), and the import-linter layers contract from
+pyproject.toml."""
 from __future__ import annotations
 
 import ast
@@ -249,10 +250,36 @@ def decision_reasons() -> str:
     return "\n".join(out)
 
 
+# The layers contract --------------------------------------------------------------------------------------------
+
+def layers() -> str:
+    """Every `layers` contract of pyproject.toml, top layer first: `|` joins independent siblings (they may not
+    import each other), `:` siblings that may."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    out = []
+    for contract in (c for c in contracts if c.get("type") == "layers"):
+        rows = []
+        for layer in contract["layers"]:
+            independent = "|" in layer
+            names = [n.strip() for n in re.split(r"[|:]", layer)]
+            note = ("independent: none imports another" if independent else "may import each other") \
+                if len(names) > 1 else ""
+            rows.append((" ".join(f"`{n}`" for n in names), note))
+        out += [f"**{contract['name']}**", "", _table(("layer, top first", "siblings"), rows)]
+        ignored = contract.get("ignore_imports", [])
+        if ignored:
+            out += ["Imports it still lets through (a list that may only shrink):", "",
+                    *(f"- `{i}`" for i in ignored), ""]
+    return "\n".join(out)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "rest-api": rest_api,
     "cli": cli,
     "management-commands": management_commands,
     "metrics": metrics,
     "decision-reasons": decision_reasons,
+    "layers": layers,
 }
