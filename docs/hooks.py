@@ -144,7 +144,7 @@ def _cli_command(path: str, command) -> str:
     if rows:
         out.append(_table(("name", "help", "required", "default"), rows))
     if command.epilog:
-        out += ["```text", command.epilog.strip(), "```", ""]
+        out += [command.epilog.strip(), ""]  # Markdown: the app's rich_markup_mode
     return "\n".join(out)
 
 
@@ -157,7 +157,7 @@ def cli() -> str:
     group = typer.main.get_command(app)
     out = [(group.help or "").strip(), ""]
     if group.epilog:
-        out += ["```text", group.epilog.strip(), "```", ""]
+        out += [group.epilog.strip(), ""]
     out += [_cli_command(path, command) for path, command in _cli_commands(group, "tidal")]
     return "\n".join(out)
 
@@ -214,13 +214,36 @@ def metrics() -> str:
             doc = _const(node.args[1]) if len(node.args) > 1 else _const(kw.get("documentation"))
             labels = kw.get("labels") or kw.get("labelnames") or (node.args[2] if len(node.args) > 2 else None)
             names = [_const(e) for e in labels.elts] if isinstance(labels, (ast.List, ast.Tuple)) else []
-            rows.setdefault(name, (f"`{name}`", kind, ", ".join(f"`{n}`" for n in names if n), doc or "",
-                                   f"`{rel}`"))
-    return _table(("metric", "type", "labels", "meaning", "source"), [rows[k] for k in sorted(rows)])
+            rows.setdefault(name, (rel, (f"`{name}`", kind, ", ".join(f"`{n}`" for n in names if n), doc or "")))
+    out = []
+    for module in sorted({rel for rel, _ in rows.values()}):
+        out += [f"## `{module}`", "", _table(("metric", "type", "labels", "meaning"),
+                                             [row for name, (rel, row) in sorted(rows.items()) if rel == module])]
+    return "\n".join(out)
 
 
 def _comment(line: str) -> str:
     return line.split("#", 1)[1].strip() if "#" in line else ""
+
+
+def _explained() -> dict[str, str]:
+    """Where the hand-written pages first mention each `code`: a link to that page's heading."""
+    from markdown.extensions.toc import slugify
+
+    found: dict[str, str] = {}
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        rel = page.relative_to(ROOT / "docs")
+        if rel.parts[0] in {"reference", "results"}:
+            continue
+        anchor, fenced = "", False
+        for line in page.read_text().splitlines():
+            fenced = fenced != line.startswith("```")
+            heading = None if fenced else re.match(r"^#{2,6}\s+(.+)$", line)
+            if heading:
+                anchor = "#" + slugify(heading.group(1).replace("`", ""), "-")
+            for code in re.findall(r"`([a-z][a-z-]+)`", line):
+                found.setdefault(code, f"[{rel.with_suffix('').as_posix()}](../{rel.as_posix()}{anchor})")
+    return found
 
 
 def decision_reasons() -> str:
@@ -228,7 +251,7 @@ def decision_reasons() -> str:
     for rel, tree, lines in _sources():
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and "Reason" in node.name:
-                members = [(f"`{_const(s.value)}`", _comment(lines[s.lineno - 1])) for s in node.body
+                members = [(_const(s.value), _comment(lines[s.lineno - 1])) for s in node.body
                            if isinstance(s, ast.Assign) and _const(s.value)]
                 if members:
                     doc = ast.get_docstring(node) or ""
@@ -238,15 +261,16 @@ def decision_reasons() -> str:
                 for k in node.keywords:
                     if k.arg == "reason" and _const(k.value):
                         loose.setdefault(_const(k.value), set()).add(rel)
-    out = []
+    explained, out = _explained(), []
     for heading, doc, members in enums:
-        out += [heading, "", doc, "", _table(("code", "meaning"), members)]
-    enum_codes = {code.strip("`") for _, _, members in enums for code, _ in members}
-    rest = [(f"`{code}`", ", ".join(f"`{f}`" for f in sorted(files))) for code, files in sorted(loose.items())
-            if code not in enum_codes]
+        out += [heading, "", doc, "", _table(("code", "note in the source", "explained in"), [
+            (f"`{code}`", note, explained.get(code, "")) for code, note in members])]
+    enum_codes = {code for _, _, members in enums for code, _ in members}
+    rest = [(f"`{code}`", ", ".join(f"`{f}`" for f in sorted(files)), explained.get(code, ""))
+            for code, files in sorted(loose.items()) if code not in enum_codes]
     out += ["## Reasons written where they are decided", "",
             "Codes passed as a literal `reason=` (decision log records, alerts, events), with the modules that "
-            "write them.", "", _table(("code", "written by"), rest)]
+            "write them.", "", _table(("code", "written by", "explained in"), rest)]
     return "\n".join(out)
 
 
