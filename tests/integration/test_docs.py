@@ -87,3 +87,31 @@ def test_the_readme_is_short_and_points_to_the_docs():
     assert "make run" in readme and "make test" in readme and "make docs" in readme
     for page in re.findall(r"\]\((docs/[\w./-]+\.md)\)", readme):
         assert (ROOT / page).is_file(), page
+
+
+def hooks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_reference_pages_hold_what_the_code_defines():
+    """The generators read the code by shape (AST, Typer, argparse, the schema): a rename that hides something
+    from them shows here, not as a quietly shorter page."""
+    generated = hooks()
+    metrics = generated.metrics()
+    assert "`tidal_admissions`" in metrics and "`tidal_loop_ticks`" in metrics
+    reasons = generated.decision_reasons()
+    for code in ("quota-exhausted", "preempted-reclaim", "scale-out", "online-usage-below-min", "long-job",
+                 "bind-failed", "loop-skipping"):
+        assert f"`{code}`" in reasons, code
+    cli = generated.cli()
+    assert all(f"## `tidal {name}`" in cli for name in ("login", "submit", "ls", "describe", "logs", "cancel", "top"))
+    commands = generated.management_commands()
+    assert commands.count("\n## `") >= 10 and "## `load_demo`" in commands
+    assert "## jobs" in generated.rest_api() and "`scheduler`" in generated.layers()
+    page = "<!-- generated: metrics -->"
+    assert generated.on_page_markdown(page, None, None, None) == metrics
