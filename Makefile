@@ -5,7 +5,7 @@ PY := .venv/bin/python
 # Everything except the database: `make run` keeps DATABASE_URL if you set one, else uses the SQLite demo file.
 SERVICE_ENV = eval "$$(bash platform/stack.sh env | grep -v '^export DATABASE_URL=')"
 
-.PHONY: run test install services stop status
+.PHONY: run test docs install services stop status
 
 # Ctrl-C stops the web server, worker and beat (manage.py up) and then the services the stack started.
 run: services
@@ -18,8 +18,13 @@ test: services
 	$(PY) manage.py makemigrations --check --dry-run >/dev/null || { echo "models changed without a migration"; exit 1; }; \
 	$(PY) manage.py spectacular --validate --fail-on-warn --file .run/openapi.yml; \
 	.venv/bin/lint-imports --no-cache; \
+	echo "== docs site (mkdocs build --strict)"; NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict; \
 	echo "== pytest"; \
 	$(PY) -m pytest $(ARGS)
+
+# The documentation site on 127.0.0.1 (reloads on edits); the reference pages are generated from the code.
+docs: install
+	@NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve -a 127.0.0.1:$${TIDAL_DOCS_PORT:-8001}
 
 install:
 	@bash platform/install.sh

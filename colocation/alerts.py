@@ -1,4 +1,4 @@
-"""The autoscaler's alerts (README: Inference autoscaling): a Decision of kind alert, a counter in /metrics and a
+"""The autoscaler's alerts (docs/concepts/autoscaling.md#alerts): a Decision of kind alert, a counter in /metrics and a
 POST to TIDAL_ALERT_WEBHOOK_URL, raised once per episode — an episode stays open in Redis until its cause clears —
 for a failed scale, a service capped below what it asked by priority, or one short of its ready replicas."""
 import json

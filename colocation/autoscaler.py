@@ -1,4 +1,4 @@
-"""The live inference autoscaler (README: Inference autoscaling): every tick, under the cluster lock, observe each
+"""The live inference autoscaler (docs/concepts/autoscaling.md#live-loop): every tick, under the cluster lock, observe each
 service (replicas and ready pods on the backend, its recent loads, its forecast), let the pure policy decide per
 resource group (`colocation.policy.autoscaling.decide_group`), apply changed targets through the backend's
 ReplicaSets, record the decisions and raise alerts. The lending controller then sees the new online usage.

@@ -4,7 +4,7 @@ service's last minutes (`colocation.policy.autoscaling.LoadMinute`, oldest first
 - `ProfileLoads`: the service-load profiles (profiling.models.ServiceMinute: mean GPU/CPU utilization, QPS,
   replicas) written by the profile pipeline. A minute is written once Flink's watermark passes it, about
   3 minutes after it starts (1-minute window + 2-minute lateness bound + the publisher's delay), while the
-  policy drops a minute whose end lies more than 2 minutes behind `now` (README: Inference autoscaling: "drop
+  policy drops a minute whose end lies more than 2 minutes behind `now` (docs/concepts/autoscaling.md#the-policy: "drop
   metrics that lag more than 2 minutes"). So with today's pipeline every minute arrives already stale: the policy
   answers "stale-metrics" and, after 5 silent minutes, restores yesterday's maximum. Using this source for live
   decisions needs a pipeline lateness bound under a minute (or a direct Prometheus read); it is right for vertical

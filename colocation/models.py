@@ -23,7 +23,8 @@ class Pool(models.TextChoices):
 class ResourceGroup(models.Model):
     """Nodes of one hardware class (CPU, T4, P40-vGPU, …); lending decisions are taken per group.
 
-    Lending thresholds are fractions of the online side's quota usage (README: Co-location): lend below `min_rate`
+    Lending thresholds are fractions of the online side's quota usage
+    (docs/concepts/lending.md#the-node-state-machine): lend below `min_rate`
     (when training waits) up to `expect_rate`; take back above `max_rate` down to `expect_rate`."""
 
     name = models.SlugField(max_length=64, unique=True)
@@ -149,7 +150,7 @@ class InferenceService(models.Model):
     cpu_milli_per_replica = models.PositiveIntegerField(default=4000)
     memory_mib_per_replica = models.PositiveIntegerField(default=16384)
     autoscaling = models.BooleanField(default=True)
-    # README: Inference autoscaling: filters and system rules; the policy is colocation/policy/autoscaling.py
+    # docs/concepts/autoscaling.md#the-policy: filters and system rules; the policy is colocation/policy/autoscaling.py
     offline = models.BooleanField(default=False, help_text="Not serving: the autoscaler leaves it alone.")
     manual_deploy = models.BooleanField(default=False, help_text="Being deployed by hand: the autoscaler leaves it alone.")
     peak_start = models.TimeField(null=True, blank=True, help_text="Daytime peak window (local time): no scale-in inside it.")
@@ -189,7 +190,7 @@ class InferenceService(models.Model):
 
 
 class ScalingThreshold(models.Model):
-    """maxRate / minRate / expectRate of one utilization metric of a service (README: Inference autoscaling)."""
+    """maxRate / minRate / expectRate of one utilization metric of a service (docs/concepts/autoscaling.md#the-policy)."""
 
     class Metric(models.TextChoices):
         GPU = "gpu", "GPU utilization"

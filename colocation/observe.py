@@ -91,7 +91,8 @@ def node_now(node: NodeView, pods: PodIndex) -> NodeNow:
 def group_allocation(nodes: tuple[NodeView, ...],
                      workload: TargetWorkload | None = None) -> dict[str, dict[str, float]]:
     """Capacity and what is bound, per resource group: GPUs, CPU cores and memory bytes (for /metrics); with the
-    learned target workload, also the idle GPUs it could not use (FGD's fragmentation, README: Training scheduler)."""
+    learned target workload, also the idle GPUs it could not use (FGD's fragmentation,
+    docs/concepts/placement.md#the-clusters-typical-jobs)."""
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for node in nodes:
         group = out[node.resource_group]

@@ -54,7 +54,7 @@ def _by_index(errors: list[dict]) -> dict[str, dict]:
 
 
 def _threshold_errors(t: dict, seen: set) -> dict:
-    """README: Inference autoscaling: 0 < minRate < expectRate < maxRate ≤ 1, each resource once; errors by the field at
+    """docs/concepts/autoscaling.md#the-policy: 0 < minRate < expectRate < maxRate ≤ 1, each resource once; errors by the field at
     fault."""
     low, expect, high = t["min_rate"], t["expect_rate"], t["max_rate"]
     mine = {}

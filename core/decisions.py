@@ -1,5 +1,5 @@
-"""The decision log's one writer: every decision is stored with its reason, for the people it affects (README:
-Architecture)."""
+"""The decision log's one writer: every decision is stored with its reason, for the people it affects
+(docs/architecture.md#rules-that-keep-it-that-way)."""
 from core.models import Decision, Department
 
 

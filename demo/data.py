@@ -132,7 +132,7 @@ def _seed_departments(nodes: list[ct.NodeView], shares: list[float], models: dic
 def _seed_users() -> None:
     User = get_user_model()
     # every account has an address (a reserved domain: nothing leaves), so the demo's notification e-mail shows in
-    # the worker's log (README: Notifications)
+    # the worker's log (docs/concepts/notifications.md#events-and-channels)
     operator, created = User.objects.get_or_create(username=OPERATOR[0], defaults={
         "is_staff": True, "is_superuser": True, "email": f"{OPERATOR[0]}@example.org"})
     if created:

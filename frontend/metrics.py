@@ -59,7 +59,8 @@ class TidalCollector:
 
     @staticmethod
     def _fragmentation(groups: dict[str, dict[str, float]]) -> Iterator[Metric]:
-        """Idle GPUs the learned target workload could not use, per resource group (README: Training scheduler)."""
+        """Idle GPUs the learned target workload could not use, per resource group
+        (docs/concepts/placement.md#the-clusters-typical-jobs)."""
         amount = GaugeMetricFamily("tidal_gpu_fragmented_gpus", "Idle GPUs that the typical jobs of the last week "
                                    "could not use (FGD's fragmentation), per resource group", labels=["group"])
         ratio = GaugeMetricFamily("tidal_gpu_fragmentation_ratio", "Fragmented share of the idle GPUs, per resource "

@@ -1,4 +1,5 @@
-"""What a notification is about, decided from the decision log (README: Notifications). Pure: no Django, so the
+"""What a notification is about, decided from the decision log (docs/concepts/notifications.md#events-and-channels).
+Pure: no Django, so the
 mapping is tested table by table without a database."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Who wants to hear about what, the events found in the decision log, and each delivery's outcome (README:
-Notifications)."""
+"""Who wants to hear about what, the events found in the decision log, and each delivery's outcome
+(docs/concepts/notifications.md#events-and-channels)."""
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -120,7 +120,7 @@ class Event(models.Model):
 
 class DeliveryQuerySet(models.QuerySet):
     def restrict(self, user, role: str | None = None) -> "DeliveryQuerySet":
-        """Operators see every delivery (README: Who may do what), others their own: a delivery is personal."""
+        """Operators see every delivery (docs/reference/permissions.md#roles), others their own: a delivery is personal."""
         if not user.is_authenticated:
             return self.none()
         return self if user.is_staff else self.filter(user=user)

@@ -1,4 +1,5 @@
-"""Writes of the notifications app (README: Notifications): preferences and subscriptions, the scan that turns the
+"""Writes of the notifications app (docs/concepts/notifications.md#how-it-works): preferences and subscriptions, the
+scan that turns the
 decision log and the queue into events and deliveries, and one delivery attempt."""
 import logging
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""Celery tasks of the notifications app: each only calls a service (README: Notifications)."""
+"""Celery tasks of the notifications app: each only calls a service (docs/concepts/notifications.md#how-it-works)."""
 from celery import shared_task
 from django.utils import timezone
 

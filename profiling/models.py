@@ -1,4 +1,4 @@
-"""Profiles from the streaming pipeline (README: Task profiles): what the profile sink writes and what the batch
+"""Profiles from the streaming pipeline (docs/concepts/profiles.md#the-pipeline): what the profile sink writes and what the batch
 derives.
 
 - JobMinute, ServiceMinute: one row per training run / inference service per event-time minute, as the

@@ -172,7 +172,7 @@ def job_profile(*, job: TrainingJob, attempt: int | None = None, since: datetime
 
 def rightsizing_advice(*, job: TrainingJob) -> Advice | None:
     """What the scheduler would bind for `job` now from its task's past runs (None: no history, the request
-    is kept), and the utilization term of its priority score (README: Training scheduler)."""
+    is kept), and the utilization term of its priority score (docs/concepts/quotas-and-priority.md#priority-score)."""
     history = task_histories(task_keys=[job.task_key]).get(job.task_key)
     if history is None or not history.runs:
         return None

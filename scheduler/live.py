@@ -205,7 +205,7 @@ def _requeue_missing(job: TrainingJob, run: JobRun | None, missing: list[str], p
 
 
 def _evict(backend: ClusterBackend, pod: str, reason: str) -> None:
-    """Every eviction of the loop, with the pod's log archived (README: Job logs)."""
+    """Every eviction of the loop, with the pod's log archived (docs/concepts/job-logs.md#archive)."""
     try:
         pod_evict(backend=backend, pod=pod, reason=reason)
     except BackendError as error:  # already gone: nothing to free

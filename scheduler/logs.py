@@ -1,4 +1,4 @@
-"""Job logs, in one place (README: Job logs): a run's worker log read live from the cluster while its pod exists, the
+"""Job logs, in one place (docs/concepts/job-logs.md): a run's worker log read live from the cluster while its pod exists, the
 last part of each worker's log archived when its run ends, archives deleted after their retention.
 
 Archive: `jobs/<job>/run-<attempt>/worker-<rank>.log` in the `logs` storage (STORAGES["logs"]: the filesystem under

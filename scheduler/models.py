@@ -141,8 +141,8 @@ class TrainingJob(models.Model):
         default=dict, blank=True, help_text="Free-form key/values, like Kubernetes annotations (the demo keeps its "
         "simulated run time here).",
     )
-    # What the scheduler bound and charged: the right-sized request; the request above is kept (README: Training
-    # scheduler).
+    # What the scheduler bound and charged: the right-sized request; the request above is kept
+    # (docs/concepts/quotas-and-priority.md#right-sizing).
     alloc_gpus = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
     alloc_cpu_milli = models.PositiveIntegerField(null=True, blank=True)
     cpu_limit_milli = models.PositiveIntegerField(null=True, blank=True)
@@ -272,7 +272,8 @@ class ReplayRun(models.Model):
 
 
 class LearnedWorkload(models.Model):
-    """The cluster's typical training shapes, learned from its own recent submissions (README: Training scheduler):
+    """The cluster's typical training shapes, learned from its own recent submissions
+    (docs/concepts/placement.md#the-clusters-typical-jobs):
     the target workload of the fragmentation measure. The newest row is the one in use."""
 
     learned_at = models.DateTimeField(db_index=True)

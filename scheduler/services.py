@@ -320,7 +320,7 @@ def job_submit(
 @transaction.atomic
 def job_keep_request(*, job: TrainingJob, keep: bool, actor) -> TrainingJob:
     """Turn right-sizing off (keep the request as asked) or back on for one job: the admins' override
-    (README: Training scheduler).
+    (docs/concepts/quotas-and-priority.md#right-sizing).
     It applies from the job's next admission."""
     job = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
     if not selectors.can_administer(user=actor, department=job.department):
@@ -520,7 +520,7 @@ def job_requeue(*, job: TrainingJob, now: float, reason: str, message: str, outc
                 ended: tuple[str, ...] = ()) -> JobRun | None:
     """Back to the queue with its submit time and history; its open run ends with `outcome` (for a gang, every
     worker: `ended` names the pods whose own end caused it). A job killed by a take-back goes to the fixed pool
-    next (README: Co-location). The caller holds the job's row lock. Returns the run it ended (None: none open)."""
+    next (docs/concepts/lending.md#pools). The caller holds the job's row lock. Returns the run it ended (None: none open)."""
     run = _end_run(job, outcome, now, ended)
     if outcome == JobRun.Outcome.KILLED:
         job.pool_preference = "fixed"
@@ -563,7 +563,8 @@ WORKLOADS_KEPT = 24
 
 
 def workload_learn(*, now: datetime, days: int = WORKLOAD_DAYS) -> LearnedWorkload:
-    """The typical shapes of the jobs submitted in the last `days` (README: Training scheduler): CPU, GPUs and the
+    """The typical shapes of the jobs submitted in the last `days`
+    (docs/concepts/placement.md#the-clusters-typical-jobs): CPU, GPUs and the
     GPU models each may run on (its framework's certified models, else its preferred one), the most frequent
     covering 95 % of the jobs, as FGD learns its target workload. Older rows beyond the newest 24 are dropped."""
     rows = list(TrainingJob.objects.filter(submitted_at__gt=now - timedelta(days=days), submitted_at__lte=now)

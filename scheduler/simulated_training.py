@@ -1,7 +1,8 @@
 """The acting layer on the simulated cluster that replay, the co-location simulation, the scheduler benchmark and
 tests share: it keeps the jobs and applies a cycle's decisions to the simulated backend.
 
-A gang (a job of several workers) is acted on whole, as the live loop does (README: Training scheduler): an Admit
+A gang (a job of several workers) is acted on whole, as the live loop does
+(docs/concepts/gangs-and-reservations.md#binding-a-gang): an Admit
 binds every worker or none; a preemption evicts every worker; the job finishes when its last worker does (each
 worker runs the job's run time, so they end together); a worker evicted by anyone else (a take-back) ends the run
 of the whole gang, whose other workers are evicted at once, and the job goes back to the queue whole, once."""

@@ -73,7 +73,7 @@ class JobMinute:
     cpu_util_peak: float | None
     mem_util_mean: float | None  # mem_bytes / req_mem_bytes
     mem_util_peak: float | None
-    cpu_cores_mean: float | None  # absolute, for right-sizing (README: Training scheduler)
+    cpu_cores_mean: float | None  # absolute, for right-sizing (docs/concepts/quotas-and-priority.md#right-sizing)
     cpu_cores_peak: float | None
     req_gpus: float | None
     req_cpu_cores: float | None

@@ -1,4 +1,4 @@
-"""The profile sink: Flink's output topics -> the profiling tables (README: Task profiles).
+"""The profile sink: Flink's output topics -> the profiling tables (docs/concepts/profiles.md#the-pipeline).
 
 A librdkafka consumer (confluent-kafka) in group `<prefix>.profile-sink` reads profiles.job-minute,
 profiles.service-minute and metrics.late. Per polled batch it decodes the records

@@ -6,7 +6,7 @@ import sys
 
 # Two processes a core (a Django process computes on one core at a time, its GIL held), two threads each to overlap
 # their database round trips: in `bench api` runs side by side on 2 cores, 4 × 2 had the lowest p99, against 2 × 4,
-# 3 × 2, 3 × 4 and 4 sync workers (README, "Load"). WEB_CONCURRENCY sets another count.
+# 3 × 2, 3 × 4 and 4 sync workers (docs/results/2026-11-23-api-benchmark.md#what-changed). WEB_CONCURRENCY sets another count.
 workers = int(os.environ.get("WEB_CONCURRENCY", 4))
 worker_class = "gthread"
 threads = 2

@@ -1,4 +1,4 @@
-"""Tidal settings. Every value that differs between machines comes from the environment (README: Configuration)."""
+"""Tidal settings. Every value that differs between machines comes from the environment (docs/reference/configuration.md)."""
 import json
 import os
 from pathlib import Path
@@ -190,7 +190,8 @@ TIDAL_DEMO_LOAD_FACTOR = float(os.environ.get("TIDAL_DEMO_LOAD_FACTOR", "20"))
 TIDAL_DEMO_TRACE_START_S = int(os.environ.get("TIDAL_DEMO_TRACE_START_S", str(120 * 86400)))
 TIDAL_DEMO_MAX_PER_TICK = int(os.environ.get("TIDAL_DEMO_MAX_PER_TICK", "20"))
 TIDAL_LENDING_INTERVAL_S = float(os.environ.get("TIDAL_LENDING_INTERVAL_S", "10"))
-# Forecast-driven lending (README: Co-location): take back ahead of the forecast rise, lend only what stays idle,
+# Forecast-driven lending (docs/concepts/lending.md#forecast-driven-lending): take back ahead of the forecast rise,
+# lend only what stays idle,
 # keep jobs off lent nodes they would outlive. Off by default: the seasonal forecast needs a day of recorded demand
 # (the lending tick records it either way), and the demo's compressed day has no real-time daily rhythm.
 TIDAL_LENDING_FORECAST = os.environ.get("TIDAL_LENDING_FORECAST", "0") == "1"
@@ -215,7 +216,7 @@ TIDAL_ALERT_WEBHOOK_URL = os.environ.get("TIDAL_ALERT_WEBHOOK_URL", "")  # POSTe
 CELERY_BEAT_SCHEDULE["autoscale-tick"] = {"task": "colocation.autoscale_tick", "schedule": TIDAL_AUTOSCALE_INTERVAL_S}
 
 # The cluster the live loops act on (colocation/live_backend.py): the embedded simulated one, or Kubernetes through
-# TIDAL_KUBECONFIG (empty: the in-cluster service account). README "Running against a Kubernetes cluster".
+# TIDAL_KUBECONFIG (empty: the in-cluster service account). docs/how-to/kubernetes.md#the-backend.
 TIDAL_CLUSTER_BACKEND = os.environ.get("TIDAL_CLUSTER_BACKEND", "simulated")
 if TIDAL_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
     raise ImproperlyConfigured(f"TIDAL_CLUSTER_BACKEND must be simulated or kubernetes, not {TIDAL_CLUSTER_BACKEND!r}")
@@ -234,7 +235,8 @@ KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090")
 PUSHGATEWAY_URL = os.environ.get("PUSHGATEWAY_URL", "http://127.0.0.1:9091")
 
-# The profile pipeline (README: Task profiles): exporter -> Prometheus -> publisher -> Kafka -> Flink -> Kafka -> sink.
+# The profile pipeline (docs/concepts/profiles.md#the-pipeline): exporter -> Prometheus -> publisher -> Kafka ->
+# Flink -> Kafka -> sink.
 TIDAL_TOPIC_PREFIX = os.environ.get("TIDAL_TOPIC_PREFIX", "tidal")  # streaming.topics.Topics(prefix)
 TIDAL_EXPORTER_PORT = int(os.environ.get("TIDAL_EXPORTER_PORT", "9108"))  # simulated cluster's /metrics
 TIDAL_METRICS_STEP_S = int(os.environ.get("TIDAL_METRICS_STEP_S", "5"))  # one PodSample per pod per step
@@ -249,7 +251,8 @@ CELERY_BEAT_SCHEDULE["forecast-train-daily"] = {
     "task": "profiling.forecast_train_daily", "schedule": crontab(hour=4, minute=0),
 }
 
-# Notifications (README: Notifications): e-mail through Django's mail framework; with DEBUG on and no EMAIL_BACKEND
+# Notifications (docs/concepts/notifications.md#events-and-channels): e-mail through Django's mail framework; with
+# DEBUG on and no EMAIL_BACKEND
 # given, sent mail is printed to the worker's log (the console backend) instead of reaching a real server.
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend" if DEBUG
                                else "django.core.mail.backends.smtp.EmailBackend")
@@ -269,7 +272,8 @@ TIDAL_NOTIFY_FAILURES = int(os.environ.get("TIDAL_NOTIFY_FAILURES", "3"))  # dep
 TIDAL_PUBLIC_URL = os.environ.get("TIDAL_PUBLIC_URL", "")  # links in notifications, e.g. https://tidal.example.com
 CELERY_BEAT_SCHEDULE["notifications-scan"] = {"task": "notifications.scan", "schedule": TIDAL_NOTIFY_SCAN_S}
 
-# Job logs (README: Job logs; scheduler/logs.py): when a run ends, the last TIDAL_LOG_ARCHIVE_BYTES of each worker's
+# Job logs (docs/concepts/job-logs.md#archive; scheduler/logs.py): when a run ends, the last TIDAL_LOG_ARCHIVE_BYTES
+# of each worker's
 # log are saved through the "logs" storage — FileSystemStorage under TIDAL_RUN_DIR/logs unless TIDAL_LOG_STORAGE names
 # another Django storage class (e.g. storages.backends.s3.S3Storage) with TIDAL_LOG_STORAGE_OPTIONS as its JSON
 # options — and deleted after TIDAL_LOG_RETENTION_DAYS by a daily task. A followed log is cut after

@@ -13,7 +13,7 @@ from colocation.policy.autoscaling import SYSTEM_MIN_REPLICAS, Rates
 # peak (~26k requests/min on the default last 14 days) then needs ~45 replicas at expectRate.
 CAPACITY = 1000.0
 STARTUP_MIN = 3  # minutes from creating a replica to serving (image pull, model load, readiness)
-RATES = Rates(0.3, 0.6, 0.8)  # README: Inference autoscaling: thresholds on GPU utilization: min / expect / max
+RATES = Rates(0.3, 0.6, 0.8)  # docs/concepts/autoscaling.md#the-policy: thresholds on GPU utilization: min / expect / max
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Inference autoscaling (README: Inference autoscaling), pure: a service's scaling decision from its policy, its recent
+"""Inference autoscaling (docs/concepts/autoscaling.md#the-policy), pure: a service's scaling decision from its policy, its recent
 per-minute loads, its forecast and `now`; then one arbitration across a resource group by priority.
 
 The live loop (colocation/autoscaler.py), the co-location simulation and the offline evaluation
@@ -71,7 +71,7 @@ class Rates:
                              f"{self.min_rate}/{self.expect_rate}/{self.max_rate}")
 
 
-BUSY_RATES = Rates(0.6, 0.7, 0.8)  # README: Inference autoscaling: the workers' busy fraction kept within 0.6-0.8
+BUSY_RATES = Rates(0.6, 0.7, 0.8)  # docs/concepts/autoscaling.md#the-policy: the workers' busy fraction kept within 0.6-0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +97,8 @@ class ScalingPolicy:
             raise ValueError(f"headroom must be >= 0, got {self.headroom}")
 
     def rates(self) -> dict[str, Rates]:
-        """The metrics this policy scales on; the busy signal without its own threshold keeps 0.6-0.8 (README: Inference
-        autoscaling)."""
+        """The metrics this policy scales on; the busy signal without its own threshold keeps 0.6-0.8
+        (docs/concepts/autoscaling.md#the-policy)."""
         if self.busy_signal:
             return {BUSY: dict(self.thresholds).get(BUSY, BUSY_RATES)}
         return {m: r for m, r in self.thresholds if m in METRICS}

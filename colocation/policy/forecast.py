@@ -1,4 +1,4 @@
-"""Online demand forecasts for forecast-driven lending (README: Co-location), pure.
+"""Online demand forecasts for forecast-driven lending (docs/concepts/lending.md#forecast-driven-lending), pure.
 
 `seasonal_forecast` predicts a group's online demand per minute from its own per-minute history, assuming only
 that traffic repeats daily: for each coming minute, the demand at the same minute of day (+-`SLACK_MIN` minutes,

@@ -1,4 +1,5 @@
-"""Lending policy per resource group (README: Co-location): when to convert nodes, how many, which ones.
+"""Lending policy per resource group (docs/concepts/lending.md#the-node-state-machine): when to convert nodes, how
+many, which ones.
 
 - Take back (offline->online) when projected online usage > maxRate or online pods are pending.
   Size: max(smallest k bringing usage <= expectRate, smallest k whose nodes fit the pending pods,

@@ -1,4 +1,4 @@
-"""Training pools (README: Co-location): long jobs on the fixed pool, short ones on the co-location pool first.
+"""Training pools (docs/concepts/lending.md#pools): long jobs on the fixed pool, short ones on the co-location pool first.
 
 "Long" = expected run time > 12 h; for a job scheduled in the night window (18:00-08:00 local)
 the bar is (time until the next 08:00) + 1 h instead, i.e. a night job is short when it ends

@@ -28,7 +28,7 @@ class Thresholds:
 
 @dataclass(frozen=True, slots=True)
 class BusyWindow:
-    """[start, end) local time when conversions in `direction` are expected (README: Co-location)."""
+    """[start, end) local time when conversions in `direction` are expected (docs/concepts/lending.md#pools)."""
 
     start: time
     end: time
@@ -62,7 +62,8 @@ class LendingProfile:
     drain_s: float = 900.0  # a take-back's expected duration: start it this long before the forecast rise
     # Do not lend a node the forecast needs back sooner than this: a lend and its take-back cost two migrations, and
     # a short lease holds few jobs to their end. 2 h: on World Cup 98 and the GenAI log (7 days each) forecast
-    # lending then kills <= 0.41 % of the jobs on lent nodes and flaps less than with 1 h (README: Co-location).
+    # lending then kills <= 0.41 % of the jobs on lent nodes and flaps less than with 1 h
+    # (docs/concepts/lending.md#forecast-driven-lending).
     min_lend_s: float = 7200.0
     deadline_margin_s: float = 1800.0  # a job on a lent node must end this long before its predicted take-back
     # (GPU model, "" for CPU-only; predicted take-back epoch s), set by the caller each cycle from take_back_at

@@ -1,4 +1,4 @@
-"""Scheduled scaling windows: cron day-of-week syntax and local wall-clock times (README: Inference autoscaling)."""
+"""Scheduled scaling windows: cron day-of-week syntax and local wall-clock times (docs/concepts/autoscaling.md#the-policy)."""
 
 from __future__ import annotations
 

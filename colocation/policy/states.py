@@ -1,4 +1,4 @@
-"""The node state machine (README: Co-location): four states, every legal transition in one table.
+"""The node state machine (docs/concepts/lending.md#the-node-state-machine): four states, every legal transition in one table.
 
 A conversion is two transitions: LEND = online-normal -> offline-unnormal (cordon, pods move away)
 then LEND_DONE = offline-unnormal -> offline-normal; TAKE_BACK / TAKE_BACK_DONE likewise towards

@@ -1,4 +1,4 @@
-"""Vertical scaling (README: Inference autoscaling): per-replica resources recommended from a service's measured
+"""Vertical scaling (docs/concepts/autoscaling.md#the-policy): per-replica resources recommended from a service's measured
 utilization, pure.
 
 Per resource: the 95th percentile of the per-minute utilization (a fraction of what a replica has now) times

@@ -1,4 +1,4 @@
-"""The simulation's side of inference autoscaling (README: Inference autoscaling): it measures each service every
+"""The simulation's side of inference autoscaling (docs/concepts/autoscaling.md#the-policy): it measures each service every
 minute and asks the real policy (`colocation.policy.autoscaling`), as the live loop does; nothing here decides."""
 
 from __future__ import annotations

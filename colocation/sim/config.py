@@ -50,7 +50,7 @@ class SimConfig:
     # Inference: the services of a group together need this share of the group's co-location capacity (with
     # fixed_share) at their peak (p99 minute), with replicas at the autoscaler's expectRate.
     inference_peak: float = 0.50
-    # README: Inference autoscaling, on GPU utilization; reactive only: the simulation has no forecast model.
+    # docs/concepts/autoscaling.md#the-policy, on GPU utilization; reactive only: the simulation has no forecast model.
     autoscale: ScalingPolicy = ScalingPolicy(thresholds=(("gpu", Rates(0.3, 0.6, 0.8)),), max_replicas=10_000,
                                              predictive=False)
     startup_s: float = 30.0

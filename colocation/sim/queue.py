@@ -3,8 +3,9 @@
 A production queue manager hands the scheduler the head of each queue rather than everything that ever waited
 (Kueue takes the head of every ClusterQueue per cycle; kube-scheduler pops the head of its active queue). Here
 the queues are per GPU model (None: CPU-only; the simulation certifies no framework on another model, so a job
-only ever runs on its own model and models never compete) and, within a model, per pool a job may use (README:
-Co-location): short jobs may run on lent nodes, long ones and those killed by a take-back only on the fixed pool. A
+only ever runs on its own model and models never compete) and, within a model, per pool a job may use
+(docs/concepts/lending.md#pools): short jobs may run on lent nodes, long ones and those killed by a take-back only on
+the fixed pool. A
 cycle sees the head of both, so lent capacity always sees the jobs that can use it, however many long jobs wait for the
 fixed pool. Which jobs are long changes with the time of day (`long_bar_s`: 12 h by day, down to 1 h before the morning
 take-back), so a model's jobs are kept in lanes by expected run time (hour buckets) plus one lane of jobs pinned to the

@@ -79,7 +79,8 @@ class Metrics:
     jobs_submitted: int = 0
     training_load: str = ""  # how the training load was built (TrainingLoad.describe)
     over_one_gpu: int = 0
-    # Lyra's metrics (README: Co-location): per job submitted in the run, from submission to its first start / to its
+    # Lyra's metrics (docs/how-to/colocation-simulation.md#what-it-reports): per job submitted in the run, from
+    # submission to its first start / to its
     # end; a job not started (not finished) by the run's end counts until the run's end
     queue_wait_s: list[float] = field(default_factory=list)
     jct_s: list[float] = field(default_factory=list)
@@ -417,7 +418,7 @@ class CoLocationSim:
         elif isinstance(action, EvictTraining):
             self.backend.evict(action.pod, "take-back")
             # the job's run ends: a gang's other workers are evicted at once and it is requeued whole, once
-            # (README: Co-location)
+            # (docs/concepts/gangs-and-reservations.md#preempting-and-taking-back-gangs)
             job = self.training.worker_lost(action.pod, "take-back", requeue_after_take_back)
             if job is not None:
                 self.queue.add(job, pinned=True)

@@ -26,7 +26,7 @@ class NameField(serializers.SlugRelatedField):
 class UnsignedDecimalField(serializers.DecimalField):
     """A decimal that is never negative (min_value 0), as people write it: a JSON number (`2`, `0.5`) or a decimal
     string whose schema pattern has no sign ("2", "0.5"). A sign in a string is refused, "-0" too, so the pattern and
-    the field agree on every string; booleans, NaN and infinities are refused (README: REST API)."""
+    the field agree on every string; booleans, NaN and infinities are refused (docs/how-to/rest-api.md#values-and-errors)."""
 
     json_numbers = True  # core/api/jsontypes.py: a number is this field's type too
 

@@ -1,4 +1,5 @@
-"""Combining per-minute profiles into run summaries, run summaries into task profiles (README: Task profiles). Pure.
+"""Combining per-minute profiles into run summaries, run summaries into task profiles
+(docs/concepts/profiles.md#historical-profiles-and-their-use). Pure.
 
 Minutes -> run: a resource's run mean is the sample-weighted mean of its minute means,
 Σ(mean × samples) / Σ samples over the minutes that measured it (a minute whose mean is null,

@@ -1,11 +1,11 @@
-"""Load forecasting for predictive autoscaling (README: Inference autoscaling), pure: XGBoost on per-minute service
+"""Load forecasting for predictive autoscaling (docs/concepts/autoscaling.md#forecasting), pure: XGBoost on per-minute service
 loads.
 
 A minute's utilization depends on how many replicas served it; the work (utilization × replicas) does not, so
 the models forecast the work 1..5 minutes ahead and the caller divides by the replica count it cares about.
 One booster per horizon learns the change from the last minute's work (trees cannot extrapolate a level).
 
-Features (README: Inference autoscaling): service, minute of day, weekday, holiday, node GPU/CPU utilization, replicas,
+Features (docs/concepts/autoscaling.md#forecasting): service, minute of day, weekday, holiday, node GPU/CPU utilization, replicas,
 QPS, errors, mean latency; plus the recent work (lags, a short mean and slope) and the work at the forecast minute one
 day and one week earlier. Baselines: the last value, and the seasonal naive (same minute a week earlier when the history
 has it, else a day earlier). A model worse than the seasonal baseline at 5 minutes is not used.

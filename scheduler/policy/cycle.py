@@ -129,7 +129,8 @@ class _NoRoom:
                 f"{self._fragments(whole, share)}")
 
     def _fragments(self, whole: float, share: float) -> str:
-        """When the free GPUs would do but only as fragments, the sentence says so (README: Training scheduler)."""
+        """When the free GPUs would do but only as fragments, the sentence says so
+        (docs/concepts/placement.md#the-clusters-typical-jobs)."""
         (free, idle), gpus, model = self.free, self.pod.gpus, self.pod.gpu_model
         if gpus >= 1 and free >= gpus > whole:
             return (f"; {free} {model} GPUs free across the cluster, at most {whole:g} on any node; "

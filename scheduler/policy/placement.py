@@ -23,7 +23,7 @@ class Placement:
 
 
 class PoolMatch:
-    """Long jobs and jobs killed by a take-back go to the fixed training pool only (README: Co-location)."""
+    """Long jobs and jobs killed by a take-back go to the fixed training pool only (docs/concepts/lending.md#pools)."""
 
     name = "pool"
 

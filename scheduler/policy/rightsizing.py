@@ -1,4 +1,4 @@
-"""Right-sizing a request from the task's last runs (README: Training scheduler).
+"""Right-sizing a request from the task's last runs (docs/concepts/quotas-and-priority.md#right-sizing).
 
 GPUs = ceil(req x max(mean GPU util, peak GPU-mem util) / 0.9); CPU request = mean CPU / 0.5;
 CPU limit = peak CPU / 0.5. Over the last 3 runs the mean is the mean of the runs' means and

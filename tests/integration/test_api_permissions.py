@@ -175,7 +175,7 @@ def _objects(world) -> dict[str, int]:
 
 
 def _ended_job(world) -> int:
-    """A job of ml-search whose one run ended with its log archived (README: Job logs)."""
+    """A job of ml-search whose one run ended with its log archived (docs/concepts/job-logs.md#archive)."""
     from django.core.files.base import ContentFile
     from django.core.files.storage import storages
     from django.utils import timezone

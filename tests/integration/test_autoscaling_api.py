@@ -1,4 +1,4 @@
-"""The autoscaling policy of an inference service through the API (the rules of README: Inference autoscaling as field
+"""The autoscaling policy of an inference service through the API (the rules of docs/concepts/autoscaling.md#the-policy as field
 errors, nothing written on a refusal) and its scaling history."""
 from datetime import timedelta
 

@@ -31,7 +31,8 @@ SEARCH = ("zz-search-job", "zz-search-svc", "ml-search")  # what only ml-search'
 ADS = ("zz-ads-job", "zz-ads-svc", "ml-ads")
 FOREIGN = {"anonymous": SEARCH + ADS, "outsider": SEARCH, "other_admin": SEARCH, "member": ADS, "dept_admin": ADS,
            "operator": ()}
-PUBLIC = {"metrics"}  # Prometheus' scrape target: aggregate counts by department, no login (README)
+PUBLIC = {"metrics"}  # Prometheus' scrape target: aggregate counts by department, no login
+# (docs/operations/dashboards.md#metrics)
 
 
 @dataclass

@@ -10,8 +10,9 @@ that: the publisher publishes what Prometheus answers, so the first 5 minutes of
 forward, not measurements (Prometheus' own semantics, as any dashboard shows them), and the rest stays a hole.
 
 Downstream, a hole is missing minutes: the autoscaler holds on stale metrics and falls back to yesterday's maximum
-after 5 silent minutes (README: Inference autoscaling), and the scheduler right-sizes only from runs that measured
-something — a task whose runs were not measured keeps its request (README: Training scheduler) — until the late minutes
+after 5 silent minutes (docs/concepts/autoscaling.md#the-policy), and the scheduler right-sizes only from runs that measured
+something — a task whose runs were not measured keeps its request (docs/concepts/quotas-and-priority.md#right-sizing)
+— until the late minutes
 arrive.
 """
 from __future__ import annotations
@@ -266,8 +267,8 @@ def test_scheduler_right_sizes_only_from_measured_runs_and_uses_late_minutes_whe
     # the unmeasured run counts as no history, not as zero use: CPU mean 1000m / 0.5 (a zero run would give 1333m)
     assert (steady.alloc_gpus, steady.alloc_cpu_milli, steady.cpu_limit_milli) == (1, 2000, 3000)
     assert steady.score["utilization"] == -20
-    # no measured run: the request is kept and the utilization term is 0, and the decision says so (README: Training
-    # scheduler)
+    # no measured run: the request is kept and the utilization term is 0, and the decision says so
+    # (docs/concepts/quotas-and-priority.md#right-sizing)
     assert (dark.alloc_gpus, dark.alloc_cpu_milli, dark.cpu_limit_milli) == (2, 8000, 8000)
     admission = Decision.objects.get(subject=f"job:{dark.pk}", kind=Decision.Kind.ADMISSION)
     assert admission.data["requested"] == admission.data["rightsized"] == "2 GPU, 8000m CPU (limit 8000m), 16384 MiB"

@@ -1,4 +1,4 @@
-"""Job logs end to end (README: Job logs): a running job's log read live through the API, and after its run ends —
+"""Job logs end to end (docs/concepts/job-logs.md): a running job's log read live through the API, and after its run ends —
 finished, preempted, cancelled, a gang stopped — from the archive the loop took; a gang's worker 1; permissions and
 bad parameters; following; retention. On the simulated cluster (as the demo's loops keep it in Redis) and on the
 Kubernetes API emulator (kmock with Tidal's cluster actors; no real kube-apiserver can be installed here)."""

@@ -1,5 +1,5 @@
-"""The fragmentation measure's target workload, learned from the cluster's own last week of submissions (README:
-Training scheduler)."""
+"""The fragmentation measure's target workload, learned from the cluster's own last week of submissions
+(docs/concepts/placement.md#the-clusters-typical-jobs)."""
 from datetime import timedelta
 
 import pytest

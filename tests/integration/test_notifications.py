@@ -1,4 +1,5 @@
-"""Notifications end to end (README: Notifications): the decision log becomes deliveries, e-mail reaches a real SMTP
+"""Notifications end to end (docs/concepts/notifications.md#how-it-works): the decision log becomes deliveries,
+e-mail reaches a real SMTP
 server (aiosmtpd) and webhooks a local HTTP server, retries deliver once, and the API and console refuse bad input."""
 import json
 import socket
@@ -124,7 +125,7 @@ def test_a_preempted_jobs_submitter_gets_an_email_and_a_webhook_call(world, clus
     response = world.client("outsider").put("/api/notifications/preferences/", {
         "events": ["preempted", "failed"], "waiting_hours": 6, "email": True, "webhook_url": hook.url})
     assert response.status_code == 200, response.content
-    # README: Training scheduler — ml-search's own-quota job reclaims the A100s ml-ads (olga) borrowed.
+    # docs/concepts/quotas-and-priority.md#preemption — ml-search's own-quota job reclaims the A100s ml-ads (olga) borrowed.
     ads = [world.submit(role="outsider", department="ml-ads", gpus="1", gpu_model="A100", name=f"ads-{i}")
            for i in range(6)]
     tick(cluster)
@@ -288,7 +289,7 @@ def test_another_users_deliveries_are_not_visible(world, settings):
         assert client.get(f"/api/notifications/deliveries/{delivery.pk}/").status_code == 404
     assert world.client("anonymous").get("/api/notifications/deliveries/").status_code == 401
     assert world.client("outsider").get("/api/notifications/deliveries/").json()["count"] == 1
-    # Operators read everything (README: Who may do what), one user's with ?user=; their console shows their own.
+    # Operators read everything (docs/reference/permissions.md#roles), one user's with ?user=; their console shows their own.
     operator = world.client("operator")
     assert operator.get("/api/notifications/deliveries/?user=olga").json()["results"][0]["user"] == "olga"
     assert operator.get("/api/notifications/deliveries/?user=otto").json()["count"] == 0

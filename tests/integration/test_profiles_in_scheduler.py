@@ -1,4 +1,5 @@
-"""Profiles feed the live scheduler (README: Training scheduler, Task profiles): one `scheduler.tick` right-sizes a job
+"""Profiles feed the live scheduler (docs/concepts/profiles.md#historical-profiles-and-their-use): one
+`scheduler.tick` right-sizes a job
 from its task's run summaries, adds the ±20 utilization term, and sends a task whose past runs were long to the fixed
 pool."""
 

@@ -1,4 +1,4 @@
-"""Inference autoscaling (README: Inference autoscaling; colocation/policy/autoscaling.py): one table per rule, each
+"""Inference autoscaling (docs/concepts/autoscaling.md#the-policy; colocation/policy/autoscaling.py): one table per rule, each
 with a case that fires and one that does not, then properties over random services (bounds, the peak window, the
 fallback after exactly 5 silent minutes, the group's priority arbitration)."""
 
@@ -378,7 +378,7 @@ GROUPS = [
     pytest.param([asking("a", 6, 1), asking("b", 6, 0, offline=True)], 8,
                  {"a": (4, Reason.PRIORITY), "b": (4, Reason.SKIP_OFFLINE)}, id="skipped-keep-theirs"),
     pytest.param([asking("a", 6, 0, per=0.1)], 0.5, {"a": (5, Reason.PRIORITY)}, id="fractional-float-slack"),
-    # lower-priority services give resources back (README: Inference autoscaling); the peak window stops the
+    # lower-priority services give resources back (docs/concepts/autoscaling.md#the-policy); the peak window stops the
     # autoscaler's own scale-in only
     pytest.param([asking("a", 6, 1), replace(asking("b", 6, 0), policy=pol(peak_window=(time(9), time(18))))], 8,
                  {"a": (6, Reason.SCALE_OUT), "b": (2, Reason.PRIORITY)}, id="priority-shrinks-even-in-peak-window"),

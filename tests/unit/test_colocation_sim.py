@@ -158,7 +158,8 @@ def test_the_two_runs_side_by_side_report_what_each_run_alone_does(sim, static, 
 
 
 def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
-    """The sim's acting on a gang (README: Co-location): the take-back's eviction of one worker ends the gang's run,
+    """The sim's acting on a gang (docs/concepts/gangs-and-reservations.md#preempting-and-taking-back-gangs): the
+    take-back's eviction of one worker ends the gang's run,
     its other workers are evicted at once, the job goes back to the queue whole (pinned to the fixed pool), once."""
     from colocation.policy import EvictTraining
     from scheduler.policy import CycleResult

@@ -45,7 +45,8 @@ def test_profile_without_rightsizing_keeps_request():
 
 @pytest.mark.parametrize("keep, expected", [(False, Request(2.0, 2000, 6000, 4096)), (True, Request(4.0, 8000, 8000, 4096))])
 def test_an_admin_can_keep_the_request(keep, expected):
-    """The admins' override (README: Training scheduler): with keep_request the same history right-sizes nothing."""
+    """The admins' override (docs/concepts/quotas-and-priority.md#right-sizing): with keep_request the same history
+    right-sizes nothing."""
     from dataclasses import replace
 
     job = JobBuilder().gpus(4).cpu(8000).memory(4096).history((0.45, 0.2, 1000, 3000)).build()

@@ -1,5 +1,5 @@
 """Inference in the simulated backend (ReplicaSets, readiness, detach, pending) and the
-real-time threshold rule (README: Inference autoscaling)."""
+real-time threshold rule (docs/concepts/autoscaling.md#the-policy)."""
 
 import pytest
 

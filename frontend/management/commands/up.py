@@ -25,7 +25,7 @@ def debug_notice(*, debug: bool) -> str | None:
     if not debug:
         return None
     return ("DEBUG is on (the embedded demo's default): error pages show tracebacks; for production set DJANGO_DEBUG=0 "
-            "with DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS (README: Configuration)")
+            "with DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS (docs/reference/configuration.md)")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -103,7 +103,8 @@ class Command(BaseCommand):
         python = sys.executable
         demo = "1" if demo_workload else "0"  # the demo's training jobs and its inference traffic
         env = {**os.environ, "TIDAL_DEMO_WORKLOAD": demo, "TIDAL_DEMO_TRAFFIC": demo}
-        # Notification e-mail is printed to the worker's log unless a real backend is configured (README: Notifications).
+        # Notification e-mail is printed to the worker's log unless a real backend is configured
+        # (docs/concepts/notifications.md#events-and-channels).
         env.setdefault("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
         celery = [python, "-m", "celery", "-A", "tidal"]
         commands = {

@@ -91,7 +91,8 @@
   setInterval(function () { times(document); }, 30000);
 })();
 
-// The job page's log panel (README: Job logs): the API's /api/jobs/{id}/logs/ for the chosen run and worker; while
+// The job page's log panel (docs/concepts/job-logs.md#console): the API's /api/jobs/{id}/logs/ for the chosen run
+// and worker; while
 // following an open run it is read again every few seconds (no reload) and kept scrolled to the end; Pause stops
 // that; a finished run's log (its archive) is read once.
 (function () {
