@@ -54,6 +54,19 @@ def test_gpu_model_in_use_cannot_be_deleted(world):
     assert world.snapshot() == before
 
 
+def test_in_use_answer_reads_no_relation_a_concurrent_request_may_have_deleted(world):
+    """A fuzzer's two workers: the quota protecting the GPU model lost its department between Django's collection and
+    the answer; the 409 must not follow quota -> department (that was a 500)."""
+    from django.db.models import ProtectedError
+
+    from core.api.errors import exception_handler
+    from scheduler.models import Quota
+
+    orphan = Quota(pk=10**9, department_id=10**9, gpu_model=world.gpu_models["T4"], own=1, borrowed=0)
+    response = exception_handler(ProtectedError("in use", {orphan}), {})
+    assert (response.status_code, response.data["message"]) == (409, "still in use by 1 quota")
+
+
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
