@@ -34,6 +34,7 @@ from scheduler.gcfreeze import frozen_heap
 from scheduler.logs import pod_evict, pod_logs_archive
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.observe import snapshot_from_db
+from scheduler.policy.cache import CycleCache
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, Reason, Reserve, StillPending
 from scheduler.policy.profile import Profile
@@ -73,8 +74,9 @@ class Recorded:
     ended: list[str] = field(default_factory=list)  # pods whose own end was recorded: their log is archived
 
 
-def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> TickReport:
-    """One tick of the live loop against `backend` at `now` with the policy `profile`."""
+def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile, cache: CycleCache | None = None) -> TickReport:
+    """One tick of the live loop against `backend` at `now` with the policy `profile`; `cache`: the loop's, kept from
+    one tick to the next (saves work only)."""
     report = TickReport()
     recorded = _record_events(backend.drain_events(), now)
     report.finished = recorded.finished
@@ -85,7 +87,7 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
     snapshot = snapshot_from_db(backend, now)
     workload = learned_workload()
     with frozen_heap():
-        result = schedule(snapshot, profile, lending_profile(), workload)
+        result = schedule(snapshot, profile, lending_profile(), workload, cache)
     _act(result, backend, now, report)
     return report
 
@@ -391,7 +393,7 @@ def _record_pending(decisions: list[StillPending], reserved: set[int]) -> None:
 # --- the live loop's entry point -------------------------------------------------------------------
 
 
-def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | None:
+def run_live_tick(*, redis, namespace: str, profile: Profile, cache: CycleCache | None = None) -> TickReport | None:
     """One tick on the configured cluster, unless this worker must not act now (then None; see
     colocation/live_backend.py)."""
     with live_cluster(redis=redis, namespace=namespace, loop="scheduler",
@@ -399,6 +401,6 @@ def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | No
         if cluster is None:
             return None
         started = time.perf_counter()
-        report = scheduler_tick(backend=cluster, now=time.time(), profile=profile)
+        report = scheduler_tick(backend=cluster, now=time.time(), profile=profile, cache=cache)
         telemetry.observe(redis, namespace, "scheduler_cycle", time.perf_counter() - started)
         return report
