@@ -38,6 +38,7 @@ from scheduler.policy.cache import CycleCache
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, Reason, Reserve, StillPending
 from scheduler.policy.profile import Profile
+from scheduler.policy.sentences import summary
 from scheduler.rendezvous import Gang, worker_env
 from scheduler.selectors import learned_workload
 
@@ -262,7 +263,7 @@ def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
         run = services.open_run(job)
         live_pods = services.run_live_pods(run) if run is not None else []
         services.job_requeue(job=job, now=now, reason=decision.reason.value, message=decision.message,
-                             outcome=JobRun.Outcome.PREEMPTED)
+                             outcome=JobRun.Outcome.PREEMPTED, summary=summary(decision))
     if run is None or not live_pods:
         return False
     _stop(backend, Stop(tuple(live_pods), services.run_service(run), f"preempted for job {decision.for_job_id}"))
@@ -365,7 +366,7 @@ def _record_reservations(reserved: tuple[Reserve, ...]) -> set[int]:
         job.reservation = {"nodes": list(d.nodes), "start_at": d.start_at}
         job.save(update_fields=["reservation"])
         decision_record(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department,
-                        reason=Reason.RESERVED.value, message=d.message, data=job.reservation)
+                        reason=Reason.RESERVED.value, message=d.message, data={**job.reservation, "summary": summary(d)})
     return set(by_job)
 
 
@@ -384,7 +385,8 @@ def _record_pending(decisions: list[StillPending], reserved: set[int]) -> None:
         job = jobs[d.job_id]
         if job.pending_reason != d.reason.value and not (d.job_id in reserved and d.reason is Reason.RESERVED):
             changed.append(Decision(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department,
-                                    reason=d.reason.value, message=d.message, data={"score": services.score_dict(d.score)}))
+                                    reason=d.reason.value, message=d.message,
+                                    data={"score": services.score_dict(d.score), "summary": summary(d)}))
         job.queue_position, job.score, job.pending_reason = d.position + 1, services.score_dict(d.score), d.reason.value
     TrainingJob.objects.bulk_update(jobs.values(), ["queue_position", "score", "pending_reason"], batch_size=500)
     Decision.objects.bulk_create(changed, batch_size=500)
