@@ -16,12 +16,12 @@ from cluster.types import JobView, QuotaKind
 from scheduler.policy.diagnosis import NO_FREE, Diagnosis, NoRoom
 from scheduler.policy.failures import known_gang_failure
 from scheduler.policy.framework import PodRequest
-from scheduler.policy.gang import pick, room, shortfall
+from scheduler.policy.gang import pick, room
 from scheduler.policy.nodes import NodeTable
 from scheduler.policy.placement import Placement, allowed, place, restriction
 from scheduler.policy.queue import Queued
 from scheduler.policy.quota import Demand, gpu_demand
-from scheduler.policy.sentences import CPU_MARK, gang_needs
+from scheduler.policy.sentences import CPU_MARK, gang_needs, shortfall
 from scheduler.policy.state import CycleState
 
 _REFUSED = object()  # the model's quota has no room

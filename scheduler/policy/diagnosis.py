@@ -24,7 +24,7 @@ class NoRoom:
     kind: QuotaKind | None
     bounds: tuple[float, float, int, int] | None  # most free on one node (upper bounds); None: not shown
     free: tuple[int, float] = NO_FREE  # wholly free and idle GPUs across the model's nodes, when shown
-    gang: str | None = None  # a gang's shortfall (gang.shortfall), when shown
+    gang: str | None = None  # a gang's shortfall (sentences.shortfall), when shown
     frame: tuple[str, str] | None = None  # the gang's, split where the worker's CPU goes (None: more depends on it)
 
     @property

@@ -42,33 +42,14 @@ def allocation_demand(alloc: Allocation) -> Demand:
 
 @dataclass(slots=True)
 class Shortfall:
-    """A quota without room; formatted only if someone reads it (most never are). Not frozen: built
-    for nearly every model of every waiting job, and frozen dataclasses are 4x slower to build."""
+    """A quota without room; written out (sentences.quota_refused) only if someone reads it (most never are). Not
+    frozen: built for nearly every model of every waiting job, and frozen dataclasses are 4x slower to build."""
 
     kind: QuotaKind
     resource: str
     used: float
     limit: float
     amount: float
-
-    def __str__(self) -> str:
-        unit = _UNITS.get(self.resource)
-        kind = _KIND_TEXT[self.kind]
-        if unit is None:  # GPUs
-            return (f"{kind} {self.resource} quota {_gpus(self.used)}/{_gpus(self.limit)} used, "
-                    f"needs {_gpus(self.amount)}")
-        name, suffix = unit
-        return (f"{kind} {name} quota {self.used:g}{suffix}/{self.limit:g}{suffix} used, "
-                f"needs {self.amount:g}{suffix}")
-
-
-_UNITS = MappingProxyType({CPU_KEY: ("CPU", "m"), MEMORY_KEY: ("memory", " MiB")})
-_KIND_TEXT = MappingProxyType({kind: kind.value for kind in QuotaKind})  # .value goes through an Enum property
-
-
-def _gpus(amount: float) -> str:
-    """A GPU amount to 3 decimals."""
-    return f"{round(amount, 3):g}"
 
 
 @dataclass(slots=True)  # not frozen, as Shortfall

@@ -8,14 +8,17 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from cluster.types import GPU_EPS, JobView, QuotaKind
-from scheduler.policy.decisions import Admit, CycleDecision, Preempt, Reason, Reserve, StillPending
+import numpy as np
+
+from cluster.types import CPU_KEY, GPU_EPS, MEMORY_KEY, JobView, QuotaKind, Topology
+from scheduler.policy.decisions import Admit, CycleDecision, Preempt, Reason, Reserve
 from scheduler.policy.diagnosis import Diagnosis, NoRoom
 from scheduler.policy.framework import PodRequest
-from scheduler.policy.gang import Room, shortfall
+from scheduler.policy.gang import Room
 from scheduler.policy.nodes import NodeTable
 from scheduler.policy.placement import Placement
 from scheduler.policy.priority import ScoreBreakdown
+from scheduler.policy.quota import Shortfall
 from scheduler.policy.rightsizing import Request
 
 if TYPE_CHECKING:
@@ -50,6 +53,39 @@ def _fragments(d: NoRoom, whole: float, share: float) -> str:
         return (f"; {idle:.2f} {model} GPUs idle across the cluster, at most {share:.2f} of any one GPU; "
                 f"this job needs {gpus:g} of one GPU")
     return ""
+
+
+def shortfall(table: NodeTable, room: Room, workers: int, pod: PodRequest, topology: Topology,
+              cpu: str | None = None) -> str:
+    """What is missing, in one sentence: the gang's shape and the blocks that come closest (the worker's CPU written
+    as `cpu`, default its figure)."""
+    per = "one worker per node" if topology is Topology.SPREAD else "packed"
+    need = f"needs {workers} workers of {pod if cpu is None else pod.describe(cpu)} ({per})"
+    if room.total == 0:
+        return f"{need}; no {pod.gpu_model or 'CPU'} node has room for one worker now"
+    named = [(n, b) for b, n in enumerate(np.bincount(table.block, weights=room.per_node,
+                                                      minlength=len(table.block_names)).astype(int))
+             if n and table.block_names[b]]
+    named.sort(key=lambda x: (-x[0], x[1]))
+    blocks = ", ".join(f"block {table.block_names[b]} has room for {n}" for n, b in named[:3])
+    return f"{need}; room for {room.total} across the {pod.gpu_model or 'CPU'} nodes" + (f" ({blocks})" if blocks else "")
+
+
+_UNITS = MappingProxyType({CPU_KEY: ("CPU", "m"), MEMORY_KEY: ("memory", " MiB")})
+
+
+def quota_refused(s: Shortfall) -> str:
+    """A quota without room for the job."""
+    unit = _UNITS.get(s.resource)
+    if unit is None:  # GPUs
+        return f"{s.kind.value} {s.resource} quota {_gpus(s.used)}/{_gpus(s.limit)} used, needs {_gpus(s.amount)}"
+    name, suffix = unit
+    return f"{s.kind.value} {name} quota {s.used:g}{suffix}/{s.limit:g}{suffix} used, needs {s.amount:g}{suffix}"
+
+
+def _gpus(amount: float) -> str:
+    """A GPU amount to 3 decimals."""
+    return f"{round(amount, 3):g}"
 
 
 def gang_needs(table: NodeTable, job: JobView, pod: PodRequest, free: int, fits: Room | None,
@@ -88,7 +124,7 @@ def waiting(q: Queued, diagnosis: Diagnosis, cpu: str | None = None) -> tuple[st
             exact = exact or cpu is not None
             parts.append(no_room(why))
         else:
-            parts.append(str(why))
+            parts.append(quota_refused(why))
     message = "; ".join(parts)
     if others:
         named = ", ".join(sorted(m or "CPU" for m in others))
