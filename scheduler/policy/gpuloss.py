@@ -20,7 +20,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, typeof
 
 from scheduler.policy.workload import DEFAULT_CPU_REQUEST, MILLI, FragTables, Shape, TargetWorkload, cpu_per_gpu
 
@@ -324,6 +324,12 @@ def _scores(rows, nodes, terms, shapes, pod):
     return out
 
 
+def _entry(kernel, *args):
+    """`kernel`'s compiled entry point for the types of `args` (compiled, or loaded from numba's cache, first): it
+    must then be called with arguments of exactly these types."""
+    return kernel.compile(tuple(typeof(a) for a in args))
+
+
 # -- one cluster's terms ---------------------------------------------------------------------------------------------
 class Loss:
     """The per-node terms of one cluster (or one GPU model's NodeTable) for one target workload.
@@ -351,6 +357,10 @@ class Loss:
         self.terms = Terms(np.zeros((n, m), np.int64), np.zeros((n, m), np.int64), np.zeros(n, np.int64),
                            np.zeros(n, np.int64), np.zeros(n, np.int64))
         _all_terms(self.nodes, self.shapes, self.terms)
+        # update() follows every change, always with the same argument types: it calls its kernel's compiled entry point
+        # directly, without numba's per-call typing of the named tuples (which costs as much as the update itself)
+        self._update = (_entry(_terms, 0, self.nodes, self.shapes, self.terms) if used is None
+                        else _entry(_terms_from_used, 0, used, self.nodes, self.shapes, self.terms))
         size = 1 << max(4, (2 * n).bit_length())
         self.seen, self.stamp = Seen(np.zeros(size, np.int64), np.zeros(size, np.int64)), 0
 
@@ -360,9 +370,9 @@ class Loss:
 
     def update(self, row: int) -> None:
         if self.used is None:
-            _terms(row, self.nodes, self.shapes, self.terms)
+            self._update(row, self.nodes, self.shapes, self.terms)
         else:
-            _terms_from_used(row, self.used, self.nodes, self.shapes, self.terms)
+            self._update(row, self.used, self.nodes, self.shapes, self.terms)
 
     def best(self, ok: np.ndarray, count: int, milli: int, cpu: int, mem: int, bonus: np.ndarray | None = None,
              bonus_weight: float = 0.0, loss_weight: float = 1.0) -> tuple[int, int, float]:
