@@ -357,12 +357,15 @@ class Loss:
         self.terms = Terms(np.zeros((n, m), np.int64), np.zeros((n, m), np.int64), np.zeros(n, np.int64),
                            np.zeros(n, np.int64), np.zeros(n, np.int64))
         _all_terms(self.nodes, self.shapes, self.terms)
-        # update() follows every change, always with the same argument types: it calls its kernel's compiled entry point
-        # directly, without numba's per-call typing of the named tuples (which costs as much as the update itself)
-        self._update = (_entry(_terms, 0, self.nodes, self.shapes, self.terms) if used is None
-                        else _entry(_terms_from_used, 0, used, self.nodes, self.shapes, self.terms))
         size = 1 << max(4, (2 * n).bit_length())
         self.seen, self.stamp = Seen(np.zeros(size, np.int64), np.zeros(size, np.int64)), 0
+        # update() and best() run after every change and for every placement: they call their kernels' compiled entry
+        # points, bound here for the argument types they always pass, without numba's per-call typing of the named
+        # tuples (which costs as much as an update, and a third of a best)
+        self._update = (_entry(_terms, 0, self.nodes, self.shapes, self.terms) if used is None
+                        else _entry(_terms_from_used, 0, used, self.nodes, self.shapes, self.terms))
+        self._best = _entry(_best, self.nodes, np.ones(n, np.bool_), self.terms, self.seen, 0, self.nodes.pressure, 0.0,
+                            1.0, self.shapes, Pod(0, 0, 0, 0, 0))
 
     @property
     def workload(self) -> TargetWorkload:
@@ -378,10 +381,13 @@ class Loss:
              bonus_weight: float = 0.0, loss_weight: float = 1.0) -> tuple[int, int, float]:
         """(row, GPU, growth in milli-GPU) for a pod of `count` GPUs of `milli` each (0 GPUs: CPU-only) over the rows
         `ok` allows; row -1 when none fits."""
+        if ok.dtype != np.bool_ or not ok.flags.c_contiguous:
+            ok = np.ascontiguousarray(ok, np.bool_)
+        bonus = self.nodes.pressure if bonus is None else np.ascontiguousarray(bonus, np.float64)
         self.stamp += 1
-        row, gpu, growth = _best(self.nodes, ok, self.terms, self.seen, self.stamp,
-                                 self.nodes.pressure if bonus is None else bonus, bonus_weight, loss_weight,
-                                 self.shapes, Pod(count, milli, cpu, cpu or DEFAULT_CPU_REQUEST, mem))
+        row, gpu, growth = self._best(self.nodes, ok, self.terms, self.seen, self.stamp, bonus, float(bonus_weight),
+                                      float(loss_weight), self.shapes,
+                                      Pod(int(count), int(milli), int(cpu), int(cpu or DEFAULT_CPU_REQUEST), int(mem)))
         return int(row), int(gpu), float(growth)
 
     def scores(self, rows: np.ndarray, count: int, milli: int, cpu: int) -> np.ndarray:
