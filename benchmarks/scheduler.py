@@ -23,6 +23,7 @@ from cluster.simulated.traces import GANG_WORKERS, alibaba_node, with_blocks
 from cluster.types import capacity_by_resource, JobStatus, JobView, NodeView, QuotaView, RunProfile
 from scheduler.gcfreeze import frozen_heap
 from scheduler.policy import get_profile, schedule
+from scheduler.policy.cache import CycleCache
 from scheduler.policy.gpuloss import warm_up
 from scheduler.policy.workload import jobs_workload
 from scheduler.simulated_training import SimulatedTraining
@@ -149,13 +150,14 @@ def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, se
     first = sim.snapshot()
     workload = jobs_workload(first.jobs, first.compatible_models)
     warm_up()  # as a worker's first tick does: numba's cache loads once per process
+    cache = CycleCache()  # the loop's, as a live worker keeps one from tick to tick
     durations, placed, preempted, gangs, gang_workers = [], 0, 0, 0, 0
     for cycle in range(cycles):
         sim.finish_elapsed()
         snapshot = sim.snapshot()
         with frozen_heap():  # as the live tick runs it
             started = time.perf_counter()
-            result = schedule(snapshot, chosen, workload=workload)
+            result = schedule(snapshot, chosen, workload=workload, cache=cache)
             durations.append(time.perf_counter() - started)
         for admit in result.admitted:
             placed += len(admit.workers)  # a gang places every worker

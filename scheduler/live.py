@@ -34,9 +34,11 @@ from scheduler.gcfreeze import frozen_heap
 from scheduler.logs import pod_evict, pod_logs_archive
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.observe import snapshot_from_db
+from scheduler.policy.cache import CycleCache
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, Reason, Reserve, StillPending
 from scheduler.policy.profile import Profile
+from scheduler.policy.sentences import summary
 from scheduler.rendezvous import Gang, worker_env
 from scheduler.selectors import learned_workload
 
@@ -73,8 +75,9 @@ class Recorded:
     ended: list[str] = field(default_factory=list)  # pods whose own end was recorded: their log is archived
 
 
-def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> TickReport:
-    """One tick of the live loop against `backend` at `now` with the policy `profile`."""
+def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile, cache: CycleCache | None = None) -> TickReport:
+    """One tick of the live loop against `backend` at `now` with the policy `profile`; `cache`: the loop's, kept from
+    one tick to the next (saves work only)."""
     report = TickReport()
     recorded = _record_events(backend.drain_events(), now)
     report.finished = recorded.finished
@@ -85,7 +88,7 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
     snapshot = snapshot_from_db(backend, now)
     workload = learned_workload()
     with frozen_heap():
-        result = schedule(snapshot, profile, lending_profile(), workload)
+        result = schedule(snapshot, profile, lending_profile(), workload, cache)
     _act(result, backend, now, report)
     return report
 
@@ -260,7 +263,7 @@ def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
         run = services.open_run(job)
         live_pods = services.run_live_pods(run) if run is not None else []
         services.job_requeue(job=job, now=now, reason=decision.reason.value, message=decision.message,
-                             outcome=JobRun.Outcome.PREEMPTED)
+                             outcome=JobRun.Outcome.PREEMPTED, summary=summary(decision))
     if run is None or not live_pods:
         return False
     _stop(backend, Stop(tuple(live_pods), services.run_service(run), f"preempted for job {decision.for_job_id}"))
@@ -363,7 +366,7 @@ def _record_reservations(reserved: tuple[Reserve, ...]) -> set[int]:
         job.reservation = {"nodes": list(d.nodes), "start_at": d.start_at}
         job.save(update_fields=["reservation"])
         decision_record(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department,
-                        reason=Reason.RESERVED.value, message=d.message, data=job.reservation)
+                        reason=Reason.RESERVED.value, message=d.message, data={**job.reservation, "summary": summary(d)})
     return set(by_job)
 
 
@@ -382,7 +385,8 @@ def _record_pending(decisions: list[StillPending], reserved: set[int]) -> None:
         job = jobs[d.job_id]
         if job.pending_reason != d.reason.value and not (d.job_id in reserved and d.reason is Reason.RESERVED):
             changed.append(Decision(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department,
-                                    reason=d.reason.value, message=d.message, data={"score": services.score_dict(d.score)}))
+                                    reason=d.reason.value, message=d.message,
+                                    data={"score": services.score_dict(d.score), "summary": summary(d)}))
         job.queue_position, job.score, job.pending_reason = d.position + 1, services.score_dict(d.score), d.reason.value
     TrainingJob.objects.bulk_update(jobs.values(), ["queue_position", "score", "pending_reason"], batch_size=500)
     Decision.objects.bulk_create(changed, batch_size=500)
@@ -391,7 +395,7 @@ def _record_pending(decisions: list[StillPending], reserved: set[int]) -> None:
 # --- the live loop's entry point -------------------------------------------------------------------
 
 
-def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | None:
+def run_live_tick(*, redis, namespace: str, profile: Profile, cache: CycleCache | None = None) -> TickReport | None:
     """One tick on the configured cluster, unless this worker must not act now (then None; see
     colocation/live_backend.py)."""
     with live_cluster(redis=redis, namespace=namespace, loop="scheduler",
@@ -399,6 +403,6 @@ def run_live_tick(*, redis, namespace: str, profile: Profile) -> TickReport | No
         if cluster is None:
             return None
         started = time.perf_counter()
-        report = scheduler_tick(backend=cluster, now=time.time(), profile=profile)
+        report = scheduler_tick(backend=cluster, now=time.time(), profile=profile, cache=cache)
         telemetry.observe(redis, namespace, "scheduler_cycle", time.perf_counter() - started)
         return report

@@ -6,8 +6,9 @@ from functools import cache
 
 from django.contrib.auth import get_user_model
 from django.db.models import (CharField, Count, DecimalField, DurationField, ExpressionWrapper, F, Max, OuterRef, Q,
-                              QuerySet, Subquery, Sum, Value)
-from django.db.models.functions import Cast, Coalesce, Concat
+                              QuerySet, Subquery, Sum, TextField, Value)
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, Concat, NullIf
 
 from colocation.models import Node
 from core.models import CPU, MEMORY, Decision, Department, GPUModel, Membership
@@ -133,6 +134,19 @@ def latest_decision(*, job: TrainingJob) -> Decision | None:
     return Decision.objects.filter(subject=f"job:{job.pk}").order_by("-created_at", "-id").first()
 
 
+def short_sentence(decision: Decision | None) -> str | None:
+    """What a list shows of a decision: the short sentence the scheduler wrote beside the complete one (its `data`'s
+    `summary`), else its message."""
+    return None if decision is None else (decision.data or {}).get("summary") or decision.message
+
+
+def _latest_short_sentence() -> Subquery:
+    """short_sentence() of a job's latest decision, as a subquery of the job's row."""
+    subject = Concat(Value("job:"), Cast(OuterRef("pk"), CharField()))
+    return Subquery(Decision.objects.filter(subject=subject).order_by("-created_at", "-id").annotate(
+        short=Coalesce(NullIf(KT("data__summary"), Value("")), "message", output_field=TextField())).values("short")[:1])
+
+
 # --- what the console lists and shows (list pages restrict(user) what they get) ----------------------------
 
 
@@ -226,10 +240,9 @@ def replay_runs() -> QuerySet[ReplayRun]:
 
 
 def with_latest_message(jobs: QuerySet) -> QuerySet:
-    """Jobs annotated with the sentence of their latest decision (`latest_message`), in the same query."""
-    subject = Concat(Value("job:"), Cast(OuterRef("pk"), CharField()))
-    latest = Decision.objects.filter(subject=subject).order_by("-created_at", "-id").values("message")[:1]
-    return jobs.annotate(latest_message=Subquery(latest))
+    """Jobs annotated with the short sentence of their latest decision (`latest_message`: what a list shows; the
+    job's page shows the complete one), in the same query."""
+    return jobs.annotate(latest_message=_latest_short_sentence())
 
 
 @dataclass(frozen=True)
@@ -374,7 +387,8 @@ def _row_names() -> dict[str, Subquery]:
             "framework_label": _name_of(framework, "framework_id", "label"),
             "gpu_model_name": _name_of(GPUModel.objects, "gpu_model_id"),
             "node_name": _name_of(Node.objects, "node_id"),
-            "assigned_gpu_model_name": _name_of(GPUModel.objects, "assigned_gpu_model_id")}
+            "assigned_gpu_model_name": _name_of(GPUModel.objects, "assigned_gpu_model_id"),
+            "why": _latest_short_sentence()}
 
 
 def _name_of(rows: QuerySet, key: str, field: str = "name") -> Subquery:

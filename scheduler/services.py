@@ -18,6 +18,7 @@ from core.models import CPU, MEMORY, Decision, Department, GPUModel, Membership
 from profiling.services import run_summaries_compute, run_summary_compute
 from scheduler import selectors
 from scheduler.models import Framework, JobRun, JobStatus, LearnedWorkload, Quota, Topology, TrainingJob
+from scheduler.policy import sentences
 from scheduler.policy.decisions import Admit
 from scheduler.policy.priority import ScoreBreakdown
 from scheduler.policy.workload import Shape, TargetWorkload, job_shape
@@ -481,7 +482,8 @@ def job_admit(*, admission: Admit, now: float) -> tuple[TrainingJob, JobRun] | N
                     data={"node": admission.node, "nodes": [w.node for w in admission.workers],
                           "gpu_model": admission.gpu_model, "attempt": attempt,
                           "requested": str(admission.requested), "rightsized": str(admission.rightsized),
-                          "score": score_dict(admission.score), "preempting": list(admission.preempting)})
+                          "score": score_dict(admission.score), "preempting": list(admission.preempting),
+                          "summary": sentences.summary(admission)})
     return job, run
 
 
@@ -517,10 +519,11 @@ def job_worker_succeeded(*, job: TrainingJob, run: JobRun, pod: str, at: float) 
 
 
 def job_requeue(*, job: TrainingJob, now: float, reason: str, message: str, outcome: str,
-                ended: tuple[str, ...] = ()) -> JobRun | None:
+                ended: tuple[str, ...] = (), summary: str = "") -> JobRun | None:
     """Back to the queue with its submit time and history; its open run ends with `outcome` (for a gang, every
     worker: `ended` names the pods whose own end caused it). A job killed by a take-back goes to the fixed pool
-    next (docs/concepts/lending.md#pools). The caller holds the job's row lock. Returns the run it ended (None: none open)."""
+    next (docs/concepts/lending.md#pools). The caller holds the job's row lock. Returns the run it ended (None: none open).
+    `summary`: the message in a few words, for lists (the policy's; default: lists show the message)."""
     run = _end_run(job, outcome, now, ended)
     if outcome == JobRun.Outcome.KILLED:
         job.pool_preference = "fixed"
@@ -529,7 +532,8 @@ def job_requeue(*, job: TrainingJob, now: float, reason: str, message: str, outc
     job.alloc_gpus = job.alloc_cpu_milli = job.cpu_limit_milli = job.alloc_memory_mib = None
     job.save()
     decision_record(kind=Decision.Kind.PREEMPTION if outcome == JobRun.Outcome.PREEMPTED else Decision.Kind.PENDING,
-                    subject=f"job:{job.pk}", department=job.department, reason=reason, message=message)
+                    subject=f"job:{job.pk}", department=job.department, reason=reason, message=message,
+                    data={"summary": summary} if summary else None)
     return run
 
 

@@ -7,7 +7,11 @@ from redis import Redis
 
 from scheduler import live, logs, services, whatif_run
 from scheduler.fragmentation import experiment
+from scheduler.policy.cache import CycleCache
 from scheduler.policy.profile import get_profile
+
+# The live loop's cycle cache: one per worker process, which runs one tick at a time (prefork pool).
+_CYCLE_CACHE = CycleCache()
 
 
 @worker_process_init.connect
@@ -21,7 +25,7 @@ def load_placement_kernel(**_: object) -> None:
 @shared_task(name="scheduler.tick", ignore_result=True)
 def scheduler_tick() -> dict | None:
     report = live.run_live_tick(redis=Redis.from_url(settings.REDIS_URL), namespace=settings.TIDAL_REDIS_NAMESPACE,
-                                profile=get_profile(settings.TIDAL_SCHEDULER_PROFILE))
+                                profile=get_profile(settings.TIDAL_SCHEDULER_PROFILE), cache=_CYCLE_CACHE)
     return report and report.__dict__
 
 

@@ -46,6 +46,7 @@ class Job(TypedDict):
     submitted_at: str
     started_at: str | None
     finished_at: str | None
+    why: str | None  # its latest decision in a few words
 
 
 class Score(TypedDict):

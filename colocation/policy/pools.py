@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from functools import lru_cache
 
 from cluster.types import JobStatus, JobView, Pool
 from colocation.policy.profile import DEFAULT, LendingProfile
@@ -46,7 +45,6 @@ class PoolChoice:
         return self.pools[0]
 
 
-@lru_cache(maxsize=64)  # a scheduling cycle asks it for every pending job at one `now`
 def long_bar_s(now: float, profile: LendingProfile = DEFAULT) -> float:
     """Run time above which a job scheduled at `now` is long."""
     t = local(now, profile.tz).time()

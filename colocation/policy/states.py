@@ -8,7 +8,9 @@ machine never emits them). Fixed-pool nodes are never lent, so they have no LEND
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from enum import Enum
 
 from cluster.types import NodeState, Pool
@@ -36,14 +38,14 @@ class Event(str, Enum):
     ABORT_TAKE_BACK = "abort-take-back"
 
 
-TRANSITIONS: dict[tuple[NodeState, Event], NodeState] = {
+TRANSITIONS: Mapping[tuple[NodeState, Event], NodeState] = MappingProxyType({
     (ON_N, Event.LEND): OFF_U,
     (OFF_U, Event.LEND_DONE): OFF_N,
     (OFF_N, Event.TAKE_BACK): ON_U,
     (ON_U, Event.TAKE_BACK_DONE): ON_N,
     (OFF_U, Event.ABORT_LEND): ON_N,
     (ON_U, Event.ABORT_TAKE_BACK): OFF_N,
-}
+})
 
 # Events that start a conversion: refused on fixed-pool nodes whatever their state.
 _STARTS = frozenset({Event.LEND, Event.TAKE_BACK})

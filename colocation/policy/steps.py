@@ -17,6 +17,7 @@ a hand-made revert, never the source of truth. Done is only returned once the no
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from enum import Enum
@@ -130,8 +131,8 @@ class Conflict:
 
 Action = SetState | DetachPod | DeletePod | EvictTraining | Wait | Done | Conflict
 
-_START = {Direction.LEND: Event.LEND, Direction.TAKE_BACK: Event.TAKE_BACK}
-_FINISH = {Direction.LEND: Event.LEND_DONE, Direction.TAKE_BACK: Event.TAKE_BACK_DONE}
+_START = MappingProxyType({Direction.LEND: Event.LEND, Direction.TAKE_BACK: Event.TAKE_BACK})
+_FINISH = MappingProxyType({Direction.LEND: Event.LEND_DONE, Direction.TAKE_BACK: Event.TAKE_BACK_DONE})
 
 
 def _set(node: NodeNow, event: Event, step: Step) -> SetState | Conflict:

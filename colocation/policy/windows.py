@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime, time, timedelta
-from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from colocation.policy.profile import BusyWindow, LendingProfile
 
 
-@lru_cache(maxsize=16)
 def zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
+    return ZoneInfo(name)  # (ZoneInfo keeps one instance per name itself)
 
 
 def local(now: float, tz: str) -> datetime:

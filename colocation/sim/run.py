@@ -45,6 +45,7 @@ from colocation.sim.world import (build_jobs, build_nodes, build_services, group
                                     modelled_replicas, peak_replicas, static_split)
 from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, get_profile, schedule
+from scheduler.policy.cache import CycleCache
 from scheduler.policy.workload import jobs_workload
 
 HISTORY_MIN = 7 * 1440 + 60  # what the seasonal forecast reads: up to 7 days and an hour
@@ -163,6 +164,7 @@ class CoLocationSim:
         self.arrivals, self.training_load = build_jobs(cfg, split, SIM_START)
         # the target workload of the least-gpu-loss placement: the shapes of the training the run offers
         self.workload = jobs_workload((a.job for a in self.arrivals), lambda _, model: (model,) if model else ())
+        self.cycle_cache = CycleCache()  # this run's, kept from cycle to cycle
         # Departments (Helios quota shares) label the jobs; each one's quota covers the whole cluster, so every job
         # runs on its own quota and the policy's order is the submit order (colocation/sim/queue.py)
         quotas = []
@@ -438,7 +440,7 @@ class CoLocationSim:
         # the running jobs too (the quota ledger and preemption need them), in the order of training.jobs (by id);
         # the policy gives each pending job its pool, as in the live loop
         snapshot = self.training.snapshot(jobs[i] for i in sorted(self._holding.union(head)))
-        result = schedule(snapshot, self.profile, lending, self.workload)
+        result = schedule(snapshot, self.profile, lending, self.workload, self.cycle_cache)
         self.training.apply(result)
         self._pending_jobs = len(self.queue)
         self._count(result)

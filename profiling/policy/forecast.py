@@ -13,6 +13,7 @@ has it, else a day earlier). A model worse than the seasonal baseline at 5 minut
 
 from __future__ import annotations
 
+from types import MappingProxyType
 import base64
 import json
 from collections.abc import Mapping, Sequence
@@ -32,8 +33,8 @@ ROUNDS = 150
 # One thread: the forecaster shares a small machine with the control loops, and OpenMP's spinning threads slow
 # to a crawl when another process holds a core (a 9 s training took 230 s beside a busy test run)
 THREADS = 1
-PARAMS = {"tree_method": "hist", "max_depth": 6, "eta": 0.1, "subsample": 0.8, "min_child_weight": 5,
-          "objective": "reg:absoluteerror", "nthread": THREADS, "verbosity": 0}
+PARAMS = MappingProxyType({"tree_method": "hist", "max_depth": 6, "eta": 0.1, "subsample": 0.8, "min_child_weight": 5,
+                           "objective": "reg:absoluteerror", "nthread": THREADS, "verbosity": 0})
 BASE = ("service", "minute_of_day", "weekday", "holiday", "node_gpu", "node_cpu", "replicas", "qps", "errors",
         "latency_ms", "work", *(f"work_lag{k}" for k in LAGS), "work_mean", "work_slope")
 FEATURES = (*BASE, "work_day_before", "work_week_before")

@@ -11,7 +11,7 @@ from core.api.jsontypes import JSONTypes
 from core.api.serializers import NameField, UnsignedDecimalField, gpu_model_field
 from core.models import Department, GPUModel, Membership
 from scheduler.models import Framework, JobRun, Quota, Topology, TrainingJob
-from scheduler.selectors import WorkerRow, latest_decision, placement_run, reservation_of, run_workers
+from scheduler.selectors import WorkerRow, latest_decision, placement_run, reservation_of, run_workers, short_sentence
 from scheduler.services import MAX_WORKERS
 
 
@@ -162,6 +162,7 @@ class JobRowsSerializer(serializers.ListSerializer):
             "node": row["node_name"], "assigned_gpu_model": row["assigned_gpu_model_name"],
             "submitted_at": _when(row["submitted_at"], tz), "admitted_at": _when(row["admitted_at"], tz),
             "started_at": _when(row["started_at"], tz), "finished_at": _when(row["finished_at"], tz),
+            "why": row["why"],
         } for row in rows]
 
 
@@ -185,6 +186,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     assigned_gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    why = serializers.SerializerMethodField(help_text="its latest decision in a few words (latest_decision.message on "
+                                                      "the job's own page is the complete sentence)")
 
     class Meta:
         model = TrainingJob
@@ -192,8 +195,12 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             "id", "name", "task_key", "department", "submitter", "image", "command", "framework", "gpu_model",
             "gpus", "cpu_milli", "memory_mib", "expected_duration_s", "workers", "topology", "keep_request", "status",
             "quota_kind", "node", "assigned_gpu_model", "submitted_at", "admitted_at", "started_at", "finished_at",
+            "why",
         ]
         list_serializer_class = JobRowsSerializer
+
+    def get_why(self, job: TrainingJob) -> str | None:
+        return short_sentence(latest_decision(job=job))
 
 
 class KeepRequestSerializer(JSONTypes, serializers.Serializer):

@@ -90,13 +90,13 @@ class Reserve:
     message: str
 
 
-Decision = Admit | Preempt | StillPending | Reserve
+CycleDecision = Admit | Preempt | StillPending | Reserve  # (core.models.Decision is the stored record)
 
 
 @dataclass(frozen=True, slots=True)
 class CycleResult:
     now: float
-    decisions: tuple[Decision, ...]  # in order of application
+    decisions: tuple[CycleDecision, ...]  # in order of application
 
     @property
     def admitted(self) -> tuple[Admit, ...]:

@@ -144,19 +144,3 @@ def _by_sorting(labelled: np.ndarray, blocks: np.ndarray, k: np.ndarray, workers
     nodes_needed = position - np.repeat(starts, lengths)[position] + 1
     totals = np.bincount(blocks, weights=k[labelled], minlength=n_blocks)[first_blocks]
     return int(first_blocks[np.lexsort((first_blocks, totals, nodes_needed))[0]])
-
-
-def shortfall(table: NodeTable, room: Room, workers: int, pod: PodRequest, topology: Topology,
-              cpu: str | None = None) -> str:
-    """What is missing, in one sentence: the gang's shape and the blocks that come closest (the worker's CPU written
-    as `cpu`, default its figure)."""
-    per = "one worker per node" if topology is Topology.SPREAD else "packed"
-    need = f"needs {workers} workers of {pod if cpu is None else pod.describe(cpu)} ({per})"
-    if room.total == 0:
-        return f"{need}; no {pod.gpu_model or 'CPU'} node has room for one worker now"
-    named = [(n, b) for b, n in enumerate(np.bincount(table.block, weights=room.per_node,
-                                                      minlength=len(table.block_names)).astype(int))
-             if n and table.block_names[b]]
-    named.sort(key=lambda x: (-x[0], x[1]))
-    blocks = ", ".join(f"block {table.block_names[b]} has room for {n}" for n, b in named[:3])
-    return f"{need}; room for {room.total} across the {pod.gpu_model or 'CPU'} nodes" + (f" ({blocks})" if blocks else "")

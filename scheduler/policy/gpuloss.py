@@ -17,9 +17,10 @@ nodes, and the score of each candidate, with no per-node Python.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, typeof
 
 from scheduler.policy.workload import DEFAULT_CPU_REQUEST, MILLI, FragTables, Shape, TargetWorkload, cpu_per_gpu
 
@@ -28,13 +29,69 @@ TIE_BREAK = 1e-4  # weight of the fuller-node tie-break: below one score step (1
 
 
 # -- the kernel ----------------------------------------------------------------------------------------------------
+# Its arrays travel in named tuples (numba types each field): what the target workload gives, what every node has,
+# the terms kept per node, the pod asked for, and the open-addressing set of states seen in one call.
+class Shapes(NamedTuple):
+    """The target workload's integer tables (workload.FragTables) and the CPU typical GPU tasks ask per GPU."""
+
+    thresholds: np.ndarray
+    cpu_values: np.ndarray
+    table: np.ndarray
+    weight: int
+    c: float
+
+
+class Nodes(NamedTuple):
+    """Every node's figures, read in place: milli-GPU left per GPU, CPU and memory left, GPUs, model index, bonus
+    group, displacement pressure (and its bits, for the state hash)."""
+
+    left: np.ndarray
+    cpu_left: np.ndarray
+    mem_left: np.ndarray
+    gpu_count: np.ndarray
+    model: np.ndarray
+    group: np.ndarray
+    pressure: np.ndarray
+    pressure_bits: np.ndarray
+
+
+class Terms(NamedTuple):
+    """What `update(row)` keeps per node: count and sum of GPUs at or above each threshold, fragmentation x W, idle
+    milli-GPU and the state hash."""
+
+    cnt: np.ndarray
+    sums: np.ndarray
+    frag: np.ndarray
+    idle: np.ndarray
+    state: np.ndarray
+
+
+class Pod(NamedTuple):
+    """`count` GPUs of `milli` each, its CPU (`score_cpu`: as scored, a zero request counting as the default) and
+    memory."""
+
+    count: int
+    milli: int
+    cpu: int
+    score_cpu: int
+    mem: int
+
+
+class Seen(NamedTuple):
+    """The states seen in one call (cleared by a new stamp)."""
+
+    slots: np.ndarray
+    stamps: np.ndarray
+
+
 @njit(cache=True, nogil=True)
-def _frag_w(cnt, sums, idle, cpu, model, thresholds, cpu_values, table, weight):
+def _frag_w(cnt, sums, idle, cpu, model, shapes):
     """Fragmentation x W of one node in the given state (workload.py's integer form)."""
-    rank = np.searchsorted(cpu_values, cpu, side="right")
+    table = shapes.table
+    rank = np.searchsorted(shapes.cpu_values, cpu, side="right")
     top = table.shape[3] - 1
-    acc = weight * idle
-    for m in range(thresholds.shape[0]):
+    acc = shapes.weight * idle
+    for m in range(shapes.thresholds.shape[0]):
         c = cnt[m] if cnt[m] < top else top
         acc -= sums[m] * table[m, model, rank, c]
     return acc
@@ -44,15 +101,15 @@ _FNV = 1099511628211  # FNV-1a's 64-bit prime (products wrap: int64 arithmetic)
 
 
 @njit(cache=True, nogil=True)
-def _terms(row, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table, weight, cnt,
-           sums, frag, idle, state):
+def _terms(row, nodes, shapes, terms):
     """Recompute one node's cnt, sums, idle, fragmentation and state hash from its GPUs' milli left."""
+    thresholds, left, cnt, sums = shapes.thresholds, nodes.left, terms.cnt, terms.sums
     total = 0
     for m in range(thresholds.shape[0]):
         cnt[row, m] = 0
         sums[row, m] = 0
-    h = ((group[row] * _FNV ^ model[row]) * _FNV ^ gpu_count[row]) * _FNV
-    h = ((h ^ cpu_left[row]) * _FNV ^ pressure_bits[row]) * _FNV
+    h = ((nodes.group[row] * _FNV ^ nodes.model[row]) * _FNV ^ nodes.gpu_count[row]) * _FNV
+    h = ((h ^ nodes.cpu_left[row]) * _FNV ^ nodes.pressure_bits[row]) * _FNV
     for g in range(left.shape[1]):
         x = left[row, g]
         h = (h ^ x) * _FNV
@@ -61,19 +118,16 @@ def _terms(row, left, cpu_left, gpu_count, model, group, pressure_bits, threshol
             if x >= thresholds[m]:
                 cnt[row, m] += 1
                 sums[row, m] += x
-    idle[row] = total
+    terms.idle[row] = total
     h = (h ^ (h >> 31)) * 0x7FB5D329728EA185  # avalanche, so the low bits that index the set depend on all
-    state[row] = (h ^ (h >> 27)) * 0x5BD1E9955BD1E995
-    frag[row] = _frag_w(cnt[row], sums[row], total, cpu_left[row], model[row], thresholds, cpu_values, table,
-                        weight)
+    terms.state[row] = (h ^ (h >> 27)) * 0x5BD1E9955BD1E995
+    terms.frag[row] = _frag_w(cnt[row], sums[row], total, nodes.cpu_left[row], nodes.model[row], shapes)
 
 
 @njit(cache=True, nogil=True)
-def _all_terms(left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table, weight, cnt,
-               sums, frag, idle, state):
-    for row in range(left.shape[0]):
-        _terms(row, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table, weight, cnt,
-               sums, frag, idle, state)
+def _all_terms(nodes, shapes, terms):
+    for row in range(nodes.left.shape[0]):
+        _terms(row, nodes, shapes, terms)
 
 
 @njit(cache=True, nogil=True)
@@ -91,18 +145,17 @@ def _all_left_from_used(used, left):
 
 
 @njit(cache=True, nogil=True)
-def _terms_from_used(row, used, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table,
-                     weight, cnt, sums, frag, idle, state):
+def _terms_from_used(row, used, nodes, shapes, terms):
     """`_terms` after reading the row's GPU left from its use (one call from Python instead of two: each costs
     microseconds)."""
-    _left_from_used(row, used, left)
-    _terms(row, left, cpu_left, gpu_count, model, group, pressure_bits, thresholds, cpu_values, table, weight, cnt,
-           sums, frag, idle, state)
+    _left_from_used(row, used, nodes.left)
+    _terms(row, nodes, shapes, terms)
 
 
 @njit(cache=True, nogil=True)
-def _first_of_state(h, slots, stamps, stamp):
+def _first_of_state(h, seen, stamp):
     """Whether state hash h is seen for the first time in this call (an open-addressing set, cleared by `stamp`)."""
+    slots, stamps = seen.slots, seen.stamps
     mask = slots.shape[0] - 1
     i = h & mask
     while stamps[i] == stamp:
@@ -114,9 +167,12 @@ def _first_of_state(h, slots, stamps, stamp):
 
 
 @njit(cache=True, nogil=True)
-def _candidates(left, cpu_left, mem_left, ok, idle, pressure, state, slots, stamps, stamp, count, milli, cpu, mem):
+def _candidates(nodes, ok, terms, seen, stamp, pod):
     """The fitting rows (ascending), each the first in its state, and their least pressure. Rows in one state (GPUs,
     CPU left, pressure, bonus group) score alike: a later one loses every tie to the first."""
+    left, cpu_left, mem_left, idle, pressure, state = (nodes.left, nodes.cpu_left, nodes.mem_left, terms.idle,
+                                                       nodes.pressure, terms.state)
+    count, milli = pod.count, pod.milli
     n = left.shape[0]
     rows = np.empty(n, dtype=np.int64)
     k = 0
@@ -124,7 +180,7 @@ def _candidates(left, cpu_left, mem_left, ok, idle, pressure, state, slots, stam
     share = count == 1 and milli < MILLI
     total = count * milli
     for r in range(n):
-        if idle[r] < total or not ok[r] or cpu_left[r] < cpu or mem_left[r] < mem:
+        if idle[r] < total or not ok[r] or cpu_left[r] < pod.cpu or mem_left[r] < pod.mem:
             continue
         if count:
             fits = 0
@@ -133,7 +189,7 @@ def _candidates(left, cpu_left, mem_left, ok, idle, pressure, state, slots, stam
                     fits += 1
             if fits < (1 if share else count):
                 continue
-        if not _first_of_state(state[r], slots, stamps, stamp):
+        if not _first_of_state(state[r], seen, stamp):
             continue
         rows[k] = r
         k += 1
@@ -149,28 +205,29 @@ def quantized(growth):
 
 
 @njit(cache=True, nogil=True)
-def _growth(r, g, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values, table,
-            weight, c, count, milli, cpu, score_cpu, scratch_cnt, scratch_sums):
+def _growth(r, g, nodes, terms, least, shapes, pod, scratch_cnt, scratch_sums):
     """Milli-GPU lost if the pod went to row r (for a share: on its GPU g; whole GPUs: g = -1)."""
-    total = count * milli
+    cnt, sums, idle, cpu_left, c = terms.cnt, terms.sums, terms.idle, nodes.cpu_left, shapes.c
+    count = pod.count
+    total = count * pod.milli
+    thresholds = shapes.thresholds
     M = thresholds.shape[0]
     if g < 0:
         for m in range(M):
             scratch_cnt[m] = cnt[r, m] - count
             scratch_sums[m] = sums[r, m] - count * MILLI
     else:
-        x = left[r, g]
-        after = x - milli
+        x = nodes.left[r, g]
+        after = x - pod.milli
         for m in range(M):
             t = thresholds[m]
             scratch_cnt[m] = cnt[r, m] - (1 if x >= t else 0) + (1 if after >= t else 0)
             scratch_sums[m] = sums[r, m] - (x if x >= t else 0) + (after if after >= t else 0)
-    new = _frag_w(scratch_cnt, scratch_sums, idle[r] - total, cpu_left[r] - score_cpu, model[r], thresholds,
-                  cpu_values, table, weight)
-    growth = (new - frag[r]) / weight
+    new = _frag_w(scratch_cnt, scratch_sums, idle[r] - total, cpu_left[r] - pod.score_cpu, nodes.model[r], shapes)
+    growth = (new - terms.frag[r]) / shapes.weight
     if c > 0:
-        growth += max(0.0, idle[r] - total - (cpu_left[r] - cpu) / c) - max(0.0, idle[r] - cpu_left[r] / c)
-    return growth + total * (pressure[r] - least)
+        growth += max(0.0, idle[r] - total - (cpu_left[r] - pod.cpu) / c) - max(0.0, idle[r] - cpu_left[r] / c)
+    return growth + total * (nodes.pressure[r] - least)
 
 
 @njit(cache=True, nogil=True)
@@ -199,17 +256,16 @@ def _bound(q):
 
 
 @njit(cache=True, nogil=True)
-def _row(r, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values, table, weight, c,
-         count, milli, cpu, score_cpu, bound, gpus, sc, ss):
+def _row(r, nodes, terms, least, shapes, pod, bound, gpus, sc, ss):
     """(score, GPU, growth) of row r, or score -1 when every growth there is above `bound`. A share goes to the GPU
     of the best score, the fullest among equals (whole GPUs stay whole), the first among those; whole GPUs: GPU -1."""
-    share = count == 1 and milli < MILLI
-    k = _share_gpus(r, left, milli, gpus) if share else 1
+    left = nodes.left
+    share = pod.count == 1 and pod.milli < MILLI
+    k = _share_gpus(r, left, pod.milli, gpus) if share else 1
     best_q, best_g, best_x, best_growth = -1, -1, MILLI + 1, 0.0
     for i in range(k):
         g = gpus[i] if share else -1
-        growth = _growth(r, g, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values,
-                         table, weight, c, count, milli, cpu, score_cpu, sc, ss)
+        growth = _growth(r, g, nodes, terms, least, shapes, pod, sc, ss)
         if growth > bound:
             continue
         q = quantized(growth)
@@ -227,28 +283,23 @@ def _score(q, idle, gpus):
 
 
 @njit(cache=True, nogil=True)
-def _best(left, cpu_left, mem_left, ok, gpu_count, model, cnt, sums, frag, idle, pressure, state, slots, stamps,
-          stamp, bonus, bonus_weight, loss_weight, thresholds, cpu_values, table, weight, c, count, milli, cpu,
-          score_cpu, mem):
+def _best(nodes, ok, terms, seen, stamp, bonus, bonus_weight, loss_weight, shapes, pod):
     """(row, GPU, growth) of the highest bonus_weight x bonus + loss_weight x `_score`, the first among equals; row -1
     when nothing fits; GPU -1 but for a share. A candidate whose growth scores below the best (same bonus) is not
     scored: a handful of sigmoids per call."""
-    rows, least = _candidates(left, cpu_left, mem_left, ok, idle, pressure, state, slots, stamps, stamp, count, milli,
-                              cpu, mem)
-    M = thresholds.shape[0]
+    rows, least = _candidates(nodes, ok, terms, seen, stamp, pod)
+    M = shapes.thresholds.shape[0]
     sc, ss = np.empty(M, np.int64), np.empty(M, np.int64)
-    gpus = np.empty(left.shape[1], np.int64)
+    gpus = np.empty(nodes.left.shape[1], np.int64)
     best_row, best_gpu, best_growth, best, best_base, bound = -1, -1, 0.0, -np.inf, -np.inf, np.inf
     for r in rows:
         base = bonus_weight * bonus[r] if bonus_weight != 0 else 0.0
         if base + loss_weight * (1.0 + TIE_BREAK) < best:
             continue  # even the top score cannot win
-        q, g, growth = _row(r, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values,
-                            table, weight, c, count, milli, cpu, score_cpu, bound if base == best_base else np.inf,
-                            gpus, sc, ss)
+        q, g, growth = _row(r, nodes, terms, least, shapes, pod, bound if base == best_base else np.inf, gpus, sc, ss)
         if q < 0:
             continue
-        s = loss_weight * _score(q, idle[r], gpu_count[r])
+        s = loss_weight * _score(q, terms.idle[r], nodes.gpu_count[r])
         if bonus_weight != 0:
             s = base + s
         if s > best:
@@ -257,22 +308,26 @@ def _best(left, cpu_left, mem_left, ok, gpu_count, model, cnt, sums, frag, idle,
 
 
 @njit(cache=True, nogil=True)
-def _scores(rows, left, cpu_left, gpu_count, model, cnt, sums, frag, idle, pressure, thresholds, cpu_values, table,
-            weight, c, count, milli, cpu, score_cpu):
+def _scores(rows, nodes, terms, shapes, pod):
     """`_score` of each of `rows` (all fitting; a share on its best GPU), their least pressure the least."""
     least = np.inf
     for r in rows:
-        least = min(least, pressure[r])
-    M = thresholds.shape[0]
+        least = min(least, nodes.pressure[r])
+    M = shapes.thresholds.shape[0]
     sc, ss = np.empty(M, np.int64), np.empty(M, np.int64)
-    gpus = np.empty(left.shape[1], np.int64)
+    gpus = np.empty(nodes.left.shape[1], np.int64)
     out = np.empty(rows.shape[0])
     for i in range(rows.shape[0]):
         r = rows[i]
-        q, _, _ = _row(r, left, cpu_left, model, cnt, sums, frag, idle, pressure, least, thresholds, cpu_values, table,
-                       weight, c, count, milli, cpu, score_cpu, np.inf, gpus, sc, ss)
-        out[i] = _score(q, idle[r], gpu_count[r])
+        q, _, _ = _row(r, nodes, terms, least, shapes, pod, np.inf, gpus, sc, ss)
+        out[i] = _score(q, terms.idle[r], nodes.gpu_count[r])
     return out
+
+
+def _entry(kernel, *args):
+    """`kernel`'s compiled entry point for the types of `args` (compiled, or loaded from numba's cache, first): it
+    must then be called with arguments of exactly these types."""
+    return kernel.compile(tuple(typeof(a) for a in args))
 
 
 # -- one cluster's terms ---------------------------------------------------------------------------------------------
@@ -292,59 +347,57 @@ class Loss:
         if used is not None:
             left = np.empty(used.shape, np.int64)
             _all_left_from_used(used, left)
-        self.tables, self.weight = tables, tables.weight
-        self.c = cpu_per_gpu(tables.workload)
-        self.left, self.cpu_left, self.mem_left, self.used = left, cpu_left, mem_left, used
-        self.gpu_count = gpu_count
-        self.model, self.pressure = model, np.ascontiguousarray(pressure, dtype=np.float64)
-        self.pressure_bits = self.pressure.view(np.int64)
-        self.group = np.zeros(len(left), np.int64) if group is None else group
+        self.tables, self.used = tables, used
+        pressure = np.ascontiguousarray(pressure, dtype=np.float64)
         n, m = len(left), len(tables.thresholds)
-        self.cnt, self.sums = np.zeros((n, m), np.int64), np.zeros((n, m), np.int64)
-        self.frag, self.idle, self.state = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
-        _all_terms(left, cpu_left, gpu_count, model, self.group, self.pressure_bits, tables.thresholds,
-                   tables.cpu_values, tables.table, self.weight, self.cnt, self.sums, self.frag, self.idle, self.state)
+        self.shapes = Shapes(tables.thresholds, tables.cpu_values, tables.table, tables.weight,
+                             cpu_per_gpu(tables.workload))
+        self.nodes = Nodes(left, cpu_left, mem_left, gpu_count, model,
+                           np.zeros(n, np.int64) if group is None else group, pressure, pressure.view(np.int64))
+        self.terms = Terms(np.zeros((n, m), np.int64), np.zeros((n, m), np.int64), np.zeros(n, np.int64),
+                           np.zeros(n, np.int64), np.zeros(n, np.int64))
+        _all_terms(self.nodes, self.shapes, self.terms)
         size = 1 << max(4, (2 * n).bit_length())
-        self.slots, self.stamps, self.stamp = np.zeros(size, np.int64), np.zeros(size, np.int64), 0
+        self.seen, self.stamp = Seen(np.zeros(size, np.int64), np.zeros(size, np.int64)), 0
+        # update() and best() run after every change and for every placement: they call their kernels' compiled entry
+        # points, bound here for the argument types they always pass, without numba's per-call typing of the named
+        # tuples (which costs as much as an update, and a third of a best)
+        self._update = (_entry(_terms, 0, self.nodes, self.shapes, self.terms) if used is None
+                        else _entry(_terms_from_used, 0, used, self.nodes, self.shapes, self.terms))
+        self._best = _entry(_best, self.nodes, np.ones(n, np.bool_), self.terms, self.seen, 0, self.nodes.pressure, 0.0,
+                            1.0, self.shapes, Pod(0, 0, 0, 0, 0))
 
     @property
     def workload(self) -> TargetWorkload:
         return self.tables.workload
 
     def update(self, row: int) -> None:
-        t = self.tables
         if self.used is None:
-            _terms(row, self.left, self.cpu_left, self.gpu_count, self.model, self.group, self.pressure_bits,
-                   t.thresholds, t.cpu_values, t.table, self.weight, self.cnt, self.sums, self.frag, self.idle,
-                   self.state)
+            self._update(row, self.nodes, self.shapes, self.terms)
         else:
-            _terms_from_used(row, self.used, self.left, self.cpu_left, self.gpu_count, self.model, self.group,
-                             self.pressure_bits, t.thresholds, t.cpu_values, t.table, self.weight, self.cnt, self.sums,
-                             self.frag, self.idle, self.state)
+            self._update(row, self.used, self.nodes, self.shapes, self.terms)
 
     def best(self, ok: np.ndarray, count: int, milli: int, cpu: int, mem: int, bonus: np.ndarray | None = None,
              bonus_weight: float = 0.0, loss_weight: float = 1.0) -> tuple[int, int, float]:
         """(row, GPU, growth in milli-GPU) for a pod of `count` GPUs of `milli` each (0 GPUs: CPU-only) over the rows
         `ok` allows; row -1 when none fits."""
-        t = self.tables
+        if ok.dtype != np.bool_ or not ok.flags.c_contiguous:
+            ok = np.ascontiguousarray(ok, np.bool_)
+        bonus = self.nodes.pressure if bonus is None else np.ascontiguousarray(bonus, np.float64)
         self.stamp += 1
-        row, gpu, growth = _best(self.left, self.cpu_left, self.mem_left, ok, self.gpu_count, self.model, self.cnt,
-                                 self.sums, self.frag, self.idle, self.pressure, self.state, self.slots, self.stamps,
-                                 self.stamp, self.pressure if bonus is None else bonus, bonus_weight, loss_weight,
-                                 t.thresholds, t.cpu_values, t.table, self.weight, self.c, count, milli, cpu,
-                                 cpu or DEFAULT_CPU_REQUEST, mem)
+        row, gpu, growth = self._best(self.nodes, ok, self.terms, self.seen, self.stamp, bonus, float(bonus_weight),
+                                      float(loss_weight), self.shapes,
+                                      Pod(int(count), int(milli), int(cpu), int(cpu or DEFAULT_CPU_REQUEST), int(mem)))
         return int(row), int(gpu), float(growth)
 
     def scores(self, rows: np.ndarray, count: int, milli: int, cpu: int) -> np.ndarray:
         """The score / 100 (0..1) with the fuller-node tie-break of each of `rows` (fitting ones)."""
-        t = self.tables
-        return _scores(rows.astype(np.int64, copy=False), self.left, self.cpu_left, self.gpu_count, self.model,
-                       self.cnt, self.sums, self.frag, self.idle, self.pressure, t.thresholds, t.cpu_values, t.table,
-                       self.weight, self.c, count, milli, cpu, cpu or DEFAULT_CPU_REQUEST)
+        return _scores(rows.astype(np.int64, copy=False), self.nodes, self.terms, self.shapes,
+                       Pod(count, milli, cpu, cpu or DEFAULT_CPU_REQUEST, 0))
 
     def fragmentation(self) -> float:
         """The fragmented milli-GPU of all nodes (frequency-weighted)."""
-        return float(self.frag.sum()) / self.weight
+        return float(self.terms.frag.sum()) / self.shapes.weight
 
 
 def warm_up() -> None:

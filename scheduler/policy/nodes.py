@@ -5,8 +5,8 @@ preempts, so every placement decision sees the effect of the previous ones.
 
 `node_tables(nodes)` builds the tables of a whole snapshot. Between two cycles only a few
 nodes change, and the cluster layer hands back the very same (frozen) NodeView objects for
-the others, so a one-entry memo keeps the last snapshot's rows and re-reads only the nodes
-whose object changed. The memo only saves work: the tables are the ones a fresh build gives
+the others, so a loop keeps the last snapshot's `Layout` (in its `CycleCache`) and re-reads only
+the nodes whose object changed. That only saves work: the tables are the ones a fresh build gives
 (same arrays, same values, same order), so schedule() stays a function of its inputs.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from functools import lru_cache
 from operator import is_not
 from typing import TYPE_CHECKING
 
@@ -105,19 +104,12 @@ class _Rows:
         self._derive()
 
 
-@lru_cache(maxsize=4096)
-def _whole_gpus(indices: tuple[int, ...]) -> tuple[GpuShare, ...]:
-    """(GpuShare(i, 1.0) for each index), one shared (frozen) tuple per set of indices: a handful of
-    sets recur all cycle long, and fewer new objects per admission means fewer garbage collections."""
-    return tuple(GpuShare(i, 1.0) for i in indices)
-
-
 def _frozen(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
 
 
-class _Layout:
+class Layout:
     """A snapshot's node list split into per-model tables: which (model, row) each position is."""
 
     def __init__(self, nodes: Sequence[NodeView]) -> None:
@@ -169,25 +161,12 @@ def _changed(nodes: Sequence[NodeView], old: Sequence[NodeView]) -> list[int]:
         return changed
 
 
-# The last snapshot's layout (at most one entry; taken out while in use, so concurrent callers
-# never share one: the loser of a race just builds afresh).
-_MEMO: dict[str, _Layout] = {}
-
-
-def node_tables(nodes: Sequence[NodeView]) -> dict[str | None, NodeTable]:
-    """A NodeTable per GPU model (None: CPU-only nodes), models in order of first appearance;
-    equal to `{model: NodeTable(model, nodes of that model)}`, but re-reading only changed nodes."""
-    layout = _MEMO.pop("last", None)
-    if layout is None or not layout.update(nodes):
-        layout = _Layout(nodes)
-    tables = {model: NodeTable.of(rows) for model, rows in layout.rows.items()}
-    _MEMO["last"] = layout
-    return tables
-
-
-def forget_node_tables() -> None:
-    """Drop the memo (tests; or to free the last snapshot's nodes)."""
-    _MEMO.clear()
+def node_tables(nodes: Sequence[NodeView], last: Layout | None = None) -> tuple[dict[str | None, NodeTable], Layout]:
+    """A NodeTable per GPU model (None: CPU-only nodes), models in order of first appearance, equal to
+    `{model: NodeTable(model, nodes of that model)}`, and the layout they came from; given the `last` cycle's layout,
+    only the nodes whose object changed are read again (that layout is updated and handed back)."""
+    layout = last if last is not None and last.update(nodes) else Layout(nodes)
+    return {model: NodeTable.of(rows) for model, rows in layout.rows.items()}, layout
 
 
 class NodeTable:
@@ -384,7 +363,7 @@ class NodeTable:
         used = self.gpu_used[row].tolist()  # a handful of GPUs: plain Python beats NumPy calls
         if gpus >= 1:
             free = [i for i, u in enumerate(used) if u <= GPU_EPS][: int(gpus)]
-            return _whole_gpus(tuple(free))
+            return tuple(GpuShare(i, 1.0) for i in free)
         if gpus > 0:
             fitting = [u if u + gpus <= 1.0 + GPU_EPS else -1.0 for u in used]
             return (GpuShare(fitting.index(max(fitting)), float(gpus)),)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -89,9 +90,9 @@ class MostAllocated:
         return table.allocated[rows]
 
 
-FILTERS: Mapping[str, FilterPlugin] = {p.name: p for p in (PoolMatch(),)}
-SCORERS: Mapping[str, ScorePlugin] = {p.name: p for p in (GpuShareBestFit(), MostAllocated(), ColocationFirst(),
-                                                           LeastGpuLoss())}
+FILTERS: Mapping[str, FilterPlugin] = MappingProxyType({p.name: p for p in (PoolMatch(),)})
+SCORERS: Mapping[str, ScorePlugin] = MappingProxyType({p.name: p for p in (GpuShareBestFit(), MostAllocated(),
+                                                                            ColocationFirst(), LeastGpuLoss())})
 
 
 def attach_loss(tables: Mapping[str | None, NodeTable], workload: TargetWorkload) -> None:
@@ -121,7 +122,7 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
         return None
     scorers = [(name, weight) for name, weight in profile.scorers if SCORERS[name].applies(req)]
     gpu = loss = None
-    if req.gpus >= 1 and scorers == _PACKING:
+    if req.gpus >= 1 and len(scorers) == 1 and scorers[0] == _PACKING:
         row = table.packing().best(*dims, allowed(req, table, profile))
     elif table.loss is not None and _by_loss(scorers):
         row, gpu, loss = least_loss(req, table, profile, dict(scorers))
@@ -136,7 +137,7 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
 
 # Ranking by most-allocated alone, at weight 1 (so the total is the score itself): what the
 # whole-GPU index ranks by (see packing.py).
-_PACKING = [(MostAllocated.name, 1)]
+_PACKING = (MostAllocated.name, 1)
 
 
 def _by_loss(scorers: list[tuple[str, float]]) -> bool:

@@ -6,6 +6,8 @@ baselines are configurations of the same code, never separate code paths.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -77,7 +79,7 @@ QUOTA_BORROWING = Profile(
     scorers=(("colocation-first", 10.0), ("gpu-share-best-fit", 2.0), ("most-allocated", 1.0)),
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (TIDAL, FIFO, QUOTA_BORROWING)}
+PROFILES: Mapping[str, Profile] = MappingProxyType({p.name: p for p in (TIDAL, FIFO, QUOTA_BORROWING)})
 
 
 def get_profile(name: str, **overrides: object) -> Profile:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from types import MappingProxyType
 
 from cluster.types import CPU_KEY, GPU_EPS, MEMORY_KEY, Allocation, JobView, QuotaKind, QuotaView, Resources
@@ -27,10 +26,8 @@ def gpu_demand(gpu_model: str | None, gpus: float) -> Demand:
     return ((gpu_model, float(gpus)),) if gpu_model and gpus > 0 else ()
 
 
-@lru_cache(maxsize=8192, typed=True)
 def host_demand(cpu_milli: int, memory_mib: int) -> Demand:
-    """The CPU and memory part of a demand (the same on every GPU model a job may use); cached: one
-    shared tuple per size, instead of three new ones for every pending job (fewer garbage collections)."""
+    """The CPU and memory part of a demand (the same on every GPU model a job may use)."""
     return ((CPU_KEY, cpu_milli),) * bool(cpu_milli) + ((MEMORY_KEY, memory_mib),) * bool(memory_mib)
 
 
@@ -45,35 +42,14 @@ def allocation_demand(alloc: Allocation) -> Demand:
 
 @dataclass(slots=True)
 class Shortfall:
-    """A quota without room; formatted only if someone reads it (most never are). Not frozen: built
-    for nearly every model of every waiting job, and frozen dataclasses are 4x slower to build."""
+    """A quota without room; written out (sentences.quota_refused) only if someone reads it (most never are). Not
+    frozen: built for nearly every model of every waiting job, and frozen dataclasses are 4x slower to build."""
 
     kind: QuotaKind
     resource: str
     used: float
     limit: float
     amount: float
-
-    def __str__(self) -> str:
-        unit = _UNITS.get(self.resource)
-        kind = _KIND_TEXT[self.kind]
-        if unit is None:  # GPUs
-            return (f"{kind} {self.resource} quota {_gpus(self.used)}/{_gpus(self.limit)} used, "
-                    f"needs {_gpus(self.amount)}")
-        name, suffix = unit
-        return (f"{kind} {name} quota {self.used:g}{suffix}/{self.limit:g}{suffix} used, "
-                f"needs {self.amount:g}{suffix}")
-
-
-_UNITS = {CPU_KEY: ("CPU", "m"), MEMORY_KEY: ("memory", " MiB")}
-_KIND_TEXT = {kind: kind.value for kind in QuotaKind}  # .value goes through an Enum property
-
-
-@lru_cache(maxsize=4096)
-def _gpus(amount: float) -> str:
-    """A GPU amount to 3 decimals; cached: round() is most of the cost of a waiting job's message
-    and the same limits, usages and requests recur all cycle long."""
-    return f"{round(amount, 3):g}"
 
 
 @dataclass(slots=True)  # not frozen, as Shortfall
@@ -86,32 +62,27 @@ _OWN_ROOM = QuotaCheck(QuotaKind.OWN, ())
 _NO_QUOTA = (0.0, 0.0, 0.0, 0.0)  # a resource without a quota row: nothing may be admitted on it
 
 # Row layout: [own limit, borrowed limit, own used, borrowed used]; (limit, used) index per kind.
-_SLOTS = {QuotaKind.OWN: (0, 2), QuotaKind.BORROWED: (1, 3)}
+_SLOTS = MappingProxyType({QuotaKind.OWN: (0, 2), QuotaKind.BORROWED: (1, 3)})
 (_OWN_LIMIT, _OWN_USED), (_BORROWED_LIMIT, _BORROWED_USED) = _SLOTS[QuotaKind.OWN], _SLOTS[QuotaKind.BORROWED]
 _NO_ROWS: Mapping[str, tuple[float, float, float, float]] = MappingProxyType({})
 
-# The rows of the last quota list seen (limits, nothing used), kept while the caller passes the
-# same tuple again (a tuple of frozen QuotaViews cannot change): one entry, replaced whole.
-_LIMITS: dict[str, tuple[tuple[QuotaView, ...], dict[str, dict[str, tuple[float, float, float, float]]]]] = {}
+Limits = Mapping[str, Mapping[str, tuple[float, float, float, float]]]
 
 
-def _limits(quotas: Iterable[QuotaView]) -> Mapping[str, Mapping[str, tuple[float, float, float, float]]]:
-    last = _LIMITS.get("last")
-    if last is not None and last[0] is quotas:
-        return last[1]
+def quota_limits(quotas: Iterable[QuotaView]) -> Limits:
+    """The ledger's rows before anything is charged (limits, nothing used), per department and resource; a loop
+    keeps them while it passes the same tuple of (frozen) QuotaViews again (CycleCache)."""
     limits: dict[str, dict[str, tuple[float, float, float, float]]] = {}
     for q in quotas:
         limits.setdefault(q.department, {})[q.resource] = (q.own, q.borrowed, 0.0, 0.0)
-    if type(quotas) is tuple:
-        _LIMITS["last"] = (quotas, limits)
     return limits
 
 
 class QuotaLedger:
     """Own and borrowed usage per department and resource key, charged by admitted/running jobs."""
 
-    def __init__(self, quotas: Iterable[QuotaView], holders: Iterable[JobView]) -> None:
-        self._limits = _limits(quotas)
+    def __init__(self, quotas: Iterable[QuotaView], holders: Iterable[JobView], limits: Limits | None = None) -> None:
+        self._limits = quota_limits(quotas) if limits is None else limits
         self._rows: dict[str, dict[str, list[float]]] = {}  # a department's rows, copied when first charged
         # per department, until it is next charged: need -> (own, borrowed) shortfall; thousands of waiting
         # jobs ask for the same few GPU parts (model, count) each cycle

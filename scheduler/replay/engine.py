@@ -34,6 +34,7 @@ from cluster.simulated.traces import GangPlan, demo_run_s, gang_plan, with_block
 from cluster.types import JobStatus, JobView, NodeView, QuotaView
 from scheduler.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, StillPending, get_profile, schedule
+from scheduler.policy.cache import CycleCache
 from scheduler.policy.decisions import Reserve
 from scheduler.policy.profile import TIDAL
 from scheduler.policy.workload import TargetWorkload, job_shape
@@ -157,6 +158,7 @@ class ReplayCluster(SimulatedTraining):
         # the target workload of the least-gpu-loss placement: the trace's (the live loop learns its own)
         self.workload = TargetWorkload.from_shapes(Counter(job_shape(p.cpu_milli, p.gpus, p.gpu_spec)
                                                            for p in setup.pods)) if setup.pods else None
+        self.cycle_cache = CycleCache()  # this run's, kept from cycle to cycle
 
     def add(self, job: JobView, pod: PodRow, run_time_s: float | None, preferred: str | None) -> None:
         self.submit(job, run_time_s)
@@ -202,7 +204,7 @@ class ReplayCluster(SimulatedTraining):
         self.rec.waiting(now, waiting)
 
     def cycle(self, profile: Profile) -> CycleResult:
-        result = schedule(self.snapshot(), profile, workload=self.workload)
+        result = schedule(self.snapshot(), profile, workload=self.workload, cache=self.cycle_cache)
         self.apply(result)
         return result
 

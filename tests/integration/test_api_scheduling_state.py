@@ -1,6 +1,8 @@
 """What the API tells people about scheduling: why a job waits, what it got, how much quota is used."""
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from cluster.clock import VirtualClock
 from cluster.simulated import store
@@ -58,3 +60,26 @@ def test_department_usage_counts_what_running_jobs_hold(world, tick):
                           "borrowed_used": "0.000"}
     assert rows["cpu"]["own_used"] == "8000.000" and rows["memory"]["own_used"] == "32768.000"
     assert world.client("outsider").get(f"/api/departments/{search.pk}/usage/").status_code == 404
+
+
+def test_lists_show_the_short_sentence_and_the_jobs_page_the_complete_one(world, tick):
+    """My jobs, the department queue and the API's list (the CLI's `ls`) show a decision in a few words; the job's
+    page and the API's job (the CLI's `describe`) the complete sentence, placement figures and score included."""
+    job = world.submit(gpus="0.5")
+    waiting = world.submit(gpus="8", gpu_model="A100", name="too-big")
+    tick()
+    member = world.client("member")
+    rows = {row["id"]: row for row in member.get("/api/jobs/").json()["results"]}
+    assert rows[job.pk]["why"] == "running: T4 on t4-0, own quota"
+    assert rows[waiting.pk]["why"] == "waiting for quota: its department's own and borrowed quota are in use"
+    detail = member.get(f"/api/jobs/{job.pk}/").json()
+    assert detail["why"] == rows[job.pk]["why"]
+    complete = detail["latest_decision"]["message"]
+    assert complete.startswith("admitted on t4-0") and "score" in complete
+    console = Client()
+    console.force_login(world.users["member"])
+    listed = console.get(reverse("jobs")).content.decode()
+    assert "running: T4 on t4-0, own quota" in listed and complete not in listed
+    assert "waiting for quota" in listed
+    page = console.get(reverse("job", args=[waiting.pk])).content.decode()
+    assert "quota" in page and "waiting for quota: its department" not in page  # the complete sentence there

@@ -25,7 +25,7 @@ import pytest
 from cluster.types import JobStatus
 from benchmarks.scheduler import BUILTIN_SHAPES, queued_cluster
 from scheduler.policy import get_profile, schedule
-from scheduler.policy.nodes import forget_node_tables
+from scheduler.policy.cache import CycleCache
 
 DATA = Path(__file__).parent / "data"
 HASHES = DATA / "cycle_golden.sha256"
@@ -38,14 +38,14 @@ SAMPLE_EVERY = 97  # every n-th line of each run goes to the readable sample
 def decision_lines(profile_name: str, nodes: int = 300, pending: int = 1000, cycles: int = 6,
                    seed: int = 11, cycle_s: float = 300.0) -> list[str]:
     """repr() of every decision of every cycle, prefixed by the cycle number."""
-    forget_node_tables()  # start without the cross-cycle memo of whichever test ran before
     sim, clock, arrive = queued_cluster(nodes, BUILTIN_SHAPES, random.Random(seed), pending, borrow_ratio=0.1,
                                         runtime_s=(300, 2 * 3600), batch=50)
     profile = get_profile(profile_name)
     lines = []
+    cache = CycleCache()  # the loop's, as the live loop keeps one from cycle to cycle
     for cycle in range(cycles):
         sim.finish_elapsed()
-        result = schedule(sim.snapshot(), profile)
+        result = schedule(sim.snapshot(), profile, cache=cache)
         lines.extend(f"{cycle} {d!r}" for d in result.decisions)
         sim.apply(result)
         clock.advance(cycle_s)

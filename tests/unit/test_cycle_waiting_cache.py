@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from benchmarks.scheduler import BUILTIN_SHAPES, queued_cluster
 from cluster.types import Allocation, GpuShare, JobStatus, JobView, QuotaKind, QuotaView
 from scheduler.policy import Reason, cycle, get_profile, schedule
+from scheduler.policy.cache import CycleCache
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.gang import _by_counts, _by_sorting
 from scheduler.policy.profile import QueueOrder
@@ -39,10 +40,11 @@ def _decisions(seed: int, gang_share: float, profile: str, cycles: int = 4) -> t
         return fast(self, *args)
 
     cycle._Cycle._attempt, cycle._Cycle._try = attempt, try_
+    cache = CycleCache()  # the loop's, kept from cycle to cycle
     try:
         for _ in range(cycles):
             sim.finish_elapsed()
-            result = schedule(sim.snapshot(), chosen)
+            result = schedule(sim.snapshot(), chosen, cache=cache)
             lines.extend(repr(d) for d in result.decisions)
             sim.apply(result)
             clock.advance(300.0)

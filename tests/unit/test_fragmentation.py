@@ -95,9 +95,9 @@ def test_vectorised_measure_agrees_with_the_definition():
     assert got[3] == 0  # a node without GPUs has nothing to fragment
     # the compiled kernel's terms (scheduler/policy/gpuloss.py, tidal's placement) too, kept in step by place()
     loss = TidalScorer(Context(np.random.default_rng(0), measure)).loss(c)
-    assert (loss.frag / loss.weight).tolist() == pytest.approx(want)
+    assert (loss.terms.frag / loss.shapes.weight).tolist() == pytest.approx(want)
     use(c, 1, [300], cpu=1000)
-    assert loss.frag[1] / loss.weight == pytest.approx(node_frag(w, int(c.cpu_left[1]), c.gpu_left[1, :2].tolist(),
+    assert loss.terms.frag[1] / loss.shapes.weight == pytest.approx(node_frag(w, int(c.cpu_left[1]), c.gpu_left[1, :2].tolist(),
                                                                  "A100"))
 
 

@@ -1,7 +1,7 @@
-"""The cross-cycle memos give exactly what a fresh build gives.
+"""A loop's CycleCache gives exactly what a fresh build gives.
 
-node_tables() keeps the last snapshot's rows and re-reads only nodes whose NodeView object
-changed; QuotaLedger keeps the limits of the last quota tuple. Whatever happened in between
+Its node tables keep the last snapshot's rows and re-read only nodes whose NodeView object
+changed; its quota limits are kept for the same quota tuple. Whatever happened in between
 (node changes, renames, reorders, tables changed by a cycle), the result must equal the plain
 build bit for bit, or schedule() would no longer be a function of its inputs.
 """
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from cluster.types import CPU_KEY, GpuShare, NodeState, NodeView, Pool, QuotaKind, QuotaView
 from scheduler.policy import get_profile, schedule
-from scheduler.policy.nodes import NodeTable, forget_node_tables, node_tables
+from scheduler.policy.cache import CycleCache
+from scheduler.policy.nodes import NodeTable
 from scheduler.policy.quota import QuotaLedger, demand
 from tests.unit.builders import JobBuilder, NodeBuilder, SnapshotBuilder
 
@@ -100,9 +101,9 @@ def cycles(draw) -> list[list[NodeView]]:
 @settings(max_examples=200, deadline=None)
 @given(cycles(), st.lists(st.tuples(st.integers(0, 20), st.integers(0, 7), SHARES, st.booleans()), max_size=6))
 def test_incrementally_rebuilt_tables_equal_fresh_ones(snapshots, changes):
-    forget_node_tables()
+    cache = CycleCache()
     for nodes in snapshots:
-        tables = node_tables(tuple(nodes))
+        tables = cache.node_tables(tuple(nodes))
         assert_same(tables, fresh(nodes))
         # what a cycle does to its tables must not leak into the next cycle's
         for table in tables.values():
@@ -114,10 +115,10 @@ def test_incrementally_rebuilt_tables_equal_fresh_ones(snapshots, changes):
 
 
 def test_unchanged_snapshot_reuses_rows_and_shares_only_read_only_arrays():
-    forget_node_tables()
+    cache = CycleCache()
     nodes = tuple(NodeBuilder(f"n{i}", "T4", 2).used(0.5 * (i % 3)).build() for i in range(5))
-    first = node_tables(nodes)["T4"]
-    second = node_tables(nodes)["T4"]
+    first = cache.node_tables(nodes)["T4"]
+    second = cache.node_tables(nodes)["T4"]
     for name in ("gpu_count", "cpu_cap", "schedulable", "fixed_pool"):
         assert getattr(first, name) is getattr(second, name)
         with pytest.raises(ValueError):
@@ -126,21 +127,21 @@ def test_unchanged_snapshot_reuses_rows_and_shares_only_read_only_arrays():
         assert not np.shares_memory(getattr(first, name), getattr(second, name)), name
     # a node turned unschedulable: the shared array is replaced, not written
     was = second.schedulable
-    third = node_tables(nodes[:2] + (replace(nodes[2], state=NodeState.ONLINE_NORMAL),) + nodes[3:])["T4"]
+    third = cache.node_tables(nodes[:2] + (replace(nodes[2], state=NodeState.ONLINE_NORMAL),) + nodes[3:])["T4"]
     assert third.schedulable.tolist() == [True, True, False, True, True]
     assert was.tolist() == [True] * 5
 
 
 def test_a_cycle_on_a_memoized_snapshot_decides_as_on_a_fresh_one():
-    forget_node_tables()
+    cache = CycleCache()
     snap = SnapshotBuilder().node(NodeBuilder("n1", gpus=2), NodeBuilder("n2", gpus=4)) \
         .quota("a", "T4", own=4, borrowed=4) \
         .job(JobBuilder(1).gpus(2).running("n2", 0, 1, kind=QuotaKind.BORROWED),
              JobBuilder(2).gpus(2), JobBuilder(3).gpus(4), JobBuilder(4).gpus(1)).build()
     profile = get_profile("tidal")
-    first = schedule(snap, profile)  # builds and memoizes, then changes its own tables
-    again = schedule(snap, profile)  # same NodeView objects: every row reused
-    forget_node_tables()
+    first = schedule(snap, profile, cache=cache)  # builds and keeps, then changes its own tables
+    again = schedule(snap, profile, cache=cache)  # same NodeView objects: every row reused
+    assert cache.layout is not None
     assert first == again == schedule(snap, profile)
 
 
@@ -167,7 +168,10 @@ def test_quota_ledger_reuses_the_limits_of_the_same_quota_tuple_but_never_its_us
 
     holders = [JobBuilder(1).dept("a").gpus(2).running("n1", 0, 1, kind=QuotaKind.BORROWED).build(),
                JobBuilder(2).dept("b").gpus(0.5).running("n1", 2, share=0.5).build()]
-    run(QuotaLedger(quotas, holders), before)  # memoizes the limits, then charges its own rows
-    memoized = run(QuotaLedger(quotas, holders), after)
-    plain = run(QuotaLedger(list(quotas), holders), after)  # a list is never memoized
+    cache = CycleCache()
+    run(QuotaLedger(quotas, holders, cache.quota_limits(quotas)), before)  # keeps the limits, charges its own rows
+    kept = cache.quota_limits(quotas)
+    assert kept is cache.quota_limits(quotas)  # the same tuple: the same limits
+    memoized = run(QuotaLedger(quotas, holders, kept), after)
+    plain = run(QuotaLedger(list(quotas), holders), after)
     assert memoized == plain

@@ -118,9 +118,10 @@ def ls(
         client.close()
     rows = sorted(rows, key=lambda job: job["submitted_at"], reverse=True)[:limit]
     headers = ["id", "name", "department", *(["submitter"] if not mine else []), "status", "gpus", "cpu", "memory",
-               "node", "age"]
+               "node", "age", "why"]
     table = [[job["id"], job["name"], job["department"], *([job["submitter"]] if not mine else []), job["status"],
-              gpus_text(job), cores(job["cpu_milli"]), mem(job["memory_mib"]), job["node"], ago(job["submitted_at"])]
+              gpus_text(job), cores(job["cpu_milli"]), mem(job["memory_mib"]), job["node"], ago(job["submitted_at"]),
+              job.get("why")]
              for job in rows]
     emit(rows, output, lambda: [grid(headers, table)] if rows else ["No jobs."])
 

@@ -1,0 +1,152 @@
+"""Preemption planning (Kueue's preemption.GetTargets): for a job no model had room for, victims whose eviction makes
+room, evicted from the cycle's tables, ledger and victim index, with their Preempt decisions. Own-quota (or
+quota-less) work may preempt; borrowed work only ever uses idle capacity. A single pod takes the first model where
+victims on one node free its whole need (preemption.py picks them); a gang takes victims node by node until every
+worker fits, or gives everything back."""
+
+from __future__ import annotations
+
+from cluster.types import QuotaKind
+from scheduler.policy.assignment import Assignment, gang_rows
+from scheduler.policy.decisions import Preempt, Reason
+from scheduler.policy.diagnosis import NoRoom
+from scheduler.policy.failures import known_failure, known_gang_preempt_failure
+from scheduler.policy.gang import room
+from scheduler.policy.placement import Placement, allowed
+from scheduler.policy.preemption import Candidate, Victims
+from scheduler.policy.priority import rebased
+from scheduler.policy.queue import Queued
+from scheduler.policy.quota import allocation_demand
+from scheduler.policy.sentences import preempted
+from scheduler.policy.state import CycleState
+
+Plan = tuple[Assignment, tuple[int, ...]]  # where the job goes, and the jobs evicted for it
+
+
+class Preemptor:
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+
+    def plan(self, q: Queued, attempts: list[NoRoom]) -> Plan | None:
+        return self._for_gang(q, attempts) if q.job.gang else self._for_pod(q, attempts)
+
+    def _for_pod(self, q: Queued, attempts: list[NoRoom]) -> Plan | None:
+        state, profile = self.state, self.state.profile
+        for a in attempts:
+            if a.kind is QuotaKind.BORROWED or not state.holders_by_model.get(a.pod.gpu_model):
+                continue  # (nobody to preempt on an empty model: the burst of a first cycle)
+            total = rebased(q.score, a.kind, profile).preemption(profile)
+            own = a.kind is QuotaKind.OWN
+            model = a.pod.gpu_model
+            memo = (*a.pod.dims(), a.pod.pool, total, own)
+            if known_failure(state.preempt_failed[model], memo):
+                continue
+            table = state.tables[model]
+            victims = state.victims(model).find(a.pod, total, own, profile)
+            if victims is None:
+                state.preempt_failed[model].append(memo)
+                continue
+            taken = self._take(model, victims)
+            self._decisions(q, a, taken)
+            placement = Placement(victims.row, table.names[victims.row], table.choose_gpus(victims.row, a.pod.gpus))
+            return Assignment(a.pod, a.kind, placement), _job_ids(taken)
+        return None
+
+    def _for_gang(self, q: Queued, attempts: list[NoRoom]) -> Plan | None:
+        """Victims node by node, each set freeing a worker's room where there was none, until the whole gang fits;
+        when it never does, everything taken is given back and nobody is preempted."""
+        state, profile, job = self.state, self.state.profile, q.job
+        for a in attempts:
+            if a.kind is QuotaKind.BORROWED or not state.holders_by_model.get(a.pod.gpu_model):
+                continue
+            total = rebased(q.score, a.kind, profile).preemption(profile)
+            model = a.pod.gpu_model
+            own = a.kind is QuotaKind.OWN
+            memo = (job.workers, *a.pod.dims(), a.pod.pool, job.topology, total, own)
+            if known_gang_preempt_failure(state.gang_preempt_failed[model], memo):
+                continue
+            taken, rows = self._take_for_gang(q, a, total, own)
+            if rows is None:
+                state.gang_preempt_failed[model].append(memo)
+                continue
+            self._decisions(q, a, taken)
+            return Assignment(a.pod, a.kind, rows=rows), _job_ids(taken)
+        return None
+
+    def _take_for_gang(self, q: Queued, a: NoRoom, total: int, own: bool) -> tuple[list[Candidate], list[int] | None]:
+        """Victims taken for the gang on `a`'s model and a row per worker; (nothing, None), all given back, when the
+        gang never fits."""
+        state, job, model = self.state, q.job, a.pod.gpu_model
+        table, index = state.tables[model], state.victims(model)
+        taken: list[Candidate] = []
+        rows = None
+        for _ in range(job.workers):
+            fits = room(table, a.pod, allowed(a.pod, table, state.profile), job.topology).per_node > 0
+            victims = index.find(a.pod, total, own, state.profile, exclude=fits)
+            if victims is None:
+                break
+            if not taken:
+                before = self._fingerprint(model)
+            taken.extend(self._take(model, victims))
+            rows = gang_rows(state, job, a.pod, table)
+            if rows is not None:
+                return taken, rows
+        self._give_back(model, taken)
+        if taken and self._fingerprint(model) != before:
+            state.changes += 1  # floats that did not add back exactly: what waited since may not wait now
+        return [], None
+
+    def _take(self, model: str | None, victims: Victims) -> list[Candidate]:
+        """Free what the victims hold (a gang's every worker) in the tables, the ledger and the victim index."""
+        state = self.state
+        state.takes += 1
+        index, table = state.victims(model), state.tables[model]
+        taken = index.whole(victims)
+        index.remove(taken)
+        for c in taken:
+            alloc = c.allocation
+            table.release(c.row, alloc.gpu_shares, alloc.cpu_milli, alloc.memory_mib)
+            if alloc.quota_kind is not None:
+                state.ledger.release(c.job.department, alloc.quota_kind, allocation_demand(alloc))
+        state.preempt_failed[model].clear()
+        state.gang_failed[model].clear()
+        state.gang_preempt_failed[model].clear()
+        state.reserve_failed[model].clear()
+        return taken
+
+    def _fingerprint(self, model: str | None) -> tuple:
+        """What a preemption changes and a give-back restores (the model's free room, idle GPUs and victims; the
+        quota usage): equal before and after, the cycle is where it was (the waiting cache stays valid)."""
+        table, index = self.state.tables[model], self.state.victims(model)
+        return (table.gpu_used.tobytes(), table.cpu_free.tobytes(), table.mem_free.tobytes(), table.idle_gpus(),
+                index.alive.tobytes(), *(a.tobytes() for a in index.held_by_borrowed), self.state.ledger.usage())
+
+    def _give_back(self, model: str | None, taken: list[Candidate]) -> None:
+        """Undo _take: a gang's preemption that did not free enough."""
+        table = self.state.tables[model]
+        for c in taken:
+            alloc = c.allocation
+            table.allocate(c.row, alloc.gpu_shares, alloc.cpu_milli, alloc.memory_mib)
+            if alloc.quota_kind is not None:
+                self.state.ledger.charge(c.job.department, alloc.quota_kind, allocation_demand(alloc))
+        self.state.victims(model).remove(taken, sign=-1)
+
+    def _decisions(self, q: Queued, a: NoRoom, taken: list[Candidate]) -> None:
+        profile = self.state.profile
+        total = rebased(q.score, a.kind, profile).preemption(profile)
+        by_job: dict[int, list[Candidate]] = {}
+        for c in taken:
+            by_job.setdefault(c.job.id, []).append(c)
+        for cands in by_job.values():
+            c = cands[0]
+            reclaim = c.borrowed and a.kind is QuotaKind.OWN
+            nodes = sorted({x.allocation.node for x in cands})
+            message = preempted(q.job, c.job, nodes, c.run_time_s, reclaim, a.pod.gpu_model, total, c.score,
+                                profile.aging_preempts)
+            self.state.decisions.append(Preempt(
+                c.job.id, c.job.name, c.allocation.node, q.job.id, c.run_time_s, True,
+                Reason.PREEMPTED_RECLAIM if reclaim else Reason.PREEMPTED_PRIORITY, message))
+
+
+def _job_ids(taken: list[Candidate]) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(c.job.id for c in taken))

@@ -1,0 +1,99 @@
+"""The scratchpad of one scheduling cycle (kube-scheduler's CycleState): what the snapshot gives, built on first use
+(with no job pending nothing is; victim indexes only for the models where preemption is tried) and changed as the
+cycle admits, evicts and reserves, so later jobs see it; the decisions so far; what is known not to fit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import cached_property
+
+from cluster.types import JobView, QuotaKind, Snapshot
+from scheduler.policy.cache import CycleCache
+from scheduler.policy.decisions import CycleDecision
+from scheduler.policy.nodes import NodeTable
+from scheduler.policy.placement import LeastGpuLoss, attach_loss
+from scheduler.policy.preemption import Candidate, VictimIndex
+from scheduler.policy.priority import score
+from scheduler.policy.profile import Profile
+from scheduler.policy.quota import QuotaLedger
+from scheduler.policy.workload import TargetWorkload, jobs_workload
+
+
+class CycleState:
+    def __init__(self, snapshot: Snapshot, profile: Profile, workload: TargetWorkload | None,
+                 cache: CycleCache) -> None:
+        self.snap = snapshot
+        self.profile = profile
+        self.workload = workload
+        self.cache = cache
+        self.now = snapshot.now
+        self.decisions: list[CycleDecision] = []
+        # Kueue-style inadmissible cache (cycle.py): what waited stays valid while nothing changed. `changes` counts
+        # admissions (with their evictions), reservations, and a gang's evictions given back when that did not
+        # restore every figure bit for bit; `takes` counts evictions tried.
+        self.changes = 0
+        self.takes = 0
+        # attempts known to fail on a model, until an eviction frees room there (see failures.py)
+        self.preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)
+        self.gang_failed: dict[str | None, list[tuple]] = defaultdict(list)  # gangs known not to fit now
+        self.gang_preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor by preempting
+        self.reserve_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor reserved as jobs end
+        self.fallbacks: dict[tuple, list] = {}  # fallback models by idle capacity, until an admission changes it
+        self._victims: dict[str | None, VictimIndex] = {}
+        # running jobs' scores as victims: the last cycle's (from the cache), and this one's for the next
+        self._last_scores = cache.victim_scores
+        self.scores: dict[int, tuple[JobView, Profile, int]] = {}
+
+    @cached_property
+    def tables(self) -> dict[str | None, NodeTable]:
+        tables = self.cache.node_tables(self.snap.nodes)
+        if any(name == LeastGpuLoss.name for name, _ in self.profile.scorers):
+            # without a learned workload, the shapes of the snapshot's jobs, each on its framework's certified models
+            workload = self.workload or jobs_workload(self.snap.jobs, self.snap.compatible_models)
+            if workload is not None:
+                attach_loss(tables, workload)
+        return tables
+
+    @cached_property
+    def holders(self) -> list[JobView]:
+        return [j for j in self.snap.jobs if j.status.holds_resources and j.allocation is not None]
+
+    @cached_property
+    def holders_by_model(self) -> dict[str | None, list[JobView]]:
+        by_model: dict[str | None, list[JobView]] = defaultdict(list)
+        for job in self.holders:
+            by_model[job.allocation.gpu_model].append(job)
+        return by_model
+
+    @cached_property
+    def ledger(self) -> QuotaLedger:
+        return QuotaLedger(self.snap.quotas, self.holders, self.cache.quota_limits(self.snap.quotas))
+
+    def victims(self, model: str | None) -> VictimIndex:
+        """Jobs holding resources on the model's nodes as possible victims (as the cycle started)."""
+        index = self._victims.get(model)
+        if index is None:
+            index = self._victims[model] = VictimIndex(self.tables[model], self._candidates(model))
+        return index
+
+    def _candidates(self, model: str | None) -> list[Candidate]:
+        table, profile, last, scores = self.tables[model], self.profile, self._last_scores, self.scores
+        candidates = []
+        for job in self.holders_by_model.get(model, ()):
+            known = last.get(id(job))
+            if known is not None and known[0] is job and known[1] is profile:
+                total = known[2]
+            else:
+                total = score(job, job.allocation.quota_kind, self.now, profile).preemption(profile)
+            if job.started_at is not None:  # its wait, hence its score, no longer grows
+                scores[id(job)] = (job, profile, total)
+            for alloc in job.allocations:  # a gang: each worker, evicted all together
+                if alloc.node not in table.row:
+                    continue  # a node outside the snapshot: nothing to reclaim there
+                candidates.append(Candidate(job, alloc, table.row[alloc.node], total, job.run_time_s(self.now),
+                                            alloc.quota_kind is QuotaKind.BORROWED))
+        return candidates
+
+    def finish(self) -> None:
+        """Hand this cycle's victim scores to the next."""
+        self.cache.victim_scores = self.scores
