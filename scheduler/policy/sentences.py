@@ -44,7 +44,8 @@ def no_room(d: NoRoom, request_cpu: str | None = None) -> str:
 
 
 def _fragments(d: NoRoom, whole: float, share: float) -> str:
-    """When the free GPUs would do but only as fragments, the sentence says so (README: Training scheduler)."""
+    """When the free GPUs would do but only as fragments, the sentence says so
+    (docs/concepts/placement.md#the-clusters-typical-jobs)."""
     (free, idle), gpus, model = d.free, d.pod.gpus, d.pod.gpu_model
     if gpus >= 1 and free >= gpus > whole:
         return (f"; {free} {model} GPUs free across the cluster, at most {whole:g} on any node; "
