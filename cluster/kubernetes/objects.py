@@ -15,7 +15,7 @@ from cluster.backend import (
     INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL, RESOURCE_GROUP_LABEL, TRAINING, PendingPodView, PodSpec,
     PodView, ReplicaSetView,
 )
-from cluster.fit import free_gpus
+from cluster.fit import first_fit, free_gpus
 from cluster.kubernetes import conventions
 from cluster.types import GPU_EPS, GpuShare, NodeState, NodeView, Pool
 
@@ -198,9 +198,13 @@ def pod_view(pod: Mapping, spec: PodSpec) -> PodView:
 
 
 def place_unknown(spec: PodSpec, used: list[float]) -> PodSpec:
-    """Whole GPUs whose devices another scheduler chose: count them on the lowest free devices."""
-    shares = tuple(GpuShare(i, 1.0) for i in free_gpus(used)[:len(spec.gpu_shares)])
-    return replace(spec, gpu_shares=shares)
+    """GPUs whose devices another scheduler chose (kube-scheduler counts `nvidia.com/gpu` and `aliyun.com/gpu-mem`
+    per node, not per device): count them where they fit first, a fraction as a fraction; on the lowest free devices
+    when nothing fits (the node is over-committed)."""
+    placed = first_fit([s.share for s in spec.gpu_shares], used)
+    if placed is None:
+        placed = tuple(GpuShare(i, 1.0) for i in free_gpus(used)[:len(spec.gpu_shares)])
+    return replace(spec, gpu_shares=placed)
 
 
 def pending_view(pod: Mapping, spec: PodSpec) -> PendingPodView:

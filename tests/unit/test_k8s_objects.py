@@ -97,3 +97,15 @@ def test_a_terminal_pod_is_reported_as_how_it_ended(status, kind, detail):
 
     (event,) = _terminal_events({**pod({}, **{JOB_LABEL: "7"}), "status": status}, now=5.0)
     assert (event.kind.value, event.job_id, event.node, event.detail) == (kind, 7, "n1", detail)
+
+
+@pytest.mark.parametrize("shares, used, placed", [
+    ((GpuShare(0, 0.5),), [0.5, 0.0], (GpuShare(0, 0.5),)),  # a fraction fills the first GPU with room
+    ((GpuShare(0, 0.5),), [0.75, 0.0], (GpuShare(1, 0.5),)),
+    ((GpuShare(0, 1.0), GpuShare(1, 1.0)), [0.5, 0.0, 0.0], (GpuShare(1, 1.0), GpuShare(2, 1.0))),
+    ((GpuShare(0, 1.0),), [1.0, 0.5], ()),  # over-committed: no free GPU to count it on
+], ids=["fraction-shares-a-gpu", "fraction-moves-on", "whole-gpus-free-ones", "over-committed"])
+def test_gpus_another_scheduler_placed_are_counted_where_they_fit(shares, used, placed):
+    """kube-scheduler counts nvidia.com/gpu and aliyun.com/gpu-mem per node, not per device."""
+    spec = PodSpec(name="p", job_id=None, gpu_model="T4", gpu_shares=shares, cpu_milli=1000, memory_mib=1024)
+    assert objects.place_unknown(spec, used).gpu_shares == placed
