@@ -126,7 +126,8 @@ class FaultProxy:
             return web.json_response(body, status=fault.status, headers={"Retry-After": "1"})
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         async with self._session.request(request.method, self.upstream.host + request.path_qs, headers=headers,
-                                         data=await request.read(), allow_redirects=False) as upstream:
+                                         data=await request.read(), allow_redirects=False,
+                                         skip_auto_headers={"Content-Type"}) as upstream:  # as the client sent it
             response = web.StreamResponse(status=upstream.status, headers={
                 k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP})
             await response.prepare(request)

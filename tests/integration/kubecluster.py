@@ -104,8 +104,10 @@ class KwokCluster:
             what=f"serviceaccount {self.namespace}/default")
 
     def empty(self) -> None:
-        """Every ReplicaSet, pod and Service of the namespace and every Tidal node gone (pods forcibly: a pod left
-        on a node name would count against the next test's node of that name)."""
+        """Every ReplicaSet, pod, Service, PodDisruptionBudget and Lease of the namespace and every Tidal node gone
+        (pods forcibly: a pod left on a node name would count against the next test's node of that name)."""
+        client.CoordinationV1Api(self.api).delete_collection_namespaced_lease(self.namespace)
+        client.PolicyV1Api(self.api).delete_collection_namespaced_pod_disruption_budget(self.namespace)
         self.apps.delete_collection_namespaced_replica_set(self.namespace, propagation_policy="Orphan")
         wait_for(lambda: not items(self.apps.list_namespaced_replica_set(self.namespace, _preload_content=False)),
                  what="replicasets deleted")
