@@ -29,7 +29,7 @@ def tools(module: str) -> set[str]:
 
 def built() -> set[tuple[str, str, str]]:
     """(module folder, package, version variable) of each component build.sh builds."""
-    rows = re.findall(r'^\s+"[\w-]+\|(\w+)\|(\S+)\|\$(\w+)"$', (KUBE / "build.sh").read_text(), re.M)
+    rows = re.findall(r'^\s+"[\w-]+\|(\w+)\|(\S+)\|\$(\w+)\|[^"]*"$', (KUBE / "build.sh").read_text(), re.M)
     return set(rows)
 
 
