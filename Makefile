@@ -1,5 +1,7 @@
 # The two commands: `make run` brings Tidal up on embedded defaults; `make test` runs every check and test.
-# Both install what is missing first (platform/install.sh) and start the local services (platform/stack.sh).
+# Both install what is missing first (platform/install.sh) and start the local services (platform/stack.sh), the
+# Kubernetes control plane among them (built from Go modules once per machine by platform/kube/build.sh, kubectl
+# and helm too: tens of minutes the first time, a second when cached).
 SHELL := /bin/bash
 PY := .venv/bin/python
 # Everything except the database: `make run` keeps DATABASE_URL if you set one, else uses the SQLite demo file.
@@ -30,7 +32,7 @@ install:
 	@bash platform/install.sh
 
 services: install
-	@bash platform/stack.sh start
+	@bash platform/kube/build.sh && bash platform/stack.sh start
 
 stop:
 	@bash platform/stack.sh stop

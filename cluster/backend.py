@@ -44,8 +44,8 @@ JOB_LABEL = "tidal.io/job"  # TrainingJob id
 RUN_LABEL = "tidal.io/run"  # JobRun attempt
 TASK_LABEL = "tidal.io/task"  # TrainingJob task_key (all runs of the same job)
 SERVICE_LABEL = "tidal.io/service"  # InferenceService name
-# How long the demo's emulated workload runs (the simulated cluster and the Kubernetes API emulator's kubelet end the
-# pod after it); a real cluster's containers ignore it.
+# How long the demo's emulated workload runs (the simulated cluster, and kwok's stage on the control plane of
+# platform/stack.sh, end the pod after it); a real cluster's containers ignore it.
 RUNTIME_LABEL = "tidal.io/sim-runtime-s"
 WORKER_LABEL = "tidal.io/worker"  # a gang worker's rank (0 ..); its pods also share JOB_LABEL and RUN_LABEL
 FRAMEWORK_LABEL = "tidal.io/framework"  # a training pod's framework ("pytorch-2.1"): the simulated log's banner

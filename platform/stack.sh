@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Start, stop and inspect the real services Tidal runs against locally and in
-# tests: PostgreSQL, Redis, Tansu (Kafka wire protocol), Prometheus, Pushgateway.
+# tests: PostgreSQL, Redis, Tansu (Kafka wire protocol), Prometheus, Pushgateway,
+# and a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, and kwok as the nodes' kubelet; built by platform/kube/build.sh).
 #
 #   platform/stack.sh start|stop|status|env
 #
-# All listen on 127.0.0.1, ports from TIDAL_{PG,REDIS,KAFKA,PROMETHEUS,PUSHGATEWAY}_PORT.
+# All listen on 127.0.0.1, ports from TIDAL_{PG,REDIS,KAFKA,PROMETHEUS,PUSHGATEWAY}_PORT
+# and TIDAL_{ETCD,ETCD_PEER,KUBE_API,KUBE_CM,KUBE_SCHEDULER,KWOK}_PORT.
 # A service already listening on its port is reused, never restarted. `stop`
 # stops only what this script started (pid files in .run/pids). Runtime state
 # (logs, pids, data) lives in .run/, which git ignores.
@@ -22,16 +25,25 @@ REDIS_PORT="${TIDAL_REDIS_PORT:-6379}"
 KAFKA_PORT="${TIDAL_KAFKA_PORT:-9092}"
 PROMETHEUS_PORT="${TIDAL_PROMETHEUS_PORT:-9090}"
 PUSHGATEWAY_PORT="${TIDAL_PUSHGATEWAY_PORT:-9091}"
-READY_TIMEOUT="${TIDAL_READY_TIMEOUT:-30}"  # seconds per service
-SERVICES=(postgres redis kafka prometheus pushgateway)
+ETCD_PORT="${TIDAL_ETCD_PORT:-2379}"
+ETCD_PEER_PORT="${TIDAL_ETCD_PEER_PORT:-2380}"
+KUBE_API_PORT="${TIDAL_KUBE_API_PORT:-6443}"
+KUBE_CM_PORT="${TIDAL_KUBE_CM_PORT:-10257}"
+KUBE_SCHEDULER_PORT="${TIDAL_KUBE_SCHEDULER_PORT:-10259}"
+KWOK_PORT="${TIDAL_KWOK_PORT:-10247}"
+READY_TIMEOUT="${TIDAL_READY_TIMEOUT:-30}"  # seconds per service (the control plane's get longer, below)
+SERVICES=(postgres redis kafka prometheus pushgateway etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+KUBE="$RUN/kube"  # the control plane's certificates and kubeconfigs
 
-say() { printf '[stack] %-11s %s\n' "$1" "${*:2}"; }
+say() { printf '[stack] %-23s %s\n' "$1" "${*:2}"; }
 die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
 
 port_of() {
   case "$1" in
     postgres) echo "$PG_PORT" ;; redis) echo "$REDIS_PORT" ;; kafka) echo "$KAFKA_PORT" ;;
     prometheus) echo "$PROMETHEUS_PORT" ;; pushgateway) echo "$PUSHGATEWAY_PORT" ;;
+    etcd) echo "$ETCD_PORT" ;; kube-apiserver) echo "$KUBE_API_PORT" ;; kube-controller-manager) echo "$KUBE_CM_PORT" ;;
+    kube-scheduler) echo "$KUBE_SCHEDULER_PORT" ;; kwok) echo "$KWOK_PORT" ;;
   esac
 }
 
@@ -57,6 +69,7 @@ program_of() {
   case "$1" in
     postgres) echo postgres ;; redis) echo redis-server ;; kafka) echo tansu ;;
     prometheus) echo prometheus ;; pushgateway) echo prometheus-pushgateway ;;
+    *) echo "$1" ;;  # the control plane's binaries are named for their service
   esac
 }
 
@@ -71,12 +84,13 @@ spawn() {
     >>"$LOGS/$name.log" 2>&1 </dev/null &
 }
 
-# Poll `check` until it succeeds; fail naming the service and its log.
+# Poll `check` until it succeeds (within $3 seconds, default READY_TIMEOUT); fail naming the service and its log.
 wait_ready() {
-  local name="$1" check="$2" deadline=$((SECONDS + READY_TIMEOUT))
+  local name="$1" check="$2" timeout="${3:-$READY_TIMEOUT}"
+  local deadline=$((SECONDS + timeout))
   until $check; do
     if (( SECONDS >= deadline )); then
-      die "$name not ready on 127.0.0.1:$(port_of "$name") after ${READY_TIMEOUT}s; see $LOGS/$name.log"
+      die "$name not ready on 127.0.0.1:$(port_of "$name") after ${timeout}s; see $LOGS/$name.log"
     fi
     # Asked twice: while the pid's bash execs the service, /proc/<pid>/cmdline can read empty for an instant.
     if [[ -f "$(pid_file "$name")" ]] && ! our_pid "$name" >/dev/null && ! { sleep 0.3; our_pid "$name" >/dev/null; }; then
@@ -195,6 +209,127 @@ start_pushgateway() {
 
 http_ready() { curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$1/-/ready" 2>/dev/null; }
 
+# ---- Kubernetes control plane ---------------------------------------------------
+# etcd (plain HTTP, loopback only), kube-apiserver (TLS, client certificates, Node+RBAC authorization,
+# service-account tokens), kube-controller-manager, kube-scheduler, and kwok: the kubelet of every node annotated
+# kwok.x-k8s.io/node=fake (platform/kube/kwok/stages.yaml says how its nodes and pods live). Certificates and
+# kubeconfigs are made with openssl at the first start, in .run/kube/. Nodes are read from etcd rather than the API
+# server's watch cache (--watch-cache-sizes nodes#0): compacting etcd then expires an old node watch at once (410
+# Gone), which the watch test needs; everything else is cached, as in production.
+
+kube_bin() {
+  [[ -x $KUBE_BIN/$1 ]] || die "$1 is not built in $KUBE_BIN (platform/kube/build.sh)"
+  echo "$KUBE_BIN/$1"
+}
+healthz() { curl -fsS -o /dev/null --max-time 2 --cacert "$KUBE/ca.crt" "https://127.0.0.1:$1/healthz" 2>/dev/null; }
+healthz_self_signed() { curl -kfsS -o /dev/null --max-time 2 "https://127.0.0.1:$1/healthz" 2>/dev/null; }
+
+# A key and a certificate signed by our CA: name, subject, X.509 extensions (openssl -extfile lines).
+kube_cert() {
+  local name="$1" subject="$2" ext="$3"
+  [[ -f $KUBE/$name.crt ]] && return
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$KUBE/$name.key" -subj "$subject" -out "$KUBE/$name.csr" \
+    2>>"$LOGS/kube-pki.log"
+  openssl x509 -req -in "$KUBE/$name.csr" -CA "$KUBE/ca.crt" -CAkey "$KUBE/ca.key" -CAcreateserial -days 3650 \
+    -extfile <(printf '%s\n' "$ext") -out "$KUBE/$name.crt" 2>>"$LOGS/kube-pki.log"
+  rm -f "$KUBE/$name.csr"
+}
+
+kube_kubeconfig() {  # name (its certificate's name)
+  cat > "$KUBE/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: tidal
+  cluster: {server: "https://127.0.0.1:$KUBE_API_PORT", certificate-authority: "$KUBE/ca.crt"}
+users:
+- name: $1
+  user: {client-certificate: "$KUBE/$1.crt", client-key: "$KUBE/$1.key"}
+contexts:
+- name: tidal
+  context: {cluster: tidal, user: $1}
+current-context: tidal
+EOF
+}
+
+kube_pki() {
+  mkdir -p "$KUBE"
+  chmod 700 "$KUBE"
+  if [[ ! -f $KUBE/ca.crt ]]; then
+    say kube "making certificates in $KUBE"
+    openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$KUBE/ca.key" -subj "/CN=tidal-kubernetes-ca" \
+      -days 3650 -addext "keyUsage=critical,keyCertSign,cRLSign" -out "$KUBE/ca.crt" 2>>"$LOGS/kube-pki.log"
+  fi
+  if [[ ! -f $KUBE/sa.pub ]]; then  # signs and verifies service-account tokens
+    openssl genrsa -out "$KUBE/sa.key" 2048 2>>"$LOGS/kube-pki.log"
+    openssl rsa -in "$KUBE/sa.key" -pubout -out "$KUBE/sa.pub" 2>>"$LOGS/kube-pki.log"
+  fi
+  local client=$'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth'
+  kube_cert apiserver "/CN=kube-apiserver" $'keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc'
+  kube_cert apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" "$client"
+  kube_cert admin "/O=system:masters/CN=tidal-admin" "$client"
+  kube_cert controller-manager "/CN=system:kube-controller-manager" "$client"
+  kube_cert scheduler "/CN=system:kube-scheduler" "$client"
+  kube_cert kwok "/O=system:masters/CN=kwok" "$client"  # every node's kubelet at once: nodes, leases, pod status
+  local name
+  for name in admin controller-manager scheduler kwok; do kube_kubeconfig "$name"; done
+}
+
+start_etcd() {
+  mkdir -p "$RUN/etcd"
+  local client="http://127.0.0.1:$ETCD_PORT" peer="http://127.0.0.1:$ETCD_PEER_PORT"
+  spawn etcd "$(kube_bin etcd)" --name tidal --data-dir "$RUN/etcd" \
+    --listen-client-urls "$client" --advertise-client-urls "$client" \
+    --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "tidal=$peer" \
+    --listen-metrics-urls "" --log-level warn
+  wait_ready etcd etcd_ready
+}
+etcd_ready() { curl -fsS --max-time 1 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; }
+
+start_kube-apiserver() {
+  spawn kube-apiserver "$(kube_bin kube-apiserver)" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$KUBE_API_PORT" \
+    --tls-cert-file "$KUBE/apiserver.crt" --tls-private-key-file "$KUBE/apiserver.key" \
+    --client-ca-file "$KUBE/ca.crt" --authorization-mode Node,RBAC \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$KUBE/sa.pub" --service-account-signing-key-file "$KUBE/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
+    --kubelet-client-certificate "$KUBE/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$KUBE/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP --watch-cache-sizes nodes#0 --profiling=false --v 1
+  wait_ready kube-apiserver "healthz $KUBE_API_PORT" 180  # its first start writes the RBAC defaults to etcd
+}
+
+start_kube-controller-manager() {
+  local config="$KUBE/controller-manager.kubeconfig"
+  spawn kube-controller-manager "$(kube_bin kube-controller-manager)" --kubeconfig "$config" \
+    --authentication-kubeconfig "$config" --authorization-kubeconfig "$config" \
+    --bind-address 127.0.0.1 --secure-port "$KUBE_CM_PORT" --leader-elect=false \
+    --use-service-account-credentials --service-account-private-key-file "$KUBE/sa.key" \
+    --root-ca-file "$KUBE/ca.crt" --cluster-signing-cert-file "$KUBE/ca.crt" \
+    --cluster-signing-key-file "$KUBE/ca.key" --profiling=false --v 1
+  wait_ready kube-controller-manager "healthz_self_signed $KUBE_CM_PORT" 90
+}
+
+start_kube-scheduler() {
+  local config="$KUBE/scheduler.kubeconfig"
+  spawn kube-scheduler "$(kube_bin kube-scheduler)" --kubeconfig "$config" \
+    --authentication-kubeconfig "$config" --authorization-kubeconfig "$config" \
+    --bind-address 127.0.0.1 --secure-port "$KUBE_SCHEDULER_PORT" --leader-elect=false --profiling=false --v 1
+  wait_ready kube-scheduler "healthz_self_signed $KUBE_SCHEDULER_PORT" 90
+}
+
+start_kwok() {
+  spawn kwok "$(kube_bin kwok)" --kubeconfig "$KUBE/kwok.kubeconfig" \
+    --config "$ROOT/platform/kube/kwok/stages.yaml" \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-ip 127.0.0.1 --node-port "$KWOK_PORT" --server-address "127.0.0.1:$KWOK_PORT"
+  wait_ready kwok "listening $KWOK_PORT" 60
+}
+
 # ---- commands -------------------------------------------------------------------
 
 start_one() {
@@ -209,8 +344,12 @@ start_one() {
 }
 
 cmd_start() {
+  # The control plane's binaries: built once per machine (long, the first time), a quick check once cached.
+  KUBE_BIN="$(bash "$ROOT/platform/kube/build.sh" bindir etcd kube-apiserver kube-controller-manager kube-scheduler \
+    kwok)" || die "the Kubernetes control plane did not build"
   mkdir -p "$LOGS" "$PIDS" "$SD/targets"
   chmod 755 "$RUN"  # the postgres user must reach .run/pgdata
+  kube_pki
   write_sd_file prometheus "127.0.0.1:$PROMETHEUS_PORT"
   write_sd_file pushgateway "127.0.0.1:$PUSHGATEWAY_PORT"
   local name
@@ -259,6 +398,8 @@ cmd_status() {
     port="$(port_of "$name")"
     if ! listening "$port"; then
       state="down"
+      # started here and gone since: it died (its pid file is still there)
+      [[ -f "$(pid_file "$name")" ]] && ! our_pid "$name" >/dev/null && state="down (died; see $LOGS/$name.log)"
     elif [[ $name == postgres && -f $PIDS/postgres.mode ]]; then
       state="up (started here: $(cat "$PIDS/postgres.mode"))"
     elif pid="$(our_pid "$name")"; then
@@ -266,7 +407,7 @@ cmd_status() {
     else
       state="up (external)"
     fi
-    printf '%-11s 127.0.0.1:%-5s %s\n' "$name" "$port" "$state"
+    printf '%-23s 127.0.0.1:%-5s %s\n' "$name" "$port" "$state"
   done
 }
 
@@ -295,6 +436,10 @@ export KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
 export PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
 export PUSHGATEWAY_URL=http://127.0.0.1:$PUSHGATEWAY_PORT
 export PROMETHEUS_SD_DIR=$(sd_targets_dir)
+export TIDAL_KUBECONFIG=$KUBE/admin.kubeconfig
+export KUBECONFIG=$KUBE/admin.kubeconfig
+export TIDAL_KUBE_BIN=$(bash "$ROOT/platform/kube/build.sh" where)
+export TIDAL_ETCD_URL=http://127.0.0.1:$ETCD_PORT
 EOF
 }
 

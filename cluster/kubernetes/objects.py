@@ -5,6 +5,8 @@ times faster, and the same functions serve lists, watch events and the emulator'
 """
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -15,7 +17,7 @@ from cluster.backend import (
     INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL, RESOURCE_GROUP_LABEL, TRAINING, PendingPodView, PodSpec,
     PodView, ReplicaSetView,
 )
-from cluster.fit import free_gpus
+from cluster.fit import first_fit, free_gpus
 from cluster.kubernetes import conventions
 from cluster.types import GPU_EPS, GpuShare, NodeState, NodeView, Pool
 
@@ -198,9 +200,13 @@ def pod_view(pod: Mapping, spec: PodSpec) -> PodView:
 
 
 def place_unknown(spec: PodSpec, used: list[float]) -> PodSpec:
-    """Whole GPUs whose devices another scheduler chose: count them on the lowest free devices."""
-    shares = tuple(GpuShare(i, 1.0) for i in free_gpus(used)[:len(spec.gpu_shares)])
-    return replace(spec, gpu_shares=shares)
+    """GPUs whose devices another scheduler chose (kube-scheduler counts `nvidia.com/gpu` and `aliyun.com/gpu-mem`
+    per node, not per device): count them where they fit first, a fraction as a fraction; on the lowest free devices
+    when nothing fits (the node is over-committed)."""
+    placed = first_fit([s.share for s in spec.gpu_shares], used)
+    if placed is None:
+        placed = tuple(GpuShare(i, 1.0) for i in free_gpus(used)[:len(spec.gpu_shares)])
+    return replace(spec, gpu_shares=placed)
 
 
 def pending_view(pod: Mapping, spec: PodSpec) -> PendingPodView:
@@ -218,6 +224,23 @@ def replicaset_view(rs: Mapping, template: PodSpec, bound: list[PodView], pendin
 
 
 # --- manifests -------------------------------------------------------------------------------------------
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def label_value(text: str) -> str:
+    """`text` as the API server accepts a label value (at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends): a
+    task key's '/' becomes '.' ("ml-search/resnet50" -> "ml-search.resnet50"); anything else that does not fit is
+    cleaned and cut, and ends with a hash of the whole text, so that two texts stay two."""
+    for value in (text, text.replace("/", ".")):
+        if len(value) <= 63 and LABEL_VALUE.fullmatch(value):
+            return value
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", ".", text)[:54].strip("-_.")
+    return f"{cleaned}-{hashlib.sha256(text.encode()).hexdigest()[:8]}".lstrip("-")
+
+
+def pod_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    return {k: label_value(v) for k, v in labels.items()}
+
 
 
 def container(spec: PodSpec, image: str, name: str, gpu_limits: Mapping[str, str]) -> dict:
@@ -255,7 +278,7 @@ def gpushare_annotations(spec: PodSpec, device_gib: int | None, now_ns: int) -> 
 
 def bound_pod(spec: PodSpec, node: str, namespace: str, image: str, device_gib: int | None, grace_s: int,
               now_ns: int) -> dict:
-    labels = {KIND_LABEL: TRAINING, **spec.labels}
+    labels = pod_labels({KIND_LABEL: TRAINING, **spec.labels})
     annotations = {conventions.SHARES_ANNOTATION: conventions.encode_shares(spec.gpu_shares),
                    **gpushare_annotations(spec, device_gib, now_ns)}
     if spec.gpu_model and spec.gpu_shares:
@@ -285,7 +308,7 @@ def replicaset(name: str, template: PodSpec, replicas: int, namespace: str, imag
                node_selector: Mapping[str, str] | None, device_gib: int | None, names: Labels) -> dict:
     """An apps/v1 ReplicaSet whose selector is Tidal's replicaset label (relabelling a pod takes it out). Its pods
     go only to online-normal nodes (the state label in the node selector), as inference does in the simulator."""
-    labels = {**template.labels, KIND_LABEL: INFERENCE, REPLICASET_LABEL: name}
+    labels = pod_labels({**template.labels, KIND_LABEL: INFERENCE, REPLICASET_LABEL: name})
     annotations = {GPU_REQUEST_ANNOTATION: f"{template.gpus:g}"}
     if template.gpu_model and template.gpu_shares:
         annotations[conventions.GPU_MODEL_ANNOTATION] = template.gpu_model
@@ -293,7 +316,8 @@ def replicaset(name: str, template: PodSpec, replicas: int, namespace: str, imag
     pod_spec_["nodeSelector"] = {**(node_selector or {}), names.state: NodeState.ONLINE_NORMAL.value}
     return {
         "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": namespace, "labels": {KIND_LABEL: INFERENCE, **template.labels}},
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": pod_labels({KIND_LABEL: INFERENCE, **template.labels})},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {REPLICASET_LABEL: name}},
                  "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec_}},
     }

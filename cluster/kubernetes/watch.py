@@ -116,7 +116,7 @@ class Reflector:
                 delay = self._backoff[0]
             except ApiException as error:
                 if error.status == 410:  # expired: relist from now, diffing against what we knew
-                    log.info("watch %s: %s; relisting", self.name, error.reason)
+                    log.info("watch %s: 410 %s; relisting", self.name, error.reason)
                     self.resource_version = None
                     continue
                 log.warning("watch %s failed (%s %s); retrying in %.1f s", self.name, error.status, error.reason, delay)

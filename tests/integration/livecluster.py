@@ -48,13 +48,18 @@ def scaling_lab(world, settings, *, clock: VirtualClock, prefix: str) -> Iterato
             redis.delete(key)
 
 
-def on_emulator(settings, emulator, tmp_path, *, namespace: str, prefix: str) -> str:
-    """Point the live loops and the log reads at the Kubernetes API emulator: its kubeconfig, the workloads and lease
+def on_kubernetes(settings, kubeconfig, *, namespace: str, prefix: str) -> str:
+    """Point the live loops and the log reads at a Kubernetes API server through `kubeconfig`: the workloads and lease
     `namespace`, one leader, a Redis namespace of the test's own (returned)."""
     settings.TIDAL_CLUSTER_BACKEND = "kubernetes"
-    settings.TIDAL_KUBECONFIG = str(emulator.kubeconfig(tmp_path / "kubeconfig"))
+    settings.TIDAL_KUBECONFIG = str(kubeconfig)
     settings.TIDAL_K8S_NAMESPACE = settings.TIDAL_K8S_LEASE_NAMESPACE = namespace
     settings.TIDAL_LEADER_ID = "worker-a"
     settings.TIDAL_REDIS_NAMESPACE = f"{prefix}-{uuid.uuid4().hex[:8]}"
     live_backend.kubernetes_backend.cache_clear()
     return settings.TIDAL_REDIS_NAMESPACE
+
+
+def on_emulator(settings, emulator, tmp_path, *, namespace: str, prefix: str) -> str:
+    """on_kubernetes for the Kubernetes API emulator (the log tests, until kwok serves pods/log)."""
+    return on_kubernetes(settings, emulator.kubeconfig(tmp_path / "kubeconfig"), namespace=namespace, prefix=prefix)

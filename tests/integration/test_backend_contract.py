@@ -1,7 +1,9 @@
 """One behavioural contract for ClusterBackend, run against both backends: the simulated cluster, and the Kubernetes
-backend talking to the Kubernetes API emulator (kmock with Tidal's cluster actors; no real kube-apiserver can be
-installed here — cluster/emulator). The same test functions; only the harness differs. The gang cases at the end run
-the live loop's acting on the database against each backend."""
+backend on the real control plane platform/stack.sh starts (kube-apiserver and etcd; kube-controller-manager's
+ReplicaSet controller and garbage collector; kube-scheduler placing ReplicaSets' pods; kwok nodes whose pods run,
+end and terminate — tests/integration/kubecluster.py), under Tidal's own ServiceAccount and the RBAC of
+platform/kubernetes/base, as in production. The same test functions; only the harness differs. The gang cases at the
+end run the live loop's acting on the database against each backend."""
 from __future__ import annotations
 
 import time
@@ -77,48 +79,56 @@ def _simulated(nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harness]:
     yield Harness(cluster, lambda: wait(STARTUP_S + 0.01), wait, cluster.services)
 
 
-def _kubernetes(nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harness]:
-    from cluster.emulator import Emulator
+def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harness]:
+    """The backend as Tidal's ServiceAccount (`tidal_api`); the nodes and the checks as the cluster's admin."""
     from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
+    from tests.integration.kubecluster import kwok_cluster
 
-    with Emulator(nodes=nodes, namespace="tidal-workloads", startup_s=STARTUP_S, termination_s=0.1) as emu:
-        backend = KubernetesCluster(emu.api_client(), KubeSettings(namespace="tidal-workloads", replacement_wait_s=3,
-                                                                   grace_period_s=1))
+    with kwok_cluster(nodes, "tidal-workloads") as kube:
+        backend = KubernetesCluster(tidal_api, KubeSettings(namespace="tidal-workloads", replacement_wait_s=10,
+                                                            grace_period_s=1))
 
         def settle() -> None:
-            deadline = time.monotonic() + 10
-            while True:  # readiness comes STARTUP_S after start: settle until the pods' states stop moving
-                emu.settle()
-                backend.refresh()
-                before = [(p.spec.name, p.ready, p.terminating) for p in backend.pods()]
-                time.sleep(STARTUP_S + 0.1)
-                emu.settle()
-                backend.refresh()
-                after = [(p.spec.name, p.ready, p.terminating) for p in backend.pods()]
-                if before == after or time.monotonic() > deadline:
-                    return
+            """Until the controllers are done and the backend's pod watch has seen every pod as the server has it."""
+            kube.settle()
+            server = {f"{kube.namespace}/{p['metadata']['name']}": p["metadata"]["resourceVersion"] for p in kube.pods()}
+            seen = backend._pods_watch.wait(lambda store: {k: o["metadata"]["resourceVersion"] for k, o in store.items()
+                                                          if k.startswith(f"{kube.namespace}/")} == server or None, 10)
+            assert seen, "the backend's pod watch did not catch up with the API server"
+            backend.refresh()
 
         def wait(seconds: float) -> None:
             time.sleep(seconds)
-            emu.settle()
             backend.refresh()
 
         def services() -> dict[str, dict[str, str]]:
-            return {svc["metadata"]["name"]: svc["spec"].get("selector", {})
-                    for svc in emu.objects("services", "tidal-workloads")}
+            return {svc["metadata"]["name"]: svc["spec"].get("selector", {}) for svc in kube.services()}
 
-        def manifest(name: str) -> dict | None:
-            return next((p for p in emu.objects("pods", "tidal-workloads") if p["metadata"]["name"] == name), None)
-
-        harness = Harness(backend, settle, wait, services, manifest)
+        harness = Harness(backend, settle, wait, services, kube.pod)
         harness.seen += backend.drain_events()  # start the watches
-        yield harness
-        backend.stop()
+        try:
+            yield harness
+        finally:
+            backend.stop()
+
+
+@pytest.fixture(scope="module")
+def tidal_api():
+    """A client that is Tidal's ServiceAccount, with the RBAC of platform/kubernetes/base applied as shipped."""
+    from tests.integration.kubecluster import admin_client, tidal_client
+
+    with admin_client() as admin:
+        api = tidal_client(admin)
+    yield api
+    api.close()
 
 
 @pytest.fixture(params=["simulated", "kubernetes"])
 def cluster(request) -> Iterator[Harness]:
-    yield from (_simulated() if request.param == "simulated" else _kubernetes())
+    if request.param == "simulated":
+        yield from _simulated()
+    else:
+        yield from _kubernetes(request.getfixturevalue("tidal_api"))
 
 
 def training(name: str, shares: tuple[GpuShare, ...] = (), cpu: int = 1000, mem: int = 1024, job: int = 1,
@@ -312,7 +322,8 @@ def gangs(request, world) -> Iterator[GangLab]:
 
     add_gang_nodes(world)
     nodes = node_views()
-    harness = _simulated(nodes) if request.param == "simulated" else _kubernetes(nodes)
+    harness = _simulated(nodes) if request.param == "simulated" else \
+        _kubernetes(request.getfixturevalue("tidal_api"), nodes)
     yield from (GangLab(world, h) for h in harness)
 
 

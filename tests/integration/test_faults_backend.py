@@ -3,7 +3,7 @@ loops use by default: the outage starts in the middle of a scheduler tick (after
 loops keep ticking through it, and then it ends. The ticks back off instead of hammering the cluster, one
 `cluster-unavailable` alert is raised and one `cluster-available` when it answers again, and afterwards the same
 invariants as after every fault hold (tests/integration/fault_invariants.py). The Kubernetes version of these
-faults, on the API emulator, is tests/integration/test_kubernetes_live.py."""
+faults, on the real control plane, is tests/integration/test_kubernetes_live.py."""
 from __future__ import annotations
 
 import time

@@ -25,7 +25,7 @@ DEPLOYMENTS = {"tidal-web", "tidal-worker", "tidal-beat"}
 # cluster/kubernetes/ makes; a rule added to rbac.yaml without a reason here fails the test.
 PERMISSIONS = {
     ("ClusterRole", None, "", "nodes"): {"get", "list", "watch", "patch"},
-    ("ClusterRole", None, "", "pods"): {"list"},  # the tick's one read counts every pod's requests on its node
+    ("ClusterRole", None, "", "pods"): {"list", "watch"},  # the tick's read counts every pod's requests on its node
     ("Role", "tidal-workloads", "", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("Role", "tidal-workloads", "", "pods/eviction"): {"create"},
     ("Role", "tidal-workloads", "", "pods/log"): {"get"},

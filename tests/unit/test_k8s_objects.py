@@ -97,3 +97,34 @@ def test_a_terminal_pod_is_reported_as_how_it_ended(status, kind, detail):
 
     (event,) = _terminal_events({**pod({}, **{JOB_LABEL: "7"}), "status": status}, now=5.0)
     assert (event.kind.value, event.job_id, event.node, event.detail) == (kind, 7, "n1", detail)
+
+
+@pytest.mark.parametrize("shares, used, placed", [
+    ((GpuShare(0, 0.5),), [0.5, 0.0], (GpuShare(0, 0.5),)),  # a fraction fills the first GPU with room
+    ((GpuShare(0, 0.5),), [0.75, 0.0], (GpuShare(1, 0.5),)),
+    ((GpuShare(0, 1.0), GpuShare(1, 1.0)), [0.5, 0.0, 0.0], (GpuShare(1, 1.0), GpuShare(2, 1.0))),
+    ((GpuShare(0, 1.0),), [1.0, 0.5], ()),  # over-committed: no free GPU to count it on
+], ids=["fraction-shares-a-gpu", "fraction-moves-on", "whole-gpus-free-ones", "over-committed"])
+def test_gpus_another_scheduler_placed_are_counted_where_they_fit(shares, used, placed):
+    """kube-scheduler counts nvidia.com/gpu and aliyun.com/gpu-mem per node, not per device."""
+    spec = PodSpec(name="p", job_id=None, gpu_model="T4", gpu_shares=shares, cpu_milli=1000, memory_mib=1024)
+    assert objects.place_unknown(spec, used).gpu_shares == placed
+
+
+@pytest.mark.parametrize("text, value", [
+    ("ml-search/resnet50", "ml-search.resnet50"),  # a task key
+    ("train-7", "train-7"),
+    ("", ""),
+    ("a" * 70, "a" * 54 + "-6bd5e503"),
+    ("ml search/é", "ml.search-a8f8fbb0"),
+])
+def test_label_values_are_what_the_api_server_accepts(text, value):
+    assert objects.label_value(text) == value
+    assert len(value) <= 63 and objects.LABEL_VALUE.fullmatch(value)
+
+
+def test_a_bound_pod_carries_a_task_key_as_a_valid_label():
+    spec = PodSpec(name="job-1-1", job_id=1, gpu_model=None, gpu_shares=(), cpu_milli=1000, memory_mib=1024,
+                   labels={JOB_LABEL: "1", "tidal.io/task": "ml-search/resnet50"})
+    body = objects.bound_pod(spec, "n1", "ns", "img", None, 30, 0)
+    assert body["metadata"]["labels"]["tidal.io/task"] == "ml-search.resnet50"
