@@ -130,7 +130,7 @@ class TrainingJobInputSerializer(JSONTypes, serializers.Serializer):
     command = serializers.CharField()
     framework = FrameworkField(queryset=Framework.objects.prefetch_related("certified_on"))
     gpu_model = gpu_model_field(required=False, allow_null=True, default=None)
-    gpus = GPUsField(max_digits=6, decimal_places=3, default=0)
+    gpus = GPUsField(max_digits=6, decimal_places=3, default=Decimal(0))  # DRF passes a default on as given
     cpu_milli = serializers.IntegerField(min_value=1)
     memory_mib = serializers.IntegerField(min_value=1)
     expected_duration_s = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
