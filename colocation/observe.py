@@ -1,6 +1,6 @@
 """What the lending policy and the step machine look at, read off any ClusterBackend.
 
-Shared by the live controller (colocation/controller.py) and the co-location simulation (colocation/sim/), so
+Shared by the live controller (colocation/controller.py) and the co-location simulation (experiments/colocation_sim/), so
 both observe the cluster the same way. Pure: no Django; the caller adds what only it knows (pending training
 jobs, open transition records, thresholds).
 """

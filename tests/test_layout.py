@@ -4,6 +4,7 @@ above the domain apps, above core, above the cluster layer); no app imports anot
 
 The first test runs the project's contracts; the others prove each kind would catch a violation, by running them
 over a throw-away tree of empty modules (every module a contract names) into which one bad import is written."""
+import ast
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,7 @@ def empty_tree(tmp_path) -> Path:
     ("scheduler.policy.priority", "import django\n", "scheduler.policy.priority -> django"),
     ("colocation.models", "import frontend.views\n", "colocation.models -> frontend.views"),
     ("frontend.views", "import benchmarks.scheduler\n", "frontend.views -> benchmarks.scheduler"),
+    ("scheduler.services", "import experiments.replay\n", "scheduler.services -> experiments.replay"),
     ("core.models", "import scheduler.models\n", "core.models -> scheduler.models"),
     ("cluster.backend", "import core.errors\n", "cluster.backend -> core.errors"),
     ("colocation.models", "import scheduler.live\n", "colocation.models -> scheduler.live"),
@@ -65,6 +67,7 @@ def test_each_contract_breaks_on_a_bad_import(empty_tree, module, source, caught
     _module(empty_tree, "scheduler.policy.__init__")
     _module(empty_tree, "frontend.views")
     _module(empty_tree, "benchmarks.scheduler")
+    _module(empty_tree, "experiments.replay")
     for name in ("colocation.models", "core.models", "core.errors", "scheduler.models", "scheduler.services",
                  "cluster.backend"):
         _module(empty_tree, name)
@@ -72,3 +75,15 @@ def test_each_contract_breaks_on_a_bad_import(empty_tree, module, source, caught
     result = run_contract(empty_tree)
     assert result.returncode != 0
     assert caught in result.stdout, result.stdout
+
+
+def test_unit_tests_import_no_benchmark():
+    """What tests and benchmarks share (builders) lives in experiments/builders/; a benchmark is tested through its
+    command, with the integration tests."""
+    found = []
+    for path in sorted((ROOT / "tests" / "unit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "benchmarks"]
+    assert not found

@@ -26,6 +26,10 @@ from colocation.policy import Direction
 from core import telemetry
 from core.errors import ApplicationError
 from core.models import Decision, Membership
+from experiments import whatif
+from experiments.fragmentation.experiment import DEFAULT_POLICIES as PLACEMENT_POLICIES
+from experiments.fragmentation.scorers import SCORERS
+from experiments.replay import DEFAULT_POLICIES
 from frontend import scope
 from frontend.dashboards import charts, prometheus
 from frontend.dashboards.forms import ColocationForm, FragmentationForm, QuotaForm, ReplayForm
@@ -34,12 +38,9 @@ from frontend.departments.views import quota_bar
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
 from frontend.metrics import WAIT_BUCKETS, web_target
-from scheduler import selectors, services, whatif
+from scheduler import selectors, services
 from scheduler.filtersets import DecisionFilterSet
-from scheduler.fragmentation.experiment import DEFAULT_POLICIES as PLACEMENT_POLICIES
-from scheduler.fragmentation.scorers import SCORERS
 from scheduler.policy import PROFILES
-from scheduler.replay import DEFAULT_POLICIES
 
 TABS = (("Overview", "ops"), ("Nodes and lending", "ops-nodes"), ("Quotas", "ops-quotas"),
         ("Autoscaling", "ops-autoscaling"), ("Decisions", "ops-decisions"), ("What-if", "ops-replays"))

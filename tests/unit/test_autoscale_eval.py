@@ -1,4 +1,4 @@
-"""The offline autoscaling evaluation (colocation/autoscale_eval/) on a small synthetic diurnal trace: the service
+"""The offline autoscaling evaluation (experiments/autoscale_eval/) on a small synthetic diurnal trace: the service
 model, the replay loop, the four policies (reactive and tidal through the real decide_service), the figures."""
 
 import json
@@ -7,17 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from colocation.autoscale_eval import report
-from colocation.autoscale_eval.compare import replay
-from colocation.autoscale_eval.forecasting import Forecast
-from colocation.autoscale_eval.policies import Measured, Step
-from colocation.autoscale_eval.run import run
-from colocation.autoscale_eval.service import Pool, ServiceModel
-from colocation.autoscale_eval.sweep import (Front, Point, covering, dominates, grid, longest_idle, settings, sweep,
-                                            tidal_rates)
-from colocation.autoscale_eval.trace import TraceError, span
 from cluster.simulated.traffic import Traffic
 from colocation.policy.autoscaling import Reason
+from experiments.autoscale_eval import report
+from experiments.autoscale_eval.compare import replay
+from experiments.autoscale_eval.forecasting import Forecast
+from experiments.autoscale_eval.policies import Measured, Step
+from experiments.autoscale_eval.run import run
+from experiments.autoscale_eval.service import Pool, ServiceModel
+from experiments.autoscale_eval.sweep import (Front, Point, covering, dominates, grid, longest_idle, settings, sweep,
+                                            tidal_rates)
+from experiments.autoscale_eval.trace import TraceError, span
 
 DAY = 1440
 START = 1_700_006_400.0  # a midnight

@@ -13,7 +13,7 @@ from colocation.policy.autoscaling import (BUSY_RATES, SKIPS, LoadMinute, Rates,
                                            rates_at, replicas_for,
                                            ScalingPolicy, ServiceView, decide_group, decide_service, in_peak)
 from colocation.policy.schedules import Schedule, scheduled_minimum
-from tests.unit.colocation_builders import at
+from experiments.builders.colocation import at
 
 NOW = at("14:00")  # Tuesday 2024-03-05, UTC
 GPU = Rates(0.3, 0.6, 0.8)

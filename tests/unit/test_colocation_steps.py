@@ -5,7 +5,7 @@ import pytest
 from cluster.types import Pool
 from colocation.policy import (Conflict, DeletePod, DetachPod, Direction, Done, Event, EvictTraining, NodeNow,
                                NodePod, PodKind, SetState, Step, TransitionRecord, Wait, expected_after, next_action)
-from tests.unit.colocation_builders import OFF_N, OFF_U, ON_N, ON_U
+from experiments.builders.colocation import OFF_N, OFF_U, ON_N, ON_U
 
 INF, TRAIN = PodKind.INFERENCE, PodKind.TRAINING
 LEND, BACK = Direction.LEND, Direction.TAKE_BACK
