@@ -15,7 +15,7 @@ from cluster.simulated.alibaba import TraceError, read_pods
 from core.errors import ApplicationError
 from experiments.fragmentation.scorers import SCORERS
 from experiments.tasks import replay_run
-from experiments.whatif_run import ALIBABA
+from experiments.traces import ALIBABA
 from scheduler.models import ReplayRun
 from scheduler.policy import PROFILES
 

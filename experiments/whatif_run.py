@@ -16,9 +16,9 @@ from experiments.fragmentation import experiment as fragmentation
 from experiments.fragmentation.report import write_report
 from experiments.replay import Options, load, replay
 from experiments.replay.report import summary_json
+from experiments.traces import ALIBABA
 from scheduler.models import ReplayRun
 
-ALIBABA = "alibaba-gpu-2023"
 
 
 def replay_execute(*, run_id: int) -> ReplayRun:

@@ -24,8 +24,8 @@ from experiments.fragmentation.experiment import (DEFAULT_POLICIES, DEFAULT_TUNE
                                                 result_of, run, summary)
 from experiments.fragmentation.report import write_report
 from experiments.fragmentation.scorers import SCORERS
-from scheduler.management.commands.replay import ALIBABA, _pods_path
-from scheduler.tasks import fragmentation_run
+from experiments.tasks import fragmentation_run
+from experiments.traces import ALIBABA, pods_path
 
 
 CELERY_RUN_TIMEOUT_S = 600  # one run is seconds; a run that long means no worker took it
@@ -103,7 +103,7 @@ class Command(BaseCommand):
             raise CommandError(f"--processes must be >= 1, got {opts['processes']}")
         seeds = parse_seeds(str(opts["seeds"]))
         policies = parse_policies(str(opts["policies"]))
-        pods = _pods_path(str(opts["pods"]))
+        pods = pods_path(str(opts["pods"]))
         try:
             setup = load(opts["nodes"], pods, tune, seeds)
         except TraceError as e:

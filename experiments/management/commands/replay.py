@@ -23,23 +23,15 @@ from cluster.simulated.traces import gang_share
 from experiments.replay import (DEFAULT_POLICIES, GANG_POLICIES, NOISE_POLICY, NOISE_RUN, VARIANTS, Options, Setup,
                              TraceError, load, replay)
 from experiments.replay.report import change_text, reservations_across, reservations_change, summary_json
+from experiments.traces import ALIBABA, pods_path
 from scheduler.policy import PROFILES
 
-ALIBABA = "alibaba-gpu-2023"
 
 
 def _sizes(by_size: dict) -> str:
     """The size classes' waits on one line."""
     return "; ".join(f"{k} GPUs n={c['n']} wait p50/p95/max {c['wait']['p50']}/{c['wait']['p95']}/{c['wait']['max']} s"
                      for k, c in by_size.items() if c["n"])
-
-
-def _pods_path(value: str) -> Path:
-    """A path, or the name of a pod list in the traces folder (`default`, `gpuspec10`, ...)."""
-    path = Path(value)
-    if path.exists() or os.sep in value or value.endswith(".csv"):
-        return path
-    return Path(settings.TRACES_DIR) / ALIBABA / f"openb_pod_list_{value}.csv"
 
 
 def _load_factors(value: object) -> list[float]:
@@ -118,7 +110,7 @@ class Command(BaseCommand):
         if every < 1:
             raise CommandError(f"--every must be >= 1, got {every}")
         share, source = self._gang_share(opts)
-        pods = _pods_path(str(opts["pods"]))
+        pods = pods_path(str(opts["pods"]))
         policies = opts["policies"] or list(DEFAULT_POLICIES if share is None else GANG_POLICIES)
         if opts["noise_floor"] and not {"tidal", NOISE_POLICY} <= set(policies):
             raise CommandError(f"--noise-floor reads what reservations change: replay both tidal and {NOISE_POLICY} "
