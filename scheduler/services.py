@@ -12,62 +12,18 @@ from django.utils import timezone
 
 from cluster.clock import utc
 from colocation.models import Node
+from core import selectors as core_selectors
 from core.decisions import decision_record
 from core.errors import ApplicationError, Conflict
-from core.models import CPU, MEMORY, Decision, Department, GPUModel, Membership
-from profiling.services import run_summaries_compute, run_summary_compute
+from core.models import CPU, MEMORY, Decision, Department, GPUModel
 from scheduler import selectors
 from scheduler.models import Framework, JobRun, JobStatus, LearnedWorkload, Quota, Topology, TrainingJob
 from scheduler.policy.decisions import Admit
 from scheduler.policy.priority import ScoreBreakdown
 from scheduler.policy.workload import Shape, TargetWorkload, job_shape
+from scheduler.signals import runs_ended
 
 log = logging.getLogger(__name__)
-
-
-# --- departments and members -------------------------------------------------------------------
-
-
-def department_create(*, name: str, description: str = "") -> Department:
-    return Department.objects.create(name=name, description=description)
-
-
-def department_update(*, department: Department, **fields) -> Department:
-    _check_name_kept(department, fields)
-    for name, value in fields.items():
-        setattr(department, name, value)
-    department.save(update_fields=list(fields))
-    return department
-
-
-def _keep_an_admin(*, department: Department, leaving: Membership | None, actor) -> None:
-    """A department admin cannot leave the department without one; operators can (they administer it anyway)."""
-    if actor.is_staff or leaving is None or leaving.role != Membership.Role.ADMIN:
-        return
-    others = department.memberships.filter(role=Membership.Role.ADMIN).exclude(pk=leaving.pk)
-    if not others.exists():
-        raise Conflict.for_field("role", f"{leaving.user} is the last admin of {department}; "
-                                                 "make someone else admin first")
-
-
-@transaction.atomic
-def membership_set(*, department: Department, user, role: str, actor) -> Membership:
-    """Add `user` to `department` with `role`, or change the role of an existing member."""
-    if not selectors.can_administer(user=actor, department=department):
-        raise PermissionDenied(f"only operators and admins of {department} manage its members")
-    current = Membership.objects.select_for_update().filter(user=user, department=department).first()
-    if role != Membership.Role.ADMIN:
-        _keep_an_admin(department=department, leaving=current, actor=actor)
-    membership, _ = Membership.objects.update_or_create(user=user, department=department, defaults={"role": role})
-    return membership
-
-
-@transaction.atomic
-def membership_remove(*, membership: Membership, actor) -> None:
-    if not selectors.can_administer(user=actor, department=membership.department):
-        raise PermissionDenied(f"only operators and admins of {membership.department} manage its members")
-    _keep_an_admin(department=membership.department, leaving=membership, actor=actor)
-    membership.delete()
 
 
 # --- quotas ------------------------------------------------------------------------------------
@@ -130,34 +86,6 @@ def quota_delete(*, quota: Quota, actor) -> None:
 # --- catalogue ---------------------------------------------------------------------------------
 
 
-def _check_gpu_model_name(name: str) -> None:
-    if name.lower() in (CPU, MEMORY):
-        raise ApplicationError.for_field("name", f"{name!r} is reserved for quotas")
-
-
-def gpu_model_create(*, name: str, memory_gib: int) -> GPUModel:
-    _check_gpu_model_name(name)
-    return GPUModel.objects.create(name=name, memory_gib=memory_gib)
-
-
-def _check_name_kept(entity, fields: dict) -> None:
-    """Names are permanent: quotas, decisions and automation refer to departments and GPU models by name."""
-    if "name" in fields and fields["name"] != entity.name:
-        raise Conflict.for_field(
-            "name", f"{entity.name} cannot be renamed (decisions and quotas refer to it by name); create a new one"
-        )
-
-
-def gpu_model_update(*, gpu_model: GPUModel, **fields) -> GPUModel:
-    if "name" in fields:
-        _check_gpu_model_name(fields["name"])
-    _check_name_kept(gpu_model, fields)
-    for name, value in fields.items():
-        setattr(gpu_model, name, value)
-    gpu_model.save(update_fields=list(fields))
-    return gpu_model
-
-
 @transaction.atomic
 def framework_create(*, name: str, version: str, certified_on: list[GPUModel]) -> Framework:
     framework = Framework.objects.create(name=name, version=version)
@@ -186,7 +114,7 @@ def _job_errors(*, submitter, department, framework, gpu_model, gpus: Decimal, c
     def add(field: str, message: str) -> None:
         errors.setdefault(field, []).append(message)
 
-    if not submitter.is_staff and not selectors.is_member(user=submitter, department=department):
+    if not submitter.is_staff and not core_selectors.is_member(user=submitter, department=department):
         add("department", f"you are not a member of department {department}")
     if gpus < 0:
         add("gpus", f"must be zero or more, got {gpus}")
@@ -323,7 +251,7 @@ def job_keep_request(*, job: TrainingJob, keep: bool, actor) -> TrainingJob:
     (README: Training scheduler).
     It applies from the job's next admission."""
     job = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
-    if not selectors.can_administer(user=actor, department=job.department):
+    if not core_selectors.can_administer(user=actor, department=job.department):
         raise PermissionDenied(f"only operators and admins of {job.department} override right-sizing")
     if job.is_finished:
         raise Conflict.for_field("keep_request", f"job {job.pk} is already {job.status}")
@@ -340,7 +268,7 @@ def job_keep_request(*, job: TrainingJob, keep: bool, actor) -> TrainingJob:
 
 
 def can_cancel(*, user, job: TrainingJob) -> bool:
-    return job.submitter_id == user.pk or selectors.can_administer(user=user, department=job.department)
+    return job.submitter_id == user.pk or core_selectors.can_administer(user=user, department=job.department)
 
 
 @transaction.atomic
@@ -358,7 +286,7 @@ def job_cancel(*, job: TrainingJob, actor) -> TrainingJob:
             if worker["state"] == WORKER_RUNNING:
                 worker["state"] = JobRun.Outcome.CANCELLED
     JobRun.objects.bulk_update(ended, ["ended_at", "outcome", "workers"])
-    run_summaries_compute(runs=ended, now=now)  # the run's profile joins its task's history at once
+    runs_ended.send(sender=JobRun, runs=ended, now=now)
     job.status, job.finished_at, job.reservation = JobStatus.CANCELLED, now, {}
     job.save(update_fields=["status", "finished_at", "reservation"])
     decision_record(
@@ -434,7 +362,7 @@ def _end_run(job: TrainingJob, outcome: str, now: float, ended: tuple[str, ...] 
                 worker["state"] = outcome if not ended or worker["pod"] in ended else WORKER_STOPPED
         run.ended_at, run.outcome = utc(now), outcome
         run.save(update_fields=["ended_at", "outcome", "workers"])
-        run_summary_compute(run=run)  # its profile joins the task's history at once
+        runs_ended.send(sender=JobRun, runs=[run], now=None)
         last = run
     return last
 

@@ -7,6 +7,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core import selectors as core_selectors
 from core.api.throttling import SubmitThrottle, retry_after
 from core.errors import ApplicationError
 from frontend import scope
@@ -33,8 +34,8 @@ def job_list(request):
     department = scope.current_department(request)
     jobs = selectors.listed_jobs(submitter=request.user if chosen == "mine" else None, department=department)
     context = {"scope": chosen, "department": department,
-               "choices": {"status": JobStatus.choices, "gpu_model": selectors.gpu_model_names(),
-                           "department": selectors.department_names(user=request.user)},
+               "choices": {"status": JobStatus.choices, "gpu_model": core_selectors.gpu_model_names(),
+                           "department": core_selectors.department_names(user=request.user)},
                "chosen": {"status": request.GET.getlist("status"), "name": request.GET.get("name", ""),
                           "department": request.GET.get("department", ""), "gpu_model": request.GET.get("gpu_model", "")},
                "kept": [(k, v) for k, v in request.GET.items() if k in KEPT_FILTERS and v],
@@ -100,7 +101,7 @@ def job_detail(request, pk: int):
     job = scope.visible(selectors.jobs(details=True), request, pk=pk)
     page = job_page(job=job, now=timezone.now())
     context = {"page": page, "job": job, "can_cancel": not job.is_finished and services.can_cancel(user=request.user, job=job),
-               "can_override": not job.is_finished and selectors.can_administer(user=request.user, department=job.department),
+               "can_override": not job.is_finished and core_selectors.can_administer(user=request.user, department=job.department),
                "breadcrumbs": [("Jobs", reverse("jobs")), (f"#{job.pk} {job.name}", None)]}
     template = "frontend/jobs/_live.html" if request.htmx else "frontend/jobs/detail.html"
     return render(request, template, context)
