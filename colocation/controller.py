@@ -38,10 +38,11 @@ from core.decisions import decision_record
 from core.errors import ApplicationError
 from core.models import Decision
 from profiling.selectors import task_histories
+from scheduler.lifecycle import job_take_back
 from scheduler.logs import pod_evict
 from scheduler.models import JobRun, JobStatus, TrainingJob
+from scheduler.runs import run_service
 from scheduler.selectors import learned_workload
-from scheduler.services import job_take_back, run_service
 
 log = logging.getLogger(__name__)
 MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting run in one tick

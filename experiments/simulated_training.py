@@ -148,7 +148,7 @@ class SimulatedTraining:
 
 def simulated_pod_name(job_id: int, rank: int = 0) -> str:
     """A worker's pod, named again when a preempted job is bound anew (live pods are named per attempt:
-    scheduler.services.run_pod_name); rank 0 keeps the one-pod job's name."""
+    scheduler.runs.run_pod_name); rank 0 keeps the one-pod job's name."""
     return f"job-{job_id}" if rank == 0 else f"job-{job_id}-w{rank}"
 
 

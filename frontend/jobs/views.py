@@ -16,7 +16,7 @@ from frontend.jobs.detail import job_page
 from frontend.jobs.forms import JobForm, certified_models, initial_from
 from frontend.jobs.tables import JobTable
 from frontend.lists import ObjectList
-from scheduler import selectors, services
+from scheduler import lifecycle, selectors, submission
 from scheduler.filtersets import TrainingJobFilterSet
 from scheduler.models import JobStatus
 
@@ -50,7 +50,7 @@ def job_list(request):
 def job_bulk_cancel(request):
     """Cancel the selected jobs the user submitted that are still pending; anything else is left alone."""
     ids = [int(i) for i in request.POST.getlist("job") if i.isdigit()]
-    cancelled = [services.job_cancel(job=job, actor=request.user).pk
+    cancelled = [lifecycle.job_cancel(job=job, actor=request.user).pk
                  for job in selectors.own_pending_jobs(user=request.user, ids=ids)]
     skipped = len(set(ids)) - len(cancelled)
     if cancelled:
@@ -70,7 +70,7 @@ def job_submit(request):
             form.add_error(None, f"Too many submissions; try again in {retry_after(throttle)} s. Nothing was submitted.")
         elif form.is_valid():
             try:
-                job = services.job_submit(submitter=request.user, **form.submission())
+                job = submission.job_submit(submitter=request.user, **form.submission())
             except ApplicationError as error:
                 apply_errors(form, error)
             else:
@@ -100,7 +100,7 @@ def gpu_model_options(request):
 def job_detail(request, pk: int):
     job = scope.visible(selectors.jobs(details=True), request, pk=pk)
     page = job_page(job=job, now=timezone.now())
-    context = {"page": page, "job": job, "can_cancel": not job.is_finished and services.can_cancel(user=request.user, job=job),
+    context = {"page": page, "job": job, "can_cancel": not job.is_finished and lifecycle.can_cancel(user=request.user, job=job),
                "can_override": not job.is_finished and core_selectors.can_administer(user=request.user, department=job.department),
                "breadcrumbs": [("Jobs", reverse("jobs")), (f"#{job.pk} {job.name}", None)]}
     template = "frontend/jobs/_live.html" if request.htmx else "frontend/jobs/detail.html"
@@ -113,7 +113,7 @@ def job_keep_request(request, pk: int):
     """An admin's right-sizing override for one job (the same service as the API's keep-request)."""
     job = scope.visible(selectors.jobs(), request, pk=pk)
     try:
-        services.job_keep_request(job=job, keep=request.POST.get("keep") == "1", actor=request.user)
+        submission.job_keep_request(job=job, keep=request.POST.get("keep") == "1", actor=request.user)
     except ApplicationError as error:
         messages.error(request, error.message)
     return redirect("job", pk=job.pk)
@@ -125,7 +125,7 @@ def job_cancel(request, pk: int):
     job = scope.visible(selectors.jobs(), request, pk=pk)
     if request.method == "POST":
         try:
-            services.job_cancel(job=job, actor=request.user)
+            lifecycle.job_cancel(job=job, actor=request.user)
         except PermissionDenied:
             messages.error(request, "Only the submitter, department admins and operators cancel a job.")
         except ApplicationError as error:
@@ -134,7 +134,7 @@ def job_cancel(request, pk: int):
             messages.success(request, f"Job #{job.pk} {job.name} cancelled.")
         return redirect("job", pk=job.pk)
     return render(request, "frontend/jobs/cancel.html", {
-        "job": job, "allowed": services.can_cancel(user=request.user, job=job),
+        "job": job, "allowed": lifecycle.can_cancel(user=request.user, job=job),
         "breadcrumbs": [("Jobs", reverse("jobs")), (f"#{job.pk} {job.name}", reverse("job", args=[job.pk])),
                         ("Cancel", None)],
     })

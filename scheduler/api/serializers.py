@@ -11,7 +11,7 @@ from core.api.serializers import NameField, UnsignedDecimalField, gpu_model_fiel
 from core.models import Department
 from scheduler.models import Framework, JobRun, Quota, Topology, TrainingJob
 from scheduler.selectors import WorkerRow, latest_decision, placement_run, reservation_of, run_workers
-from scheduler.services import MAX_WORKERS
+from scheduler.submission import MAX_WORKERS
 
 
 class GPUsField(UnsignedDecimalField):

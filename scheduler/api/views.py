@@ -9,12 +9,12 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
+from core.api import views as core_views
 from core.api.permissions import IsOperatorOrReadOnly
 from core.api.query import parse_query
 from core.api.throttling import SubmitThrottle
-from core.api import views as core_views
 from core.api.views import RestrictedMixin
-from scheduler import logs, selectors, services
+from scheduler import lifecycle, logs, selectors, services, submission
 from scheduler.api import serializers as s
 from scheduler.filtersets import FrameworkFilterSet, QuotaFilterSet, TrainingJobFilterSet
 from scheduler.models import Framework, JobRun, Quota, TrainingJob
@@ -150,14 +150,14 @@ class TrainingJobViewSet(
         on."""
         payload = s.TrainingJobInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        job = services.job_submit(submitter=request.user, **payload.validated_data)
+        job = submission.job_submit(submitter=request.user, **payload.validated_data)
         return Response(s.TrainingJobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=s.TrainingJobDetailSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel an unfinished job (its submitter, department admins and operators)."""
-        job = services.job_cancel(job=self.get_object(), actor=request.user)
+        job = lifecycle.job_cancel(job=self.get_object(), actor=request.user)
         return Response(s.TrainingJobDetailSerializer(job).data)
 
 
@@ -167,7 +167,7 @@ class TrainingJobViewSet(
         """Bind the request as asked (no right-sizing), or right-size again: department admins and operators."""
         body = s.KeepRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = services.job_keep_request(job=self.get_object(), keep=body.validated_data["keep_request"],
+        job = submission.job_keep_request(job=self.get_object(), keep=body.validated_data["keep_request"],
                                         actor=request.user)
         return Response(s.TrainingJobDetailSerializer(job).data)
 

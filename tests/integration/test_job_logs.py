@@ -25,10 +25,10 @@ from colocation import live_backend
 from colocation.selectors import node_views
 from core.api.throttling import SignInThrottle
 from scheduler import live, logs
+from scheduler.lifecycle import job_cancel
 from scheduler.models import JobStatus, TrainingJob
 from scheduler.policy.decisions import Preempt, Reason
 from scheduler.policy.profile import get_profile
-from scheduler.services import job_cancel
 from tests.integration.gangs import add_gang_nodes, gang_admit, gang_job
 from tests.integration.livecluster import T0, on_emulator, tick
 from tests.integration.tidalcli import Tidal

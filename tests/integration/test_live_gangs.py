@@ -5,7 +5,7 @@ import pytest
 
 from cluster.backend import ClusterEvent, EventKind
 from core.models import Decision
-from scheduler import live, services
+from scheduler import lifecycle, live
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.policy.decisions import CycleResult, Preempt, Reason, Reserve, StillPending
 from scheduler.policy.priority import ScoreBreakdown
@@ -141,7 +141,7 @@ def test_a_crash_mid_bind_is_repaired_by_requeuing_the_gang_and_removing_its_wor
 
 def test_a_crash_after_binding_every_worker_is_repaired_by_marking_the_gang_running(world, cluster, monkeypatch):
     job = gang_job(world)
-    monkeypatch.setattr(services, "job_start", lambda **kw: (_ for _ in ()).throw(Crash()))
+    monkeypatch.setattr(lifecycle, "job_start", lambda **kw: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
         live._admit(gang_admit(job), cluster[0], cluster[1].now())
     monkeypatch.undo()
@@ -164,7 +164,7 @@ def test_preempting_a_gang_evicts_every_worker(world, cluster):
 
 def test_cancelling_a_running_gang_evicts_its_workers_and_its_service(world, cluster):
     job = running_gang(world, cluster)
-    services.job_cancel(job=job, actor=world.users["member"])
+    lifecycle.job_cancel(job=job, actor=world.users["member"])
     report = tick(cluster)
     assert sorted(report.repaired) == sorted(f"pod {p}: orphan evicted" for p in gang_pods(job))
     assert on_cluster(cluster, job) == [] and cluster[0].services() == {}
