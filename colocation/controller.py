@@ -202,7 +202,7 @@ def _advance(record: NodeTransition, backend: ClusterBackend, nodes: dict, pods:
             break
         report.steps += 1
         state = replace(state, step=action.step)
-        _persist(record, action, now, report)
+        step_persist(record, action, now, report)
         if is_final(action):
             break
         nodes = {n.name: n for n in backend.nodes()}
@@ -297,7 +297,8 @@ def _catch_up(record: NodeTransition, observed: NodeView, pods: observe.PodIndex
 
 
 @transaction.atomic
-def _persist(record: NodeTransition, action, now: float, report: LendingReport) -> None:
+def step_persist(record: NodeTransition, action, now: float, report: LendingReport) -> None:
+    """Record that the transition's step is done (after its action ran): the seam a crash between the two hits."""
     record.step = action.step.value
     record.waiting_for = action.reason if isinstance(action, Wait) else ""
     node = record.node.name

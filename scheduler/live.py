@@ -76,7 +76,7 @@ class Recorded:
 def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> TickReport:
     """One tick of the live loop against `backend` at `now` with the policy `profile`."""
     report = TickReport()
-    recorded = _record_events(backend.drain_events(), now)
+    recorded = record_events(backend.drain_events(), now)
     report.finished = recorded.finished
     pod_logs_archive(backend=backend, pods=recorded.ended)  # still readable: a pod that ended stays until cleaned up
     for stop in recorded.stops:
@@ -86,7 +86,7 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
     workload = learned_workload()
     with frozen_heap():
         result = schedule(snapshot, profile, lending_profile(), workload)
-    _act(result, backend, now, report)
+    act(result, backend, now, report)
     return report
 
 
@@ -94,7 +94,7 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
 
 
 @transaction.atomic
-def _record_events(events: list[ClusterEvent], now: float) -> Recorded:
+def record_events(events: list[ClusterEvent], now: float) -> Recorded:
     """Finished pods end their job; pods evicted by someone else put their job back in the queue. For a gang, a
     finished worker is marked and the job ends when all have; a worker failed or evicted requeues the whole gang."""
     recorded = Recorded()
@@ -229,19 +229,20 @@ def _stop(backend: ClusterBackend, stop: Stop) -> None:
 # --- acting ----------------------------------------------------------------------------------------
 
 
-def _act(result: CycleResult, backend: ClusterBackend, now: float, report: TickReport) -> None:
+def act(result: CycleResult, backend: ClusterBackend, now: float, report: TickReport) -> None:
+    """Carry out a cycle's decisions on the cluster, victims first (the tick's acting step; tests drive it too)."""
     pending = []
     stopping: set[int] = set()  # victims whose pods still hold their room (graceful termination)
     for decision in result.decisions:
         if isinstance(decision, Preempt):
-            if _preempt(decision, backend, now):
+            if preempt(decision, backend, now):
                 stopping.add(decision.job_id)
             report.preempted += 1
         elif isinstance(decision, Admit):
             if stopping.intersection(decision.preempting):
                 _wait_for_victims(decision, stopping)
             else:
-                report.admitted += _admit(decision, backend, now)
+                report.admitted += admit(decision, backend, now)
         elif isinstance(decision, StillPending):
             pending.append(decision)
     reserved = _record_reservations(result.reserved)
@@ -249,7 +250,7 @@ def _act(result: CycleResult, backend: ClusterBackend, now: float, report: TickR
     report.pending = len(pending)
 
 
-def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
+def preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
     """Requeue the victim, then evict its pod (every worker's, for a gang); True when a pod is still shutting down
     (it keeps its room)."""
     with transaction.atomic():
@@ -307,7 +308,7 @@ def _pod_specs(decision: Admit, job: TrainingJob, run: JobRun) -> list[tuple[Pod
             for w, worker in zip(run.workers, decision.workers, strict=True)]
 
 
-def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
+def admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
     """Record the admission, then bind every worker or none (a gang's headless Service first)."""
     recorded = lifecycle.job_admit(admission=decision, now=now)
     if recorded is None:

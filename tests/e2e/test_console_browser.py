@@ -354,7 +354,7 @@ def test_the_job_page_shows_its_log_follows_it_and_keeps_the_archive_of_a_preemp
 
         victim = Preempt(job_id=job.pk, job_name=job.name, node="t4-0", for_job_id=999, run_time_s=60, requeue=True,
                          reason=Reason.PREEMPTED_PRIORITY, message="preempted for job 999 (higher score)")
-        live._preempt(victim, cluster, clock.now())
+        live.preempt(victim, cluster, clock.now())
         store.save(redis, namespace, cluster)
         console.open(f"/jobs/{job.pk}/")
         expect(log).to_contain_text("Received SIGTERM (signal 15): preempted for job 999")

@@ -192,7 +192,7 @@ def test_a_tick_acting_on_a_stale_snapshot_undoes_nothing(world, cluster):
     lifecycle.job_cancel(job=cancelled, actor=world.users["member"])  # after the snapshot, before acting
     TrainingJob.objects.filter(pk=victims[0]).update(status=JobStatus.SUCCEEDED)  # it ended meanwhile
     report = live.TickReport()
-    live._act(result, backend, clock.now(), report)
+    live.act(result, backend, clock.now(), report)
     assert TrainingJob.objects.get(pk=cancelled.pk).status == JobStatus.CANCELLED
     assert TrainingJob.objects.get(pk=victims[0]).status == JobStatus.SUCCEEDED
     assert TrainingJob.objects.get(pk=victims[1]).status == JobStatus.PENDING

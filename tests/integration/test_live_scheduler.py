@@ -57,7 +57,7 @@ def test_a_failed_pod_fails_its_job_once(world, cluster):
     run = TrainingJob.objects.get(pk=job.pk).runs.get()
     at = cluster[1].now() + 1
     failed = ClusterEvent(EventKind.POD_FAILED, at, run.node.name, run.pod, job.pk, "Error: exit code 3")
-    assert live._record_events([failed, failed], now=at).finished == 1  # reported twice (a watch and a resync): once
+    assert live.record_events([failed, failed], now=at).finished == 1  # reported twice (a watch and a resync): once
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and job.runs.get().outcome == JobRun.Outcome.FAILED
     assert "exit code 3" in Decision.objects.get(subject=f"job:{job.pk}", reason="failed").message
