@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, replace
 from django.conf import settings
 from django.db import transaction
 
-from cluster.backend import (INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, BackendError, ClusterBackend,
-                             PodView)
+from cluster.backend import INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend, PodView
 from cluster.clock import utc
 from cluster.types import NodeState, NodeView, Pool
 from colocation import demand_history, observe, replicas, services
@@ -40,9 +39,10 @@ from core.models import Decision
 from profiling.selectors import task_histories
 from scheduler.lifecycle import job_take_back
 from scheduler.logs import pod_evict
-from scheduler.models import JobRun, JobStatus, TrainingJob
+from scheduler.models import JobStatus, TrainingJob
 from scheduler.runs import run_service
 from scheduler.selectors import learned_workload
+from scheduler.teardown import Stop, run_stop
 
 log = logging.getLogger(__name__)
 MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting run in one tick
@@ -225,26 +225,9 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
         if pod is not None and pod.spec.job_id is not None:
             run = job_take_back(job_id=pod.spec.job_id, node=node, now=now)
             if run is not None:
-                _stop_gang(backend, run, action.pod, node)
-
-
-def _stop_gang(backend: ClusterBackend, run: JobRun, evicted: str, node: str) -> None:
-    """A gang runs whole: the take-back of one worker's node requeued the whole job, so its other workers (here and
-    on other nodes) go now, not a scheduler tick later as orphans, and its headless Service with them."""
-    for other in run.pods:
-        if other == evicted:
-            continue
-        try:  # a worker that had finished is gone already: refused, and nothing to do
-            pod_evict(backend=backend, pod=other, reason=f"its gang lost a worker: {node} taken back for inference")
-        except BackendError as error:  # refused for now (a disruption budget): the scheduler evicts orphans
-            log.info("evict %s: %s", other, error)
-    service = run_service(run)
-    if service is None:
-        return
-    try:
-        backend.delete_service(service)
-    except BackendError as error:  # a Service without pods holds nothing: logged, the take-back goes on
-        log.warning("delete service %s: %s", service, error)
+                others = tuple(p for p in run.pods if p != action.pod)  # a gang runs whole: the others go now
+                run_stop(backend=backend, stop=Stop(others, run_service(run),
+                                                    f"its gang lost a worker: {node} taken back for inference"))
 
 
 @transaction.atomic

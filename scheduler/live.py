@@ -31,7 +31,7 @@ from core.decisions import decision_record
 from core.models import Decision
 from scheduler import lifecycle, runs
 from scheduler.gcfreeze import frozen_heap
-from scheduler.logs import pod_evict, pod_logs_archive
+from scheduler.logs import pod_logs_archive
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.observe import snapshot_from_db
 from scheduler.policy.cycle import schedule
@@ -39,6 +39,7 @@ from scheduler.policy.decisions import Admit, CycleResult, Preempt, Reason, Rese
 from scheduler.policy.profile import Profile
 from scheduler.rendezvous import Gang, worker_env
 from scheduler.selectors import learned_workload
+from scheduler.teardown import Stop, run_stop
 
 log = logging.getLogger(__name__)
 # A reservation whose expected start moved by less than this is the same one (no new Decision): the estimate of
@@ -53,15 +54,6 @@ class TickReport:
     pending: int = 0
     finished: int = 0
     repaired: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Stop:
-    """What is left on the cluster of a run that ended in the database: its pods to evict, its Service to delete."""
-
-    pods: tuple[str, ...]
-    service: str | None
-    reason: str
 
 
 @dataclass
@@ -80,7 +72,7 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile) -> 
     report.finished = recorded.finished
     pod_logs_archive(backend=backend, pods=recorded.ended)  # still readable: a pod that ended stays until cleaned up
     for stop in recorded.stops:
-        _stop(backend, stop)
+        run_stop(backend=backend, stop=stop)
     _reconcile(backend, now, report)
     snapshot = snapshot_from_db(backend, now)
     workload = learned_workload()
@@ -164,7 +156,7 @@ def _reconcile(backend: ClusterBackend, now: float, report: TickReport) -> None:
                 report.repaired.append(f"job {job.pk}: {_pods_found(present)}, marked running")
             continue
         stop = _requeue_missing(job, run, [p for p in wanted if p not in pods], present, now)
-        _stop(backend, stop)
+        run_stop(backend=backend, stop=stop)
         report.repaired.append(f"job {job.pk}: no pod, requeued" if not run or not run.workers else
                                f"job {job.pk}: {len(wanted) - len(present)} of {len(wanted)} worker pods missing, "
                                f"requeued")
@@ -172,12 +164,12 @@ def _reconcile(backend: ClusterBackend, now: float, report: TickReport) -> None:
     for name in sorted(pods.keys() - expected):
         pod = pods[name]
         if runs.job_of_pod(name) is not None and not pod.terminating:
-            _evict(backend, name, "orphan: its job is no longer admitted or running")
+            run_stop(backend=backend, stop=Stop((name,), None, "orphan: its job is no longer admitted or running"))
             report.repaired.append(f"pod {name}: orphan evicted")
             if pod.spec.subdomain:  # a gang's: its Service goes with it (a cancelled gang's, say)
                 orphaned_services.add(pod.spec.subdomain)
     for service in sorted(orphaned_services):
-        _delete_service(backend, service)
+        run_stop(backend=backend, stop=Stop((), service, "orphan: its gang is no longer admitted or running"))
 
 
 def _pods_found(present: list[str]) -> str:
@@ -202,28 +194,6 @@ def _requeue_missing(job: TrainingJob, run: JobRun | None, missing: list[str], p
         lifecycle.job_requeue(job=locked, now=now, reason="pod-missing", outcome=JobRun.Outcome.FAILED,
                              message=message, ended=tuple(missing))
     return Stop(tuple(present), runs.run_service(run) if run else None, f"job {job.pk}: a worker pod is missing")
-
-
-def _evict(backend: ClusterBackend, pod: str, reason: str) -> None:
-    """Every eviction of the loop, with the pod's log archived (README: Job logs)."""
-    try:
-        pod_evict(backend=backend, pod=pod, reason=reason)
-    except BackendError as error:  # already gone: nothing to free
-        log.info("evict %s: %s", pod, error)
-
-
-def _delete_service(backend: ClusterBackend, name: str) -> None:
-    try:
-        backend.delete_service(name)
-    except BackendError as error:  # refused: a Service without pods holds nothing; logged for the operator
-        log.warning("delete service %s: %s", name, error)
-
-
-def _stop(backend: ClusterBackend, stop: Stop) -> None:
-    for pod in stop.pods:
-        _evict(backend, pod, stop.reason)
-    if stop.service:
-        _delete_service(backend, stop.service)
 
 
 # --- acting ----------------------------------------------------------------------------------------
@@ -264,7 +234,8 @@ def preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
                              outcome=JobRun.Outcome.PREEMPTED)
     if run is None or not live_pods:
         return False
-    _stop(backend, Stop(tuple(live_pods), runs.run_service(run), f"preempted for job {decision.for_job_id}"))
+    run_stop(backend=backend,
+             stop=Stop(tuple(live_pods), runs.run_service(run), f"preempted for job {decision.for_job_id}"))
     return any(p.spec.name in live_pods for p in backend.pods())
 
 
@@ -347,7 +318,8 @@ def _bind_failed(job: TrainingJob, run: JobRun, specs: list[tuple[PodSpec, str]]
         locked = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
         lifecycle.job_requeue(job=locked, now=now, reason="bind-failed", outcome=JobRun.Outcome.FAILED,
                              message=message, ended=refused)
-    _stop(backend, Stop(tuple(bound), runs.run_service(run), f"gang job {job.pk} could not start whole"))
+    run_stop(backend=backend,
+             stop=Stop(tuple(bound), runs.run_service(run), f"gang job {job.pk} could not start whole"))
 
 
 @transaction.atomic
