@@ -23,8 +23,7 @@ from redis import Redis
 from colocation import selectors as colocation_selectors, services as colocation_services
 from colocation.models import NodeState, NodeTransition
 from colocation.policy import Direction
-from core import telemetry
-from core import selectors as core_selectors
+from core import selectors as core_selectors, telemetry
 from core.errors import ApplicationError
 from core.filtersets import DecisionFilterSet
 from core.models import Decision, Membership
@@ -39,7 +38,7 @@ from frontend.dashboards.tables import DecisionTable
 from frontend.departments.views import quota_bar
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
-from frontend.metrics import WAIT_BUCKETS, web_target
+from frontend.metrics import WAIT_BUCKETS
 from scheduler import selectors, services
 from scheduler.policy import PROFILES
 
@@ -106,7 +105,7 @@ def _frame(request, url_name: str) -> dict:
 @operator_required
 def overview(request):
     specs, error = [], ""
-    selector = f'service="{web_target(settings.TIDAL_REDIS_NAMESPACE)}"'
+    selector = f'service="{telemetry.web_target(settings.TIDAL_REDIS_NAMESPACE)}"'
     try:
         specs = [charts.spec(chart, selector=selector, range_name=_range(request)) for chart in charts.OVERVIEW]
     except prometheus.PrometheusDown as down:

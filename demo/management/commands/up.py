@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from cluster.simulated.exporter import register_target, target_file, target_name
-from frontend import metrics
+from core import telemetry
 from demo.data import DEMO_PASSWORD, OPERATOR, USERS
 
 
@@ -74,7 +74,7 @@ class Command(BaseCommand):
         call_command("collectstatic", interactive=False, verbosity=0)
         if not no_demo:
             call_command("load_demo", all_nodes=all_nodes, stdout=self.stdout)
-        web_target = metrics.web_target(settings.TIDAL_REDIS_NAMESPACE)
+        web_target = telemetry.web_target(settings.TIDAL_REDIS_NAMESPACE)
         children = self._start(host, port, logs, demo_workload=not no_demo, pipeline=not no_pipeline)
         try:
             self._wait_ready(f"http://{host}:{port}/api/schema/", children)
