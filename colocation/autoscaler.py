@@ -25,7 +25,7 @@ from colocation.live_backend import live_cluster
 from colocation.models import InferenceService
 from colocation.policy import autoscaling, schedules, vertical
 from colocation.policy.autoscaling import Rates, ScaleDecision, ScalingPolicy, ServiceView
-from colocation.policy.views import capacity as node_capacity
+from colocation.policy.group import capacity as node_capacity
 from colocation.policy.windows import zone
 from core import telemetry
 from core.decisions import decision_record

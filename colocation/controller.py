@@ -28,10 +28,10 @@ from colocation.policy import (
     next_action, seasonal_forecast,
 )
 from colocation.policy.forecast import horizon_min, take_back_times
+from colocation.policy.group import unit_name
 from colocation.policy.lending import expedite
 from colocation.policy.pools import expected_run_of
 from colocation.policy.states import Direction, Event, transition
-from colocation.policy.views import unit_name
 from core import telemetry
 from core.decisions import decision_record
 from core.errors import ApplicationError

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from cluster.backend import INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, TRAINING, ClusterBackend, PodView
 from cluster.types import NodeView
 from colocation.policy import GroupNode, InferencePod, NodeNow, NodePod, PendingPod, PodKind, TrainingPod
-from colocation.policy.views import in_group_unit
+from colocation.policy.group import in_group_unit
 from scheduler.policy.workload import MILLI, TargetWorkload, node_frag
 
 

@@ -1,6 +1,8 @@
 """Pure co-location policy: node state machine, lending decisions, conversion steps, pools."""
 
 from colocation.policy.forecast import DemandForecast, seasonal_forecast, take_back_at
+from colocation.policy.group import (Converting, GroupNode, GroupView, InferencePod, PendingPod, TrainingPod,
+                                     capacity)
 from colocation.policy.lending import Hold, Lend, LendingDecision, LendReason, TakeBack, decide_group, decide_lending
 from colocation.policy.pools import (PoolChoice, PoolReason, expected_run_s, is_long, lend_bar_s, long_bar_s,
                                      preferred_pool, requeue_after_take_back)
@@ -9,8 +11,6 @@ from colocation.policy.states import TRANSITIONS, Direction, Event, TransitionRe
 from colocation.policy.steps import (Action, Conflict, DeletePod, DetachPod, Done, EvictTraining, NodeNow, NodePod,
                                      PodKind, SetState, Step, TransitionRecord, Wait, expected_after, is_final,
                                      next_action)
-from colocation.policy.views import (Converting, GroupNode, GroupView, InferencePod, PendingPod, TrainingPod,
-                                     capacity)
 from colocation.policy.windows import busy_window, seconds_until
 
 __all__ = [
