@@ -11,7 +11,7 @@ from typing import Protocol
 import numpy as np
 
 from experiments.autoscale_eval.policies import Measured, Step
-from experiments.autoscale_eval.service import Pool, ServiceModel
+from experiments.autoscale_eval.service import Replicas, ServiceModel
 
 MINUTE = 60.0
 
@@ -62,7 +62,7 @@ def run(policy: Autoscaler, demand: np.ndarray, start: float, model: ServiceMode
         tick: Callable[[int], None] | None = None) -> Run:
     """Replay `demand` (requests/min, minute 0 at `start`) from `initial` ready replicas."""
     n = len(demand)
-    pool = Pool(initial)
+    pool = Replicas(initial)
     replicas, ready, util = np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n)
     events: list[Event] = []
     for t in range(n):

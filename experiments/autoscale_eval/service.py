@@ -36,7 +36,7 @@ class ServiceModel:
         return demand / (ready * self.capacity) if ready else (math.inf if demand > 0 else 0.0)
 
 
-class Pool:
+class Replicas:
     """The replicas of the service: each with the minute it starts serving."""
 
     def __init__(self, replicas: int) -> None:
