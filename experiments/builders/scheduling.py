@@ -1,4 +1,4 @@
-"""Fluent builders of the scheduler policy's inputs (nodes, jobs, quotas, snapshots), in the spirit of Kueue's testing wrappers."""
+"""Fluent builders of the scheduler policy's inputs (nodes, jobs, quotas, snapshots), as Kueue's testing wrappers."""
 
 from __future__ import annotations
 
