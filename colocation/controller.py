@@ -24,8 +24,8 @@ from colocation.live_backend import live_cluster
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
-    DemandForecast, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final,
-    next_action, seasonal_forecast,
+    DemandForecast, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, drive, is_final,
+    seasonal_forecast,
 )
 from colocation.policy.forecast import horizon_min, take_back_times
 from colocation.policy.group import unit_name
@@ -45,7 +45,7 @@ from scheduler.selectors import learned_workload
 from scheduler.teardown import Stop, run_stop
 
 log = logging.getLogger(__name__)
-MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting run in one tick
+MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting, in one tick (which holds the cluster lock)
 
 
 @dataclass
@@ -192,8 +192,9 @@ def _advance(record: NodeTransition, backend: ClusterBackend, nodes: dict, pods:
     _catch_up(record, nodes[name], pods, now)
     state = TransitionRecord(name, Direction(record.direction), Step(record.step), record.started_at.timestamp(),
                              record.evict_at.timestamp() if record.evict_at else 0.0)
-    for _ in range(MAX_STEPS_PER_TICK):
-        action = next_action(state, observe.node_now(nodes[name], pods), now)
+    node = nodes[name]
+    # drive() plans each action on the node as it is then: node and pods are read again after every action
+    for action in drive(state, lambda: observe.node_now(node, pods), now, MAX_STEPS_PER_TICK):
         try:
             _execute(action, record, backend, pods, now)
         except BackendBusy as busy:  # e.g. a disruption budget: the same step is tried again next tick
@@ -201,12 +202,10 @@ def _advance(record: NodeTransition, backend: ClusterBackend, nodes: dict, pods:
             record.save(update_fields=["waiting_for"])
             break
         report.steps += 1
-        state = replace(state, step=action.step)
         step_persist(record, action, now, report)
-        if is_final(action):
-            break
-        nodes = {n.name: n for n in backend.nodes()}
-        pods = observe.PodIndex.of(backend)
+        if not is_final(action):
+            node = next(n for n in backend.nodes() if n.name == name)
+            pods = observe.PodIndex.of(backend)
     return observe.PodIndex.of(backend)
 
 

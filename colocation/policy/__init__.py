@@ -9,7 +9,7 @@ from colocation.policy.pools import (PoolChoice, PoolReason, expected_run_s, is_
 from colocation.policy.profile import DEFAULT, BusyWindow, LendingProfile, Thresholds
 from colocation.policy.states import TRANSITIONS, Direction, Event, TransitionResult, transition
 from colocation.policy.steps import (Action, Conflict, DeletePod, DetachPod, Done, EvictTraining, NodeNow, NodePod,
-                                     PodKind, SetState, Step, TransitionRecord, Wait, expected_after, is_final,
+                                     PodKind, SetState, Step, TransitionRecord, Wait, drive, expected_after, is_final,
                                      next_action)
 from colocation.policy.windows import busy_window, seconds_until
 
@@ -20,6 +20,6 @@ __all__ = [
     "LendingDecision", "LendingProfile", "NodeNow", "NodePod", "PendingPod", "PodKind", "PoolChoice", "PoolReason",
     "SetState", "Step", "TRANSITIONS", "TakeBack", "Thresholds", "TrainingPod", "TransitionRecord",
     "TransitionResult", "Wait", "busy_window", "capacity", "decide_group", "decide_lending", "expected_after",
-    "expected_run_s", "is_final", "is_long", "lend_bar_s", "long_bar_s", "next_action", "preferred_pool",
+    "expected_run_s", "drive", "is_final", "is_long", "lend_bar_s", "long_bar_s", "next_action", "preferred_pool",
     "requeue_after_take_back", "seasonal_forecast", "seconds_until", "take_back_at", "transition",
 ]

@@ -4,7 +4,7 @@ Each tick: (1) the backend advances (training pods finish, inference pods become
 pods are retried); (2) training jobs arrive; (3) inference autoscaling (the real policy,
 `autoscaling.decide_group` per group) applied as ReplicaSet scales; (4) `decide_lending` per group
 opens transitions;
-(5) the step machine (`next_action`) runs each open transition as far as it can this tick (a take-back is graceful:
+(5) the step machine (`drive`, as the live controller) runs each open transition as far as it can this tick (a take-back is graceful:
 the node is cordoned at once, its training pods evicted only at the decision's `evict_at`; online pods pending
 expedite every cordoned take-back of their group, `lending.expedite`; a training pod's expected end is exact here,
 its start + its job's run time);
@@ -29,7 +29,7 @@ from cluster.clock import VirtualClock
 from cluster.types import NodeState, NodeView, Pool, QuotaView
 from colocation import observe
 from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupView, Lend,
-                               SetState, TakeBack, TransitionRecord, Wait, decide_lending, is_final, next_action,
+                               SetState, TakeBack, TransitionRecord, Wait, decide_lending, drive,
                                requeue_after_take_back)
 from colocation.policy import autoscaling
 from colocation.policy.forecast import DemandForecast, horizon_min, seasonal_forecast, take_back_times
@@ -48,7 +48,7 @@ from scheduler.policy import Admit, CycleResult, Preempt, get_profile, schedule
 from scheduler.policy.workload import jobs_workload
 
 HISTORY_MIN = 7 * 1440 + 60  # what the seasonal forecast reads: up to 7 days and an hour
-MAX_STEPS_PER_TICK = 64  # per transition; a lend of a node with many pods needs 2 per pod
+MAX_STEPS_PER_TICK = 64  # per transition (a virtual tick holds no lock); a lend of a node with many pods needs 2 per pod
 
 
 @dataclass
@@ -379,8 +379,7 @@ class CoLocationSim:
         pods = observe.PodIndex.of(self.backend)
         for name in sorted(self.records):
             record = self.records[name]
-            for _ in range(MAX_STEPS_PER_TICK):
-                action = next_action(record, observe.node_now(self._node(name), pods), now)
+            for action in drive(record, lambda: observe.node_now(self._node(name), pods), now, MAX_STEPS_PER_TICK):
                 self._execute(action, now)
                 if not isinstance(action, Wait):
                     pods = observe.PodIndex.of(self.backend)  # the action changed the cluster
@@ -391,14 +390,11 @@ class CoLocationSim:
                     self.metrics.transitions[record.direction.value] += 1
                     del self.records[name]
                     self._dirty = True
-                    break
-                if isinstance(action, Conflict):
+                elif isinstance(action, Conflict):
                     self.metrics.conflicts += 1
                     del self.records[name]
-                    break
-                self.records[name] = record
-                if is_final(action):
-                    break
+                else:
+                    self.records[name] = record
         after = self.serving()
         self.metrics.serving_drops += sum(1 for rs, n in before.items() if after[rs] < n)
 
