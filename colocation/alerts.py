@@ -30,7 +30,7 @@ def watch_short(service: InferenceService, d: ScaleDecision, ready: int, now: fl
     """Alert once per episode when a service was capped below what it asked, or stays short of its desired
     replicas longer than SHORT_AFTER_S; the alerts raised now."""
     raised = []
-    if d.reason is autoscaling.Reason.PRIORITY:
+    if d.reason is autoscaling.ScaleReason.PRIORITY:
         raised.append(alert(service, "priority-capped", d.message, {"current": d.current, "target": d.target,
                                                                     "asked": d.data.get("asked")}, now, redis, namespace))
     else:

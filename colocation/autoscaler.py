@@ -25,7 +25,7 @@ from colocation.live_backend import live_cluster
 from colocation.models import InferenceService
 from colocation.policy import autoscaling, schedules, vertical
 from colocation.policy.autoscaling import Rates, ScaleDecision, ScalingPolicy, ServiceView
-from colocation.policy.views import capacity as node_capacity
+from colocation.policy.group import capacity as node_capacity
 from colocation.policy.windows import zone
 from core import telemetry
 from core.decisions import decision_record
@@ -207,7 +207,7 @@ def _recommend(service: InferenceService, now: float, report: AutoscaleReport, r
         if last is not None and now - float(last) < VERTICAL_EVERY_S:
             return
         redis.hset(f"{namespace}:{VERTICAL_KEY}", service.name, now)
-    rows = service_load(service=service, since=utc(now - 86400), until=utc(now))
+    rows = service_load(service_id=service.pk, since=utc(now - 86400), until=utc(now))
     gpu, cpu = [], []
     for g, c in rows.values_list("gpu_util_mean", "cpu_util_mean"):
         if g is not None:

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, replace
 from django.conf import settings
 from django.db import transaction
 
-from cluster.backend import (INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, BackendError, ClusterBackend,
-                             PodView)
+from cluster.backend import INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend, PodView
 from cluster.clock import utc
 from cluster.types import NodeState, NodeView, Pool
 from colocation import demand_history, observe, replicas, services
@@ -25,26 +24,28 @@ from colocation.live_backend import live_cluster
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
-    DemandForecast, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, is_final,
-    next_action, seasonal_forecast,
+    DemandForecast, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, drive, is_final,
+    seasonal_forecast,
 )
 from colocation.policy.forecast import horizon_min, take_back_times
+from colocation.policy.group import unit_name
 from colocation.policy.lending import expedite
 from colocation.policy.pools import expected_run_of
 from colocation.policy.states import Direction, Event, transition
-from colocation.policy.views import unit_name
 from core import telemetry
 from core.decisions import decision_record
 from core.errors import ApplicationError
 from core.models import Decision
 from profiling.selectors import task_histories
+from scheduler.lifecycle import job_take_back
 from scheduler.logs import pod_evict
-from scheduler.models import JobRun, JobStatus, TrainingJob
+from scheduler.models import JobStatus, TrainingJob
+from scheduler.runs import run_service
 from scheduler.selectors import learned_workload
-from scheduler.services import job_take_back, run_service
+from scheduler.teardown import Stop, run_stop
 
 log = logging.getLogger(__name__)
-MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting run in one tick
+MAX_STEPS_PER_TICK = 16  # a conversion's actions that need no waiting, in one tick (which holds the cluster lock)
 
 
 @dataclass
@@ -191,8 +192,9 @@ def _advance(record: NodeTransition, backend: ClusterBackend, nodes: dict, pods:
     _catch_up(record, nodes[name], pods, now)
     state = TransitionRecord(name, Direction(record.direction), Step(record.step), record.started_at.timestamp(),
                              record.evict_at.timestamp() if record.evict_at else 0.0)
-    for _ in range(MAX_STEPS_PER_TICK):
-        action = next_action(state, observe.node_now(nodes[name], pods), now)
+    node = nodes[name]
+    # drive() plans each action on the node as it is then: node and pods are read again after every action
+    for action in drive(state, lambda: observe.node_now(node, pods), now, MAX_STEPS_PER_TICK):
         try:
             _execute(action, record, backend, pods, now)
         except BackendBusy as busy:  # e.g. a disruption budget: the same step is tried again next tick
@@ -200,12 +202,10 @@ def _advance(record: NodeTransition, backend: ClusterBackend, nodes: dict, pods:
             record.save(update_fields=["waiting_for"])
             break
         report.steps += 1
-        state = replace(state, step=action.step)
-        _persist(record, action, now, report)
-        if is_final(action):
-            break
-        nodes = {n.name: n for n in backend.nodes()}
-        pods = observe.PodIndex.of(backend)
+        step_persist(record, action, now, report)
+        if not is_final(action):
+            node = next(n for n in backend.nodes() if n.name == name)
+            pods = observe.PodIndex.of(backend)
     return observe.PodIndex.of(backend)
 
 
@@ -224,26 +224,9 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
         if pod is not None and pod.spec.job_id is not None:
             run = job_take_back(job_id=pod.spec.job_id, node=node, now=now)
             if run is not None:
-                _stop_gang(backend, run, action.pod, node)
-
-
-def _stop_gang(backend: ClusterBackend, run: JobRun, evicted: str, node: str) -> None:
-    """A gang runs whole: the take-back of one worker's node requeued the whole job, so its other workers (here and
-    on other nodes) go now, not a scheduler tick later as orphans, and its headless Service with them."""
-    for other in run.pods:
-        if other == evicted:
-            continue
-        try:  # a worker that had finished is gone already: refused, and nothing to do
-            pod_evict(backend=backend, pod=other, reason=f"its gang lost a worker: {node} taken back for inference")
-        except BackendError as error:  # refused for now (a disruption budget): the scheduler evicts orphans
-            log.info("evict %s: %s", other, error)
-    service = run_service(run)
-    if service is None:
-        return
-    try:
-        backend.delete_service(service)
-    except BackendError as error:  # a Service without pods holds nothing: logged, the take-back goes on
-        log.warning("delete service %s: %s", service, error)
+                others = tuple(p for p in run.pods if p != action.pod)  # a gang runs whole: the others go now
+                run_stop(backend=backend, stop=Stop(others, run_service(run),
+                                                    f"its gang lost a worker: {node} taken back for inference"))
 
 
 @transaction.atomic
@@ -296,7 +279,8 @@ def _catch_up(record: NodeTransition, observed: NodeView, pods: observe.PodIndex
 
 
 @transaction.atomic
-def _persist(record: NodeTransition, action, now: float, report: LendingReport) -> None:
+def step_persist(record: NodeTransition, action, now: float, report: LendingReport) -> None:
+    """Record that the transition's step is done (after its action ran): the seam a crash between the two hits."""
     record.step = action.step.value
     record.waiting_for = action.reason if isinstance(action, Wait) else ""
     node = record.node.name

@@ -51,7 +51,7 @@ class ProfileLoads:
         self.window_min = window_min
 
     def recent(self, service: InferenceService, now: float) -> tuple[LoadMinute, ...]:
-        rows = service_load(service=service, since=utc(now - self.window_min * MINUTE), until=utc(now))
+        rows = service_load(service_id=service.pk, since=utc(now - self.window_min * MINUTE), until=utc(now))
         return tuple(LoadMinute(r.minute.timestamp(), r.replicas, gpu=r.gpu_util_mean, cpu=r.cpu_util_mean,
                                 qps=r.qps) for r in rows)
 

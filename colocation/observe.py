@@ -1,6 +1,6 @@
 """What the lending policy and the step machine look at, read off any ClusterBackend.
 
-Shared by the live controller (colocation/controller.py) and the co-location simulation (colocation/sim/), so
+Shared by the live controller (colocation/controller.py) and the co-location simulation (experiments/colocation_sim/), so
 both observe the cluster the same way. Pure: no Django; the caller adds what only it knows (pending training
 jobs, open transition records, thresholds).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from cluster.backend import INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, TRAINING, ClusterBackend, PodView
 from cluster.types import NodeView
 from colocation.policy import GroupNode, InferencePod, NodeNow, NodePod, PendingPod, PodKind, TrainingPod
-from colocation.policy.views import in_group_unit
+from colocation.policy.group import in_group_unit
 from scheduler.policy.workload import MILLI, TargetWorkload, node_frag
 
 

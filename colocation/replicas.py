@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, SERVICE_LABEL, BackendError, ClusterBackend, PodSpec
 from cluster.types import GpuShare
 from colocation.models import InferenceService, ResourceGroup
-from colocation.policy.views import in_group_unit
+from colocation.policy.group import in_group_unit
 
 log = logging.getLogger(__name__)
 

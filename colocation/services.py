@@ -11,10 +11,10 @@ from colocation.models import (InferenceService, Node, NodeTransition, ResourceG
                                ScalingThreshold)
 from colocation.policy.schedules import parse_weekdays
 from colocation.policy.states import Direction as PolicyDirection, Event, transition
+from core import selectors as core_selectors
 from core.decisions import decision_record
 from core.errors import ApplicationError, Conflict
 from core.models import Decision, Department, GPUModel
-from scheduler import selectors as scheduler_selectors
 
 log = logging.getLogger(__name__)
 SERVICE_FIELDS = (
@@ -25,7 +25,7 @@ SERVICE_FIELDS = (
 
 
 def _require_admin(*, actor, department: Department) -> None:
-    if not scheduler_selectors.can_administer(user=actor, department=department):
+    if not core_selectors.can_administer(user=actor, department=department):
         raise PermissionDenied(f"only operators and admins of {department} manage its inference services")
 
 

@@ -1,5 +1,7 @@
-"""The operator admin base every app's admin builds on."""
+"""The operator admin base every app's admin builds on, and the admin of core's own entities."""
 from django.contrib import admin
+
+from core.models import Decision, Department, GPUModel, Membership
 
 
 class OperatorPermissions:
@@ -28,3 +30,36 @@ class OperatorAdmin(OperatorPermissions, admin.ModelAdmin):
 
 class OperatorInline(OperatorPermissions, admin.TabularInline):
     extra = 0
+
+
+class MembershipInline(OperatorInline):
+    model = Membership
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Department)
+class DepartmentAdmin(OperatorAdmin):
+    list_display = ["name", "description", "created_at"]
+    search_fields = ["name"]
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(OperatorAdmin):
+    list_display = ["user", "department", "role"]
+    list_filter = ["role", "department"]
+    search_fields = ["user__username", "department__name"]
+
+
+@admin.register(GPUModel)
+class GPUModelAdmin(OperatorAdmin):
+    list_display = ["name", "memory_gib"]
+    search_fields = ["name"]
+
+
+@admin.register(Decision)
+class DecisionAdmin(OperatorAdmin):
+    list_display = ["created_at", "kind", "subject", "reason", "message"]
+    list_filter = ["kind", "reason", "department"]
+    search_fields = ["subject", "message"]
+    date_hierarchy = "created_at"

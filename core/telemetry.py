@@ -87,3 +87,8 @@ def ticks(redis, namespace: str) -> dict[tuple[str, str], int]:
     """{(loop, outcome): ticks so far}."""
     raw = redis.hgetall(_key(namespace, "loop-ticks"))
     return {tuple(k.decode().split("|", 1)): int(v) for k, v in raw.items()}
+
+
+def web_target(namespace: str) -> str:
+    """The file_sd target name (and `service` label) of the web server of the Tidal stored under `namespace`."""
+    return f"tidal-web-{namespace}"

@@ -33,7 +33,7 @@ from cluster.simulated.traces import GANG_WORKERS, GangPlan, demo_run_s, gang_pl
 from colocation.models import Node
 from core.errors import ApplicationError
 from core.models import CPU, MEMORY, Department, GPUModel, Membership
-from scheduler import selectors, services
+from scheduler import selectors, submission
 from scheduler.models import Framework
 
 POD_LIST = "alibaba-gpu-2023/openb_pod_list_default.csv"
@@ -96,7 +96,7 @@ def submit_pod(pod: PodRow, *, speedup: float, workers: int = 1) -> bool:
     submitter = member.user if member else get_user_model().objects.filter(is_staff=True).order_by("id").first()
     workers = gang_workers(pod, workers, department, gpu_model)
     try:
-        services.job_submit(
+        submission.job_submit(
             submitter=submitter, department=department, name=pod.name, image="registry.local/trace-replay:1",
             command=f"replay {pod.name}", framework=Framework.objects.get(name="pytorch", version="2.1"),
             gpu_model=gpu_model, gpus=Decimal(str(pod.gpus)) if gpu_model else Decimal(0), cpu_milli=pod.cpu_milli,

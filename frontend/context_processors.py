@@ -3,8 +3,8 @@ from dataclasses import dataclass
 
 from django.urls import reverse
 
+from core import selectors as core_selectors
 from frontend import scope
-from scheduler import selectors
 
 NAV = (  # (label, url name, who sees it)
     ("My jobs", "jobs", "member"),
@@ -45,7 +45,7 @@ def _switchable(user, memberships) -> list[dict]:
     """The switcher's choices: the user's departments (operators: every department)."""
     if user.is_staff:
         roles = {m.department.name: m.role for m in memberships}
-        return [{"name": name, "role": roles.get(name, "")} for name in selectors.department_names(user=user)]
+        return [{"name": name, "role": roles.get(name, "")} for name in core_selectors.department_names(user=user)]
     return [{"name": m.department.name, "role": m.role} for m in memberships]
 
 

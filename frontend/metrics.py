@@ -17,11 +17,6 @@ WAIT_BUCKETS = (10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 
 RESOURCES = {"gpu": "GPUs", "cpu": "CPU cores", "memory": "bytes of memory"}
 
 
-def web_target(namespace: str) -> str:
-    """The file_sd target name (and `service` label) of the web server of the Tidal stored under `namespace`."""
-    return f"tidal-web-{namespace}"
-
-
 class TidalCollector:
     def __init__(self, *, redis, namespace: str, topic_prefix: str):
         self.redis, self.namespace, self.topic_prefix = redis, namespace, topic_prefix

@@ -4,8 +4,8 @@ Every page reads through the models' `restrict(user)` querysets (the API's too),
 what a user may already see; an object outside it is a 404, never a 403 that confirms it exists."""
 from django.http import Http404
 
+from core import selectors as core_selectors
 from core.models import Membership
-from scheduler import selectors
 
 SESSION_KEY = "console_department"
 
@@ -13,7 +13,7 @@ SESSION_KEY = "console_department"
 def memberships(request) -> list[Membership]:
     """The user's memberships (cached on the request: the frame and the page both need them)."""
     if not hasattr(request, "_console_memberships"):
-        request._console_memberships = list(selectors.memberships(user=request.user))
+        request._console_memberships = list(core_selectors.memberships(user=request.user))
     return request._console_memberships
 
 

@@ -44,7 +44,7 @@ DEFAULT_WAITING_HOURS = 6
 
 
 def job_event(kind: str, reason: str) -> EventKind | None:
-    """The event a job's decision is, if any. The lifecycle writes (scheduler/services.py): job_admit an
+    """The event a job's decision is, if any. The lifecycle writes (scheduler/lifecycle.py): job_admit an
     `admission`; job_requeue a `preemption` for a preempted run, else a `pending` with its reason (`taken-back` from
     job_take_back); job_finish a `placement` with reason `finished` or `failed`. Other requeues (evicted by someone
     else, a missing pod, a failed bind or gang worker) are retried by the scheduler at once and are not events."""

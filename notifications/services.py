@@ -19,8 +19,8 @@ from notifications.events import (DEPARTMENT_EVENTS, USER_EVENTS, EventKind, Mes
 from notifications.models import (Channel, DepartmentSubscription, Delivery, Episode, Event, Preference,
                                   ScanCursor)
 from scheduler import selectors as scheduler_selectors
-from scheduler.services import amount_text
 from scheduler.models import JobStatus, TrainingJob
+from scheduler.submission import amount_text
 
 log = logging.getLogger(__name__)
 CURSOR = "decisions"

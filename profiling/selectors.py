@@ -13,7 +13,6 @@ from django.utils import timezone
 
 from cluster.types import JobStatus
 from cluster.types import JobView
-from colocation.models import InferenceService
 from profiling.models import RESOURCES, Forecast, JobMinute, LateSample, RunSummary, ServiceMinute
 from profiling.policy.aggregate import Minute, Stat, TaskHistory, Usage, combine_minutes, run_profile
 from scheduler.models import JobRun, TrainingJob
@@ -189,20 +188,20 @@ def rightsizing_advice(*, job: TrainingJob) -> Advice | None:
                   cpu_util_target=profile.cpu_util_target)
 
 
-def service_load(*, service: InferenceService, since: datetime, until: datetime) -> QuerySet[ServiceMinute]:
-    """The service's per-minute load with since <= minute < until, oldest first."""
-    return ServiceMinute.objects.filter(service=service, minute__gte=since, minute__lt=until).order_by("minute")
+def service_load(*, service_id: int, since: datetime, until: datetime) -> QuerySet[ServiceMinute]:
+    """The inference service's per-minute load with since <= minute < until, oldest first."""
+    return ServiceMinute.objects.filter(service_id=service_id, minute__gte=since, minute__lt=until).order_by("minute")
 
 
 
-def forecasts_vs_actuals(*, service: InferenceService, since: datetime, until: datetime, horizon: int = 5,
+def forecasts_vs_actuals(*, service_id: int, since: datetime, until: datetime, horizon: int = 5,
                          target: str = "gpu") -> list[dict]:
     """Per minute in [since, until): what was forecast `horizon` minutes earlier (utilization at the replicas it
     was made at, rescaled to the replicas that served the minute) and what was measured."""
-    forecasts = {f.minute: f for f in Forecast.objects.filter(service=service, target=target, horizon=horizon,
+    forecasts = {f.minute: f for f in Forecast.objects.filter(service_id=service_id, target=target, horizon=horizon,
                                                                minute__gte=since, minute__lt=until)}
     field = "gpu_util_mean" if target == "gpu" else "cpu_util_mean"
-    actual = {m.minute: m for m in service_load(service=service, since=since, until=until)}
+    actual = {m.minute: m for m in service_load(service_id=service_id, since=since, until=until)}
     rows = []
     for minute in sorted(forecasts.keys() | actual.keys()):
         f, a = forecasts.get(minute), actual.get(minute)

@@ -11,8 +11,8 @@ never stops on a bad record.
 The daily batch (`task_profiles_compute`) runs over the DATABASE, not a Flink batch job over archived
 topics: the per-minute rows the sink writes already are the archive (the broker here keeps topics in
 memory only, so there is no archived stream to re-read), and a 1 GiB Flink job for a GROUP BY over a few
-thousand run summaries is waste. Runs are summarized when they end (`run_summary_compute`, called by the
-scheduler's live loop) and again whenever late minutes of an ended run arrive.
+thousand run summaries is waste. Runs are summarized when they end (`runs_ended_summarise`, on the
+scheduler's `runs_ended`) and again whenever late minutes of an ended run arrive.
 """
 from __future__ import annotations
 
@@ -189,9 +189,14 @@ def late_samples_record(*, records: Iterable[r.LateSample]) -> RecordCounts:
 
 def run_summary_compute(*, run: JobRun, now: datetime | None = None) -> RunSummary | None:
     """Summarize one run from its minutes and its times; None while it has not ended.
-    Called by the scheduler where it ends runs, and again when late minutes of an ended run arrive."""
+    Called when late minutes of an ended run arrive (the scheduler's run ends come through runs_ended_summarise)."""
     summaries = run_summaries_compute(runs=[run], now=now)
     return summaries[0] if summaries else None
+
+
+def runs_ended_summarise(sender, *, runs: list[JobRun], now: datetime | None, **_) -> None:
+    """scheduler.signals.runs_ended: the runs' profiles join their tasks' history at once."""
+    run_summaries_compute(runs=runs, now=now)
 
 
 @transaction.atomic

@@ -1,37 +1,21 @@
 from django.contrib import admin
 
-from core.admin import OperatorAdmin, OperatorInline
-from core.models import Decision, Department, GPUModel, Membership
+from core.admin import DepartmentAdmin as CoreDepartmentAdmin, OperatorAdmin, OperatorInline
+from core.models import Department
 from scheduler.models import Framework, JobRun, Quota, TrainingJob
-
-
-class MembershipInline(OperatorInline):
-    model = Membership
-    autocomplete_fields = ["user"]
 
 
 class QuotaInline(OperatorInline):
     model = Quota
 
 
+# A department's page in the admin shows its quotas too: the scheduler's, so added here.
+admin.site.unregister(Department)
+
+
 @admin.register(Department)
-class DepartmentAdmin(OperatorAdmin):
-    list_display = ["name", "description", "created_at"]
-    search_fields = ["name"]
-    inlines = [QuotaInline, MembershipInline]
-
-
-@admin.register(Membership)
-class MembershipAdmin(OperatorAdmin):
-    list_display = ["user", "department", "role"]
-    list_filter = ["role", "department"]
-    search_fields = ["user__username", "department__name"]
-
-
-@admin.register(GPUModel)
-class GPUModelAdmin(OperatorAdmin):
-    list_display = ["name", "memory_gib"]
-    search_fields = ["name"]
+class DepartmentAdmin(CoreDepartmentAdmin):
+    inlines = [QuotaInline, *CoreDepartmentAdmin.inlines]
 
 
 @admin.register(Framework)
@@ -67,11 +51,3 @@ class TrainingJobAdmin(OperatorAdmin):
     raw_id_fields = ["node", "submitter"]
     date_hierarchy = "submitted_at"
     inlines = [JobRunInline]
-
-
-@admin.register(Decision)
-class DecisionAdmin(OperatorAdmin):
-    list_display = ["created_at", "kind", "subject", "reason", "message"]
-    list_filter = ["kind", "reason", "department"]
-    search_fields = ["subject", "message"]
-    date_hierarchy = "created_at"

@@ -1,20 +1,8 @@
 """One FilterSet per model, shared by the REST API and the console so their filters cannot drift."""
 import django_filters
-from django import forms
-from django.db.models import Q
 
 from core.filtersets import UtcDateTimeFilter
-from core.models import Decision, Membership
 from scheduler.models import Framework, JobStatus, Quota, TrainingJob
-
-
-class MembershipFilterSet(django_filters.FilterSet):
-    department = django_filters.CharFilter(field_name="department__name")
-    user = django_filters.CharFilter(field_name="user__username")
-
-    class Meta:
-        model = Membership
-        fields = ["department", "user", "role"]
 
 
 class FrameworkFilterSet(django_filters.FilterSet):
@@ -47,21 +35,3 @@ class TrainingJobFilterSet(django_filters.FilterSet):
     class Meta:
         model = TrainingJob
         fields = ["department", "submitter", "gpu_model", "status", "task_key", "quota_kind"]
-
-
-class DecisionFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="search", label="Search",
-                                  help_text="text in the decision's message, subject or reason (any case)",
-                                  widget=forms.SearchInput(attrs={"placeholder": "message, subject or reason"}))
-    kind = django_filters.ChoiceFilter(choices=Decision.Kind.choices, empty_label="any")
-    subject = django_filters.CharFilter(widget=forms.TextInput(attrs={"placeholder": "job:42, node:t4-1"}))
-    department = django_filters.CharFilter(field_name="department__name", label="Department")
-    subject_prefix = django_filters.CharFilter(field_name="subject", lookup_expr="startswith")
-    created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
-
-    class Meta:
-        model = Decision
-        fields = ["q", "kind", "subject", "reason", "department"]
-
-    def search(self, queryset, name: str, value: str):
-        return queryset.filter(Q(message__icontains=value) | Q(subject__icontains=value) | Q(reason__icontains=value))

@@ -29,9 +29,9 @@ from colocation.selectors import lending_profile
 from core import telemetry
 from core.decisions import decision_record
 from core.models import Decision
-from scheduler import services
+from scheduler import lifecycle, runs
 from scheduler.gcfreeze import frozen_heap
-from scheduler.logs import pod_evict, pod_logs_archive
+from scheduler.logs import pod_logs_archive
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.observe import snapshot_from_db
 from scheduler.policy.cache import CycleCache
@@ -41,6 +41,7 @@ from scheduler.policy.profile import Profile
 from scheduler.policy.sentences import summary
 from scheduler.rendezvous import Gang, worker_env
 from scheduler.selectors import learned_workload
+from scheduler.teardown import Stop, run_stop
 
 log = logging.getLogger(__name__)
 # A reservation whose expected start moved by less than this is the same one (no new Decision): the estimate of
@@ -57,15 +58,6 @@ class TickReport:
     repaired: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Stop:
-    """What is left on the cluster of a run that ended in the database: its pods to evict, its Service to delete."""
-
-    pods: tuple[str, ...]
-    service: str | None
-    reason: str
-
-
 @dataclass
 class Recorded:
     """What the events did: jobs that ended, and the runs whose remains the cluster must drop."""
@@ -79,17 +71,17 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile, cac
     """One tick of the live loop against `backend` at `now` with the policy `profile`; `cache`: the loop's, kept from
     one tick to the next (saves work only)."""
     report = TickReport()
-    recorded = _record_events(backend.drain_events(), now)
+    recorded = record_events(backend.drain_events(), now)
     report.finished = recorded.finished
     pod_logs_archive(backend=backend, pods=recorded.ended)  # still readable: a pod that ended stays until cleaned up
     for stop in recorded.stops:
-        _stop(backend, stop)
+        run_stop(backend=backend, stop=stop)
     _reconcile(backend, now, report)
     snapshot = snapshot_from_db(backend, now)
     workload = learned_workload()
     with frozen_heap():
         result = schedule(snapshot, profile, lending_profile(), workload, cache)
-    _act(result, backend, now, report)
+    act(result, backend, now, report)
     return report
 
 
@@ -97,7 +89,7 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile, cac
 
 
 @transaction.atomic
-def _record_events(events: list[ClusterEvent], now: float) -> Recorded:
+def record_events(events: list[ClusterEvent], now: float) -> Recorded:
     """Finished pods end their job; pods evicted by someone else put their job back in the queue. For a gang, a
     finished worker is marked and the job ends when all have; a worker failed or evicted requeues the whole gang."""
     recorded = Recorded()
@@ -106,8 +98,8 @@ def _record_events(events: list[ClusterEvent], now: float) -> Recorded:
                                                       EventKind.POD_EVICTED):
             continue
         job = TrainingJob.objects.select_for_update().filter(pk=event.job_id, status=JobStatus.RUNNING).first()
-        run = job and services.open_run(job)
-        if job is None or run is None or event.pod not in services.run_live_pods(run):
+        run = job and runs.open_run(job)
+        if job is None or run is None or event.pod not in runs.run_live_pods(run):
             continue  # an eviction we made ourselves, a worker already counted, or a pod of an earlier run
         if run.workers:
             _gang_event(event, job, run, now, recorded)
@@ -119,33 +111,33 @@ def _record_events(events: list[ClusterEvent], now: float) -> Recorded:
 
 def _one_worker_event(event: ClusterEvent, job: TrainingJob, run: JobRun, now: float, recorded: Recorded) -> None:
     if event.kind is EventKind.POD_FINISHED:
-        services.job_finish(job=job, at=event.at, status=JobStatus.SUCCEEDED,
+        lifecycle.job_finish(job=job, at=event.at, status=JobStatus.SUCCEEDED,
                             message=f"succeeded on {event.node} after run {run.attempt}")
         recorded.finished += 1
     elif event.kind is EventKind.POD_FAILED:
-        services.job_finish(job=job, at=event.at, status=JobStatus.FAILED,
+        lifecycle.job_finish(job=job, at=event.at, status=JobStatus.FAILED,
                             message=f"failed on {event.node} in run {run.attempt}: {event.detail}")
         recorded.finished += 1
     else:
-        services.job_requeue(job=job, now=now, reason="evicted", outcome=JobRun.Outcome.KILLED,
+        lifecycle.job_requeue(job=job, now=now, reason="evicted", outcome=JobRun.Outcome.KILLED,
                              message=f"requeued: its pod on {event.node} was evicted ({event.detail or 'no reason given'})")
 
 
 def _gang_event(event: ClusterEvent, job: TrainingJob, run: JobRun, now: float, recorded: Recorded) -> None:
     """A gang runs whole or not at all: only success waits for the other workers."""
-    rank, size, service = services.run_worker(run, event.pod)["rank"], len(run.workers), services.run_service(run)
+    rank, size, service = runs.run_worker(run, event.pod)["rank"], len(run.workers), runs.run_service(run)
     if event.kind is EventKind.POD_FINISHED:
-        if services.job_worker_succeeded(job=job, run=run, pod=event.pod, at=event.at):
+        if lifecycle.job_worker_succeeded(job=job, run=run, pod=event.pod, at=event.at):
             recorded.finished += 1
             recorded.stops.append(Stop((), service, "its gang succeeded"))
         return
-    others = tuple(p for p in services.run_live_pods(run) if p != event.pod)
+    others = tuple(p for p in runs.run_live_pods(run) if p != event.pod)
     if event.kind is EventKind.POD_FAILED:
         reason, outcome, what = "worker-failed", JobRun.Outcome.FAILED, f"failed ({event.detail or 'no reason given'})"
     else:
         reason, outcome, what = "evicted", JobRun.Outcome.KILLED, \
             f"was evicted ({event.detail or 'no reason given'})"
-    services.job_requeue(job=job, now=now, reason=reason, outcome=outcome, ended=(event.pod,),
+    lifecycle.job_requeue(job=job, now=now, reason=reason, outcome=outcome, ended=(event.pod,),
                          message=f"requeued: worker {rank} of {size} (pod {event.pod} on {event.node}) {what}; "
                                  f"a gang runs whole, so its {len(others)} other workers were stopped")
     recorded.stops.append(Stop(others, service, f"gang job {job.pk} ended: worker {rank} {what}"))
@@ -157,30 +149,30 @@ def _reconcile(backend: ClusterBackend, now: float, report: TickReport) -> None:
     holding = TrainingJob.objects.filter(status__in=(JobStatus.ADMITTED, JobStatus.RUNNING)).select_related("department")
     expected: set[str] = set()
     for job in holding:
-        run = services.open_run(job)
-        wanted = services.run_live_pods(run) if run else []
+        run = runs.open_run(job)
+        wanted = runs.run_live_pods(run) if run else []
         present = [p for p in wanted if p in pods]
         expected.update(present)
         if wanted and len(present) == len(wanted):
             if job.status == JobStatus.ADMITTED:  # bound, but the tick died before recording it
-                services.job_start(job=job, started_at=min(pods[p].started_at for p in present))
+                lifecycle.job_start(job=job, started_at=min(pods[p].started_at for p in present))
                 report.repaired.append(f"job {job.pk}: {_pods_found(present)}, marked running")
             continue
         stop = _requeue_missing(job, run, [p for p in wanted if p not in pods], present, now)
-        _stop(backend, stop)
+        run_stop(backend=backend, stop=stop)
         report.repaired.append(f"job {job.pk}: no pod, requeued" if not run or not run.workers else
                                f"job {job.pk}: {len(wanted) - len(present)} of {len(wanted)} worker pods missing, "
                                f"requeued")
     orphaned_services = set()
     for name in sorted(pods.keys() - expected):
         pod = pods[name]
-        if services.job_of_pod(name) is not None and not pod.terminating:
-            _evict(backend, name, "orphan: its job is no longer admitted or running")
+        if runs.job_of_pod(name) is not None and not pod.terminating:
+            run_stop(backend=backend, stop=Stop((name,), None, "orphan: its job is no longer admitted or running"))
             report.repaired.append(f"pod {name}: orphan evicted")
             if pod.spec.subdomain:  # a gang's: its Service goes with it (a cancelled gang's, say)
                 orphaned_services.add(pod.spec.subdomain)
     for service in sorted(orphaned_services):
-        _delete_service(backend, service)
+        run_stop(backend=backend, stop=Stop((), service, "orphan: its gang is no longer admitted or running"))
 
 
 def _pods_found(present: list[str]) -> str:
@@ -195,56 +187,35 @@ def _requeue_missing(job: TrainingJob, run: JobRun | None, missing: list[str], p
         message = "requeued: it was admitted but its pod is not on the cluster"
     else:
         ranks = ", ".join(f"{w['rank']} ({w['pod']} on {w['node']})"
-                          for w in (services.run_worker(run, p) for p in missing))
+                          for w in (runs.run_worker(run, p) for p in missing))
         which = f"worker {ranks} of {len(run.workers)} is" if len(missing) == 1 else \
             f"workers {ranks} of {len(run.workers)} are"
         message = (f"requeued: {which} not on the cluster; a gang runs whole, so its {len(present)} other workers "
                    f"were stopped")
     with transaction.atomic():
         locked = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
-        services.job_requeue(job=locked, now=now, reason="pod-missing", outcome=JobRun.Outcome.FAILED,
+        lifecycle.job_requeue(job=locked, now=now, reason="pod-missing", outcome=JobRun.Outcome.FAILED,
                              message=message, ended=tuple(missing))
-    return Stop(tuple(present), services.run_service(run) if run else None, f"job {job.pk}: a worker pod is missing")
-
-
-def _evict(backend: ClusterBackend, pod: str, reason: str) -> None:
-    """Every eviction of the loop, with the pod's log archived (docs/concepts/job-logs.md#archive)."""
-    try:
-        pod_evict(backend=backend, pod=pod, reason=reason)
-    except BackendError as error:  # already gone: nothing to free
-        log.info("evict %s: %s", pod, error)
-
-
-def _delete_service(backend: ClusterBackend, name: str) -> None:
-    try:
-        backend.delete_service(name)
-    except BackendError as error:  # refused: a Service without pods holds nothing; logged for the operator
-        log.warning("delete service %s: %s", name, error)
-
-
-def _stop(backend: ClusterBackend, stop: Stop) -> None:
-    for pod in stop.pods:
-        _evict(backend, pod, stop.reason)
-    if stop.service:
-        _delete_service(backend, stop.service)
+    return Stop(tuple(present), runs.run_service(run) if run else None, f"job {job.pk}: a worker pod is missing")
 
 
 # --- acting ----------------------------------------------------------------------------------------
 
 
-def _act(result: CycleResult, backend: ClusterBackend, now: float, report: TickReport) -> None:
+def act(result: CycleResult, backend: ClusterBackend, now: float, report: TickReport) -> None:
+    """Carry out a cycle's decisions on the cluster, victims first (the tick's acting step; tests drive it too)."""
     pending = []
     stopping: set[int] = set()  # victims whose pods still hold their room (graceful termination)
     for decision in result.decisions:
         if isinstance(decision, Preempt):
-            if _preempt(decision, backend, now):
+            if preempt(decision, backend, now):
                 stopping.add(decision.job_id)
             report.preempted += 1
         elif isinstance(decision, Admit):
             if stopping.intersection(decision.preempting):
                 _wait_for_victims(decision, stopping)
             else:
-                report.admitted += _admit(decision, backend, now)
+                report.admitted += admit(decision, backend, now)
         elif isinstance(decision, StillPending):
             pending.append(decision)
     reserved = _record_reservations(result.reserved)
@@ -252,7 +223,7 @@ def _act(result: CycleResult, backend: ClusterBackend, now: float, report: TickR
     report.pending = len(pending)
 
 
-def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
+def preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
     """Requeue the victim, then evict its pod (every worker's, for a gang); True when a pod is still shutting down
     (it keeps its room)."""
     with transaction.atomic():
@@ -260,13 +231,14 @@ def _preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
             pk=decision.job_id, status__in=(JobStatus.ADMITTED, JobStatus.RUNNING)).first()
         if job is None:  # ended or cancelled since the snapshot: nothing to preempt, nothing to bring back
             return False
-        run = services.open_run(job)
-        live_pods = services.run_live_pods(run) if run is not None else []
-        services.job_requeue(job=job, now=now, reason=decision.reason.value, message=decision.message,
+        run = runs.open_run(job)
+        live_pods = runs.run_live_pods(run) if run is not None else []
+        lifecycle.job_requeue(job=job, now=now, reason=decision.reason.value, message=decision.message,
                              outcome=JobRun.Outcome.PREEMPTED, summary=summary(decision))
     if run is None or not live_pods:
         return False
-    _stop(backend, Stop(tuple(live_pods), services.run_service(run), f"preempted for job {decision.for_job_id}"))
+    run_stop(backend=backend,
+             stop=Stop(tuple(live_pods), runs.run_service(run), f"preempted for job {decision.for_job_id}"))
     return any(p.spec.name in live_pods for p in backend.pods())
 
 
@@ -304,20 +276,20 @@ def _pod_specs(decision: Admit, job: TrainingJob, run: JobRun) -> list[tuple[Pod
 
     if not run.workers:
         return [(spec(run.pod, decision.gpu_shares), decision.node)]
-    service = services.run_service(run)
+    service = runs.run_service(run)
     gang = Gang(framework=str(job.framework), pods=tuple(run.pods), service=service, gpus_per_worker=r.gpus)
     return [(spec(w["pod"], worker.gpu_shares, w["rank"], worker_env(gang, w["rank"]), service), worker.node)
             for w, worker in zip(run.workers, decision.workers, strict=True)]
 
 
-def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
+def admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
     """Record the admission, then bind every worker or none (a gang's headless Service first)."""
-    recorded = services.job_admit(admission=decision, now=now)
+    recorded = lifecycle.job_admit(admission=decision, now=now)
     if recorded is None:
         return False
     job, run = recorded
     specs = _pod_specs(decision, job, run)
-    service = services.run_service(run)
+    service = runs.run_service(run)
     bound: list[str] = []
     try:
         if service:
@@ -328,7 +300,7 @@ def _admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
     except BackendError as error:
         _bind_failed(job, run, specs, bound, error, now, backend)
         return False
-    services.job_start(job=job, started_at=now)
+    lifecycle.job_start(job=job, started_at=now)
     return True
 
 
@@ -347,9 +319,10 @@ def _bind_failed(job: TrainingJob, run: JobRun, specs: list[tuple[PodSpec, str]]
         message, refused = f"requeued: the cluster refused the gang's Service ({error})", ()
     with transaction.atomic():
         locked = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
-        services.job_requeue(job=locked, now=now, reason="bind-failed", outcome=JobRun.Outcome.FAILED,
+        lifecycle.job_requeue(job=locked, now=now, reason="bind-failed", outcome=JobRun.Outcome.FAILED,
                              message=message, ended=refused)
-    _stop(backend, Stop(tuple(bound), services.run_service(run), f"gang job {job.pk} could not start whole"))
+    run_stop(backend=backend,
+             stop=Stop(tuple(bound), runs.run_service(run), f"gang job {job.pk} could not start whole"))
 
 
 @transaction.atomic
@@ -386,8 +359,8 @@ def _record_pending(decisions: list[StillPending], reserved: set[int]) -> None:
         if job.pending_reason != d.reason.value and not (d.job_id in reserved and d.reason is Reason.RESERVED):
             changed.append(Decision(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department,
                                     reason=d.reason.value, message=d.message,
-                                    data={"score": services.score_dict(d.score), "summary": summary(d)}))
-        job.queue_position, job.score, job.pending_reason = d.position + 1, services.score_dict(d.score), d.reason.value
+                                    data={"score": lifecycle.score_dict(d.score), "summary": summary(d)}))
+        job.queue_position, job.score, job.pending_reason = d.position + 1, lifecycle.score_dict(d.score), d.reason.value
     TrainingJob.objects.bulk_update(jobs.values(), ["queue_position", "score", "pending_reason"], batch_size=500)
     Decision.objects.bulk_create(changed, batch_size=500)
 

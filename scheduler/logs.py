@@ -48,7 +48,7 @@ class LogNotFound(ApplicationError):
 
 
 def pod_address(pod: str) -> tuple[int, int, int] | None:
-    """(job, attempt, rank) of a run's pod, named job-<id>-<attempt>[-<rank>] (scheduler.services.run_pod_name; rank
+    """(job, attempt, rank) of a run's pod, named job-<id>-<attempt>[-<rank>] (scheduler.runs.run_pod_name; rank
     0 for a one-worker run); None for any other pod."""
     parts = pod.split("-")
     if len(parts) not in (3, 4) or parts[0] != "job" or not all(p.isdigit() for p in parts[1:]):

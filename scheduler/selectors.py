@@ -11,7 +11,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat, NullIf
 
 from colocation.models import Node
-from core.models import CPU, MEMORY, Decision, Department, GPUModel, Membership
+from core.models import CPU, MEMORY, Decision, Department, GPUModel
 from scheduler.policy.workload import Shape, TargetWorkload
 from scheduler.models import (Framework, JobRun, JobStatus, LearnedWorkload, Quota, QuotaKind, ReplayRun,
                               TrainingJob)
@@ -117,19 +117,6 @@ def quota_limits(*, department: Department) -> dict[str, tuple[Decimal, Decimal]
         "gpu_model")}
 
 
-def is_member(*, user, department: Department, role: str | None = None) -> bool:
-    memberships = Membership.objects.filter(user=user, department=department)
-    if role is not None:
-        memberships = memberships.filter(role=role)
-    return memberships.exists()
-
-
-def can_administer(*, user, department: Department) -> bool:
-    """Operators and the department's admins manage its members and services."""
-    return user.is_staff or is_member(user=user, department=department, role=Membership.Role.ADMIN)
-
-
-
 def latest_decision(*, job: TrainingJob) -> Decision | None:
     return Decision.objects.filter(subject=f"job:{job.pk}").order_by("-created_at", "-id").first()
 
@@ -176,14 +163,6 @@ def framework(*, pk: int) -> Framework | None:
     return Framework.objects.filter(pk=pk).first()
 
 
-def gpu_model_names() -> QuerySet[str]:
-    return GPUModel.objects.values_list("name", flat=True)
-
-
-def departments() -> QuerySet[Department]:
-    return Department.objects.all()
-
-
 def listed_departments() -> QuerySet[Department]:
     """Departments with their members, pending and running jobs counted, and the GPUs their pending jobs ask for
     (workers x GPUs; a subquery: summed over the members join, each job would count once per member)."""
@@ -197,28 +176,6 @@ def listed_departments() -> QuerySet[Department]:
     )
 
 
-def department_names(*, user, role: str | None = None, containing: str = "") -> QuerySet[str]:
-    """The names of the departments `user` may see (holds `role` in, when given), those containing `containing`."""
-    rows = Department.objects.restrict(user, role)
-    return (rows.filter(name__icontains=containing) if containing else rows).order_by("name").values_list(
-        "name", flat=True)
-
-
-def departments_named(names: list[str]) -> QuerySet[Department]:
-    return Department.objects.filter(name__in=names)
-
-
-def memberships(*, user) -> QuerySet[Membership]:
-    """The user's memberships with their departments, by department name."""
-    return Membership.objects.filter(user=user).select_related("department").order_by("department__name")
-
-
-def members(*, department: Department) -> QuerySet[Membership]:
-    """A department's memberships with their users, by user name."""
-    return Membership.objects.filter(department=department).select_related("user", "department").order_by(
-        "user__username")
-
-
 def quotas() -> QuerySet[Quota]:
     """Quotas with the department and GPU model they are of."""
     return Quota.objects.select_related("department", "gpu_model")
@@ -227,11 +184,6 @@ def quotas() -> QuerySet[Quota]:
 def quota_ids(*, departments: list[str]) -> dict[tuple[str, str], int]:
     """(department, resource) → the quota's id, for the named departments."""
     return {(q.department.name, q.resource): q.pk for q in quotas().filter(department__name__in=departments)}
-
-
-def decision_log() -> QuerySet[Decision]:
-    """Every decision with its department, newest first."""
-    return Decision.objects.select_related("department")
 
 
 def replay_runs() -> QuerySet[ReplayRun]:

@@ -5,8 +5,7 @@ from django.conf import settings
 from django.utils import timezone
 from redis import Redis
 
-from scheduler import live, logs, services, whatif_run
-from scheduler.fragmentation import experiment
+from scheduler import live, logs, services
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.profile import get_profile
 
@@ -39,14 +38,3 @@ def learn_workload() -> int:
 def logs_expire() -> int:
     """Delete job log archives older than TIDAL_LOG_RETENTION_DAYS (settings: daily)."""
     return logs.logs_expire(now=timezone.now(), days=settings.TIDAL_LOG_RETENTION_DAYS)
-
-
-@shared_task(name="scheduler.fragmentation_run")
-def fragmentation_run(nodes: str, pods: str, tune: float, seeds: list[int], policy: str, seed: int) -> dict:
-    """One run (policy x seed) of `manage.py fragmentation --celery`."""
-    return experiment.run_remote(nodes, pods, tune, seeds, policy, seed)
-
-
-@shared_task(name="scheduler.replay", ignore_result=True)
-def replay_run(run_id: int) -> str:
-    return whatif_run.replay_execute(run_id=run_id).status

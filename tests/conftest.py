@@ -202,12 +202,12 @@ class _World:
 
     def submit(self, role: str = "member", **overrides):
         from core.models import Department, GPUModel
-        from scheduler import services
+        from scheduler import submission
         from scheduler.models import Framework
 
         p = self.job_payload(**overrides)
         name, _, version = p["framework"].rpartition("-")
-        return services.job_submit(
+        return submission.job_submit(
             submitter=self.users[role], department=Department.objects.get(name=p["department"]), name=p["name"],
             image=p["image"], command=p["command"], framework=Framework.objects.get(name=name, version=version),
             gpu_model=GPUModel.objects.get(name=p["gpu_model"]) if p["gpu_model"] else None,

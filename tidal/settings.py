@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "colocation",
     "profiling",
     "notifications",
+    "experiments",
     "frontend",
     "demo",
     "benchmarks",

@@ -1,7 +1,8 @@
-"""Colocation API views: inventory (read) and inference services."""
+"""Colocation API views: inventory (read) and inference services, with their load and forecasts (read from
+profiling)."""
 from django.db.models import Count, Q
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import mixins, status, viewsets
+from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -16,6 +17,8 @@ from core.api.permissions import IsOperator, IsOperatorOrReadOnly
 from core.api.query import parse_query
 from core.api.serializers import DecisionSerializer
 from core.api.views import RestrictedMixin
+from profiling import selectors as profiling_selectors
+from profiling.api import serializers as profiling_api
 
 
 class ResourceGroupViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
@@ -141,3 +144,38 @@ class InferenceServiceViewSet(
         serializer.instance = services.service_update(
             service=serializer.instance, actor=self.request.user, **serializer.validated_data
         )
+
+
+class ServiceLoadView(RestrictedMixin, generics.GenericAPIView):
+    """An inference service's per-minute load (GPU/CPU utilization, QPS, errors, latency, replicas) in
+    [since, until): by default the last hour. Visible to whoever may see the service. Beyond the schema (a 400
+    naming the field): since < until, at most 7 days apart (until defaults to now, since to an hour before until)."""
+
+    base_queryset = InferenceService.objects.all()
+    serializer_class = profiling_api.ServiceLoadSerializer
+    filter_backends = []
+
+    @extend_schema(parameters=[profiling_api.ServiceLoadQuerySerializer], responses=profiling_api.ServiceLoadSerializer)
+    def get(self, request, pk=None):
+        service = self.get_object()
+        window = parse_query(profiling_api.ServiceLoadQuerySerializer, request)
+        minutes = profiling_selectors.service_load(service_id=service.pk, since=window["since"], until=window["until"])
+        return Response(profiling_api.ServiceLoadSerializer({"service": service, **window, "minutes": minutes}).data)
+
+
+class ServiceForecastsView(RestrictedMixin, generics.GenericAPIView):
+    """An inference service's forecast versus actual load per minute in [since, until) (by default the last hour):
+    what the forecaster said `horizon` minutes earlier and what was measured. Beyond the schema (a 400 naming the
+    field): since < until, at most 7 days apart."""
+
+    base_queryset = InferenceService.objects.all()
+    serializer_class = profiling_api.ForecastsSerializer
+    filter_backends = []
+
+    @extend_schema(parameters=[profiling_api.ForecastQuerySerializer], responses=profiling_api.ForecastsSerializer)
+    def get(self, request, pk=None):
+        service = self.get_object()
+        q = parse_query(profiling_api.ForecastQuerySerializer, request)
+        rows = profiling_selectors.forecasts_vs_actuals(service_id=service.pk, since=q["since"], until=q["until"],
+                                              horizon=q["horizon"], target=q["target"])
+        return Response(profiling_api.ForecastsSerializer({"service": service, **q, "minutes": rows}).data)

@@ -33,7 +33,7 @@ MINUTE = 60
 FLOAT_SLACK = 1e-9  # 0.9/0.6*4 is 6.000000000000001: not a reason for a 7th replica
 
 
-class Reason(StrEnum):
+class ScaleReason(StrEnum):
     SCALE_OUT = "scale-out"
     SCALE_IN = "scale-in"
     PREDICTIVE_OUT = "predictive-scale-out"
@@ -53,8 +53,8 @@ class Reason(StrEnum):
     PRIORITY = "priority-capped"
 
 
-SKIPS = frozenset({Reason.SKIP_OFF, Reason.SKIP_OFFLINE, Reason.SKIP_MANUAL, Reason.SKIP_SCALING,
-                   Reason.SKIP_UNSTABLE})
+SKIPS = frozenset({ScaleReason.SKIP_OFF, ScaleReason.SKIP_OFFLINE, ScaleReason.SKIP_MANUAL, ScaleReason.SKIP_SCALING,
+                   ScaleReason.SKIP_UNSTABLE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,7 @@ class ScaleDecision:
     service: str
     current: int
     target: int
-    reason: Reason
+    reason: ScaleReason
     message: str
     data: dict = field(default_factory=dict, compare=False)
 
@@ -180,7 +180,7 @@ def _waking(view: ServiceView, skip: ScaleDecision, fresh: Sequence[LoadMinute])
     """A service at zero whose gateway saw a request comes back at once, even within STABLE_S of going to zero:
     the stability wait guards against flapping between counts, and every minute at zero now is a minute its
     requests are not served."""
-    return skip.reason is Reason.SKIP_UNSTABLE and view.replicas == 0 and bool(fresh) and bool(fresh[-1].qps)
+    return skip.reason is ScaleReason.SKIP_UNSTABLE and view.replicas == 0 and bool(fresh) and bool(fresh[-1].qps)
 
 
 def keep_minutes(policy: ScalingPolicy) -> int:
@@ -203,16 +203,16 @@ def _zero_blocked(view: ServiceView, now: float) -> str | None:
 def _skip(view: ServiceView, now: float) -> ScaleDecision | None:
     n = view.replicas
     if not view.policy.autoscaling:
-        return _hold(view, Reason.SKIP_OFF, f"{view.name}: autoscaling is off; stays at {n} replicas")
+        return _hold(view, ScaleReason.SKIP_OFF, f"{view.name}: autoscaling is off; stays at {n} replicas")
     if view.offline:
-        return _hold(view, Reason.SKIP_OFFLINE, f"{view.name} is offline; left at {n} replicas")
+        return _hold(view, ScaleReason.SKIP_OFFLINE, f"{view.name} is offline; left at {n} replicas")
     if view.manual_deploy:
-        return _hold(view, Reason.SKIP_MANUAL, f"{view.name} is being deployed by hand; left at {n} replicas")
+        return _hold(view, ScaleReason.SKIP_MANUAL, f"{view.name} is being deployed by hand; left at {n} replicas")
     if view.ready != n:
-        return _hold(view, Reason.SKIP_SCALING, f"{view.name} is still scaling: {view.ready} of {n} replicas ready")
+        return _hold(view, ScaleReason.SKIP_SCALING, f"{view.name} is still scaling: {view.ready} of {n} replicas ready")
     changed = view.replicas_changed_at
     if changed is not None and now - changed < STABLE_S:
-        return _hold(view, Reason.SKIP_UNSTABLE, f"{view.name} changed to {n} replicas {int(now - changed)} s ago; "
+        return _hold(view, ScaleReason.SKIP_UNSTABLE, f"{view.name} changed to {n} replicas {int(now - changed)} s ago; "
                                                  f"waiting until it has been stable {STABLE_S // 60} minutes")
     return None
 
@@ -243,7 +243,7 @@ def _at_current_count(view: ServiceView, run: Sequence[LoadMinute]) -> list[Load
     return kept[::-1]
 
 
-def _hold(view: ServiceView, reason: Reason, message: str, **data) -> ScaleDecision:
+def _hold(view: ServiceView, reason: ScaleReason, message: str, **data) -> ScaleDecision:
     return ScaleDecision(view.name, view.replicas, view.replicas, reason, message, data)
 
 
@@ -254,12 +254,12 @@ def _silent(view: ServiceView, now: float) -> ScaleDecision:
     if silent_min < SILENT_MINUTES or view.yesterday_max is None:
         why = "" if silent_min < SILENT_MINUTES else "; yesterday's maximum is unknown"
         since = "ever" if last is None else f"{int(silent_min)} minutes"
-        return _hold(view, Reason.STALE, f"{view.name}: no fresh metrics for {since}; stays at {view.replicas}{why}")
+        return _hold(view, ScaleReason.STALE, f"{view.name}: no fresh metrics for {since}; stays at {view.replicas}{why}")
     target = _clamp(view, view.yesterday_max, _floor(view, now))
     note = _bounded_note(target, view.yesterday_max)
     if target < view.replicas <= view.policy.max_replicas and in_peak(view.policy, now):
         target, note = view.replicas, f" (kept at {view.replicas}: no scale-in in the peak window)"
-    return ScaleDecision(view.name, view.replicas, target, Reason.FALLBACK,
+    return ScaleDecision(view.name, view.replicas, target, ScaleReason.FALLBACK,
                          f"{view.name}: no metrics for {SILENT_MINUTES}+ minutes; restored to yesterday's maximum "
                          f"of {view.yesterday_max} replicas" + note,
                          {"silent_minutes": None if last is None else int(silent_min)})
@@ -270,15 +270,15 @@ def _from_zero(view: ServiceView, now: float, newest: LoadMinute) -> ScaleDecisi
     scale to zero may not stay at zero (at least 2 replicas)."""
     target = min(_floor(view, now), view.policy.max_replicas)
     if not view.policy.scale_to_zero_idle_min:
-        return ScaleDecision(view.name, 0, target, Reason.SCALE_OUT, f"{view.name} scales out to {target} replicas: "
+        return ScaleDecision(view.name, 0, target, ScaleReason.SCALE_OUT, f"{view.name} scales out to {target} replicas: "
                              f"it is at zero without scale to zero; bounded by its minimum to {target}")
     if newest.qps:
-        return ScaleDecision(view.name, 0, target, Reason.FROM_ZERO, f"{view.name}: back from zero to {target} "
+        return ScaleDecision(view.name, 0, target, ScaleReason.FROM_ZERO, f"{view.name}: back from zero to {target} "
                              f"replicas on {newest.qps:.2f} requests/s at the gateway", {"qps": newest.qps})
     if scheduled_minimum(view.policy.schedules, now, view.policy.tz):
-        return ScaleDecision(view.name, 0, target, Reason.SCHEDULE, f"{view.name} scales from zero to {target} "
+        return ScaleDecision(view.name, 0, target, ScaleReason.SCHEDULE, f"{view.name} scales from zero to {target} "
                              f"replicas: a schedule keeps at least {target} now")
-    return _hold(view, Reason.HOLD, f"{view.name}: at zero replicas, no requests")
+    return _hold(view, ScaleReason.HOLD, f"{view.name}: at zero replicas, no requests")
 
 
 def _idle(view: ServiceView, now: float) -> ScaleDecision | None:
@@ -291,7 +291,7 @@ def _idle(view: ServiceView, now: float) -> ScaleDecision | None:
     window = [by_minute.get(newest - i) for i in range(idle)]
     if any(m is None or m.qps is None or m.qps > 0 for m in window):
         return None
-    return ScaleDecision(view.name, view.replicas, 0, Reason.TO_ZERO,
+    return ScaleDecision(view.name, view.replicas, 0, ScaleReason.TO_ZERO,
                          f"{view.name}: no request for {idle} minutes; scaled to zero")
 
 
@@ -330,43 +330,43 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
     """The reactive rule per metric and the predictive rule; the largest answer wins. With square-root headroom the
     triggers are the rates at the current count (rates_at) and every count is sized at the headroom-scaled rate."""
     n, policy = view.replicas, view.policy
-    answers: list[tuple[int, Reason, str, str]] = []  # (replicas, reason, metric, why)
+    answers: list[tuple[int, ScaleReason, str, str]] = []  # (replicas, reason, metric, why)
     for metric, base in sorted(policy.rates().items()):
         ys, rates = _trailing(loads, metric), rates_at(base, policy.headroom, n)
         if len(ys) >= OUT_MINUTES and all(v > rates.max_rate for v in ys[-OUT_MINUTES:]):
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=True)
-            answers.append((max(n + 1, k), Reason.SCALE_OUT, metric,  # over maxRate >= expectRate: one more at least
+            answers.append((max(n + 1, k), ScaleReason.SCALE_OUT, metric,  # over maxRate >= expectRate: one more at least
                             f"{metric} {_pcts(ys[-OUT_MINUTES:])} over maxRate {rates.max_rate:.0%} for "
                             f"{OUT_MINUTES} minutes: {formula}" + _nudged(k, max(n + 1, k))))
         elif len(ys) >= IN_MINUTES and all(v < rates.min_rate for v in ys[-IN_MINUTES:]):
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=False)
-            answers.append((min(n - 1, k), Reason.SCALE_IN, metric,  # under minRate <= expectRate: one fewer at least
+            answers.append((min(n - 1, k), ScaleReason.SCALE_IN, metric,  # under minRate <= expectRate: one fewer at least
                             f"{metric} under minRate {rates.min_rate:.0%} for {IN_MINUTES} minutes "
                             f"(now {ys[-1]:.0%}): {formula}" + _nudged(k, min(n - 1, k))))
         elif ys:
-            answers.append((n, Reason.HOLD, metric, f"{metric} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
+            answers.append((n, ScaleReason.HOLD, metric, f"{metric} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
                                                     f"{rates.max_rate:.0%}"))
     ahead = _ahead(view)
     if ahead is not None:
         answers.append(ahead)
     if not answers:
-        return _hold(view, Reason.STALE, f"{view.name}: no metric it scales on was measured at {n} replicas yet")
-    replicas, reason, metric, why = max(answers, key=lambda a: (a[0], a[1] is not Reason.HOLD))
-    if reason is Reason.HOLD and replicas == n:
-        why = "; ".join(a[3] for a in answers if a[1] is Reason.HOLD) or why
+        return _hold(view, ScaleReason.STALE, f"{view.name}: no metric it scales on was measured at {n} replicas yet")
+    replicas, reason, metric, why = max(answers, key=lambda a: (a[0], a[1] is not ScaleReason.HOLD))
+    if reason is ScaleReason.HOLD and replicas == n:
+        why = "; ".join(a[3] for a in answers if a[1] is ScaleReason.HOLD) or why
         if view.forecast_note and policy.predictive:
             why += f"; {view.forecast_note}"
-    if reason is Reason.SCALE_IN:
+    if reason is ScaleReason.SCALE_IN:
         replicas, reason, why = _limit_in(view, replicas, why)
         replicas, reason, why = _no_flap(view, loads, replicas, reason, why)
-    verb = {Reason.HOLD: "stays at", Reason.SCALE_IN: "scales in to"}.get(reason, "scales out to")
-    if reason is Reason.PREDICTIVE_LIMIT:
+    verb = {ScaleReason.HOLD: "stays at", ScaleReason.SCALE_IN: "scales in to"}.get(reason, "scales out to")
+    if reason is ScaleReason.PREDICTIVE_LIMIT:
         verb = "stays at" if replicas == n else "scales in only to"
     return ScaleDecision(view.name, n, replicas, reason, f"{view.name} {verb} {replicas} replicas: {why}",
                          {"metric": metric, "loads": {m: _last(loads, m) for m in policy.rates()}})
 
 
-def _limit_in(view: ServiceView, k: int, why: str) -> tuple[int, Reason, str]:
+def _limit_in(view: ServiceView, k: int, why: str) -> tuple[int, ScaleReason, str]:
     """Predictive: never scale in below what the forecast's next AHEAD minutes need at expectRate, where a
     scale-out would size them (the floor formula lands at or above expectRate, so a rise right after a scale-in
     would push the fewer replicas past maxRate)."""
@@ -379,12 +379,12 @@ def _limit_in(view: ServiceView, k: int, why: str) -> tuple[int, Reason, str]:
                 need, note = m, (f"the {metric} forecast peaks at {peak:.0%} of {n} replicas within {AHEAD} "
                                  f"minutes: {formula} keep it at expectRate")
     if need <= k:
-        return k, Reason.SCALE_IN, why
-    return min(n, need), Reason.PREDICTIVE_LIMIT, f"{why}; but {note}"
+        return k, ScaleReason.SCALE_IN, why
+    return min(n, need), ScaleReason.PREDICTIVE_LIMIT, f"{why}; but {note}"
 
 
-def _no_flap(view: ServiceView, loads: Sequence[LoadMinute], k: int, reason: Reason,
-             why: str) -> tuple[int, Reason, str]:
+def _no_flap(view: ServiceView, loads: Sequence[LoadMinute], k: int, reason: ScaleReason,
+             why: str) -> tuple[int, ScaleReason, str]:
     """Never scale in to a count where the peak of the last IN_MINUTES minutes (the minutes that justified the
     scale-in) would be over maxRate: the scale-out rule would then fire on the very load just measured, and the
     replicas it asks come back only after the start-up. floor(y/expectRate×N) sizes the newest minute alone, so
@@ -406,10 +406,10 @@ def _no_flap(view: ServiceView, loads: Sequence[LoadMinute], k: int, reason: Rea
                              f"{peak * n / (m - 1):.0%} at {m - 1}, over maxRate {rate:.0%}")
     if need == k:
         return k, reason, why
-    return need, Reason.HOLD if need == n else reason, f"{why}; kept at {need}: {note}"
+    return need, ScaleReason.HOLD if need == n else reason, f"{why}; kept at {need}: {note}"
 
 
-def _ahead(view: ServiceView) -> tuple[int, Reason, str, str] | None:
+def _ahead(view: ServiceView) -> tuple[int, ScaleReason, str, str] | None:
     """Predictive: if any AHEAD_OVER of the next AHEAD forecast minutes exceed maxRate, scale out ahead of the
     peak to what the forecast peak needs."""
     if not view.policy.predictive:
@@ -426,7 +426,7 @@ def _ahead(view: ServiceView) -> tuple[int, Reason, str, str] | None:
             why = (f"{metric} forecast {_pcts(ahead)} over the next {AHEAD} minutes exceeds maxRate "
                    f"{r.max_rate:.0%} {sum(v > r.max_rate for v in ahead)} times: {formula} ahead of the peak")
             if best is None or k > best[0]:
-                best = (k, Reason.PREDICTIVE_OUT, metric, why)
+                best = (k, ScaleReason.PREDICTIVE_OUT, metric, why)
     return best
 
 
@@ -456,7 +456,7 @@ def _bounded(view: ServiceView, now: float, d: ScaleDecision) -> ScaleDecision:
     if target < n and in_peak(policy, now):
         if n <= policy.max_replicas:
             start, end = policy.peak_window
-            return ScaleDecision(view.name, n, n, Reason.PEAK_WINDOW,
+            return ScaleDecision(view.name, n, n, ScaleReason.PEAK_WINDOW,
                                  f"{view.name} stays at {n} replicas: no scale-in in the peak window "
                                  f"{start:%H:%M}–{end:%H:%M} ({d.message})", d.data)
         target = policy.max_replicas  # above its maximum: down to it, no further, in the peak window
@@ -465,24 +465,24 @@ def _bounded(view: ServiceView, now: float, d: ScaleDecision) -> ScaleDecision:
     if target > d.target and floor > max(SYSTEM_MIN_REPLICAS, policy.min_replicas):
         why = f"a schedule keeps at least {floor} now" + (f", its maximum is {target}" if target < floor else "")
         if target > n:
-            return ScaleDecision(view.name, n, target, Reason.SCHEDULE,
+            return ScaleDecision(view.name, n, target, ScaleReason.SCHEDULE,
                                  f"{view.name} scales to {target} replicas: {why} ({d.message})", d.data)
     else:
         why = f"bounded by its {'maximum' if target < d.target else 'minimum'} to {target}"
     return ScaleDecision(view.name, n, target, _direction(d.reason, n, target), f"{d.message}; {why}", d.data)
 
 
-UPWARD = frozenset({Reason.SCALE_OUT, Reason.PREDICTIVE_OUT, Reason.FROM_ZERO, Reason.FALLBACK, Reason.SCHEDULE})
+UPWARD = frozenset({ScaleReason.SCALE_OUT, ScaleReason.PREDICTIVE_OUT, ScaleReason.FROM_ZERO, ScaleReason.FALLBACK, ScaleReason.SCHEDULE})
 
 
-def _direction(reason: Reason, current: int, target: int) -> Reason:
+def _direction(reason: ScaleReason, current: int, target: int) -> ScaleReason:
     """The decision's reason after a bound moved its target: a hold that changes nothing, else one that says
     which way it goes."""
     if target == current:
-        return Reason.HOLD
+        return ScaleReason.HOLD
     if target > current:
-        return reason if reason in UPWARD else Reason.SCALE_OUT
-    return Reason.SCALE_IN
+        return reason if reason in UPWARD else ScaleReason.SCALE_OUT
+    return ScaleReason.SCALE_IN
 
 
 # --- a group at once ------------------------------------------------------------------------------
@@ -510,7 +510,7 @@ def decide_group(views: Sequence[ServiceView], capacity: float, now: float) -> l
         got = floors[v.name] + extra
         if got < d.target:
             out[v.name] = ScaleDecision(
-                v.name, d.current, got, Reason.PRIORITY,
+                v.name, d.current, got, ScaleReason.PRIORITY,
                 f"{v.name} gets {got} of the {d.target} replicas it asks (priority {v.policy.priority}): the group "
                 f"cannot serve every service and higher-priority ones come first", {**d.data, "asked": d.target})
     return [out[v.name] for v in views]

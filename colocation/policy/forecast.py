@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from colocation.policy.group import GroupView, ratio
 from colocation.policy.pools import long_bar_s
 from colocation.policy.profile import LendingProfile
-from colocation.policy.views import GroupView, ratio
 
 DAY_MIN = 1440
 MAX_DAYS = 7  # days of history the seasonal profile looks at

@@ -37,9 +37,9 @@ from enum import Enum
 
 from cluster.types import GPU_EPS, NodeState, Pool
 from colocation.policy.forecast import DemandForecast, first_over
+from colocation.policy.group import GroupNode, GroupView, ratio
 from colocation.policy.profile import DEFAULT, LendingProfile, Thresholds
 from colocation.policy.states import Direction
-from colocation.policy.views import GroupNode, GroupView, ratio
 from colocation.policy.windows import busy_window, local
 
 

@@ -17,6 +17,7 @@ a hand-made revert, never the source of truth. Done is only returned once the no
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from types import MappingProxyType
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -221,3 +222,16 @@ def expected_after(node: NodeNow, action: Action) -> NodeNow:
 def is_final(action: Action) -> bool:
     """Stop executing for this tick: nothing more can happen until the cluster moves."""
     return isinstance(action, (Wait, Done, Conflict))
+
+
+def drive(record: TransitionRecord, observed: Callable[[], NodeNow], now: float, limit: int) -> Iterator[Action]:
+    """The record's next actions, one at a time, until one is final or `limit` ran (the rest waits for the next
+    tick). The caller executes each action before asking for the next, which is planned on the node as `observed`
+    then sees it; the caller may stop early (an action the cluster refused). The live controller and the
+    co-location simulation drive the step machine with this, each with its own per-tick limit."""
+    for _ in range(limit):
+        action = next_action(record, observed(), now)
+        yield action
+        if is_final(action):
+            return
+        record = replace(record, step=action.step)

@@ -2,10 +2,12 @@
 import math
 from decimal import Decimal
 
+from django.contrib.auth import get_user_model
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import serializers
 
-from core.models import Decision, GPUModel
+from core.api.jsontypes import JSONTypes
+from core.models import Decision, Department, GPUModel, Membership
 
 
 class NameField(serializers.SlugRelatedField):
@@ -80,3 +82,53 @@ class DecisionSerializer(serializers.ModelSerializer):
     class Meta:
         model = Decision
         fields = ["id", "kind", "subject", "department", "reason", "message", "data", "created_at"]
+
+
+# --- core's own entities ---------------------------------------------------------------------------
+
+
+class DepartmentSerializer(JSONTypes, serializers.ModelSerializer):
+    class Meta:
+        model = Department
+        fields = ["id", "name", "description", "created_at"]
+
+
+class MembershipSerializer(JSONTypes, serializers.ModelSerializer):
+    user = NameField(slug_field="username", queryset=get_user_model().objects.all())
+    department = NameField(slug_field="name", queryset=Department.objects.all())
+    role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "department", "role"]
+        validators = []  # uniqueness is an upsert in membership_set (after its permission check), not an error
+
+
+class MembershipRoleSerializer(JSONTypes, serializers.ModelSerializer):
+    class Meta:
+        model = Membership
+        fields = ["role"]
+
+
+class GPUModelSerializer(JSONTypes, serializers.ModelSerializer):
+    class Meta:
+        model = GPUModel
+        fields = ["id", "name", "memory_gib"]
+        extra_kwargs = {"memory_gib": {"min_value": 1}}
+
+
+class MeMembershipSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["department", "role"]
+
+
+class MeSerializer(serializers.ModelSerializer):
+    is_operator = serializers.BooleanField(source="is_staff", read_only=True)
+    memberships = MeMembershipSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = get_user_model()
+        fields = ["id", "username", "is_operator", "memberships"]

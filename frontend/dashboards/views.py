@@ -23,9 +23,14 @@ from redis import Redis
 from colocation import selectors as colocation_selectors, services as colocation_services
 from colocation.models import NodeState, NodeTransition
 from colocation.policy import Direction
-from core import telemetry
+from core import selectors as core_selectors, telemetry
 from core.errors import ApplicationError
+from core.filtersets import DecisionFilterSet
 from core.models import Decision, Membership
+from experiments import whatif
+from experiments.fragmentation.experiment import DEFAULT_POLICIES as PLACEMENT_POLICIES
+from experiments.fragmentation.scorers import SCORERS
+from experiments.replay import DEFAULT_POLICIES
 from frontend import scope
 from frontend.dashboards import charts, prometheus
 from frontend.dashboards.forms import ColocationForm, FragmentationForm, QuotaForm, ReplayForm
@@ -33,13 +38,9 @@ from frontend.dashboards.tables import DecisionTable
 from frontend.departments.views import quota_bar
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
-from frontend.metrics import WAIT_BUCKETS, web_target
-from scheduler import selectors, services, whatif
-from scheduler.filtersets import DecisionFilterSet
-from scheduler.fragmentation.experiment import DEFAULT_POLICIES as PLACEMENT_POLICIES
-from scheduler.fragmentation.scorers import SCORERS
+from frontend.metrics import WAIT_BUCKETS
+from scheduler import selectors, services
 from scheduler.policy import PROFILES
-from scheduler.replay import DEFAULT_POLICIES
 
 TABS = (("Overview", "ops"), ("Nodes and lending", "ops-nodes"), ("Quotas", "ops-quotas"),
         ("Autoscaling", "ops-autoscaling"), ("Decisions", "ops-decisions"), ("What-if", "ops-replays"))
@@ -104,7 +105,7 @@ def _frame(request, url_name: str) -> dict:
 @operator_required
 def overview(request):
     specs, error = [], ""
-    selector = f'service="{web_target(settings.TIDAL_REDIS_NAMESPACE)}"'
+    selector = f'service="{telemetry.web_target(settings.TIDAL_REDIS_NAMESPACE)}"'
     try:
         specs = [charts.spec(chart, selector=selector, range_name=_range(request)) for chart in charts.OVERVIEW]
     except prometheus.PrometheusDown as down:
@@ -258,9 +259,9 @@ def quotas(request):
                 return redirect(f"{request.get_full_path()}#q{quota.pk}")
         failed, status = (quota.pk, form), 400
     name = request.GET.get("department", "").strip()
-    names = selectors.department_names(user=request.user, role=Membership.Role.ADMIN, containing=name)
+    names = core_selectors.department_names(user=request.user, role=Membership.Role.ADMIN, containing=name)
     page = Paginator(names, 25).get_page(request.GET.get("page"))
-    usages = selectors.quota_usages(departments=selectors.departments_named(list(page)))
+    usages = selectors.quota_usages(departments=core_selectors.departments_named(list(page)))
     ids = selectors.quota_ids(departments=list(page))
     rows = [_quota_row(dept, u, ids[(dept, u.resource)], failed) for dept, usage in sorted(usages.items()) for u in usage]
     return _page(request, "frontend/dashboards/quotas.html", "ops-quotas", status=status, rows=rows, page=page,
@@ -309,7 +310,7 @@ def autoscaling(request):
                                                       limit=50)
     return _page(request, "frontend/dashboards/autoscaling.html", "ops-autoscaling", services=services_,
                  alerts=alerts, decisions=scaling, chosen=chosen, groups=colocation_selectors.resource_group_names(),
-                 departments=selectors.department_names(user=request.user),
+                 departments=core_selectors.department_names(user=request.user),
                  reasons=colocation_selectors.scaling_reasons())
 
 
@@ -321,7 +322,7 @@ DECISION_LIST = ObjectList(table=DecisionTable, filterset=DecisionFilterSet, per
 @admin_or_operator
 def decisions(request):
     """Every decision (an admin's: their departments' and cluster-wide ones), searchable."""
-    return DECISION_LIST.render(request, selectors.decision_log(), **_frame(request, "ops-decisions"))
+    return DECISION_LIST.render(request, core_selectors.decision_log(), **_frame(request, "ops-decisions"))
 
 
 # --- what-if replay --------------------------------------------------------------------------------

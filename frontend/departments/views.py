@@ -8,6 +8,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from core import selectors as core_selectors, services as core_services
 from core.errors import ApplicationError
 from core.models import Department
 from frontend import scope
@@ -16,7 +17,7 @@ from frontend.departments.tables import DepartmentTable
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
 from frontend.templatetags.console import gpus
-from scheduler import selectors, services
+from scheduler import selectors
 from scheduler.models import JobStatus
 
 DEPARTMENT_LIST = ObjectList(table=DepartmentTable, per_page=50, template="frontend/departments/list.html")
@@ -30,8 +31,8 @@ def department_list(request):
 @login_required
 def department_detail(request, name: str, *, member_form: MemberForm | None = None,
                       role_errors: dict | None = None, status: int = 200):
-    department = scope.visible(selectors.departments(), request, name=name)
-    admin = selectors.can_administer(user=request.user, department=department)
+    department = scope.visible(core_selectors.departments(), request, name=name)
+    admin = core_selectors.can_administer(user=request.user, department=department)
     queue = selectors.with_latest_message(selectors.department_queue(department=department))
     counts = selectors.job_counts(department=department)
     asked = selectors.pending_gpus(department=department)
@@ -41,7 +42,7 @@ def department_detail(request, name: str, *, member_form: MemberForm | None = No
         "queue": queue[:20], "queued": counts.get(JobStatus.PENDING, 0),
         "queued_gpus": gpus_asked(asked),
         "preemptions": selectors.recent_preemptions(department=department),
-        "members": selectors.members(department=department),
+        "members": core_selectors.members(department=department),
         "member_form": member_form or MemberForm(), "role_errors": role_errors or {},
         "breadcrumbs": [("Departments", reverse("departments")), (department.name, None)],
     }
@@ -51,12 +52,12 @@ def department_detail(request, name: str, *, member_form: MemberForm | None = No
 @login_required
 @require_POST
 def member_add(request, name: str):
-    department = scope.visible(selectors.departments(), request, name=name)
+    department = scope.visible(core_selectors.departments(), request, name=name)
     _require_admin(request, department)
     form = MemberForm(request.POST)
     if form.is_valid():
         try:
-            services.membership_set(department=department, user=form.cleaned_data["user"],
+            core_services.membership_set(department=department, user=form.cleaned_data["user"],
                                     role=form.cleaned_data["role"], actor=request.user)
         except ApplicationError as error:
             apply_errors(form, error, aliases={"user": "username"})
@@ -70,18 +71,18 @@ def member_add(request, name: str):
 @require_POST
 def member_change(request, name: str, pk: int):
     """Change a member's role (`role`), or remove them (`remove`)."""
-    department = scope.visible(selectors.departments(), request, name=name)
+    department = scope.visible(core_selectors.departments(), request, name=name)
     _require_admin(request, department)
-    membership = scope.visible(selectors.members(department=department), request, pk=pk)
+    membership = scope.visible(core_selectors.members(department=department), request, pk=pk)
     try:
         if "remove" in request.POST:
-            services.membership_remove(membership=membership, actor=request.user)
+            core_services.membership_remove(membership=membership, actor=request.user)
             messages.success(request, f"{membership.user} removed from {department}.")
         else:
             form = RoleForm(request.POST)
             if not form.is_valid():
                 return department_detail(request, name, role_errors={pk: form.errors["role"]}, status=400)
-            services.membership_set(department=department, user=membership.user, role=form.cleaned_data["role"],
+            core_services.membership_set(department=department, user=membership.user, role=form.cleaned_data["role"],
                                     actor=request.user)
             messages.success(request, f"{membership.user} is now {form.cleaned_data['role']} of {department}.")
     except ApplicationError as error:
@@ -90,7 +91,7 @@ def member_change(request, name: str, pk: int):
 
 
 def _require_admin(request, department: Department) -> None:
-    if not selectors.can_administer(user=request.user, department=department):
+    if not core_selectors.can_administer(user=request.user, department=department):
         raise PermissionDenied(f"only operators and admins of {department} manage its members")
 
 

@@ -4,7 +4,7 @@ from django.urls import reverse
 
 from core.models import Department, GPUModel
 from scheduler.models import Framework, Topology, TrainingJob
-from scheduler.services import MAX_WORKERS
+from scheduler.submission import MAX_WORKERS
 
 
 class FrameworkChoice(forms.ModelChoiceField):

@@ -7,6 +7,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core import selectors as core_selectors
 from core.api.throttling import SubmitThrottle, retry_after
 from core.errors import ApplicationError
 from frontend import scope
@@ -15,7 +16,7 @@ from frontend.jobs.detail import job_page
 from frontend.jobs.forms import JobForm, certified_models, initial_from
 from frontend.jobs.tables import JobTable
 from frontend.lists import ObjectList
-from scheduler import selectors, services
+from scheduler import lifecycle, selectors, submission
 from scheduler.filtersets import TrainingJobFilterSet
 from scheduler.models import JobStatus
 
@@ -33,8 +34,8 @@ def job_list(request):
     department = scope.current_department(request)
     jobs = selectors.listed_jobs(submitter=request.user if chosen == "mine" else None, department=department)
     context = {"scope": chosen, "department": department,
-               "choices": {"status": JobStatus.choices, "gpu_model": selectors.gpu_model_names(),
-                           "department": selectors.department_names(user=request.user)},
+               "choices": {"status": JobStatus.choices, "gpu_model": core_selectors.gpu_model_names(),
+                           "department": core_selectors.department_names(user=request.user)},
                "chosen": {"status": request.GET.getlist("status"), "name": request.GET.get("name", ""),
                           "department": request.GET.get("department", ""), "gpu_model": request.GET.get("gpu_model", "")},
                "kept": [(k, v) for k, v in request.GET.items() if k in KEPT_FILTERS and v],
@@ -49,7 +50,7 @@ def job_list(request):
 def job_bulk_cancel(request):
     """Cancel the selected jobs the user submitted that are still pending; anything else is left alone."""
     ids = [int(i) for i in request.POST.getlist("job") if i.isdigit()]
-    cancelled = [services.job_cancel(job=job, actor=request.user).pk
+    cancelled = [lifecycle.job_cancel(job=job, actor=request.user).pk
                  for job in selectors.own_pending_jobs(user=request.user, ids=ids)]
     skipped = len(set(ids)) - len(cancelled)
     if cancelled:
@@ -69,7 +70,7 @@ def job_submit(request):
             form.add_error(None, f"Too many submissions; try again in {retry_after(throttle)} s. Nothing was submitted.")
         elif form.is_valid():
             try:
-                job = services.job_submit(submitter=request.user, **form.submission())
+                job = submission.job_submit(submitter=request.user, **form.submission())
             except ApplicationError as error:
                 apply_errors(form, error)
             else:
@@ -99,8 +100,8 @@ def gpu_model_options(request):
 def job_detail(request, pk: int):
     job = scope.visible(selectors.jobs(details=True), request, pk=pk)
     page = job_page(job=job, now=timezone.now())
-    context = {"page": page, "job": job, "can_cancel": not job.is_finished and services.can_cancel(user=request.user, job=job),
-               "can_override": not job.is_finished and selectors.can_administer(user=request.user, department=job.department),
+    context = {"page": page, "job": job, "can_cancel": not job.is_finished and lifecycle.can_cancel(user=request.user, job=job),
+               "can_override": not job.is_finished and core_selectors.can_administer(user=request.user, department=job.department),
                "breadcrumbs": [("Jobs", reverse("jobs")), (f"#{job.pk} {job.name}", None)]}
     template = "frontend/jobs/_live.html" if request.htmx else "frontend/jobs/detail.html"
     return render(request, template, context)
@@ -112,7 +113,7 @@ def job_keep_request(request, pk: int):
     """An admin's right-sizing override for one job (the same service as the API's keep-request)."""
     job = scope.visible(selectors.jobs(), request, pk=pk)
     try:
-        services.job_keep_request(job=job, keep=request.POST.get("keep") == "1", actor=request.user)
+        submission.job_keep_request(job=job, keep=request.POST.get("keep") == "1", actor=request.user)
     except ApplicationError as error:
         messages.error(request, error.message)
     return redirect("job", pk=job.pk)
@@ -124,7 +125,7 @@ def job_cancel(request, pk: int):
     job = scope.visible(selectors.jobs(), request, pk=pk)
     if request.method == "POST":
         try:
-            services.job_cancel(job=job, actor=request.user)
+            lifecycle.job_cancel(job=job, actor=request.user)
         except PermissionDenied:
             messages.error(request, "Only the submitter, department admins and operators cancel a job.")
         except ApplicationError as error:
@@ -133,7 +134,7 @@ def job_cancel(request, pk: int):
             messages.success(request, f"Job #{job.pk} {job.name} cancelled.")
         return redirect("job", pk=job.pk)
     return render(request, "frontend/jobs/cancel.html", {
-        "job": job, "allowed": services.can_cancel(user=request.user, job=job),
+        "job": job, "allowed": lifecycle.can_cancel(user=request.user, job=job),
         "breadcrumbs": [("Jobs", reverse("jobs")), (f"#{job.pk} {job.name}", reverse("job", args=[job.pk])),
                         ("Cancel", None)],
     })

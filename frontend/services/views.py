@@ -14,6 +14,7 @@ from colocation.filtersets import InferenceServiceFilterSet
 from colocation.models import InferenceService
 from core.errors import ApplicationError
 from core.models import Decision
+from core.selectors import can_administer
 from frontend import scope
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
@@ -22,7 +23,6 @@ from frontend.services.forms import (POLICY_FIELDS, ServiceForm, apply_schedule_
 from frontend.services.tables import ScalingHistoryTable, ServiceTable
 from profiling.models import ServiceMinute
 from profiling.selectors import forecasts_vs_actuals, service_load
-from scheduler.selectors import can_administer
 
 LOAD_WINDOW = timedelta(hours=3)
 SERVICE_LIST = ObjectList(table=ServiceTable, filterset=InferenceServiceFilterSet, per_page=50,
@@ -41,11 +41,11 @@ def service_detail(request, name: str):
     service = scope.visible(selectors.services(prefetch=("thresholds", "schedules")), request, name=name)
     now = timezone.now()
     since = now - LOAD_WINDOW
-    load = list(service_load(service=service, since=since, until=now))
+    load = list(service_load(service_id=service.pk, since=since, until=now))
     history = ScalingHistoryTable(selectors.scaling_history(service=service), prefix="h-")
     RequestConfig(request, paginate={"per_page": 15}).configure(history)
     scaled = selectors.scaling_history(service=service, since=since, kind=Decision.Kind.SCALING).select_related(None)
-    forecast = forecast_charts(forecasts_vs_actuals(service=service, since=since, until=now, horizon=5))
+    forecast = forecast_charts(forecasts_vs_actuals(service_id=service.pk, since=since, until=now, horizon=5))
     return render(request, "frontend/services/detail.html", {
         "service": service, "history": history, "measured": load[-1] if load else None,
         "replica_charts": [replica_chart(service, list(scaled)[::-1], load, since, now)],

@@ -3,7 +3,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import generics, viewsets
 from rest_framework.response import Response
 
-from colocation.models import InferenceService
 from core.api.query import parse_query
 from core.api.views import RestrictedMixin
 from profiling import selectors
@@ -30,23 +29,6 @@ class JobProfileView(RestrictedMixin, generics.GenericAPIView):
         return Response(s.JobProfileSerializer(profile).data)
 
 
-class ServiceLoadView(RestrictedMixin, generics.GenericAPIView):
-    """An inference service's per-minute load (GPU/CPU utilization, QPS, errors, latency, replicas) in
-    [since, until): by default the last hour. Visible to whoever may see the service. Beyond the schema (a 400
-    naming the field): since < until, at most 7 days apart (until defaults to now, since to an hour before until)."""
-
-    base_queryset = InferenceService.objects.all()
-    serializer_class = s.ServiceLoadSerializer
-    filter_backends = []
-
-    @extend_schema(parameters=[s.ServiceLoadQuerySerializer], responses=s.ServiceLoadSerializer)
-    def get(self, request, pk=None):
-        service = self.get_object()
-        window = parse_query(s.ServiceLoadQuerySerializer, request)
-        minutes = selectors.service_load(service=service, since=window["since"], until=window["until"])
-        return Response(s.ServiceLoadSerializer({"service": service, **window, "minutes": minutes}).data)
-
-
 class TaskProfileViewSet(RestrictedMixin, viewsets.ReadOnlyModelViewSet):
     """Historical profile of each task (all runs of jobs with the same task key), recomputed daily.
     Members see the tasks of their departments' jobs; operators all."""
@@ -55,24 +37,6 @@ class TaskProfileViewSet(RestrictedMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = s.TaskProfileSerializer
     filterset_class = TaskProfileFilterSet
     ordering_fields = ["task_key", "runs", "computed_at"]
-
-
-class ServiceForecastsView(RestrictedMixin, generics.GenericAPIView):
-    """An inference service's forecast versus actual load per minute in [since, until) (by default the last hour):
-    what the forecaster said `horizon` minutes earlier and what was measured. Beyond the schema (a 400 naming the
-    field): since < until, at most 7 days apart."""
-
-    base_queryset = InferenceService.objects.all()
-    serializer_class = s.ForecastsSerializer
-    filter_backends = []
-
-    @extend_schema(parameters=[s.ForecastQuerySerializer], responses=s.ForecastsSerializer)
-    def get(self, request, pk=None):
-        service = self.get_object()
-        q = parse_query(s.ForecastQuerySerializer, request)
-        rows = selectors.forecasts_vs_actuals(service=service, since=q["since"], until=q["until"],
-                                              horizon=q["horizon"], target=q["target"])
-        return Response(s.ForecastsSerializer({"service": service, **q, "minutes": rows}).data)
 
 
 class ForecastModelViewSet(viewsets.ReadOnlyModelViewSet):

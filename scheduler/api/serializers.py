@@ -2,17 +2,16 @@
 from datetime import datetime, tzinfo
 from decimal import Decimal
 
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.jsontypes import JSONTypes
 from core.api.serializers import NameField, UnsignedDecimalField, gpu_model_field
-from core.models import Department, GPUModel, Membership
+from core.models import Department
 from scheduler.models import Framework, JobRun, Quota, Topology, TrainingJob
 from scheduler.selectors import WorkerRow, latest_decision, placement_run, reservation_of, run_workers, short_sentence
-from scheduler.services import MAX_WORKERS
+from scheduler.submission import MAX_WORKERS
 
 
 class GPUsField(UnsignedDecimalField):
@@ -46,36 +45,6 @@ class FrameworkField(serializers.SlugRelatedField):
 
     def to_representation(self, obj):
         return str(obj)
-
-
-class DepartmentSerializer(JSONTypes, serializers.ModelSerializer):
-    class Meta:
-        model = Department
-        fields = ["id", "name", "description", "created_at"]
-
-
-class MembershipSerializer(JSONTypes, serializers.ModelSerializer):
-    user = NameField(slug_field="username", queryset=get_user_model().objects.all())
-    department = NameField(slug_field="name", queryset=Department.objects.all())
-    role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER)
-
-    class Meta:
-        model = Membership
-        fields = ["id", "user", "department", "role"]
-        validators = []  # uniqueness is an upsert in membership_set (after its permission check), not an error
-
-
-class MembershipRoleSerializer(JSONTypes, serializers.ModelSerializer):
-    class Meta:
-        model = Membership
-        fields = ["role"]
-
-
-class GPUModelSerializer(JSONTypes, serializers.ModelSerializer):
-    class Meta:
-        model = GPUModel
-        fields = ["id", "name", "memory_gib"]
-        extra_kwargs = {"memory_gib": {"min_value": 1}}
 
 
 class FrameworkSerializer(JSONTypes, serializers.ModelSerializer):
@@ -130,7 +99,7 @@ class TrainingJobInputSerializer(JSONTypes, serializers.Serializer):
     command = serializers.CharField()
     framework = FrameworkField(queryset=Framework.objects.prefetch_related("certified_on"))
     gpu_model = gpu_model_field(required=False, allow_null=True, default=None)
-    gpus = GPUsField(max_digits=6, decimal_places=3, default=0)
+    gpus = GPUsField(max_digits=6, decimal_places=3, default=Decimal(0))  # DRF passes a default on as given
     cpu_milli = serializers.IntegerField(min_value=1)
     memory_mib = serializers.IntegerField(min_value=1)
     expected_duration_s = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
@@ -300,20 +269,3 @@ class QuotaUsageSerializer(serializers.Serializer):
     own_used = serializers.DecimalField(max_digits=14, decimal_places=3)
     borrowed = serializers.DecimalField(max_digits=14, decimal_places=3)
     borrowed_used = serializers.DecimalField(max_digits=14, decimal_places=3)
-
-
-class MeMembershipSerializer(serializers.ModelSerializer):
-    department = serializers.SlugRelatedField(slug_field="name", read_only=True)
-
-    class Meta:
-        model = Membership
-        fields = ["department", "role"]
-
-
-class MeSerializer(serializers.ModelSerializer):
-    is_operator = serializers.BooleanField(source="is_staff", read_only=True)
-    memberships = MeMembershipSerializer(many=True, read_only=True)
-
-    class Meta:
-        model = get_user_model()
-        fields = ["id", "username", "is_operator", "memberships"]

@@ -8,94 +8,16 @@ from rest_framework.decorators import action
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from core.api import views as core_views
 from core.api.permissions import IsOperatorOrReadOnly
 from core.api.query import parse_query
-from core.api.serializers import DecisionSerializer
 from core.api.throttling import SubmitThrottle
 from core.api.views import RestrictedMixin
-from core.models import Decision, Department, GPUModel, Membership
-from scheduler import logs, selectors, services
+from scheduler import lifecycle, logs, selectors, services, submission
 from scheduler.api import serializers as s
-from scheduler.filtersets import (
-    DecisionFilterSet,
-    FrameworkFilterSet,
-    MembershipFilterSet,
-    QuotaFilterSet,
-    TrainingJobFilterSet,
-)
+from scheduler.filtersets import FrameworkFilterSet, QuotaFilterSet, TrainingJobFilterSet
 from scheduler.models import Framework, JobRun, Quota, TrainingJob
-
-
-class MeView(APIView):
-    @extend_schema(responses=s.MeSerializer)
-    def get(self, request):
-        """The signed-in user, whether they are an operator, and their departments with roles."""
-        return Response(s.MeSerializer(request.user).data)
-
-
-class DepartmentViewSet(RestrictedMixin, viewsets.ModelViewSet):
-    base_queryset = Department.objects.all()
-    serializer_class = s.DepartmentSerializer
-    permission_classes = [IsOperatorOrReadOnly]
-    filterset_fields = ["name"]
-    ordering_fields = ["name", "created_at"]
-
-    def perform_create(self, serializer):
-        serializer.instance = services.department_create(**serializer.validated_data)
-
-    def perform_update(self, serializer):
-        serializer.instance = services.department_update(department=serializer.instance, **serializer.validated_data)
-
-    @extend_schema(responses=s.QuotaUsageSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
-    def usage(self, request, pk=None):
-        """Own and borrowed quota per resource, with what the department's admitted and running jobs hold."""
-        usages = selectors.quota_usage(department=self.get_object())
-        return Response(s.QuotaUsageSerializer(usages, many=True).data)
-
-
-@extend_schema_view(create=extend_schema(description=(
-    "Add a member to a department, or change their role if they already are one (operators and the department's "
-    "admins). Beyond the schema (a 400 naming the field): `user` and `department` name an existing user and "
-    "department.")))
-class MembershipViewSet(RestrictedMixin, viewsets.ModelViewSet):
-    """Members of departments. Operators and the department's admins add, change and remove members."""
-
-    base_queryset = Membership.objects.select_related("user", "department")
-    serializer_class = s.MembershipSerializer
-    filterset_class = MembershipFilterSet
-    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
-
-    def get_serializer_class(self):
-        return s.MembershipRoleSerializer if self.action == "partial_update" else s.MembershipSerializer
-
-    def perform_create(self, serializer):
-        serializer.instance = services.membership_set(actor=self.request.user, **serializer.validated_data)
-
-    def perform_update(self, serializer):
-        membership = serializer.instance  # a PATCH without a role changes nothing (but is still checked)
-        serializer.instance = services.membership_set(
-            department=membership.department, user=membership.user, actor=self.request.user,
-            role=serializer.validated_data.get("role", membership.role),
-        )
-
-    def perform_destroy(self, instance):
-        services.membership_remove(membership=instance, actor=self.request.user)
-
-
-class GPUModelViewSet(viewsets.ModelViewSet):
-    queryset = GPUModel.objects.all()
-    serializer_class = s.GPUModelSerializer
-    permission_classes = [IsOperatorOrReadOnly]
-    filterset_fields = ["name"]
-
-    def perform_create(self, serializer):
-        serializer.instance = services.gpu_model_create(**serializer.validated_data)
-
-    def perform_update(self, serializer):
-        serializer.instance = services.gpu_model_update(gpu_model=serializer.instance, **serializer.validated_data)
 
 
 @extend_schema_view(
@@ -228,14 +150,14 @@ class TrainingJobViewSet(
         on."""
         payload = s.TrainingJobInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        job = services.job_submit(submitter=request.user, **payload.validated_data)
+        job = submission.job_submit(submitter=request.user, **payload.validated_data)
         return Response(s.TrainingJobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=s.TrainingJobDetailSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel an unfinished job (its submitter, department admins and operators)."""
-        job = services.job_cancel(job=self.get_object(), actor=request.user)
+        job = lifecycle.job_cancel(job=self.get_object(), actor=request.user)
         return Response(s.TrainingJobDetailSerializer(job).data)
 
 
@@ -245,7 +167,7 @@ class TrainingJobViewSet(
         """Bind the request as asked (no right-sizing), or right-size again: department admins and operators."""
         body = s.KeepRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = services.job_keep_request(job=self.get_object(), keep=body.validated_data["keep_request"],
+        job = submission.job_keep_request(job=self.get_object(), keep=body.validated_data["keep_request"],
                                         actor=request.user)
         return Response(s.TrainingJobDetailSerializer(job).data)
 
@@ -281,10 +203,12 @@ class TrainingJobViewSet(
                             headers={**headers, "X-Tidal-Log-Source": read.source})
 
 
-class DecisionViewSet(RestrictedMixin, viewsets.ReadOnlyModelViewSet):
-    """Every decision with its reason; filter by `subject` (e.g. `job:42`) and `kind`."""
+class DepartmentViewSet(core_views.DepartmentViewSet):
+    # Core's departments, with the quota usage the scheduler keeps (served here: core imports no app).
 
-    base_queryset = Decision.objects.select_related("department")
-    serializer_class = DecisionSerializer
-    filterset_class = DecisionFilterSet
-    ordering_fields = ["created_at"]
+    @extend_schema(responses=s.QuotaUsageSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def usage(self, request, pk=None):
+        """Own and borrowed quota per resource, with what the department's admitted and running jobs hold."""
+        usages = selectors.quota_usage(department=self.get_object())
+        return Response(s.QuotaUsageSerializer(usages, many=True).data)

@@ -10,7 +10,7 @@ from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster
 from colocation.selectors import node_views
 from core.models import Membership
-from scheduler import live
+from scheduler import lifecycle, live, submission
 from scheduler.models import JobStatus, Quota, TrainingJob
 from scheduler.policy.profile import get_profile
 
@@ -235,9 +235,8 @@ def test_a_waiting_gang_shows_its_reservation_in_local_time(world, console):
     from zoneinfo import ZoneInfo
 
     from core.models import Decision, Department
-    from scheduler import services
 
-    job = services.job_submit(
+    job = submission.job_submit(
         submitter=world.users["member"], department=Department.objects.get(name="ml-search"), name="ddp-wait",
         image="registry/ddp:1", command="torchrun train.py", framework=world.frameworks["pytorch-2.1"],
         gpu_model=world.gpu_models["T4"], gpus=Decimal(1), cpu_milli=4000, memory_mib=16384, workers=4)
@@ -266,14 +265,13 @@ def test_notification_settings_save_and_a_bad_webhook_is_named_beside_its_field(
 
     from notifications.models import Preference
     from notifications.services import notifications_scan
-    from scheduler import services
 
     settings.TIDAL_NOTIFY_SETTLE_S = 0
     adam = world.users["dept_admin"]
     adam.email = "adam@cluster.test"
     adam.save(update_fields=["email"])
     job = world.submit(role="dept_admin", name="bert-base")
-    services.job_finish(job=job, at=time.time(), status=JobStatus.FAILED, message="failed on t4-0 in run 1: OOMKilled")
+    lifecycle.job_finish(job=job, at=time.time(), status=JobStatus.FAILED, message="failed on t4-0 in run 1: OOMKilled")
     notifications_scan(now=timezone.now())  # failed is a default event: one e-mail, not sent yet
     page = console.page
     console.sign_in("adam")
@@ -356,7 +354,7 @@ def test_the_job_page_shows_its_log_follows_it_and_keeps_the_archive_of_a_preemp
 
         victim = Preempt(job_id=job.pk, job_name=job.name, node="t4-0", for_job_id=999, run_time_s=60, requeue=True,
                          reason=Reason.PREEMPTED_PRIORITY, message="preempted for job 999 (higher score)")
-        live._preempt(victim, cluster, clock.now())
+        live.preempt(victim, cluster, clock.now())
         store.save(redis, namespace, cluster)
         console.open(f"/jobs/{job.pk}/")
         expect(log).to_contain_text("Received SIGTERM (signal 15): preempted for job 999")

@@ -14,7 +14,7 @@ from cluster.simulated.exporter import register_target
 from colocation.controller import run_lending_tick
 from colocation.models import NodeTransition
 from colocation.selectors import lending_profile
-from frontend.metrics import web_target
+from core.telemetry import web_target
 from scheduler import live
 from scheduler.policy.profile import get_profile
 from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL

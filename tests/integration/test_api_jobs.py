@@ -247,6 +247,24 @@ def test_gangs_within_node_and_quota_limits_are_accepted(world, overrides):
     assert response.status_code == 201, response.json()
 
 
+def test_a_gang_without_gpus_is_a_cpu_gang(world):
+    """No `gpus` means none (the schema's default): a CPU-only gang, accepted when the quota holds it."""
+    payload = {k: v for k, v in world.job_payload(workers=2, gpu_model=None).items() if k != "gpus"}
+    response = world.client("member").post("/api/jobs/", payload, format="json")
+    assert response.status_code == 201, response.json()
+    assert (response.json()["gpus"], response.json()["workers"]) == ("0.000", 2)
+
+
+def test_a_large_gang_without_gpus_is_refused_with_the_quota_not_a_server_error(world):
+    """Found by a schema fuzzer: 449 workers and no `gpus` answered 500 (the default reached the service as an int)."""
+    before = world.snapshot()
+    payload = {k: v for k, v in world.job_payload(workers=449).items() if k != "gpus"}
+    response = world.client("member").post("/api/jobs/", payload, format="json")
+    assert response.status_code == 400, response.json()
+    assert any("449 workers ask" in m for m in response.json()["extra"]["fields"]["workers"])
+    assert world.snapshot() == before
+
+
 @pytest.fixture
 def lopsided_t4(world):
     """A T4 node with more CPU but less memory than the others, and a framework certified on T4 only: each of a

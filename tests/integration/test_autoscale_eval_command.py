@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.core.management import CommandError, call_command
 
-from colocation.autoscale_eval.report import FRONT_PLOT, PLOTS
+from experiments.autoscale_eval.report import FRONT_PLOT, PLOTS
 
 MIDNIGHT = datetime(2024, 3, 4, tzinfo=timezone.utc)
 

@@ -338,7 +338,7 @@ def test_a_gang_is_bound_whole_with_its_rendezvous_environment_and_headless_serv
     from scheduler.models import JobStatus
 
     job = gang_job(gangs.world)
-    assert live._admit(gang_admit(job), gangs.cluster.backend, time.time())
+    assert live.admit(gang_admit(job), gangs.cluster.backend, time.time())
     gangs.cluster.settle()
     service, pods = f"gang-{job.pk}-1", gang_pods(job)
     assert gangs.cluster.services() == {service: {JOB_LABEL: str(job.pk), RUN_LABEL: "1"}}
@@ -374,7 +374,7 @@ def test_a_gang_with_one_bind_refused_leaves_nothing_bound_and_is_requeued_once(
                       cpu_milli=1000, memory_mib=1024, labels={KIND_LABEL: TRAINING})
     gangs.cluster.backend.bind(blocker, "g-2")  # the cluster changed since the cycle looked: worker 2 cannot go
     job = gang_job(gangs.world)
-    assert not live._admit(gang_admit(job), gangs.cluster.backend, time.time())
+    assert not live.admit(gang_admit(job), gangs.cluster.backend, time.time())
     gangs.cluster.settle()
     assert _gang_pods_on_cluster(gangs, job) == []
     assert gangs.cluster.services() == {}
@@ -399,7 +399,7 @@ def test_taking_back_a_node_with_one_worker_requeues_the_whole_gang_once(gangs):
     from scheduler.models import JobStatus
 
     job = gang_job(gangs.world)
-    assert live._admit(gang_admit(job), gangs.cluster.backend, time.time())
+    assert live.admit(gang_admit(job), gangs.cluster.backend, time.time())
     gangs.cluster.settle()
     colocation_services.transition_request(node=Node.objects.get(name="g-2"), direction=Direction.TAKE_BACK,
                                            actor=gangs.world.users["operator"], reason="operator", message="by hand")

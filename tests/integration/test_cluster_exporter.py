@@ -19,8 +19,8 @@ from redis import Redis
 from cluster.backend import INFERENCE, JOB_LABEL, KIND_LABEL, RUN_LABEL, SERVICE_LABEL, TASK_LABEL, PodSpec
 from cluster.simulated import store
 from cluster.types import GpuShare, NodeState
+from experiments.builders.scheduling import NodeBuilder
 from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL, REDIS_URL, ROOT
-from tests.unit.builders import NodeBuilder
 
 DEADLINE_S = 60  # Prometheus scrapes the tidal job every 2 s; the exporter reads a 20 MB trace first
 EXPECTED = {  # metric name -> pods (suffix after it-<run>-) that must have it

@@ -4,7 +4,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from colocation.sim.report import JSON_KEYS
+from experiments.colocation_sim.report import JSON_KEYS
 
 
 def test_colocate_sim_writes_report_plots_and_json(tmp_path):

@@ -227,9 +227,9 @@ def test_a_cpu_only_job_is_described_in_cores_and_memory_each_once(world):
 def _gang(world, name: str = "ddp", workers: int = 2, gpus: str = "1", gpu_model: str = "T4", **fields):
     """A gang written through the service (world.submit asks for one worker)."""
     from core.models import Department, GPUModel
-    from scheduler import services
+    from scheduler import submission
 
-    return services.job_submit(
+    return submission.job_submit(
         submitter=world.users["member"], department=Department.objects.get(name="ml-search"), name=name,
         image="registry/ddp:1", command="torchrun train.py", framework=world.frameworks["pytorch-2.1"],
         gpu_model=GPUModel.objects.get(name=gpu_model), gpus=Decimal(gpus), cpu_milli=4000, memory_mib=16384,

@@ -191,6 +191,6 @@ def test_demo_workload_submits_gangs_in_the_helios_share(world, settings, tmp_pa
 
 
 def test_up_names_debug_only_when_it_is_on():
-    from frontend.management.commands.up import debug_notice
+    from demo.management.commands.up import debug_notice
 
     assert "DJANGO_DEBUG=0" in debug_notice(debug=True) and debug_notice(debug=False) is None

@@ -21,7 +21,7 @@ from colocation.selectors import node_views
 from core.models import Decision, Department
 from demo.data import demo_load
 from scheduler.models import Framework
-from scheduler.services import job_submit
+from scheduler.submission import job_submit
 from tests.integration.livecluster import T0
 
 pytestmark = pytest.mark.django_db

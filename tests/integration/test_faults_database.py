@@ -128,7 +128,7 @@ def seed(*, online: int, offline: int, jobs: int, expected_duration_s: int | Non
     from cluster.backend import RUNTIME_LABEL
     from colocation.models import Node, NodeState, Pool, ResourceGroup
     from core.models import Department, GPUModel, Membership
-    from scheduler import services
+    from scheduler import submission
     from scheduler.models import Framework, Quota, TrainingJob
 
     t4 = GPUModel.objects.create(name="T4", memory_gib=16)
@@ -146,7 +146,7 @@ def seed(*, online: int, offline: int, jobs: int, expected_duration_s: int | Non
     user = get_user_model().objects.create_user("mia", password="pw")
     Membership.objects.create(user=user, department=department, role=Membership.Role.MEMBER)
     for i in range(jobs):
-        job = services.job_submit(submitter=user, department=department, name=f"train-{i}", image="registry/t:1",
+        job = submission.job_submit(submitter=user, department=department, name=f"train-{i}", image="registry/t:1",
                                   command="python train.py", framework=pytorch, gpu_model=t4, gpus=Decimal(1),
                                   cpu_milli=4000, memory_mib=16384, expected_duration_s=expected_duration_s,
                                   annotations={RUNTIME_LABEL: "3600"})

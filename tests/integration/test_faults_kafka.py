@@ -34,10 +34,10 @@ from django.db import connection
 from kafka import KafkaProducer
 
 from profiling.models import JobMinute, LateSample
+from profiling.sink import ProfileSink
 from scheduler.models import JobRun
 from streaming.publisher import Publisher, PublisherConfig, cursor_key
 from streaming.records import PodSample, encode
-from streaming.sink import ProfileSink
 from tests.integration import promwrite
 from tests.integration.flinkjob import ProfileJob, wait_until
 from tests.integration.services import PROMETHEUS_URL, REDIS_URL

@@ -24,7 +24,7 @@ from redis import Redis
 
 from cluster.backend import RUNTIME_LABEL
 from cluster.simulated import store
-from scheduler import live
+from scheduler import lifecycle, live
 from scheduler.models import JobStatus, TrainingJob
 from scheduler.observe import snapshot_from_db
 from scheduler.policy.profile import get_profile
@@ -173,7 +173,6 @@ def test_a_tick_acting_on_a_stale_snapshot_undoes_nothing(world, cluster):
     """What keeps a second actor harmless if one ever slipped in (a holder cut off mid-action), and what a cancel
     landing mid-tick needs anyway: acting re-checks each job under its row lock. A job cancelled since the snapshot
     is not admitted, and a victim that finished since is not brought back to the queue."""
-    from scheduler import services
     from scheduler.policy.decisions import Admit, Preempt
 
     backend, clock = cluster
@@ -190,10 +189,10 @@ def test_a_tick_acting_on_a_stale_snapshot_undoes_nothing(world, cluster):
     assert {d.job_id for d in result.decisions if isinstance(d, Admit)} == {cancelled.pk, reclaiming.pk}
     assert len(victims) == 2
 
-    services.job_cancel(job=cancelled, actor=world.users["member"])  # after the snapshot, before acting
+    lifecycle.job_cancel(job=cancelled, actor=world.users["member"])  # after the snapshot, before acting
     TrainingJob.objects.filter(pk=victims[0]).update(status=JobStatus.SUCCEEDED)  # it ended meanwhile
     report = live.TickReport()
-    live._act(result, backend, clock.now(), report)
+    live.act(result, backend, clock.now(), report)
     assert TrainingJob.objects.get(pk=cancelled.pk).status == JobStatus.CANCELLED
     assert TrainingJob.objects.get(pk=victims[0]).status == JobStatus.SUCCEEDED
     assert TrainingJob.objects.get(pk=victims[1]).status == JobStatus.PENDING

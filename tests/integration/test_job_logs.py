@@ -25,10 +25,10 @@ from colocation import live_backend
 from colocation.selectors import node_views
 from core.api.throttling import SignInThrottle
 from scheduler import live, logs
+from scheduler.lifecycle import job_cancel
 from scheduler.models import JobStatus, TrainingJob
 from scheduler.policy.decisions import Preempt, Reason
 from scheduler.policy.profile import get_profile
-from scheduler.services import job_cancel
 from tests.integration.gangs import add_gang_nodes, gang_admit, gang_job
 from tests.integration.livecluster import T0, on_emulator, tick
 from tests.integration.tidalcli import Tidal
@@ -73,7 +73,7 @@ def archived(job, attempt: int = 1, rank: int = 0) -> str:
 def preempt(job, backend, now: float) -> None:
     victim = Preempt(job_id=job.pk, job_name=job.name, node="t4-0", for_job_id=999, run_time_s=60, requeue=True,
                      reason=Reason.PREEMPTED_PRIORITY, message="preempted for job 999 (higher score)")
-    live._preempt(victim, backend, now)
+    live.preempt(victim, backend, now)
 
 
 # --- the simulated cluster ----------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_a_gangs_worker_1_has_its_own_log_and_every_worker_is_archived_when_it_s
     clock = VirtualClock(T0)
     backend = SimulatedCluster(node_views(), clock, store.labelled_runtime)
     job = gang_job(world)
-    assert live._admit(gang_admit(job), backend, clock.now())
+    assert live.admit(gang_admit(job), backend, clock.now())
     clock.advance(90)
     stored(backend)
     worker1 = text_of(get_log(world, job, worker=1))

@@ -122,7 +122,7 @@ def test_a_crash_at_any_step_is_resumed_by_the_next_tick(lab, monkeypatch, crash
     serve(cluster, replicas=2)  # t4-1 takes both
     lending(lab, seconds=31)
     request(world, "t4-1", Direction.LEND)
-    persisted = controller._persist
+    persisted = controller.step_persist
     calls = {"n": 0}
 
     def crash_once(record, action, now, report):
@@ -131,7 +131,7 @@ def test_a_crash_at_any_step_is_resumed_by_the_next_tick(lab, monkeypatch, crash
             raise Crash()  # the action was executed, its step never recorded
         persisted(record, action, now, report)
 
-    monkeypatch.setattr(controller, "_persist", crash_once)
+    monkeypatch.setattr(controller, "step_persist", crash_once)
     for _ in range(10):
         try:
             lending(lab, seconds=31)

@@ -5,7 +5,7 @@ import pytest
 
 from cluster.backend import ClusterEvent, EventKind
 from core.models import Decision
-from scheduler import live, services
+from scheduler import lifecycle, live
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.policy.decisions import CycleResult, Preempt, Reason, Reserve, StillPending
 from scheduler.policy.priority import ScoreBreakdown
@@ -36,7 +36,7 @@ def cluster(world):
 def running_gang(world, cluster, **kw) -> TrainingJob:
     backend, clock = cluster
     job = gang_job(world, **kw)
-    assert live._admit(gang_admit(job), backend, clock.now())
+    assert live.admit(gang_admit(job), backend, clock.now())
     return job
 
 
@@ -74,11 +74,11 @@ def test_one_worker_finishing_first_waits_for_the_others(world, cluster):
     def finished(rank: int) -> ClusterEvent:
         return ClusterEvent(EventKind.POD_FINISHED, at, f"g-{rank}", pods[rank], job.pk)
 
-    recorded = live._record_events([finished(0), finished(0), finished(2)], now=at)  # 0 reported twice
+    recorded = live.record_events([finished(0), finished(0), finished(2)], now=at)  # 0 reported twice
     job.refresh_from_db()
     assert recorded.finished == 0 and job.status == JobStatus.RUNNING
     assert states(job) == ["succeeded", "running", "succeeded", "running"]
-    recorded = live._record_events([finished(1), finished(3)], now=at)
+    recorded = live.record_events([finished(1), finished(3)], now=at)
     job.refresh_from_db()
     assert recorded.finished == 1 and job.status == JobStatus.SUCCEEDED and states(job) == ["succeeded"] * 4
     assert [s.service for s in recorded.stops] == [f"gang-{job.pk}-1"]
@@ -127,7 +127,7 @@ def test_a_crash_mid_bind_is_repaired_by_requeuing_the_gang_and_removing_its_wor
 
     monkeypatch.setattr(backend, "bind", bind_twice_then_die)
     with pytest.raises(Crash):
-        live._admit(gang_admit(job), backend, cluster[1].now())
+        live.admit(gang_admit(job), backend, cluster[1].now())
     job.refresh_from_db()
     assert job.status == JobStatus.ADMITTED and len(on_cluster(cluster, job)) == 2 and backend.services()
 
@@ -141,9 +141,9 @@ def test_a_crash_mid_bind_is_repaired_by_requeuing_the_gang_and_removing_its_wor
 
 def test_a_crash_after_binding_every_worker_is_repaired_by_marking_the_gang_running(world, cluster, monkeypatch):
     job = gang_job(world)
-    monkeypatch.setattr(services, "job_start", lambda **kw: (_ for _ in ()).throw(Crash()))
+    monkeypatch.setattr(lifecycle, "job_start", lambda **kw: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
-        live._admit(gang_admit(job), cluster[0], cluster[1].now())
+        live.admit(gang_admit(job), cluster[0], cluster[1].now())
     monkeypatch.undo()
     report = tick(cluster)
     job.refresh_from_db()
@@ -155,7 +155,7 @@ def test_preempting_a_gang_evicts_every_worker(world, cluster):
     job = running_gang(world, cluster)
     victim = Preempt(job_id=job.pk, job_name=job.name, node="g-2", for_job_id=999, run_time_s=60, requeue=True,
                      reason=Reason.PREEMPTED_PRIORITY, message="preempted for job 999 (higher score)")
-    assert not live._preempt(victim, cluster[0], cluster[1].now())  # nothing left shutting down
+    assert not live.preempt(victim, cluster[0], cluster[1].now())  # nothing left shutting down
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING and states(job) == ["preempted"] * 4
     assert on_cluster(cluster, job) == [] and cluster[0].services() == {}
@@ -164,7 +164,7 @@ def test_preempting_a_gang_evicts_every_worker(world, cluster):
 
 def test_cancelling_a_running_gang_evicts_its_workers_and_its_service(world, cluster):
     job = running_gang(world, cluster)
-    services.job_cancel(job=job, actor=world.users["member"])
+    lifecycle.job_cancel(job=job, actor=world.users["member"])
     report = tick(cluster)
     assert sorted(report.repaired) == sorted(f"pod {p}: orphan evicted" for p in gang_pods(job))
     assert on_cluster(cluster, job) == [] and cluster[0].services() == {}
@@ -177,7 +177,7 @@ def test_a_reservation_is_kept_and_explained_once_per_change(world, cluster):
     def cycle(*reserves: Reserve) -> None:
         pending = StillPending(job.pk, job.name, 0, ScoreBreakdown(1_000_000, 0, 0),
                                Reason.RESERVED if reserves else Reason.QUOTA_EXHAUSTED, "waiting")
-        live._act(CycleResult(cluster[1].now(), (*reserves, pending)), cluster[0], cluster[1].now(),
+        live.act(CycleResult(cluster[1].now(), (*reserves, pending)), cluster[0], cluster[1].now(),
                   live.TickReport())
         job.refresh_from_db()
 
@@ -199,7 +199,7 @@ def test_a_reservation_is_kept_and_explained_once_per_change(world, cluster):
     assert job.reservation == {} and job.pending_reason == "quota-exhausted"
     cycle(reserve(("g-0", "g-1"), start))  # reserved again: said again
     assert len(explained()) == 3 and job.reservation["nodes"] == ["g-0", "g-1"]
-    live._admit(gang_admit(job), cluster[0], cluster[1].now())
+    live.admit(gang_admit(job), cluster[0], cluster[1].now())
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and job.reservation == {}  # a gang that starts holds no reservation
 

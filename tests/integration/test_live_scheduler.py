@@ -7,7 +7,7 @@ from redis import Redis
 
 from cluster.simulated import store
 from core.models import Decision
-from scheduler import live, services
+from scheduler import lifecycle, live
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from scheduler.policy.profile import get_profile
 from tests.integration.livecluster import tick
@@ -57,7 +57,7 @@ def test_a_failed_pod_fails_its_job_once(world, cluster):
     run = TrainingJob.objects.get(pk=job.pk).runs.get()
     at = cluster[1].now() + 1
     failed = ClusterEvent(EventKind.POD_FAILED, at, run.node.name, run.pod, job.pk, "Error: exit code 3")
-    assert live._record_events([failed, failed], now=at).finished == 1  # reported twice (a watch and a resync): once
+    assert live.record_events([failed, failed], now=at).finished == 1  # reported twice (a watch and a resync): once
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and job.runs.get().outcome == JobRun.Outcome.FAILED
     assert "exit code 3" in Decision.objects.get(subject=f"job:{job.pk}", reason="failed").message
@@ -102,11 +102,10 @@ def test_crash_after_binding_before_recording_is_repaired(world, cluster, monkey
 
 
 def test_cancelled_running_job_loses_its_pod(world, cluster):
-    from scheduler import services
 
     job = submit(world, gpus="1")
     tick(cluster)
-    services.job_cancel(job=job, actor=world.users["member"])
+    lifecycle.job_cancel(job=job, actor=world.users["member"])
     report = tick(cluster)
     assert report.repaired == [f"pod job-{job.pk}-1: orphan evicted"]
     assert not cluster[0].pods()
@@ -170,11 +169,11 @@ def test_job_killed_by_a_take_back_is_requeued_at_once_for_the_fixed_pool(world,
     assert job.node.name == "a100-0" and job.node.pool == "colocation"  # on a lent (offline) node
     backend, clock = cluster
     backend.evict(f"job-{job.pk}-1", "take-back")  # what the lending controller does
-    assert services.job_take_back(job_id=job.pk, node="a100-0", now=clock.now())
+    assert lifecycle.job_take_back(job_id=job.pk, node="a100-0", now=clock.now())
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING and job.pool_preference == "fixed"
     assert [r.outcome for r in job.runs.all()] == ["killed"]
-    assert not services.job_take_back(job_id=job.pk, node="a100-0", now=clock.now())  # only once
+    assert not lifecycle.job_take_back(job_id=job.pk, node="a100-0", now=clock.now())  # only once
     tick(cluster)
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and job.node.name == "t4-0"  # the fixed pool (T4 is compatible)

@@ -19,7 +19,7 @@ from notifications import selectors
 from notifications import services as notify
 from notifications import tasks
 from notifications.models import DepartmentSubscription, Delivery, Episode, Event, Preference
-from scheduler import services as jobs
+from scheduler import lifecycle
 from scheduler.models import JobRun, JobStatus, TrainingJob
 from tests.integration.livecluster import tick
 
@@ -156,7 +156,7 @@ def test_a_preempted_jobs_submitter_gets_an_email_and_a_webhook_call(world, clus
 
 def _failed_job(world, role: str = "member", department: str = "ml-search"):
     job = world.submit(role=role, department=department)
-    jobs.job_finish(job=job, at=timezone.now().timestamp(), status=JobStatus.FAILED, message="failed on t4-0: OOM")
+    lifecycle.job_finish(job=job, at=timezone.now().timestamp(), status=JobStatus.FAILED, message="failed on t4-0: OOM")
     return job
 
 

@@ -26,11 +26,11 @@ from django.core.management import call_command
 
 from profiling.models import JobMinute, LateSample, RunSummary, ServiceMinute
 from profiling.services import run_summary_compute
+from profiling.sink import ProfileSink
 from scheduler.models import JobRun
 from streaming.publisher import cursor_key
 from streaming.records import JobMinute as JobMinuteRecord
 from streaming.records import PodSample
-from streaming.sink import ProfileSink
 from tests.integration import promwrite
 from tests.integration.flinkjob import ProfileJob, Reader, produce
 from tests.integration.services import KAFKA_BOOTSTRAP, PROMETHEUS_URL, REDIS_URL

@@ -15,8 +15,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 
 from profiling.models import JobMinute, LateSample, ServiceMinute
+from profiling.sink import ProfileSink
 from streaming import records
-from streaming.sink import ProfileSink
 from streaming.topics import Topics, ensure_topics
 from tests.integration.profiles import job_minute, late_sample, service_minute, start_run
 from tests.integration.services import KAFKA_BOOTSTRAP, ROOT

@@ -180,7 +180,7 @@ def test_operators_read_raw_records_in_the_admin_and_change_nothing(world, clien
 
 
 def test_cancelling_a_running_job_summarizes_its_run_at_once(world, job):
-    from scheduler.services import job_cancel
+    from scheduler.lifecycle import job_cancel
 
     run = start_run(job)
     services.job_minutes_record(records=[job_minute(job.pk, 1, i, samples=6) for i in range(2)])

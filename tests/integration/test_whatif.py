@@ -4,7 +4,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from scheduler import whatif
+from experiments import whatif
 from scheduler.models import ReplayRun
 from tests.integration.test_dashboards import signed_in
 
@@ -97,7 +97,7 @@ def test_a_colocation_simulation_runs_from_the_console(world, eager):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_forecast_driven_colocation_simulation_runs_from_the_console(world, eager, monkeypatch):
-    from scheduler import whatif_run
+    from experiments import whatif_run
 
     seen = []
     real = whatif_run.simulate

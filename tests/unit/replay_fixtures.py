@@ -1,9 +1,9 @@
 """Tiny hand-made Alibaba-schema traces for the replay tests (written to tmp_path)."""
 from pathlib import Path
 
-from scheduler.replay import Options, mapping as mp
-from scheduler.replay.engine import build_setup
 from cluster.simulated.alibaba import read_nodes, read_pods
+from experiments.replay import Options, mapping as mp
+from experiments.replay.engine import build_setup
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"

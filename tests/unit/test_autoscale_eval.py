@@ -1,4 +1,4 @@
-"""The offline autoscaling evaluation (colocation/autoscale_eval/) on a small synthetic diurnal trace: the service
+"""The offline autoscaling evaluation (experiments/autoscale_eval/) on a small synthetic diurnal trace: the service
 model, the replay loop, the four policies (reactive and tidal through the real decide_service), the figures."""
 
 import json
@@ -7,17 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from colocation.autoscale_eval import report
-from colocation.autoscale_eval.compare import replay
-from colocation.autoscale_eval.forecasting import Forecast
-from colocation.autoscale_eval.policies import Measured, Step
-from colocation.autoscale_eval.run import run
-from colocation.autoscale_eval.service import Pool, ServiceModel
-from colocation.autoscale_eval.sweep import (Front, Point, covering, dominates, grid, longest_idle, settings, sweep,
-                                            tidal_rates)
-from colocation.autoscale_eval.trace import TraceError, span
 from cluster.simulated.traffic import Traffic
-from colocation.policy.autoscaling import Reason
+from colocation.policy.autoscaling import ScaleReason
+from experiments.autoscale_eval import report
+from experiments.autoscale_eval.compare import replay
+from experiments.autoscale_eval.forecasting import Forecast
+from experiments.autoscale_eval.policies import Measured, Step
+from experiments.autoscale_eval.run import run
+from experiments.autoscale_eval.service import Replicas, ServiceModel
+from experiments.autoscale_eval.sweep import (Front, Point, covering, dominates, grid, longest_idle, settings, sweep,
+                                            tidal_rates)
+from experiments.autoscale_eval.trace import TraceError, span
 
 DAY = 1440
 START = 1_700_006_400.0  # a midnight
@@ -96,7 +96,7 @@ def test_measured_utilization_is_capped_like_a_duty_cycle():
 
 
 def test_pool_removes_starting_replicas_first():
-    pool = Pool(2)
+    pool = Replicas(2)
     pool.scale(4, minute=10, startup_min=3)
     assert pool.ready(12) == 2 and pool.ready(13) == 4
     pool.scale(3, minute=11, startup_min=3)
@@ -106,14 +106,14 @@ def test_pool_removes_starting_replicas_first():
 def test_reactive_and_tidal_decide_through_the_spec_policy(runs):
     _, r, _, top = runs
     reactive = {e.reason for e in r["reactive"].events}
-    assert {Reason.SCALE_OUT, Reason.SCALE_IN} <= reactive and reactive <= {x.value for x in Reason}
-    assert Reason.PREDICTIVE_OUT not in reactive
+    assert {ScaleReason.SCALE_OUT, ScaleReason.SCALE_IN} <= reactive and reactive <= {x.value for x in ScaleReason}
+    assert ScaleReason.PREDICTIVE_OUT not in reactive
     tidal = {e.reason for e in r["tidal"].events}
-    assert Reason.PREDICTIVE_OUT in tidal and tidal & {Reason.SCALE_IN, Reason.PREDICTIVE_LIMIT}
+    assert ScaleReason.PREDICTIVE_OUT in tidal and tidal & {ScaleReason.SCALE_IN, ScaleReason.PREDICTIVE_LIMIT}
     assert any(e.after < e.before for e in r["tidal"].events)  # the forecast limits scale-ins, never stops them
-    out = next(e for e in r["reactive"].events if e.reason == Reason.SCALE_OUT)
+    out = next(e for e in r["reactive"].events if e.reason == ScaleReason.SCALE_OUT)
     assert "over maxRate 80% for 2 minutes" in out.message and out.after > out.before
-    ahead = next(e for e in r["tidal"].events if e.reason == Reason.PREDICTIVE_OUT)
+    ahead = next(e for e in r["tidal"].events if e.reason == ScaleReason.PREDICTIVE_OUT)
     assert "ahead of the peak" in ahead.message
     assert all(2 <= e.after <= top for name in ("reactive", "tidal") for e in r[name].events)
 
@@ -138,7 +138,7 @@ def test_tidal_without_a_usable_forecast_says_so():
     bad = oracle(demand, 24)
     bad = Forecast(bad.values, bad.mae, bad.minutes, bad.seasonal_lag, False, 24, 0)
     runs, _, _ = replay(demand, START, MODEL, bad)
-    assert Reason.PREDICTIVE_OUT not in {e.reason for e in runs["tidal"].events}
+    assert ScaleReason.PREDICTIVE_OUT not in {e.reason for e in runs["tidal"].events}
     assert [e.reason for e in runs["tidal"].events] == [e.reason for e in runs["reactive"].events]
 
 

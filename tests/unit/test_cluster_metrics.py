@@ -16,7 +16,7 @@ from cluster.simulated.metrics import (BASE_LATENCY_MS, LATENCY_BUCKETS_MS, LATE
                                        PodMetricsCollector, Series, TraceShapes, affine, load_traces,
                                        serving_shape, training_shape, usage_of)
 from cluster.types import GpuShare
-from tests.unit.builders import NodeBuilder
+from experiments.builders.scheduling import NodeBuilder
 
 START = 1_000_000.0
 TRAIN = training_shape([0, 50, 100], [1, 1, 2])  # busy 0, 0.5, 1 (mean 0.5); memory x0.75, x0.75, x1.5

@@ -9,7 +9,7 @@ import pytest
 
 from colocation.policy import (Direction, GroupView, Hold, Lend, LendReason, TakeBack, TrainingPod, decide_group,
                                decide_lending)
-from tests.unit.colocation_builders import NOW, OFF_U, ON_U, G, N, at, online_fleet
+from experiments.builders.colocation import NOW, OFF_U, ON_U, G, N, at, online_fleet
 
 LEND, BACK = Direction.LEND, Direction.TAKE_BACK
 

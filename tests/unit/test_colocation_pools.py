@@ -5,8 +5,8 @@ import pytest
 from cluster.types import JobStatus, Pool
 from colocation.policy import (DEFAULT, Direction, PoolReason, busy_window, is_long, long_bar_s, preferred_pool,
                                requeue_after_take_back)
-from tests.unit.builders import JobBuilder
-from tests.unit.colocation_builders import at
+from experiments.builders.colocation import at
+from experiments.builders.scheduling import JobBuilder
 
 H, M = 3600.0, 60.0
 

@@ -10,7 +10,7 @@ from colocation.policy import (DEFAULT, Conflict, Converting, DeletePod, DetachP
                                GroupNode, GroupView, Hold, InferencePod, Lend, NodeNow, NodePod, PendingPod, PodKind,
                                SetState, TakeBack, Thresholds, TrainingPod, TransitionRecord, Wait,
                                decide_group, next_action)
-from tests.unit.colocation_builders import NOW
+from experiments.builders.colocation import NOW
 
 STATES = tuple(NodeState)
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

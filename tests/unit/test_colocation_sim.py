@@ -6,10 +6,10 @@ import pytest
 
 from cluster.types import JobStatus, JobView, Pool
 from colocation.policy.pools import long_bar_s, preferred_pool
-from colocation.sim import CoLocationSim, SimConfig
-from colocation.sim.config import SIM_START
-from colocation.sim.queue import HOUR, PendingQueue
-from colocation.sim.report import simulate, summary
+from experiments.colocation_sim import CoLocationSim, SimConfig
+from experiments.colocation_sim.config import SIM_START
+from experiments.colocation_sim.queue import HOUR, PendingQueue
+from experiments.colocation_sim.report import simulate, summary
 from tidal.settings import TRACES_DIR
 
 

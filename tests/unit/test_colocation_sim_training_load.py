@@ -1,13 +1,13 @@
-"""The trace-shaped training load of the co-location simulation (colocation/sim/training_load.py) and the Lyra
-metrics of a run (colocation/sim/run.py Metrics)."""
+"""The trace-shaped training load of the co-location simulation (experiments/colocation_sim/training_load.py) and the Lyra
+metrics of a run (experiments/colocation_sim/run.py Metrics)."""
 
 from bisect import bisect_left
 from pathlib import Path
 
 import pytest
 
-from colocation.sim.run import Metrics
-from colocation.sim.training_load import (HOUR, MIN_RUN_S, WEEK_H, GroupTarget, NodeShape, build, sources,
+from experiments.colocation_sim.run import Metrics
+from experiments.colocation_sim.training_load import (HOUR, MIN_RUN_S, WEEK_H, GroupTarget, NodeShape, build, sources,
                                           week_profile)
 from tidal.settings import TRACES_DIR
 

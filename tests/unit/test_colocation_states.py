@@ -6,7 +6,7 @@ import pytest
 
 from cluster.types import NodeState, Pool
 from colocation.policy import TRANSITIONS, Event, transition
-from tests.unit.colocation_builders import OFF_N, OFF_U, ON_N, ON_U
+from experiments.builders.colocation import OFF_N, OFF_U, ON_N, ON_U
 
 LEGAL = {
     (ON_N, Event.LEND): OFF_U,

@@ -4,8 +4,9 @@ import pytest
 
 from cluster.types import Pool
 from colocation.policy import (Conflict, DeletePod, DetachPod, Direction, Done, Event, EvictTraining, NodeNow,
-                               NodePod, PodKind, SetState, Step, TransitionRecord, Wait, expected_after, next_action)
-from tests.unit.colocation_builders import OFF_N, OFF_U, ON_N, ON_U
+                               NodePod, PodKind, SetState, Step, TransitionRecord, Wait, drive, expected_after,
+                               next_action)
+from experiments.builders.colocation import OFF_N, OFF_U, ON_N, ON_U
 
 INF, TRAIN = PodKind.INFERENCE, PodKind.TRAINING
 LEND, BACK = Direction.LEND, Direction.TAKE_BACK
@@ -80,6 +81,16 @@ def test_expected_after_lets_a_controller_run_a_tick_without_rereading():
         n, rec = expected_after(n, action), TransitionRecord("t4-1", LEND, action.step)
     assert [type(a) for a in actions] == [SetState, DetachPod, DetachPod]
     assert isinstance(action, Wait) and rec.step is Step.DRAIN
+
+
+@pytest.mark.parametrize("limit,expected", [(8, [SetState, DetachPod, DetachPod, Wait]), (2, [SetState, DetachPod])])
+def test_drive_plans_each_action_on_the_node_as_it_is_then_until_final_or_the_limit(limit, expected):
+    seen = {"node": node(ON_N, inf("a"), inf("b"))}
+    actions = []
+    for action in drive(TransitionRecord("t4-1", LEND), lambda: seen["node"], NOW, limit):
+        actions.append(action)
+        seen["node"] = expected_after(seen["node"], action)  # the caller acted: the cluster moved
+    assert [type(a) for a in actions] == expected
 
 
 # graceful take-back: cordoned (online-unnormal) at once, training evicted only at the record's evict_at

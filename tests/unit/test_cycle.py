@@ -2,9 +2,9 @@
 
 from cluster.clock import VirtualClock
 from cluster.types import JobStatus, QuotaKind
-from scheduler.simulated_training import SimulatedTraining
+from experiments.builders.scheduling import MIN, NOW, JobBuilder, NodeBuilder, SnapshotBuilder
+from experiments.simulated_training import SimulatedTraining
 from scheduler.policy import Reason, get_profile
-from tests.unit.builders import MIN, NOW, JobBuilder, NodeBuilder, SnapshotBuilder
 from tests.unit.helpers import admit, cycle, pending
 
 

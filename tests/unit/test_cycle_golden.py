@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from cluster.types import JobStatus
-from benchmarks.scheduler import BUILTIN_SHAPES, queued_cluster
+from experiments.builders.cluster import BUILTIN_SHAPES, queued_cluster
 from scheduler.policy import get_profile, schedule
 from scheduler.policy.cache import CycleCache
 

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.scheduler import BUILTIN_SHAPES, queued_cluster
 from cluster.types import Allocation, GpuShare, JobStatus, JobView, QuotaKind, QuotaView
+from experiments.builders.cluster import BUILTIN_SHAPES, queued_cluster
+from experiments.builders.scheduling import MIN, JobBuilder, NodeBuilder, SnapshotBuilder
 from scheduler.policy import Reason, cycle, get_profile, schedule
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.gang import _by_counts, _by_sorting
 from scheduler.policy.profile import QueueOrder
 from scheduler.policy.quota import QuotaLedger, allocation_demand
-from tests.unit.builders import MIN, JobBuilder, NodeBuilder, SnapshotBuilder
 from tests.unit.helpers import admit, cycle as run_cycle, pending
 
 

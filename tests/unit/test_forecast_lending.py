@@ -17,11 +17,11 @@ from colocation.policy import (DEFAULT, DemandForecast, Hold, LendReason, PoolRe
                                decide_lending, lend_bar_s, long_bar_s, preferred_pool, seasonal_forecast,
                                take_back_at)
 from colocation.policy.forecast import DAY_MIN
+from experiments.builders import scheduling as b
+from experiments.builders.colocation import NOW, G, N, at, online_fleet
 from scheduler.policy import schedule
 from scheduler.policy.decisions import Admit
 from scheduler.policy.profile import TIDAL
-from tests.unit import builders as b
-from tests.unit.colocation_builders import NOW, G, N, at, online_fleet
 
 ON = DEFAULT.with_(forecast=True, min_lend_s=3600.0)  # the tables below are written for a 1-hour minimum lend
 MIN = 60.0

@@ -6,11 +6,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster.simulated.alibaba import TraceError
-from scheduler.fragmentation import experiment as ex
-from scheduler.fragmentation.measure import FragMeasure, FragState
+from experiments.fragmentation import experiment as ex
+from experiments.fragmentation.measure import FragMeasure, FragState
+from experiments.fragmentation.scorers import SCORERS, Context, Scorer, TidalScorer, make, register, share_candidates
+from experiments.fragmentation.state import MILLI, ClusterState, Placement, PodRequest
 from scheduler.policy.workload import Shape, TargetWorkload, node_frag, shape_frag
-from scheduler.fragmentation.scorers import SCORERS, Context, Scorer, TidalScorer, make, register, share_candidates
-from scheduler.fragmentation.state import MILLI, ClusterState, Placement, PodRequest
 from tests.unit.replay_fixtures import NODE_HEADER, POD_HEADER, write
 
 POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "tidal")

@@ -1,14 +1,14 @@
 """The tidal placement (scheduler/policy/gpuloss.py, as the experiment's TidalScorer runs it) on hand-made tables,
-one per rule, and the held-out variant generator (scheduler/fragmentation/variants.py)."""
+one per rule, and the held-out variant generator (experiments/fragmentation/variants.py)."""
 import numpy as np
 import pytest
 
-from scheduler.fragmentation import variants as va
-from scheduler.fragmentation.measure import FragMeasure
-from scheduler.fragmentation.scorers import Context, make
+from experiments.fragmentation import variants as va
+from experiments.fragmentation.measure import FragMeasure
+from experiments.fragmentation.scorers import Context, make
+from experiments.fragmentation.state import MILLI, ClusterState, Placement, PodRequest
 from scheduler.policy.gpuloss import quantized
 from scheduler.policy.workload import Shape, TargetWorkload, cpu_per_gpu, pressure
-from scheduler.fragmentation.state import MILLI, ClusterState, Placement, PodRequest
 
 
 def cluster(*nodes):
@@ -139,7 +139,7 @@ def test_variants_are_deterministic_and_reach_their_mix():
 
 
 def test_variant_csv_reads_back_as_the_same_pods(tmp_path):
-    from scheduler.fragmentation import experiment as ex
+    from experiments.fragmentation import experiment as ex
     from tests.unit.replay_fixtures import NODE_HEADER, write
 
     pods = va.variant(base_pods(), "spec33", gpu_models={"T4": 1})

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from cluster.clock import VirtualClock
 from cluster.types import CPU_KEY, GPU_EPS, MEMORY_KEY, JobStatus, QuotaKind, QuotaView, Topology
+from experiments.builders.scheduling import NOW, JobBuilder, NodeBuilder, SnapshotBuilder
+from experiments.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, Preempt, Reserve, schedule
 from scheduler.policy.profile import TIDAL
-from scheduler.simulated_training import SimulatedTraining
-from tests.unit.builders import NOW, JobBuilder, NodeBuilder, SnapshotBuilder
 
 DEPTS = ("a", "b")
 CERTIFIED = {"pytorch": frozenset({"G2"})}

@@ -4,10 +4,10 @@ reservations with backfill, and whole-gang preemption."""
 from __future__ import annotations
 
 from cluster.types import QuotaKind, Topology
+from experiments.builders.scheduling import NOW, JobBuilder, NodeBuilder, SnapshotBuilder
 from scheduler.policy import schedule
-from scheduler.policy.profile import TIDAL
 from scheduler.policy.decisions import Admit, Reason, Reserve, StillPending
-from tests.unit.builders import NOW, JobBuilder, NodeBuilder, SnapshotBuilder
+from scheduler.policy.profile import TIDAL
 
 HOUR = 3600.0
 

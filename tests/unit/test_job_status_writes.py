@@ -1,4 +1,4 @@
-"""A job's status changes only through the job services (scheduler/services.py: job_admit, job_start, job_finish,
+"""A job's status changes only through the job services (scheduler/lifecycle.py: job_admit, job_start, job_finish,
 job_requeue, job_take_back, job_cancel), as Kueue's workloads change only through pkg/workload: the loops, the
 lending controller and the views call them and never write a status themselves. The check reads the source: an
 assignment to `<x>.status` of a JobStatus, a `status=JobStatus…` given to a query's update or create, or "status"
@@ -7,8 +7,9 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("scheduler", "colocation", "profiling", "streaming", "frontend", "cluster", "tidal")
-HOME = ROOT / "scheduler" / "services.py"
+APPS = ("cluster", "core", "scheduler", "colocation", "profiling", "streaming", "notifications", "experiments", "demo",
+        "frontend", "tidal")
+HOME = ROOT / "scheduler" / "lifecycle.py"
 WRITES = {"update", "create", "bulk_create", "get_or_create", "update_or_create"}
 
 

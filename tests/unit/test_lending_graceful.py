@@ -17,11 +17,11 @@ from colocation.policy import (DEFAULT, DemandForecast, Direction, EvictTraining
                                NodePod, PodKind, Step, TakeBack, TrainingPod, TransitionRecord, decide_group,
                                next_action, take_back_at)
 from colocation.policy.lending import expedite
+from experiments.builders import scheduling as b
+from experiments.builders.colocation import NOW, G, N, online_fleet
 from scheduler.policy import schedule
 from scheduler.policy.decisions import Admit
 from scheduler.policy.profile import TIDAL
-from tests.unit import builders as b
-from tests.unit.colocation_builders import NOW, G, N, online_fleet
 
 MIN = 60.0
 ON = DEFAULT.with_(forecast=True)

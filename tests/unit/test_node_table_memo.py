@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.types import CPU_KEY, GpuShare, NodeState, NodeView, Pool, QuotaKind, QuotaView
+from experiments.builders.scheduling import JobBuilder, NodeBuilder, SnapshotBuilder
 from scheduler.policy import get_profile, schedule
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.nodes import NodeTable
 from scheduler.policy.quota import QuotaLedger, demand
-from tests.unit.builders import JobBuilder, NodeBuilder, SnapshotBuilder
 
 ARRAYS = ("gpu_used", "gpu_count", "cpu_cap", "cpu_free", "mem_free", "schedulable", "fixed_pool", "used_sum",
           "whole_free", "max_share_free", "least_shared", "allocated")

@@ -4,9 +4,9 @@ import pytest
 
 from cluster.types import GpuShare, NodeState, Pool, QuotaKind
 from colocation.policy import DEFAULT
+from experiments.builders.scheduling import JobBuilder, NodeBuilder, SnapshotBuilder
 from scheduler.policy import Reason, get_profile, schedule
 from scheduler.policy.workload import Shape, TargetWorkload
-from tests.unit.builders import JobBuilder, NodeBuilder, SnapshotBuilder
 from tests.unit.helpers import admit, cycle, pending
 
 

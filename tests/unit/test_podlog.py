@@ -10,8 +10,8 @@ from cluster.simulated.podlog import (
     EVICTED, FAILED, SUCCEEDED, PodLogSource, pod_log_count, pod_log_lines, pod_log_text, source_of, style_of, timestamp,
 )
 from cluster.types import GpuShare
+from experiments.builders.scheduling import NodeBuilder
 from scheduler.logs import keep_tail, pod_address, archive_path
-from tests.unit.builders import NodeBuilder
 
 T0 = 1_764_000_000.0
 

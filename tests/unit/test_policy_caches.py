@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.types import GPU_EPS, GpuShare, NodeState, Pool, QuotaKind, Resources
+from experiments.builders.scheduling import NOW, JobBuilder, NodeBuilder
 from scheduler.policy import get_profile, score
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.nodes import NodeTable
@@ -12,7 +13,6 @@ from scheduler.policy.placement import SCORERS, allowed, attach_loss, least_loss
 from scheduler.policy.priority import rebased
 from scheduler.policy.quota import demand
 from scheduler.policy.workload import Shape, TargetWorkload
-from tests.unit.builders import NOW, JobBuilder, NodeBuilder
 
 TIDAL = get_profile("tidal")
 SHARES = st.sampled_from([0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 0.1, 0.3])

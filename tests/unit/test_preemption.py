@@ -2,8 +2,8 @@
 lost, protection."""
 
 from cluster.types import QuotaKind
+from experiments.builders.scheduling import MIN, JobBuilder, NodeBuilder, SnapshotBuilder
 from scheduler.policy import Reason
-from tests.unit.builders import MIN, JobBuilder, NodeBuilder, SnapshotBuilder
 from tests.unit.helpers import admit, cycle, pending, victims
 
 B = QuotaKind.BORROWED

@@ -1,8 +1,8 @@
 import pytest
 
 from cluster.types import QuotaKind
+from experiments.builders.scheduling import MIN, NOW, JobBuilder
 from scheduler.policy import aging_points, get_profile, score
-from tests.unit.builders import MIN, NOW, JobBuilder
 
 TIDAL = get_profile("tidal")
 

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from cluster.clock import VirtualClock
 from cluster.types import CPU_KEY, GPU_EPS, MEMORY_KEY, JobStatus, QuotaKind, QuotaView
-from scheduler.simulated_training import SimulatedTraining
+from experiments.builders.scheduling import NOW, JobBuilder, NodeBuilder
+from experiments.simulated_training import SimulatedTraining
 from scheduler.policy import Reason, get_profile
-from tests.unit.builders import NOW, JobBuilder, NodeBuilder
 
 DEPTS = ("a", "b", "c")
 MODELS = ("T4", "A100")

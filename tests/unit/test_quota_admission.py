@@ -1,8 +1,8 @@
 """Own quota first; borrowed quota only on capacity nobody uses; reasons with numbers."""
 
 from cluster.types import CPU_KEY, QuotaKind
+from experiments.builders.scheduling import JobBuilder, NodeBuilder, SnapshotBuilder
 from scheduler.policy import Reason
-from tests.unit.builders import JobBuilder, NodeBuilder, SnapshotBuilder
 from tests.unit.helpers import admit, cycle, pending
 
 

@@ -4,11 +4,11 @@ import json
 import numpy as np
 import pytest
 
+from experiments.replay import replay
+from experiments.replay.engine import CLOCK_SHIFT_S, run_policies, run_policy, shifted
+from experiments.replay.metrics import pooled_by_size
+from experiments.replay.report import noise_change, reservations_across, reservations_change
 from scheduler.policy import PROFILES, get_profile
-from scheduler.replay import replay
-from scheduler.replay.engine import CLOCK_SHIFT_S, run_policies, run_policy, shifted
-from scheduler.replay.metrics import pooled_by_size
-from scheduler.replay.report import noise_change, reservations_across, reservations_change
 from tests.unit.replay_fixtures import POD_HEADER, cluster, pod, setup_for, write
 
 POLICIES = ("tidal", "fifo", "quota-borrowing")
@@ -144,8 +144,8 @@ def gang_trace(tmp_path):
 
     from cluster.simulated.alibaba import read_nodes, read_pods
     from cluster.simulated.traces import GangPlan
-    from scheduler.replay import Options, mapping as mp
-    from scheduler.replay.engine import build_setup
+    from experiments.replay import Options, mapping as mp
+    from experiments.replay.engine import build_setup
 
     nodes = write(tmp_path / "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model",
                   ["t4-0,8000,16384,1,T4", "t4-1,8000,16384,1,T4", "cpu-0,4000,8192,0,"])
@@ -201,7 +201,7 @@ def test_the_longest_waits_say_what_the_gang_waited_for_and_who_passed_it(gang_t
 
 
 def test_the_variant_is_tidal_with_reservations_off():
-    from scheduler.replay import replay_profile
+    from experiments.replay import replay_profile
 
     variant = replay_profile("tidal-no-reservations")
     assert variant.reservations is False and variant.with_(name="tidal", reservations=True) == get_profile("tidal")

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.replay import Options, load, mapping as mp
-from cluster.simulated.traces import helios_shares
 from cluster.simulated.alibaba import TraceError, read_nodes, read_pods
+from cluster.simulated.traces import helios_shares
+from experiments.replay import Options, load, mapping as mp
 from tests.unit.replay_fixtures import NODE_HEADER, POD_HEADER, cluster, pod, setup_for, write
 
 

@@ -1,7 +1,7 @@
 import pytest
 
+from experiments.builders.scheduling import JobBuilder
 from scheduler.policy import Request, get_profile, rightsize
-from tests.unit.builders import JobBuilder
 
 TIDAL = get_profile("tidal")
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from colocation.policy.schedules import Schedule, cron_weekday, parse_weekdays, scheduled_minimum
-from tests.unit.colocation_builders import at
+from experiments.builders.colocation import at
 
 WEEK = frozenset(range(7))
 

@@ -7,7 +7,7 @@ from cluster.clock import VirtualClock
 from cluster.simulated import SimulatedCluster
 from cluster.simulated.alibaba import read_nodes
 from cluster.types import GpuShare, NodeState, Resources
-from tests.unit.builders import NodeBuilder
+from experiments.builders.scheduling import NodeBuilder
 
 
 def pod(name: str, *shares: tuple[int, float], cpu: int = 1000, job_id: int = 1) -> PodSpec:

@@ -1,4 +1,4 @@
-"""The shared simulated acting layer (scheduler/simulated_training.py) with gangs: all workers or none, whole-gang
+"""The shared simulated acting layer (experiments/simulated_training.py) with gangs: all workers or none, whole-gang
 preemption, finish and take-back; and, over random workloads through the real cycle, no gang ever runs partially."""
 
 from hypothesis import HealthCheck, given, settings
@@ -8,10 +8,10 @@ from cluster.backend import WORKER_LABEL
 from cluster.clock import VirtualClock
 from cluster.types import CPU_KEY, GPU_EPS, MEMORY_KEY, GpuShare, JobStatus, QuotaKind, QuotaView, Topology
 from colocation.policy.pools import requeue_after_take_back
+from experiments.builders.scheduling import NOW, JobBuilder, NodeBuilder
+from experiments.simulated_training import SimulatedTraining, simulated_pod_name
 from scheduler.policy import Admit, CycleResult, Preempt, Reason, Request, ScoreBreakdown, get_profile
 from scheduler.policy.decisions import Worker
-from scheduler.simulated_training import SimulatedTraining, simulated_pod_name
-from tests.unit.builders import NOW, JobBuilder, NodeBuilder
 
 CERTIFIED = {"pytorch": frozenset({"T4"})}
 

@@ -8,7 +8,7 @@ from cluster.backend import (DETACHED_FROM_LABEL, KIND_LABEL, REPLACED_BY_LABEL,
 from cluster.clock import VirtualClock
 from cluster.simulated import SimulatedCluster
 from cluster.types import GpuShare, NodeState
-from tests.unit.builders import NodeBuilder
+from experiments.builders.scheduling import NodeBuilder
 
 TEMPLATE = PodSpec("web", None, "T4", (GpuShare(0, 0.5),), 1000, 1024)
 

@@ -9,7 +9,7 @@ from cluster.simulated.traces import (GANG_WORKERS, HELIOS_GANG_SHARE_MEASURED, 
                                       gang_plan, gang_share, gang_workers_of, helios_gang_share, with_blocks,
                                       workers_room)
 from cluster.types import BLOCK_LABEL
-from tests.unit.builders import NodeBuilder
+from experiments.builders.scheduling import NodeBuilder
 
 VCS_HEADER = "time,running_gpu_num,running_gpu_num_noless_8,running_gpu_num_less_8"
 

@@ -1,5 +1,5 @@
 """`python manage.py profile_sink [--prefix P] [--max-idle-s N | --until-idle]`: thin; the work is in
-streaming/sink.py. Stops gracefully on SIGTERM / SIGINT (finishes and commits the batch in hand)."""
+profiling/sink.py. Stops gracefully on SIGTERM / SIGINT (finishes and commits the batch in hand)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from streaming.sink import ProfileSink, group_id
+from profiling.sink import ProfileSink, group_id
 from streaming.topics import Topics
 
 UNTIL_IDLE_S = 5.0

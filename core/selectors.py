@@ -1,0 +1,51 @@
+"""Reads of core's own entities: departments, memberships, GPU models and the decision log."""
+from django.db.models import QuerySet
+
+from core.models import Decision, Department, GPUModel, Membership
+
+
+def is_member(*, user, department: Department, role: str | None = None) -> bool:
+    memberships = Membership.objects.filter(user=user, department=department)
+    if role is not None:
+        memberships = memberships.filter(role=role)
+    return memberships.exists()
+
+
+def can_administer(*, user, department: Department) -> bool:
+    """Operators and the department's admins manage its members and services."""
+    return user.is_staff or is_member(user=user, department=department, role=Membership.Role.ADMIN)
+
+
+def gpu_model_names() -> QuerySet[str]:
+    return GPUModel.objects.values_list("name", flat=True)
+
+
+def departments() -> QuerySet[Department]:
+    return Department.objects.all()
+
+
+def department_names(*, user, role: str | None = None, containing: str = "") -> QuerySet[str]:
+    """The names of the departments `user` may see (holds `role` in, when given), those containing `containing`."""
+    rows = Department.objects.restrict(user, role)
+    return (rows.filter(name__icontains=containing) if containing else rows).order_by("name").values_list(
+        "name", flat=True)
+
+
+def departments_named(names: list[str]) -> QuerySet[Department]:
+    return Department.objects.filter(name__in=names)
+
+
+def memberships(*, user) -> QuerySet[Membership]:
+    """The user's memberships with their departments, by department name."""
+    return Membership.objects.filter(user=user).select_related("department").order_by("department__name")
+
+
+def members(*, department: Department) -> QuerySet[Membership]:
+    """A department's memberships with their users, by user name."""
+    return Membership.objects.filter(department=department).select_related("user", "department").order_by(
+        "user__username")
+
+
+def decision_log() -> QuerySet[Decision]:
+    """Every decision with its department, newest first."""
+    return Decision.objects.select_related("department")

@@ -1,0 +1,84 @@
+"""Writes for core's own entities: departments, their members and GPU models (HackSoft's services: keyword-only,
+`<entity>_<action>`)."""
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+
+from core import selectors
+from core.errors import ApplicationError, Conflict
+from core.models import CPU, MEMORY, Department, GPUModel, Membership
+
+
+# --- departments and members -------------------------------------------------------------------
+
+
+def department_create(*, name: str, description: str = "") -> Department:
+    return Department.objects.create(name=name, description=description)
+
+
+def department_update(*, department: Department, **fields) -> Department:
+    _check_name_kept(department, fields)
+    for name, value in fields.items():
+        setattr(department, name, value)
+    department.save(update_fields=list(fields))
+    return department
+
+
+def _keep_an_admin(*, department: Department, leaving: Membership | None, actor) -> None:
+    """A department admin cannot leave the department without one; operators can (they administer it anyway)."""
+    if actor.is_staff or leaving is None or leaving.role != Membership.Role.ADMIN:
+        return
+    others = department.memberships.filter(role=Membership.Role.ADMIN).exclude(pk=leaving.pk)
+    if not others.exists():
+        raise Conflict.for_field("role", f"{leaving.user} is the last admin of {department}; "
+                                                 "make someone else admin first")
+
+
+@transaction.atomic
+def membership_set(*, department: Department, user, role: str, actor) -> Membership:
+    """Add `user` to `department` with `role`, or change the role of an existing member."""
+    if not selectors.can_administer(user=actor, department=department):
+        raise PermissionDenied(f"only operators and admins of {department} manage its members")
+    current = Membership.objects.select_for_update().filter(user=user, department=department).first()
+    if role != Membership.Role.ADMIN:
+        _keep_an_admin(department=department, leaving=current, actor=actor)
+    membership, _ = Membership.objects.update_or_create(user=user, department=department, defaults={"role": role})
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, membership: Membership, actor) -> None:
+    if not selectors.can_administer(user=actor, department=membership.department):
+        raise PermissionDenied(f"only operators and admins of {membership.department} manage its members")
+    _keep_an_admin(department=membership.department, leaving=membership, actor=actor)
+    membership.delete()
+
+
+# --- GPU models ----------------------------------------------------------------------------------
+
+
+def _check_gpu_model_name(name: str) -> None:
+    if name.lower() in (CPU, MEMORY):
+        raise ApplicationError.for_field("name", f"{name!r} is reserved for quotas")
+
+
+def gpu_model_create(*, name: str, memory_gib: int) -> GPUModel:
+    _check_gpu_model_name(name)
+    return GPUModel.objects.create(name=name, memory_gib=memory_gib)
+
+
+def _check_name_kept(entity, fields: dict) -> None:
+    """Names are permanent: quotas, decisions and automation refer to departments and GPU models by name."""
+    if "name" in fields and fields["name"] != entity.name:
+        raise Conflict.for_field(
+            "name", f"{entity.name} cannot be renamed (decisions and quotas refer to it by name); create a new one"
+        )
+
+
+def gpu_model_update(*, gpu_model: GPUModel, **fields) -> GPUModel:
+    if "name" in fields:
+        _check_gpu_model_name(fields["name"])
+    _check_name_kept(gpu_model, fields)
+    for name, value in fields.items():
+        setattr(gpu_model, name, value)
+    gpu_model.save(update_fields=list(fields))
+    return gpu_model

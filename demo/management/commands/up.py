@@ -1,0 +1,174 @@
+"""Bring Tidal up on its embedded defaults: migrate, load the demo cluster, start the web server, a Celery
+worker and Celery beat, and the profile pipeline (the simulated cluster's metrics exporter, the
+Prometheus -> Kafka publisher, the Flink profile job on a local mini-cluster, the profile sink); print the
+console URL and logins; Ctrl-C stops everything it started."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from cluster.simulated.exporter import register_target, target_file, target_name
+from core import telemetry
+from demo.data import DEMO_PASSWORD, OPERATOR, USERS
+
+
+def debug_notice(*, debug: bool) -> str | None:
+    """The one start-up line that says error pages show tracebacks, and what production sets instead."""
+    if not debug:
+        return None
+    return ("DEBUG is on (the embedded demo's default): error pages show tracebacks; for production set DJANGO_DEBUG=0 "
+            "with DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS (docs/reference/configuration.md)")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+# How a child is asked to stop; by default SIGTERM to its whole process group.
+# - Flink's Python process cancels its job through its JVM, which PyFlink starts ignoring SIGINT: SIGINT to the group
+#   reaches the Python side only, and the JVM exits after it. SIGTERM would stop the JVM first and the cancel with it.
+# - Celery's main process stops its pool once the running tasks end (warm shutdown): SIGTERM to the pool's processes
+#   too would kill those tasks mid-way (WorkerLostError), so it goes to the main process only.
+STOP_SIGNALS = {"flink": signal.SIGINT}
+LEADER_ONLY = {"worker"}
+
+
+def _stop_signal(child: str) -> signal.Signals:
+    return STOP_SIGNALS.get(child, signal.SIGTERM)
+
+
+def _ask_to_stop(name: str, pid: int) -> None:
+    (os.kill if name in LEADER_ONLY else os.killpg)(pid, _stop_signal(name))
+
+
+class Command(BaseCommand):
+    help = "Run Tidal locally: web server, Celery worker and beat on the demo cluster."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("TIDAL_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("TIDAL_PORT", "8000")))
+        parser.add_argument("--all-nodes", action="store_true", help="load every node of the trace, not 1 in 10")
+        parser.add_argument("--no-demo", action="store_true", help="do not load the demo cluster")
+        parser.add_argument("--no-pipeline", action="store_true",
+                            help="do not start the profile pipeline (exporter, publisher, Flink job, sink)")
+        parser.add_argument("--exit-after", type=float, default=0, help="stop after N seconds (smoke tests)")
+
+    def handle(self, *args, host, port, all_nodes, no_demo, no_pipeline, exit_after, **options):
+        # Ctrl-C and `kill` both stop what we started, even when our parent left SIGINT ignored (`cmd &`).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _interrupt)
+        self._check_port_free(host, port)
+        if notice := debug_notice(debug=settings.DEBUG):  # first, before the slow start: the demo is not production
+            self.stdout.write(self.style.WARNING(notice))
+        logs = Path(settings.RUN_DIR) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        call_command("migrate", verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        if not no_demo:
+            call_command("load_demo", all_nodes=all_nodes, stdout=self.stdout)
+        web_target = telemetry.web_target(settings.TIDAL_REDIS_NAMESPACE)
+        children = self._start(host, port, logs, demo_workload=not no_demo, pipeline=not no_pipeline)
+        try:
+            self._wait_ready(f"http://{host}:{port}/api/schema/", children)
+            # Prometheus scrapes Tidal's own /metrics: the operators' dashboards read their history there.
+            register_target(settings.PROMETHEUS_SD_DIR, port, web_target,
+                            host="127.0.0.1" if host in ("0.0.0.0", "::") else host)
+            url = f"http://{host}:{port}/"
+            self.stdout.write(self.style.SUCCESS(f"Tidal is up: {url}  (API {url}api/docs/, admin {url}admin/)"))
+            self.stdout.write(f"sign in as {OPERATOR[0]} / {OPERATOR[1]} (operator) or "
+                              f"{', '.join(u for u, _, _ in USERS)} / {DEMO_PASSWORD}; logs in {logs}; Ctrl-C stops")
+            self._supervise(children, exit_after)
+        except KeyboardInterrupt:  # Ctrl-C at any moment is a clean stop
+            self.stdout.write("\nstopping…")
+        finally:
+            target_file(settings.PROMETHEUS_SD_DIR, web_target).unlink(missing_ok=True)
+            self._stop(children)
+
+    @staticmethod
+    def _check_port_free(host: str, port: int) -> None:
+        with socket.socket() as probe:
+            if probe.connect_ex((host, port)) == 0:
+                raise CommandError(f"{host}:{port} is already in use; choose another with --port or TIDAL_PORT")
+
+    def _start(self, host: str, port: int, logs: Path, demo_workload: bool,
+               pipeline: bool) -> dict[str, subprocess.Popen]:
+        python = sys.executable
+        demo = "1" if demo_workload else "0"  # the demo's training jobs and its inference traffic
+        env = {**os.environ, "TIDAL_DEMO_WORKLOAD": demo, "TIDAL_DEMO_TRAFFIC": demo}
+        # Notification e-mail is printed to the worker's log unless a real backend is configured
+        # (docs/concepts/notifications.md#events-and-channels).
+        env.setdefault("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+        celery = [python, "-m", "celery", "-A", "tidal"]
+        commands = {
+            "web": [python, "-m", "gunicorn", "tidal.wsgi", "-c", "python:tidal.gunicorn", "--bind", f"{host}:{port}",
+                    "--access-logfile", "-"],
+            "worker": celery + ["worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", "tidal@%h"],
+            "beat": celery + ["beat", "--loglevel", "INFO", "--schedule", str(logs.parent / "celerybeat-schedule")],
+        }
+        if pipeline:
+            manage = [python, "manage.py"]
+            commands |= {
+                "exporter": manage + ["cluster_exporter"],
+                # Only this demo's pods, should other demos' exporters share the Prometheus.
+                "publisher": manage + ["publish_metrics", "--selector",
+                                       f'service="{target_name(settings.TIDAL_REDIS_NAMESPACE)}"'],
+                "flink": [python, "-m", "streaming.flink"],
+                "sink": manage + ["profile_sink"],
+            }
+        children = {}
+        for name, command in commands.items():
+            log = open(logs / f"{name}.log", "ab")
+            # A new session per child: Ctrl-C in the terminal reaches us, and we stop them in order.
+            children[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                              cwd=settings.BASE_DIR, env=env)
+            self.stdout.write(f"started {name} (pid {children[name].pid}), log {log.name}")
+        return children
+
+    def _wait_ready(self, url: str, children: dict[str, subprocess.Popen], timeout: float = 120) -> None:
+        # Two cores boot Flink's JVM, the loops and four web workers at once: the first answer can take seconds, and a
+        # probe that gave up after 2 s asked again for ever (seen once in CI: "did not answer within 60 s")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive(children)
+            try:
+                with urllib.request.urlopen(url, timeout=15):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise CommandError(f"the web server did not answer {url} within {timeout:.0f} s; see .run/logs/web.log")
+
+    def _supervise(self, children: dict[str, subprocess.Popen], exit_after: float) -> None:
+        deadline = time.monotonic() + exit_after if exit_after else None
+        while deadline is None or time.monotonic() < deadline:
+            self._check_alive(children)
+            time.sleep(0.5)
+
+    @staticmethod
+    def _check_alive(children: dict[str, subprocess.Popen]) -> None:
+        for name, child in children.items():
+            if child.poll() is not None:
+                raise CommandError(f"{name} exited with code {child.returncode}; see .run/logs/{name}.log")
+
+    def _stop(self, children: dict[str, subprocess.Popen], grace_s: float = 20) -> None:
+        """Every child asked to stop at once (_ask_to_stop), then one shared grace period before SIGKILL to its group
+        (a JVM or a Celery warm shutdown must not stretch Ctrl-C by 15 s per child)."""
+        for name, child in children.items():
+            if child.poll() is None:
+                _ask_to_stop(name, child.pid)
+        deadline = time.monotonic() + grace_s
+        for name, child in children.items():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                self.stdout.write(f"killed {name} (no exit within {grace_s:.0f} s of {_stop_signal(name).name})")
+            self.stdout.write(f"stopped {name}")
