@@ -5,7 +5,7 @@ PY := .venv/bin/python
 # Everything except the database: `make run` keeps DATABASE_URL if you set one, else uses the SQLite demo file.
 SERVICE_ENV = eval "$$(bash platform/stack.sh env | grep -v '^export DATABASE_URL=')"
 
-.PHONY: run test install services stop status
+.PHONY: run test test-fast install services stop status
 
 # Ctrl-C stops the web server, worker and beat (manage.py up) and then the services the stack started.
 run: services
@@ -19,7 +19,12 @@ test: services
 	$(PY) manage.py spectacular --validate --fail-on-warn --file .run/openapi.yml; \
 	.venv/bin/lint-imports --no-cache; \
 	echo "== pytest"; \
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest --durations=25 $(ARGS)
+
+# The unit and integration tests, in minutes: no whole-stack (tests/system/) or browser (tests/e2e/) test.
+test-fast: services
+	@eval "$$(bash platform/stack.sh env)"; export TIDAL_REQUIRE_POSTGRES=1; \
+	$(PY) -m pytest -m "not system and not browser" --durations=25 $(ARGS)
 
 install:
 	@bash platform/install.sh
