@@ -1,7 +1,7 @@
 """One exception handler for the whole API: every error body is `{"message": ..., "extra": {...}}`; a server error
 too once DEBUG is off, through Django's handler500 (server_error below: a traceback is for the log, never for the
 client)."""
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import ProtectedError
 from django.http import Http404, JsonResponse
@@ -24,7 +24,7 @@ def exception_handler(exc, context):
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, ProtectedError):
-        names = ", ".join(sorted({str(obj) for obj in exc.protected_objects})[:5])
+        names = ", ".join(sorted({_name(obj) for obj in exc.protected_objects})[:5])
         return Response({"message": f"still in use by: {names}", "extra": {}}, status=409)
 
     response = drf_exception_handler(exc, context)
@@ -37,6 +37,13 @@ def exception_handler(exc, context):
     else:
         response.data = {"message": response.data.get("detail", str(exc)), "extra": {}}
     return response
+
+
+def _name(obj) -> str:
+    try:
+        return str(obj)
+    except ObjectDoesNotExist:  # its name reads a row that a concurrent request has just deleted
+        return f"{obj._meta.verbose_name} {obj.pk}"
 
 
 SERVER_ERROR = {"message": "Server error: the request failed on our side and was logged", "extra": {}}

@@ -5,9 +5,10 @@ import json
 import logging
 
 import pytest
+from django.db.models import ProtectedError
 from django.test import RequestFactory, override_settings
 
-from core.api.errors import server_error
+from core.api.errors import exception_handler, server_error
 from scheduler import selectors
 
 SECRET = "stack detail the client must not see"
@@ -55,3 +56,15 @@ def test_the_500_handler_answers_json_under_api_and_a_plain_page_elsewhere(path,
         assert set(json.loads(response.content)) == {"message", "extra"}
     else:
         assert response["Content-Type"].startswith("text/html") and b"Traceback" not in response.content
+
+
+def test_an_object_in_use_whose_related_row_was_just_deleted_is_still_a_409(world):
+    """The fuzzer's two workers: DELETE /api/gpu-models/{id}/ is refused for a quota whose department another request
+    deleted in between; naming that quota (its department's name) must not turn the 409 into a 500."""
+    from scheduler.models import Quota
+
+    quota = Quota.objects.filter(gpu_model=world.gpu_models["T4"]).first()
+    quota.department_id = 0  # no such department any more
+    response = exception_handler(ProtectedError("in use", {quota}), {})
+    assert response.status_code == 409
+    assert response.data["message"] == f"still in use by: quota {quota.pk}"
