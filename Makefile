@@ -7,7 +7,7 @@ PY := .venv/bin/python
 # Everything except the database: `make run` keeps DATABASE_URL if you set one, else uses the SQLite demo file.
 SERVICE_ENV = eval "$$(bash platform/stack.sh env | grep -v '^export DATABASE_URL=')"
 
-.PHONY: run test docs install services stop status
+.PHONY: run test test-fast docs install services stop status
 
 # Ctrl-C stops the web server, worker and beat (manage.py up) and then the services the stack started.
 run: services
@@ -22,7 +22,12 @@ test: services
 	.venv/bin/lint-imports --no-cache; \
 	echo "== docs site (mkdocs build --strict)"; NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict; \
 	echo "== pytest"; \
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest --durations=25 $(ARGS)
+
+# The unit and integration tests, in minutes: no whole-stack (tests/system/) or browser (tests/e2e/) test.
+test-fast: services
+	@eval "$$(bash platform/stack.sh env)"; export TIDAL_REQUIRE_POSTGRES=1; \
+	$(PY) -m pytest -m "not system and not browser" --durations=25 $(ARGS)
 
 # The documentation site on 127.0.0.1 (reloads on edits); the reference pages are generated from the code.
 docs: install

@@ -2,6 +2,7 @@
 import os
 import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from rest_framework.test import APIClient
@@ -17,43 +18,18 @@ def listed(response, key: str = "id") -> set:
     return {row[key] for row in body["results"]}
 
 
-# Modules whose tests stop or restart a service the whole session shares (PostgreSQL, Redis, Kafka, Prometheus, a
-# Celery worker's broker), and the one whose demo must not meet them.
-_STOPS_SHARED = {"test_faults_database", "test_faults_kafka", "test_faults_prometheus", "test_faults_redis",
-                 "test_faults_worker"}
-_DEMO = "test_demo_running"
+TESTS = Path(__file__).resolve().parent
+# The suites a marker selects by, from their folder: `-m "not system and not browser"` (make test-fast) leaves the
+# whole-stack and browser tests out. Flink tests are marked `flink` where they use the mini-cluster.
+SUITE_MARKERS = {"system": "system", "e2e": "browser"}
 
 
-_RANK = {_DEMO: 1, **dict.fromkeys(_STOPS_SHARED, 2)}  # every other module: 0, first
-
-
-def _module(item: pytest.Item) -> str:
-    return item.module.__name__.rpartition(".")[2]
-
-
-def _demo_module(session: pytest.Session):
-    """test_demo_running's module when the session runs some of its tests, else None."""
-    return next((item.module for item in getattr(session, "items", ()) if _module(item) == _DEMO), None)
-
-
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """test_demo_running's demo needs minutes of real load: it starts with the session and runs beside the other
-    tests (in pytest-django's order); its own tests come after them, and last those that stop a shared service,
-    which the demo must not meet."""
-    items.sort(key=lambda item: _RANK.get(_module(item), 0))
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    demo = _demo_module(session)
-    if demo is not None and not session.config.option.collectonly:
-        demo.start_early()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    demo = _demo_module(session)
-    if demo is not None:
-        demo.stop_early()
+    for item in items:
+        suite = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else None
+        if suite in SUITE_MARKERS:
+            item.add_marker(SUITE_MARKERS[suite])
 
 
 def pytest_configure(config):
@@ -150,6 +126,19 @@ def world(db):
         groups={"t4": t4_group, "a100": a100_group, "cpu": cpu_group}, nodes={n.name: n for n in nodes},
         departments={"ml-search": search, "ml-ads": ads}, users=users,
     )
+
+
+@pytest.fixture
+def cluster(world):
+    """The `world` fixture's nodes as a simulated cluster whose pods run for their runtime label, and its clock."""
+    from cluster.clock import VirtualClock
+    from cluster.simulated import store
+    from cluster.simulated.engine import SimulatedCluster
+    from colocation.selectors import node_views
+    from tests.integration.livecluster import T0
+
+    clock = VirtualClock(T0)
+    return SimulatedCluster(node_views(), clock, store.labelled_runtime), clock
 
 
 class _World:

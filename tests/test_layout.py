@@ -3,18 +3,28 @@ the clock import no framework; apps depend in one direction (tooling, the consol
 the domain apps one per layer, core, the cluster layer); no app imports another app's loop.
 
 The first test runs the project's contracts; the others prove each kind would catch a violation, by running them
-over a throw-away tree of empty modules (every module a contract names) into which one bad import is written."""
+over a throw-away tree of empty modules (every module a contract names) into which one bad import is written.
+
+The tests' own layout (DESIGN.md) is checked last: four suites by folder — unit/ (pure policy, no database),
+integration/ (Django, DRF, real services), system/ (the whole stack: the running demo, faults that stop services,
+Flink), e2e/ (browser) — whose folder gives the markers `make test-fast` leaves out."""
 import ast
+import shutil
 import subprocess
 import sys
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import pytest_collection_modifyitems as mark_suites
+
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
 CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+TESTS = ROOT / "tests"
+SUITES = ("unit", "integration", "system", "e2e")
 
 
 def run_contract(cwd: Path) -> subprocess.CompletedProcess:
@@ -93,3 +103,50 @@ def test_unit_tests_import_no_benchmark():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "benchmarks"]
     assert not found
+
+
+def test_every_test_module_is_in_one_of_the_four_suites():
+    elsewhere = [str(path.relative_to(TESTS)) for path in TESTS.rglob("test_*.py")
+                 if path.relative_to(TESTS).parts[0] not in SUITES and path != Path(__file__)]
+    assert not elsewhere
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, and every name it imports from one (`a.b` for `from a import b`)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.update({node.module} | {f"{node.module}.{alias.name}" for alias in node.names})
+    return found
+
+
+def test_only_system_tests_use_the_whole_stack_helpers():
+    """tests/system/'s helpers (private services a test stops, the profile job on the Flink mini-cluster, the
+    invariants after a fault) make a test a whole-stack test, which `make test-fast` must not run."""
+    users = {str(path.relative_to(TESTS)): sorted(m for m in _imports(path) if m.startswith("tests.system"))
+             for path in TESTS.rglob("*.py") if not path.is_relative_to(TESTS / "system")}
+    assert not {path: modules for path, modules in users.items() if modules}
+
+
+def test_tests_on_the_flink_mini_cluster_are_marked_flink():
+    on_flink = [path for path in (TESTS / "system").glob("test_*.py") if "tests.system.flinkjob" in _imports(path)]
+    assert on_flink
+    assert not [path.name for path in on_flink if "pytest.mark.flink" not in path.read_text()]
+
+
+@dataclass
+class _Item:
+    path: Path
+    markers: list[str] = field(default_factory=list)
+
+    def add_marker(self, marker: str) -> None:
+        self.markers.append(marker)
+
+
+def test_system_and_browser_tests_are_marked_by_their_folder():
+    items = {suite: _Item(TESTS / suite / "test_x.py") for suite in SUITES}
+    mark_suites(list(items.values()))
+    assert {suite: item.markers for suite, item in items.items()} == {
+        "unit": [], "integration": [], "system": ["system"], "e2e": ["browser"]}

@@ -1,4 +1,4 @@
-"""Fixtures of the integration tests."""
+"""Fixtures of the integration tests (the `world` and its simulated `cluster` are tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,6 @@ import sys
 import uuid
 
 import pytest
-
-from cluster.clock import VirtualClock
-from cluster.simulated import store
-from cluster.simulated.engine import SimulatedCluster
-from colocation.selectors import node_views
-from tests.integration.livecluster import T0
-
-
-@pytest.fixture
-def cluster(world) -> tuple[SimulatedCluster, VirtualClock]:
-    """The `world` fixture's nodes as a simulated cluster whose pods run for their runtime label."""
-    clock = VirtualClock(T0)
-    return SimulatedCluster(node_views(), clock, store.labelled_runtime), clock
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The profile job's SQL text (its behaviour is tested on a real mini-cluster: tests/integration/)."""
+"""The profile job's SQL text (its behaviour is tested on a real mini-cluster: tests/system/)."""
 
 from dataclasses import fields
 

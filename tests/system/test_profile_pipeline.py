@@ -32,8 +32,8 @@ from streaming.publisher import cursor_key
 from streaming.records import JobMinute as JobMinuteRecord
 from streaming.records import PodSample
 from tests.integration import promwrite
-from tests.integration.flinkjob import ProfileJob, Reader, produce
 from tests.integration.services import KAFKA_BOOTSTRAP, PROMETHEUS_URL, REDIS_URL
+from tests.system.flinkjob import ProfileJob, Reader, produce
 
 pytestmark = [pytest.mark.flink, pytest.mark.django_db(transaction=True)]
 

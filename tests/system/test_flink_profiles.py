@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from streaming.records import PodSample
-from tests.integration.flinkjob import ProfileJob, Reader, produce
+from tests.system.flinkjob import ProfileJob, Reader, produce
 
 pytestmark = pytest.mark.flink
 

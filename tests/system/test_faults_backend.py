@@ -2,7 +2,7 @@
 loops use by default: the outage starts in the middle of a scheduler tick (after its first pod is bound), both
 loops keep ticking through it, and then it ends. The ticks back off instead of hammering the cluster, one
 `cluster-unavailable` alert is raised and one `cluster-available` when it answers again, and afterwards the same
-invariants as after every fault hold (tests/integration/fault_invariants.py). The Kubernetes version of these
+invariants as after every fault hold (tests/system/fault_invariants.py). The Kubernetes version of these
 faults, on the real control plane, is tests/integration/test_kubernetes_live.py."""
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from core.models import Decision
 from scheduler import live
 from scheduler.models import JobStatus, TrainingJob
 from scheduler.policy.profile import get_profile
-from tests.integration.fault_invariants import decisions_about, violations
 from tests.integration.test_kubernetes_live import until
+from tests.system.fault_invariants import decisions_about, violations
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the ticks commit as in production
 FAILED_TICKS = 5

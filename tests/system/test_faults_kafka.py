@@ -39,8 +39,8 @@ from scheduler.models import JobRun
 from streaming.publisher import Publisher, PublisherConfig, cursor_key
 from streaming.records import PodSample, encode
 from tests.integration import promwrite
-from tests.integration.flinkjob import ProfileJob, wait_until
 from tests.integration.services import PROMETHEUS_URL, REDIS_URL
+from tests.system.flinkjob import ProfileJob, wait_until
 
 pytestmark = [pytest.mark.flink, pytest.mark.django_db(transaction=True)]
 

@@ -47,8 +47,8 @@ from scheduler.live import run_live_tick
 from scheduler.models import JobRun, JobStatus, Quota, TrainingJob
 from scheduler.policy.profile import get_profile
 from scheduler.tasks import scheduler_tick
-from tests.integration import fault_invariants
 from tests.integration.services import REDIS_URL, ROOT
+from tests.system import fault_invariants
 from tidal.celery import ping
 
 NODES, JOBS = 40, 320  # 8 T4 GPUs a node: every job fits, so the tick admits all of them one by one

@@ -8,7 +8,7 @@ real, A's tick is slowed down just before the outage: it keeps acting on the clu
 the test lets it go, which is after B has acted again. Redis comes back empty (as the stack runs it, unpersisted):
 the lock A held is forgotten and B may take it at once, so A must have stopped acting by itself. Afterwards no two
 recorded sections overlap, no section began while Redis was down, both loops acted again, and the invariants
-after every fault hold (tests/integration/fault_invariants.py)."""
+after every fault hold (tests/system/fault_invariants.py)."""
 from __future__ import annotations
 
 import os
@@ -28,9 +28,9 @@ from scheduler import lifecycle, live
 from scheduler.models import JobStatus, TrainingJob
 from scheduler.observe import snapshot_from_db
 from scheduler.policy.profile import get_profile
-from tests.integration.fault_invariants import violations
-from tests.integration.private_services import private_redis
 from tests.integration.services import ROOT
+from tests.system.fault_invariants import violations
+from tests.system.private_services import private_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the loop processes read what the test commits
 OUTAGE_S = 30.0
@@ -88,7 +88,7 @@ class Loops:
         self.processes = {
             name: subprocess.Popen(
                 [sys.executable, "manage.py", "shell", "--no-imports", "-c",
-                 f"from tests.integration.test_faults_redis import loop; loop({name!r}, {str(folder)!r})"],
+                 f"from tests.system.test_faults_redis import loop; loop({name!r}, {str(folder)!r})"],
                 cwd=ROOT, env=env, stdout=(folder / f"{name}.log").open("w"), stderr=subprocess.STDOUT)
             for name in ("A", "B")}
 

@@ -5,7 +5,7 @@ PostgreSQL started for this module (the shared one is never stopped), with the s
 "The middle" is found without timing: the test holds a row lock the tick must take part-way through (a job the
 tick admits second, the node a lending step marks, a job a take-back requeues), waits until PostgreSQL shows the
 tick's session waiting on it — its earlier work committed — and then crashes PostgreSQL (immediate stop) and
-starts it again. The next ticks must finish the work, and then every invariant holds (tests/integration/
+starts it again. The next ticks must finish the work, and then every invariant holds (tests/system/
 fault_invariants.py): no job lost or doubled, no node half-way, every decision recorded once."""
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from redis import Redis
 
 from colocation.tasks import lending_tick
 from scheduler.tasks import scheduler_tick
-from tests.integration.private_services import PrivatePostgres, private_postgres
 from tests.integration.services import REDIS_URL, ROOT
+from tests.system.private_services import PrivatePostgres, private_postgres
 
 TEMPLATE = "tidal_faults_template"
 WAIT_S = 60.0
@@ -80,7 +80,7 @@ class Lab:
         raise AssertionError(f"tick {task_id} did not end; worker log:\n{self.tail()}")
 
     def findings(self) -> dict:
-        return json.loads(self.django("from tests.integration.fault_invariants import main; main()").splitlines()[-1])
+        return json.loads(self.django("from tests.system.fault_invariants import main; main()").splitlines()[-1])
 
     def connect(self, **kw) -> psycopg.Connection:
         return psycopg.connect(self.url, **kw)
@@ -155,7 +155,7 @@ def seed(*, online: int, offline: int, jobs: int, expected_duration_s: int | Non
 
 
 def seeded(**kw) -> str:
-    return f"from tests.integration.test_faults_database import seed; seed(**{kw!r})"
+    return f"from tests.system.test_faults_database import seed; seed(**{kw!r})"
 
 
 # --- the scheduler --------------------------------------------------------------------------------------------

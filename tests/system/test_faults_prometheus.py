@@ -40,10 +40,10 @@ from streaming.records import PodSample, decode
 from streaming.topics import Topics, ensure_topics
 from tests.integration import promwrite
 from tests.integration.livecluster import scaling_lab, tick
-from tests.integration.private_services import private_prometheus
 from tests.integration.profiles import at, end_run, job_minute, past_jobs
 from tests.integration.services import KAFKA_BOOTSTRAP, REDIS_URL, drop_prefix
 from tests.integration.test_publisher import consume
+from tests.system.private_services import private_prometheus
 
 STEP = 5000  # ms
 PRE, HOLE, POST = 24, 84, 24  # steps before, during (7 minutes: longer than the 5-minute lookback) and after

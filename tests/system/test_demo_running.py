@@ -2,7 +2,7 @@
 worker and beat, and the whole profile pipeline (exporter, publisher, Flink, sink), on a fast demo clock (one demo
 day in three real minutes), until three complete minutes of service load have left the pipeline (about four
 minutes); then Ctrl-C stops everything it started. Under the whole suite the demo starts with the session and runs
-beside the other tests while its load builds up (tests/conftest.py); these tests come after them.
+beside the other tests while its load builds up (tests/system/conftest.py); these tests come after them.
 
 What it must show, asserted on behaviour and never on timings:
 - every control loop acted on at least 90 % of its ticks (the worker's log, and /metrics' tidal_loop_ticks_total);
@@ -140,7 +140,7 @@ _EARLY: list[Demo] = []  # the demo started with the session
 
 
 def start_early() -> None:
-    """Start the demo now, for these tests to find it running when their turn comes (tests/conftest.py)."""
+    """Start the demo now, for these tests to find it running when their turn comes (tests/system/conftest.py)."""
     _EARLY.append(Demo(Path(tempfile.mkdtemp(prefix="tidal-demo-"))))
 
 
