@@ -2,8 +2,8 @@
 
 kmock gives us the HTTP server, request parsing and API discovery; its object store has no resourceVersion, label
 selectors, watch resumption, optimistic concurrency, graceful deletion or subresources, so every request for a
-declared resource is served here instead. It is an emulator, not Kubernetes: see
-docs/how-to/kubernetes.md#trying-it-here-on-the-kubernetes-api-emulator.
+declared resource is served here instead. It is an emulator, not Kubernetes, left only for the job-log tests until
+kwok serves pods/log (docs/how-to/kubernetes.md#trying-it-here-on-a-real-control-plane).
 """
 from __future__ import annotations
 

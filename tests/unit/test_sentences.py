@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 import re
 
-from benchmarks.scheduler import BUILTIN_SHAPES, queued_cluster
+from experiments.builders.cluster import BUILTIN_SHAPES, queued_cluster
 from scheduler.policy import Reason, get_profile, schedule
 from scheduler.policy.sentences import summary
-from tests.unit.builders import JobBuilder, NodeBuilder, SnapshotBuilder
+from experiments.builders.scheduling import JobBuilder, NodeBuilder, SnapshotBuilder
 from tests.unit.helpers import admit, cycle, pending
 
 
