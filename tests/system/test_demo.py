@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from http.cookiejar import CookieJar
@@ -61,10 +62,14 @@ def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path, stop_with, ch
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           # started the way `make run &` is: with SIGINT ignored; up must still stop on it
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    lines: list[str] = []
+    reader = threading.Thread(target=lines.extend, args=(up.stdout,), daemon=True)  # every line, as it comes
+    reader.start()
     try:
         base = f"http://127.0.0.1:{port}"
-        _wait_for(f"{base}/api/schema/")
-        time.sleep(1)  # let `up` see the server answer too, so the stop below is the Ctrl-C after start-up
+        # The stop below is the Ctrl-C after start-up: once `up` has said so (on a busy machine it sees the server
+        # answer well after a client does).
+        _wait_until(lambda: any("Tidal is up" in line for line in lines) or up.poll() is not None, timeout=180)
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
         assert b"swagger" in opener.open(f"{base}/api/docs/").read().lower()
         assert b"Django administration" in opener.open(f"{base}/admin/login/").read()
@@ -74,15 +79,17 @@ def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path, stop_with, ch
     finally:
         up.send_signal(signal.SIGTERM if stop_with == "kill" else signal.SIGINT)
         try:
-            output, _ = up.communicate(timeout=60)
+            up.wait(timeout=60)
         except subprocess.TimeoutExpired:
             up.terminate()  # SIGTERM: up still stops its children (SIGKILL would orphan them)
             try:
-                output, _ = up.communicate(timeout=30)
+                up.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 up.kill()
-                output, _ = up.communicate()
-            pytest.fail(f"up did not stop within 60 s of {stop_with}:\n{output}")
+            reader.join(timeout=10)
+            pytest.fail(f"up did not stop within 60 s of {stop_with}:\n{''.join(lines)}")
+        reader.join(timeout=10)
+    output = "".join(lines)
     assert up.returncode == 0, output
     assert "Tidal is up" in output
     assert output.count("DEBUG is on") == 1  # the demo's settings say so once, at start-up
@@ -90,16 +97,11 @@ def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path, stop_with, ch
         assert f"stopped {child}" in output
 
 
-def _wait_for(url: str, timeout: float = 180) -> None:
+def _wait_until(ready, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=15)  # a first answer may take seconds on a busy machine
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    while not ready():
+        assert time.monotonic() < deadline, f"not ready within {timeout:.0f} s"
+        time.sleep(0.2)
 
 
 def _token(base: str, username: str, password: str) -> str:
