@@ -30,9 +30,9 @@ import kmock
 import yaml
 from kubernetes import client
 
-from cluster.backend import RESOURCE_GROUP_LABEL, RUNTIME_LABEL
+from cluster.backend import RUNTIME_LABEL
 from cluster.emulator.actors import Actors
-from cluster.kubernetes import conventions, objects
+from cluster.kubernetes import kwok, objects
 from cluster.simulated import podlog
 from cluster.types import NodeView
 
@@ -591,25 +591,11 @@ class ApiServer(kmock.KubernetesEmulator):
 
 # --- the runner ---------------------------------------------------------------------------------------------
 
-DEVICE_GIB = (("A100", 80), ("H100", 80), ("H800", 80), ("A10", 24), ("T4", 16), ("V100", 32), ("P100", 16))
-
-
-def gpu_device_gib(model: str) -> int:
-    return next((gib for name, gib in DEVICE_GIB if name in model.upper()), 32)
-
-
 def node_object(view: NodeView) -> Obj:
-    """A Node as a kubelet with NVIDIA GPU feature discovery and the GPU sharing device plugin would register it."""
-    labels = {RESOURCE_GROUP_LABEL: view.resource_group, conventions.POOL_LABEL: view.pool.value,
-              conventions.STATE_LABEL: view.state.value, **view.labels}
-    capacity = {"cpu": f"{view.cpu_milli}m", "memory": f"{view.memory_mib}Mi", "pods": "110"}
-    if view.gpu_model:
-        labels.update({conventions.GPU_MODEL_LABEL: view.gpu_model, conventions.GFD_PRODUCT_LABEL: view.gpu_model})
-        capacity.update({conventions.NVIDIA_GPU: str(view.gpu_count), conventions.GPUSHARE_COUNT: str(view.gpu_count),
-                         conventions.GPUSHARE_MEM: str(view.gpu_count * gpu_device_gib(view.gpu_model))})
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": view.name, "labels": labels},
-            "spec": {"unschedulable": not view.state.normal},
-            "status": {"capacity": capacity, "allocatable": dict(capacity)}}
+    """The Node the kwok control plane registers (cluster/kubernetes/kwok.py), without kwok's annotation."""
+    node = kwok.node_object(view)
+    del node["metadata"]["annotations"]
+    return node
 
 
 class QuietServer(aiohttp.test_utils.RawTestServer):
