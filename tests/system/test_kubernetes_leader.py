@@ -21,10 +21,10 @@ from cluster.kubernetes.conventions import LEASE_NAME
 from colocation.models import Node, NodeState, Pool
 from colocation.selectors import node_views
 from scheduler.models import JobStatus, Quota, TrainingJob
-from tests.integration import fault_invariants
 from tests.integration.kubecluster import kwok_cluster
 from tests.integration.services import REDIS_URL
-from tests.integration.test_faults_worker import DSN, Worker, wait_for
+from tests.system import fault_invariants
+from tests.system.test_faults_worker import DSN, Worker, wait_for
 
 NS = "tidal-workloads"
 NODES, JOBS, BLOCKED_AT = 6, 24, 12  # 4 T4 GPUs a node, one-GPU jobs: every job fits
