@@ -65,10 +65,10 @@ def _recorded(name: str, tick, control: Path):
     """`tick` recording its critical section as "name entered exited"; A's first tick after `slow` appears keeps
     acting on the cluster until `release` appears (or its backend refuses: the lock is no longer surely held)."""
 
-    def run(*, backend, now, profile):
+    def run(*, backend, now, profile, **more):  # more: what else the tick takes (the scheduler's cycle cache)
         entered = time.time()
         try:
-            result = tick(backend=backend, now=now, profile=profile)
+            result = tick(backend=backend, now=now, profile=profile, **more)
             if name == "A" and (control / "slow").exists() and not (control / "slowed").exists():
                 (control / "slowed").touch()
                 while not (control / "release").exists():
