@@ -22,6 +22,7 @@ after the node was marked and one of its two jobs evicted, and B must finish the
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -102,19 +103,30 @@ class Worker:
         self.process.wait(timeout=10)
 
 
+@contextlib.contextmanager
+def two_workers(prefix: str, env: dict, tmp_path: Path, leader_ids: bool = False):
+    """Workers A and B in a Redis namespace of their own (`prefix`-…), killed and their keys removed afterwards."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    started = [Worker(name, {**env, "TIDAL_REDIS_NAMESPACE": namespace,
+                             **({"TIDAL_LEADER_ID": f"worker-{name}"} if leader_ids else {})},
+                      tmp_path / f"worker-{name}.log") for name in ("a", "b")]
+    try:
+        yield namespace, *started
+    finally:
+        for worker in started:
+            worker.kill()  # nothing of theirs is needed any more
+        redis = Redis.from_url(REDIS_URL)
+        for key in redis.scan_iter(f"{namespace}:*"):
+            redis.delete(key)
+
+
 @pytest.fixture
 def workers(tmp_path):
     """Workers A and B on this test's database (committed data: a transactional test) and Redis namespace."""
-    namespace = f"test-pfaults-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "TIDAL_REDIS_NAMESPACE": namespace, "TIDAL_CLUSTER_BACKEND": "simulated",
-           "TIDAL_CLUSTER_LOCK_S": str(LOCK_S), "DATABASE_URL": DSN()}
-    started = [Worker(name, env, tmp_path / f"worker-{name}.log") for name in ("a", "b")]
-    yield namespace, *started
-    for worker in started:
-        worker.kill()  # nothing of theirs is needed any more
-    redis = Redis.from_url(REDIS_URL)
-    for key in redis.scan_iter(f"{namespace}:*"):
-        redis.delete(key)
+    env = {**os.environ, "TIDAL_CLUSTER_BACKEND": "simulated", "TIDAL_CLUSTER_LOCK_S": str(LOCK_S),
+           "DATABASE_URL": DSN()}
+    with two_workers("test-pfaults", env, tmp_path) as started:
+        yield started
 
 
 def big_queue(world) -> None:

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections import Counter
 
 import psycopg
 import pytest
 from kubernetes import client
-from redis import Redis
 
 from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
 from cluster.kubernetes.conventions import LEASE_NAME
@@ -22,9 +20,8 @@ from colocation.models import Node, NodeState, Pool
 from colocation.selectors import node_views
 from scheduler.models import JobStatus, Quota, TrainingJob
 from tests.integration.kubecluster import kwok_cluster
-from tests.integration.services import REDIS_URL
 from tests.system import fault_invariants
-from tests.system.test_faults_worker import DSN, Worker, wait_for
+from tests.system.test_faults_worker import DSN, two_workers, wait_for
 
 NS = "tidal-workloads"
 NODES, JOBS, BLOCKED_AT = 6, 24, 12  # 4 T4 GPUs a node, one-GPU jobs: every job fits
@@ -33,18 +30,11 @@ LOCK_S, LEASE_S = 4, 5
 
 @pytest.fixture
 def workers(tmp_path):
-    namespace = f"test-leader-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "TIDAL_REDIS_NAMESPACE": namespace, "TIDAL_CLUSTER_BACKEND": "kubernetes",
-           "TIDAL_K8S_NAMESPACE": NS, "TIDAL_K8S_LEASE_NAMESPACE": NS, "TIDAL_K8S_LEASE_S": str(LEASE_S),
-           "TIDAL_CLUSTER_LOCK_S": str(LOCK_S), "DATABASE_URL": DSN()}
-    started = [Worker(name, {**env, "TIDAL_LEADER_ID": f"worker-{name}"}, tmp_path / f"worker-{name}.log")
-               for name in ("a", "b")]
-    yield namespace, *started
-    for worker in started:
-        worker.kill()
-    redis = Redis.from_url(REDIS_URL)
-    for key in redis.scan_iter(f"{namespace}:*"):
-        redis.delete(key)
+    env = {**os.environ, "TIDAL_CLUSTER_BACKEND": "kubernetes", "TIDAL_K8S_NAMESPACE": NS,
+           "TIDAL_K8S_LEASE_NAMESPACE": NS, "TIDAL_K8S_LEASE_S": str(LEASE_S), "TIDAL_CLUSTER_LOCK_S": str(LOCK_S),
+           "DATABASE_URL": DSN()}
+    with two_workers("test-leader", env, tmp_path, leader_ids=True) as started:
+        yield started
 
 
 def queue(world) -> None:
