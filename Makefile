@@ -7,7 +7,7 @@ PY := .venv/bin/python
 # Everything except the database: `make run` keeps DATABASE_URL if you set one, else uses the SQLite demo file.
 SERVICE_ENV = eval "$$(bash platform/stack.sh env | grep -v '^export DATABASE_URL=')"
 
-.PHONY: run test test-fast docs install services stop status
+.PHONY: run test test-fast docs install services stop status manifests
 
 # Ctrl-C stops the web server, worker and beat (manage.py up) and then the services the stack started.
 run: services
@@ -44,3 +44,7 @@ stop:
 
 status:
 	@bash platform/stack.sh status
+
+# Tidal's plain Kubernetes manifests, rendered from its Helm chart (platform/kubernetes/chart) with the default values.
+manifests:
+	@f=platform/kubernetes/tidal.yaml; bash platform/kubernetes/render.sh > $$f.tmp && mv $$f.tmp $$f || { rm -f $$f.tmp; exit 1; }

@@ -15,7 +15,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from redis import Redis
 
-# Under the probes' timeoutSeconds (platform/kubernetes/base/web.yaml): a hung Redis fails the check, not the probe.
+# Under the probes' timeoutSeconds (platform/kubernetes/chart/templates/web.yaml): a hung Redis fails the check,
+# not the probe.
 REDIS_TIMEOUT_S = 2.0
 
 

@@ -59,6 +59,19 @@ def ready(node: Obj) -> bool:
         (node.get("spec") or {}).get("taints")
 
 
+def ensure_namespace(core: client.CoreV1Api, namespace: str) -> None:
+    """`namespace`, and its `default` ServiceAccount (made by the service-account controller), without which no pod
+    can be created there."""
+    try:
+        core.create_namespace({"metadata": {"name": namespace}})
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    wait_for(lambda: any(sa["metadata"]["name"] == "default" for sa in items(
+        core.list_namespaced_service_account(namespace, _preload_content=False))),
+        what=f"serviceaccount {namespace}/default")
+
+
 @dataclass
 class KwokCluster:
     """kwok nodes and a workloads namespace on the real control plane, through an admin client."""
@@ -93,15 +106,7 @@ class KwokCluster:
                  {n["metadata"]["name"] for n in self.nodes()} >= set(names), what="kwok nodes Ready")
 
     def ensure_namespace(self) -> None:
-        try:
-            self.core.create_namespace({"metadata": {"name": self.namespace}})
-        except ApiException as error:
-            if error.status != 409:
-                raise
-        # the service-account controller makes `default`, without which no pod can be created
-        wait_for(lambda: any(sa["metadata"]["name"] == "default" for sa in items(
-            self.core.list_namespaced_service_account(self.namespace, _preload_content=False))),
-            what=f"serviceaccount {self.namespace}/default")
+        ensure_namespace(self.core, self.namespace)
 
     def empty(self) -> None:
         """Every ReplicaSet, pod, Service, PodDisruptionBudget and Lease of the namespace and every Tidal node gone
@@ -162,26 +167,29 @@ def kwok_cluster(nodes: Iterable[NodeView], namespace: str = "tidal-workloads") 
         cluster.api.close()
 
 
-# -- Tidal's identity: the ServiceAccount and RBAC of platform/kubernetes/base ----------------------------------
-MANIFESTS = Path(__file__).resolve().parents[2] / "platform" / "kubernetes" / "base"
-IDENTITY = ("namespaces.yaml", "serviceaccount.yaml", "rbac.yaml")
-SERVICE_ACCOUNT = ("tidal", "tidal")  # namespace, name
+# -- Tidal's identity: the ServiceAccount and RBAC its Helm chart renders -----------------------------------------
+# platform/kubernetes/tidal.yaml: the chart's rendering with the default values (make manifests), proved up to date by
+# tests/integration/test_helm_chart.py.
+RENDERED = Path(__file__).resolve().parents[2] / "platform" / "kubernetes" / "tidal.yaml"
+IDENTITY = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+SERVICE_ACCOUNT = ("tidal", "tidal")  # namespace, name: the release's
 
 
 def apply_identity(api: client.ApiClient) -> None:
-    """Server-side apply Tidal's namespaces, ServiceAccount, Roles and bindings, as shipped."""
+    """Server-side apply Tidal's namespaces, ServiceAccount, Roles and bindings, as the chart renders them (in the
+    release's namespace, which Helm would create)."""
+    ensure_namespace(client.CoreV1Api(api), SERVICE_ACCOUNT[0])
     dynamic = DynamicClient(api)
-    for name in IDENTITY:
-        for doc in yaml.safe_load_all((MANIFESTS / name).read_text()):
-            if doc:
-                resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-                dynamic.server_side_apply(resource, body=doc, namespace=doc["metadata"].get("namespace"),
-                                          field_manager="tidal-tests", force_conflicts=True)
+    for doc in yaml.safe_load_all(RENDERED.read_text()):
+        if doc and doc["kind"] in IDENTITY:
+            resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            dynamic.server_side_apply(resource, body=doc, namespace=doc["metadata"].get("namespace"),
+                                      field_manager="tidal-tests", force_conflicts=True)
 
 
 def tidal_client(admin: client.ApiClient) -> client.ApiClient:
     """A client that is Tidal's ServiceAccount (a bound token from the TokenRequest API), with nothing but the
-    permissions platform/kubernetes/base/rbac.yaml grants it."""
+    permissions the chart's RBAC grants it."""
     apply_identity(admin)
     namespace, name = SERVICE_ACCOUNT
     request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[],

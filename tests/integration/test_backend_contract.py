@@ -1,9 +1,9 @@
 """One behavioural contract for ClusterBackend, run against both backends: the simulated cluster, and the Kubernetes
 backend on the real control plane platform/stack.sh starts (kube-apiserver and etcd; kube-controller-manager's
 ReplicaSet controller and garbage collector; kube-scheduler placing ReplicaSets' pods; kwok nodes whose pods run,
-end and terminate — tests/integration/kubecluster.py), under Tidal's own ServiceAccount and the RBAC of
-platform/kubernetes/base, as in production. The same test functions; only the harness differs. The gang cases at the
-end run the live loop's acting on the database against each backend."""
+end and terminate — tests/integration/kubecluster.py), under Tidal's own ServiceAccount and the RBAC its Helm chart
+renders (platform/kubernetes/tidal.yaml), as in production. The same test functions; only the harness differs. The
+gang cases at the end run the live loop's acting on the database against each backend."""
 from __future__ import annotations
 
 import time
@@ -114,7 +114,7 @@ def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harn
 
 @pytest.fixture(scope="module")
 def tidal_api():
-    """A client that is Tidal's ServiceAccount, with the RBAC of platform/kubernetes/base applied as shipped."""
+    """A client that is Tidal's ServiceAccount, with the RBAC its Helm chart renders applied as shipped."""
     from tests.integration.kubecluster import admin_client, tidal_client
 
     with admin_client() as admin:

@@ -1,8 +1,11 @@
-"""platform/kubernetes/, checked offline (no cluster, no network): every manifest is a valid Kubernetes object with
-no unknown field, and the deployment keeps its promises: least-privilege RBAC, secrets only by reference, probes
-on /healthz and /readyz, one beat, resources everywhere, settings names that tidal/settings.py really reads."""
+"""platform/kubernetes/, checked offline (no cluster, no network, no helm): the chart's rendering with the default
+values (platform/kubernetes/tidal.yaml, `make manifests`; tests/integration/test_helm_chart.py proves it up to date)
+is valid Kubernetes objects with no unknown field, and the deployment keeps its promises: least-privilege RBAC,
+secrets only by reference, probes on /healthz and /readyz, one beat, resources everywhere, settings names that
+tidal/settings.py really reads."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,7 +15,8 @@ from kubernetes import client
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "platform" / "kubernetes"
-BASE = KUBE / "base"
+RENDERED = KUBE / "tidal.yaml"
+CHART = KUBE / "chart"
 SETTINGS = (ROOT / "tidal" / "settings.py").read_text()
 
 SECRET = "tidal-secrets"
@@ -22,7 +26,7 @@ REQUIRED_SECRET_ENV = {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"}
 DEPLOYMENTS = {"tidal-web", "tidal-worker", "tidal-beat"}
 
 # Every permission Tidal holds: (role kind, namespace or None, apiGroup, resource) -> verbs. These are the calls
-# cluster/kubernetes/ makes; a rule added to rbac.yaml without a reason here fails the test.
+# cluster/kubernetes/ makes; a rule added to the chart's templates/rbac.yaml without a reason here fails the test.
 PERMISSIONS = {
     ("ClusterRole", None, "", "nodes"): {"get", "list", "watch", "patch"},
     ("ClusterRole", None, "", "pods"): {"list", "watch"},  # the tick's read counts every pod's requests on its node
@@ -39,13 +43,7 @@ def load(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
 
 
-def kustomization() -> dict:
-    (doc,) = load(BASE / "kustomization.yaml")
-    return doc
-
-
-RESOURCES = [BASE / name for name in kustomization()["resources"]]
-DOCS = [doc for path in RESOURCES if path.exists() for doc in load(path)]
+DOCS = load(RENDERED)
 
 
 def of_kind(kind: str) -> dict[str, dict]:
@@ -107,21 +105,12 @@ def test_the_strict_check_catches_what_the_client_would_ignore():
                                                   ".data.A: str expected, got 0"]
 
 
-# --- files ---------------------------------------------------------------------------------------------------
-def test_kustomization_lists_every_manifest_and_only_existing_files():
-    listed = kustomization()["resources"]
-    assert len(listed) == len(set(listed)), "a resource listed twice"
-    assert [p.name for p in RESOURCES if not p.exists()] == []
-    on_disk = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml", "secret.example.yaml"}
-    assert set(listed) == on_disk
-    assert "secret.example.yaml" not in listed  # the operator creates the Secret; its values never ship
-
-
-@pytest.mark.parametrize("path", sorted(set(BASE.glob("*.yaml")) - {BASE / "kustomization.yaml"}), ids=lambda p: p.name)
-def test_every_document_is_a_valid_kubernetes_object(path):  # secret.example.yaml too: it must be applicable
-    for doc in load(path):
+# --- the rendering ------------------------------------------------------------------------------------------
+def test_every_document_is_a_valid_kubernetes_object():
+    assert DOCS, "platform/kubernetes/tidal.yaml is empty: make manifests"
+    for doc in DOCS:
         name = model_name(doc)
-        where = f"{path.name} {doc['kind']}/{doc.get('metadata', {}).get('name')}"
+        where = f"{doc['kind']}/{doc.get('metadata', {}).get('name')}"
         assert hasattr(client.models, name), f"{where}: no model {name} for {doc['apiVersion']}"
         assert unknown_fields(doc, name) == [], where
         # Required fields: the models refuse a missing one (ValueError, or pydantic's ValidationError under it).
@@ -133,8 +122,10 @@ def test_every_document_is_a_valid_kubernetes_object(path):  # secret.example.ya
 # --- namespaces, identity, RBAC ------------------------------------------------------------------------------
 def test_the_namespaces_are_the_ones_the_configuration_names():
     config = of_kind("ConfigMap")["tidal-config"]["data"]
-    assert set(of_kind("Namespace")) == {"tidal", config["TIDAL_K8S_NAMESPACE"]}
-    assert config["TIDAL_K8S_NAMESPACE"] == "tidal-workloads"
+    # The release's namespace is Helm's (--create-namespace); the chart makes the workloads namespace.
+    assert set(of_kind("Namespace")) == {config["TIDAL_K8S_NAMESPACE"]} == {"tidal-workloads"}
+    assert config["TIDAL_K8S_LEASE_NAMESPACE"] == "tidal"
+    assert {d["metadata"].get("namespace") for d in DOCS} == {None, "tidal", "tidal-workloads"}
     roles = {(d["metadata"]["namespace"], r["resources"][0]) for d in of_kind("Role").values() for r in d["rules"]}
     assert (config["TIDAL_K8S_NAMESPACE"], "pods") in roles
     assert (config["TIDAL_K8S_LEASE_NAMESPACE"], "leases") in roles
@@ -266,7 +257,7 @@ def test_every_setting_given_is_one_tidal_settings_reads():
 
 
 def test_secrets_are_only_referenced():
-    assert not of_kind("Secret"), "a Secret in the kustomization: the operator creates it"
+    assert not of_kind("Secret"), "a Secret in the default rendering: the operator creates it"
     for d in of_kind("Deployment").values():
         for c in containers(d):
             env = {e["name"]: e for e in c.get("env", [])}
@@ -277,15 +268,19 @@ def test_secrets_are_only_referenced():
                 assert ref["name"] == SECRET and ref["key"] == SECRET_ENV[name]
                 assert ref.get("optional", False) is (name not in REQUIRED_SECRET_ENV)
     # No credentials anywhere in what is applied: no URL with a user:password@, no scheme of the secret URLs.
-    text = "\n".join(p.read_text() for p in RESOURCES)
+    text = RENDERED.read_text()
     assert not re.search(r"\b(postgres(ql)?|redis|rediss)://", text)
     assert not re.search(r"://[^/\s:@]*:[^/\s@]+@", text)
 
 
-def test_the_secret_example_documents_exactly_the_referenced_keys():
-    (example,) = load(BASE / "secret.example.yaml")
-    assert example["kind"] == "Secret" and example["metadata"] == {"name": SECRET, "namespace": "tidal"}
-    assert set(example["stringData"]) == set(SECRET_ENV.values())
+def test_the_schema_refuses_in_settings_exactly_what_other_values_and_the_secrets_set():
+    """values.yaml's free-form `settings` may not name a setting the chart writes from another value (the ConfigMap
+    would hold it twice, and one would silently win) nor a secret (it would sit in the ConfigMap in clear)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["settings"]
+    refused = {name for name, rule in schema["properties"].items() if rule is False}
+    (values,) = load(CHART / "values.yaml")
+    config = of_kind("ConfigMap")["tidal-config"]["data"]
+    assert refused == (set(config) - set(values["settings"])) | set(SECRET_ENV)
 
 
 def test_production_settings_are_on():
