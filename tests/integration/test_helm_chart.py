@@ -93,6 +93,20 @@ def test_the_plain_manifests_are_the_charts_rendering():
     assert rendered == RENDERED.read_text(), "platform/kubernetes/tidal.yaml is stale: run make manifests"
 
 
+def test_replays_share_the_claims_named_in_web_and_worker(helm):
+    docs = [d for d in yaml.safe_load_all(helm("template", "tidal", str(CHART), "--namespace", "tidal", "--set",
+                                               "replays.existingClaim=replays,replays.tracesClaim=traces").stdout) if d]
+    assert next(d for d in docs if d["kind"] == "ConfigMap")["data"]["TIDAL_TRACES_DIR"] == "/app/traces"
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment"}
+    for name in ("tidal-web", "tidal-worker"):
+        volumes = {v["name"]: v.get("persistentVolumeClaim") for v in pods[name]["volumes"]}
+        assert volumes["replays"] == {"claimName": "replays"}
+        assert volumes["traces"] == {"claimName": "traces", "readOnly": True}
+        mounts = {m["name"]: m for m in pods[name]["containers"][0]["volumeMounts"]}
+        assert mounts["traces"] == {"name": "traces", "mountPath": "/app/traces", "readOnly": True}
+    assert "traces" not in {v["name"] for v in pods["tidal-beat"]["volumes"]}
+
+
 BAD_VALUES = [  # --set, and what the error says
     ("web.replicas=0", "at '/web/replicas': minimum: got 0, want 1"),
     ("web.replica=3", "at '/web': additional properties 'replica' not allowed"),

@@ -99,11 +99,23 @@ securityContext:
   capabilities: {drop: ["ALL"]}
 {{- end -}}
 
-{{- define "tidal.replaysVolume" -}}
+{{/* Console replays (values: replays), in web and worker: their reports and uploads, and the traces they read. */}}
+{{- define "tidal.replaysMounts" -}}
+- {name: replays, mountPath: /app/.run/replays}
+{{- if .Values.replays.tracesClaim }}
+- {name: traces, mountPath: /app/traces, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "tidal.replaysVolumes" -}}
 - name: replays
 {{- if .Values.replays.existingClaim }}
   persistentVolumeClaim: {claimName: {{ .Values.replays.existingClaim }}}
 {{- else }}
   emptyDir: {sizeLimit: 2Gi}
+{{- end }}
+{{- with .Values.replays.tracesClaim }}
+- name: traces
+  persistentVolumeClaim: {claimName: {{ . }}, readOnly: true}
 {{- end }}
 {{- end -}}
