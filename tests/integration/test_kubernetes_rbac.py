@@ -1,6 +1,7 @@
 """Tidal's identity on the real control plane: the ServiceAccount and RBAC its Helm chart renders
-(platform/kubernetes/tidal.yaml), applied as shipped. What the backend needs is granted (the whole backend contract suite runs under this identity:
-tests/integration/test_backend_contract.py); what it does not need answers 403 — the Roles are least-privilege."""
+(platform/kubernetes/tidal.yaml), applied as shipped. What the backend needs is granted (the whole backend contract
+suite runs under this identity: tests/integration/test_backend_contract.py); what it does not need answers 403 — the
+Roles are least-privilege."""
 import time
 
 import pytest
