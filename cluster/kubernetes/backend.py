@@ -373,8 +373,9 @@ class KubernetesCluster:
     def follow_pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None,
                         poll_s: float = 1.0) -> Iterator[str]:
         """`?follow=true`, streamed: the API server keeps the response open and writes each line as the container
-        does. A kubelet ends it when the container stops; kwok's (tests, the demo) keeps it open, so whenever no line
-        came for `poll_s` the pod is looked at, and a further quiet `poll_s` after it ended (or went) ends the stream."""
+        does. A kubelet ends it when the container stops; kwok (tests, the demo) keeps it open, so whenever no line
+        came for `poll_s` the pod is looked at, and a further quiet `poll_s` once it ended (or went) ends the stream.
+        A thread reads the response, so that waiting for a line can time out without breaking the stream."""
         response = self._log_request(pod, since, tail, follow=True)
         lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         reader = threading.Thread(target=_stream_lines, args=(response, lines, pod), name=f"log-{pod}", daemon=True)
@@ -534,7 +535,7 @@ def _stream_lines(response, lines: queue.SimpleQueue[str | None], pod: str) -> N
                 lines.put(line.decode("utf-8", errors="replace"))
         if pending:
             lines.put(pending.decode("utf-8", errors="replace"))
-    except (urllib3.exceptions.HTTPError, OSError) as error:  # the stream broke (or was shut): what came is what there is
+    except (urllib3.exceptions.HTTPError, OSError) as error:  # broken (or shut by the follower): what came is all
         log.info("following %s's log stopped: %s", pod, error)
     finally:
         lines.put(None)
