@@ -102,6 +102,8 @@ class KwokLogWriter:
                 self.write_pass()
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:  # the API server away: next pass
                 log.warning("kwok log writer: pass failed: %s", error)
+            except Exception:  # a bug: say so, and keep the logs going
+                log.exception("kwok log writer: pass failed")
 
     def write_pass(self, now: float | None = None) -> None:
         now = time.time() if now is None else now

@@ -3,7 +3,8 @@ kube-scheduler, kwok), as the tests use it: an admin client, kwok nodes made fro
 emptied after each test.
 
 kwok plays the kubelet of every node annotated kwok.x-k8s.io/node=fake (platform/kube/kwok/stages.yaml): a bound pod
-goes Running and Ready at once, a training pod labelled with a run time succeeds after it, a deleted pod is removed.
+goes Running and Ready at once, a training pod labelled with a run time succeeds a second after it, a deleted pod is
+removed.
 Nodes are cluster-wide, so a test's nodes are the only nodes Tidal sees (those with a resource-group label) while it
 runs: the fixture deletes any left from an earlier test first. kwok serves a pod's log (pods/log) from the file the
 kwok log writer (cluster/simulated/kwok_logs.py) writes, which tidal_on_kwok runs beside the live loops.

@@ -334,8 +334,8 @@ def test_the_api_server_serves_tail_and_since_and_refuses_a_pod_it_does_not_have
 
 @pytest.mark.django_db(transaction=True)
 def test_on_kubernetes_tidal_logs_reads_live_then_the_archive(world, kube, live_server, tmp_path, monkeypatch):
-    """`tidal logs` (the command line, in a subprocess) on the Kubernetes backend: the pod's log while it runs, the
-    archive once the run ended and its pod is gone."""
+    """`tidal logs` (the command line, in a subprocess) on the Kubernetes backend: the pod's log while it runs, `-f`
+    until the pod ends, the archive once the run ended and its pod is gone."""
     cluster, schedule = kube
     monkeypatch.setattr(SignInThrottle, "rate", "1000/min", raising=False)
     tidal = Tidal(live_server.url, tmp_path)
@@ -345,6 +345,8 @@ def test_on_kubernetes_tidal_logs_reads_live_then_the_archive(world, kube, live_
     live = tidal("logs", str(job.pk), "--tail", "2")
     assert live.returncode == 0, live.stderr
     assert live.stdout.splitlines() == text_of(get_log(world, job)).splitlines()[-2:]
+    followed = tidal("logs", str(job.pk), "-f")  # returns once the pod ended
+    assert followed.returncode == 0 and followed.stdout.endswith("exiting with code 0\n"), followed.stderr
     until(schedule, lambda: TrainingJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED)
     until(schedule, lambda: not cluster.pods())
     ended = tidal("logs", str(job.pk))
