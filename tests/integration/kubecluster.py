@@ -15,7 +15,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,9 +214,11 @@ def tidal_on_kwok(settings, tmp_path: Path, nodes: Iterable[NodeView], *, namesp
                   prefix: str) -> Iterator[tuple[KwokCluster, str]]:
     """kwok_cluster with its training pods' logs written (the kwok log writer), and the live loops and the log reads
     on it as Tidal's ServiceAccount: the cluster and the test's Redis namespace (`prefix-…`), all emptied after."""
-    with kwok_cluster(nodes, namespace) as cluster, KwokLogWriter(admin_client(), namespace, tmp_path / "pod-logs"):
+    with kwok_cluster(nodes, namespace) as cluster, closing(admin_client()) as writer_api, \
+            KwokLogWriter(writer_api, namespace, tmp_path / "pod-logs"):
         path = tmp_path / "kubeconfig"
-        path.write_text(yaml.safe_dump(kubeconfig_of(tidal_client(cluster.api))))
+        with closing(tidal_client(cluster.api)) as tidal:
+            path.write_text(yaml.safe_dump(kubeconfig_of(tidal)))
         redis_namespace = on_kubernetes(settings, path, namespace=namespace, prefix=prefix)
         settings.TIDAL_K8S_LEASE_NAMESPACE = SERVICE_ACCOUNT[0]  # where the Role lets Tidal lead
         redis = Redis.from_url(settings.REDIS_URL)
