@@ -1,7 +1,7 @@
 """The one fit rule of the backends: whether a pod goes on a node as it is used, and which GPUs it gets there.
 
 Both backends refuse a bind with `misfit` (the kubelet would only refuse it after the fact); the simulated cluster's
-and the emulator's stand-ins for kube-scheduler pick GPUs with `first_fit`. Pure: no framework imports.
+stand-in for kube-scheduler picks GPUs with `first_fit`. Pure: no framework imports.
 """
 from __future__ import annotations
 

@@ -273,6 +273,9 @@ subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubern
   kube_cert controller-manager "/CN=system:kube-controller-manager" "$client"
   kube_cert scheduler "/CN=system:kube-scheduler" "$client"
   kube_cert kwok "/O=system:masters/CN=kwok" "$client"  # every node's kubelet at once: nodes, leases, pod status
+  kube_cert kwok-serving "/CN=kwok" $'keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1'  # the nodes' kubelet endpoint, which the API server verifies (pods/log)
   local name
   for name in admin controller-manager scheduler kwok; do kube_kubeconfig "$name"; done
 }
@@ -298,7 +301,7 @@ start_kube-apiserver() {
     --service-account-key-file "$KUBE/sa.pub" --service-account-signing-key-file "$KUBE/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
     --kubelet-client-certificate "$KUBE/apiserver-kubelet-client.crt" \
-    --kubelet-client-key "$KUBE/apiserver-kubelet-client.key" \
+    --kubelet-client-key "$KUBE/apiserver-kubelet-client.key" --kubelet-certificate-authority "$KUBE/ca.crt" \
     --kubelet-preferred-address-types InternalIP --watch-cache-sizes nodes#0 --profiling=false --v 1
   wait_ready kube-apiserver "healthz $KUBE_API_PORT" 180  # its first start writes the RBAC defaults to etcd
 }
@@ -322,11 +325,18 @@ start_kube-scheduler() {
   wait_ready kube-scheduler "healthz_self_signed $KUBE_SCHEDULER_PORT" 90
 }
 
+# kwok also serves the nodes' container logs (pods/log, through the API server) from the files its Logs objects name:
+# their CRD (kwok's own) is applied first; cluster/simulated/kwok_logs.py writes the files and the objects.
 start_kwok() {
+  local kubectl=("$(kube_bin kubectl)" --kubeconfig "$KUBE/admin.kubeconfig")
+  { "${kubectl[@]}" apply --server-side -f "$ROOT/platform/kube/kwok/logs-crd.yaml" &&
+    "${kubectl[@]}" wait --for condition=Established --timeout 60s crd/logs.kwok.x-k8s.io; } \
+    >>"$LOGS/kwok.log" 2>&1 || die "kwok's Logs CRD was not applied; see $LOGS/kwok.log"
   spawn kwok "$(kube_bin kwok)" --kubeconfig "$KUBE/kwok.kubeconfig" \
-    --config "$ROOT/platform/kube/kwok/stages.yaml" \
+    --config "$ROOT/platform/kube/kwok/stages.yaml" --enable-crds Logs \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --node-ip 127.0.0.1 --node-port "$KWOK_PORT" --server-address "127.0.0.1:$KWOK_PORT"
+    --node-ip 127.0.0.1 --node-port "$KWOK_PORT" --server-address "127.0.0.1:$KWOK_PORT" \
+    --tls-cert-file "$KUBE/kwok-serving.crt" --tls-private-key-file "$KUBE/kwok-serving.key"
   wait_ready kwok "listening $KWOK_PORT" 60
 }
 
@@ -346,7 +356,7 @@ start_one() {
 cmd_start() {
   # The control plane's binaries: built once per machine (long, the first time), a quick check once cached.
   KUBE_BIN="$(bash "$ROOT/platform/kube/build.sh" bindir etcd kube-apiserver kube-controller-manager kube-scheduler \
-    kwok)" || die "the Kubernetes control plane did not build"
+    kwok kubectl)" || die "the Kubernetes control plane did not build"
   mkdir -p "$LOGS" "$PIDS" "$SD/targets"
   chmod 755 "$RUN"  # the postgres user must reach .run/pgdata
   kube_pki

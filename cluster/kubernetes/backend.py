@@ -10,10 +10,13 @@ written (created before a gang's pods, deleted when its run ends), never read: n
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
+import queue
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -370,22 +373,39 @@ class KubernetesCluster:
     def follow_pod_logs(self, pod: str, *, since: float | None = None, tail: int | None = None,
                         poll_s: float = 1.0) -> Iterator[str]:
         """`?follow=true`, streamed: the API server keeps the response open and writes each line as the container
-        does, and ends it when the container stops. `poll_s` is unused: nothing polls."""
+        does. A kubelet ends it when the container stops; kwok (tests, the demo) keeps it open, so whenever no line
+        came for `poll_s` the pod is looked at, and a further quiet `poll_s` once it ended (or went) ends the stream.
+        A thread reads the response, so that waiting for a line can time out without breaking the stream."""
         response = self._log_request(pod, since, tail, follow=True)
-        pending = b""
+        lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        reader = threading.Thread(target=_stream_lines, args=(response, lines, pod), name=f"log-{pod}", daemon=True)
+        reader.start()
+        ended = False
         try:
-            for chunk in response.stream(4096, decode_content=True):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", errors="replace")
-            if pending:
-                yield pending.decode("utf-8", errors="replace")
-        except (urllib3.exceptions.HTTPError, OSError) as error:  # the stream broke: what came is what there is
-            log.info("following %s's log stopped: %s", pod, error)
+            while True:
+                try:
+                    line = lines.get(timeout=poll_s)
+                except queue.Empty:
+                    if ended:
+                        return
+                    ended = self._pod_ended(pod)
+                    continue
+                if line is None:
+                    return
+                yield line
         finally:
-            response.release_conn()
-            response.close()
+            with contextlib.suppress(ValueError, RuntimeError, OSError):  # already closed by the server
+                response.shutdown()  # unblocks the reader, which releases the connection
+            reader.join(timeout=5)
+
+    def _pod_ended(self, pod: str) -> bool:
+        try:
+            obj = self._call(self._core.read_namespaced_pod, pod, self.settings.namespace)
+        except NotFound:
+            return True
+        except (BackendError, BackendUnavailable):
+            return False  # asked again after the next quiet spell
+        return objects.phase(obj) in objects.TERMINAL or objects.terminating(obj)
 
     def _log_request(self, pod: str, since: float | None, tail: int | None, follow: bool):
         options: dict = {"follow": follow}
@@ -502,6 +522,25 @@ class KubernetesCluster:
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise BackendUnavailable(f"{what}: the API server did not answer ({error})") from None
         return json.loads(response.data or b"{}")
+
+
+def _stream_lines(response, lines: queue.SimpleQueue[str | None], pod: str) -> None:
+    """A followed log's response, line by line (without the newline) into `lines`, then None when it ends."""
+    pending = b""
+    try:
+        for chunk in response.stream(4096, decode_content=True):
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                lines.put(line.decode("utf-8", errors="replace"))
+        if pending:
+            lines.put(pending.decode("utf-8", errors="replace"))
+    except (urllib3.exceptions.HTTPError, OSError) as error:  # broken (or shut by the follower): what came is all
+        log.info("following %s's log stopped: %s", pod, error)
+    finally:
+        lines.put(None)
+        response.release_conn()
+        response.close()
 
 
 def _terminal_events(pod: Mapping, now: float) -> list[ClusterEvent]:

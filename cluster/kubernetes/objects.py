@@ -1,7 +1,7 @@
 """Kubernetes objects (raw JSON dicts, as the API serves them) to Tidal's views and back. No API calls here.
 
 Reads work on raw dicts rather than the client's model classes: a list of thousands of pods deserializes many
-times faster, and the same functions serve lists, watch events and the emulator's tests.
+times faster, and the same functions serve lists and watch events.
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """The training log a simulated pod writes: a pure, deterministic function of the pod and the time.
 
-The simulated cluster and the Kubernetes API emulator have no containers, so they make up what a training container
-would print, with the same pod and times always giving the same text (tests compare it; an archive taken twice is the
-same): the framework's banner (torchrun / TensorFlow / PaddlePaddle / a generic solver), then per-step lines (loss,
-learning rate, throughput) and one validation line per epoch, at the pod's cadence in the cluster's clock, and at the
-end the last lines of a success, a failure, or the SIGTERM a graceful eviction sends.
+The simulated cluster and kwok's nodes have no containers (kwok's log writer is cluster/simulated/kwok_logs.py), so
+they make up what a training container would print, with the same pod and times always giving the same text (tests
+compare it; an archive taken twice is the same): the framework's banner (torchrun / TensorFlow / PaddlePaddle / a
+generic solver), then per-step lines (loss, learning rate, throughput) and one validation line per epoch, at the
+pod's cadence in the cluster's clock, and at the end the last lines of a success, a failure, or the SIGTERM a
+graceful eviction sends.
 
 Each progress line is computed from its index alone, so reading the last N lines of a week-long run costs N lines.
 """

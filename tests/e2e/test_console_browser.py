@@ -367,48 +367,37 @@ def test_the_job_page_shows_its_log_follows_it_and_keeps_the_archive_of_a_preemp
             redis.delete(key)
 
 
-def test_the_log_panel_reads_the_kubernetes_emulator_live_then_the_archive(world, console, settings, tmp_path):
-    """The same panel on the Kubernetes backend (the API emulator, the one stand-in: no real kube-apiserver here): the
-    pod's log while it runs, its archive once it succeeded and the pod is gone."""
+def test_the_log_panel_reads_the_kubernetes_api_live_then_the_archive(world, console, settings, tmp_path):
+    """The same panel on the Kubernetes backend (the real control plane; kwok serves the pod's log through the API
+    server): the pod's log while it runs, its archive once it succeeded and the pod is gone."""
     from redis import Redis
 
     from cluster.backend import RUNTIME_LABEL
-    from cluster.emulator import Emulator
-    from colocation import live_backend
-    from tests.integration.livecluster import on_emulator
+    from tests.integration.kubecluster import tidal_on_kwok
 
     job = world.submit(name="bert-on-k8s")
     job.annotations = {RUNTIME_LABEL: "3"}
     job.save()
-    with Emulator(nodes=node_views(), namespace="tidal-workloads", startup_s=0.3, termination_s=0.1) as emulator:
-        namespace = on_emulator(settings, emulator, tmp_path, namespace="tidal-workloads", prefix="test-e2e-k8s-logs")
+    with tidal_on_kwok(settings, tmp_path, node_views(), prefix="test-e2e-k8s-logs") as (cluster, namespace):
         redis = Redis.from_url(settings.REDIS_URL)
 
         def tick() -> None:
-            emulator.settle()
+            cluster.settle()
             live.run_live_tick(redis=redis, namespace=namespace, profile=get_profile("tidal"))
 
-        try:
+        tick()
+        page = console.page
+        console.sign_in("mia")
+        console.open(f"/jobs/{job.pk}/")
+        expect(page.locator("pre.log")).to_contain_text("torchrun --nnodes=1")
+        expect(page.locator("[data-log-status]")).to_contain_text("live from the cluster")
+        console.shot("job-log-kubernetes-live")
+        for _ in range(100):  # the run ends and its pod is cleaned up
             tick()
-            emulator.settle()
-            page = console.page
-            console.sign_in("mia")
-            console.open(f"/jobs/{job.pk}/")
-            expect(page.locator("pre.log")).to_contain_text("torchrun --nnodes=1")
-            expect(page.locator("[data-log-status]")).to_contain_text("live from the cluster")
-            console.shot("job-log-kubernetes-live")
-            for _ in range(100):  # the run ends and its pod is cleaned up
-                tick()
-                if TrainingJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED and not emulator.objects(
-                        "pods", "tidal-workloads"):
-                    break
-                time.sleep(0.1)
-            console.open(f"/jobs/{job.pk}/")
-            expect(page.locator("pre.log")).to_contain_text("exiting with code 0")
-            expect(page.locator("[data-log-status]")).to_contain_text("from the archive")
-            console.shot("job-log-kubernetes-archive")
-        finally:
-            live_backend.kubernetes_backend()[0].stop()
-            live_backend.kubernetes_backend.cache_clear()
-            for key in redis.scan_iter(f"{namespace}:*"):
-                redis.delete(key)
+            if TrainingJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED and not cluster.pods():
+                break
+            time.sleep(0.1)
+        console.open(f"/jobs/{job.pk}/")
+        expect(page.locator("pre.log")).to_contain_text("exiting with code 0")
+        expect(page.locator("[data-log-status]")).to_contain_text("from the archive")
+        console.shot("job-log-kubernetes-archive")

@@ -3,9 +3,11 @@ kube-scheduler, kwok), as the tests use it: an admin client, kwok nodes made fro
 emptied after each test.
 
 kwok plays the kubelet of every node annotated kwok.x-k8s.io/node=fake (platform/kube/kwok/stages.yaml): a bound pod
-goes Running and Ready at once, a training pod labelled with a run time succeeds after it, a deleted pod is removed.
+goes Running and Ready at once, a training pod labelled with a run time succeeds a second after it, a deleted pod is
+removed.
 Nodes are cluster-wide, so a test's nodes are the only nodes Tidal sees (those with a resource-group label) while it
-runs: the fixture deletes any left from an earlier test first.
+runs: the fixture deletes any left from an earlier test first. kwok serves a pod's log (pods/log) from the file the
+kwok log writer (cluster/simulated/kwok_logs.py) writes, which tidal_on_kwok runs beside the live loops.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +24,14 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+from redis import Redis
 
 from cluster.backend import RESOURCE_GROUP_LABEL
 from cluster.kubernetes.kwok import node_object
+from cluster.simulated.kwok_logs import KwokLogWriter
 from cluster.types import NodeView
+from colocation import live_backend
+from tests.integration.livecluster import on_kubernetes
 
 Obj = dict
 
@@ -199,3 +205,35 @@ def tidal_client(admin: client.ApiClient) -> client.ApiClient:
     configuration.host, configuration.ssl_ca_cert = admin.configuration.host, admin.configuration.ssl_ca_cert
     configuration.api_key = {"authorization": f"Bearer {token}"}
     return client.ApiClient(configuration)
+
+
+def kubeconfig_of(api: client.ApiClient) -> dict:
+    """A kubeconfig for a client with a bearer token (tidal_client's)."""
+    configuration = api.configuration
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "tidal",
+            "clusters": [{"name": "kwok", "cluster": {"server": configuration.host,
+                                                      "certificate-authority": configuration.ssl_ca_cert}}],
+            "users": [{"name": "tidal", "user": {"token": configuration.api_key["authorization"].split()[-1]}}],
+            "contexts": [{"name": "tidal", "context": {"cluster": "kwok", "user": "tidal"}}]}
+
+
+@contextmanager
+def tidal_on_kwok(settings, tmp_path: Path, nodes: Iterable[NodeView], *, namespace: str = "tidal-workloads",
+                  prefix: str) -> Iterator[tuple[KwokCluster, str]]:
+    """kwok_cluster with its training pods' logs written (the kwok log writer), and the live loops and the log reads
+    on it as Tidal's ServiceAccount: the cluster and the test's Redis namespace (`prefix-…`), all emptied after."""
+    with kwok_cluster(nodes, namespace) as cluster, closing(admin_client()) as writer_api, \
+            KwokLogWriter(writer_api, namespace, tmp_path / "pod-logs"):
+        path = tmp_path / "kubeconfig"
+        with closing(tidal_client(cluster.api)) as tidal:
+            path.write_text(yaml.safe_dump(kubeconfig_of(tidal)))
+        redis_namespace = on_kubernetes(settings, path, namespace=namespace, prefix=prefix)
+        settings.TIDAL_K8S_LEASE_NAMESPACE = SERVICE_ACCOUNT[0]  # where the Role lets Tidal lead
+        redis = Redis.from_url(settings.REDIS_URL)
+        try:
+            yield cluster, redis_namespace
+        finally:
+            live_backend.kubernetes_backend()[0].stop()
+            live_backend.kubernetes_backend.cache_clear()
+            for key in redis.scan_iter(f"{redis_namespace}:*"):
+                redis.delete(key)

@@ -59,7 +59,3 @@ def on_kubernetes(settings, kubeconfig, *, namespace: str, prefix: str) -> str:
     live_backend.kubernetes_backend.cache_clear()
     return settings.TIDAL_REDIS_NAMESPACE
 
-
-def on_emulator(settings, emulator, tmp_path, *, namespace: str, prefix: str) -> str:
-    """on_kubernetes for the Kubernetes API emulator (the log tests, until kwok serves pods/log)."""
-    return on_kubernetes(settings, emulator.kubeconfig(tmp_path / "kubeconfig"), namespace=namespace, prefix=prefix)

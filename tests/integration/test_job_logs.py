@@ -1,7 +1,8 @@
 """Job logs end to end (docs/concepts/job-logs.md): a running job's log read live through the API, and after its run ends —
 finished, preempted, cancelled, a gang stopped — from the archive the loop took; a gang's worker 1; permissions and
-bad parameters; following; retention. On the simulated cluster (as the demo's loops keep it in Redis) and on the
-Kubernetes API emulator (kmock with Tidal's cluster actors; no real kube-apiserver can be installed here)."""
+bad parameters; following; retention. On the simulated cluster (as the demo's loops keep it in Redis) and on the real
+Kubernetes control plane (tests/integration/kubecluster.py), where kwok serves a training pod's log through the API
+server's pods/log from the file the kwok log writer writes (cluster/simulated/kwok_logs.py)."""
 from __future__ import annotations
 
 import logging
@@ -18,7 +19,7 @@ from redis import Redis
 
 from cluster.backend import RUNTIME_LABEL, BackendError, BackendUnavailable
 from cluster.clock import VirtualClock
-from cluster.emulator import Emulator
+from cluster.kubernetes.objects import timestamp
 from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster
 from colocation import live_backend
@@ -30,7 +31,8 @@ from scheduler.models import JobStatus, TrainingJob
 from scheduler.policy.decisions import Preempt, Reason
 from scheduler.policy.profile import get_profile
 from tests.integration.gangs import add_gang_nodes, gang_admit, gang_job
-from tests.integration.livecluster import T0, on_emulator, tick
+from tests.integration.kubecluster import tidal_on_kwok
+from tests.integration.livecluster import T0, tick
 from tests.integration.tidalcli import Tidal
 
 NS = "tidal-workloads"
@@ -240,24 +242,20 @@ def test_retention_deletes_old_archives_only(world):
     assert logs.logs_expire(now=timezone.now(), days=30) == 0
 
 
-# --- the Kubernetes API emulator ----------------------------------------------------------------------------
+# --- the real control plane: kwok serves the pod's log through the API server ------------------------------
 
 
 @pytest.fixture
 def kube(world, settings, tmp_path):
-    """The world's inventory on the emulator, the live loops and the log reads configured for it."""
-    with Emulator(nodes=node_views(), namespace=NS, startup_s=0.3, termination_s=0.1) as emu:
-        namespace = on_emulator(settings, emu, tmp_path, namespace=NS, prefix="test-k8s-logs")
+    """The world's inventory as kwok nodes, their training logs written; the live loops and the log reads on the
+    control plane as Tidal's ServiceAccount; and a tick that waits for the cluster first."""
+    with tidal_on_kwok(settings, tmp_path, node_views(), namespace=NS, prefix="test-k8s-logs") as (cluster, namespace):
         redis = Redis.from_url(settings.REDIS_URL)
-        yield emu, lambda: (emu.settle(), live.run_live_tick(redis=redis, namespace=namespace,
-                                                             profile=get_profile("tidal")))
-        live_backend.kubernetes_backend()[0].stop()
-        live_backend.kubernetes_backend.cache_clear()
-        for key in redis.scan_iter(f"{settings.TIDAL_REDIS_NAMESPACE}:*"):
-            redis.delete(key)
+        yield cluster, lambda: (cluster.settle(), live.run_live_tick(redis=redis, namespace=namespace,
+                                                                     profile=get_profile("tidal")))
 
 
-def until(step, done, ticks: int = 60, pause: float = 0.1) -> None:
+def until(step, done, ticks: int = 100, pause: float = 0.1) -> None:
     for _ in range(ticks):
         step()
         if done():
@@ -266,78 +264,90 @@ def until(step, done, ticks: int = 60, pause: float = 0.1) -> None:
     raise AssertionError("did not converge")
 
 
-@pytest.mark.django_db(transaction=True)
-def test_on_the_emulator_a_running_log_reads_live_and_a_finished_one_from_the_archive(world, kube):
-    emu, schedule = kube
-    job = submit(world, runtime_s=3)
+def started(world, job, schedule) -> str:
+    """Admit `job` and wait until its container wrote its first line: its pod's name."""
     schedule()
     assert TrainingJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
-    emu.settle()
+    until(lambda: None, lambda: get_log(world, job)["X-Tidal-Log-Source"] == "live")
+    return job.runs.get().pod
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_kubernetes_a_running_log_reads_live_and_a_finished_one_from_the_archive(world, kube):
+    cluster, schedule = kube
+    job = submit(world, runtime_s=3)
+    started(world, job, schedule)
     response = get_log(world, job)
     assert response["X-Tidal-Log-Source"] == "live" and "torchrun --nnodes=1" in text_of(response)
     assert len(text_of(get_log(world, job, tail=1)).splitlines()) == 1
     until(schedule, lambda: TrainingJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED)
-    assert "exiting with code 0" in archived(job)
-    until(schedule, lambda: not emu.objects("pods", NS))  # the terminal pod is cleaned up: the archive is left
+    assert "torchrun --nnodes=1" in archived(job) and archived(job).endswith("exiting with code 0\n")
+    until(schedule, lambda: not cluster.pods())  # the terminal pod is cleaned up: the archive is left
     response = get_log(world, job)
     assert response["X-Tidal-Log-Source"] == "archive" and text_of(response) == archived(job)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_on_the_emulator_a_preempted_pod_is_archived_with_its_sigterm(world, kube):
-    emu, schedule = kube
+def test_on_kubernetes_a_preempted_pods_log_is_archived_and_read_from_the_archive(world, kube):
+    """kwok removes an evicted pod at once: its archive is the log read right before the eviction."""
+    cluster, schedule = kube
     job = submit(world, runtime_s=None)
-    schedule()
-    emu.settle()
+    pod = started(world, job, schedule)
+    before = live_backend.kubernetes_backend()[0].pod_logs(pod)
     preempt(job, live_backend.kubernetes_backend()[0], time.time())
-    assert "Received SIGTERM (signal 15): preempted for job 999" in archived(job)
+    assert archived(job).startswith(before) and "torchrun --nnodes=1" in before
+    until(lambda: None, lambda: not cluster.pods())
+    response = get_log(world, job, run=1)
+    assert response["X-Tidal-Log-Source"] == "archive" and text_of(response) == archived(job)
     assert get_log(world, job, role="outsider").status_code == 404
 
 
 @pytest.mark.django_db(transaction=True)
-def test_on_the_emulator_follow_streams_lines_until_the_pod_ends(world, kube):
-    emu, schedule = kube
+def test_on_kubernetes_follow_streams_lines_until_the_pod_ends(world, kube):
+    _, schedule = kube
     job = submit(world, runtime_s=4)
-    schedule()
-    emu.settle()
+    started(world, job, schedule)
     response = get_log(world, job, follow="1")
-    lines = []
-    for chunk in response.streaming_content:  # the emulator keeps the stream open; it ends when the pod does
-        lines.append(chunk.decode())
+    lines = [chunk.decode() for chunk in response.streaming_content]  # kwok keeps the stream open: the backend
+    # ends it once the pod ended
     assert lines[0].split(" ", 1)[1].startswith("torchrun") and lines[-1].endswith("exiting with code 0\n")
     assert all(line.endswith("\n") for line in lines)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_emulator_serves_tail_since_and_refuses_a_pod_it_does_not_have(world, kube):
-    emu, schedule = kube
-    job = submit(world, runtime_s=None)
-    schedule()
-    emu.settle()
+def test_the_api_server_serves_tail_and_since_and_refuses_a_pod_it_does_not_have(world, kube):
+    cluster, schedule = kube
+    job = submit(world, runtime_s=2)
+    pod = started(world, job, schedule)
+    until(lambda: None, lambda: (cluster.pod(pod) or {}).get("status", {}).get("phase") == "Succeeded")
     backend = live_backend.kubernetes_backend()[0]
-    pod = job.runs.get().pod
-    whole = backend.pod_logs(pod)
+    whole = backend.pod_logs(pod)  # the container has exited: its log is all written
+    assert "torchrun --nnodes=1" in whole and whole.endswith("exiting with code 0\n")
     assert backend.pod_logs(pod, tail=2).splitlines() == whole.splitlines()[-2:]
     assert backend.pod_logs(pod, since=3600) == whole
+    ended_at = timestamp(whole.splitlines()[-1].split(" ", 1)[0])
+    until(lambda: None, lambda: time.time() - ended_at > 2)
+    assert backend.pod_logs(pod, since=1) == ""  # nothing written in the last second
     with pytest.raises(BackendError, match="404"):
         backend.pod_logs("job-0-1")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_on_the_emulator_tidal_logs_reads_live_then_the_archive(world, kube, live_server, tmp_path, monkeypatch):
-    """`tidal logs` (the command line, in a subprocess) on the Kubernetes backend: the pod's log while it runs, the
-    archive once the run ended and its pod is gone."""
-    emu, schedule = kube
+def test_on_kubernetes_tidal_logs_reads_live_then_the_archive(world, kube, live_server, tmp_path, monkeypatch):
+    """`tidal logs` (the command line, in a subprocess) on the Kubernetes backend: the pod's log while it runs, `-f`
+    until the pod ends, the archive once the run ended and its pod is gone."""
+    cluster, schedule = kube
     monkeypatch.setattr(SignInThrottle, "rate", "1000/min", raising=False)
     tidal = Tidal(live_server.url, tmp_path)
     job = submit(world, runtime_s=3)
-    schedule()
-    emu.settle()
+    started(world, job, schedule)
     assert tidal.login().returncode == 0
     live = tidal("logs", str(job.pk), "--tail", "2")
     assert live.returncode == 0, live.stderr
     assert live.stdout.splitlines() == text_of(get_log(world, job)).splitlines()[-2:]
+    followed = tidal("logs", str(job.pk), "-f")  # returns once the pod ended
+    assert followed.returncode == 0 and followed.stdout.endswith("exiting with code 0\n"), followed.stderr
     until(schedule, lambda: TrainingJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED)
-    until(schedule, lambda: not emu.objects("pods", NS))
+    until(schedule, lambda: not cluster.pods())
     ended = tidal("logs", str(job.pk))
     assert ended.returncode == 0 and ended.stdout == archived(job) and "exiting with code 0" in ended.stdout
