@@ -31,7 +31,7 @@ COMPONENTS=(
   "kube-apiserver|kubernetes|k8s.io/kubernetes/cmd/kube-apiserver|$KUBERNETES_VERSION|$KUBE_X"
   "kube-controller-manager|kubernetes|k8s.io/kubernetes/cmd/kube-controller-manager|$KUBERNETES_VERSION|$KUBE_X"
   "kube-scheduler|kubernetes|k8s.io/kubernetes/cmd/kube-scheduler|$KUBERNETES_VERSION|$KUBE_X"
-  "kwok|kwok|sigs.k8s.io/kwok/cmd/kwok|$KWOK_VERSION|"
+  "kwok|kubernetes|sigs.k8s.io/kwok/cmd/kwok|$KWOK_VERSION|"
   "kubectl|kubernetes|k8s.io/kubernetes/cmd/kubectl|$KUBERNETES_VERSION|$KUBE_X"
   "helm|helm|helm.sh/helm/v4/cmd/helm|$HELM_VERSION|-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
 )
