@@ -24,10 +24,10 @@ test: services
 	echo "== pytest"; \
 	$(PY) -m pytest --durations=25 $(ARGS)
 
-# The unit and integration tests, in minutes: no whole-stack (tests/system/) or browser (tests/e2e/) test.
+# The unit and integration tests, in minutes: no whole-stack (tests/system/), browser (tests/e2e/) or slow test.
 test-fast: services
 	@eval "$$(bash platform/stack.sh env)"; export TIDAL_REQUIRE_POSTGRES=1; \
-	$(PY) -m pytest -m "not system and not browser" --durations=25 $(ARGS)
+	$(PY) -m pytest -m "not system and not browser and not slow" --durations=25 $(ARGS)
 
 # The documentation site on 127.0.0.1 (reloads on edits); the reference pages are generated from the code.
 docs: install

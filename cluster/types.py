@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 
 # Fractional shares are floats: tolerate rounding when summing shares on a GPU.
 GPU_EPS = 1e-6
@@ -39,7 +39,9 @@ class NodeState(str, Enum):
         return self in (NodeState.OFFLINE_NORMAL, NodeState.OFFLINE_UNNORMAL)
 
 
-class Pool(str, Enum):
+class Pool(StrEnum):
+    """A node's pool (a job's, the one it prefers); the node model's choices too (str() is the value)."""
+
     FIXED = "fixed"
     COLOCATION = "colocation"
 

@@ -1,14 +1,9 @@
-"""The autoscaler's alerts (docs/concepts/autoscaling.md#alerts): a Decision of kind alert, a counter in /metrics and a
-POST to TIDAL_ALERT_WEBHOOK_URL, raised once per episode — an episode stays open in Redis until its cause clears —
-for a failed scale, a service capped below what it asked by priority, or one short of its ready replicas."""
+"""The autoscaler's alerts (docs/concepts/autoscaling.md#alerts): a Decision of kind alert and a counter in /metrics,
+raised once per episode — an episode stays open in Redis until its cause clears — for a failed scale, a service
+capped below what it asked by priority, or one short of its ready replicas. Like every alert decision, the
+notifications app delivers it (the operators' webhook, TIDAL_ALERT_WEBHOOK_URL, and the department's subscribers)."""
 import json
-import logging
-import urllib.parse
-import urllib.request
 
-from django.conf import settings
-
-from cluster.clock import utc
 from colocation.models import InferenceService
 from colocation.policy import autoscaling
 from colocation.policy.autoscaling import ScaleDecision
@@ -16,7 +11,6 @@ from core import telemetry
 from core.decisions import decision_record
 from core.models import Decision
 
-log = logging.getLogger(__name__)
 SHORT_AFTER_S = 300.0  # real seconds a service may stay below its desired replicas before an alert
 EPISODES_KEY = "autoscaler:episodes"  # Redis hash: "service|reason" -> when the open episode began
 
@@ -59,8 +53,6 @@ def alert(service: InferenceService, reason: str, message: str, data: dict, now:
         telemetry.count_alert(redis, namespace, service.name, reason)
     decision_record(kind=Decision.Kind.ALERT, subject=f"service:{service.name}", reason=reason, message=message,
                     department=service.department, data=jsonable(data))
-    _post_webhook({"service": service.name, "department": service.department.name, "reason": reason,
-                   "message": message, "at": utc(now).isoformat(), **jsonable(data)})
     return f"{service.name}:{reason}"
 
 
@@ -69,20 +61,6 @@ def close(service: InferenceService, reason: str, redis, namespace: str) -> None
     if redis is not None:
         fields = [f"{service.name}|{reason}"] + ([f"{service.name}|short-since"] if reason == "short" else [])
         redis.hdel(f"{namespace}:{EPISODES_KEY}", *fields)
-
-
-def _post_webhook(body: dict) -> None:
-    url = settings.TIDAL_ALERT_WEBHOOK_URL
-    if not url:
-        return
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=2):
-            pass
-    except Exception as error:  # an unreachable receiver never breaks the tick
-        # The host only: a webhook URL often carries its token (Slack, Teams) and logs are widely read.
-        log.warning("alert webhook at %s failed: %s", urllib.parse.urlsplit(url).netloc, error)
 
 
 def _episode(redis, namespace: str, service: str, reason: str) -> float | None:

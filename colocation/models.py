@@ -3,7 +3,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from cluster.types import NodeState as NodeStateValue, Pool as PoolValue
+from cluster.types import NodeState as NodeStateValue, Pool
 from colocation.policy.states import Direction as PolicyDirection
 from core.querysets import DepartmentScopedQuerySet
 
@@ -15,9 +15,7 @@ class NodeState(models.TextChoices):
     OFFLINE_UNNORMAL = NodeStateValue.OFFLINE_UNNORMAL.value, "Offline, unnormal"
 
 
-class Pool(models.TextChoices):
-    FIXED = PoolValue.FIXED.value, "Fixed training pool"
-    COLOCATION = PoolValue.COLOCATION.value, "Co-location pool"
+POOL_CHOICES = [(Pool.FIXED.value, "Fixed training pool"), (Pool.COLOCATION.value, "Co-location pool")]
 
 
 class ResourceGroup(models.Model):
@@ -60,7 +58,7 @@ class Node(models.Model):
     gpu_count = models.PositiveSmallIntegerField(default=0)
     cpu_milli = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField()
-    pool = models.CharField(max_length=16, choices=Pool.choices, default=Pool.COLOCATION)
+    pool = models.CharField(max_length=16, choices=POOL_CHOICES, default=Pool.COLOCATION.value)
     state = models.CharField(max_length=24, choices=NodeState.choices, default=NodeState.OFFLINE_NORMAL)
     state_changed_at = models.DateTimeField(auto_now_add=True)
     pinned = models.BooleanField(default=False, help_text="Pinned by an operator: automation never moves it.")
@@ -74,7 +72,7 @@ class Node(models.Model):
                 name="node_gpu_model_iff_gpus",
             ),
             models.CheckConstraint(condition=Q(state__in=NodeState.values), name="node_state_valid"),
-            models.CheckConstraint(condition=Q(pool__in=Pool.values), name="node_pool_valid"),
+            models.CheckConstraint(condition=Q(pool__in=[p.value for p in Pool]), name="node_pool_valid"),
         ]
 
     def __str__(self) -> str:

@@ -11,8 +11,9 @@ from django.db import transaction
 from cluster import types as ct
 from cluster.simulated.alibaba import read_nodes as read_alibaba_nodes
 from cluster.simulated.traces import helios_shares
+from cluster.types import Pool
 from colocation.loads import PEAK_SHARE
-from colocation.models import InferenceService, Node, NodeState, Pool, ResourceGroup, ScalingThreshold
+from colocation.models import InferenceService, Node, NodeState, ResourceGroup, ScalingThreshold
 from core.models import Department, GPUModel, Membership
 from scheduler.models import Framework, Quota
 

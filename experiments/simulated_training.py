@@ -17,7 +17,8 @@ from cluster.backend import WORKER_LABEL, BackendError, PodSpec
 from cluster.clock import VirtualClock
 from cluster.simulated import SimulatedCluster
 from cluster.types import Allocation, JobStatus, JobView, NodeView, QuotaView, Snapshot
-from scheduler.policy import Admit, CycleResult, Preempt, Profile, schedule
+from scheduler.policy import Admit, CycleResult, Preempt, Profile, Reserve, StillPending, schedule
+from scheduler.policy.dispatch import dispatch
 
 Requeue = Callable[[JobView], JobView]
 
@@ -75,11 +76,7 @@ class SimulatedTraining:
         self.done[job.id] = replace(job, status=JobStatus.SUCCEEDED)
 
     def apply(self, result: CycleResult) -> None:
-        for decision in result.decisions:
-            if isinstance(decision, Preempt):
-                self._preempt(decision)
-            elif isinstance(decision, Admit):
-                self._admit(decision)
+        dispatch(result, self)
 
     def step(self, profile: Profile, schedule_fn: Callable = schedule) -> CycleResult:
         self.finish_elapsed()
@@ -116,12 +113,25 @@ class SimulatedTraining:
             self.requeues[job_id] += 1
         return job
 
-    def _preempt(self, d: Preempt) -> None:
-        # every worker of a gang goes: a preemption never leaves part of a gang running
+    # -- the effects of a cycle's decisions (scheduler.policy.dispatch.Effects) --------------------
+
+    def preempt(self, d: Preempt) -> bool:
+        """Every worker of a gang goes: a preemption never leaves part of a gang running. False: the simulated
+        backend frees the room at once."""
         if self.end_run(d.job_id, d.reason.value) is not None:
             self.preemptions[d.job_id] += 1
+        return False
 
-    def _admit(self, d: Admit) -> bool:
+    def wait_for_victims(self, d: Admit, victims: tuple[int, ...]) -> None:
+        """Never asked: no victim's pod outlives its preemption here."""
+
+    def reserve(self, d: Reserve) -> None:
+        """Nothing to keep: the next cycle's snapshot decides again."""
+
+    def pending(self, d: StillPending) -> None:
+        """Nothing to keep: the job stays in `jobs` as it was."""
+
+    def admit(self, d: Admit) -> bool:
         """Bind every worker or none (a refused bind undoes the others; the job stays pending)."""
         r = d.rightsized
         gang = len(d.workers) > 1

@@ -16,6 +16,7 @@ class EventKind(str, Enum):
     WAITING_LONG = "waiting_long"
     QUOTA_FULL = "quota_full"
     FAILING_REPEATEDLY = "failing_repeatedly"
+    ALERT = "alert"  # a Decision of kind alert: a service short, capped or failing to scale; a loop; the cluster
 
     @property
     def label(self) -> str:
@@ -31,12 +32,13 @@ LABELS = {
     EventKind.WAITING_LONG: "still waiting after N hours",
     EventKind.QUOTA_FULL: "department quota full",
     EventKind.FAILING_REPEATEDLY: "department jobs failing repeatedly",
+    EventKind.ALERT: "alert about a department service",
 }
 # What a user may ask about their own jobs, and what a department admin may subscribe to for the department.
 USER_EVENTS = (EventKind.ADMITTED, EventKind.PREEMPTED, EventKind.TAKEN_BACK, EventKind.FINISHED, EventKind.FAILED,
                EventKind.WAITING_LONG)
 DEPARTMENT_EVENTS = (EventKind.ADMITTED, EventKind.PREEMPTED, EventKind.TAKEN_BACK, EventKind.FINISHED,
-                     EventKind.FAILED, EventKind.QUOTA_FULL, EventKind.FAILING_REPEATEDLY)
+                     EventKind.FAILED, EventKind.QUOTA_FULL, EventKind.FAILING_REPEATEDLY, EventKind.ALERT)
 # The defaults: what costs a user work (their job lost its GPUs or died), by e-mail; nothing by webhook.
 DEFAULT_EVENTS = (EventKind.PREEMPTED, EventKind.TAKEN_BACK, EventKind.FAILED)
 DEFAULT_DEPARTMENT_EVENTS = (EventKind.QUOTA_FULL, EventKind.FAILING_REPEATEDLY)
@@ -94,6 +96,18 @@ def job_message(*, event: EventKind, job_id: int, job_name: str, department: str
     return Message(subject=subject, body=f"{sentence}{link}",
                    fields={"event": event.value, "job": {"id": job_id, "name": job_name}, "department": department,
                            "message": sentence, "at": at, "url": url})
+
+
+def alert_message(*, subject: str, reason: str, department: str | None, sentence: str, data: dict, at: str
+                  ) -> Message:
+    """An alert as the operators' webhook (TIDAL_ALERT_WEBHOOK_URL) and department subscribers receive it: what it is
+    about (`service` for a service's), its reason and sentence, and the decision's data beside them."""
+    about, _, name = subject.partition(":")
+    fields = {**data, "event": EventKind.ALERT.value, "subject": subject, "reason": reason, "department": department,
+              "message": sentence, "at": at}
+    if about == "service":
+        fields["service"] = name
+    return Message(subject=f"[Tidal] alert: {sentence}", body=sentence, fields=fields)
 
 
 def department_message(*, event: EventKind, department: str, sentence: str, at: str, url: str) -> Message:

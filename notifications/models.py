@@ -136,7 +136,9 @@ class Delivery(models.Model):
         FAILED = "failed", "Failed"
 
     event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_deliveries")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True,
+                             related_name="notification_deliveries",
+                             help_text="Empty: the operators' alert webhook (TIDAL_ALERT_WEBHOOK_URL).")
     channel = models.CharField(max_length=8, choices=Channel.choices)
     target = models.CharField(max_length=500, help_text="The e-mail address or webhook URL.")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
@@ -156,4 +158,4 @@ class Delivery(models.Model):
         constraints = [models.UniqueConstraint(fields=["event", "user", "channel", "target"], name="notify_once")]
 
     def __str__(self) -> str:
-        return f"{self.channel} to {self.user}: {self.event}"
+        return f"{self.channel} to {self.user or 'the operators'}: {self.event}"

@@ -14,8 +14,8 @@ from django.utils import timezone
 from core.errors import ApplicationError
 from core.models import CPU, MEMORY, Decision, Department
 from notifications import channels, selectors
-from notifications.events import (DEPARTMENT_EVENTS, USER_EVENTS, EventKind, Message, department_message, job_event,
-                                  job_id_of, job_message, unknown_events)
+from notifications.events import (DEPARTMENT_EVENTS, USER_EVENTS, EventKind, Message, alert_message,
+                                  department_message, job_event, job_id_of, job_message, unknown_events)
 from notifications.models import (Channel, DepartmentSubscription, Delivery, Episode, Event, Preference,
                                   ScanCursor)
 from scheduler import selectors as scheduler_selectors
@@ -93,7 +93,7 @@ def subscription_delete(*, subscription: DepartmentSubscription) -> None:
 
 @dataclass(frozen=True)
 class Receiver:
-    user: object
+    user: object  # None: the operators (their alert webhook)
     channel: str
     target: str
 
@@ -159,11 +159,16 @@ def notifications_scan(*, now: datetime) -> list[int]:
 def _decisions(cursor: ScanCursor, now: datetime) -> list[int]:
     settled = now - timedelta(seconds=settings.TIDAL_NOTIFY_SETTLE_S)
     decisions = list(Decision.objects.filter(pk__gt=cursor.last_decision_id, created_at__lte=settled)
-                     .order_by("pk")[:BATCH])
+                     .select_related("department").order_by("pk")[:BATCH])
     if not decisions:
         return []
     cursor.last_decision_id = decisions[-1].pk
     cursor.save(update_fields=["last_decision_id", "updated_at"])
+    return _job_events(decisions) + _alerts([d for d in decisions if d.kind == Decision.Kind.ALERT])
+
+
+def _job_events(decisions: list[Decision]) -> list[int]:
+    """A job's decision that is an event reaches its submitter and its department's subscribers, as they asked."""
     found = [(d, kind, job_id) for d in decisions
              if (kind := job_event(d.kind, d.reason)) and (job_id := job_id_of(d.subject)) is not None]
     jobs = TrainingJob.objects.select_related("department", "submitter").in_bulk([j for _, _, j in found])
@@ -181,6 +186,25 @@ def _decisions(cursor: ScanCursor, now: datetime) -> list[int]:
                               url=_link(reverse("job", args=[job.pk])))
         made += _notify(kind=kind, key=f"decision:{decision.pk}", receivers=receivers, message=message,
                         department=job.department, job=job, decision=decision)
+    return made
+
+
+def _alerts(decisions: list[Decision]) -> list[int]:
+    """Every alert (a service short, capped or failing to scale: colocation/alerts.py; a loop or the cluster:
+    colocation/live_backend.py) reaches the operators' webhook, TIDAL_ALERT_WEBHOOK_URL, and its department's
+    subscribers to alerts."""
+    if not decisions:
+        return []
+    url = settings.TIDAL_ALERT_WEBHOOK_URL
+    operators = [Receiver(None, Channel.WEBHOOK, url)] if url else []
+    subscribers = _Subscribers({d.department_id for d in decisions if d.department_id})
+    made = []
+    for d in decisions:
+        receivers = operators + (subscribers.receivers(d.department_id, EventKind.ALERT) if d.department_id else [])
+        message = alert_message(subject=d.subject, reason=d.reason, department=d.department and d.department.name,
+                                sentence=d.message, data=d.data, at=d.created_at.isoformat())
+        made += _notify(kind=EventKind.ALERT, key=f"decision:{d.pk}", receivers=receivers, message=message,
+                        department=d.department, decision=d)
     return made
 
 

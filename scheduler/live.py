@@ -37,6 +37,7 @@ from scheduler.observe import snapshot_from_db
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.cycle import schedule
 from scheduler.policy.decisions import Admit, CycleResult, Preempt, Reason, Reserve, StillPending
+from scheduler.policy.dispatch import dispatch
 from scheduler.policy.profile import Profile
 from scheduler.policy.sentences import summary
 from scheduler.rendezvous import Gang, worker_env
@@ -202,25 +203,39 @@ def _requeue_missing(job: TrainingJob, run: JobRun | None, missing: list[str], p
 # --- acting ----------------------------------------------------------------------------------------
 
 
+class _LiveEffects:
+    """A tick's effects (scheduler.policy.dispatch.Effects) on the database and the cluster; reservations and
+    pending jobs are recorded together once every decision was acted on (act)."""
+
+    def __init__(self, backend: ClusterBackend, now: float) -> None:
+        self.backend, self.now = backend, now
+        self.reserved: list[Reserve] = []
+        self.waiting: list[StillPending] = []
+
+    def preempt(self, decision: Preempt) -> bool:
+        return preempt(decision, self.backend, self.now)
+
+    def admit(self, decision: Admit) -> bool:
+        return admit(decision, self.backend, self.now)
+
+    def wait_for_victims(self, decision: Admit, victims: tuple[int, ...]) -> None:
+        _wait_for_victims(decision, victims)
+
+    def reserve(self, decision: Reserve) -> None:
+        self.reserved.append(decision)
+
+    def pending(self, decision: StillPending) -> None:
+        self.waiting.append(decision)
+
+
 def act(result: CycleResult, backend: ClusterBackend, now: float, report: TickReport) -> None:
     """Carry out a cycle's decisions on the cluster, victims first (the tick's acting step; tests drive it too)."""
-    pending = []
-    stopping: set[int] = set()  # victims whose pods still hold their room (graceful termination)
-    for decision in result.decisions:
-        if isinstance(decision, Preempt):
-            if preempt(decision, backend, now):
-                stopping.add(decision.job_id)
-            report.preempted += 1
-        elif isinstance(decision, Admit):
-            if stopping.intersection(decision.preempting):
-                _wait_for_victims(decision, stopping)
-            else:
-                report.admitted += admit(decision, backend, now)
-        elif isinstance(decision, StillPending):
-            pending.append(decision)
-    reserved = _record_reservations(result.reserved)
-    _record_pending(pending, reserved)
-    report.pending = len(pending)
+    effects = _LiveEffects(backend, now)
+    acted = dispatch(result, effects)
+    _record_pending(effects.waiting, _record_reservations(tuple(effects.reserved)))
+    report.admitted += acted.admitted
+    report.preempted += acted.preempted
+    report.pending = acted.pending
 
 
 def preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
@@ -243,18 +258,17 @@ def preempt(decision: Preempt, backend: ClusterBackend, now: float) -> bool:
 
 
 @transaction.atomic
-def _wait_for_victims(decision: Admit, stopping: set[int]) -> None:
+def _wait_for_victims(decision: Admit, victims: tuple[int, ...]) -> None:
     """The preemptor stays pending until its victims' pods are gone (a cluster with graceful termination); the
     next cycle admits it into the room they leave."""
     job = TrainingJob.objects.select_related("department").get(pk=decision.job_id)
-    victims = sorted(stopping.intersection(decision.preempting))
     nodes = list(dict.fromkeys(w.node for w in decision.workers))
     reason = "waiting-for-preemption"
     if job.pending_reason != reason:
         decision_record(kind=Decision.Kind.PENDING, subject=f"job:{job.pk}", department=job.department, reason=reason,
                         message=f"preempted {', '.join(f'job {v}' for v in victims)} on {', '.join(nodes)}; admitted "
                                 f"once their pods have stopped", data={"node": decision.node, "nodes": nodes,
-                                                                       "victims": victims})
+                                                                       "victims": list(victims)})
     job.pending_reason = reason
     job.save(update_fields=["pending_reason"])
 

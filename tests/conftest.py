@@ -76,7 +76,8 @@ def world(db):
     """Two departments with quotas, GPU models, frameworks, a few nodes, and one user per role."""
     from django.contrib.auth import get_user_model
 
-    from colocation.models import Node, NodeState, Pool, ResourceGroup
+    from cluster.types import Pool
+    from colocation.models import Node, NodeState, ResourceGroup
     from core.models import Department, GPUModel, Membership
     from scheduler.models import Framework, Quota
 

@@ -213,7 +213,7 @@ TIDAL_DEMO_DAY_S = float(os.environ.get("TIDAL_DEMO_DAY_S", "600"))
 TIDAL_DEMO_START_HOUR = float(os.environ.get("TIDAL_DEMO_START_HOUR", "22"))
 # The inference autoscaler (colocation/autoscaler.py): every minute; every 5 s under the demo traffic (12 demo minutes).
 TIDAL_AUTOSCALE_INTERVAL_S = float(os.environ.get("TIDAL_AUTOSCALE_INTERVAL_S", "5" if TIDAL_DEMO_TRAFFIC else "60"))
-TIDAL_ALERT_WEBHOOK_URL = os.environ.get("TIDAL_ALERT_WEBHOOK_URL", "")  # POSTed a JSON body per autoscaler alert
+TIDAL_ALERT_WEBHOOK_URL = os.environ.get("TIDAL_ALERT_WEBHOOK_URL", "")  # the operators' webhook: every alert decision (notifications)
 CELERY_BEAT_SCHEDULE["autoscale-tick"] = {"task": "colocation.autoscale_tick", "schedule": TIDAL_AUTOSCALE_INTERVAL_S}
 
 # The cluster the live loops act on (colocation/live_backend.py): the embedded simulated one, or Kubernetes through

@@ -44,8 +44,9 @@ from experiments.colocation_sim.queue import PendingQueue
 from experiments.colocation_sim.world import (build_jobs, build_nodes, build_services, group_capacity, initial_replicas,
                                     modelled_replicas, peak_replicas, static_split)
 from experiments.simulated_training import SimulatedTraining
-from scheduler.policy import Admit, CycleResult, Preempt, get_profile, schedule
+from scheduler.policy import Admit, CycleResult, Preempt, Reserve, StillPending, get_profile, schedule
 from scheduler.policy.cache import CycleCache
+from scheduler.policy.dispatch import dispatch
 from scheduler.policy.workload import jobs_workload
 
 HISTORY_MIN = 7 * 1440 + 60  # what the seasonal forecast reads: up to 7 days and an hour
@@ -187,7 +188,7 @@ class CoLocationSim:
         self.util_now: dict[str, float] = {}
         self._next_arrival = 0
         self.queue = PendingQueue()  # the pending jobs of self.training, in order
-        self._holding: set[int] = set()  # jobs of self.training that are not pending (running)
+        self.holding: set[int] = set()  # jobs of self.training that are not pending (running)
         self._pending_jobs = 0
         self.detached: dict[str, tuple[str, str]] = {}  # detached pod -> (its ReplicaSet, replacement)
         self._dirty = True
@@ -278,7 +279,7 @@ class CoLocationSim:
         now = self.clock.now()
         for job in islice(reversed(self.training.done.values()), done):
             self.finished_at[job.id] = now
-            self._holding.discard(job.id)
+            self.holding.discard(job.id)
             self.metrics.finished += 1
             if any(self._node(a.node).pool is Pool.COLOCATION for a in job.allocations):  # any worker lent
                 self.metrics.finished_lent += 1
@@ -383,7 +384,7 @@ class CoLocationSim:
         for name in sorted(self.records):
             record = self.records[name]
             for action in drive(record, lambda: observe.node_now(self._node(name), pods), now, MAX_STEPS_PER_TICK):
-                self._execute(action, now)
+                self.execute(action, now)
                 if not isinstance(action, Wait):
                     pods = observe.PodIndex.of(self.backend)  # the action changed the cluster
                 record = replace(record, step=action.step)
@@ -401,7 +402,8 @@ class CoLocationSim:
         after = self.serving()
         self.metrics.serving_drops += sum(1 for rs, n in before.items() if after[rs] < n)
 
-    def _execute(self, action, now: float) -> None:
+    def execute(self, action, now: float) -> None:
+        """Carry out one step of a transition (the step machine's action) on the simulated cluster."""
         if isinstance(action, SetState):
             if self.initial[action.node][1] is Pool.FIXED:
                 self.metrics.fixed_pool_moves += 1
@@ -420,7 +422,7 @@ class CoLocationSim:
             job = self.training.worker_lost(action.pod, "take-back", requeue_after_take_back)
             if job is not None:
                 self.queue.add(job, pinned=True)
-                self._holding.discard(job.id)
+                self.holding.discard(job.id)
                 self.killed_jobs.add(job.id)
                 self.metrics.killed += 1
             self._dirty = True
@@ -435,32 +437,14 @@ class CoLocationSim:
         head = self.queue.head(self.cfg.queue_window, lambda model: lend_bar_s(now, lending, model))
         # the running jobs too (the quota ledger and preemption need them), in the order of training.jobs (by id);
         # the policy gives each pending job its pool, as in the live loop
-        snapshot = self.training.snapshot(jobs[i] for i in sorted(self._holding.union(head)))
+        snapshot = self.training.snapshot(jobs[i] for i in sorted(self.holding.union(head)))
         result = schedule(snapshot, self.profile, lending, self.workload, self.cycle_cache)
-        self.training.apply(result)
-        self._pending_jobs = len(self.queue)
-        self._count(result)
+        self.apply(result)
 
-    def _count(self, result: CycleResult) -> None:
-        """Keep the queue in step with the applied decisions and count starts and preemptions."""
-        jobs = self.training.jobs
-        pools = None
-        for d in result.decisions:
-            if isinstance(d, Preempt):
-                self.metrics.preempted += 1
-                self.queue.add(jobs[d.job_id], pinned=d.job_id in self.killed_jobs)
-                self._holding.discard(d.job_id)
-            elif isinstance(d, Admit):
-                if pools is None:
-                    pools = {n.name: n.pool for n in self.backend.nodes()}
-                if jobs[d.job_id].allocation is None:
-                    continue  # a worker could not be bound: the job still waits (SimulatedTraining.bind_failures)
-                self.queue.remove(d.job_id)
-                self._holding.add(d.job_id)
-                self.first_start.setdefault(d.job_id, self.clock.now())
-                self._pending_jobs -= 1
-                if any(pools[w.node] is Pool.COLOCATION for w in d.workers):  # a gang with any worker lent
-                    self.metrics.started_lent += 1
+    def apply(self, result: CycleResult) -> None:
+        """Act on a cycle's decisions: simulated training's effects, with the pending queue kept in step."""
+        self._pending_jobs = len(self.queue)
+        dispatch(result, _Queueing(self))
 
     # -- metrics ------------------------------------------------------------------------------
     def _measure(self, minute: int, now: float) -> None:
@@ -512,6 +496,45 @@ class CoLocationSim:
         m.pending_in_take_back.append(bool(urgent) and all((p.spec.gpu_model or "CPU") in taking_back
                                                            for p in urgent))
         m.training_pending.append(self._pending_jobs)
+
+
+class _Queueing:
+    """A cycle's effects (scheduler.policy.dispatch.Effects): simulated training's, with the pending queue kept in
+    step and starts and preemptions counted."""
+
+    def __init__(self, sim: CoLocationSim) -> None:
+        self.sim, self.training = sim, sim.training
+        self.pools: dict[str, Pool] | None = None  # read at the first admission
+
+    def preempt(self, d: Preempt) -> bool:
+        held = self.training.preempt(d)
+        self.sim.metrics.preempted += 1
+        self.sim.queue.add(self.training.jobs[d.job_id], pinned=d.job_id in self.sim.killed_jobs)
+        self.sim.holding.discard(d.job_id)
+        return held
+
+    def admit(self, d: Admit) -> bool:
+        if not self.training.admit(d):
+            return False  # a worker could not be bound: the job still waits (SimulatedTraining.bind_failures)
+        sim = self.sim
+        sim.queue.remove(d.job_id)
+        sim.holding.add(d.job_id)
+        sim.first_start.setdefault(d.job_id, sim.clock.now())
+        sim._pending_jobs -= 1
+        if self.pools is None:
+            self.pools = {n.name: n.pool for n in sim.backend.nodes()}
+        if any(self.pools[w.node] is Pool.COLOCATION for w in d.workers):  # a gang with any worker lent
+            sim.metrics.started_lent += 1
+        return True
+
+    def wait_for_victims(self, d: Admit, victims: tuple[int, ...]) -> None:
+        self.training.wait_for_victims(d, victims)
+
+    def reserve(self, d: Reserve) -> None:
+        self.training.reserve(d)
+
+    def pending(self, d: StillPending) -> None:
+        self.training.pending(d)
 
 
 @dataclass(frozen=True, slots=True)

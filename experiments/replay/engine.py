@@ -39,6 +39,7 @@ from experiments.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, StillPending, get_profile, schedule
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.decisions import Reserve
+from scheduler.policy.dispatch import dispatch
 from scheduler.policy.profile import TIDAL
 from scheduler.policy.workload import TargetWorkload, job_shape
 
@@ -172,41 +173,64 @@ class ReplayCluster(SimulatedTraining):
         self.rec.finished(job.id, at)
 
     def apply(self, result: CycleResult) -> None:
-        now = self.clock.now()
-        allocated = self.rec.alloc  # walks the decisions in order for the first-failure measure
-        waiting = 0
-        admits, waits = 0, []  # (job, reason, admissions before it in queue order)
-        for d in result.decisions:
-            if isinstance(d, Preempt):
-                allocated -= self.jobs[d.job_id].total_gpus
-                self._preempt(d)
-                self.pending += 1
-                self.rec.preempted(d.job_id, now, d.reason.value)
-            elif isinstance(d, Admit):
-                if not self._admit(d):
-                    continue  # a worker could not be bound: nothing was, the job waits (counted in bind_failures)
-                self.pending -= 1
-                admits += 1
-                allocated += d.rightsized.gpus * len(d.workers) if d.gpu_model else 0.0
-                self.rec.admitted(d.job_id, now, d.gpu_model, d.quota_kind)
-            elif isinstance(d, Reserve):
-                self.rec.reserved(d.job_id)
-            elif isinstance(d, StillPending):
-                waits.append((d.job_id, d.reason.value, admits))
-                waiting += self.jobs[d.job_id].gpus > 0
-                if d.reason in CAPACITY_REASONS and self.jobs[d.job_id].gpus and self.rec.first_failure is None:
-                    self.rec.failure(now, d.job_name, d.reason, allocated)
-                elif d.reason.value == "quota-exhausted":
-                    self.rec.quota_refusals += 1
-        for job_id, reason, before in waits:  # (decisions come in queue order)
-            self.rec.waits(job_id, now, reason, admits - before)
-        self.rec.cycles += 1
-        self.rec.waiting(now, waiting)
+        recording = _Recording(self)
+        dispatch(result, recording)
+        recording.close()
 
     def cycle(self, profile: Profile) -> CycleResult:
         result = schedule(self.snapshot(), profile, workload=self.workload, cache=self.cycle_cache)
         self.apply(result)
         return result
+
+
+class _Recording:
+    """One cycle's effects (scheduler.policy.dispatch.Effects): the simulated cluster's, and what the recorder
+    reads of them; walked in decision order, so the first failure is measured at its place in the cycle."""
+
+    def __init__(self, sim: ReplayCluster) -> None:
+        self.sim, self.rec, self.now = sim, sim.rec, sim.clock.now()
+        self.allocated = self.rec.alloc  # GPUs held at this point of the cycle's decisions
+        self.admits = 0
+        self.waiting = 0  # GPU jobs still pending
+        self.waits: list[tuple[int, str, int]] = []  # (job, reason, admissions before it in queue order)
+
+    def preempt(self, d: Preempt) -> bool:
+        self.allocated -= self.sim.jobs[d.job_id].total_gpus
+        held = self.sim.preempt(d)
+        self.sim.pending += 1
+        self.rec.preempted(d.job_id, self.now, d.reason.value)
+        return held
+
+    def admit(self, d: Admit) -> bool:
+        if not self.sim.admit(d):
+            return False  # a worker could not be bound: nothing was, the job waits (counted in bind_failures)
+        self.sim.pending -= 1
+        self.admits += 1
+        self.allocated += d.rightsized.gpus * len(d.workers) if d.gpu_model else 0.0
+        self.rec.admitted(d.job_id, self.now, d.gpu_model, d.quota_kind)
+        return True
+
+    def wait_for_victims(self, d: Admit, victims: tuple[int, ...]) -> None:
+        self.sim.wait_for_victims(d, victims)
+
+    def reserve(self, d: Reserve) -> None:
+        self.rec.reserved(d.job_id)
+
+    def pending(self, d: StillPending) -> None:
+        job = self.sim.jobs[d.job_id]
+        self.waits.append((d.job_id, d.reason.value, self.admits))
+        self.waiting += job.gpus > 0
+        if d.reason in CAPACITY_REASONS and job.gpus and self.rec.first_failure is None:
+            self.rec.failure(self.now, d.job_name, d.reason, self.allocated)
+        elif d.reason.value == "quota-exhausted":
+            self.rec.quota_refusals += 1
+
+    def close(self) -> None:
+        """The cycle's waits, once every decision was acted on."""
+        for job_id, reason, before in self.waits:
+            self.rec.waits(job_id, self.now, reason, self.admits - before)
+        self.rec.cycles += 1
+        self.rec.waiting(self.now, self.waiting)
 
 
 @dataclass

@@ -76,7 +76,8 @@ class SubscriptionSerializer(JSONTypes, serializers.ModelSerializer):
 
 
 class DeliverySerializer(serializers.ModelSerializer):
-    user = serializers.CharField(source="user.username", read_only=True, help_text="Whom it was sent to.")
+    user = serializers.CharField(source="user.username", read_only=True, allow_null=True,
+                                 help_text="Whom it was sent to; null: the operators' alert webhook.")
     event = serializers.CharField(source="event.kind", read_only=True)
     subject = serializers.CharField(source="event.subject", read_only=True)
     job = serializers.IntegerField(source="event.job_id", read_only=True, allow_null=True)

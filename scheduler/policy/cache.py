@@ -61,6 +61,11 @@ class CycleCache:
     per_job: PerJob = field(default_factory=PerJob)
     # id(job) -> (job, profile, its score as a victim): a running job's no longer grows once it started
     victim_scores: dict[int, tuple[JobView, Profile, int]] = field(default_factory=dict)
+    # The waiting cache (cycle.py): off, every waiting job is tried in full, its sentence written plainly; the same
+    # decisions either way (the tests compare both).
+    remember_waits: bool = True
+    tried: int = 0  # jobs the cycles using this cache tried
+    tried_in_full: int = 0  # of them, tried in full (the others waited as one that read the same)
 
     def node_tables(self, nodes) -> dict[str | None, NodeTable]:
         """node_tables(nodes), re-reading only the nodes whose object changed since the last cycle."""

@@ -91,6 +91,9 @@ class _Cycle:
         and both had room in their host quota: then it waits for the same reason, its own CPU in the same sentence."""
         state, job = self.state, q.job
         ends_at = self._ends_at(job)
+        state.cache.tried += 1
+        if not state.cache.remember_waits:
+            return self._attempt(q, position, ends_at, None) is None
         key = self._wait_key(q, ends_at)
         cpu, total = q.request.cpu_request_milli, q.score.preemption(self.profile)  # what its preemption compares
         known = self._waited.get(key)
@@ -130,6 +133,7 @@ class _Cycle:
         """Try every model (and preemption) for `q`: None when admitted, else the reason it waits with, its sentence
         with `mark` where the job's CPU goes (None: not kept), whether more of it depends on the CPU (a gang's room per
         block) and whether its CPU and memory fit its host quota (_host_fits); its StillPending decision appended."""
+        self.state.cache.tried_in_full += 1
         found = self.assigner.assign(q, ends_at)
         if isinstance(found, Assignment):
             admit(self.state, self.reserver, q, found, ())

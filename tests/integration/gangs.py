@@ -15,7 +15,8 @@ WHOLE_NODE = (GpuShare(0, 1.0), GpuShare(1, 1.0))  # both T4s of a gang node
 def add_gang_nodes(world, names: tuple[str, ...] = GANG_NODES) -> None:
     """T4 nodes of the co-location pool lent to training (offline-normal): a take-back may claim them. Lending
     automation is turned off, so only a test opens transitions."""
-    from colocation.models import Node, NodeState, Pool
+    from cluster.types import Pool
+    from colocation.models import Node, NodeState
 
     for name in names:
         Node.objects.create(name=name, resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"],

@@ -33,7 +33,8 @@ def tick(cluster_and_clock: tuple[SimulatedCluster, object], seconds: float = 5)
 def scaling_lab(world, settings, *, clock: VirtualClock, prefix: str) -> Iterator[tuple[SimulatedCluster, Redis, str]]:
     """The autoscaler's room: the test world plus an online T4 node (t4-2), the simulated cluster on `clock`, no
     alert webhook, and a Redis namespace of its own (`prefix-…`), emptied afterwards."""
-    from colocation.models import Node, NodeState, Pool
+    from cluster.types import Pool
+    from colocation.models import Node, NodeState
     from colocation.selectors import node_views
 
     Node.objects.create(name="t4-2", resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"], gpu_count=2,

@@ -57,11 +57,13 @@ ALL_PHASES = ("examples", "coverage", "fuzzing", "stateful")
 # Every role in every phase with seed 7, and every role again with a seed of its own in the phases a seed steers
 # (examples and coverage are the schema's own values: another seed would repeat them). One seed and three roles missed
 # the 500 a fuzzer with other settings found.
-RUNS = [(role, 7, ALL_PHASES) for role in ROLES] + \
-       [(role, seed, ("fuzzing", "stateful")) for role, seed in zip(ROLES, (449, 2026, 1999, 31, 88), strict=True)]
+# make test-fast runs the first five (every role, every phase), make test all of them.
+RUNS = [pytest.param(role, 7, ALL_PHASES, id=f"{role}-7") for role in ROLES] + \
+       [pytest.param(role, seed, ("fuzzing", "stateful"), id=f"{role}-{seed}", marks=pytest.mark.slow)
+        for role, seed in zip(ROLES, (449, 2026, 1999, 31, 88), strict=True)]
 
 
-@pytest.mark.parametrize(("role", "seed", "phases"), RUNS, ids=[f"{r}-{s}" for r, s, _ in RUNS])
+@pytest.mark.parametrize(("role", "seed", "phases"), RUNS)
 def test_the_schema_holds_under_fuzzing(transactional_db, world, api_server, tmp_path, role, seed, phases):
     """Runs `st` in the suite's own words: every check, 8 examples per operation, two workers (the server has two)."""
     from rest_framework.authtoken.models import Token

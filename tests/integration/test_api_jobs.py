@@ -269,7 +269,8 @@ def test_a_large_gang_without_gpus_is_refused_with_the_quota_not_a_server_error(
 def lopsided_t4(world):
     """A T4 node with more CPU but less memory than the others, and a framework certified on T4 only: each of a
     worker's CPU and memory fits some T4 node, both together none."""
-    from colocation.models import Node, NodeState, Pool
+    from cluster.types import Pool
+    from colocation.models import Node, NodeState
     from scheduler.models import Framework
 
     Node.objects.create(name="t4-cpu", resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"],

@@ -1,7 +1,9 @@
 """The live inference autoscaler on the real database against the simulated cluster: scale-out and scale-in
-applied to the ReplicaSet, skipped services recorded once, alerts (Decision, counter, webhook), priority across
-a group, forecasts, vertical recommendations, and the Celery entry point under the cluster lock."""
+applied to the ReplicaSet, skipped services recorded once, alerts (Decision, counter, the notifications app's
+webhook delivery), priority across a group, forecasts, vertical recommendations, and the Celery entry point under the
+cluster lock."""
 import json
+import secrets
 import threading
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -17,6 +19,9 @@ from colocation.loads import ProfileLoads
 from colocation.models import InferenceService, ScalingThreshold
 from colocation.policy.autoscaling import LoadMinute
 from core.models import Decision
+from notifications import tasks as notifications
+from notifications.models import Delivery
+from notifications.services import MAX_ATTEMPTS
 from profiling.models import ServiceMinute
 from tests.integration.livecluster import T0, scaling_lab
 
@@ -128,7 +133,20 @@ class Receiver(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def webhook(settings):
+def eager(settings):
+    """The notifications scan and its deliveries run in-process (retries without their backoff wait), every decision
+    settled at once."""
+    from tidal.celery import app
+
+    settings.TIDAL_NOTIFY_SETTLE_S = 0
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def webhook(settings, eager):
+    """The operators' alert webhook."""
     server = HTTPServer(("127.0.0.1", 0), Receiver)
     Receiver.bodies = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -159,7 +177,12 @@ def test_a_failed_scale_raises_one_alert_a_counter_and_a_webhook_post(lab, webho
     (alert,) = decisions("ranker", Decision.Kind.ALERT)  # once per episode, not every tick
     assert alert.reason == "scale-failed"
     assert alert.message == "ranker: scaling from 2 to 4 replicas failed: the API server refused: quota exceeded"
+    assert webhook == []  # the notifications scan delivers it
+    notifications.scan.apply()
     assert [(b["service"], b["reason"], b["target"]) for b in webhook] == [("ranker", "scale-failed", 4)]
+    assert webhook[0]["text"].endswith(alert.message) and webhook[0]["department"] == alert.department.name
+    notifications.scan.apply()
+    assert len(webhook) == 1  # once
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in text_string_to_metric_families(client.get("/metrics").content.decode()) for s in f.samples}
     assert samples[("tidal_autoscaler_alerts_total", (("reason", "scale-failed"), ("service", "ranker")))] == 1
@@ -171,11 +194,17 @@ def test_a_failed_scale_raises_one_alert_a_counter_and_a_webhook_post(lab, webho
     loads.set("ranker", 0.95, minutes=2)
     tick(lab, loads)
     assert len(decisions("ranker", Decision.Kind.ALERT)) == 2  # a new episode, a new alert
+    notifications.scan.apply()
+    assert [b["reason"] for b in webhook] == ["scale-failed", "scale-failed"]
 
 
-def test_a_dead_webhook_never_breaks_the_tick(lab, settings, monkeypatch):
+def test_a_dead_webhook_never_breaks_the_tick_and_its_delivery_fails_naming_the_host_only(lab, settings, eager,
+                                                                                         monkeypatch):
+    """The tick only records the alert; its delivery to an unreachable webhook is retried and fails, said by host:
+    webhook URLs carry their token (Slack, Teams)."""
     world, cluster, _, _, _ = lab
-    settings.TIDAL_ALERT_WEBHOOK_URL = "http://127.0.0.1:9/nobody-listens"
+    token = secrets.token_urlsafe(16)
+    settings.TIDAL_ALERT_WEBHOOK_URL = f"http://127.0.0.1:9/services/{token}?key={token}"  # port 9: nobody listens
     service(world, "ranker")
     loads = Loads()
     tick(lab, loads)
@@ -183,6 +212,10 @@ def test_a_dead_webhook_never_breaks_the_tick(lab, settings, monkeypatch):
     settle(lab, "ranker")
     monkeypatch.setattr(cluster, "apply_replicaset", lambda *a, **k: (_ for _ in ()).throw(BackendError("down")))
     assert tick(lab, loads).alerts == ["ranker:scale-failed"]
+    notifications.scan.apply()
+    (delivery,) = Delivery.objects.filter(user=None)
+    assert delivery.status == Delivery.Status.FAILED and delivery.attempts == MAX_ATTEMPTS
+    assert "webhook at 127.0.0.1:9 unreachable" in delivery.last_error and token not in delivery.last_error
 
 
 def test_priority_decides_who_gets_the_group_when_it_cannot_serve_both(lab):

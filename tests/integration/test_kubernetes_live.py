@@ -17,7 +17,8 @@ from cluster.backend import RUNTIME_LABEL
 from cluster.kubernetes.conventions import LEASE_NAME
 from cluster.kubernetes.lease import LeaseElector
 from colocation import controller, live_backend, services
-from colocation.models import Node, NodeState, NodeTransition, Pool
+from cluster.types import Pool
+from colocation.models import Node, NodeState, NodeTransition
 from colocation.policy import Direction
 from colocation.selectors import lending_profile, node_views
 from core.models import Decision

@@ -9,9 +9,9 @@ from cluster.backend import INFERENCE, KIND_LABEL, RESOURCE_GROUP_LABEL, SERVICE
 from cluster.clock import VirtualClock
 from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster
-from cluster.types import GpuShare
+from cluster.types import GpuShare, Pool
 from colocation import controller, services
-from colocation.models import Node, NodeState, NodeTransition, Pool
+from colocation.models import Node, NodeState, NodeTransition
 from colocation.policy import DEFAULT, Direction
 from colocation.selectors import node_views
 from core.models import Decision

@@ -126,7 +126,8 @@ def seed(*, online: int, offline: int, jobs: int, expected_duration_s: int | Non
     from django.utils import timezone
 
     from cluster.backend import RUNTIME_LABEL
-    from colocation.models import Node, NodeState, Pool, ResourceGroup
+    from cluster.types import Pool
+    from colocation.models import Node, NodeState, ResourceGroup
     from core.models import Department, GPUModel, Membership
     from scheduler import submission
     from scheduler.models import Framework, Quota, TrainingJob

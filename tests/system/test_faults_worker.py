@@ -40,7 +40,8 @@ from redis import Redis
 
 from cluster.simulated import store
 from colocation import services as colocation_services
-from colocation.models import Node, NodeState, NodeTransition, Pool
+from cluster.types import Pool
+from colocation.models import Node, NodeState, NodeTransition
 from colocation.policy import Direction
 from colocation.tasks import lending_tick
 from core.models import Decision

@@ -16,7 +16,8 @@ from kubernetes import client
 
 from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
 from cluster.kubernetes.conventions import LEASE_NAME
-from colocation.models import Node, NodeState, Pool
+from cluster.types import Pool
+from colocation.models import Node, NodeState
 from colocation.selectors import node_views
 from scheduler.models import JobStatus, Quota, TrainingJob
 from tests.integration.kubecluster import kwok_cluster

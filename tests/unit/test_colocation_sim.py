@@ -90,7 +90,7 @@ def test_the_pending_queue_is_the_pending_jobs_in_submit_order(run, request):
     assert sorted(s.queue.head(None, 0.0)) == sorted(job_id for _, job_id in pending)
     assert len(s.queue) == len(pending)
     # and the jobs a cycle sees besides the heads are exactly the running ones
-    assert s._holding == {j.id for j in s.training.jobs.values() if j.status is not JobStatus.PENDING}
+    assert s.holding == {j.id for j in s.training.jobs.values() if j.status is not JobStatus.PENDING}
     for bar in (HOUR, 12 * HOUR):  # a head is the oldest jobs of its model and pool, whatever the bar
         head = set(s.queue.head(3, bar))
         for model in {j.gpu_model for j in s.training.jobs.values()}:
@@ -174,10 +174,9 @@ def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
     s.training.submit(job, 3600.0)
     s.queue.add(job)
     result = CycleResult(SIM_START, (admit(job.id, (free[0].name, (0,)), (free[1].name, (0,)), model=model),))
-    s.training.apply(result)
-    s._count(result)
+    s.apply(result)
     assert s.training.pods_of(job.id) == ("job-1000000", "job-1000000-w1")
-    s._execute(EvictTraining(free[1].name, "job-1000000-w1"), SIM_START)
+    s.execute(EvictTraining(free[1].name, "job-1000000-w1"), SIM_START)
     assert s.backend.pod("job-1000000") is None and s.backend.pod("job-1000000-w1") is None
     requeued = s.training.jobs[job.id]
     assert requeued.status is JobStatus.PENDING and requeued.peers == () and requeued.preferred_pool is Pool.FIXED

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cluster.types import Allocation, GpuShare, JobStatus, JobView, QuotaKind, QuotaView
 from experiments.builders.cluster import BUILTIN_SHAPES, queued_cluster
 from experiments.builders.scheduling import MIN, JobBuilder, NodeBuilder, SnapshotBuilder
-from scheduler.policy import Reason, cycle, get_profile, schedule
+from scheduler.policy import Reason, get_profile, schedule
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.gang import _by_counts, _by_sorting
@@ -22,50 +22,34 @@ from scheduler.policy.quota import QuotaLedger, allocation_demand
 from tests.unit.helpers import admit, cycle as run_cycle, pending
 
 
-def _decisions(seed: int, gang_share: float, profile: str, cycles: int = 4) -> tuple[list[str], int, int]:
-    """repr() of every decision of a few cycles on a small bench cluster, and how many jobs were tried fully of
-    how many were queued."""
+def _decisions(seed: int, gang_share: float, profile: str, remember_waits: bool = True, cycles: int = 4
+               ) -> tuple[list[str], CycleCache]:
+    """repr() of every decision of a few cycles on a small bench cluster, and the loop's cache (how many jobs its
+    cycles tried, how many in full)."""
     sim, clock, arrive = queued_cluster(160, BUILTIN_SHAPES, random.Random(seed), 400, gang_share=gang_share)
     chosen = get_profile(profile)
     lines: list[str] = []
-    tried = [0, 0]
-    full, fast = cycle._Cycle._attempt, cycle._Cycle._try
-
-    def attempt(self, *args):
-        tried[0] += 1
-        return full(self, *args)
-
-    def try_(self, *args):
-        tried[1] += 1
-        return fast(self, *args)
-
-    cycle._Cycle._attempt, cycle._Cycle._try = attempt, try_
-    cache = CycleCache()  # the loop's, kept from cycle to cycle
-    try:
-        for _ in range(cycles):
-            sim.finish_elapsed()
-            result = schedule(sim.snapshot(), chosen, cache=cache)
-            lines.extend(repr(d) for d in result.decisions)
-            sim.apply(result)
-            clock.advance(300.0)
-            arrive(max(0, 400 - sum(j.status is JobStatus.PENDING for j in sim.jobs.values())))
-    finally:
-        cycle._Cycle._attempt, cycle._Cycle._try = full, fast
-    return lines, tried[0], tried[1]
+    cache = CycleCache(remember_waits=remember_waits)  # the loop's, kept from cycle to cycle
+    for _ in range(cycles):
+        sim.finish_elapsed()
+        result = schedule(sim.snapshot(), chosen, cache=cache)
+        lines.extend(repr(d) for d in result.decisions)
+        sim.apply(result)
+        clock.advance(300.0)
+        arrive(max(0, 400 - sum(j.status is JobStatus.PENDING for j in sim.jobs.values())))
+    return lines, cache
 
 
 @pytest.mark.parametrize("seed, gang_share, profile", [
     (3, 0.0, "tidal"), (5, 0.2, "tidal"), (8, 0.5, "tidal"), (13, 0.2, "fifo"), (21, 0.3, "quota-borrowing"),
 ])
-def test_waiting_cache_changes_no_decision(monkeypatch, seed, gang_share, profile):
-    cached, attempts, tries = _decisions(seed, gang_share, profile)
-    with monkeypatch.context() as m:
-        m.setattr(cycle._Cycle, "_wait_key", lambda self, q, ends_at: object())  # no two jobs read the same
-        plain, plain_attempts, _ = _decisions(seed, gang_share, profile)
-    assert plain_attempts == tries  # without the cache every job is tried
+def test_waiting_cache_changes_no_decision(seed, gang_share, profile):
+    cached, with_cache = _decisions(seed, gang_share, profile)
+    plain, without = _decisions(seed, gang_share, profile, remember_waits=False)
+    assert without.tried_in_full == without.tried == with_cache.tried  # without the cache every job is tried in full
     assert cached == plain
     if profile == "tidal":
-        assert attempts < tries  # and with it some were not: the comparison covers cache hits
+        assert with_cache.tried_in_full < with_cache.tried  # and with it some were not: the comparison covers hits
 
 
 @settings(max_examples=60, deadline=None)
