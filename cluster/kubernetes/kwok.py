@@ -7,10 +7,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cluster.backend import RESOURCE_GROUP_LABEL, BackendError
+from cluster.backend import RESOURCE_GROUP_LABEL, BackendError, BackendUnavailable
 from cluster.kubernetes import conventions
 from cluster.types import NodeView
 
@@ -50,13 +51,19 @@ class Registered:
 def register_nodes(api: client.ApiClient, views: Iterable[NodeView], namespaces: Iterable[str],
                    wait_s: float = 30) -> Registered:
     """Make `views` kwok nodes of the control plane `api` talks to, and the `namespaces` Tidal works in, ready for
-    pods: a namespace takes none until the service-account controller has made its `default` account."""
-    core = client.CoreV1Api(api)
-    for namespace in set(namespaces):
+    pods: a namespace takes none until the service-account controller has made its `default` account. BackendError
+    when the API server refuses, BackendUnavailable when it does not answer."""
+    try:
+        return _register(client.CoreV1Api(api), list(views), set(namespaces), wait_s)
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        raise BackendUnavailable(f"the API server did not answer ({error})") from None
+
+
+def _register(core: client.CoreV1Api, views: list[NodeView], namespaces: set[str], wait_s: float) -> Registered:
+    for namespace in namespaces:
         _create(core.create_namespace, {"metadata": {"name": namespace}})
         _wait(lambda: core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items,
               wait_s, f"serviceaccount {namespace}/default")
-    views = list(views)
     kept = sum(_create(core.create_node, node_object(view)) for view in views)
     wanted = {view.name for view in views}
     others = tuple(sorted(n.metadata.name for n in core.list_node(label_selector=RESOURCE_GROUP_LABEL).items

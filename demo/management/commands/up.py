@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from cluster.backend import BackendError
+from cluster.backend import BackendError, BackendUnavailable
 from cluster.simulated.exporter import register_target, target_file, target_name
 from colocation.selectors import node_views
 from core import telemetry
@@ -133,7 +133,7 @@ class Command(BaseCommand):
         api = config.new_client_from_config(config_file=settings.TIDAL_KUBECONFIG)
         try:
             done = register_nodes(api, node_views(), (settings.TIDAL_K8S_NAMESPACE, settings.TIDAL_K8S_LEASE_NAMESPACE))
-        except (BackendError, OSError) as error:
+        except (BackendError, BackendUnavailable) as error:
             raise CommandError(f"cannot register the demo's nodes on {api.configuration.host}: {error}") from None
         finally:
             api.close()
