@@ -12,7 +12,7 @@ from cluster.backend import BackendUnavailable
 from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
 from cluster.kubernetes.kwok import register_nodes
 from cluster.types import NodeState, NodeView, Pool
-from tests.integration.kubecluster import KwokCluster, admin_client
+from tests.integration.kubecluster import KwokCluster, admin_client, wait_for
 
 NS = "tidal-workloads"
 
@@ -67,3 +67,22 @@ def test_an_api_server_that_does_not_answer_is_said_so():
     configuration.retries = 0
     with pytest.raises(BackendUnavailable, match="did not answer"):
         register_nodes(client.ApiClient(configuration), [view("gone-0")], [NS], wait_s=1)
+
+
+def test_a_running_pod_made_unready_is_ready_again(cluster):
+    """As the node lifecycle controller does when a node's heartbeat is late (platform/kube/kwok/stages.yaml)."""
+    register_nodes(cluster.api, [view("ready-0")], [NS])
+    cluster.core.create_namespaced_pod(NS, {"metadata": {"name": "ready-pod"}, "spec": {
+        "nodeName": "ready-0", "containers": [{"name": "main", "image": "busybox:1.37"}]}})
+
+    def ready() -> bool:
+        pod = cluster.pod("ready-pod") or {}
+        status = pod.get("status") or {}
+        return status.get("phase") == "Running" and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or ())
+
+    wait_for(ready, what="the pod Running and Ready")
+    patched = cluster.core.patch_namespaced_pod_status("ready-pod", NS, {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}})
+    assert any(c.type == "Ready" and c.status == "False" for c in patched.status.conditions)
+    wait_for(ready, what="the pod Ready again")
