@@ -284,14 +284,16 @@ def step_persist(record: NodeTransition, action, now: float, report: LendingRepo
     record.step = action.step.value
     record.waiting_for = action.reason if isinstance(action, Wait) else ""
     node = record.node.name
+    # `now` is when the tick began; a transition opened and finished within it was stamped later (auto_now_add)
+    ended = max(utc(now), record.started_at)
     if isinstance(action, Done):
-        record.status, record.finished_at = NodeTransition.Status.DONE, utc(now)
+        record.status, record.finished_at = NodeTransition.Status.DONE, ended
         report.done.append(node)
         decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="transition-done",
                         message=f"{record.direction} of {node} done: it is "
                                 f"{Node.objects.get(pk=record.node_id).state}")
     elif isinstance(action, Conflict):
-        record.status, record.finished_at = NodeTransition.Status.FAILED, utc(now)
+        record.status, record.finished_at = NodeTransition.Status.FAILED, ended
         report.failed.append(node)
         decision_record(kind=Decision.Kind.LENDING, subject=f"node:{node}", reason="transition-failed",
                         message=f"{record.direction} of {node} stopped: {action.reason}; an operator must look")

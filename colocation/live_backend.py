@@ -131,6 +131,14 @@ def kubernetes_backend():
                                  duration_s=settings.TIDAL_K8S_LEASE_S)
 
 
+def kubernetes_preload() -> None:
+    """Import the Kubernetes client now (a worker's main process, before it forks its pool): the import takes
+    seconds, which each pool process's first tick would otherwise spend holding the cluster lock."""
+    import kubernetes.client  # noqa: F401
+
+    import cluster.kubernetes.backend  # noqa: F401
+
+
 # --- faults ------------------------------------------------------------------------------------------------
 
 

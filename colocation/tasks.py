@@ -1,11 +1,18 @@
 """Celery tasks of the colocation app: each only calls a service."""
 from celery import shared_task
+from celery.signals import worker_init
 from django.conf import settings
 from redis import Redis
 
-from colocation import autoscaler, controller
+from colocation import autoscaler, controller, live_backend
 from colocation.loads import demo_lending_profile
 from colocation.selectors import lending_profile
+
+
+@worker_init.connect
+def load_the_cluster_client(**_: object) -> None:
+    if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
+        live_backend.kubernetes_preload()
 
 
 @shared_task(name="colocation.lending_tick", ignore_result=True)

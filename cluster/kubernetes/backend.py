@@ -96,6 +96,13 @@ class KubernetesCluster:
         self._read = None
         self._link_replacements()
 
+    def snapshot(self) -> tuple[tuple[PodView, ...], tuple[NodeView, ...]]:
+        """The bound pods and the nodes as the watches hold them now, writing nothing (unlike refresh): what a
+        metrics exporter beside the loops reads."""
+        self._read = None
+        state = self._state()
+        return tuple(state.pods.values()), tuple(state.nodes.values())
+
     def nodes(self) -> tuple[NodeView, ...]:
         return tuple(self._state().nodes.values())
 

@@ -3,7 +3,15 @@ sharing device plugin would register it, annotated for kwok (platform/stack.sh r
 node annotated kwok.x-k8s.io/node=fake). For the control plane of tests, benchmarks and the demo on Kubernetes."""
 from __future__ import annotations
 
-from cluster.backend import RESOURCE_GROUP_LABEL
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from cluster.backend import RESOURCE_GROUP_LABEL, BackendError, BackendUnavailable
 from cluster.kubernetes import conventions
 from cluster.types import NodeView
 
@@ -31,3 +39,52 @@ def node_object(view: NodeView) -> dict:
             "metadata": {"name": view.name, "labels": labels, "annotations": dict(KWOK_ANNOTATION)},
             "spec": {"unschedulable": not view.state.normal},
             "status": {"capacity": capacity, "allocatable": dict(capacity)}}
+
+
+@dataclass(frozen=True)
+class Registered:
+    created: int  # kwok nodes created now
+    kept: int  # there already: kept as they are (the cluster's labels are the truth Tidal reads back)
+    others: tuple[str, ...]  # Tidal nodes on the cluster that are not among the views
+
+
+def register_nodes(api: client.ApiClient, views: Iterable[NodeView], namespaces: Iterable[str],
+                   wait_s: float = 30) -> Registered:
+    """Make `views` kwok nodes of the control plane `api` talks to, and the `namespaces` Tidal works in, ready for
+    pods: a namespace takes none until the service-account controller has made its `default` account. BackendError
+    when the API server refuses, BackendUnavailable when it does not answer."""
+    try:
+        return _register(client.CoreV1Api(api), list(views), set(namespaces), wait_s)
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        raise BackendUnavailable(f"the API server did not answer ({error})") from None
+
+
+def _register(core: client.CoreV1Api, views: list[NodeView], namespaces: set[str], wait_s: float) -> Registered:
+    for namespace in namespaces:
+        _create(core.create_namespace, {"metadata": {"name": namespace}})
+        _wait(lambda: core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items,
+              wait_s, f"serviceaccount {namespace}/default")
+    kept = sum(_create(core.create_node, node_object(view)) for view in views)
+    wanted = {view.name for view in views}
+    others = tuple(sorted(n.metadata.name for n in core.list_node(label_selector=RESOURCE_GROUP_LABEL).items
+                          if n.metadata.name not in wanted))
+    return Registered(created=len(views) - kept, kept=kept, others=others)
+
+
+def _create(create, body: dict) -> bool:
+    """Create; True when it exists already."""
+    try:
+        create(body)
+    except ApiException as error:
+        if error.status != 409:
+            raise BackendError(f"{body['metadata']['name']}: {error.status} {error.reason}") from None
+        return True
+    return False
+
+
+def _wait(found, wait_s: float, what: str) -> None:
+    deadline = time.monotonic() + wait_s
+    while not found():
+        if time.monotonic() > deadline:
+            raise BackendError(f"{what} did not appear within {wait_s:.0f} s (is kube-controller-manager running?)")
+        time.sleep(0.2)

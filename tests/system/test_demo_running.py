@@ -126,14 +126,18 @@ class Demo:
         return (self.folder / "logs" / f"{name}.log").read_text(errors="replace")
 
     def signed_in(self, username: str, password: str) -> urllib.request.OpenerDirector:
-        """A browser signed in through the console's form (CSRF token and cookie as a browser sends them)."""
-        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
-        page = opener.open(f"{self.base}/login/").read().decode()
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-        form = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token})
-        landed = opener.open(f"{self.base}/login/", data=form.encode())
-        assert not landed.url.endswith("/login/"), f"{username} could not sign in"
-        return opener
+        return signed_in(self.base, username, password)
+
+
+def signed_in(base: str, username: str, password: str) -> urllib.request.OpenerDirector:
+    """A browser signed in through the console's form (CSRF token and cookie as a browser sends them)."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+    page = opener.open(f"{base}/login/").read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    form = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token})
+    landed = opener.open(f"{base}/login/", data=form.encode())
+    assert not landed.url.endswith("/login/"), f"{username} could not sign in"
+    return opener
 
 
 _EARLY: list[Demo] = []  # the demo started with the session

@@ -2,11 +2,16 @@
 register the exporter as a Prometheus target (<PROMETHEUS_SD_DIR>/cluster-exporter-<TIDAL_REDIS_NAMESPACE>.json,
 one file per demo cluster, so two demos on one machine do not replace each other's target) until stopped.
 
+The pods are those of the cluster the loops act on: the simulated one in Redis, or, with TIDAL_CLUSTER_BACKEND=
+kubernetes, the kwok pods of the control plane (`make run ARGS=--kubernetes`), which run nothing and so have no
+metrics of their own: the exporter plays their DCGM exporter and cAdvisor.
+
 Under the demo's traffic (TIDAL_DEMO_TRAFFIC, set by `make run`) the inference pods of its services serve that
 traffic, on the demo clock the autoscaler reads: the service-load profiles follow the curve it acts on."""
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -14,15 +19,16 @@ from redis import Redis
 
 from cluster.simulated.alibaba import TraceError
 from cluster.simulated.exporter import redis_source, register_target, serve, target_name
-from cluster.simulated.metrics import ServingLoad, TraceShapes, builtin_shapes, load_traces
+from cluster.simulated.metrics import ClusterState, ServingLoad, TraceShapes, builtin_shapes, load_traces
 from cluster.simulated.traffic import DemoServing
+from colocation.live_backend import read_backend
 from colocation.loads import demo_clock, demo_traffic
 
 GENAI_TRACE = "alibaba-genai-2026"
 
 
 class Command(BaseCommand):
-    help = "Serve the simulated cluster's pod metrics for Prometheus (read-only on the cluster in Redis)."
+    help = "Serve the demo cluster's pod metrics for Prometheus (read-only on the simulated or kwok cluster)."
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=settings.TIDAL_EXPORTER_PORT, help="0: any free port")
@@ -33,7 +39,7 @@ class Command(BaseCommand):
     def handle(self, *args, port, host, target_name, **options):
         shapes = self._shapes()
         redis = Redis.from_url(settings.REDIS_URL)
-        source = redis_source(redis, settings.TIDAL_REDIS_NAMESPACE)
+        source = self._source(redis)
         try:
             server, thread = serve(source, shapes, port, addr=host, load=self._demo_load(redis))
         except OSError as error:
@@ -52,6 +58,12 @@ class Command(BaseCommand):
             target.unlink(missing_ok=True)
             server.shutdown()
             thread.join(timeout=5)
+
+    @staticmethod
+    def _source(redis) -> Callable[[], ClusterState | None]:
+        if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
+            return read_backend().snapshot  # read-only, no lock or lease: a scrape never delays a tick
+        return redis_source(redis, settings.TIDAL_REDIS_NAMESPACE)
 
     def _shapes(self) -> TraceShapes:
         """The GenAI trace's pod shapes; without the trace (no traces folder), the built-in ones. A trace that is

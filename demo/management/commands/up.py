@@ -1,7 +1,11 @@
 """Bring Tidal up on its embedded defaults: migrate, load the demo cluster, start the web server, a Celery
 worker and Celery beat, and the profile pipeline (the simulated cluster's metrics exporter, the
 Prometheus -> Kafka publisher, the Flink profile job on a local mini-cluster, the profile sink); print the
-console URL and logins; Ctrl-C stops everything it started."""
+console URL and logins; Ctrl-C stops everything it started.
+
+With --kubernetes the loops act on the real control plane platform/stack.sh starts (TIDAL_KUBECONFIG, from
+`stack.sh env`) instead of the simulated cluster: the demo's nodes are registered there as kwok nodes first
+(docs/how-to/kubernetes.md#the-demo-on-kubernetes)."""
 import os
 import signal
 import socket
@@ -15,7 +19,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from cluster.backend import BackendError, BackendUnavailable
 from cluster.simulated.exporter import register_target, target_file, target_name
+from colocation.selectors import node_views
 from core import telemetry
 from demo.data import DEMO_PASSWORD, OPERATOR, USERS
 
@@ -40,6 +46,21 @@ def _interrupt(signum: int, frame: object) -> None:
 STOP_SIGNALS = {"flink": signal.SIGINT}
 LEADER_ONLY = {"worker"}
 
+# Processes only the Kubernetes backend needs, as `name: manage.py arguments`, started beside the others (their log
+# is .run/logs/<name>.log). kwok runs no containers, so a writer of the training pods' logs that kwok serves through
+# pods/log (issue 44, point 7) belongs here.
+KUBERNETES_CHILDREN: dict[str, list[str]] = {}
+# The demo's trace arrives this many times faster than the trace alone on Kubernetes (TIDAL_DEMO_LOAD_FACTOR; 20 on
+# the simulated cluster): there every pod costs API requests (create, then its log and its deletion when it ends), and
+# a control plane sharing two cores answered one in 50-90 ms, so at 20 a scheduler tick made 100-500 of them, held
+# the cluster lock 20-60 s and the other loops skipped their ticks.
+KUBERNETES_LOAD_FACTOR = "4"
+# What the demo cannot do on kwok nodes, said at start-up rather than left to be found.
+KUBERNETES_LIMITS = (
+    "job logs: kwok runs no containers and serves no pods/log yet, so `tidal logs` and the console's log panel say "
+    "the log cannot be read",
+)
+
 
 def _stop_signal(child: str) -> signal.Signals:
     return STOP_SIGNALS.get(child, signal.SIGTERM)
@@ -60,12 +81,19 @@ class Command(BaseCommand):
         parser.add_argument("--no-pipeline", action="store_true",
                             help="do not start the profile pipeline (exporter, publisher, Flink job, sink)")
         parser.add_argument("--exit-after", type=float, default=0, help="stop after N seconds (smoke tests)")
+        parser.add_argument("--kubernetes", action="store_true",
+                            default=settings.TIDAL_CLUSTER_BACKEND == "kubernetes",
+                            help="act on the control plane of platform/stack.sh (TIDAL_KUBECONFIG): the demo's nodes "
+                                 "become kwok nodes there")
 
-    def handle(self, *args, host, port, all_nodes, no_demo, no_pipeline, exit_after, **options):
+    def handle(self, *args, host, port, all_nodes, no_demo, no_pipeline, exit_after, kubernetes, **options):
         # Ctrl-C and `kill` both stop what we started, even when our parent left SIGINT ignored (`cmd &`).
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _interrupt)
         self._check_port_free(host, port)
+        if kubernetes and not settings.TIDAL_KUBECONFIG:
+            raise CommandError("--kubernetes needs TIDAL_KUBECONFIG: eval \"$(bash platform/stack.sh env)\" first "
+                               "(make run ARGS=--kubernetes does)")
         if notice := debug_notice(debug=settings.DEBUG):  # first, before the slow start: the demo is not production
             self.stdout.write(self.style.WARNING(notice))
         logs = Path(settings.RUN_DIR) / "logs"
@@ -74,8 +102,11 @@ class Command(BaseCommand):
         call_command("collectstatic", interactive=False, verbosity=0)
         if not no_demo:
             call_command("load_demo", all_nodes=all_nodes, stdout=self.stdout)
+        if kubernetes:
+            self._register_kwok_nodes()
         web_target = telemetry.web_target(settings.TIDAL_REDIS_NAMESPACE)
-        children = self._start(host, port, logs, demo_workload=not no_demo, pipeline=not no_pipeline)
+        children = self._start(host, port, logs, demo_workload=not no_demo, pipeline=not no_pipeline,
+                               kubernetes=kubernetes)
         try:
             self._wait_ready(f"http://{host}:{port}/api/schema/", children)
             # Prometheus scrapes Tidal's own /metrics: the operators' dashboards read their history there.
@@ -98,11 +129,36 @@ class Command(BaseCommand):
             if probe.connect_ex((host, port)) == 0:
                 raise CommandError(f"{host}:{port} is already in use; choose another with --port or TIDAL_PORT")
 
-    def _start(self, host: str, port: int, logs: Path, demo_workload: bool,
-               pipeline: bool) -> dict[str, subprocess.Popen]:
+    def _register_kwok_nodes(self) -> None:
+        """The inventory's nodes as kwok nodes on the control plane, and the namespaces Tidal works in."""
+        from kubernetes import config  # seconds to import: only here, never on the simulated demo's way
+
+        from cluster.kubernetes.kwok import register_nodes
+
+        api = config.new_client_from_config(config_file=settings.TIDAL_KUBECONFIG)
+        try:
+            done = register_nodes(api, node_views(), (settings.TIDAL_K8S_NAMESPACE, settings.TIDAL_K8S_LEASE_NAMESPACE))
+        except (BackendError, BackendUnavailable) as error:
+            raise CommandError(f"cannot register the demo's nodes on {api.configuration.host}: {error}") from None
+        finally:
+            api.close()
+        self.stdout.write(f"Kubernetes at {api.configuration.host}: {done.created} kwok nodes registered, {done.kept} "
+                          f"there already; pods in namespace {settings.TIDAL_K8S_NAMESPACE}")
+        if done.others:
+            self.stdout.write(self.style.WARNING(
+                f"{len(done.others)} other Tidal nodes are on the cluster ({', '.join(done.others[:3])}…): the loops "
+                "see them too (a node of a group or GPU model Tidal does not know is left out)"))
+        for limit in KUBERNETES_LIMITS:
+            self.stdout.write(self.style.WARNING(f"on Kubernetes, not in this demo: {limit}"))
+
+    def _start(self, host: str, port: int, logs: Path, demo_workload: bool, pipeline: bool,
+               kubernetes: bool) -> dict[str, subprocess.Popen]:
         python = sys.executable
         demo = "1" if demo_workload else "0"  # the demo's training jobs and its inference traffic
         env = {**os.environ, "TIDAL_DEMO_WORKLOAD": demo, "TIDAL_DEMO_TRAFFIC": demo}
+        if kubernetes:
+            env["TIDAL_CLUSTER_BACKEND"] = "kubernetes"
+            env.setdefault("TIDAL_DEMO_LOAD_FACTOR", KUBERNETES_LOAD_FACTOR)
         # Notification e-mail is printed to the worker's log unless a real backend is configured
         # (docs/concepts/notifications.md#events-and-channels).
         env.setdefault("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
@@ -123,6 +179,8 @@ class Command(BaseCommand):
                 "flink": [python, "-m", "streaming.flink"],
                 "sink": manage + ["profile_sink"],
             }
+        if kubernetes:
+            commands |= {name: [python, "manage.py", *arguments] for name, arguments in KUBERNETES_CHILDREN.items()}
         children = {}
         for name, command in commands.items():
             log = open(logs / f"{name}.log", "ab")
