@@ -46,20 +46,18 @@ def _interrupt(signum: int, frame: object) -> None:
 STOP_SIGNALS = {"flink": signal.SIGINT}
 LEADER_ONLY = {"worker"}
 
-# Processes only the Kubernetes backend needs, as `name: manage.py arguments`, started beside the others (their log
-# is .run/logs/<name>.log). kwok runs no containers, so a writer of the training pods' logs that kwok serves through
-# pods/log (issue 44, point 7) belongs here.
-KUBERNETES_CHILDREN: dict[str, list[str]] = {}
+# kwok runs no containers: on Kubernetes the kwok log writer plays the training containers, writing the logs kwok
+# serves through pods/log (docs/how-to/kubernetes.md#job-logs-on-kwok). Its log is .run/logs/pod-logs.log.
+def kubernetes_children(python: str, run: Path) -> dict[str, list[str]]:
+    return {"pod-logs": [python, "-m", "cluster.simulated.kwok_logs", "--kubeconfig", settings.TIDAL_KUBECONFIG,
+                         "--namespace", settings.TIDAL_K8S_NAMESPACE, "--dir", str(run / "pod-logs")]}
+
+
 # The demo's trace arrives this many times faster than the trace alone on Kubernetes (TIDAL_DEMO_LOAD_FACTOR; 20 on
 # the simulated cluster): there every pod costs API requests (create, then its log and its deletion when it ends), and
 # a control plane sharing two cores answered one in 50-90 ms, so at 20 a scheduler tick made 100-500 of them, held
 # the cluster lock 20-60 s and the other loops skipped their ticks.
 KUBERNETES_LOAD_FACTOR = "4"
-# What the demo cannot do on kwok nodes, said at start-up rather than left to be found.
-KUBERNETES_LIMITS = (
-    "job logs: kwok runs no containers and serves no pods/log yet, so `tidal logs` and the console's log panel say "
-    "the log cannot be read",
-)
 
 
 def _stop_signal(child: str) -> signal.Signals:
@@ -148,8 +146,6 @@ class Command(BaseCommand):
             self.stdout.write(self.style.WARNING(
                 f"{len(done.others)} other Tidal nodes are on the cluster ({', '.join(done.others[:3])}…): the loops "
                 "see them too (a node of a group or GPU model Tidal does not know is left out)"))
-        for limit in KUBERNETES_LIMITS:
-            self.stdout.write(self.style.WARNING(f"on Kubernetes, not in this demo: {limit}"))
 
     def _start(self, host: str, port: int, logs: Path, demo_workload: bool, pipeline: bool,
                kubernetes: bool) -> dict[str, subprocess.Popen]:
@@ -180,7 +176,7 @@ class Command(BaseCommand):
                 "sink": manage + ["profile_sink"],
             }
         if kubernetes:
-            commands |= {name: [python, "manage.py", *arguments] for name, arguments in KUBERNETES_CHILDREN.items()}
+            commands |= kubernetes_children(python, logs.parent)
         children = {}
         for name, command in commands.items():
             log = open(logs / f"{name}.log", "ab")
