@@ -189,6 +189,15 @@ class GpuActivity:
     source: str
 
 
+def mean_gpu_activity(runs: Iterable[RunProfile]) -> GpuActivity | None:
+    """The mean of the runs' GPU activity, each run on its own best metric; the source names every metric used."""
+    activities = [run.gpu_activity for run in runs]
+    if not activities:
+        return None
+    sources = sorted({a.source for a in activities}, key=(SM_ACTIVE, GPU_UTIL).index)
+    return GpuActivity(sum(a.value for a in activities) / len(activities), " and ".join(sources))
+
+
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """Where an admitted/running job sits and what it holds (right-sized)."""
