@@ -26,7 +26,7 @@ class Request:
     cpu_limit_milli: int
     memory_mib: int
     # what the GPU count was sized on, e.g. "mean SM active 27%" (for the decision's sentence; not part of equality)
-    basis: str = field(default="", compare=False)
+    basis: str = field(default="", compare=False, repr=False)
 
     def __str__(self) -> str:
         return (f"{self.gpus:g} GPU, {self.cpu_request_milli}m CPU (limit {self.cpu_limit_milli}m), "
