@@ -169,6 +169,35 @@ class RunProfile:
     peak_gpu_mem_util: float  # 0..1
     mean_cpu_milli: float
     peak_cpu_milli: float
+    mean_sm_active: float | None = None  # DCGM_FI_PROF_SM_ACTIVE 0..1; None where the exporter lacks it
+
+    @property
+    def gpu_activity(self) -> GpuActivity:
+        """How busy its GPUs were: SM active where measured (GPU util counts time slices in which any kernel ran,
+        so a launch-bound job reads far busier than its SMs are), else GPU util."""
+        if self.mean_sm_active is not None:
+            return GpuActivity(self.mean_sm_active, SM_ACTIVE)
+        return GpuActivity(self.mean_gpu_util, GPU_UTIL)
+
+
+SM_ACTIVE, GPU_UTIL = "SM active", "GPU util"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuActivity:
+    """A GPU busy figure (0..1) and the metric it came from (SM_ACTIVE or GPU_UTIL), for decisions' reasons."""
+
+    value: float
+    source: str
+
+
+def mean_gpu_activity(runs: Iterable[RunProfile]) -> GpuActivity | None:
+    """The mean of the runs' GPU activity, each run on its own best metric; the source names every metric used."""
+    activities = [run.gpu_activity for run in runs]
+    if not activities:
+        return None
+    sources = sorted({a.source for a in activities}, key=(SM_ACTIVE, GPU_UTIL).index)
+    return GpuActivity(sum(a.value for a in activities) / len(activities), " and ".join(sources))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from cluster.simulated.inference import genai_util_model
 from cluster.simulated.traffic import DemoClock, DemoTraffic, peak_qps_for, service_traffic
 from colocation.models import InferenceService
 from colocation.policy import LendingProfile
-from colocation.policy.autoscaling import LoadMinute
+from colocation.policy.autoscaling import LoadMinute, busy_of
 from profiling.selectors import service_load
 
 MINUTE = 60
@@ -52,8 +52,9 @@ class ProfileLoads:
 
     def recent(self, service: InferenceService, now: float) -> tuple[LoadMinute, ...]:
         rows = service_load(service_id=service.pk, since=utc(now - self.window_min * MINUTE), until=utc(now))
-        return tuple(LoadMinute(r.minute.timestamp(), r.replicas, gpu=r.gpu_util_mean, cpu=r.cpu_util_mean,
-                                qps=r.qps) for r in rows)
+        return tuple(LoadMinute(r.minute.timestamp(), r.replicas, gpu=r.gpu_util_mean, cpu=r.cpu_util_mean, qps=r.qps,
+                                **dict(zip(("busy", "busy_source"), busy_of(r.sm_active_mean, r.gpu_util_mean))))
+                     for r in rows)
 
 
 class DemoLoads:

@@ -15,7 +15,8 @@ from django.db.models import Q
 
 from scheduler.models import JobRun, TrainingJob
 
-RESOURCES = ("gpu_util", "gpu_mem_util", "cpu_util", "mem_util", "cpu_cores")
+RESOURCES = ("gpu_util", "gpu_mem_util", "cpu_util", "mem_util", "cpu_cores",
+             "sm_active", "sm_occupancy", "tensor_active", "dram_active")
 
 
 class ResourceStats(models.Model):
@@ -31,6 +32,15 @@ class ResourceStats(models.Model):
     mem_util_peak = models.FloatField(null=True, blank=True)
     cpu_cores_mean = models.FloatField(null=True, blank=True, help_text="CPU cores used (absolute)")
     cpu_cores_peak = models.FloatField(null=True, blank=True)
+    # DCGM profiling ratios 0..1 (docs/reference/metrics.md); null where the exporter does not publish them
+    sm_active_mean = models.FloatField(null=True, blank=True, help_text="DCGM_FI_PROF_SM_ACTIVE")
+    sm_active_peak = models.FloatField(null=True, blank=True)
+    sm_occupancy_mean = models.FloatField(null=True, blank=True, help_text="DCGM_FI_PROF_SM_OCCUPANCY")
+    sm_occupancy_peak = models.FloatField(null=True, blank=True)
+    tensor_active_mean = models.FloatField(null=True, blank=True, help_text="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    tensor_active_peak = models.FloatField(null=True, blank=True)
+    dram_active_mean = models.FloatField(null=True, blank=True, help_text="DCGM_FI_PROF_DRAM_ACTIVE")
+    dram_active_peak = models.FloatField(null=True, blank=True)
 
     class Meta:
         abstract = True
@@ -123,6 +133,7 @@ class ServiceMinute(models.Model):
     samples = models.PositiveIntegerField()
     replicas = models.PositiveIntegerField(help_text="Distinct pods seen in the minute.")
     gpu_util_mean = models.FloatField(null=True, blank=True)
+    sm_active_mean = models.FloatField(null=True, blank=True, help_text="DCGM_FI_PROF_SM_ACTIVE")
     cpu_util_mean = models.FloatField(null=True, blank=True)
     qps = models.FloatField(null=True, blank=True)
     errors_per_s = models.FloatField(null=True, blank=True)

@@ -35,8 +35,8 @@ from streaming import records as r
 log = logging.getLogger(__name__)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 JOB_MINUTE_VALUES = ("samples", *selectors.STAT_FIELDS, "req_gpus", "req_cpu_cores", "req_mem_bytes")
-SERVICE_MINUTE_VALUES = ("samples", "replicas", "gpu_util_mean", "cpu_util_mean", "qps", "errors_per_s",
-                         "latency_mean_ms", "latency_p99_ms")
+SERVICE_MINUTE_VALUES = ("samples", "replicas", "gpu_util_mean", "sm_active_mean", "cpu_util_mean", "qps",
+                         "errors_per_s", "latency_mean_ms", "latency_p99_ms")
 LAST_RUNS = 3
 
 

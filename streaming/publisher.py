@@ -93,8 +93,11 @@ class Query:
 
 REQUEST_FIELDS = {"nvidia_com_gpu": "req_gpus", "cpu": "req_cpu_cores", "memory": "req_mem_bytes"}
 LABEL_JOB, LABEL_RUN, LABEL_SERVICE = (kube_state_label(n) for n in (JOB_LABEL, RUN_LABEL, SERVICE_LABEL))
+# PodSample field <- dcgm-exporter's profiling field (a ratio 0..1), averaged over the pod's GPUs
+DCGM_PROF_FIELDS = {"sm_active": "DCGM_FI_PROF_SM_ACTIVE", "sm_occupancy": "DCGM_FI_PROF_SM_OCCUPANCY",
+                    "tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "dram_active": "DCGM_FI_PROF_DRAM_ACTIVE"}
 USAGE_FIELDS = ("gpu_util", "gpu_mem_used_mib", "gpu_mem_free_mib", "cpu_cores", "mem_bytes",
-                "qps", "errors_per_s", "latency_mean_ms", "latency_p99_ms")
+                "qps", "errors_per_s", "latency_mean_ms", "latency_p99_ms", *DCGM_PROF_FIELDS)
 
 
 def build_queries(rate_window: str = "1m", selector: str = "") -> tuple[Query, ...]:
@@ -119,6 +122,7 @@ def build_queries(rate_window: str = "1m", selector: str = "") -> tuple[Query, .
                                  f" / sum {by} (irate(istio_request_duration_milliseconds_count{{{srv}}}[{w}]))"),
         Query("latency_p99_ms", "histogram_quantile(0.99, sum by (namespace, pod, le) "
                                 f"(irate(istio_request_duration_milliseconds_bucket{{{srv}}}[{w}])))"),
+        *(Query(field, f"avg {by} ({metric}{{{pod}}})") for field, metric in DCGM_PROF_FIELDS.items()),
     )
 
 

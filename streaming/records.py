@@ -51,6 +51,11 @@ class PodSample:
     errors_per_s: float | None = None  # rate(istio_requests_total{response_code=~"5.."})
     latency_mean_ms: float | None = None  # rate(_sum) / rate(_count) of istio_request_duration_milliseconds
     latency_p99_ms: float | None = None  # histogram_quantile(0.99, ... _bucket)
+    # DCGM profiling ratios (0..1), each the mean over the pod's GPUs (docs/reference/metrics.md)
+    sm_active: float | None = None  # DCGM_FI_PROF_SM_ACTIVE: what the GPU's SMs did, not just "a kernel ran"
+    sm_occupancy: float | None = None  # DCGM_FI_PROF_SM_OCCUPANCY
+    tensor_active: float | None = None  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
+    dram_active: float | None = None  # DCGM_FI_PROF_DRAM_ACTIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,15 @@ class JobMinute:
     req_cpu_cores: float | None
     req_mem_bytes: float | None
     emitted_at: int  # epoch ms when Flink closed the window (the lag is measured from here)
+    # DCGM profiling ratios; null where the exporter does not publish them (older GPUs, default counters)
+    sm_active_mean: float | None = None
+    sm_active_peak: float | None = None
+    sm_occupancy_mean: float | None = None
+    sm_occupancy_peak: float | None = None
+    tensor_active_mean: float | None = None
+    tensor_active_peak: float | None = None
+    dram_active_mean: float | None = None
+    dram_active_peak: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +111,7 @@ class ServiceMinute:
     latency_mean_ms: float | None  # request-weighted mean over pods
     latency_p99_ms: float | None  # max of the pods' p99 (an upper bound of the service's p99)
     emitted_at: int
+    sm_active_mean: float | None = None  # DCGM_FI_PROF_SM_ACTIVE, mean over its pods' samples
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import time
 from enum import StrEnum
 
+from cluster.types import GPU_UTIL, SM_ACTIVE
 from colocation.policy.schedules import Schedule, scheduled_minimum
 from colocation.policy.windows import in_window, local
 
@@ -116,9 +117,18 @@ class LoadMinute:
     gpu_memory: float | None = None
     busy: float | None = None
     qps: float | None = None  # at the gateway: also counted while no replica runs
+    busy_source: str = ""  # the metric `busy` was read from (busy_of), named in the decision
 
     def value(self, metric: str) -> float | None:
         return getattr(self, metric)
+
+
+def busy_of(sm_active: float | None, gpu_util: float | None) -> tuple[float | None, str]:
+    """The busy signal of a GPU service's minute and its source: SM active where measured, since GPU util counts any
+    kernel's time slice (two light servers time-sliced on an H200 read 81 % GPU util at SM active 0.06), else GPU util."""
+    if sm_active is not None:
+        return sm_active, SM_ACTIVE
+    return gpu_util, GPU_UTIL if gpu_util is not None else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,18 +343,20 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
     answers: list[tuple[int, ScaleReason, str, str]] = []  # (replicas, reason, metric, why)
     for metric, base in sorted(policy.rates().items()):
         ys, rates = _trailing(loads, metric), rates_at(base, policy.headroom, n)
+        source = loads[-1].busy_source if metric == BUSY and loads else ""
+        named = f"busy ({source})" if source else metric  # the sentence says what busy was read from
         if len(ys) >= OUT_MINUTES and all(v > rates.max_rate for v in ys[-OUT_MINUTES:]):
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=True)
             answers.append((max(n + 1, k), ScaleReason.SCALE_OUT, metric,  # over maxRate >= expectRate: one more at least
-                            f"{metric} {_pcts(ys[-OUT_MINUTES:])} over maxRate {rates.max_rate:.0%} for "
+                            f"{named} {_pcts(ys[-OUT_MINUTES:])} over maxRate {rates.max_rate:.0%} for "
                             f"{OUT_MINUTES} minutes: {formula}" + _nudged(k, max(n + 1, k))))
         elif len(ys) >= IN_MINUTES and all(v < rates.min_rate for v in ys[-IN_MINUTES:]):
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=False)
             answers.append((min(n - 1, k), ScaleReason.SCALE_IN, metric,  # under minRate <= expectRate: one fewer at least
-                            f"{metric} under minRate {rates.min_rate:.0%} for {IN_MINUTES} minutes "
+                            f"{named} under minRate {rates.min_rate:.0%} for {IN_MINUTES} minutes "
                             f"(now {ys[-1]:.0%}): {formula}" + _nudged(k, min(n - 1, k))))
         elif ys:
-            answers.append((n, ScaleReason.HOLD, metric, f"{metric} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
+            answers.append((n, ScaleReason.HOLD, metric, f"{named} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
                                                     f"{rates.max_rate:.0%}"))
     ahead = _ahead(view)
     if ahead is not None:

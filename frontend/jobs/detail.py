@@ -160,8 +160,9 @@ def _score_kind(score: dict) -> str:
 
 # --- profile charts ---------------------------------------------------------------------------------
 
-CHARTED = (("gpu_util", "GPU utilization"), ("gpu_mem_util", "GPU memory"), ("cpu_util", "CPU (of request)"),
-           ("mem_util", "Memory (of request)"))
+# SM active beside GPU util: GPU util counts any kernel's time, SM active how busy the SMs were (shown where measured)
+CHARTED = (("gpu_util", "GPU utilization"), ("sm_active", "SM active"), ("gpu_mem_util", "GPU memory"),
+           ("cpu_util", "CPU (of request)"), ("mem_util", "Memory (of request)"))
 
 
 def profile_charts(profile: JobProfile) -> list[dict]:

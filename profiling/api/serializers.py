@@ -23,6 +23,11 @@ class ResourcesSerializer(serializers.Serializer):
     cpu_util = StatSerializer(help_text="CPU cores used / requested")
     mem_util = StatSerializer(help_text="memory used / requested")
     cpu_cores = StatSerializer(help_text="CPU cores used")
+    # DCGM profiling ratios 0-1; null in profiles stored before they were recorded
+    sm_active = StatSerializer(allow_null=True, help_text="DCGM_FI_PROF_SM_ACTIVE (null where not measured)")
+    sm_occupancy = StatSerializer(allow_null=True, help_text="DCGM_FI_PROF_SM_OCCUPANCY")
+    tensor_active = StatSerializer(allow_null=True, help_text="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    dram_active = StatSerializer(allow_null=True, help_text="DCGM_FI_PROF_DRAM_ACTIVE")
 
 
 class RunSummarySerializer(ResourcesSerializer):
@@ -41,7 +46,9 @@ class JobMinuteSerializer(serializers.ModelSerializer):
         model = JobMinute
         fields = ["minute", "samples", "gpu_util_mean", "gpu_util_peak", "gpu_mem_util_mean", "gpu_mem_util_peak",
                   "cpu_util_mean", "cpu_util_peak", "mem_util_mean", "mem_util_peak", "cpu_cores_mean",
-                  "cpu_cores_peak", "req_gpus", "req_cpu_cores", "req_mem_bytes", "emitted_at", "written_at"]
+                  "cpu_cores_peak", "sm_active_mean", "sm_active_peak", "sm_occupancy_mean", "sm_occupancy_peak",
+                  "tensor_active_mean", "tensor_active_peak", "dram_active_mean", "dram_active_peak",
+                  "req_gpus", "req_cpu_cores", "req_mem_bytes", "emitted_at", "written_at"]
 
 
 class RunSeriesSerializer(serializers.Serializer):
@@ -106,8 +113,8 @@ class TaskProfileSerializer(serializers.ModelSerializer):
 class ServiceMinuteSerializer(serializers.ModelSerializer):
     class Meta:
         model = ServiceMinute
-        fields = ["minute", "samples", "replicas", "gpu_util_mean", "cpu_util_mean", "qps", "errors_per_s",
-                  "latency_mean_ms", "latency_p99_ms", "emitted_at"]
+        fields = ["minute", "samples", "replicas", "gpu_util_mean", "sm_active_mean", "cpu_util_mean", "qps",
+                  "errors_per_s", "latency_mean_ms", "latency_p99_ms", "emitted_at"]
 
 
 class ServiceLoadQuerySerializer(serializers.Serializer):

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from cluster.types import RunProfile
 
-RESOURCES = ("gpu_util", "gpu_mem_util", "cpu_util", "mem_util", "cpu_cores")
+RESOURCES = ("gpu_util", "gpu_mem_util", "cpu_util", "mem_util", "cpu_cores",
+             "sm_active", "sm_occupancy", "tensor_active", "dram_active")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,8 @@ def run_profile(usage: Usage, *, gpus: float) -> RunProfile | None:
     if gpus > 0 and (gpu.mean is None or gpu_mem.peak is None):
         return None
     return RunProfile(mean_gpu_util=gpu.mean or 0.0, peak_gpu_mem_util=gpu_mem.peak or 0.0,
-                      mean_cpu_milli=cpu.mean * 1000, peak_cpu_milli=cpu.peak * 1000)
+                      mean_cpu_milli=cpu.mean * 1000, peak_cpu_milli=cpu.peak * 1000,
+                      mean_sm_active=usage.stat("sm_active").mean if gpus > 0 else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.types import JobView, QuotaKind
+from cluster.types import JobView, QuotaKind, mean_gpu_activity
 from scheduler.policy.profile import Profile
 
 
@@ -53,12 +53,13 @@ def next_aging_step(waited_s: float, profile: Profile) -> AgingStep | None:
 
 
 def mean_utilization(job: JobView, runs: int) -> float | None:
-    """Mean utilization over the last runs: GPU util for GPU jobs, CPU used/requested otherwise."""
+    """Mean utilization over the last runs: for GPU jobs SM active where measured, else GPU util
+    (cluster.types.RunProfile.gpu_activity); CPU used/requested otherwise."""
     recent = job.history[-runs:]
     if not recent:
         return None
     if job.gpus > 0:
-        return sum(r.mean_gpu_util for r in recent) / len(recent)
+        return mean_gpu_activity(recent).value
     return sum(r.mean_cpu_milli for r in recent) / len(recent) / max(job.cpu_milli, 1)
 
 

@@ -158,7 +158,7 @@ def admitted(q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Plac
                      if job.gpu_model else f"{pod.gpu_model}: most idle certified model")
     parts.append(f"score {breakdown}")
     if q.request != asked:
-        parts.append(f"right-sized from {asked} to {q.request}")
+        parts.append(f"right-sized from {asked} to {q.request}" + (f" ({q.request.basis})" if q.request.basis else ""))
     if preempting:
         parts.append(f"after preempting {len(preempting)} job(s)")
     return "; ".join(parts)

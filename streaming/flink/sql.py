@@ -28,6 +28,9 @@ PLANNER = {
     # pre-aggregation only added a buffer, a combine and a bigger record to every sample.
     "table.optimizer.agg-phase-strategy": "ONE_PHASE",
 }
+# The DCGM profiling ratios of PodSample, each kept per step and averaged / maxed per minute like GPU util.
+PROF_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
+_PROF_STEP = ", ".join(f"MAX({f}) AS {f}" for f in PROF_FIELDS)
 # Wall-clock epoch ms when a row leaves the job: the start of the window-close -> profile-row lag.
 _NOW_MS = ("CAST(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP) AS BIGINT) * 1000"
            " + EXTRACT(MILLISECOND FROM CURRENT_TIMESTAMP)")
@@ -90,13 +93,13 @@ SELECT job, run, pod, ts, window_time AS step_time,
   MAX(CASE WHEN req_cpu_cores > 0 THEN cpu_cores / req_cpu_cores END) AS cpu_util,
   MAX(CASE WHEN req_mem_bytes > 0 THEN mem_bytes / req_mem_bytes END) AS mem_util,
   MAX(cpu_cores) AS cpu_cores, MAX(req_gpus) AS req_gpus, MAX(req_cpu_cores) AS req_cpu_cores,
-  MAX(req_mem_bytes) AS req_mem_bytes
+  MAX(req_mem_bytes) AS req_mem_bytes, {_PROF_STEP}
 FROM TABLE(TUMBLE(TABLE samples, DESCRIPTOR(rowtime), {_interval(spec.window_s)}))
 WHERE job IS NOT NULL AND run IS NOT NULL
 GROUP BY job, run, pod, ts, window_start, window_end, window_time""",
         f"""CREATE TEMPORARY VIEW service_steps AS
 SELECT service, pod, ts, window_time AS step_time,
-  MAX(gpu_util) AS gpu_util,
+  MAX(gpu_util) AS gpu_util, MAX(sm_active) AS sm_active,
   MAX(CASE WHEN req_cpu_cores > 0 THEN cpu_cores / req_cpu_cores END) AS cpu_util,
   MAX(qps) AS qps, MAX(errors_per_s) AS errors_per_s,
   MAX(latency_mean_ms) AS latency_mean_ms, MAX(latency_p99_ms) AS latency_p99_ms
@@ -119,7 +122,8 @@ def inserts(spec: Spec) -> list[str]:
 SELECT job, run, {start}, {start} + {window_ms}, COUNT(*),
   AVG(gpu_util), MAX(gpu_util), AVG(gpu_mem_util), MAX(gpu_mem_util), AVG(cpu_util), MAX(cpu_util),
   AVG(mem_util), MAX(mem_util), AVG(cpu_cores), MAX(cpu_cores),
-  MAX(req_gpus), MAX(req_cpu_cores), MAX(req_mem_bytes), {_NOW_MS}
+  MAX(req_gpus), MAX(req_cpu_cores), MAX(req_mem_bytes), {_NOW_MS},
+  {", ".join(f"AVG({f}), MAX({f})" for f in PROF_FIELDS)}
 FROM {windowed.format('job_steps')}
 GROUP BY job, run, window_start, window_end""",
         f"""INSERT INTO service_minutes
@@ -128,7 +132,7 @@ SELECT service, {start}, {start} + {window_ms}, COUNT(*), COUNT(DISTINCT pod),
   SUM(qps) / COUNT(DISTINCT ts), SUM(errors_per_s) / COUNT(DISTINCT ts),
   SUM(CASE WHEN latency_mean_ms IS NOT NULL THEN qps * latency_mean_ms END)
     / NULLIF(SUM(CASE WHEN latency_mean_ms IS NOT NULL THEN qps END), 0),
-  MAX(latency_p99_ms), {_NOW_MS}
+  MAX(latency_p99_ms), {_NOW_MS}, AVG(sm_active)
 FROM {windowed.format('service_steps')}
 GROUP BY service, window_start, window_end""",
         "INSERT INTO late_samples SELECT * FROM late",

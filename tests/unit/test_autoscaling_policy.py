@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from colocation.policy.autoscaling import (BUSY_RATES, SKIPS, LoadMinute, Rates, ScaleReason, ScaleDecision,
-                                           rates_at, replicas_for,
+                                           busy_of, rates_at, replicas_for,
                                            ScalingPolicy, ServiceView, decide_group, decide_service, in_peak)
 from colocation.policy.schedules import Schedule, scheduled_minimum
 from experiments.builders.colocation import at
@@ -288,6 +288,13 @@ BUSY_SIGNAL = [
          "under minRate 60%", id="busy-default-thresholds-in"),
     case(svc(loads(*[0.6] * 5, metric="busy"), n=10, policy=pol(busy_signal=True)), 10, ScaleReason.HOLD,
          "busy 60% within 60%–80%", id="busy-default-thresholds-hold"),
+    # from the profile rows (busy_of): SM active where measured, else GPU util, and the sentence says which
+    case(svc(loads(*[busy_of(0.06, 0.81)[0]] * 5, metric="busy", busy_source=busy_of(0.06, 0.81)[1]), n=10,
+             policy=pol(busy_signal=True)), 2, ScaleReason.SCALE_IN, "busy (SM active) under minRate 60%",
+         id="busy-reads-sm-active"),
+    case(svc(loads(*[busy_of(None, 0.81)[0]] * 2, metric="busy", busy_source=busy_of(None, 0.81)[1]),
+             policy=pol(busy_signal=True)), 5, ScaleReason.SCALE_OUT, "busy (GPU util) 81%/81% over maxRate",
+         id="busy-falls-back-to-gpu-util"),
 ]
 
 

@@ -6,12 +6,12 @@ import pytest
 from streaming.records import CSV_NULL, JobMinute, PodSample, decode, encode
 
 TRAINING = PodSample(ts=1_700_000_000_000, namespace="ml", pod="train-a", job=7, run=2, gpu_util=0.1234,
-                     gpu_mem_used_mib=6913.599999999999, req_mem_bytes=4294967296.0)
+                     gpu_mem_used_mib=6913.599999999999, req_mem_bytes=4294967296.0, sm_active=0.269)
 
 
 def test_a_sample_is_one_csv_line_in_field_order_with_nulls_as_the_null_literal():
     assert encode(TRAINING) == (b"1700000000000,ml,train-a,7,2,\\N,0.1234,6913.599999999999,\\N,\\N,\\N,\\N,\\N,"
-                                b"4294967296.0,\\N,\\N,\\N,\\N")
+                                b"4294967296.0,\\N,\\N,\\N,\\N,0.269,\\N,\\N,\\N")
     assert encode(TRAINING).count(b",") == len(PodSample.__dataclass_fields__) - 1
 
 

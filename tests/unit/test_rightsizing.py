@@ -51,3 +51,23 @@ def test_an_admin_can_keep_the_request(keep, expected):
 
     job = JobBuilder().gpus(4).cpu(8000).memory(4096).history((0.45, 0.2, 1000, 3000)).build()
     assert rightsize(replace(job, keep_request=keep), TIDAL) == expected
+
+
+@pytest.mark.parametrize("runs, gpus, basis", [
+    # GPU util 90 % (a kernel ran most of the time), SM active 30 %: sized on the lower, measured SM active
+    ([(0.9, 0.1, 100, 100, 0.3)], 2, "mean SM active 30%"),
+    ([(0.9, 0.1, 100, 100)], 4, "mean GPU util 90%"),  # no SM active (an exporter without it): GPU util
+    ([(0.9, 0.1, 100, 100, 0.3), (0.6, 0.1, 100, 100)], 2, "mean SM active and GPU util 45%"),  # each run its own
+])
+def test_gpus_are_sized_on_sm_active_where_measured_and_say_so(runs, gpus, basis):
+    job = JobBuilder().gpus(4).history(*runs).build()
+    request = rightsize(job, TIDAL)
+    assert (request.gpus, request.basis) == (gpus, basis)
+
+
+def test_the_utilization_term_reads_sm_active_where_measured():
+    from scheduler.policy.priority import utilization_points
+
+    busy_looking = JobBuilder().gpus(4).history((0.9, 0.1, 100, 100)).build()
+    idle_sms = JobBuilder().gpus(4).history((0.9, 0.1, 100, 100, 0.3)).build()
+    assert (utilization_points(busy_looking, TIDAL), utilization_points(idle_sms, TIDAL)) == (20, -20)

@@ -1,0 +1,26 @@
+"""The job profile page's charts: SM active beside GPU utilization where the minutes measured it."""
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+from frontend.jobs.detail import profile_charts
+from profiling.models import RESOURCES
+
+
+def _minute(at: int, **figures) -> SimpleNamespace:
+    values = {f"{r}_{s}": None for r in RESOURCES for s in ("mean", "peak")}
+    for resource, (mean, peak) in figures.items():
+        values |= {f"{resource}_mean": mean, f"{resource}_peak": peak}
+    return SimpleNamespace(minute=datetime.fromtimestamp(at, UTC), samples=12, **values)
+
+
+def _charts(*minutes) -> dict[str, dict]:
+    profile = SimpleNamespace(runs=[SimpleNamespace(minutes=list(minutes))])
+    return {c["id"]: c for c in profile_charts(profile)}
+
+
+def test_sm_active_is_charted_after_gpu_utilization_where_measured():
+    charts = _charts(_minute(0, gpu_util=(0.418, 0.45), sm_active=(0.267, 0.3)), _minute(60, gpu_util=(0.4, 0.4)))
+    assert list(charts)[:2] == ["chart-gpu_util", "chart-sm_active"]
+    assert charts["chart-sm_active"]["series"][0]["points"] == [[0, 0.267]]
+    assert "chart-sm_active" not in _charts(_minute(0, gpu_util=(0.4, 0.4)))  # an exporter without SM active
