@@ -45,7 +45,9 @@ class Assigner:
         """The first model with quota and room for `q` (a job that would end at `ends_at`), or why none had."""
         state, job, req = self.state, q.job, q.request
         profile = state.profile
-        quota = state.ledger.checker(job.department, q.host, profile.borrowing) if profile.quotas else None
+        # a job that may not be preempted is admitted on own quota only
+        quota = state.ledger.checker(job.department, q.host, profile.borrowing and job.preemptible) \
+            if profile.quotas else None
         diagnosis = Diagnosis(quota=quota)
         demands = self._gpu_demands.get(req.gpus * job.workers)
         if demands is None:

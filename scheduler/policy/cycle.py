@@ -123,7 +123,8 @@ class _Cycle:
         """The job's CPU and memory fit its department's own and borrowed quota: its CPU then decides no quota
         check, and no quota sentence shows it."""
         profile = self.profile
-        return not profile.quotas or self.state.ledger.host_fits(q.job.department, q.host, profile.borrowing)
+        return not profile.quotas or self.state.ledger.host_fits(q.job.department, q.host,
+                                                                 profile.borrowing and q.job.preemptible)
 
     def _attempt(self, q: Queued, position: int, ends_at: float, mark: str | None = CPU_MARK
                  ) -> tuple[Reason, str | None, bool, bool] | None:

@@ -37,6 +37,7 @@ class Candidate:
     score: int
     run_time_s: float
     borrowed: bool
+    young: bool = False  # borrowed work within its reclaim_min_runtime: evicted only when no other set will do
 
     @property
     def lost_s(self) -> float:
@@ -53,9 +54,11 @@ class Victims:
     def work_lost_s(self) -> float:
         return sum({c.job.id: c.lost_s for c in self.jobs}.values())
 
-    def key(self) -> tuple[int, float, int, int]:
-        """Fewest own-quota victims, then least work lost, then fewest victims, then node order."""
-        return (sum(not c.borrowed for c in self.jobs), self.work_lost_s, len(self.jobs), self.row)
+    def key(self) -> tuple[int, int, float, int, int]:
+        """Fewest own-quota victims, then fewest young borrowed ones (no churn), then least work lost, then fewest
+        victims, then node order."""
+        return (sum(not c.borrowed for c in self.jobs), sum(c.young for c in self.jobs), self.work_lost_s,
+                len(self.jobs), self.row)
 
 
 _ROW, _SCORE, _RUN_TIME, _BORROWED = (attrgetter(f) for f in ("row", "score", "run_time_s", "borrowed"))
@@ -196,7 +199,7 @@ class VictimIndex:
         best: Victims | None = None
         order = rows[np.lexsort((rows, youngest[rows]))][: profile.preemption_max_nodes]
         for row in order:
-            if best is not None and (own_lb, youngest[row], 1, row) >= best.key():
+            if best is not None and (own_lb, 0, youngest[row], 1, row) >= best.key():
                 break  # a lower bound of every later node's cost: none can beat the best
             pool = [self.cands[i] for i in self.by_row[int(row)] if elig[i]]
             chosen = _victims_on_row(req, self.table, int(row), pool)
@@ -222,7 +225,7 @@ def _victims_on_row(req: PodRequest, table: NodeTable, row: int, pool: list[Cand
     that turned out not to be needed, most work first."""
     room = _Room(table, row)
     chosen: list[Candidate] = []
-    for c in sorted(pool, key=lambda c: (not c.borrowed, c.lost_s)):
+    for c in sorted(pool, key=lambda c: (not c.borrowed, c.young, c.lost_s)):
         room.free(c, 1)
         chosen.append(c)
         if room.fits(req):

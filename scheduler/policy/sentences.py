@@ -78,10 +78,11 @@ _UNITS = MappingProxyType({CPU_KEY: ("CPU", "m"), MEMORY_KEY: ("memory", " MiB")
 def quota_refused(s: Shortfall) -> str:
     """A quota without room for the job."""
     unit = _UNITS.get(s.resource)
+    of = "" if s.node is None else f" of {s.node}"  # a level of the quota tree above the job's department
     if unit is None:  # GPUs
-        return f"{s.kind.value} {s.resource} quota {_gpus(s.used)}/{_gpus(s.limit)} used, needs {_gpus(s.amount)}"
+        return f"{s.kind.value} {s.resource} quota{of} {_gpus(s.used)}/{_gpus(s.limit)} used, needs {_gpus(s.amount)}"
     name, suffix = unit
-    return f"{s.kind.value} {name} quota {s.used:g}{suffix}/{s.limit:g}{suffix} used, needs {s.amount:g}{suffix}"
+    return f"{s.kind.value} {name} quota{of} {s.used:g}{suffix}/{s.limit:g}{suffix} used, needs {s.amount:g}{suffix}"
 
 
 def _gpus(amount: float) -> str:
