@@ -168,13 +168,16 @@ class VictimIndex:
             self.youngest_borrowed[row] = min(left, default=np.inf)
 
     def find(self, req: PodRequest, score: int, own_quota: bool, profile: Profile,
-             exclude: np.ndarray | None = None) -> Victims | None:
-        """The best victim set on a single node whose eviction lets `req` fit there (not on `exclude`d rows)."""
+             exclude: np.ndarray | None = None, fair: np.ndarray | None = None) -> Victims | None:
+        """The best victim set on a single node whose eviction lets `req` fit there (not on `exclude`d rows); with
+        `fair`, only among those candidates (fair-share preemption between borrowers, fairshare.py)."""
         if not self.cands:
             return None
         allowed = filtered(self.table.schedulable.copy(), req, self.table, profile)
         if exclude is not None:
             allowed &= ~exclude
+        if fair is not None:
+            return self._among(req, allowed, self.alive & fair, 0, profile)
         if own_quota:
             # Borrowed victims only: any set without own-quota victims beats every set with one.
             rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))
@@ -183,6 +186,11 @@ class VictimIndex:
         elig = self.alive & (self.score < score) & (self.run_time >= profile.min_runtime_s)
         if own_quota:
             elig |= self.alive & self.borrowed
+        return self._among(req, allowed, elig, 0 if not own_quota else 1, profile)
+
+    def _among(self, req: PodRequest, allowed: np.ndarray, elig: np.ndarray, own_lb: int,
+               profile: Profile) -> Victims | None:
+        """The best victim set among the `elig` candidates, on the `allowed` rows."""
         if not elig.any():
             return None
         rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self._held(elig)))
@@ -190,7 +198,7 @@ class VictimIndex:
             return None
         youngest = np.full(len(self.table), np.inf)
         np.minimum.at(youngest, self.row[elig], self.run_time[elig])
-        return self._best(req, rows, youngest, elig, 0 if not own_quota else 1, profile)
+        return self._best(req, rows, youngest, elig, own_lb, profile)
 
     def _best(self, req: PodRequest, rows: np.ndarray, youngest: np.ndarray, elig: np.ndarray,
               own_lb: int, profile: Profile) -> Victims | None:

@@ -126,6 +126,7 @@ class TreeLedger:
         self._borrowed: dict[str, list[float]] = {}  # a leaf's borrowed jobs
         self._own_checked: dict[tuple[int, Demand], _Short | None] = {}  # until the next charge
         self._borrow_checked: dict[tuple[int, Demand], _Short | None] = {}
+        self.touched: set[int] = set()  # nodes whose usage changed, until a reader (the fair-share tournament) clears
         for department, kind, need in held(holders):
             self.charge(department, kind, need)
 
@@ -152,6 +153,7 @@ class TreeLedger:
         self._own_checked.clear()
         self._borrow_checked.clear()
         path = self.tree.paths[self.tree.index[department]]
+        self.touched.update(path)
         for r, amount in need:
             usage, owned, borrowed = self._rows(r)
             own, _, _, kept = self.quota(r)

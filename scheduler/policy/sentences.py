@@ -183,8 +183,9 @@ def gang_admitted(q: Queued, pod: PodRequest, kind: QuotaKind | None, table: Nod
 
 
 def preempted(for_job: JobView, victim: JobView, nodes: list[str], run_time_s: float, reclaim: bool, model: str | None,
-              total: int, victim_score: int, aging_preempts: bool) -> str:
+              total: int, victim_score: int, aging_preempts: bool, fair: bool = False) -> str:
     why = (f"to give {for_job.department} back its own {model or 'CPU'} quota" if reclaim
+           else f"for fair share: {for_job.department}'s share after stays at or below {victim.department}'s" if fair
            else f"for higher score {total} > {victim_score}" if aging_preempts
            else f"for higher priority {total} > {victim_score} (base + utilization; aging only orders the queue)")
     where = (f"on {nodes[0]}" if not victim.gang else

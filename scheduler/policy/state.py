@@ -17,6 +17,7 @@ from scheduler.policy.priority import score
 from scheduler.policy.profile import Profile
 from scheduler.policy.quota import QuotaLedger
 from scheduler.policy.quotatree import QuotaTree, TreeLedger
+from scheduler.policy.fairshare import FairShares
 from scheduler.policy.workload import TargetWorkload, jobs_workload
 
 
@@ -70,10 +71,17 @@ class CycleState:
     def tree(self) -> QuotaTree | None:
         """The quota tree (None: flat departments, the flat ledger's faster checks)."""
         snap = self.snap
-        if not snap.tree:
+        if not snap.tree and not self.profile.fair_sharing:
             return None
         return self.cache.quota_tree(snap.quotas, snap.tree, lambda: {j.department for j in snap.jobs},
                                      lambda: capacity_by_resource(snap.nodes))
+
+    @cached_property
+    def shares(self) -> FairShares | None:
+        """Fair shares on the ledger (None: the profile does not share fairly)."""
+        if not self.profile.fair_sharing or not self.profile.quotas or self.tree is None:
+            return None
+        return FairShares(self.tree, self.ledger)
 
     @cached_property
     def ledger(self) -> QuotaLedger | TreeLedger:

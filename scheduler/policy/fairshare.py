@@ -1,0 +1,167 @@
+"""Fair sharing of what the quota tree lends (Kueue's KEP-1714, hierarchical): weighted dominant-resource share.
+
+A node's share is, over the resources it uses past its subtree quota, the largest (borrowed x 1000 / what its parent
+could ever lend it), divided by its weight (weight 0 while borrowing: infinite, leftovers only). The queue is taken
+in a tournament from the root: at each node, the child whose share *after* admitting its head job is lowest (a job on
+own quota adds no share, so own work comes first, in the queue's order); within a leaf, the queue's order (score,
+then submit time). Borrowed work may preempt borrowed work of another subtree only while the preemptor's branch's
+share after stays at or below the victim's branch's share after (Kueue's LessThanOrEqualToFinalShare: two jobs never
+preempt each other back and forth).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cluster.types import GPU_EPS
+from scheduler.policy.quota import Demand, allocation_demand, gpu_demand
+from scheduler.policy.quotatree import ROOT, QuotaTree, TreeLedger
+
+if TYPE_CHECKING:  # (the queue's module reads the cycle state, which holds the shares)
+    from scheduler.policy.queue import Queued
+
+
+class FairShares:
+    """Shares on the cycle's ledger (read as it changes)."""
+
+    def __init__(self, tree: QuotaTree, ledger: TreeLedger) -> None:
+        self.tree, self.ledger = tree, ledger
+        self._lendable: dict[tuple[int, str], float] = {}
+
+    def share(self, i: int, need: Demand = (), sign: int = 1) -> float:
+        """Node `i`'s weighted share with `need` added (sign 1) or taken away (sign -1)."""
+        tree, ledger = self.tree, self.ledger
+        if i == ROOT:
+            return 0.0
+        ratio, borrowing = 0.0, False
+        for r, x in _summed(need, sign):
+            over = ledger.usage_of(r)[0][i] + x - ledger.quota(r)[2][i]
+            if over > GPU_EPS:
+                borrowing = True
+                lendable = self.lendable(tree.parent[i], r)
+                if lendable > 0:
+                    ratio = max(ratio, over * 1000.0 / lendable)
+        weight = tree.weight[i]
+        if weight <= 0:
+            return math.inf if borrowing else 0.0
+        return ratio / weight
+
+    def lendable(self, i: int, r: str) -> float:
+        """Kueue's potentialAvailable: the most node `i` could ever offer its children of `r`."""
+        key = (i, r)
+        if key not in self._lendable:
+            _, borrow, subtree, kept = self.ledger.quota(r)
+            if i == ROOT:
+                room = subtree[i]
+            else:
+                room = kept[i] + self.lendable(self.tree.parent[i], r)
+                if borrow[i] != math.inf:
+                    room = min(room, subtree[i] + borrow[i])
+            self._lendable[key] = room
+        return self._lendable[key]
+
+    def branches(self, a: int, b: int) -> tuple[int, int] | None:
+        """The children of the lowest common ancestor of leaves `a` and `b` on each one's path (None: the same)."""
+        pa, pb = self.tree.paths[a][::-1], self.tree.paths[b][::-1]
+        for x, y in zip(pa, pb):
+            if x != y:
+                return x, y
+        return None
+
+
+def tournament(shares: FairShares, queue: list[Queued]) -> Iterator[Queued]:
+    """The queue in fair-share order; it reads the ledger as the caller admits what it yields."""
+    tree = shares.tree
+    waiting: dict[int, deque[tuple[int, Queued]]] = {}
+    for n, q in enumerate(queue):
+        waiting.setdefault(tree.index[q.job.department], deque()).append((n, q))
+    best: dict[int, tuple[tuple[float, int], int] | None] = {}  # node -> (its key at its parent, the leaf it offers)
+    touched = shares.ledger.touched
+    while True:
+        for i in touched:  # usage changed on these paths: their shares, and their ancestors' choices
+            best.pop(i, None)
+        touched.clear()
+        found = _best(shares, waiting, best, ROOT)
+        if found is None:
+            return
+        leaf = found[1]
+        _, q = waiting[leaf].popleft()
+        for i in tree.paths[leaf]:
+            best.pop(i, None)
+        yield q
+
+
+def _best(shares: FairShares, waiting, best, i: int) -> tuple[tuple[float, int], int] | None:
+    """The leaf node `i`'s subtree offers next and its key at `i`'s parent (share after its head job, queue order)."""
+    if i in best:
+        return best[i]
+    tree = shares.tree
+    found = None
+    if tree.is_leaf(i):
+        if waiting.get(i):
+            n, q = waiting[i][0]
+            found = ((shares.share(i, head_demand(q)), n), i)
+    else:
+        picks = [x for c in tree.children[i] if (x := _best(shares, waiting, best, c)) is not None]
+        if picks:
+            _, leaf = min(picks)
+            n, q = waiting[leaf][0]
+            found = ((shares.share(i, head_demand(q)), n), leaf)
+    best[i] = found
+    return found
+
+
+def head_demand(q: Queued) -> Demand:
+    """What the job charges on its preferred model."""
+    model = q.models[0] if q.models else None
+    return gpu_demand(model, q.request.gpus * q.job.workers) + q.host
+
+
+def fair_victims(shares: FairShares, department: str, need: Demand, cands) -> np.ndarray:
+    """Which borrowed candidates a borrowed job of `department` may preempt: another subtree's, while its branch's
+    share after stays at or below the victim's branch's share after that eviction."""
+    tree = shares.tree
+    leaf = tree.index[department]
+    mask = np.zeros(len(cands), dtype=bool)
+    for k, c in enumerate(cands):
+        if not c.borrowed:
+            continue
+        pair = shares.branches(leaf, tree.index[c.job.department])
+        if pair is not None:
+            mine, theirs = pair
+            mask[k] = shares.share(mine, need) <= shares.share(theirs, allocation_demand(c.allocation), -1)
+    return mask
+
+
+def fair_after(shares: FairShares, department: str, need: Demand, victims) -> bool:
+    """Whether the preemptor's branch's share after stays at or below each victim branch's share after every
+    chosen eviction (the whole set, not one victim at a time)."""
+    tree = shares.tree
+    leaf = tree.index[department]
+    freed: dict[int, list] = {}
+    for c in victims:
+        pair = shares.branches(leaf, tree.index[c.job.department])
+        if pair is None:
+            return False
+        freed.setdefault(pair[1], []).extend(allocation_demand(c.allocation))
+    return all(shares.share(_mine(shares, leaf, b), need) <= shares.share(b, tuple(d), -1) for b, d in freed.items())
+
+
+def _mine(shares: FairShares, leaf: int, theirs: int) -> int:
+    """The preemptor's branch opposite `theirs` (the child of their common parent on the preemptor's path)."""
+    path = shares.tree.paths[leaf]
+    parent = shares.tree.parent[theirs]
+    return path[path.index(parent) - 1]
+
+
+def _summed(need: Demand, sign: int) -> list[tuple[str, float]]:
+    """`need` with each resource once (a victim set frees several allocations), signed."""
+    out: dict[str, float] = {}
+    for r, x in need:
+        out[r] = out.get(r, 0.0) + sign * x
+    return list(out.items())
