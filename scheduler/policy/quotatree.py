@@ -126,6 +126,7 @@ class TreeLedger:
         self._borrowed: dict[str, list[float]] = {}  # a leaf's borrowed jobs
         self._own_checked: dict[tuple[int, Demand], _Short | None] = {}  # until the next charge
         self._borrow_checked: dict[tuple[int, Demand], _Short | None] = {}
+        self._clamp_checked: dict[tuple[int, Demand], _Short | None] = {}
         self.touched: set[int] = set()  # nodes whose usage changed, until a reader (the fair-share tournament) clears
         for department, kind, need in held(holders):
             self.charge(department, kind, need)
@@ -152,6 +153,7 @@ class TreeLedger:
     def charge(self, department: str, kind: QuotaKind, need: Demand, sign: int = 1) -> None:
         self._own_checked.clear()
         self._borrow_checked.clear()
+        self._clamp_checked.clear()
         path = self.tree.paths[self.tree.index[department]]
         self.touched.update(path)
         for r, amount in need:
@@ -202,6 +204,21 @@ class TreeLedger:
                 found = (r, used, limit, x, self.tree.names[node] or "the tree")
                 break
         self._borrow_checked[key] = found
+        return found
+
+    def clamped(self, i: int, need: Demand) -> _Short | None:
+        """Own-class work fits its own quotas but the tree has no room on its path (its division borrowed that room
+        from outside, or lent it within its lend limit): the first such resource, its level as the node's index."""
+        key = (i, need)
+        if key in self._clamp_checked:
+            return self._clamp_checked[key]
+        found = None
+        for r, x in need:
+            room, node, used, limit = self.available(r, i)
+            if x > room + GPU_EPS:
+                found = (r, used, limit, x, node)
+                break
+        self._clamp_checked[key] = found
         return found
 
     def available(self, r: str, i: int) -> tuple[float, int, float, float]:
@@ -257,6 +274,18 @@ class TreeJobQuota:
 
     def kind(self, gpu: Demand) -> QuotaKind | None:
         return self.choose(gpu).kind
+
+    def reclaim(self, gpu: Demand) -> tuple[int, Shortfall] | None:
+        """For own-class work: the tree level whose borrowed work must give room back first (and why), or None."""
+        found = self.ledger.clamped(self.leaf, gpu + self.host)
+        if found is None:
+            return None
+        r, used, limit, x, node = found
+        return node, Shortfall(QuotaKind.BORROWED, r, used, limit, x, self.ledger.tree.names[node] or "the tree")
+
+    def in_subtree(self, node: int, department: str) -> bool:
+        tree = self.ledger.tree
+        return node in tree.paths[tree.index[department]]
 
     def host_fits(self) -> bool:
         ledger = self.ledger

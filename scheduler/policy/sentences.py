@@ -31,6 +31,8 @@ CPU_MARK = "\x00"  # where a waiting job's CPU goes in its kept sentence (checke
 def no_room(d: NoRoom, request_cpu: str | None = None) -> str:
     """Why a model's nodes had no room, the request's CPU written as `request_cpu` (default: its figure; a waiting
     job's sentence is kept as a template with its CPU left out)."""
+    if d.reclaim is not None:
+        return f"{quota_refused(d.reclaim[1])}: own quota, once borrowed work under it is reclaimed"
     if request_cpu is None:
         request_cpu = f"{d.pod.cpu_milli}"
     if d.gang is not None:

@@ -233,3 +233,16 @@ def test_young_borrowed_work_is_reclaimed_last():
         return victims(run(snap))
     assert victim(0) == {8}  # least work lost
     assert victim(600) == {9}  # the job that only just started is the last victim
+
+
+def test_own_work_takes_back_what_its_division_borrowed_past_its_limit_even_with_idle_nodes():
+    # D1 may borrow 2 from outside; T1 took T2's 4 and 2 more. T2's own jobs reclaim T1's borrowed work instead of
+    # taking idle nodes, which would leave D1 borrowing 6.
+    snap = four_leaves(nodes(SnapshotBuilder(), 5, 4), d1_borrow=2).job(
+        *(running(10 + g, "T1", "n1", g) for g in range(4)),
+        *(running(20 + g, "T1", "n2", g, kind=QuotaKind.BORROWED) for g in range(4)),
+        *(running(30 + g, "T1", "n3", g, kind=QuotaKind.BORROWED) for g in range(2)),
+        *(JobBuilder(i).dept("T2") for i in range(1, 5)))
+    result = run(snap)
+    assert admitted(result) == [1, 2, 3, 4] and len(victims(result)) == 4
+    assert victims(result) <= {20, 21, 22, 23, 30, 31}
