@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -165,3 +165,43 @@ def _summed(need: Demand, sign: int) -> list[tuple[str, float]]:
     for r, x in need:
         out[r] = out.get(r, 0.0) + sign * x
     return list(out.items())
+
+
+def fair_split(children: Mapping[str, tuple[str, ...]], weight: Mapping[str, float], wants: Mapping[str, float],
+               idle: float, root: str = "") -> dict[str, float]:
+    """Each node's fair share of `idle` (what the console shows beside usage): from the root down, a node's share is
+    water-filled between its children by weight, none getting more than its subtree wants (a leaf's `wants`); weight
+    0 gets only what the others leave."""
+    wanted: dict[str, float] = {}
+
+    def want(n: str) -> float:
+        if n not in wanted:
+            kids = children.get(n, ())
+            wanted[n] = sum(want(c) for c in kids) if kids else wants.get(n, 0.0)
+        return wanted[n]
+
+    shares: dict[str, float] = {}
+
+    def split(n: str, amount: float) -> None:
+        kids = children.get(n, ())
+        positive = [c for c in kids if weight.get(c, 1.0) > 0]
+        left = _water_fill(positive, amount, want, weight, shares)
+        _water_fill([c for c in kids if weight.get(c, 1.0) <= 0], left, want, {}, shares)
+        for c in kids:
+            split(c, shares[c])
+
+    split(root, min(idle, want(root)))
+    return shares
+
+
+def _water_fill(kids: list[str], amount: float, want, weight: Mapping[str, float], out: dict[str, float]) -> float:
+    """Split `amount` between `kids` in proportion to weight (1 when absent), none above what it wants; returns what
+    is left."""
+    total = sum(weight.get(c, 1.0) for c in kids)
+    for c in sorted(kids, key=lambda c: want(c) / weight.get(c, 1.0)):
+        w = weight.get(c, 1.0)
+        give = min(want(c), amount * w / total) if total > 0 else 0.0
+        out[c] = give
+        amount -= give
+        total -= w
+    return max(0.0, amount)
