@@ -88,9 +88,12 @@ class DecisionSerializer(serializers.ModelSerializer):
 
 
 class DepartmentSerializer(JSONTypes, serializers.ModelSerializer):
+    parent = NameField(slug_field="name", queryset=Department.objects.all(), required=False, allow_null=True,
+                       help_text="The department above it in the quota tree (none: under the root)")
+
     class Meta:
         model = Department
-        fields = ["id", "name", "description", "created_at"]
+        fields = ["id", "name", "description", "created_at", "parent", "weight", "reclaim_min_runtime_s"]
 
 
 class MembershipSerializer(JSONTypes, serializers.ModelSerializer):
