@@ -45,6 +45,7 @@ class QuotaTree:
     # resources some lend limit keeps quota of: only there can the root have less room than the cluster has idle
     # (elsewhere its room is the cluster's idle capacity, which placement checks node by node)
     limited: frozenset[str]
+    clamped: frozenset[str]  # resources some inner node limits borrowing of, or `limited`: only there is room clamped
 
     @classmethod
     def build(cls, quotas: Iterable[QuotaView], nodes: Iterable[QuotaNodeView], departments: Iterable[str],
@@ -62,14 +63,16 @@ class QuotaTree:
         own_runtime = [nodes[n].reclaim_min_runtime_s if n in nodes else 0.0 for n in names]
         runtime = tuple(max(own_runtime[j] for j in paths[i]) for i in range(len(names)))
         rows = {(q.department, q.resource): q for q in quotas}
-        own, borrow, subtree, kept, limited = {}, {}, {}, {}, set()
+        own, borrow, subtree, kept, limited, clamped = {}, {}, {}, {}, set(), set()
         for r in {q.resource for q in quotas} | set(capacity):
             own[r], borrow[r], lend = _rows(r, names, children, rows)
             subtree[r], kept[r] = _subtree(own[r], lend, children, parent, capacity.get(r, 0.0))
             if any(x is not None for x in lend[1:]):
                 limited.add(r)
+            if any(b != math.inf for i, b in enumerate(borrow[r]) if children[i]):
+                clamped.add(r)
         return cls(tuple(names), parent, children, paths, index, weight, runtime, own, borrow, subtree, kept,
-                   frozenset(limited))
+                   frozenset(limited), frozenset(clamped | limited))
 
     def is_leaf(self, i: int) -> bool:
         return not self.children[i]
@@ -124,9 +127,11 @@ class TreeLedger:
         self._usage: dict[str, list[float]] = {}  # Kueue's Usage: both classes, past what each child keeps
         self._owned: dict[str, list[float]] = {}  # own class: a leaf's own jobs, a parent's past its children's own
         self._borrowed: dict[str, list[float]] = {}  # a leaf's borrowed jobs
-        self._own_checked: dict[tuple[int, Demand], _Short | None] = {}  # until the next charge
-        self._borrow_checked: dict[tuple[int, Demand], _Short | None] = {}
-        self._clamp_checked: dict[tuple[int, Demand], _Short | None] = {}
+        # per leaf, need -> the first refusal (None: room); a charge forgets its leaf's, or every leaf's when it changed
+        # what other leaves read (an ancestor's pool, or usage where room is clamped)
+        self._own_checked: dict[int, dict[Demand, _Short | None]] = {}
+        self._borrow_checked: dict[int, dict[Demand, _Short | None]] = {}
+        self._clamp_checked: dict[int, dict[Demand, _Short | None]] = {}
         self.touched: set[int] = set()  # nodes whose usage changed, until a reader (the fair-share tournament) clears
         for department, kind, need in held(holders):
             self.charge(department, kind, need)
@@ -151,19 +156,26 @@ class TreeLedger:
         return self._rows(r)
 
     def charge(self, department: str, kind: QuotaKind, need: Demand, sign: int = 1) -> None:
-        self._own_checked.clear()
-        self._borrow_checked.clear()
-        self._clamp_checked.clear()
-        path = self.tree.paths[self.tree.index[department]]
+        tree = self.tree
+        path = tree.paths[tree.index[department]]
         self.touched.update(path)
+        shared = False
         for r, amount in need:
             usage, owned, borrowed = self._rows(r)
             own, _, _, kept = self.quota(r)
             _bubble(usage, kept, path, sign * amount)
+            shared = shared or r in tree.clamped
             if kind is QuotaKind.OWN:
-                _bubble(owned, own, path, sign * amount)
+                reached = _bubble(owned, own, path, sign * amount)
+                shared = shared or any(own[n] > 0 for n in path[1:reached])
             else:
                 borrowed[path[0]] += sign * amount
+        memos = (self._own_checked, self._borrow_checked, self._clamp_checked)
+        for memo in memos:
+            if shared:
+                memo.clear()
+            else:
+                memo.pop(path[0], None)
 
     def release(self, department: str, kind: QuotaKind, need: Demand) -> None:
         self.charge(department, kind, need, sign=-1)
@@ -173,9 +185,9 @@ class TreeLedger:
 
     def own_short(self, i: int, need: Demand) -> _Short | None:
         """The first resource of `need` the own quotas on the leaf's path have no room for, or None."""
-        key = (i, need)
-        if key in self._own_checked:
-            return self._own_checked[key]
+        memo = self._own_checked.setdefault(i, {})
+        if need in memo:
+            return memo[need]
         found = None
         path = self.tree.paths[i]
         for r, x in need:
@@ -184,14 +196,14 @@ class TreeLedger:
             if min(owned[i], own[i]) + x > own[i] + above + GPU_EPS:  # (overuse already counts above)
                 found = (r, owned[i], own[i] + above, x, None)
                 break
-        self._own_checked[key] = found
+        memo[need] = found
         return found
 
     def borrow_short(self, i: int, need: Demand) -> _Short | None:
         """The first resource of `need` the leaf may not borrow: its borrow limit, else the room on its path."""
-        key = (i, need)
-        if key in self._borrow_checked:
-            return self._borrow_checked[key]
+        memo = self._borrow_checked.setdefault(i, {})
+        if need in memo:
+            return memo[need]
         found = None
         for r, x in need:
             _, borrow, _, _ = self.quota(r)
@@ -203,22 +215,22 @@ class TreeLedger:
             if x > room + GPU_EPS:
                 found = (r, used, limit, x, self.tree.names[node] or "the tree")
                 break
-        self._borrow_checked[key] = found
+        memo[need] = found
         return found
 
     def clamped(self, i: int, need: Demand) -> _Short | None:
         """Own-class work fits its own quotas but the tree has no room on its path (its division borrowed that room
         from outside, or lent it within its lend limit): the first such resource, its level as the node's index."""
-        key = (i, need)
-        if key in self._clamp_checked:
-            return self._clamp_checked[key]
+        memo = self._clamp_checked.setdefault(i, {})
+        if need in memo:
+            return memo[need]
         found = None
         for r, x in need:
             room, node, used, limit = self.available(r, i)
             if x > room + GPU_EPS:
                 found = (r, used, limit, x, node)
                 break
-        self._clamp_checked[key] = found
+        memo[need] = found
         return found
 
     def available(self, r: str, i: int) -> tuple[float, int, float, float]:
@@ -228,6 +240,8 @@ class TreeLedger:
         usage = self._rows(r)[0]
         path = self.tree.paths[i]
         root = path[-1]
+        if r not in self.tree.clamped:
+            return math.inf, root, 0.0, math.inf
         room, node, used, limit = subtree[root] - usage[root], root, usage[root], subtree[root]
         if r not in self.tree.limited:
             room = math.inf
@@ -296,18 +310,20 @@ class TreeJobQuota:
 _OWN_ROOM = QuotaCheck(QuotaKind.OWN, ())
 
 
-def _bubble(usage: list[float], keep: tuple[float, ...], path: tuple[int, ...], val: float) -> None:
-    """Kueue's addUsage/removeUsage: usage goes to a node, and on to its parent past what the node keeps."""
-    for n in path:
+def _bubble(usage: list[float], keep: tuple[float, ...], path: tuple[int, ...], val: float) -> int:
+    """Kueue's addUsage/removeUsage: usage goes to a node, and on to its parent past what the node keeps; how many
+    nodes of the path it reached."""
+    for k, n in enumerate(path):
         if val > 0:
             local = max(0.0, keep[n] - usage[n])
             usage[n] += val
             if val <= local:
-                return
+                return k + 1
             val -= local
         else:
             stored = usage[n] - keep[n]
             usage[n] += val
             if stored <= 0:
-                return
+                return k + 1
             val = max(val, -stored)
+    return len(path)
