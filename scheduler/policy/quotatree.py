@@ -127,11 +127,11 @@ class TreeLedger:
         self._usage: dict[str, list[float]] = {}  # Kueue's Usage: both classes, past what each child keeps
         self._owned: dict[str, list[float]] = {}  # own class: a leaf's own jobs, a parent's past its children's own
         self._borrowed: dict[str, list[float]] = {}  # a leaf's borrowed jobs
-        # per leaf, need -> the first refusal (None: room); a charge forgets its leaf's, or every leaf's when it changed
-        # what other leaves read (an ancestor's pool, or usage where room is clamped)
-        self._own_checked: dict[int, dict[Demand, _Short | None]] = {}
-        self._borrow_checked: dict[int, dict[Demand, _Short | None]] = {}
-        self._clamp_checked: dict[int, dict[Demand, _Short | None]] = {}
+        # per leaf and resource, its room; a charge forgets its leaf's, or every leaf's when it changed what other
+        # leaves read (an ancestor's pool, or usage where room is clamped)
+        self._own_checked: dict[int, dict[str, tuple]] = {}
+        self._borrow_checked: dict[int, dict[str, tuple]] = {}
+        self._clamp_checked: dict[int, dict[str, tuple]] = {}
         self.touched: set[int] = set()  # nodes whose usage changed, until a reader (the fair-share tournament) clears
         for department, kind, need in held(holders):
             self.charge(department, kind, need)
@@ -186,52 +186,47 @@ class TreeLedger:
     def own_short(self, i: int, need: Demand) -> _Short | None:
         """The first resource of `need` the own quotas on the leaf's path have no room for, or None."""
         memo = self._own_checked.setdefault(i, {})
-        if need in memo:
-            return memo[need]
-        found = None
-        path = self.tree.paths[i]
         for r, x in need:
-            own, owned = self.quota(r)[0], self._rows(r)[1]
-            above = sum(max(0.0, own[n] - owned[n]) for n in path[1:])  # the ancestors' pools left
-            if min(owned[i], own[i]) + x > own[i] + above + GPU_EPS:  # (overuse already counts above)
-                found = (r, owned[i], own[i] + above, x, None)
-                break
-        memo[need] = found
-        return found
+            room = memo.get(r)
+            if room is None:
+                room = memo[r] = self._own_room(i, r)
+            used, limit, shown = room
+            if used + x > limit + GPU_EPS:
+                return r, shown, limit, x, None
+        return None
+
+    def _own_room(self, i: int, r: str) -> tuple[float, float, float]:
+        """(used, limit, used as shown) of the own pools on the leaf's path: its own and the ancestors' pools left."""
+        own, owned, path = self.quota(r)[0], self._rows(r)[1], self.tree.paths[i]
+        above = sum(max(0.0, own[n] - owned[n]) for n in path[1:])
+        return min(owned[i], own[i]), own[i] + above, owned[i]  # (an overused leaf's excess already counts above)
 
     def borrow_short(self, i: int, need: Demand) -> _Short | None:
         """The first resource of `need` the leaf may not borrow: its borrow limit, else the room on its path."""
         memo = self._borrow_checked.setdefault(i, {})
-        if need in memo:
-            return memo[need]
-        found = None
         for r, x in need:
-            _, borrow, _, _ = self.quota(r)
-            borrowed = self._rows(r)[2]
-            if borrowed[i] + x > borrow[i] + GPU_EPS:
-                found = (r, borrowed[i], borrow[i], x, None)
-                break
-            room, node, used, limit = self.available(r, i)
-            if x > room + GPU_EPS:
-                found = (r, used, limit, x, self.tree.names[node] or "the tree")
-                break
-        memo[need] = found
-        return found
+            room = memo.get(r)
+            if room is None:
+                room = memo[r] = (self._rows(r)[2][i], self.quota(r)[1][i], self.available(r, i))
+            borrowed, borrow, (free, node, used, limit) = room
+            if borrowed + x > borrow + GPU_EPS:
+                return r, borrowed, borrow, x, None
+            if x > free + GPU_EPS:
+                return r, used, limit, x, self.tree.names[node] or "the tree"
+        return None
 
     def clamped(self, i: int, need: Demand) -> _Short | None:
         """Own-class work fits its own quotas but the tree has no room on its path (its division borrowed that room
         from outside, or lent it within its lend limit): the first such resource, its level as the node's index."""
         memo = self._clamp_checked.setdefault(i, {})
-        if need in memo:
-            return memo[need]
-        found = None
         for r, x in need:
-            room, node, used, limit = self.available(r, i)
-            if x > room + GPU_EPS:
-                found = (r, used, limit, x, node)
-                break
-        memo[need] = found
-        return found
+            room = memo.get(r)
+            if room is None:
+                room = memo[r] = self.available(r, i)
+            free, node, used, limit = room
+            if x > free + GPU_EPS:
+                return r, used, limit, x, node
+        return None
 
     def available(self, r: str, i: int) -> tuple[float, int, float, float]:
         """Kueue's available(): room for node `i` on `r` down from the root, clamped by each inner borrow limit on the
