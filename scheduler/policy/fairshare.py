@@ -32,14 +32,28 @@ class FairShares:
     def __init__(self, tree: QuotaTree, ledger: TreeLedger) -> None:
         self.tree, self.ledger = tree, ledger
         self._lendable: dict[tuple[int, str], float] = {}
+        self._shares: dict[tuple[int, Demand, int], float] = {}  # while the ledger stays at `_version`
+        self._version = ledger.version
+        self._branches: dict[tuple[int, int], tuple[int, int] | None] = {}
+        self._leaves: dict[int, tuple[object, np.ndarray, np.ndarray]] = {}  # a victim index's leaves, borrowed
 
     def share(self, i: int, need: Demand = (), sign: int = 1) -> float:
         """Node `i`'s weighted share with `need` added (sign 1) or taken away (sign -1)."""
+        if self._version != self.ledger.version:
+            self._shares.clear()
+            self._version = self.ledger.version
+        key = (i, need, sign)
+        found = self._shares.get(key)
+        if found is None:
+            found = self._shares[key] = self._share(i, need, sign)
+        return found
+
+    def _share(self, i: int, need: Demand, sign: int) -> float:
         tree, ledger = self.tree, self.ledger
         if i == ROOT:
             return 0.0
         ratio, borrowing = 0.0, False
-        for r, x in _summed(need, sign):
+        for r, x in _summed(need, sign, ledger.resources()):
             over = ledger.usage_of(r)[0][i] + x - ledger.quota(r)[2][i]
             if over > GPU_EPS:
                 borrowing = True
@@ -67,11 +81,25 @@ class FairShares:
 
     def branches(self, a: int, b: int) -> tuple[int, int] | None:
         """The children of the lowest common ancestor of leaves `a` and `b` on each one's path (None: the same)."""
-        pa, pb = self.tree.paths[a][::-1], self.tree.paths[b][::-1]
-        for x, y in zip(pa, pb):
-            if x != y:
-                return x, y
-        return None
+        key = (a, b)
+        if key not in self._branches:
+            found = None
+            for x, y in zip(self.tree.paths[a][::-1], self.tree.paths[b][::-1]):
+                if x != y:
+                    found = (x, y)
+                    break
+            self._branches[key] = found
+        return self._branches[key]
+
+    def leaves(self, cands: list) -> tuple[np.ndarray, np.ndarray]:
+        """Each candidate's leaf and whether it is borrowed work (kept per victim index: its candidates are fixed)."""
+        known = self._leaves.get(id(cands))
+        if known is None or known[0] is not cands:
+            index = self.tree.index
+            known = self._leaves[id(cands)] = (
+                cands, np.fromiter((index[c.job.department] for c in cands), dtype=np.int64, count=len(cands)),
+                np.fromiter((c.borrowed for c in cands), dtype=bool, count=len(cands)))
+        return known[1], known[2]
 
 
 def tournament(shares: FairShares, queue: list[Queued]) -> Iterator[Queued]:
@@ -122,19 +150,22 @@ def head_demand(q: Queued) -> Demand:
     return gpu_demand(model, q.request.gpus * q.job.workers) + q.host
 
 
-def fair_victims(shares: FairShares, department: str, need: Demand, cands) -> np.ndarray:
+def fair_victims(shares: FairShares, department: str, need: Demand, cands: list) -> np.ndarray:
     """Which borrowed candidates a borrowed job of `department` may preempt: another subtree's, while its branch's
-    share after stays at or below the victim's branch's share after that eviction."""
-    tree = shares.tree
-    leaf = tree.index[department]
+    share after stays at or below the victim's branch's share after that eviction. A victim's share only falls as
+    it loses work, so subtrees whose share now is already below the preemptor's after are passed over at once."""
+    leaf = shares.tree.index[department]
+    leaves, borrowed = shares.leaves(cands)
     mask = np.zeros(len(cands), dtype=bool)
-    for k, c in enumerate(cands):
-        if not c.borrowed:
-            continue
-        pair = shares.branches(leaf, tree.index[c.job.department])
+    bounds: dict[int, tuple[int, float] | None] = {}  # victim leaf -> (its branch, the preemptor's branch's share after)
+    for theirs in np.unique(leaves[borrowed]).tolist():
+        pair = shares.branches(leaf, theirs)
         if pair is not None:
-            mine, theirs = pair
-            mask[k] = shares.share(mine, need) <= shares.share(theirs, allocation_demand(c.allocation), -1)
+            mine = shares.share(pair[0], need)
+            bounds[theirs] = (pair[1], mine) if mine <= shares.share(pair[1]) else None
+    for k in np.flatnonzero(borrowed & np.isin(leaves, [t for t, b in bounds.items() if b is not None])).tolist():
+        branch, mine = bounds[int(leaves[k])]
+        mask[k] = mine <= shares.share(branch, allocation_demand(cands[k].allocation), -1)
     return mask
 
 
@@ -159,9 +190,9 @@ def _mine(shares: FairShares, leaf: int, theirs: int) -> int:
     return path[path.index(parent) - 1]
 
 
-def _summed(need: Demand, sign: int) -> list[tuple[str, float]]:
-    """`need` with each resource once (a victim set frees several allocations), signed."""
-    out: dict[str, float] = {}
+def _summed(need: Demand, sign: int, resources) -> list[tuple[str, float]]:
+    """`need` with each resource once (a victim set frees several allocations), signed; every resource in use too."""
+    out: dict[str, float] = dict.fromkeys(resources, 0.0)
     for r, x in need:
         out[r] = out.get(r, 0.0) + sign * x
     return list(out.items())

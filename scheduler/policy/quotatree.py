@@ -133,6 +133,7 @@ class TreeLedger:
         self._borrow_checked: dict[int, dict[str, tuple]] = {}
         self._clamp_checked: dict[int, dict[str, tuple]] = {}
         self.touched: set[int] = set()  # nodes whose usage changed, until a reader (the fair-share tournament) clears
+        self.version = 0  # charges so far (what a reader's memo of figures is valid for)
         for department, kind, need in held(holders):
             self.charge(department, kind, need)
 
@@ -151,6 +152,10 @@ class TreeLedger:
             self._owned[r], self._borrowed[r] = [0.0] * n, [0.0] * n
         return usage, self._owned[r], self._borrowed[r]
 
+    def resources(self):
+        """The resource keys charged so far."""
+        return self._usage.keys()
+
     def usage_of(self, r: str) -> tuple[list[float], list[float], list[float]]:
         """Usage, own-class and borrowed-class figures per node (read only)."""
         return self._rows(r)
@@ -159,6 +164,7 @@ class TreeLedger:
         tree = self.tree
         path = tree.paths[tree.index[department]]
         self.touched.update(path)
+        self.version += 1
         shared = False
         for r, amount in need:
             usage, owned, borrowed = self._rows(r)
