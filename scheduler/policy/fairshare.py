@@ -151,22 +151,17 @@ def head_demand(q: Queued) -> Demand:
 
 
 def fair_victims(shares: FairShares, department: str, need: Demand, cands: list) -> np.ndarray:
-    """Which borrowed candidates a borrowed job of `department` may preempt: another subtree's, while its branch's
-    share after stays at or below the victim's branch's share after that eviction. A victim's share only falls as
-    it loses work, so subtrees whose share now is already below the preemptor's after are passed over at once."""
+    """Which borrowed candidates a borrowed job of `department` may preempt: another subtree's whose branch's share
+    now is at or above the preemptor's branch's share after (a victim's share only falls as it loses work, so no
+    other could qualify). The set chosen among them is then held to the rule itself (fair_after)."""
     leaf = shares.tree.index[department]
     leaves, borrowed = shares.leaves(cands)
-    mask = np.zeros(len(cands), dtype=bool)
-    bounds: dict[int, tuple[int, float] | None] = {}  # victim leaf -> (its branch, the preemptor's branch's share after)
+    possible = []
     for theirs in np.unique(leaves[borrowed]).tolist():
         pair = shares.branches(leaf, theirs)
-        if pair is not None:
-            mine = shares.share(pair[0], need)
-            bounds[theirs] = (pair[1], mine) if mine <= shares.share(pair[1]) else None
-    for k in np.flatnonzero(borrowed & np.isin(leaves, [t for t, b in bounds.items() if b is not None])).tolist():
-        branch, mine = bounds[int(leaves[k])]
-        mask[k] = mine <= shares.share(branch, allocation_demand(cands[k].allocation), -1)
-    return mask
+        if pair is not None and shares.share(pair[0], need) <= shares.share(pair[1]):
+            possible.append(theirs)
+    return borrowed & np.isin(leaves, possible)
 
 
 def fair_after(shares: FairShares, department: str, need: Demand, victims) -> bool:
