@@ -90,6 +90,8 @@ class DecisionSerializer(serializers.ModelSerializer):
 class DepartmentSerializer(JSONTypes, serializers.ModelSerializer):
     parent = NameField(slug_field="name", queryset=Department.objects.all(), required=False, allow_null=True,
                        help_text="The department above it in the quota tree (none: under the root)")
+    weight = UnsignedDecimalField(max_digits=8, decimal_places=3, required=False,
+                                  help_text="Fair-share weight of idle capacity (0: leftovers only)")
 
     class Meta:
         model = Department

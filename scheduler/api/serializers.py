@@ -70,8 +70,8 @@ class QuotaSerializer(JSONTypes, serializers.ModelSerializer):
     resource = serializers.CharField(read_only=True, help_text='GPU model name, "cpu" (millicores) or "memory" (MiB).')
     own = UnsignedDecimalField(max_digits=14, decimal_places=3)
     borrowed = UnsignedDecimalField(max_digits=14, decimal_places=3, default=0)
-    lend_limit = serializers.DecimalField(max_digits=14, decimal_places=3, required=False, allow_null=True,
-                                          default=None, help_text="What of its own it may lend (null: all of it)")
+    lend_limit = UnsignedDecimalField(max_digits=14, decimal_places=3, required=False, allow_null=True, default=None,
+                                      help_text="What of its own it may lend (null: all of it)")
 
     class Meta:
         model = Quota
@@ -82,7 +82,7 @@ class QuotaSerializer(JSONTypes, serializers.ModelSerializer):
 class QuotaAmountsSerializer(JSONTypes, serializers.Serializer):
     own = UnsignedDecimalField(max_digits=14, decimal_places=3)
     borrowed = UnsignedDecimalField(max_digits=14, decimal_places=3)
-    lend_limit = serializers.DecimalField(max_digits=14, decimal_places=3, required=False, allow_null=True)
+    lend_limit = UnsignedDecimalField(max_digits=14, decimal_places=3, required=False, allow_null=True)
 
 
 class JobRunSerializer(serializers.ModelSerializer):
