@@ -28,20 +28,22 @@ from scheduler.policy.workload import jobs_workload
 def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, seed: int = 7,
                     node_csv: str | Path | None = None, profile: str = "tidal",
                     cycle_s: float = 60.0, progress: Callable[[int], None] | None = None,
-                    gang_share: float = 0.0) -> dict[str, float]:
+                    gang_share: float = 0.0, tree_leaves: int = 0, fair_sharing: bool = False) -> dict[str, float]:
     """Full cycles of the real profile on a heterogeneous cluster; only schedule() is timed.
 
     Cycle 1 starts from an empty cluster with enough jobs to fill every GPU plus `pending` more,
     so it is a placement burst and every later cycle still has about `pending` jobs queued on a
     full cluster (jobs finish, own-quota jobs reclaim from borrowers, arrivals top the queue up).
     `gang_share` of the jobs are gangs; placements count workers placed, gang_placements the gangs admitted.
+    With `tree_leaves`, the departments are the leaves of a 3-level quota tree; `fair_sharing` turns the profile's on.
     """
     if not 0 <= gang_share <= 1:
         raise ValueError(f"gang_share must be in [0, 1], got {gang_share}")
     rng = random.Random(seed)
     reference = reference_ms()  # before the cluster exists: the machine, not the run's own memory
-    sim, clock, arrive = queued_cluster(nodes, node_shapes(node_csv), rng, pending, gang_share=gang_share)
-    chosen = get_profile(profile)
+    sim, clock, arrive = queued_cluster(nodes, node_shapes(node_csv), rng, pending, gang_share=gang_share,
+                                        tree_leaves=tree_leaves)
+    chosen = get_profile(profile, fair_sharing=fair_sharing)
     # the target workload as the live loop learns it (from the submissions, refreshed hourly: once here)
     first = sim.snapshot()
     workload = jobs_workload(first.jobs, first.compatible_models)
@@ -76,6 +78,8 @@ def bench_scheduler(nodes: int = 5000, pending: int = 10000, cycles: int = 6, se
         "gang_placements": gangs,
         "gang_workers_placed": gang_workers,
         "gang_share": gang_share,
+        "tree_leaves": tree_leaves,
+        "fair_sharing": fair_sharing,
         "preemptions": preempted,
         "cycles": cycles,
         "reference_ms": reference,  # this machine's speed just before the run (benchmarks/machine.py)

@@ -246,6 +246,7 @@ class JobView:
     workers: int = 1
     topology: Topology = Topology.PACK
     peers: tuple[Allocation, ...] = ()  # workers 1.. of an admitted/running gang
+    preemptible: bool = True  # False: admitted on own quota only (at every level of its quota tree), never borrowed
 
     def __post_init__(self) -> None:
         check_gpu_request(self.gpus, self.workers)
@@ -285,10 +286,25 @@ class JobView:
 
 @dataclass(frozen=True, slots=True)
 class QuotaView:
+    """A department's (a quota-tree node's) quota of one resource. `borrowed` is the borrowing limit (inf: none); a
+    `lend_limit` (None: all of its own may be lent) keeps the rest of its own for its subtree."""
+
     department: str
     resource: str  # GPU model name, "cpu" (millicores) or "memory" (MiB)
     own: float
     borrowed: float
+    lend_limit: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaNodeView:
+    """A node of the quota tree (organisation -> division -> team); only leaves admit jobs. A department not named in
+    the snapshot's tree is a leaf under the root."""
+
+    name: str
+    parent: str | None  # None: under the root
+    weight: float = 1.0  # fair-share weight (0: leftovers only)
+    reclaim_min_runtime_s: float = 0.0  # its borrowed work younger than this is reclaimed last
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +317,7 @@ class Snapshot:
     quotas: tuple[QuotaView, ...]
     certified: Mapping[str, frozenset[str]]  # framework -> GPU models it is certified on
     gpu_models: tuple[str, ...]
+    tree: tuple[QuotaNodeView, ...] = ()  # the quota tree's inner nodes and any leaf with a weight; (): flat
 
     def compatible_models(self, framework: str, preferred: str | None) -> tuple[str, ...]:
         """GPU models a framework may run on; an uncertified framework only gets its preferred model."""

@@ -22,14 +22,27 @@ class DepartmentQuerySet(models.QuerySet):
 
 
 class Department(models.Model):
+    """A node of the quota tree (organisation -> division -> team); without a parent, under the root. Only leaves
+    admit jobs (docs/concepts/quotas-and-priority.md#quota-trees-and-fair-sharing)."""
+
     name = models.SlugField(max_length=64, unique=True)
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    parent = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="children")
+    weight = models.DecimalField(max_digits=8, decimal_places=3, default=1,
+                                 help_text="Fair-share weight of idle capacity (0: leftovers only)")
+    reclaim_min_runtime_s = models.FloatField(default=0, help_text="Its borrowed work younger than this is reclaimed "
+                                                                   "last")
 
     objects = DepartmentQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(weight__gte=0) & Q(reclaim_min_runtime_s__gte=0),
+                                   name="department_tree_non_negative"),
+            models.CheckConstraint(condition=~Q(parent=models.F("pk")), name="department_not_its_own_parent"),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -11,16 +11,36 @@ from core.models import CPU, MEMORY, Department, GPUModel, Membership
 # --- departments and members -------------------------------------------------------------------
 
 
-def department_create(*, name: str, description: str = "") -> Department:
-    return Department.objects.create(name=name, description=description)
+def department_create(*, name: str, description: str = "", **tree) -> Department:
+    _check_tree(None, tree)
+    return Department.objects.create(name=name, description=description, **tree)
 
 
 def department_update(*, department: Department, **fields) -> Department:
     _check_name_kept(department, fields)
+    _check_tree(department, fields)
     for name, value in fields.items():
         setattr(department, name, value)
     department.save(update_fields=list(fields))
     return department
+
+
+def _check_tree(department: Department | None, fields: dict) -> None:
+    """A parent that would put the department under itself, or a negative weight or minimum run time: a 400 naming the
+    field, nothing written."""
+    for field in ("weight", "reclaim_min_runtime_s"):
+        if field in fields and fields[field] < 0:
+            raise ApplicationError.for_field(field, f"must be zero or more, got {fields[field]}")
+    parent = fields.get("parent")
+    seen = set()
+    while parent is not None and department is not None:
+        if parent.pk == department.pk:
+            raise ApplicationError.for_field("parent", f"{fields['parent']} is {department} or under it: the quota "
+                                                       "tree would have a cycle")
+        if parent.pk in seen:
+            break
+        seen.add(parent.pk)
+        parent = parent.parent
 
 
 def _keep_an_admin(*, department: Department, leaving: Membership | None, actor) -> None:

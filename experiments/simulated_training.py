@@ -16,7 +16,7 @@ from dataclasses import replace
 from cluster.backend import WORKER_LABEL, BackendError, PodSpec
 from cluster.clock import VirtualClock
 from cluster.simulated import SimulatedCluster
-from cluster.types import Allocation, JobStatus, JobView, NodeView, QuotaView, Snapshot
+from cluster.types import Allocation, JobStatus, JobView, NodeView, QuotaNodeView, QuotaView, Snapshot
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, Reserve, StillPending, schedule
 from scheduler.policy.dispatch import dispatch
 
@@ -33,9 +33,11 @@ class SimulatedTraining:
     database and Kubernetes, with the same policy."""
 
     def __init__(self, nodes: Iterable[NodeView], quotas: Iterable[QuotaView],
-                 certified: dict[str, frozenset[str]], clock: VirtualClock) -> None:
+                 certified: dict[str, frozenset[str]], clock: VirtualClock,
+                 tree: Iterable[QuotaNodeView] = ()) -> None:
         self.clock = clock
         self.quotas = tuple(quotas)
+        self.tree = tuple(tree)  # the quota tree's nodes (none: flat departments)
         self.certified = certified
         self.jobs: dict[int, JobView] = {}  # pending, admitted and running
         self.done: dict[int, JobView] = {}
@@ -55,7 +57,8 @@ class SimulatedTraining:
     def snapshot(self, jobs: Iterable[JobView] | None = None) -> Snapshot:
         """What a cycle sees now: every job, or only `jobs` (a caller bounding the pending queue it hands over)."""
         seen = tuple(self.jobs.values() if jobs is None else jobs)
-        return Snapshot(self.clock.now(), self.backend.nodes(), seen, self.quotas, self.certified, self.gpu_models)
+        return Snapshot(self.clock.now(), self.backend.nodes(), seen, self.quotas, self.certified, self.gpu_models,
+                        self.tree)
 
     def finish_elapsed(self) -> int:
         """Let the backend complete pods whose run time elapsed; returns how many jobs ended (a gang ends with its

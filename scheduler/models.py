@@ -72,6 +72,8 @@ class Quota(models.Model):
     gpu_model = models.ForeignKey(GPUModel, on_delete=models.PROTECT, null=True, blank=True, related_name="quotas")
     own = models.DecimalField(max_digits=14, decimal_places=3)
     borrowed = models.DecimalField(max_digits=14, decimal_places=3, default=0)
+    # what of its own it may lend to the rest of the tree (null: all of it); the rest is kept for its subtree
+    lend_limit = models.DecimalField(max_digits=14, decimal_places=3, null=True, blank=True)
 
     objects = QuotaQuerySet.as_manager()
 

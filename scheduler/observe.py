@@ -1,9 +1,9 @@
 """The scheduler's view of the world for a cycle: jobs, quotas and certifications from the database, nodes from the
 cluster, turned into the frozen dataclasses the pure policy reads (colocation/observe.py is its sibling)."""
 from cluster.backend import ClusterBackend
-from cluster.types import (Allocation, GpuShare, JobStatus as JobViewStatus, JobView, Pool, QuotaKind, QuotaView,
-                           Snapshot, Topology)
-from core.models import GPUModel
+from cluster.types import (Allocation, GpuShare, JobStatus as JobViewStatus, JobView, Pool, QuotaKind, QuotaNodeView,
+                           QuotaView, Snapshot, Topology)
+from core.models import Department, GPUModel
 from profiling.policy.aggregate import TaskHistory
 from profiling.selectors import task_histories
 from scheduler.models import Framework, JobRun, JobStatus, Quota, TrainingJob
@@ -56,7 +56,8 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
     # The tasks' past runs (profiles and run times) from the profiling app: one query for every job.
     histories = task_histories(task_keys={j.task_key for j in jobs})
     quotas = [
-        QuotaView(q.department.name, q.resource, float(q.own), float(q.borrowed))
+        QuotaView(q.department.name, q.resource, float(q.own), float(q.borrowed),
+                  None if q.lend_limit is None else float(q.lend_limit))
         for q in Quota.objects.select_related("department", "gpu_model")
     ]
     certified: dict[str, frozenset[str]] = {}
@@ -66,4 +67,14 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
         now=now, nodes=backend.nodes(), quotas=tuple(quotas),
         jobs=tuple(job_view(j, runs.get(j.pk), histories.get(j.task_key)) for j in jobs),
         certified=certified, gpu_models=tuple(GPUModel.objects.values_list("name", flat=True)),
+        tree=quota_tree(),
     )
+
+
+def quota_tree() -> tuple[QuotaNodeView, ...]:
+    """The departments as quota-tree nodes; none while they are flat (no parents, default weights and run times):
+    then the flat ledger decides."""
+    rows = list(Department.objects.values_list("name", "parent__name", "weight", "reclaim_min_runtime_s"))
+    if all(parent is None and weight == 1 and not runtime for _, parent, weight, runtime in rows):
+        return ()
+    return tuple(QuotaNodeView(name, parent, float(weight), runtime) for name, parent, weight, runtime in rows)

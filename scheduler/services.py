@@ -34,22 +34,27 @@ def _quota_key(resource_kind: str, gpu_model: GPUModel | None) -> dict:
 
 @transaction.atomic
 def quota_set(
-    *, department: Department, resource_kind: str, gpu_model: GPUModel | None, own: Decimal, borrowed: Decimal, actor
+    *, department: Department, resource_kind: str, gpu_model: GPUModel | None, own: Decimal, borrowed: Decimal, actor,
+    lend_limit: Decimal | None = None,
 ) -> Quota:
-    """Create or change a quota; it may not drop below what the department's jobs already hold."""
+    """Create or change a quota; it may not drop below what the department's jobs already hold, and lends at most its
+    own."""
     key = _quota_key(resource_kind, gpu_model)
     resource = gpu_model.name if gpu_model else resource_kind
     Department.objects.select_for_update().get(pk=department.pk)  # serialize with admissions
     used = selectors.quota_used(department=department, resource=resource)
     amounts = (("own", own), ("borrowed", borrowed))
     negative = {kind: [f"must be zero or more, got {amount}"] for kind, amount in amounts if amount < 0}
+    if lend_limit is not None and not 0 <= lend_limit <= own:
+        negative["lend_limit"] = [f"must be between 0 and own ({own}), got {lend_limit}"]
     if negative:
-        raise ApplicationError("a quota is never negative", fields=negative)
+        raise ApplicationError("a quota is never negative, and lends at most its own", fields=negative)
     below = {kind: [f"{kind} {resource} quota {amount} is below the {used[kind]} already in use"]
              for kind, amount in amounts if amount < used[kind]}
     if below:
         raise Conflict("quota below what is in use", fields=below)
-    quota, created = Quota.objects.update_or_create(department=department, **key, defaults={"own": own, "borrowed": borrowed})
+    quota, created = Quota.objects.update_or_create(department=department, **key,
+                                                    defaults={"own": own, "borrowed": borrowed, "lend_limit": lend_limit})
     decision_record(
         kind=Decision.Kind.QUOTA,
         subject=f"department:{department.name}",

@@ -88,9 +88,14 @@ class DecisionSerializer(serializers.ModelSerializer):
 
 
 class DepartmentSerializer(JSONTypes, serializers.ModelSerializer):
+    parent = NameField(slug_field="name", queryset=Department.objects.all(), required=False, allow_null=True,
+                       help_text="The department above it in the quota tree (none: under the root)")
+    weight = UnsignedDecimalField(max_digits=8, decimal_places=3, required=False,
+                                  help_text="Fair-share weight of idle capacity (0: leftovers only)")
+
     class Meta:
         model = Department
-        fields = ["id", "name", "description", "created_at"]
+        fields = ["id", "name", "description", "created_at", "parent", "weight", "reclaim_min_runtime_s"]
 
 
 class MembershipSerializer(JSONTypes, serializers.ModelSerializer):

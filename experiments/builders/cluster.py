@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cluster.clock import VirtualClock
 from cluster.simulated.traces import GANG_WORKERS, alibaba_node, with_blocks
-from cluster.types import JobStatus, JobView, NodeView, QuotaView, RunProfile, capacity_by_resource
+from cluster.types import JobStatus, JobView, NodeView, QuotaNodeView, QuotaView, RunProfile, capacity_by_resource
 from experiments.simulated_training import SimulatedTraining
 
 # (model, gpus, cpu_milli, memory_mib): count — the most common shapes of the Alibaba 2023 list,
@@ -59,13 +59,25 @@ def build_quotas(nodes: list[NodeView], departments: tuple[str, ...] = DEPARTMEN
             for d in departments for key, total in sorted(capacity.items())]
 
 
+def quota_tree(leaves: int, divisions: int = 4, groups: int = 10) -> tuple[tuple[QuotaNodeView, ...], tuple[str, ...]]:
+    """A 3-level tree (divisions -> groups -> teams) with `leaves` teams spread evenly, the inner nodes without own
+    quota or limits (the teams' quotas are build_quotas'), and the teams' names."""
+    nodes = [QuotaNodeView(f"div-{d}", None) for d in range(divisions)]
+    nodes += [QuotaNodeView(f"grp-{d}-{g}", f"div-{d}") for d in range(divisions) for g in range(groups)]
+    teams = tuple(f"team-{i}" for i in range(leaves))
+    nodes += [QuotaNodeView(t, nodes[divisions + i % (divisions * groups)].name, 1.0 + i % 3) for i, t in
+              enumerate(teams)]
+    return tuple(nodes), teams
+
+
 def certified_map(gpu_models: Iterable[str]) -> dict[str, frozenset[str]]:
     models = frozenset(gpu_models)
     return {fw: (models if only is None else only & models) for fw, only in FRAMEWORKS.items()}
 
 
 def build_job(job_id: int, now: float, gpu_weights: dict[str, int], rng: random.Random,
-              certified: dict[str, frozenset[str]], gang_share: float = 0.0) -> JobView:
+              certified: dict[str, frozenset[str]], gang_share: float = 0.0,
+              departments: tuple[str, ...] = DEPARTMENTS) -> JobView:
     # the gang draw only when gangs are asked for: without them the random stream (and the golden cycle) is unchanged
     workers = rng.randint(*GANG_WORKERS) if gang_share and rng.random() < gang_share else 1
     if workers > 1:
@@ -79,17 +91,17 @@ def build_job(job_id: int, now: float, gpu_weights: dict[str, int], rng: random.
     history = tuple(RunProfile(rng.uniform(0.1, 1.0), rng.uniform(0.1, 1.0), 2000 * per_gpu * rng.random(),
                                4000 * per_gpu * rng.random())
                     for _ in range(3)) if rng.random() < 0.5 else ()
-    return JobView(job_id, f"job-{job_id}", f"task-{job_id % 500}", rng.choice(DEPARTMENTS), framework,
+    return JobView(job_id, f"job-{job_id}", f"task-{job_id % 500}", rng.choice(departments), framework,
                    model, float(gpus), int(4000 * per_gpu), int(16384 * per_gpu), JobStatus.PENDING,
                    submitted_at=now - rng.uniform(0, 7200), history=history, workers=workers)
 
 
 def queued_cluster(nodes: int, shapes, rng: random.Random, pending: int, *, borrow_ratio: float = 0.3,
-                   runtime_s: tuple[float, float] = (600, 4 * 3600), batch: int = 100, gang_share: float = 0.0
-                   ) -> tuple[SimulatedTraining, VirtualClock, Callable[[int], float]]:
+                   runtime_s: tuple[float, float] = (600, 4 * 3600), batch: int = 100, gang_share: float = 0.0,
+                   tree_leaves: int = 0) -> tuple[SimulatedTraining, VirtualClock, Callable[[int], float]]:
     """A cluster of `nodes` with enough jobs queued to fill every GPU plus `pending` more, and `arrive(n)`, which
     submits n more jobs (returning their GPUs, every worker's). Shared by the benchmark and the cycle's golden
-    test."""
+    test. With `tree_leaves`, the departments are the leaves of a 3-level quota tree (quota_tree)."""
     cluster = build_nodes(nodes, shapes, rng)
     gpu_weights: Counter[str] = Counter()
     for n in cluster:
@@ -97,13 +109,14 @@ def queued_cluster(nodes: int, shapes, rng: random.Random, pending: int, *, borr
             gpu_weights[n.gpu_model] += n.gpu_count
     clock = VirtualClock(start=1_700_000_000.0)
     certified = certified_map(gpu_weights)
-    sim = SimulatedTraining(cluster, build_quotas(cluster, borrow_ratio=borrow_ratio), certified, clock)
+    tree, departments = quota_tree(tree_leaves) if tree_leaves else ((), DEPARTMENTS)
+    sim = SimulatedTraining(cluster, build_quotas(cluster, departments, borrow_ratio), certified, clock, tree)
     ids = iter(range(1, 10**9))
 
     def arrive(count: int) -> float:
         gpus = 0.0
         for _ in range(count):
-            job = build_job(next(ids), clock.now(), gpu_weights, rng, certified, gang_share)
+            job = build_job(next(ids), clock.now(), gpu_weights, rng, certified, gang_share, departments)
             sim.submit(job, rng.uniform(*runtime_s))
             gpus += job.total_gpus
         return gpus

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from cluster.types import (BLOCK_LABEL, CPU_KEY, MEMORY_KEY, Allocation, GpuShare, JobStatus, JobView, NodeState,
-                           NodeView, Pool, QuotaKind, QuotaView, RunProfile, Snapshot, Topology)
+                           NodeView, Pool, QuotaKind, QuotaNodeView, QuotaView, RunProfile, Snapshot, Topology)
 
 NOW = 1_000_000.0
 MIN = 60.0
@@ -113,6 +114,9 @@ class JobBuilder:
         return self._set(workers=len(allocs), status=JobStatus.RUNNING, allocation=allocs[0], peers=allocs[1:],
                          started_at=NOW - ran, submitted_at=min(job.submitted_at, NOW - ran))
 
+    def not_preemptible(self) -> JobBuilder:
+        return self._set(preemptible=False)
+
     def _set(self, **fields: object) -> JobBuilder:
         self._job = replace(self._job, **fields)
         return self
@@ -128,6 +132,7 @@ class SnapshotBuilder:
         self.jobs: list[JobView] = []
         self.quotas: list[QuotaView] = []
         self.certified: dict[str, frozenset[str]] = {}
+        self.tree: list[QuotaNodeView] = []
 
     def node(self, *nodes: NodeBuilder | NodeView) -> SnapshotBuilder:
         self.nodes += [n.build() if isinstance(n, NodeBuilder) else n for n in nodes]
@@ -145,6 +150,16 @@ class SnapshotBuilder:
             self.quotas += [QuotaView(dept, CPU_KEY, BIG, BIG), QuotaView(dept, MEMORY_KEY, BIG, BIG)]
         return self
 
+    def tree_node(self, name: str, parent: str | None = None, resource: str = "T4", own: float = 0.0,
+                  borrow: float = math.inf, lend: float | None = None, weight: float = 1.0,
+                  reclaim_min_runtime_s: float = 0.0) -> SnapshotBuilder:
+        """A quota-tree node with its quota of `resource` (no borrow limit unless given) and unlimited CPU and
+        memory."""
+        self.tree.append(QuotaNodeView(name, parent, weight, reclaim_min_runtime_s))
+        self.quotas += [QuotaView(name, resource, own, borrow, lend), QuotaView(name, CPU_KEY, BIG, BIG),
+                        QuotaView(name, MEMORY_KEY, BIG, BIG)]
+        return self
+
     def certify(self, framework: str, *models: str) -> SnapshotBuilder:
         self.certified[framework] = frozenset(models)
         return self
@@ -153,7 +168,7 @@ class SnapshotBuilder:
         """Node usage = what the node builder set + what the running jobs on it hold (as a backend reports)."""
         models = tuple(sorted({n.gpu_model for n in self.nodes if n.gpu_model}))
         nodes = tuple(with_jobs(n, self.jobs) for n in self.nodes)
-        return Snapshot(self.now, nodes, tuple(self.jobs), tuple(self.quotas), self.certified, models)
+        return Snapshot(self.now, nodes, tuple(self.jobs), tuple(self.quotas), self.certified, models, tuple(self.tree))
 
 
 def with_jobs(node: NodeView, jobs: list[JobView]) -> NodeView:

@@ -251,7 +251,8 @@ def quotas(request):
         if form.is_valid():
             try:
                 services.quota_set(department=quota.department, resource_kind=quota.resource_kind,
-                                   gpu_model=quota.gpu_model, actor=request.user, **form.cleaned_data)
+                                   gpu_model=quota.gpu_model, actor=request.user,
+                                   **{"lend_limit": quota.lend_limit, **form.cleaned_data})
             except ApplicationError as error:
                 apply_errors(form, error)
             else:

@@ -70,16 +70,19 @@ class QuotaSerializer(JSONTypes, serializers.ModelSerializer):
     resource = serializers.CharField(read_only=True, help_text='GPU model name, "cpu" (millicores) or "memory" (MiB).')
     own = UnsignedDecimalField(max_digits=14, decimal_places=3)
     borrowed = UnsignedDecimalField(max_digits=14, decimal_places=3, default=0)
+    lend_limit = UnsignedDecimalField(max_digits=14, decimal_places=3, required=False, allow_null=True, default=None,
+                                      help_text="What of its own it may lend (null: all of it)")
 
     class Meta:
         model = Quota
-        fields = ["id", "department", "resource_kind", "gpu_model", "resource", "own", "borrowed"]
+        fields = ["id", "department", "resource_kind", "gpu_model", "resource", "own", "borrowed", "lend_limit"]
         validators = []  # uniqueness is an upsert in quota_set, not an error
 
 
 class QuotaAmountsSerializer(JSONTypes, serializers.Serializer):
     own = UnsignedDecimalField(max_digits=14, decimal_places=3)
     borrowed = UnsignedDecimalField(max_digits=14, decimal_places=3)
+    lend_limit = UnsignedDecimalField(max_digits=14, decimal_places=3, required=False, allow_null=True)
 
 
 class JobRunSerializer(serializers.ModelSerializer):

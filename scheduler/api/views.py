@@ -75,7 +75,8 @@ class QuotaViewSet(RestrictedMixin, viewsets.ModelViewSet):
         amounts.is_valid(raise_exception=True)
         quota = services.quota_set(
             department=quota.department, resource_kind=quota.resource_kind, gpu_model=quota.gpu_model,
-            actor=request.user, **{"own": quota.own, "borrowed": quota.borrowed, **amounts.validated_data},
+            actor=request.user, **{"own": quota.own, "borrowed": quota.borrowed, "lend_limit": quota.lend_limit,
+                                   **amounts.validated_data},
         )
         return Response(s.QuotaSerializer(quota).data)
 

@@ -21,6 +21,7 @@ from scheduler.policy.nodes import NodeTable
 from scheduler.policy.placement import Placement, allowed, place, restriction
 from scheduler.policy.queue import Queued
 from scheduler.policy.quota import Demand, gpu_demand
+from scheduler.policy.quotatree import TreeJobQuota
 from scheduler.policy.sentences import CPU_MARK, gang_needs, shortfall
 from scheduler.policy.state import CycleState
 
@@ -45,8 +46,11 @@ class Assigner:
         """The first model with quota and room for `q` (a job that would end at `ends_at`), or why none had."""
         state, job, req = self.state, q.job, q.request
         profile = state.profile
-        quota = state.ledger.checker(job.department, q.host, profile.borrowing) if profile.quotas else None
+        # a job that may not be preempted is admitted on own quota only
+        quota = state.ledger.checker(job.department, q.host, profile.borrowing and job.preemptible) \
+            if profile.quotas else None
         diagnosis = Diagnosis(quota=quota)
+        tree = isinstance(quota, TreeJobQuota)
         demands = self._gpu_demands.get(req.gpus * job.workers)
         if demands is None:
             demands = self._gpu_demands[req.gpus * job.workers] = {}
@@ -58,7 +62,10 @@ class Assigner:
             pod = PodRequest(model, req.gpus, req.cpu_request_milli, req.memory_mib, q.pool, ends_at,
                              kind is QuotaKind.BORROWED)
             table = state.tables[model]
-            if job.gang:
+            blocked = tree and kind is QuotaKind.OWN and quota.reclaim(demands[model])
+            if blocked:  # own quota, but the tree's room on its path is borrowed: only a reclaim makes room
+                attempt = NoRoom(pod, kind, None, reclaim=blocked)
+            elif job.gang:
                 rows = gang_rows(state, job, pod, table)
                 if rows is not None:
                     return Assignment(pod, kind, rows=rows)

@@ -9,6 +9,7 @@ One cache serves one loop at a time (a second, concurrent loop needs its own).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cluster.types import JobView, QuotaView
@@ -16,6 +17,7 @@ from scheduler.policy.nodes import Layout, NodeTable, node_tables
 from scheduler.policy.priority import utilization_points
 from scheduler.policy.profile import Profile
 from scheduler.policy.quota import Demand, Limits, host_demand, quota_limits
+from scheduler.policy.quotatree import QuotaTree
 from scheduler.policy.rightsizing import Request, rightsize
 
 # (job, right-sized request, utilization points, host demand of every worker, shape: what the waiting cache reads of
@@ -66,6 +68,17 @@ class CycleCache:
     remember_waits: bool = True
     tried: int = 0  # jobs the cycles using this cache tried
     tried_in_full: int = 0  # of them, tried in full (the others waited as one that read the same)
+    tree: tuple | None = None  # (quotas, tree nodes, departments, capacity, QuotaTree) of the last cycle
+
+    def quota_tree(self, quotas, nodes, departments: Callable[[], set[str]],
+                   capacity: Callable[[], Mapping[str, float]]) -> QuotaTree:
+        """QuotaTree.build(...), kept while the same quotas and tree nodes come again over the same departments and
+        capacity."""
+        names, room = departments(), capacity()
+        last = self.tree
+        if last is None or last[0] is not quotas or last[1] is not nodes or last[2] != names or last[3] != room:
+            last = self.tree = (quotas, nodes, names, room, QuotaTree.build(quotas, nodes, names, room))
+        return last[4]
 
     def node_tables(self, nodes) -> dict[str | None, NodeTable]:
         """node_tables(nodes), re-reading only the nodes whose object changed since the last cycle."""

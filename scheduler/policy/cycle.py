@@ -21,6 +21,7 @@ from scheduler.policy.assignment import Assigner, Assignment
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.decisions import CycleResult, Reason, StillPending
 from scheduler.policy.diagnosis import Diagnosis
+from scheduler.policy.fairshare import tournament
 from scheduler.policy.preemptor import Preemptor
 from scheduler.policy.profile import Profile
 from scheduler.policy.queue import Queued, QueueBuilder
@@ -77,7 +78,8 @@ class _Cycle:
         head: JobView | None = None
         queue = QueueBuilder(state, self.lending).build(state.cache.per_job)
         self.reserver.gangs = self.profile.reservations and any(q.job.gang for q in queue)  # a reservation may come
-        for position, q in enumerate(queue):
+        order = queue if state.shares is None else tournament(state.shares, queue)
+        for position, q in enumerate(order):
             if head is not None:
                 self._pending(q, position, Reason.BLOCKED, blocked(head))
             elif not self._try(q, position) and self.profile.head_of_line_blocking:
@@ -126,7 +128,8 @@ class _Cycle:
         """The job's CPU and memory fit its department's own and borrowed quota: its CPU then decides no quota
         check, and no quota sentence shows it."""
         profile = self.profile
-        return not profile.quotas or self.state.ledger.host_fits(q.job.department, q.host, profile.borrowing)
+        return not profile.quotas or self.state.ledger.host_fits(q.job.department, q.host,
+                                                                 profile.borrowing and q.job.preemptible)
 
     def _attempt(self, q: Queued, position: int, ends_at: float, mark: str | None = CPU_MARK
                  ) -> tuple[Reason, str | None, bool, bool] | None:

@@ -16,6 +16,7 @@ class Reason(str, Enum):
     ADMITTED = "admitted"  # profile without quotas
     PREEMPTED_RECLAIM = "preempted-reclaim"  # own-quota work takes back borrowed capacity
     PREEMPTED_PRIORITY = "preempted-priority"  # a higher priority (base + utilization) needed the room
+    PREEMPTED_FAIR_SHARE = "preempted-fair-share"  # borrowed work of a subtree below its fair share needed the room
     QUOTA_EXHAUSTED = "quota-exhausted"
     NO_IDLE_CAPACITY = "no-idle-capacity"  # borrowed quota has room, the cluster has no idle fit
     NO_CAPACITY = "no-capacity"  # quota has room, no node fits even with preemption

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from cluster.types import QuotaKind
 from scheduler.policy.decisions import Reason
 from scheduler.policy.framework import PodRequest
-from scheduler.policy.quota import JobQuota
+from scheduler.policy.quota import JobQuota, Shortfall
 
 NO_FREE = (0, 0.0)
 
@@ -26,6 +26,9 @@ class NoRoom:
     free: tuple[int, float] = NO_FREE  # wholly free and idle GPUs across the model's nodes, when shown
     gang: str | None = None  # a gang's shortfall (sentences.shortfall), when shown
     frame: tuple[str, str] | None = None  # the gang's, split where the worker's CPU goes (None: more depends on it)
+    # own-class work whose quota-tree level has no room until borrowed work under it is reclaimed: that level's index
+    # and its refusal (nodes were not tried)
+    reclaim: tuple[int, Shortfall] | None = None
 
     @property
     def templated(self) -> bool:

@@ -37,6 +37,7 @@ class Candidate:
     score: int
     run_time_s: float
     borrowed: bool
+    young: bool = False  # borrowed work within its reclaim_min_runtime: evicted only when no other set will do
 
     @property
     def lost_s(self) -> float:
@@ -53,9 +54,11 @@ class Victims:
     def work_lost_s(self) -> float:
         return sum({c.job.id: c.lost_s for c in self.jobs}.values())
 
-    def key(self) -> tuple[int, float, int, int]:
-        """Fewest own-quota victims, then least work lost, then fewest victims, then node order."""
-        return (sum(not c.borrowed for c in self.jobs), self.work_lost_s, len(self.jobs), self.row)
+    def key(self) -> tuple[int, int, float, int, int]:
+        """Fewest own-quota victims, then fewest young borrowed ones (no churn), then least work lost, then fewest
+        victims, then node order."""
+        return (sum(not c.borrowed for c in self.jobs), sum(c.young for c in self.jobs), self.work_lost_s,
+                len(self.jobs), self.row)
 
 
 _ROW, _SCORE, _RUN_TIME, _BORROWED = (attrgetter(f) for f in ("row", "score", "run_time_s", "borrowed"))
@@ -165,13 +168,16 @@ class VictimIndex:
             self.youngest_borrowed[row] = min(left, default=np.inf)
 
     def find(self, req: PodRequest, score: int, own_quota: bool, profile: Profile,
-             exclude: np.ndarray | None = None) -> Victims | None:
-        """The best victim set on a single node whose eviction lets `req` fit there (not on `exclude`d rows)."""
+             exclude: np.ndarray | None = None, fair: np.ndarray | None = None) -> Victims | None:
+        """The best victim set on a single node whose eviction lets `req` fit there (not on `exclude`d rows); with
+        `fair`, only among those candidates (fair-share preemption between borrowers, fairshare.py)."""
         if not self.cands:
             return None
         allowed = filtered(self.table.schedulable.copy(), req, self.table, profile)
         if exclude is not None:
             allowed &= ~exclude
+        if fair is not None:
+            return self._among(req, allowed, self.alive & fair, 0, profile)
         if own_quota:
             # Borrowed victims only: any set without own-quota victims beats every set with one.
             rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))
@@ -180,6 +186,11 @@ class VictimIndex:
         elig = self.alive & (self.score < score) & (self.run_time >= profile.min_runtime_s)
         if own_quota:
             elig |= self.alive & self.borrowed
+        return self._among(req, allowed, elig, 0 if not own_quota else 1, profile)
+
+    def _among(self, req: PodRequest, allowed: np.ndarray, elig: np.ndarray, own_lb: int,
+               profile: Profile) -> Victims | None:
+        """The best victim set among the `elig` candidates, on the `allowed` rows."""
         if not elig.any():
             return None
         rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self._held(elig)))
@@ -187,7 +198,7 @@ class VictimIndex:
             return None
         youngest = np.full(len(self.table), np.inf)
         np.minimum.at(youngest, self.row[elig], self.run_time[elig])
-        return self._best(req, rows, youngest, elig, 0 if not own_quota else 1, profile)
+        return self._best(req, rows, youngest, elig, own_lb, profile)
 
     def _best(self, req: PodRequest, rows: np.ndarray, youngest: np.ndarray, elig: np.ndarray,
               own_lb: int, profile: Profile) -> Victims | None:
@@ -196,7 +207,7 @@ class VictimIndex:
         best: Victims | None = None
         order = rows[np.lexsort((rows, youngest[rows]))][: profile.preemption_max_nodes]
         for row in order:
-            if best is not None and (own_lb, youngest[row], 1, row) >= best.key():
+            if best is not None and (own_lb, 0, youngest[row], 1, row) >= best.key():
                 break  # a lower bound of every later node's cost: none can beat the best
             pool = [self.cands[i] for i in self.by_row[int(row)] if elig[i]]
             chosen = _victims_on_row(req, self.table, int(row), pool)
@@ -222,7 +233,7 @@ def _victims_on_row(req: PodRequest, table: NodeTable, row: int, pool: list[Cand
     that turned out not to be needed, most work first."""
     room = _Room(table, row)
     chosen: list[Candidate] = []
-    for c in sorted(pool, key=lambda c: (not c.borrowed, c.lost_s)):
+    for c in sorted(pool, key=lambda c: (not c.borrowed, c.young, c.lost_s)):
         room.free(c, 1)
         chosen.append(c)
         if room.fits(req):

@@ -6,6 +6,8 @@ worker fits, or gives everything back."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from cluster.types import QuotaKind
 from scheduler.policy.assignment import Assignment, gang_rows
 from scheduler.policy.decisions import Preempt, Reason
@@ -16,7 +18,8 @@ from scheduler.policy.placement import Placement, allowed
 from scheduler.policy.preemption import Candidate, Victims
 from scheduler.policy.priority import rebased
 from scheduler.policy.queue import Queued
-from scheduler.policy.quota import allocation_demand
+from scheduler.policy.fairshare import fair_after, fair_victims
+from scheduler.policy.quota import allocation_demand, demand, gpu_demand
 from scheduler.policy.sentences import preempted
 from scheduler.policy.state import CycleState
 
@@ -33,32 +36,77 @@ class Preemptor:
     def _for_pod(self, q: Queued, attempts: list[NoRoom]) -> Plan | None:
         state, profile = self.state, self.state.profile
         for a in attempts:
-            if a.kind is QuotaKind.BORROWED or not state.holders_by_model.get(a.pod.gpu_model):
+            if not state.holders_by_model.get(a.pod.gpu_model):
                 continue  # (nobody to preempt on an empty model: the burst of a first cycle)
-            total = rebased(q.score, a.kind, profile).preemption(profile)
-            own = a.kind is QuotaKind.OWN
+            if a.reclaim is not None:
+                found = self._reclaim_under(q, a)
+                if found is None:
+                    continue
+                victims, taken = found
+            else:
+                # borrowed work preempts only by fair share, if at all
+                victims = self._fair(q, a) if a.kind is QuotaKind.BORROWED else self._by_quota_and_score(q, a)
+                if victims is None:
+                    continue
+                taken = self._take(a.pod.gpu_model, victims)
             model = a.pod.gpu_model
-            memo = (*a.pod.dims(), a.pod.pool, total, own)
-            if known_failure(state.preempt_failed[model], memo):
-                continue
             table = state.tables[model]
-            victims = state.victims(model).find(a.pod, total, own, profile)
-            if victims is None:
-                state.preempt_failed[model].append(memo)
-                continue
-            taken = self._take(model, victims)
             self._decisions(q, a, taken)
             placement = Placement(victims.row, table.names[victims.row], table.choose_gpus(victims.row, a.pod.gpus))
             return Assignment(a.pod, a.kind, placement), _job_ids(taken)
         return None
+
+    def _by_quota_and_score(self, q: Queued, a: NoRoom) -> Victims | None:
+        """Own-quota work reclaims borrowed work; a higher score evicts a lower one past its minimum run time."""
+        state, profile, model = self.state, self.state.profile, a.pod.gpu_model
+        total = rebased(q.score, a.kind, profile).preemption(profile)
+        own = a.kind is QuotaKind.OWN
+        memo = (*a.pod.dims(), a.pod.pool, total, own)
+        if known_failure(state.preempt_failed[model], memo):
+            return None
+        victims = state.victims(model).find(a.pod, total, own, profile)
+        if victims is None:
+            state.preempt_failed[model].append(memo)
+        return victims
+
+    def _reclaim_under(self, q: Queued, a: NoRoom) -> tuple[Victims, list[Candidate]] | None:
+        """Own-class work whose tree level lent or borrowed its room: borrowed victims under that level, on one node
+        where the job then fits, taken when their eviction gives the level room back (else nothing is taken)."""
+        state, pod = self.state, a.pod
+        index, quota = state.victims(pod.gpu_model), state.ledger.checker(q.job.department, q.host, False)
+        node = a.reclaim[0]
+        under = np.fromiter((c.borrowed and quota.in_subtree(node, c.job.department) for c in index.cands),
+                            dtype=bool, count=len(index.cands))
+        victims = index.find(pod, 0, True, state.profile, fair=under)
+        if victims is None:
+            return None
+        taken = self._take(pod.gpu_model, victims)
+        if quota.reclaim(gpu_demand(pod.gpu_model, pod.gpus)) is None:
+            return victims, taken
+        self._give_back(pod.gpu_model, taken)
+        state.changes += 1  # (what was given back may not add up bit for bit)
+        return None
+
+    def _fair(self, q: Queued, a: NoRoom) -> Victims | None:
+        """Borrowed victims of other subtrees by fair share (fairshare.py); None without fair sharing."""
+        state, shares = self.state, self.state.shares
+        if shares is None:
+            return None
+        pod, index = a.pod, state.victims(a.pod.gpu_model)
+        need = demand(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
+        fair = fair_victims(shares, q.job.department, need, index.cands)
+        victims = index.find(pod, 0, False, state.profile, fair=fair)
+        if victims is None or not fair_after(shares, q.job.department, need, index.whole(victims)):
+            return None
+        return victims
 
     def _for_gang(self, q: Queued, attempts: list[NoRoom]) -> Plan | None:
         """Victims node by node, each set freeing a worker's room where there was none, until the whole gang fits;
         when it never does, everything taken is given back and nobody is preempted."""
         state, profile, job = self.state, self.state.profile, q.job
         for a in attempts:
-            if a.kind is QuotaKind.BORROWED or not state.holders_by_model.get(a.pod.gpu_model):
-                continue
+            if a.kind is QuotaKind.BORROWED or a.reclaim is not None or not state.holders_by_model.get(a.pod.gpu_model):
+                continue  # (a gang does not reclaim a tree level's room: it waits for it)
             total = rebased(q.score, a.kind, profile).preemption(profile)
             model = a.pod.gpu_model
             own = a.kind is QuotaKind.OWN
@@ -140,12 +188,14 @@ class Preemptor:
         for cands in by_job.values():
             c = cands[0]
             reclaim = c.borrowed and a.kind is QuotaKind.OWN
+            fair = a.kind is QuotaKind.BORROWED
             nodes = sorted({x.allocation.node for x in cands})
             message = preempted(q.job, c.job, nodes, c.run_time_s, reclaim, a.pod.gpu_model, total, c.score,
-                                profile.aging_preempts)
-            self.state.decisions.append(Preempt(
-                c.job.id, c.job.name, c.allocation.node, q.job.id, c.run_time_s, True,
-                Reason.PREEMPTED_RECLAIM if reclaim else Reason.PREEMPTED_PRIORITY, message))
+                                profile.aging_preempts, fair)
+            reason = Reason.PREEMPTED_RECLAIM if reclaim else Reason.PREEMPTED_FAIR_SHARE if fair \
+                else Reason.PREEMPTED_PRIORITY
+            self.state.decisions.append(Preempt(c.job.id, c.job.name, c.allocation.node, q.job.id, c.run_time_s, True,
+                                                reason, message))
 
 
 def _job_ids(taken: list[Candidate]) -> tuple[int, ...]:

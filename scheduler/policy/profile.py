@@ -27,6 +27,9 @@ class Profile:
     borrowing: bool = True
     preemption: bool = True  # own-quota reclaim and higher-score-preempts-lower
     min_runtime_s: float = 300.0  # younger jobs are protected, except from own-quota reclaim
+    # Kueue's fairSharing: the queue in a weighted dominant-resource-share tournament between subtrees of the quota
+    # tree, and borrowed work preempting another subtree's while its share after stays at or below the victim's
+    fair_sharing: bool = False
     preemption_max_nodes: int = 8  # nodes whose exact victim set is computed per preemptor
     # gangs that cannot start hold the nodes that free soonest (backfill; an own-quota gang's stay open to borrowed
     # work, which it reclaims when it starts)

@@ -50,6 +50,7 @@ class Shortfall:
     used: float
     limit: float
     amount: float
+    node: str | None = None  # the quota-tree level that refuses (None: the job's own department)
 
 
 @dataclass(slots=True)  # not frozen, as Shortfall
@@ -78,6 +79,30 @@ def quota_limits(quotas: Iterable[QuotaView]) -> Limits:
     return limits
 
 
+def held(holders: Iterable[JobView]) -> list[tuple[str, QuotaKind, Demand]]:
+    """What running jobs charge, per department and kind: GPU models first, then CPU and memory. Summed per department
+    and kind first, in holder order: each GPU model's sum is the one charging allocation by allocation makes, and CPU
+    and memory are whole numbers, exact in any order."""
+    gpus: dict[tuple[str, QuotaKind, str], float] = {}
+    host: dict[tuple[str, QuotaKind], list[int]] = {}
+    for job in holders:
+        department = job.department
+        for alloc in job.allocations:  # a gang holds quota for every worker
+            kind = alloc.quota_kind
+            if kind is None:
+                continue
+            for resource, amount in gpu_demand(alloc.gpu_model, alloc.gpus):
+                key = (department, kind, resource)
+                gpus[key] = gpus.get(key, 0.0) + amount
+            summed = host.get((department, kind))
+            if summed is None:
+                summed = host[(department, kind)] = [0, 0]
+            summed[0] += alloc.cpu_milli
+            summed[1] += alloc.memory_mib
+    return ([(department, kind, ((resource, amount),)) for (department, kind, resource), amount in gpus.items()]
+            + [(department, kind, host_demand(cpu, memory)) for (department, kind), (cpu, memory) in host.items()])
+
+
 class QuotaLedger:
     """Own and borrowed usage per department and resource key, charged by admitted/running jobs."""
 
@@ -88,28 +113,8 @@ class QuotaLedger:
         # jobs ask for the same few GPU parts (model, count) each cycle
         self._checked: dict[str, dict[Demand, tuple[_Short | None, _Short | None]]] = {}
         self._host_checked: dict[str, dict[Demand, tuple[bool, bool]]] = {}  # host_fits(), the same way
-        # Summed per department and kind first, in holder order: each GPU model's sum is the one charging
-        # allocation by allocation makes, and CPU and memory are whole numbers, exact in any order.
-        gpus: dict[tuple[str, QuotaKind, str], float] = {}
-        host: dict[tuple[str, QuotaKind], list[int]] = {}
-        for job in holders:
-            department = job.department
-            for alloc in job.allocations:  # a gang holds quota for every worker
-                kind = alloc.quota_kind
-                if kind is None:
-                    continue
-                for resource, amount in gpu_demand(alloc.gpu_model, alloc.gpus):
-                    key = (department, kind, resource)
-                    gpus[key] = gpus.get(key, 0.0) + amount
-                summed = host.get((department, kind))
-                if summed is None:
-                    summed = host[(department, kind)] = [0, 0]
-                summed[0] += alloc.cpu_milli
-                summed[1] += alloc.memory_mib
-        for (department, kind, resource), amount in gpus.items():
-            self.charge(department, kind, ((resource, amount),))
-        for (department, kind), (cpu, memory) in host.items():
-            self.charge(department, kind, host_demand(cpu, memory))
+        for department, kind, need in held(holders):
+            self.charge(department, kind, need)
 
     def _read(self, department: str) -> Mapping[str, Sequence[float]]:
         rows = self._rows.get(department)

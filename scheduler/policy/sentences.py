@@ -31,6 +31,8 @@ CPU_MARK = "\x00"  # where a waiting job's CPU goes in its kept sentence (checke
 def no_room(d: NoRoom, request_cpu: str | None = None) -> str:
     """Why a model's nodes had no room, the request's CPU written as `request_cpu` (default: its figure; a waiting
     job's sentence is kept as a template with its CPU left out)."""
+    if d.reclaim is not None:
+        return f"{quota_refused(d.reclaim[1])}: own quota, once borrowed work under it is reclaimed"
     if request_cpu is None:
         request_cpu = f"{d.pod.cpu_milli}"
     if d.gang is not None:
@@ -78,10 +80,11 @@ _UNITS = MappingProxyType({CPU_KEY: ("CPU", "m"), MEMORY_KEY: ("memory", " MiB")
 def quota_refused(s: Shortfall) -> str:
     """A quota without room for the job."""
     unit = _UNITS.get(s.resource)
+    of = "" if s.node is None else f" of {s.node}"  # a level of the quota tree above the job's department
     if unit is None:  # GPUs
-        return f"{s.kind.value} {s.resource} quota {_gpus(s.used)}/{_gpus(s.limit)} used, needs {_gpus(s.amount)}"
+        return f"{s.kind.value} {s.resource} quota{of} {_gpus(s.used)}/{_gpus(s.limit)} used, needs {_gpus(s.amount)}"
     name, suffix = unit
-    return f"{s.kind.value} {name} quota {s.used:g}{suffix}/{s.limit:g}{suffix} used, needs {s.amount:g}{suffix}"
+    return f"{s.kind.value} {name} quota{of} {s.used:g}{suffix}/{s.limit:g}{suffix} used, needs {s.amount:g}{suffix}"
 
 
 def _gpus(amount: float) -> str:
@@ -182,8 +185,9 @@ def gang_admitted(q: Queued, pod: PodRequest, kind: QuotaKind | None, table: Nod
 
 
 def preempted(for_job: JobView, victim: JobView, nodes: list[str], run_time_s: float, reclaim: bool, model: str | None,
-              total: int, victim_score: int, aging_preempts: bool) -> str:
+              total: int, victim_score: int, aging_preempts: bool, fair: bool = False) -> str:
     why = (f"to give {for_job.department} back its own {model or 'CPU'} quota" if reclaim
+           else f"for fair share: {for_job.department}'s share after stays at or below {victim.department}'s" if fair
            else f"for higher score {total} > {victim_score}" if aging_preempts
            else f"for higher priority {total} > {victim_score} (base + utilization; aging only orders the queue)")
     where = (f"on {nodes[0]}" if not victim.gang else

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import cached_property
 
-from cluster.types import JobView, QuotaKind, Snapshot
+from cluster.types import JobView, QuotaKind, Snapshot, capacity_by_resource
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.decisions import CycleDecision
 from scheduler.policy.nodes import NodeTable
@@ -16,6 +16,8 @@ from scheduler.policy.preemption import Candidate, VictimIndex
 from scheduler.policy.priority import score
 from scheduler.policy.profile import Profile
 from scheduler.policy.quota import QuotaLedger
+from scheduler.policy.quotatree import QuotaTree, TreeLedger
+from scheduler.policy.fairshare import FairShares
 from scheduler.policy.workload import TargetWorkload, jobs_workload
 
 
@@ -66,7 +68,25 @@ class CycleState:
         return by_model
 
     @cached_property
-    def ledger(self) -> QuotaLedger:
+    def tree(self) -> QuotaTree | None:
+        """The quota tree (None: flat departments, the flat ledger's faster checks)."""
+        snap = self.snap
+        if not snap.tree and not self.profile.fair_sharing:
+            return None
+        return self.cache.quota_tree(snap.quotas, snap.tree, lambda: {j.department for j in snap.jobs},
+                                     lambda: capacity_by_resource(snap.nodes))
+
+    @cached_property
+    def shares(self) -> FairShares | None:
+        """Fair shares on the ledger (None: the profile does not share fairly)."""
+        if not self.profile.fair_sharing or not self.profile.quotas or self.tree is None:
+            return None
+        return FairShares(self.tree, self.ledger)
+
+    @cached_property
+    def ledger(self) -> QuotaLedger | TreeLedger:
+        if self.tree is not None:
+            return TreeLedger(self.tree, self.holders)
         return QuotaLedger(self.snap.quotas, self.holders, self.cache.quota_limits(self.snap.quotas))
 
     def victims(self, model: str | None) -> VictimIndex:
@@ -78,8 +98,11 @@ class CycleState:
 
     def _candidates(self, model: str | None) -> list[Candidate]:
         table, profile, last, scores = self.tables[model], self.profile, self._last_scores, self.scores
+        tree, now = self.tree, self.now
         candidates = []
         for job in self.holders_by_model.get(model, ()):
+            if not job.preemptible:
+                continue
             known = last.get(id(job))
             if known is not None and known[0] is job and known[1] is profile:
                 total = known[2]
@@ -87,11 +110,15 @@ class CycleState:
                 total = score(job, job.allocation.quota_kind, self.now, profile).preemption(profile)
             if job.started_at is not None:  # its wait, hence its score, no longer grows
                 scores[id(job)] = (job, profile, total)
+            run_s = job.run_time_s(now)
+            # no churn: borrowed work younger than its tree node's reclaim_min_runtime is the last victim
+            young = tree is not None and run_s < tree.reclaim_min_runtime_s[tree.index[job.department]]
             for alloc in job.allocations:  # a gang: each worker, evicted all together
                 if alloc.node not in table.row:
                     continue  # a node outside the snapshot: nothing to reclaim there
-                candidates.append(Candidate(job, alloc, table.row[alloc.node], total, job.run_time_s(self.now),
-                                            alloc.quota_kind is QuotaKind.BORROWED))
+                borrowed = alloc.quota_kind is QuotaKind.BORROWED
+                candidates.append(Candidate(job, alloc, table.row[alloc.node], total, run_s, borrowed,
+                                            borrowed and young))
         return candidates
 
     def finish(self) -> None:

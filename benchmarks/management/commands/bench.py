@@ -31,6 +31,10 @@ class Command(BaseCommand):
         parser.add_argument("--profile", default="tidal")
         parser.add_argument("--gang-share", type=float, default=0.0,
                             help="scheduler: share of the jobs that are gangs of 2-16 workers of whole GPUs (0-1)")
+        parser.add_argument("--tree-leaves", type=int, default=0,
+                            help="scheduler: departments as this many leaves of a 3-level quota tree (0: 10 flat ones)")
+        parser.add_argument("--fair-sharing", action="store_true",
+                            help="scheduler: the profile's fair sharing between the tree's subtrees")
         parser.add_argument("--node-csv", default=str(settings.TRACES_DIR / "alibaba-gpu-2023/openb_node_list_all_node.csv"),
                             help="node shapes to draw from (built-in Alibaba shapes when the file is missing)")
         parser.add_argument("--samples", type=int, default=600_000, help="streaming: pod samples to push")
@@ -67,7 +71,8 @@ class Command(BaseCommand):
         with tqdm(total=opts["cycles"], desc="scheduling cycles", disable=None) as bar:
             figures = bench_scheduler(nodes=(opts["nodes"] or 5000), pending=opts["pending"], cycles=opts["cycles"],
                                       seed=opts["seed"], node_csv=opts["node_csv"], profile=opts["profile"],
-                                      progress=lambda _cycle: bar.update(), gang_share=opts["gang_share"])
+                                      progress=lambda _cycle: bar.update(), gang_share=opts["gang_share"],
+                                      tree_leaves=opts["tree_leaves"], fair_sharing=opts["fair_sharing"])
         return figures
 
     @staticmethod
