@@ -74,9 +74,10 @@ def kube_scheduler(kubeconfig: str, limits: ClientLimits, workdir: Path) -> Iter
             process.wait()
 
 
-def bound_times(log: Path, namespace: str) -> dict[str, float]:
-    """Pod name -> the time (s since the epoch) the scheduler logged its binding, for pods of `namespace`."""
-    out: dict[str, float] = {}
+def bindings(log: Path, namespace: str) -> dict[str, tuple[float, str]]:
+    """Pod name -> (the time the scheduler logged its binding, in s since the epoch; the node), for pods of
+    `namespace`."""
+    out: dict[str, tuple[float, str]] = {}
     with open(log) as f:
         for line in f:
             if BOUND not in line:
@@ -87,7 +88,8 @@ def bound_times(log: Path, namespace: str) -> dict[str, float]:
                 continue
             pod = entry.get("pod") or {}
             if pod.get("namespace") == namespace:
-                out.setdefault(pod["name"], float(entry["ts"]) / (1000 if entry["ts"] > 1e11 else 1))
+                ts = float(entry["ts"])
+                out.setdefault(pod["name"], (ts / 1000 if ts > 1e11 else ts, entry.get("node", "")))
     return out
 
 

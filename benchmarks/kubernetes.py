@@ -22,6 +22,7 @@ object. Tidal's pods are deleted before kube-scheduler's phase; nodes and pods a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import statistics
@@ -38,7 +39,7 @@ from kubernetes.client.exceptions import ApiException
 
 from benchmarks import kube_scheduler as ks
 from benchmarks.scheduler import percentile
-from cluster.backend import JOB_LABEL, PodSpec
+from cluster.backend import JOB_LABEL, BackendUnavailable, PodSpec
 from cluster.kubernetes import conventions, objects
 from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
 from cluster.kubernetes.kwok import node_object
@@ -50,9 +51,11 @@ from scheduler.policy.cache import CycleCache
 from scheduler.policy.gpuloss import warm_up
 from scheduler.policy.workload import jobs_workload
 
+log = logging.getLogger(__name__)
 TIDAL_NAMESPACE, KUBE_NAMESPACE = "bench-tidal", "bench-kube-scheduler"
 NODE_PREFIX = "bench-"
 BENCH_GPUS = (0, 0, 0, 0.25, 0.5, 1)  # GPUs per pod: about 30 % of the cluster's GPUs at 1,000 nodes, 10,000 pods
+CHUNK = 200  # admissions Tidal binds per bind_many call (the figures' resolution of when a pod was bound)
 PARALLEL = 16  # setting up and cleaning up (not measured): requests in flight
 Progress = Callable[[str], None]
 
@@ -64,6 +67,9 @@ class Phase:
     scheduler: str
     pods: int
     bound: int  # by this scheduler, of `pods`
+    checked: int  # of those, pods the API server shows on the node this scheduler chose
+    refused: int  # binds the backend refused (the job stays queued for the next cycle), or cycles cut short by
+    # an unanswered request (the next cycle reads again, as the live loop's next tick does)
     seconds: float  # from the phase's start to the last binding
     first_bound_s: float  # from the phase's start (listing the cluster, starting up)
     bound_per_s: float
@@ -102,11 +108,11 @@ def render(report: Report) -> Iterator[object]:
     yield (f"{report.nodes:,} kwok nodes ({report.gpus:,.0f} GPUs), {report.pods:,} pods asking {report.gpus_asked:,.0f} "
            f"GPUs; both clients: {report.client_limits}; {report.cpus} CPUs.")
     table = Table(title="Binding the same pods through the real API server")
-    for column in ("scheduler", "bound", "pods/s", "p50 s", "p99 s", "first s", "last s", "API server CPU s",
+    for column in ("scheduler", "bound (checked)", "refused", "pods/s", "p50 s", "p99 s", "first s", "last s", "API server CPU s",
                    "load (1 min)"):
         table.add_column(column, justify="left" if column == "scheduler" else "right")
     for p in (report.tidal, report.kube):
-        table.add_row(p.scheduler, f"{p.bound:,}/{p.pods:,}", f"{p.bound_per_s:,.1f}", f"{p.p50_s:.2f}",
+        table.add_row(p.scheduler, f"{p.bound:,}/{p.pods:,} ({p.checked:,})", str(p.refused), f"{p.bound_per_s:,.1f}", f"{p.p50_s:.2f}",
                       f"{p.p99_s:.2f}", f"{p.first_bound_s:.2f}", f"{p.seconds:.2f}", f"{p.apiserver_cpu_s:.1f}",
                       f"{p.load_before:.1f}→{p.load_after:.1f}")
     yield table
@@ -128,6 +134,7 @@ def bench_kubernetes(*, nodes: int, pods: int, kubeconfig: str, run_dir: Path, s
         jobs = bench_jobs(pods, views, rng, time.time())
         progress(f"Tidal places {pods:,} pods")
         tidal, specs = _tidal_phase(api, views, jobs, apiserver)
+        tidal = replace(tidal, checked=_checked(api, TIDAL_NAMESPACE, {s.name: node for s, node in specs}))
         _delete_pods(api, TIDAL_NAMESPACE)
         progress(f"creating {len(specs):,} pending pods for kube-scheduler")
         with ks.stack_scheduler_paused(run_dir):
@@ -137,7 +144,7 @@ def bench_kubernetes(*, nodes: int, pods: int, kubeconfig: str, run_dir: Path, s
                       [pending_pod(spec, node, views_by_name(views)) for spec, node in specs])
             created_s, created_cpu = time.time() - started, ks.cpu_seconds(apiserver) - cpu
             progress(f"kube-scheduler places {len(specs):,} pods")
-            kube = _kube_phase(kubeconfig, limits, run_dir, len(specs), apiserver)
+            kube = _kube_phase(api, kubeconfig, limits, run_dir, len(specs), apiserver)
     finally:
         progress("cleaning up")
         _cleanup(api)
@@ -205,6 +212,7 @@ def _tidal_phase(api: client.ApiClient, views: list[NodeView], jobs: list[JobVie
     state = {j.id: j for j in jobs}
     bound: dict[str, float] = {}
     specs: list[tuple[PodSpec, str]] = []
+    refused = waiting = 0
     load, cpu, started = os.getloadavg()[0], ks.cpu_seconds(apiserver), time.time()
     backend = KubernetesCluster(api, KubeSettings(namespace=TIDAL_NAMESPACE))
     try:
@@ -214,25 +222,46 @@ def _tidal_phase(api: client.ApiClient, views: list[NodeView], jobs: list[JobVie
             snapshot = replace(probe, now=time.time(), nodes=backend.nodes(), jobs=tuple(state.values()))
             with frozen_heap():
                 result = schedule(snapshot, profile, workload=workload, cache=cache)
-            admits = [d for d in result.decisions if isinstance(d, Admit)]
+            # a preemptor waits for its victims' pods to go: the benchmark places pending pods, it evicts none
+            admits = [d for d in result.decisions if isinstance(d, Admit) and not d.preempting]
+            waiting += len(result.preempted)
             if not admits:
                 break
-            for d in admits:
-                r = d.rightsized
-                spec = PodSpec(f"job-{d.job_id}", d.job_id, d.gpu_model, d.gpu_shares, r.cpu_request_milli,
-                               r.memory_mib, labels={JOB_LABEL: str(d.job_id)})
-                backend.bind(spec, d.node)
-                bound[spec.name] = time.time()
-                specs.append((spec, d.node))
-                state[d.job_id] = replace(state[d.job_id], status=JobStatus.RUNNING, started_at=snapshot.now,
-                                          allocation=Allocation(d.node, d.gpu_model, d.gpu_shares,
-                                                                r.cpu_request_milli, r.memory_mib, d.quota_kind))
+            try:
+                for chunk in range(0, len(admits), CHUNK):
+                    refused += _bind(backend, admits[chunk:chunk + CHUNK], state, snapshot.now, bound, specs)
+            except BackendUnavailable as error:
+                log.warning("a cycle stopped: %s", error)
+                refused += 1
     finally:
         backend.stop()
-    return _phase("Tidal", len(jobs), bound, started, load, ks.cpu_seconds(apiserver) - cpu), specs
+    phase = _phase("Tidal", len(jobs), bound, started, load, ks.cpu_seconds(apiserver) - cpu)
+    if waiting:
+        log.warning("%d preemptions decided and not carried out", waiting)
+    return replace(phase, refused=refused), specs
 
 
-def _kube_phase(kubeconfig: str, limits: ks.ClientLimits, run_dir: Path, pods: int, apiserver: int,
+def _bind(backend: KubernetesCluster, admits: list[Admit], state: dict[int, JobView], now: float,
+          bound: dict[str, float], specs: list[tuple[PodSpec, str]]) -> int:
+    """Bind admissions as the backend binds a batch; each pod counts as bound when its batch has returned. How many
+    the backend refused."""
+    pods = [(PodSpec(f"job-{d.job_id}", d.job_id, d.gpu_model, d.gpu_shares, d.rightsized.cpu_request_milli,
+                     d.rightsized.memory_mib, labels={JOB_LABEL: str(d.job_id)}), d.node) for d in admits]
+    refused = backend.bind_many(pods)
+    at = time.time()
+    for d, (spec, node) in zip(admits, pods, strict=True):
+        if spec.name in refused:
+            continue
+        bound[spec.name] = at
+        specs.append((spec, node))
+        r = d.rightsized
+        state[d.job_id] = replace(state[d.job_id], status=JobStatus.RUNNING, started_at=now,
+                                  allocation=Allocation(d.node, d.gpu_model, d.gpu_shares, r.cpu_request_milli,
+                                                        r.memory_mib, d.quota_kind))
+    return len(refused)
+
+
+def _kube_phase(api: client.ApiClient, kubeconfig: str, limits: ks.ClientLimits, run_dir: Path, pods: int, apiserver: int,
                 timeout_s: float = 1800) -> Phase:
     load, cpu, started = os.getloadavg()[0], ks.cpu_seconds(apiserver), time.time()
     with ks.kube_scheduler(kubeconfig, limits, run_dir / "bench") as log:
@@ -240,14 +269,22 @@ def _kube_phase(kubeconfig: str, limits: ks.ClientLimits, run_dir: Path, pods: i
         while ks.bound_count(log) < pods and time.time() < deadline:
             time.sleep(0.2)
         cpu = ks.cpu_seconds(apiserver) - cpu
-    return _phase("kube-scheduler", pods, ks.bound_times(log, KUBE_NAMESPACE), started, load, cpu)
+    bindings = ks.bindings(log, KUBE_NAMESPACE)
+    phase = _phase("kube-scheduler", pods, {name: at for name, (at, _) in bindings.items()}, started, load, cpu)
+    return replace(phase, checked=_checked(api, KUBE_NAMESPACE, {name: node for name, (_, node) in bindings.items()}))
 
 
 def _phase(name: str, pods: int, bound: dict[str, float], started: float, load: float, cpu: float) -> Phase:
     waits = sorted(t - started for t in bound.values()) or [0.0]
     last = waits[-1]
-    return Phase(name, pods, len(bound), last, waits[0], len(bound) / last if last else 0.0,
+    return Phase(name, pods, len(bound), 0, 0, last, waits[0], len(bound) / last if last else 0.0,
                  statistics.median(waits), percentile(waits, 0.99), cpu, load, os.getloadavg()[0])
+
+
+def _checked(api: client.ApiClient, namespace: str, chosen: dict[str, str]) -> int:
+    """Pods of `namespace` the API server shows on the node their scheduler chose."""
+    pods = objects_of(client.CoreV1Api(api).list_namespaced_pod(namespace, _preload_content=False))
+    return sum(1 for p in pods if chosen.get(objects.meta(p)["name"]) == objects.node_name(p))
 
 
 def _models(views: list[NodeView]) -> set[str]:
@@ -296,7 +333,11 @@ def objects_of(response) -> list[dict]:
 
 def _delete_pods(api: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(api)
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    try:
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, _preload_content=False)
+    except ApiException as error:
+        if error.status != 504:  # the server keeps deleting after its request timeout
+            raise
     _wait(lambda: not core.list_namespaced_pod(namespace, limit=1).items, f"pods of {namespace} deleted")
 
 

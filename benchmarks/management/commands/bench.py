@@ -137,7 +137,7 @@ class Command(BaseCommand):
         if nodes < 1 or pods < 1:
             raise CommandError(f"--nodes and --pods must be positive, got {nodes} and {pods}")
         console = Console()
-        console.width = max(console.width, 120)  # the table's nine columns, also when the output is a file
+        console.width = max(console.width, 130)  # the table's ten columns, also when the output is a file
         report = bench_kubernetes(nodes=nodes, pods=pods, kubeconfig=settings.TIDAL_KUBECONFIG,
                                   run_dir=settings.RUN_DIR, seed=opts["seed"], node_csv=opts["node_csv"],
                                   progress=lambda what: console.log(what))
