@@ -55,8 +55,8 @@ def config_yaml(kubeconfig: str, limits: ClientLimits) -> str:
 
 
 @contextmanager
-def kube_scheduler(kubeconfig: str, limits: ClientLimits, workdir: Path) -> Iterator[Path]:
-    """A kube-scheduler running until the block ends; yields its log file."""
+def kube_scheduler(kubeconfig: str, limits: ClientLimits, workdir: Path) -> Iterator[tuple[Path, int]]:
+    """A kube-scheduler running until the block ends; yields its log file and pid."""
     workdir.mkdir(parents=True, exist_ok=True)
     config, log = workdir / "kube-scheduler.yaml", workdir / "kube-scheduler.log"
     config.write_text(config_yaml(kubeconfig, limits))
@@ -64,7 +64,7 @@ def kube_scheduler(kubeconfig: str, limits: ClientLimits, workdir: Path) -> Iter
         process = subprocess.Popen([str(scheduler_bin()), "--config", str(config), "--secure-port", "0",
                                     "--logging-format", "json", "-v", "2"], stdout=out, stderr=subprocess.STDOUT)
     try:
-        yield log
+        yield log, process.pid
     finally:
         process.terminate()
         try:

@@ -82,6 +82,7 @@ class Phase:
     p50_s: float  # from the phase's start to bound
     p99_s: float
     apiserver_cpu_s: float
+    scheduler_cpu_s: float  # the scheduler's own process (Tidal's: the benchmark's, its watch threads included)
     load_before: float  # 1-minute load average
     load_after: float
 
@@ -114,16 +115,16 @@ def render(report: Report) -> Iterator[object]:
     yield (f"{report.nodes:,} kwok nodes ({report.gpus:,.0f} GPUs), {report.pods:,} pods asking {report.gpus_asked:,.0f} "
            f"GPUs; both clients: {report.client_limits}; {report.cpus} CPUs.")
     table = Table(title="Binding the same pods through the real API server")
-    for column in ("scheduler", "bound (checked)", "refused", "pods/s", "p50 s", "p99 s", "first s", "last s", "API server CPU s",
-                   "load (1 min)"):
+    for column in ("scheduler", "bound (checked)", "refused", "pods/s", "p50 s", "p99 s", "first s", "last s",
+                   "API server CPU s", "scheduler CPU s", "load (1 min)"):
         table.add_column(column, justify="left" if column == "scheduler" else "right")
     for p in (report.tidal, report.kube):
-        table.add_row(p.scheduler, f"{p.bound:,}/{p.pods:,} ({p.checked:,})", str(p.refused), f"{p.bound_per_s:,.1f}", f"{p.p50_s:.2f}",
-                      f"{p.p99_s:.2f}", f"{p.first_bound_s:.2f}", f"{p.seconds:.2f}", f"{p.apiserver_cpu_s:.1f}",
-                      f"{p.load_before:.1f}→{p.load_after:.1f}")
+        table.add_row(p.scheduler, f"{p.bound:,}/{p.pods:,} ({p.checked:,})", str(p.refused), f"{p.bound_per_s:,.1f}",
+                      *(f"{v:.2f}" for v in (p.p50_s, p.p99_s, p.first_bound_s, p.seconds)),
+                      f"{p.apiserver_cpu_s:.1f}", f"{p.scheduler_cpu_s:.1f}", f"{p.load_before:.1f}→{p.load_after:.1f}")
     yield table
     yield (f"ratio Tidal/kube-scheduler (pods bound per second): {report.ratio:.2f}. Creating kube-scheduler's "
-           f"{report.pods:,} pending pods before its phase took {report.kube_pods_created_s:.1f} s and "
+           f"{report.kube.pods:,} pending pods before its phase took {report.kube_pods_created_s:.1f} s and "
            f"{report.kube_pods_created_cpu_s:.1f} API-server CPU s (not in its figures).")
 
 
@@ -218,7 +219,7 @@ def _tidal_phase(api: client.ApiClient, views: list[NodeView], jobs: list[JobVie
     bound: dict[str, float] = {}
     specs: list[tuple[PodSpec, str]] = []
     refused = waiting = 0
-    load, cpu, started = os.getloadavg()[0], ks.cpu_seconds(apiserver), time.time()
+    load, cpu, started, own = os.getloadavg()[0], ks.cpu_seconds(apiserver), time.time(), time.process_time()
     backend = KubernetesCluster(api, KubeSettings(namespace=TIDAL_NAMESPACE))
     try:
         while any(j.status is JobStatus.PENDING for j in state.values()):
@@ -243,7 +244,7 @@ def _tidal_phase(api: client.ApiClient, views: list[NodeView], jobs: list[JobVie
     phase = _phase("Tidal", len(jobs), bound, started, load, ks.cpu_seconds(apiserver) - cpu)
     if waiting:
         log.warning("%d preemptions decided and not carried out", waiting)
-    return replace(phase, refused=refused), specs
+    return replace(phase, refused=refused, scheduler_cpu_s=time.process_time() - own), specs
 
 
 def _bind(backend: KubernetesCluster, admits: list[Admit], state: dict[int, JobView], now: float,
@@ -269,23 +270,24 @@ def _bind(backend: KubernetesCluster, admits: list[Admit], state: dict[int, JobV
 def _kube_phase(api: client.ApiClient, kubeconfig: str, limits: ks.ClientLimits, run_dir: Path, pods: int, apiserver: int,
                 timeout_s: float = 1800) -> Phase:
     load, cpu, started = os.getloadavg()[0], ks.cpu_seconds(apiserver), time.time()
-    with ks.kube_scheduler(kubeconfig, limits, run_dir / "bench") as log:
+    with ks.kube_scheduler(kubeconfig, limits, run_dir / "bench") as (log, pid):
         deadline, count, moved = started + timeout_s, 0, time.time()
         while count < pods and time.time() < deadline and time.time() - moved < STALL_S:
             time.sleep(0.2)
             if (now := ks.bound_count(log)) > count:
                 count, moved = now, time.time()
-        cpu = ks.cpu_seconds(apiserver) - cpu
+        cpu, own = ks.cpu_seconds(apiserver) - cpu, ks.cpu_seconds(pid)
     bindings = ks.bindings(log, KUBE_NAMESPACE)
     phase = _phase("kube-scheduler", pods, {name: at for name, (at, _) in bindings.items()}, started, load, cpu)
-    return replace(phase, checked=_checked(api, KUBE_NAMESPACE, {name: node for name, (_, node) in bindings.items()}))
+    chosen = {name: node for name, (_, node) in bindings.items()}
+    return replace(phase, scheduler_cpu_s=own, checked=_checked(api, KUBE_NAMESPACE, chosen))
 
 
 def _phase(name: str, pods: int, bound: dict[str, float], started: float, load: float, cpu: float) -> Phase:
     waits = sorted(t - started for t in bound.values()) or [0.0]
     last = waits[-1]
     return Phase(name, pods, len(bound), 0, 0, last, waits[0], len(bound) / last if last else 0.0,
-                 statistics.median(waits), percentile(waits, 0.99), cpu, load, os.getloadavg()[0])
+                 statistics.median(waits), percentile(waits, 0.99), cpu, 0.0, load, os.getloadavg()[0])
 
 
 def _checked(api: client.ApiClient, namespace: str, chosen: dict[str, str]) -> int:
