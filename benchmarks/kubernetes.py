@@ -140,7 +140,7 @@ def bench_kubernetes(*, nodes: int, pods: int, kubeconfig: str, run_dir: Path, s
         _setup(api, views)
         jobs = bench_jobs(pods, views, rng, time.time())
         progress(f"Tidal places {pods:,} pods")
-        tidal, specs = _tidal_phase(api, views, jobs, apiserver)
+        tidal, specs = _tidal_phase(api, views, jobs, apiserver, progress)
         tidal = replace(tidal, checked=_checked(api, TIDAL_NAMESPACE, {s.name: node for s, node in specs}))
         progress(f"creating {len(specs):,} pending pods for kube-scheduler")
         with ks.stack_scheduler_paused(run_dir):
@@ -206,10 +206,10 @@ def views_by_name(views: list[NodeView]) -> dict[str, NodeView]:
 
 # -- the phases ----------------------------------------------------------------------------------------------
 
-def _tidal_phase(api: client.ApiClient, views: list[NodeView], jobs: list[JobView],
-                 apiserver: int) -> tuple[Phase, list[tuple[PodSpec, str]]]:
+def _tidal_phase(api: client.ApiClient, views: list[NodeView], jobs: list[JobView], apiserver: int,
+                 progress: Progress) -> tuple[Phase, list[tuple[PodSpec, str]]]:
     """Cycles of the real policy on what the backend reads, binding each cycle's admissions, until all are bound
-    (or a cycle admits none)."""
+    or a cycle binds none."""
     quotas = tuple(build_quotas(views))
     probe = Snapshot(0, tuple(views), (), quotas, certified_map(_models(views)), tuple(sorted(_models(views))))
     workload = jobs_workload(jobs, probe.compatible_models)
@@ -218,33 +218,47 @@ def _tidal_phase(api: client.ApiClient, views: list[NodeView], jobs: list[JobVie
     state = {j.id: j for j in jobs}
     bound: dict[str, float] = {}
     specs: list[tuple[PodSpec, str]] = []
-    refused = waiting = 0
+    refused = 0
     load, cpu, started, own = os.getloadavg()[0], ks.cpu_seconds(apiserver), time.time(), time.process_time()
     backend = KubernetesCluster(api, KubeSettings(namespace=TIDAL_NAMESPACE))
     try:
         while any(j.status is JobStatus.PENDING for j in state.values()):
             backend.drain_events()  # the live tick's first read: starts the watches, lists the cluster
             backend.refresh()
+            _reconcile(backend, state, bound, specs)
             snapshot = replace(probe, now=time.time(), nodes=backend.nodes(), jobs=tuple(state.values()))
             with frozen_heap():
                 result = schedule(snapshot, profile, workload=workload, cache=cache)
             # a preemptor waits for its victims' pods to go: the benchmark places pending pods, it evicts none
             admits = [d for d in result.decisions if isinstance(d, Admit) and not d.preempting]
-            waiting += len(result.preempted)
-            if not admits:
-                break
+            before, stopped = len(bound), False
             try:
                 for chunk in range(0, len(admits), CHUNK):
                     refused += _bind(backend, admits[chunk:chunk + CHUNK], state, snapshot.now, bound, specs)
-            except BackendUnavailable as error:
-                log.warning("a cycle stopped: %s", error)
-                refused += 1
+            except BackendUnavailable as error:  # the next cycle reads again, as the live loop's next tick does
+                progress(f"a cycle stopped: {error}")
+                refused, stopped = refused + 1, True
+            progress(f"Tidal's cycle: {len(admits):,} admitted, {len(bound) - before:,} bound, "
+                     f"{len(result.preempted)} preemptions not carried out")
+            if len(bound) == before and not stopped:
+                break
     finally:
         backend.stop()
     phase = _phase("Tidal", len(jobs), bound, started, load, ks.cpu_seconds(apiserver) - cpu)
-    if waiting:
-        log.warning("%d preemptions decided and not carried out", waiting)
     return replace(phase, refused=refused, scheduler_cpu_s=time.process_time() - own), specs
+
+
+def _reconcile(backend: KubernetesCluster, state: dict[int, JobView], bound: dict[str, float],
+               specs: list[tuple[PodSpec, str]]) -> None:
+    """A pending job whose pod is on the cluster (its create went through though its answer did not come) runs, as
+    the live loop's reconcile finds it; it counts as bound now."""
+    for job in list(state.values()):
+        pod = backend.pod(f"job-{job.id}") if job.status is JobStatus.PENDING else None
+        if pod is not None:
+            bound[pod.spec.name] = time.time()
+            specs.append((pod.spec, pod.node))
+            state[job.id] = replace(job, status=JobStatus.RUNNING, started_at=pod.started_at, allocation=Allocation(
+                pod.node, pod.spec.gpu_model, pod.spec.gpu_shares, pod.spec.cpu_milli, pod.spec.memory_mib, None))
 
 
 def _bind(backend: KubernetesCluster, admits: list[Admit], state: dict[int, JobView], now: float,
