@@ -19,7 +19,8 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import urllib3
@@ -59,6 +60,7 @@ class KubeSettings:
     grace_period_s: int = 30  # evicted pods' termination grace
     replacement_wait_s: float = 5.0  # how long detach_pod waits for the ReplicaSet controller's new pod
     request_timeout_s: float = 10.0
+    bind_parallelism: int = 8  # pod creates in flight in bind_many (the client's connection pool holds 10 or more)
     follow_timeout_s: float = 3600.0  # a followed log's stream is dropped after this long without a line
 
 
@@ -292,7 +294,45 @@ class KubernetesCluster:
 
     # -- training pods ---------------------------------------------------------------------------------
     def bind(self, pod: PodSpec, node: str) -> None:
+        refused = self.bind_many([(pod, node)])
+        if refused:
+            raise refused[pod.name]
+
+    def bind_many(self, pods: Sequence[tuple[PodSpec, str]]) -> dict[str, BackendError]:
+        """Bind several pods, each as `bind` does: checked in order against the tick's read (a pod sees the room the
+        ones before it took), then created concurrently, at most settings.bind_parallelism in flight (kube-scheduler
+        binds asynchronously too). Returns the refusals by pod name; the other pods are bound. BackendUnavailable,
+        once every create has answered, when one could not be made."""
         state = self._state()
+        refused: dict[str, BackendError] = {}
+        bodies = []
+        for spec, node in pods:
+            try:
+                body = self._bound_pod(spec, node, state)
+            except BackendError as error:
+                refused[spec.name] = error
+                continue
+            self._remember_bound(body, state)  # the read is updated with each pod instead of redone
+            bodies.append(body)
+        failed: Exception | None = None
+        for body, outcome in zip(bodies, self._create_all(bodies), strict=True):
+            name = objects.meta(body)["name"]
+            if isinstance(outcome, Conflict):
+                refused[name] = BackendError(f"pod {name} is already bound")
+            elif isinstance(outcome, BackendError):
+                refused[name] = outcome
+            elif isinstance(outcome, Exception):
+                failed = failed or outcome
+            else:
+                self._wrote(self._pods_watch, outcome)
+                state.raw[name] = outcome
+        if failed is not None or any(objects.meta(b)["name"] in refused for b in bodies):
+            self._read = None  # it counts pods that were not created
+        if failed is not None:
+            raise failed
+        return refused
+
+    def _bound_pod(self, pod: PodSpec, node: str, state: _Read) -> dict:
         view = state.nodes.get(node)
         if view is None:
             raise BackendError(f"unknown node {node}")
@@ -300,19 +340,23 @@ class KubernetesCluster:
         if why:
             raise BackendError(why)
         try:
-            body = objects.bound_pod(pod, node, self.settings.namespace, self.settings.image,
+            return objects.bound_pod(pod, node, self.settings.namespace, self.settings.image,
                                      state.device_gib.get(node), self.settings.grace_period_s, time.time_ns())
         except ValueError as error:
             raise BackendError(f"pod {pod.name} on {node}: {error}") from None
-        try:  # not _write: a tick binds many pods, so the read is updated with this one instead of redone
-            created = self._call(self._core.create_namespaced_pod, self.settings.namespace, body)
-        except Conflict:
-            raise BackendError(f"pod {pod.name} is already bound") from None
-        except Exception:
-            self._read = None
-            raise
-        self._wrote(self._pods_watch, created)
-        self._remember_bound(created, state)
+
+    def _create_all(self, bodies: list[dict]) -> list[Mapping | Exception]:
+        """Each pod's created object, or the error its create raised."""
+        def create(body: dict) -> Mapping | Exception:
+            try:
+                return self._call(self._core.create_namespaced_pod, self.settings.namespace, body)
+            except Exception as error:  # handed back: bind_many tells refusals from outages
+                return error
+
+        if len(bodies) <= 1:
+            return [create(b) for b in bodies]
+        with ThreadPoolExecutor(min(self.settings.bind_parallelism, len(bodies))) as pool:
+            return list(pool.map(create, bodies))
 
     @staticmethod
     def _remember_bound(pod: Mapping, state: _Read) -> None:

@@ -1,7 +1,8 @@
 """`python manage.py bench scheduler --nodes 5000 --pending 10000 [--gang-share 0.2] --json out.json`
 `python manage.py bench streaming --samples 600000 --pods 1000 --json out.json`
 `python manage.py bench console --jobs 10000 --departments 200 --json out.json`
-`python manage.py bench api --users 100 --duration 60 --json out.json`"""
+`python manage.py bench api --users 100 --duration 60 --json out.json`
+`python manage.py bench kubernetes --nodes 5000 --pods 10000 --json out.json`"""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ class Command(BaseCommand):
     help = ("Benchmark a Tidal component and print its figures. `streaming` migrates the configured database "
             "(DATABASE_URL) first, since its sink writes there, and removes its rows afterwards; `console` uses a "
             "throwaway database of its own, and so does `api` (served by gunicorn, loaded by Locust); `scheduler` "
-            "uses none.")
+            "uses none; `kubernetes` uses the control plane of platform/stack.sh (TIDAL_KUBECONFIG): its nodes and pods "
+            "are deleted afterwards.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("target", choices=["scheduler", "streaming", "console", "api"])
+        parser.add_argument("target", choices=["scheduler", "streaming", "console", "api", "kubernetes"])
         parser.add_argument("--nodes", type=int, default=None,
-                            help="scheduler: 5000; console: 1523 (every node of the Alibaba GPU trace)")
+                            help="scheduler, kubernetes: 5000; console: 1523 (every node of the Alibaba GPU trace)")
         parser.add_argument("--pending", type=int, default=10000)
         parser.add_argument("--cycles", type=int, default=6)
         parser.add_argument("--seed", type=int, default=7)
@@ -38,7 +40,8 @@ class Command(BaseCommand):
         parser.add_argument("--node-csv", default=str(settings.TRACES_DIR / "alibaba-gpu-2023/openb_node_list_all_node.csv"),
                             help="node shapes to draw from (built-in Alibaba shapes when the file is missing)")
         parser.add_argument("--samples", type=int, default=600_000, help="streaming: pod samples to push")
-        parser.add_argument("--pods", type=int, default=1000, help="streaming: pods (one training run each)")
+        parser.add_argument("--pods", type=int, default=None,
+                            help="streaming: pods (one training run each), 1000; kubernetes: pods to place, 10000")
         parser.add_argument("--jobs", type=int, default=None,
                             help="training jobs in the database (console: 10,000; api: 5,000)")
         parser.add_argument("--departments", type=int, default=None, help="console: 200; api: 40")
@@ -56,7 +59,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, **opts: object) -> None:
         run = {"scheduler": self._scheduler, "streaming": self._streaming, "console": self._console,
-               "api": self._api}[opts["target"]]
+               "api": self._api, "kubernetes": self._kubernetes}[opts["target"]]
         figures = run(opts)
         for name, value in figures.items():
             self.stdout.write(f"{name}: {value:.3f}" if isinstance(value, float) else f"{name}: {value}")
@@ -90,7 +93,7 @@ class Command(BaseCommand):
             bar.update(done - bar.n)
 
         try:
-            return bench_streaming(samples=opts["samples"], pods=opts["pods"], progress=progress)
+            return bench_streaming(samples=opts["samples"], pods=opts["pods"] or 1000, progress=progress)
         finally:
             for bar in bars.values():
                 bar.close()
@@ -123,5 +126,25 @@ class Command(BaseCommand):
             report = bench_api(options, progress=progress)
         console = Console()
         console.width = max(console.width, 120)  # the table's nine columns, also when the output is a file
+        console.print(*render(report), sep="\n")
+        return report.figures()
+
+    @staticmethod
+    def _kubernetes(opts: dict) -> dict:
+        from rich.console import Console
+
+        from benchmarks.kubernetes import bench_kubernetes, render
+
+        if not settings.TIDAL_KUBECONFIG:
+            raise CommandError("no control plane: start it with platform/stack.sh start and export "
+                               "`platform/stack.sh env` (TIDAL_KUBECONFIG)")
+        nodes, pods = opts["nodes"] or 5000, opts["pods"] or 10_000
+        if nodes < 1 or pods < 1:
+            raise CommandError(f"--nodes and --pods must be positive, got {nodes} and {pods}")
+        console = Console()
+        console.width = max(console.width, 130)  # the table's ten columns, also when the output is a file
+        report = bench_kubernetes(nodes=nodes, pods=pods, kubeconfig=settings.TIDAL_KUBECONFIG,
+                                  run_dir=settings.RUN_DIR, seed=opts["seed"], node_csv=opts["node_csv"],
+                                  progress=lambda what: console.log(what))
         console.print(*render(report), sep="\n")
         return report.figures()
