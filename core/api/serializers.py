@@ -49,6 +49,11 @@ class UnsignedDecimalField(serializers.DecimalField):
     def largest(self) -> Decimal:
         return Decimal(10) ** (self.max_digits - self.decimal_places) - Decimal(1).scaleb(-self.decimal_places)
 
+    def validate_empty_values(self, data):
+        if isinstance(data, str) and not data.strip():  # DRF reads "" as null; the pattern takes no blank string
+            self.fail("invalid")
+        return super().validate_empty_values(data)
+
     def to_internal_value(self, data):
         if isinstance(data, bool) or isinstance(data, float) and not math.isfinite(data):
             self.fail("invalid")

@@ -22,3 +22,15 @@ def worker_queue():
     yield queue
     worker.terminate()
     worker.wait(timeout=20)
+
+
+@pytest.fixture
+def eager(settings):
+    """Tasks run in-process as a worker would run them (retries too, without their backoff wait); every decision is
+    settled at once (the notifications scan takes it without its settle time)."""
+    from tidal.celery import app
+
+    settings.TIDAL_NOTIFY_SETTLE_S = 0
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False

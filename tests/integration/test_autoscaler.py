@@ -133,18 +133,6 @@ class Receiver(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def eager(settings):
-    """The notifications scan and its deliveries run in-process (retries without their backoff wait), every decision
-    settled at once."""
-    from tidal.celery import app
-
-    settings.TIDAL_NOTIFY_SETTLE_S = 0
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = False
-
-
-@pytest.fixture
 def webhook(settings, eager):
     """The operators' alert webhook."""
     server = HTTPServer(("127.0.0.1", 0), Receiver)

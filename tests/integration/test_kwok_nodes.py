@@ -12,7 +12,7 @@ from cluster.backend import BackendUnavailable
 from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
 from cluster.kubernetes.kwok import register_nodes
 from cluster.types import NodeState, NodeView, Pool
-from tests.integration.kubecluster import KwokCluster, admin_client, wait_for
+from tests.integration.kubecluster import kwok_cluster, wait_for
 
 NS = "tidal-workloads"
 
@@ -24,14 +24,8 @@ def view(name: str, state: NodeState = NodeState.OFFLINE_NORMAL) -> NodeView:
 
 @pytest.fixture
 def cluster():
-    kwok = KwokCluster(admin_client(), NS)
-    kwok.ensure_namespace()
-    kwok.empty()
-    try:
+    with kwok_cluster((), NS) as kwok:
         yield kwok
-    finally:
-        kwok.empty()
-        kwok.api.close()
 
 
 def test_nodes_are_registered_once_and_others_are_named(cluster):

@@ -97,18 +97,6 @@ def hooks():
         server.server_close()
 
 
-@pytest.fixture
-def eager(settings):
-    """Tasks run in-process as a worker would run them (retries too, without their backoff wait); every decision is
-    settled at once."""
-    from tidal.celery import app
-
-    settings.TIDAL_NOTIFY_SETTLE_S = 0
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = False
-
-
 def _addresses(world):
     for role, user in world.users.items():
         user.email = f"{user.username}@cluster.test"
