@@ -53,6 +53,15 @@ class PerJob:
         self.last, self.now = self.now, {}
 
 
+@dataclass(frozen=True, slots=True)
+class _BuiltTree:
+    quotas: object  # compared by identity: a snapshot's tuple comes again unchanged while nothing changed
+    nodes: object
+    departments: set[str]
+    capacity: Mapping[str, float]
+    tree: QuotaTree
+
+
 @dataclass(slots=True)
 class CycleCache:
     """The last cycle's node layout, quota limits, per-job figures and running jobs' victim scores."""
@@ -68,7 +77,7 @@ class CycleCache:
     remember_waits: bool = True
     tried: int = 0  # jobs the cycles using this cache tried
     tried_in_full: int = 0  # of them, tried in full (the others waited as one that read the same)
-    tree: tuple | None = None  # (quotas, tree nodes, departments, capacity, QuotaTree) of the last cycle
+    tree: _BuiltTree | None = None  # the last cycle's quota tree and what it was built from
 
     def quota_tree(self, quotas, nodes, departments: Callable[[], set[str]],
                    capacity: Callable[[], Mapping[str, float]]) -> QuotaTree:
@@ -76,9 +85,10 @@ class CycleCache:
         capacity."""
         names, room = departments(), capacity()
         last = self.tree
-        if last is None or last[0] is not quotas or last[1] is not nodes or last[2] != names or last[3] != room:
-            last = self.tree = (quotas, nodes, names, room, QuotaTree.build(quotas, nodes, names, room))
-        return last[4]
+        if last is None or last.quotas is not quotas or last.nodes is not nodes or last.departments != names \
+                or last.capacity != room:
+            last = self.tree = _BuiltTree(quotas, nodes, names, room, QuotaTree.build(quotas, nodes, names, room))
+        return last.tree
 
     def node_tables(self, nodes) -> dict[str | None, NodeTable]:
         """node_tables(nodes), re-reading only the nodes whose object changed since the last cycle."""
