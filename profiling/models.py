@@ -15,6 +15,8 @@ from django.db.models import Q
 
 from scheduler.models import JobRun, TrainingJob
 
+ESTIMATED_HELP = ("SM active, occupancy, tensor and DRAM activity attributed from a GPU shared with other pods "
+                  "(docs/reference/gpu-metrics.md#shared-gpus)")
 RESOURCES = ("gpu_util", "gpu_mem_util", "cpu_util", "mem_util", "cpu_cores",
              "sm_active", "sm_occupancy", "tensor_active", "dram_active")
 
@@ -55,6 +57,7 @@ class JobMinute(ResourceStats):
     req_mem_bytes = models.FloatField(null=True, blank=True)
     emitted_at = models.DateTimeField(help_text="When Flink closed the window.")
     written_at = models.DateTimeField(auto_now=True, help_text="When the sink last wrote this row.")
+    estimated = models.BooleanField(default=False, help_text=ESTIMATED_HELP)
 
     class Meta(ResourceStats.Meta):
         ordering = ["run", "minute"]
@@ -141,6 +144,7 @@ class ServiceMinute(models.Model):
     latency_p99_ms = models.FloatField(null=True, blank=True)
     emitted_at = models.DateTimeField()
     written_at = models.DateTimeField(auto_now=True)
+    estimated = models.BooleanField(default=False, help_text=ESTIMATED_HELP)
 
     class Meta:
         ordering = ["service", "minute"]

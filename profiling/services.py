@@ -128,7 +128,7 @@ def job_minutes_record(*, records: Iterable[r.JobMinute], now: datetime | None =
     known = [(runs[(rec.job, rec.run)][0], rec) for rec in valid if (rec.job, rec.run) in runs]
     rows = _first_per_key(
         ((run, at_ms(rec.window_start)),
-         {"samples": rec.samples, "emitted_at": at_ms(rec.emitted_at),
+         {"samples": rec.samples, "emitted_at": at_ms(rec.emitted_at), "estimated": bool(rec.estimated),
           **{name: _number(getattr(rec, name)) for name in JOB_MINUTE_VALUES if name != "samples"}})
         for run, rec in known
     )
@@ -155,7 +155,7 @@ def service_minutes_record(*, records: Iterable[r.ServiceMinute]) -> RecordCount
     rows = _first_per_key(
         ((services[rec.service], at_ms(rec.window_start)),
          {"samples": rec.samples, "replicas": rec.replicas, "emitted_at": at_ms(rec.emitted_at),
-          **{name: _number(getattr(rec, name)) for name in SERVICE_MINUTE_VALUES[2:]}})
+          "estimated": bool(rec.estimated), **{name: _number(getattr(rec, name)) for name in SERVICE_MINUTE_VALUES[2:]}})
         for rec in known
     )
     counts, _ = _insert_new(ServiceMinute, owner="service", rows=rows)

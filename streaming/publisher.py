@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cluster.backend import JOB_LABEL, RUN_LABEL, SERVICE_LABEL, kube_state_label
+from streaming.attribution import DeviceReading, attribute
 from streaming.records import PodSample, encode
 from streaming.topics import Topics
 
@@ -96,20 +97,36 @@ LABEL_JOB, LABEL_RUN, LABEL_SERVICE = (kube_state_label(n) for n in (JOB_LABEL, 
 # PodSample field <- dcgm-exporter's profiling field (a ratio 0..1), averaged over the pod's GPUs
 DCGM_PROF_FIELDS = {"sm_active": "DCGM_FI_PROF_SM_ACTIVE", "sm_occupancy": "DCGM_FI_PROF_SM_OCCUPANCY",
                     "tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "dram_active": "DCGM_FI_PROF_DRAM_ACTIVE"}
+# Read per (pod, GPU) and combined in `join` (streaming/attribution.py): field -> (metric, divisor)
+DEVICE_FIELDS = {"gpu_util": ("DCGM_FI_DEV_GPU_UTIL", 100), **{f: (m, 1) for f, m in DCGM_PROF_FIELDS.items()}}
+DEVICE_QUERIES = frozenset(f"{field}{peak}" for field in DEVICE_FIELDS for peak in ("", "_peak"))
+DEVICE_LABEL = "UUID"
 USAGE_FIELDS = ("gpu_util", "gpu_mem_used_mib", "gpu_mem_free_mib", "cpu_cores", "mem_bytes",
                 "qps", "errors_per_s", "latency_mean_ms", "latency_p99_ms", *DCGM_PROF_FIELDS)
 
 
-def build_queries(rate_window: str = "1m", selector: str = "") -> tuple[Query, ...]:
+def build_queries(rate_window: str = "1m", selector: str = "", step_s: int = 5) -> tuple[Query, ...]:
+    """The cycle's PromQL. DCGM gauges are read over the step ending at each point (mean, and max for the peaks),
+    not at the point: a burst shorter than the step (an idle notebook's 1-s matmuls every 10 s) would read 0 at
+    every point. The window is a millisecond short of the step, so a sample on a grid point counts in one step
+    only, whichever end of the range the Prometheus version includes."""
     w = rate_window
     by = "by (namespace, pod)"
     pod = 'pod!=""' + (f", {selector}" if selector else "")
     cont = f'container!="", container!="POD", {pod}'  # "" is cAdvisor's pod-level cgroup sum
     srv = f'reporter!="source", {pod}'  # the server side of istio's telemetry
+    step = f"[{int(step_s) * 1000 - 1}ms]"
+
+    def device(field: str, fn: str) -> Query:
+        metric, divisor = DEVICE_FIELDS[field]
+        name = field if fn == "avg" else f"{field}_peak"
+        return Query(name, f"avg by (namespace, pod, {DEVICE_LABEL}) ({fn}_over_time({metric}{{{pod}}}{step}))"
+                           + (f" / {divisor}" if divisor != 1 else ""))
+
     return (
-        Query("gpu_util", f"avg {by} (DCGM_FI_DEV_GPU_UTIL{{{pod}}}) / 100"),
-        Query("gpu_mem_used_mib", f"sum {by} (DCGM_FI_DEV_FB_USED{{{pod}}})"),
-        Query("gpu_mem_free_mib", f"sum {by} (DCGM_FI_DEV_FB_FREE{{{pod}}})"),
+        *(device(field, fn) for field in DEVICE_FIELDS for fn in ("avg", "max")),
+        Query("gpu_mem_used_mib", f"sum {by} (avg_over_time(DCGM_FI_DEV_FB_USED{{{pod}}}{step}))"),
+        Query("gpu_mem_free_mib", f"sum {by} (avg_over_time(DCGM_FI_DEV_FB_FREE{{{pod}}}{step}))"),
         Query("cpu_cores", f"sum {by} (irate(container_cpu_usage_seconds_total{{{cont}}}[{w}]))"),
         Query("mem_bytes", f"sum {by} (container_memory_working_set_bytes{{{cont}}})"),
         Query("requests", "sum by (namespace, pod, resource) (kube_pod_container_resource_requests"
@@ -122,7 +139,6 @@ def build_queries(rate_window: str = "1m", selector: str = "") -> tuple[Query, .
                                  f" / sum {by} (irate(istio_request_duration_milliseconds_count{{{srv}}}[{w}]))"),
         Query("latency_p99_ms", "histogram_quantile(0.99, sum by (namespace, pod, le) "
                                 f"(irate(istio_request_duration_milliseconds_bucket{{{srv}}}[{w}])))"),
-        *(Query(field, f"avg {by} ({metric}{{{pod}}})") for field, metric in DCGM_PROF_FIELDS.items()),
     )
 
 
@@ -196,9 +212,12 @@ Series = Mapping[str, Any]  # one query_range result: {"metric": {...}, "values"
 def join(results: Mapping[str, Sequence[Series]], step_ms: int | None = None) -> list[PodSample]:
     """PodSamples from the query_range answers of QUERIES, keyed by query name; sorted by (ts, ns, pod).
 
+    The DEVICE_QUERIES answer per (pod, GPU): they are combined per pod by streaming/attribution.py, which
+    splits a shared GPU's activity among its pods and marks those samples `estimated`.
     Points off the step grid (if `step_ms` is given) are ignored."""
     values: dict[tuple[int, str, str], dict[str, float]] = {}
     labels: dict[tuple[int, str, str], tuple[int | None, int | None, str | None]] = {}
+    devices: dict[int, dict[tuple[str, str, str], dict[str, float]]] = {}  # ts -> (ns, pod, GPU) -> field -> v
 
     def points(series: Series) -> Iterable[tuple[tuple[int, str, str], Any]]:
         m = series.get("metric", {})
@@ -220,6 +239,11 @@ def join(results: Mapping[str, Sequence[Series]], step_ms: int | None = None) ->
                     if key not in labels or _order(ident) > _order(labels[key]):
                         labels[key] = ident
                 continue
+            if name in DEVICE_QUERIES:
+                for (ts, ns, pod), raw in points(series):
+                    if (v := to_float(raw)) is not None:
+                        devices.setdefault(ts, {}).setdefault((ns, pod, m.get(DEVICE_LABEL, "")), {})[name] = v
+                continue
             field = REQUEST_FIELDS.get(m.get("resource", "")) if name == "requests" else name
             if field is None:
                 continue
@@ -227,6 +251,13 @@ def join(results: Mapping[str, Sequence[Series]], step_ms: int | None = None) ->
                 v = to_float(raw)
                 if v is not None:
                     values.setdefault(key, {})[field] = v
+    for ts, readings in devices.items():
+        per_pod = attribute(DeviceReading((ns, pod), gpu, v) for (ns, pod, gpu), v in readings.items())
+        for (ns, pod), figures in per_pod.items():
+            row = values.setdefault((ts, ns, pod), {})
+            row.update(figures.values)
+            if figures.estimated:
+                row["estimated"] = 1
 
     out = []
     for key in sorted(values):
@@ -307,7 +338,7 @@ class Publisher:
                  clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.topic = Topics(cfg.topic_prefix).pod_samples
-        self.queries = build_queries(cfg.rate_window, cfg.selector)
+        self.queries = build_queries(cfg.rate_window, cfg.selector, cfg.step_s)
         self.clock = clock
         self.stop_event = threading.Event()
         self.cursor_ms: int | None = None  # the last published step, as the latest cycle saw it

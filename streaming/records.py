@@ -56,6 +56,14 @@ class PodSample:
     sm_occupancy: float | None = None  # DCGM_FI_PROF_SM_OCCUPANCY
     tensor_active: float | None = None  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
     dram_active: float | None = None  # DCGM_FI_PROF_DRAM_ACTIVE
+    # The DCGM figures above are each the mean over the step ending at ts; these are the step's maxima.
+    gpu_util_peak: float | None = None
+    sm_active_peak: float | None = None
+    sm_occupancy_peak: float | None = None
+    tensor_active_peak: float | None = None
+    dram_active_peak: float | None = None
+    # 1: the profiling ratios were attributed from a GPU shared with other pods (streaming/attribution.py)
+    estimated: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,7 @@ class JobMinute:
     tensor_active_peak: float | None = None
     dram_active_mean: float | None = None
     dram_active_peak: float | None = None
+    estimated: int | None = None  # 1: some samples' profiling ratios were attributed from a shared GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +121,7 @@ class ServiceMinute:
     latency_p99_ms: float | None  # max of the pods' p99 (an upper bound of the service's p99)
     emitted_at: int
     sm_active_mean: float | None = None  # DCGM_FI_PROF_SM_ACTIVE, mean over its pods' samples
+    estimated: int | None = None  # 1: some of it was attributed from a shared GPU
 
 
 @dataclass(frozen=True, slots=True)

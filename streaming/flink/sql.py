@@ -21,7 +21,7 @@ from streaming.topics import Topics
 # Column types of the records' fields; everything not listed is DOUBLE.
 _TYPES = {"ts": "BIGINT", "namespace": "STRING", "pod": "STRING", "job": "BIGINT", "run": "INT",
           "service": "STRING", "window_start": "BIGINT", "window_end": "BIGINT", "samples": "BIGINT",
-          "replicas": "BIGINT", "emitted_at": "BIGINT"}
+          "replicas": "BIGINT", "emitted_at": "BIGINT", "estimated": "INT"}
 # Planner options that shape the job's operators (so they are part of its plan_id).
 PLANNER = {
     # Window aggregates in one phase: the per-(pod, step) dedup has one record per key, so a local
@@ -30,7 +30,8 @@ PLANNER = {
 }
 # The DCGM profiling ratios of PodSample, each kept per step and averaged / maxed per minute like GPU util.
 PROF_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
-_PROF_STEP = ", ".join(f"MAX({f}) AS {f}" for f in PROF_FIELDS)
+# A step's peak is the publisher's max over the step, or its value where a record has no peak.
+_PROF_STEP = ", ".join(f"MAX({f}) AS {f}, MAX(COALESCE({f}_peak, {f})) AS {f}_peak" for f in PROF_FIELDS)
 # Wall-clock epoch ms when a row leaves the job: the start of the window-close -> profile-row lag.
 _NOW_MS = ("CAST(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP) AS BIGINT) * 1000"
            " + EXTRACT(MILLISECOND FROM CURRENT_TIMESTAMP)")
@@ -87,7 +88,7 @@ def ddl(spec: Spec) -> list[str]:
 WHERE ts IS NOT NULL AND pod IS NOT NULL AND ((job IS NOT NULL AND run IS NOT NULL) OR service IS NOT NULL)""",
         f"""CREATE TEMPORARY VIEW job_steps AS
 SELECT job, run, pod, ts, window_time AS step_time,
-  MAX(gpu_util) AS gpu_util,
+  MAX(gpu_util) AS gpu_util, MAX(COALESCE(gpu_util_peak, gpu_util)) AS gpu_util_peak, MAX(estimated) AS estimated,
   MAX(CASE WHEN gpu_mem_used_mib + gpu_mem_free_mib > 0
       THEN gpu_mem_used_mib / (gpu_mem_used_mib + gpu_mem_free_mib) END) AS gpu_mem_util,
   MAX(CASE WHEN req_cpu_cores > 0 THEN cpu_cores / req_cpu_cores END) AS cpu_util,
@@ -99,7 +100,7 @@ WHERE job IS NOT NULL AND run IS NOT NULL
 GROUP BY job, run, pod, ts, window_start, window_end, window_time""",
         f"""CREATE TEMPORARY VIEW service_steps AS
 SELECT service, pod, ts, window_time AS step_time,
-  MAX(gpu_util) AS gpu_util, MAX(sm_active) AS sm_active,
+  MAX(gpu_util) AS gpu_util, MAX(sm_active) AS sm_active, MAX(estimated) AS estimated,
   MAX(CASE WHEN req_cpu_cores > 0 THEN cpu_cores / req_cpu_cores END) AS cpu_util,
   MAX(qps) AS qps, MAX(errors_per_s) AS errors_per_s,
   MAX(latency_mean_ms) AS latency_mean_ms, MAX(latency_p99_ms) AS latency_p99_ms
@@ -120,10 +121,10 @@ def inserts(spec: Spec) -> list[str]:
     return [
         f"""INSERT INTO job_minutes
 SELECT job, run, {start}, {start} + {window_ms}, COUNT(*),
-  AVG(gpu_util), MAX(gpu_util), AVG(gpu_mem_util), MAX(gpu_mem_util), AVG(cpu_util), MAX(cpu_util),
+  AVG(gpu_util), MAX(gpu_util_peak), AVG(gpu_mem_util), MAX(gpu_mem_util), AVG(cpu_util), MAX(cpu_util),
   AVG(mem_util), MAX(mem_util), AVG(cpu_cores), MAX(cpu_cores),
   MAX(req_gpus), MAX(req_cpu_cores), MAX(req_mem_bytes), {_NOW_MS},
-  {", ".join(f"AVG({f}), MAX({f})" for f in PROF_FIELDS)}
+  {", ".join(f"AVG({f}), MAX({f}_peak)" for f in PROF_FIELDS)}, MAX(estimated)
 FROM {windowed.format('job_steps')}
 GROUP BY job, run, window_start, window_end""",
         f"""INSERT INTO service_minutes
@@ -132,7 +133,7 @@ SELECT service, {start}, {start} + {window_ms}, COUNT(*), COUNT(DISTINCT pod),
   SUM(qps) / COUNT(DISTINCT ts), SUM(errors_per_s) / COUNT(DISTINCT ts),
   SUM(CASE WHEN latency_mean_ms IS NOT NULL THEN qps * latency_mean_ms END)
     / NULLIF(SUM(CASE WHEN latency_mean_ms IS NOT NULL THEN qps END), 0),
-  MAX(latency_p99_ms), {_NOW_MS}, AVG(sm_active)
+  MAX(latency_p99_ms), {_NOW_MS}, AVG(sm_active), MAX(estimated)
 FROM {windowed.format('service_steps')}
 GROUP BY service, window_start, window_end""",
         "INSERT INTO late_samples SELECT * FROM late",

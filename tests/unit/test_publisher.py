@@ -97,8 +97,37 @@ def test_to_float(raw, expected):
 def test_queries_cover_every_metric_field():
     names = {q.name for q in QUERIES}
     metric_fields = set(PodSample.__dataclass_fields__) - {"ts", "namespace", "pod", "job", "run", "service",
-                                                           "req_gpus", "req_cpu_cores", "req_mem_bytes"}
+                                                           "req_gpus", "req_cpu_cores", "req_mem_bytes",
+                                                           "estimated"}
     assert names == metric_fields | {"requests", "labels"}
+
+
+def test_dcgm_gauges_are_read_over_the_step_not_at_its_point():
+    queries = {q.name: q.expr for q in build_queries(step_s=5)}
+    assert "avg_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=\"\"}[4999ms])" in queries["gpu_util"]
+    assert "max_over_time(DCGM_FI_PROF_SM_ACTIVE{pod!=\"\"}[4999ms])" in queries["sm_active_peak"]
+    assert "by (namespace, pod, UUID)" in queries["sm_active"]
+    assert "[9999ms]" in {q.name: q.expr for q in build_queries(step_s=10)}["gpu_mem_used_mib"]
+
+
+def test_join_splits_a_shared_gpus_activity_by_gpu_util_and_marks_it_estimated():
+    """Two pods time-sliced on GPU-1 (each reads the GPU's SM active, 0.6, and its own GPU util), a third alone."""
+    def dev(pod: str, uuid: str, value: str) -> dict:
+        return series({"namespace": "ml", "pod": pod, "UUID": uuid}, [(T0, value)])
+
+    results = {
+        "labels": [labels(p, [T0], job=str(i), run="1") for i, p in enumerate(("a", "b", "c"), start=1)],
+        "gpu_util": [dev("a", "GPU-1", "0.6"), dev("b", "GPU-1", "0.2"), dev("c", "GPU-2", "0.5")],
+        "gpu_util_peak": [dev("a", "GPU-1", "0.9"), dev("b", "GPU-1", "0.3"), dev("c", "GPU-2", "0.7")],
+        "sm_active": [dev("a", "GPU-1", "0.6"), dev("b", "GPU-1", "0.6"), dev("c", "GPU-2", "0.4")],
+        "sm_active_peak": [dev("a", "GPU-1", "0.8"), dev("b", "GPU-1", "0.8"), dev("c", "GPU-2", "0.45")],
+    }
+    got = {s.pod: s for s in join(results, S)}
+    assert (got["a"].gpu_util, got["a"].gpu_util_peak) == (0.6, 0.9)  # per pod already: kept
+    assert got["a"].sm_active == pytest.approx(0.45) and got["b"].sm_active == pytest.approx(0.15)
+    assert got["a"].sm_active_peak == pytest.approx(0.6) and got["b"].sm_active_peak == pytest.approx(0.2)
+    assert got["a"].estimated == got["b"].estimated == 1
+    assert (got["c"].sm_active, got["c"].sm_active_peak, got["c"].estimated) == (0.4, 0.45, None)
 
 
 # --- join -------------------------------------------------------------------------------------------
