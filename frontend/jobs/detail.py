@@ -163,6 +163,15 @@ def _score_kind(score: dict) -> str:
 # SM active beside GPU util: GPU util counts any kernel's time, SM active how busy the SMs were (shown where measured)
 CHARTED = (("gpu_util", "GPU utilization"), ("sm_active", "SM active"), ("gpu_mem_util", "GPU memory"),
            ("cpu_util", "CPU (of request)"), ("mem_util", "Memory (of request)"))
+ESTIMABLE = frozenset({"sm_active"})  # attributed from a shared GPU in a minute marked estimated
+
+
+def estimated_note(minutes: list, total: int) -> str:
+    """Says how many of the charted minutes were on a GPU shared with other pods (docs/reference/gpu-metrics.md)."""
+    if not minutes:
+        return ""
+    share = "every minute" if len(minutes) == total else f"{len(minutes)} of {total} minutes"
+    return f"estimated for {share}: the GPU was shared with other pods, its SM activity split by their GPU util"
 
 
 def profile_charts(profile: JobProfile) -> list[dict]:
@@ -180,7 +189,9 @@ def profile_charts(profile: JobProfile) -> list[dict]:
             total, weight, peak = total + mean * samples, weight + samples, max(peak, top or mean)
             running_mean.append([_ms(at), round(total / weight, 4)])
             running_peak.append([_ms(at), round(peak, 4)])
-        charts.append({"id": f"chart-{resource}", "title": title, "percent": True, "series": [
+        note = estimated_note([m for m in minutes if m.estimated and getattr(m, f"{resource}_mean") is not None],
+                              len(rows)) if resource in ESTIMABLE else ""
+        charts.append({"id": f"chart-{resource}", "title": title, "note": note, "percent": True, "series": [
             {"label": "mean per minute", "points": [[_ms(at), round(mean, 4)] for at, mean, _, _ in rows]},
             {"label": "peak per minute", "points": [[_ms(at), round(top, 4)] for at, _, top, _ in rows if top is not None]},
             {"label": "running mean", "points": running_mean, "dash": [5, 4]},

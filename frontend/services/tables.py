@@ -5,6 +5,8 @@ from colocation.models import InferenceService
 from core.models import Decision
 from frontend.templatetags.console import badge, pct, when
 
+ESTIMATED_TITLE = "a GPU shared with other pods: its SM activity split by the pods' GPU util"
+
 
 class ServiceTable(tables.Table):
     name = tables.Column(linkify=("service", {"name": tables.A("name")}))
@@ -16,12 +18,15 @@ class ServiceTable(tables.Table):
     autoscaling = tables.Column()
     load_qps = tables.Column(verbose_name="QPS (last min)", orderable=False, attrs={"td": {"class": "num"}})
     load_gpu = tables.Column(verbose_name="GPU util (last min)", orderable=False, attrs={"td": {"class": "num"}})
+    # GPU util counts any kernel's time slice; SM active how busy the SMs were (docs/reference/gpu-metrics.md)
+    load_sm_active = tables.Column(verbose_name="SM active (last min)", orderable=False, default="—",
+                                   attrs={"td": {"class": "num"}})
 
     class Meta:
         model = InferenceService
         fields = ()
         sequence = ("name", "department", "gpu_model", "replicas", "bounds", "priority", "autoscaling", "load_qps",
-                    "load_gpu")
+                    "load_gpu", "load_sm_active")
         order_by = ("name",)
         empty_text = "No inference services yet. Department admins create them with “New service”."
 
@@ -35,6 +40,11 @@ class ServiceTable(tables.Table):
         return f"{value:.2f}"
 
     def render_load_gpu(self, value):
+        return pct(value)
+
+    def render_load_sm_active(self, value, record):
+        if record.load_estimated:
+            return format_html('{} <span class="small muted" title="{}">estimated</span>', pct(value), ESTIMATED_TITLE)
         return pct(value)
 
 

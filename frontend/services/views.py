@@ -123,13 +123,23 @@ def load_charts(load: list[ServiceMinute]) -> list[dict]:
         return [[int(m.minute.timestamp() * 1000), getattr(m, field)] for m in load if getattr(m, field) is not None]
 
     return [
-        {"id": "chart-util", "title": "Utilization (mean over pods)", "percent": True, "series": [
-            {"label": "GPU", "points": points("gpu_util_mean")}, {"label": "CPU", "points": points("cpu_util_mean")}]},
+        {"id": "chart-util", "title": "Utilization (mean over pods)", "percent": True, "note": _util_note(load),
+         "series": [{"label": "GPU util", "points": points("gpu_util_mean")},
+                    {"label": "SM active", "points": points("sm_active_mean")},
+                    {"label": "CPU", "points": points("cpu_util_mean")}]},
         {"id": "chart-traffic", "title": "Traffic", "y_label": "requests/s", "series": [
             {"label": "QPS", "points": points("qps")}, {"label": "errors/s", "points": points("errors_per_s")}]},
         {"id": "chart-latency", "title": "Latency", "y_label": "ms", "series": [
             {"label": "mean", "points": points("latency_mean_ms")}, {"label": "p99", "points": points("latency_p99_ms")}]},
     ] if load else []
+
+
+def _util_note(load: list[ServiceMinute]) -> str:
+    """GPU util counts any kernel's time slice, SM active how busy the SMs were; say which minutes were estimated."""
+    if not any(m.sm_active_mean is not None for m in load):
+        return "SM active: not measured (the exporter does not publish DCGM_FI_PROF_SM_ACTIVE)"
+    estimated = sum(1 for m in load if m.estimated)
+    return f"SM active estimated for {estimated} of {len(load)} minutes (a shared GPU)" if estimated else ""
 
 
 def forecast_charts(rows: list[dict]) -> list[dict]:

@@ -48,7 +48,7 @@ class JobMinuteSerializer(serializers.ModelSerializer):
                   "cpu_util_mean", "cpu_util_peak", "mem_util_mean", "mem_util_peak", "cpu_cores_mean",
                   "cpu_cores_peak", "sm_active_mean", "sm_active_peak", "sm_occupancy_mean", "sm_occupancy_peak",
                   "tensor_active_mean", "tensor_active_peak", "dram_active_mean", "dram_active_peak",
-                  "req_gpus", "req_cpu_cores", "req_mem_bytes", "emitted_at", "written_at"]
+                  "estimated", "req_gpus", "req_cpu_cores", "req_mem_bytes", "emitted_at", "written_at"]
 
 
 class RunSeriesSerializer(serializers.Serializer):
@@ -113,8 +113,8 @@ class TaskProfileSerializer(serializers.ModelSerializer):
 class ServiceMinuteSerializer(serializers.ModelSerializer):
     class Meta:
         model = ServiceMinute
-        fields = ["minute", "samples", "replicas", "gpu_util_mean", "sm_active_mean", "cpu_util_mean", "qps",
-                  "errors_per_s", "latency_mean_ms", "latency_p99_ms", "emitted_at"]
+        fields = ["minute", "samples", "replicas", "gpu_util_mean", "sm_active_mean", "estimated", "cpu_util_mean",
+                  "qps", "errors_per_s", "latency_mean_ms", "latency_p99_ms", "emitted_at"]
 
 
 class ServiceLoadQuerySerializer(serializers.Serializer):

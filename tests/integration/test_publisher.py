@@ -124,7 +124,8 @@ class Scenario:
             first = i == 0  # irate needs two samples
             out[(self.a, t)] = PodSample(
                 ts=t, namespace=NS, pod=self.a, job=101, run=2,
-                gpu_util=(40 + 5 * (i % 7) + 60) / 2 / 100, gpu_mem_used_mib=3000.0 + 10 * i,
+                gpu_util=(40 + 5 * (i % 7) + 60) / 2 / 100, gpu_util_peak=(40 + 5 * (i % 7) + 60) / 2 / 100,
+                gpu_mem_used_mib=3000.0 + 10 * i,
                 gpu_mem_free_mib=29000.0 - 10 * i,
                 cpu_cores=None if first else (2.0 if i <= 20 else 3.5) + 0.25,
                 mem_bytes=float(8 * GiB + 256 * MiB + i * MiB),
@@ -133,7 +134,8 @@ class Scenario:
                 ts=t, namespace=NS, pod=self.b, job=102, run=1, cpu_cores=None if first else 1.0,
                 mem_bytes=float(2 * GiB), req_cpu_cores=2.0, req_mem_bytes=float(4 * GiB))
             out[(self.c, t)] = PodSample(
-                ts=t, namespace=NS, pod=self.c, service=self.service, gpu_util=0.3, gpu_mem_used_mib=5000.0,
+                ts=t, namespace=NS, pod=self.c, service=self.service, gpu_util=0.3, gpu_util_peak=0.3,
+                gpu_mem_used_mib=5000.0,
                 gpu_mem_free_mib=11000.0, cpu_cores=None if first else 0.5, mem_bytes=float(GiB),
                 req_gpus=1.0, req_cpu_cores=1.0, req_mem_bytes=float(2 * GiB),
                 qps=None if first else (102.0 if i <= 18 else 122.0), errors_per_s=None if first else 2.0,

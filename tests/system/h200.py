@@ -4,11 +4,10 @@ their CSV, the way Prometheus and the profile job should see them.
 
 Backfill. Each series is shifted by a whole number of minutes to end more than 3 hours ago (the head block
 must not be backfilled; the stack keeps 2 days), its namespace renamed to the test's own, and a
-`kube_pod_labels` series added per pod naming its job. A scraped series that stops goes stale at the next
-scrape; OpenMetrics text cannot carry Prometheus' staleness marker, so each DCGM series gets a NaN one
-sample interval after its last sample instead (a NaN is no value to the publisher), or a pod's last reading
-would live on for the 5-minute lookback. Blocks are written straight into Prometheus' data folder
-(promtool renames each finished block into place), which loads them at its next block reload (~1 min).
+`kube_pod_labels` series added per pod naming its job. The publisher reads DCGM gauges over each step
+(avg_over_time, max_over_time), so a series that stops has no value one step later: no staleness marker is
+needed. Blocks are written straight into Prometheus' data folder (promtool renames each finished block into
+place), which loads them at its next block reload (~1 min).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import requests
 from django.conf import settings
 
 TRACES = Path(settings.TRACES_DIR) / "h200-workloads"
-SCRAPE_S = 1.0  # the sampler's interval: a series ends one interval after its last sample
 # PodSample field <- (metric, scale): the figures the profile job keeps per pod and minute
 FIGURES = {"gpu_util": ("DCGM_FI_DEV_GPU_UTIL", 0.01), "sm_active": ("DCGM_FI_PROF_SM_ACTIVE", 1.0),
            "sm_occupancy": ("DCGM_FI_PROF_SM_OCCUPANCY", 1.0),
@@ -48,19 +46,14 @@ def time_range(run: str) -> tuple[float, float]:
 
 
 def shifted_openmetrics(run: str, *, shift_s: int, namespace: str, jobs: Mapping[str, int]) -> str:
-    """The run's OpenMetrics file with every timestamp moved by `shift_s`, the namespace renamed, a NaN ending
-    each DCGM series, and kube_pod_labels{pod, label_tidal_io_job, label_tidal_io_run="1"} for the `jobs` pods."""
+    """The run's OpenMetrics file with every timestamp moved by `shift_s`, the namespace renamed, and
+    kube_pod_labels{pod, label_tidal_io_job, label_tidal_io_run="1"} for the `jobs` pods."""
     out: list[str] = []
     label_times: dict[str, list[float]] = defaultdict(list)
     family: list[tuple[str, float, str]] = []  # (series, ts, value) of the family being read
 
     def flush() -> None:
-        last: dict[str, float] = {}
-        for series, ts, value in family:
-            out.append(f"{series} {value} {ts + shift_s:.3f}")
-            last[series] = ts
-        out.extend(f"{series} NaN {ts + SCRAPE_S + shift_s:.3f}" for series, ts in last.items()
-                   if series.startswith("DCGM_"))
+        out.extend(f"{series} {value} {ts + shift_s:.3f}" for series, ts, value in family)
         family.clear()
 
     with gzip.open(TRACES / f"{run}_metrics.om.gz", "rt") as lines:
@@ -109,45 +102,41 @@ class Expected:
 def expected_minutes(run: str, *, pods: Iterable[str], shift_s: int, step_s: int,
                      window_s: int = 60) -> dict[tuple[str, int], Expected]:
     """{(pod, minute start epoch ms): Expected} from the run's CSV: at each step t of the publisher's grid a
-    series' value is its latest sample at or before t, none once the series has ended (SCRAPE_S after its last
-    sample); a step counts when the pod has a value there."""
+    series' value is the mean of its samples in (t - step, t] (and their max for the step's peak); a step counts
+    when the pod has a sample there. A minute's mean is the mean of its steps' means, its peak the largest
+    step peak; GPU memory's is used / (used + free) of each step's means, its peak the largest of those."""
     series: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     wanted = {metric for metric, _ in FIGURES.values()} | {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"}
     pods = set(pods)
     for row in _rows(run):
         if row["pod"] in pods and row["metric"] in wanted:
             series[(row["pod"], row["metric"])].append((float(row["timestamp_s"]) + shift_s, float(row["value"])))
-    steps: dict[tuple[str, int], list[dict[str, float]]] = defaultdict(list)
+    steps: dict[tuple[str, int], list[dict[str, tuple[float, float]]]] = defaultdict(list)
     for pod in pods:
         start = min(ts for (p, _), points in series.items() if p == pod for ts, _ in points)
-        end = max(ts for (p, _), points in series.items() if p == pod for ts, _ in points) + SCRAPE_S
-        for t in range(math.ceil(start / step_s) * step_s, math.floor(end) + 1, step_s):
-            values = {metric: _at(series[(pod, metric)], t) for metric in wanted}
-            if all(v is None for v in values.values()):
+        end = max(ts for (p, _), points in series.items() if p == pod for ts, _ in points)
+        for t in range(math.ceil(start / step_s) * step_s, math.ceil(end / step_s) * step_s + 1, step_s):
+            values = {metric: _within(series[(pod, metric)], t - step_s, t) for metric in wanted}
+            if all(not v for v in values.values()):
                 continue
+            step = {name: (sum(v) / len(v) * scale, max(v) * scale) for name, (metric, scale) in FIGURES.items()
+                    if (v := values[metric])}
             used, free = values["DCGM_FI_DEV_FB_USED"], values["DCGM_FI_DEV_FB_FREE"]
-            step = {name: values[metric] * scale for name, (metric, scale) in FIGURES.items()
-                    if values[metric] is not None}
-            if used is not None and free is not None and used + free > 0:
-                step["gpu_mem_util"] = used / (used + free)
+            if used and free and (u := sum(used) / len(used)) + (f := sum(free) / len(free)) > 0:
+                step["gpu_mem_util"] = (u / (u + f), u / (u + f))
             steps[(pod, t * 1000 // (window_s * 1000) * window_s * 1000)].append(step)
     return {key: Expected(len(rows), {name: _mean_peak([r[name] for r in rows if name in r])
                                       for name in (*FIGURES, "gpu_mem_util")})
             for key, rows in steps.items()}
 
 
-def _mean_peak(values: list[float]) -> tuple[float | None, float | None]:
-    return (sum(values) / len(values), max(values)) if values else (None, None)
+def _mean_peak(values: list[tuple[float, float]]) -> tuple[float | None, float | None]:
+    return (sum(m for m, _ in values) / len(values), max(p for _, p in values)) if values else (None, None)
 
 
-def _at(points: list[tuple[float, float]], t: float) -> float | None:
-    """The series' value at t: its latest sample at or before t, unless the series had ended by t."""
-    before = [(ts, v) for ts, v in points if ts <= t]
-    if not before:
-        return None
-    ts, value = before[-1]
-    ended = ts == points[-1][0] and t >= ts + SCRAPE_S
-    return None if ended else value
+def _within(points: list[tuple[float, float]], after: float, until: float) -> list[float]:
+    """The series' values sampled in (after, until]."""
+    return [v for ts, v in points if after < ts <= until]
 
 
 def _rows(run: str) -> list[dict[str, str]]:

@@ -34,10 +34,10 @@ def _training(pod: str, k: int, job: int = 1, **values) -> PodSample:
                      req_cpu_cores=4.0, req_mem_bytes=2e9, **values)
 
 
-def replica(pod: str, k: int, qps: float, p99: float, gpu: float) -> PodSample:
+def replica(pod: str, k: int, qps: float, p99: float, gpu: float, **values) -> PodSample:
     return PodSample(ts=T + k * STEP, namespace="tidal-inference", pod=pod, service="svc", gpu_util=gpu,
                      cpu_cores=1.0, req_cpu_cores=2.0, qps=qps, errors_per_s=qps / 100,
-                     latency_mean_ms=100.0 if pod == "s1" else 200.0, latency_p99_ms=p99)
+                     latency_mean_ms=100.0 if pod == "s1" else 200.0, latency_p99_ms=p99, **values)
 
 
 def assert_values(row: dict, expected: dict) -> None:
@@ -55,11 +55,13 @@ def test_minutes_are_exact_through_reordering_duplicates_late_samples_and_a_rest
     try:
         job.start()
         # Minute 0 for pod a, minute 1 for pod a, THEN pod b's minute-0 samples (reordered by up to 85 s),
-        # a duplicate delivery of two of a's samples, the service's two replicas, and junk.
+        # a duplicate delivery of two of a's samples, the service's two replicas, and junk. Pod b shares its GPU:
+        # its SM active is estimated, and it carries the publisher's per-step peaks.
         first = ([a(k) for k in range(12)] + [a(k, gpu_util=0.2, cpu_cores=1.0) for k in range(12, 24)]
-                 + [b(k) for k in range(6, 12)] + [a(3), a(4)]
+                 + [b(k, gpu_util_peak=0.95, sm_active=0.3, sm_active_peak=0.5, estimated=1) for k in range(6, 12)]
+                 + [a(3), a(4)]
                  + [replica("s1", k, 10.0, 300.0, 0.4) for k in range(12)]
-                 + [replica("s2", k, 30.0, 900.0 if k == 5 else 500.0, 0.6) for k in range(12)]
+                 + [replica("s2", k, 30.0, 900.0 if k == 5 else 500.0, 0.6, estimated=1) for k in range(12)]
                  + [PodSample(ts=T, namespace="x", pod="orphan", gpu_util=1.0)])  # works for nobody: filtered
         produce(topics.pod_samples, first, raw=[b"not a sample", b'{"pod": "old-json", "job": 1, "run": 1}',
                                                b"no-ts,tidal-training,a,1,1"])  # junk: no ts, all dropped
@@ -87,7 +89,8 @@ def test_minutes_are_exact_through_reordering_duplicates_late_samples_and_a_rest
     assert minute0["samples"] == 18
     assert_values(minute0, {
         "run": 1, "window_end": T + 60_000,
-        "gpu_util_mean": (0.05 * 66 + 0.9 * 6) / 18, "gpu_util_peak": 0.9,  # 8.7 / 18
+        "gpu_util_mean": (0.05 * 66 + 0.9 * 6) / 18, "gpu_util_peak": 0.95,  # 8.7 / 18; b's step peak
+        "sm_active_mean": 0.3, "sm_active_peak": 0.5, "estimated": 1,
         "gpu_mem_util_mean": (0.05 * 66 + 0.5 * 6) / 18, "gpu_mem_util_peak": 0.55,  # 6.3 / 18
         "cpu_util_mean": ((12 + 6.6) / 4 + 0.5 * 6) / 18, "cpu_util_peak": 2.1 / 4,  # 7.65 / 18
         "mem_util_mean": (0.5 * 12 + 0.75 * 6) / 18, "mem_util_peak": 0.75,
@@ -96,6 +99,7 @@ def test_minutes_are_exact_through_reordering_duplicates_late_samples_and_a_rest
     })
     minute1 = _window(jobs, 1)[0]
     assert (minute1["samples"], minute1["gpu_util_peak"]) == (13, 0.6)  # a's 12 steps + b's on-time one
+    assert minute1.get("estimated") is None
     assert minute1["gpu_util_mean"] == pytest.approx((12 * 0.2 + 0.6) / 13, rel=1e-12)
     assert (_window(jobs, 3)[0]["samples"], _window(jobs, 3)[0]["gpu_util_mean"]) == (1, 0.3)
 
@@ -105,7 +109,7 @@ def test_minutes_are_exact_through_reordering_duplicates_late_samples_and_a_rest
         "window_start": T, "samples": 24, "replicas": 2,
         "gpu_util_mean": 0.5, "cpu_util_mean": 0.5,
         "qps": 40.0, "errors_per_s": 0.4,  # summed over replicas, averaged over 12 steps
-        "latency_mean_ms": (10 * 100 + 30 * 200) / 40, "latency_p99_ms": 900.0,
+        "latency_mean_ms": (10 * 100 + 30 * 200) / 40, "latency_p99_ms": 900.0, "estimated": 1,
     })
 
     (late,) = seen[topics.late_samples]

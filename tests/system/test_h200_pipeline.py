@@ -41,7 +41,7 @@ def test_h200_metrics_become_per_minute_profiles_equal_to_the_csv(world, setting
     jobs = {pod: run.job_id for pod, run in runs.items()}
     h200.backfill(PROMETHEUS_URL, h200.shifted_openmetrics(RUN, shift_s=shift, namespace=prefix, jobs=jobs), tmp_path)
     expected = h200.expected_minutes(RUN, pods=pods, shift_s=shift, step_s=STEP_S)
-    end = last + shift + h200.SCRAPE_S
+    end = last + shift + STEP_S  # the step holding the last sample
     promwrite.wait_queryable(PROMETHEUS_URL, f'count(count_over_time(kube_pod_labels{{namespace="{prefix}"}}[1h]))',
                              end, len(pods), timeout=150)  # blocks load at Prometheus' next reload (every minute)
 
