@@ -11,7 +11,8 @@ service's last minutes (`colocation.policy.autoscaling.LoadMinute`, oldest first
   recommendations and forecasts, which look at hours of history.
 - `DemoLoads`: the live demo's traffic (cluster/simulated/traffic.py) on the demo's compressed clock; each
   minute is measured at the ready count the loop sees when it first reads it, kept in Redis next to the
-  simulated cluster. `make run` uses this one (TIDAL_DEMO_TRAFFIC=1).
+  simulated cluster; its busy figure is the SM active of the H200 server the service's pods follow
+  (cluster/simulated/h200.py) at that GPU util. `make run` uses this one (TIDAL_DEMO_TRAFFIC=1).
 """
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ from typing import Protocol
 from django.conf import settings
 
 from cluster.clock import utc
+from cluster.simulated import h200
 from cluster.simulated.inference import genai_util_model
+from cluster.simulated.metrics import pick
 from cluster.simulated.traffic import DemoClock, DemoTraffic, peak_qps_for, service_traffic
+from cluster.types import SM_ACTIVE
 from colocation.models import InferenceService
 from colocation.policy import LendingProfile
 from colocation.policy.autoscaling import LoadMinute, busy_of
@@ -77,8 +81,10 @@ class DemoLoads:
         measured = measured[-KEEP_MIN:]
         self.redis.set(key, json.dumps(measured))
         t = self.traffic
-        return tuple(LoadMinute(m * MINUTE, r, gpu=t.gpu(name, m * MINUTE, r), cpu=t.cpu(name, m * MINUTE, r),
-                                qps=t.qps(name, m * MINUTE)) for m, r in measured)
+        server = h200.load()[h200.workload_for(name, inference=True, gpus=1, pick=pick)]
+        return tuple(LoadMinute(m * MINUTE, r, gpu=(gpu := t.gpu(name, m * MINUTE, r)), cpu=t.cpu(name, m * MINUTE, r),
+                                qps=t.qps(name, m * MINUTE), busy=server.sm_active_at(gpu), busy_source=SM_ACTIVE)
+                     for m, r in measured)
 
 
 # --- the demo's configuration --------------------------------------------------------------------------

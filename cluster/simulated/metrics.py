@@ -1,5 +1,7 @@
 """Per-pod metrics of the simulated cluster under the real exporters' names (DCGM exporter, cAdvisor,
-kube-state-metrics, Istio), shaped by real per-pod series of the Alibaba GenAI serving trace (GenTD26).
+kube-state-metrics, Istio), shaped by real series: what a pod's GPU does follows a workload measured on an
+NVIDIA H200 (cluster/simulated/h200.py, second by second), its GPU memory and serving traffic the per-pod series
+of the Alibaba GenAI serving trace (GenTD26).
 
 Every value is a closed-form function of (pod labels, pod name, start time, now): a scrape recomputes it,
 so counters are the integral of their rate since the pod started (monotonic across scrapes and exporter
@@ -8,17 +10,23 @@ restarts) and a test can compute any value by hand. Pure: no Django; the trace i
 Trace containers -> pods. A container gives per-minute series (the mean of the minute's samples; gaps carry
 the last value, except QPS: the gateway only logs minutes with requests). A pod reads minute
 (now - started_at) // 60 of its container's series, wrapping around.
-- training: container and usage profile by a stable hash of the task label (else the pod name), so every
-  run of a task has the same shape; the profile sets the mean GPU utilization (0.10-0.95: some tasks leave
-  most of their GPUs idle, others use nearly all), the GPU-memory level and CPU/memory factors.
+- training: H200 workload, container and usage profile by a stable hash of the task label (else the pod name),
+  so every run of a task has the same shape; GPU util, SM active, occupancy, tensor and DRAM activity are the
+  workload's (a saturating ResNet-50 or GPT-2, a data-loader-bound job, an idle notebook, ...); the profile sets
+  the GPU-memory level and CPU/memory factors.
 - inference: container by hash of the pod name, with its real duty cycle, GPU memory and QPS; latency is
-  lognormal with a median that rises with load (QPS / capacity); 1% of requests fail with 500.
+  lognormal with a median that rises with load (QPS / capacity); 1% of requests fail with 500. Its activity is
+  the H200 BERT or GPT-2 decode server's at that duty cycle.
 - inference driven by a `ServingLoad` (the live demo's traffic, `LoadDriven`): the service's QPS shared by the
   pods serving it, each at the load's GPU utilization — the very figures the autoscaler acts on — so the
   service-load profiles follow the curve that drives the decisions. Their counters are integrated from scrape to
   scrape (a rate that follows the replica count has no closed form); only GPU memory keeps the trace's series.
 GPU values are relative to what the pod holds: DCGM_FI_DEV_GPU_UTIL is how busy the pod keeps its share of
-that GPU (0-100); FB_USED + FB_FREE is its share of the GPU's framebuffer (MiB).
+that GPU (0-100); FB_USED + FB_FREE is its share of the GPU's framebuffer (MiB). The profiling ratios
+(DCGM_FI_PROF_*) are per GPU, as dcgm-exporter has them: a pod alone on its GPU share reads its own; pods sharing
+one GPU (the same `UUID`) each read the GPU's, the sum of each one's activity times its share, and the publisher
+splits it among them (streaming/attribution.py). Every DCGM series has a `shape` label naming its source,
+h200-workloads/<workload>.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from prometheus_client.registry import Collector
 
 from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL, RUN_LABEL,
                              SERVICE_LABEL, TASK_LABEL, PodView, kube_state_label, serving_pods)
+from cluster.simulated import h200
 from cluster.simulated.alibaba import TraceError, number
 from cluster.types import NodeView
 
@@ -75,17 +84,19 @@ BUCKETS_MS = np.asarray(LATENCY_BUCKETS_MS, dtype=float)
 # -- series ------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, eq=False)
 class Series:
-    """A per-minute series that repeats; `integral` is O(1) through integer prefix sums."""
+    """A series of one value per step (a minute, or a second) that repeats; `integral` is O(1) through integer
+    prefix sums."""
 
-    units: np.ndarray  # int64 per minute: value x SCALE
+    units: np.ndarray  # int64 per step: value x SCALE
     prefix: np.ndarray  # int64: prefix[k] = sum(units[:k])
+    step_ms: int = MINUTE_MS
 
     @classmethod
-    def of(cls, values: Sequence[float] | np.ndarray) -> Series:
+    def of(cls, values: Sequence[float] | np.ndarray, step_ms: int = MINUTE_MS) -> Series:
         units = np.rint(np.asarray(values, dtype=float) * SCALE).astype(np.int64)
         if units.size == 0 or units.min() < 0:
-            raise ValueError("a series needs at least one minute and no negative value")
-        return cls(units, np.concatenate(([0], np.cumsum(units))))
+            raise ValueError("a series needs at least one step and no negative value")
+        return cls(units, np.concatenate(([0], np.cumsum(units))), step_ms)
 
     def __len__(self) -> int:
         return int(self.units.size)
@@ -95,20 +106,19 @@ class Series:
         return int(self.prefix[-1]) / len(self) / SCALE
 
     def at(self, elapsed_ms: int) -> float:
-        return int(self.units[elapsed_ms // MINUTE_MS % len(self)]) / SCALE
+        return int(self.units[elapsed_ms // self.step_ms % len(self)]) / SCALE
 
     def integral(self, elapsed_ms: int) -> float:
         """Integral of the series (value x seconds) over the first `elapsed_ms`."""
-        minute, rest_ms = divmod(elapsed_ms, MINUTE_MS)
-        cycles, i = divmod(minute, len(self))
-        exact = (cycles * int(self.prefix[-1]) + int(self.prefix[i])) * MINUTE_MS + int(self.units[i]) * rest_ms
+        step, rest_ms = divmod(elapsed_ms, self.step_ms)
+        cycles, i = divmod(step, len(self))
+        exact = (cycles * int(self.prefix[-1]) + int(self.prefix[i])) * self.step_ms + int(self.units[i]) * rest_ms
         return exact / (SCALE * 1000)  # exact int, correctly rounded division: monotonic in elapsed_ms
 
 
 # -- trace shapes ------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, eq=False)
 class TrainingShape:
-    busy: Series  # GPU duty cycle / its maximum: 0..1
     memory: Series  # GPU memory / its mean: ~1
 
 
@@ -122,14 +132,31 @@ class ServingShape:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class GpuShape:
+    """One H200 workload (cluster/simulated/h200.py): its seconds, and its GPU util as a series to integrate."""
+
+    workload: h200.Workload
+    util: Series  # per second, 0..1
+
+    @classmethod
+    def of(cls, workload: h200.Workload) -> GpuShape:
+        return cls(workload, Series.of([a.gpu_util for a in workload.seconds], step_ms=1000))
+
+
+def gpu_shapes() -> dict[str, GpuShape]:
+    return {name: GpuShape.of(w) for name, w in h200.load().items()}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class TraceShapes:
     training: tuple[TrainingShape, ...]
     serving: tuple[ServingShape, ...]
+    gpu: dict[str, GpuShape] = field(default_factory=gpu_shapes)  # what each pod's GPU does, by workload
 
 
-def training_shape(duty_pct: Sequence[float], memory_bytes: Sequence[float]) -> TrainingShape:
-    duty, memory = np.asarray(duty_pct, dtype=float), np.asarray(memory_bytes, dtype=float)
-    return TrainingShape(Series.of(duty / duty.max()), Series.of(memory / memory.mean()))
+def training_shape(memory_bytes: Sequence[float]) -> TrainingShape:
+    memory = np.asarray(memory_bytes, dtype=float)
+    return TrainingShape(Series.of(memory / memory.mean()))
 
 
 def median_latency_ms(qps: np.ndarray, capacity_qps: float) -> np.ndarray:
@@ -164,7 +191,7 @@ def load_traces(folder: str | Path) -> TraceShapes:
     duty = _per_minute(folder / DUTY_FILE, carry=True)
     memory = _per_minute(folder / MEMORY_FILE, carry=True)
     qps = _per_minute(folder / QPS_FILE, carry=False, only=GENERATIVE)
-    training = [training_shape(duty[c], memory[c]) for c in sorted(duty.keys() & memory.keys())
+    training = [training_shape(memory[c]) for c in sorted(duty.keys() & memory.keys())
                 if duty[c].max() > 0 and memory[c].mean() > 0]
     served = sorted(qps.keys() & duty.keys() & memory.keys())
     if not training or not served:
@@ -184,7 +211,7 @@ def builtin_shapes() -> TraceShapes:
     wave = np.sin(minute / 60 * 2 * np.pi)
     qps = 20 + 15 * wave  # requests/s, 5..35
     return TraceShapes(
-        (training_shape(80 + 15 * wave, 1 + 0.1 * np.cos(minute / 60 * 2 * np.pi)),),
+        (training_shape(1 + 0.1 * np.cos(minute / 60 * 2 * np.pi)),),
         (serving_shape(qps * 2.5, 0.3 + 0.1 * wave, qps, capacity_qps=40.0),))
 
 
@@ -251,7 +278,7 @@ def _container(path: Path, line: int, text: str) -> str:
 class Usage:
     """How a workload uses what it asks for; deterministic from its key (task, or service)."""
 
-    gpu_util: float  # mean GPU utilization over a whole shape cycle (training)
+    gpu_util: float  # sets the GPU-memory level (GPU util itself follows the pod's H200 workload)
     gpu_memory: float  # GPU-memory fraction at the shape's mean memory (training)
     cpu: float  # CPU rate = request x cpu x (0.15 + 0.7 x GPU util)
     memory: float  # working set = request x memory x (0.3 + 0.6 x GPU-memory fraction)
@@ -293,6 +320,15 @@ class PodReading:
     gpu_memory: float  # 0..1 of the framebuffer share(s) held
     cpu_seconds: float  # counter since the pod started
     memory_bytes: float
+    activity: h200.Activity | None = None  # SM active etc. of the GPU share(s) held, this second
+    shape: str = ""  # the H200 workload the pod follows
+
+
+def gpu_shape_of(pod: PodView, shapes: TraceShapes) -> GpuShape:
+    """The H200 workload a pod follows (cluster/simulated/h200.py): by kind, then by its task or service."""
+    inference = is_inference(pod)
+    key = (service_of(pod) or pod.spec.name) if inference else training_key(pod)
+    return shapes.gpu[h200.workload_for(key, inference=inference, gpus=pod.spec.gpus, pick=pick)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,32 +343,29 @@ def elapsed_ms(pod: PodView, now: float) -> int:
     return max(0, int((now - pod.started_at) * 1000))
 
 
-def affine(mean: float, shape_mean: float) -> tuple[float, float]:
-    """(a, b) with util = a + b x busy: mean `mean` over a cycle, within 0..1 for busy in 0..1, a >= 0
-    (so the CPU integral a x t + b x integral(busy) only grows), and b <= 1 (the trace's swings, not more)."""
-    b = min(1.0, mean / shape_mean, (1 - mean) / (1 - shape_mean)) if 0 < shape_mean < 1 else 0.0
-    return mean - b * shape_mean, b
-
-
 def training_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodReading:
+    """GPU util and activity from the pod's H200 workload, second by second; GPU memory from the GenAI trace."""
     key, t = training_key(pod), elapsed_ms(pod, now)
-    shape, use = shapes.training[pick(key, len(shapes.training))], usage_of(key)
-    a, b = affine(use.gpu_util, shape.busy.mean)
-    util_seconds = a * t / 1000 + b * shape.busy.integral(t)
-    return _sample(pod, use, a + b * shape.busy.at(t), util_seconds, use.gpu_memory * shape.memory.at(t), t)
+    shape, use, gpu = shapes.training[pick(key, len(shapes.training))], usage_of(key), gpu_shape_of(pod, shapes)
+    activity = gpu.workload.at(t)
+    return _sample(pod, use, activity.gpu_util, gpu.util.integral(t), use.gpu_memory * shape.memory.at(t), t,
+                   activity, gpu.workload.name)
 
 
 def inference_sample(pod: PodView, shapes: TraceShapes, now: float) -> PodReading:
-    t, shape = elapsed_ms(pod, now), serving_for(pod, shapes)
-    use = usage_of(service_of(pod) or pod.spec.name)
-    return _sample(pod, use, shape.util.at(t), shape.util.integral(t), shape.memory.at(t), t)
+    """GPU util, memory and traffic from the GenAI trace; the H200 server's activity at that util."""
+    t, shape, gpu = elapsed_ms(pod, now), serving_for(pod, shapes), gpu_shape_of(pod, shapes)
+    use, util = usage_of(service_of(pod) or pod.spec.name), shape.util.at(t)
+    return _sample(pod, use, util, shape.util.integral(t), shape.memory.at(t), t,
+                   gpu.workload.at(t).scaled_to(min(1.0, util), gpu.workload.mean_util), gpu.workload.name)
 
 
-def _sample(pod: PodView, use: Usage, util: float, util_seconds: float, gpu_memory: float, t: int) -> PodReading:
+def _sample(pod: PodView, use: Usage, util: float, util_seconds: float, gpu_memory: float, t: int,
+            activity: h200.Activity, shape: str) -> PodReading:
     memory = min(1.0, gpu_memory)
     return PodReading(gpu_util=min(1.0, util), gpu_memory=memory,
                      cpu_seconds=_cores(pod, use) * (0.15 * t / 1000 + 0.7 * util_seconds),
-                     memory_bytes=_working_set(pod, use, memory))
+                     memory_bytes=_working_set(pod, use, memory), activity=activity, shape=shape)
 
 
 def _cores(pod: PodView, use: Usage) -> float:
@@ -418,9 +451,13 @@ class LoadDriven:
         totals.latency_sum_ms += qps * dt * median * MEAN_PER_MEDIAN
         for i, share in enumerate(share_within(BUCKETS_MS, median)):
             totals.buckets[i] += qps * dt * float(share)
-        gpu_memory = min(1.0, serving_for(pod, shapes).memory.at(elapsed_ms(pod, now)))
+        t = elapsed_ms(pod, now)
+        gpu_memory = min(1.0, serving_for(pod, shapes).memory.at(t))
+        gpu = gpu_shape_of(pod, shapes)
         reading = PodReading(gpu_util=util, gpu_memory=gpu_memory, cpu_seconds=totals.cpu_seconds,
-                             memory_bytes=_working_set(pod, use, gpu_memory))
+                             memory_bytes=_working_set(pod, use, gpu_memory),
+                             activity=gpu.workload.at(t).scaled_to(util, gpu.workload.mean_util),
+                             shape=gpu.workload.name)
         if not serves:
             return reading, None
         # Exact integrals, not whole requests: a pod taking a fraction of a request per second between two
@@ -435,9 +472,11 @@ class _Families:
     """One family per metric name, filled pod by pod."""
 
     def __init__(self) -> None:
-        dcgm = ["gpu", "modelName", "Hostname", "pod", "namespace", "container"]
+        dcgm = ["gpu", "UUID", "modelName", "Hostname", "pod", "namespace", "container", "shape"]
         cadvisor = ["namespace", "pod", "container", "node"]
         self.util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=dcgm)
+        self.profiling = {f: GaugeMetricFamily(h200.FIELDS[f], f"{h200.FIELDS[f]} (ratio 0-1).", labels=dcgm)
+                          for f in h200.PROFILING}
         self.fb_used = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=dcgm)
         self.fb_free = GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=dcgm)
         self.cpu = CounterMetricFamily("container_cpu_usage_seconds_total",
@@ -454,8 +493,8 @@ class _Families:
                                              labels=["namespace", "pod", "destination_workload"])
 
     def all(self) -> list[Metric]:
-        return [self.util, self.fb_used, self.fb_free, self.cpu, self.memory, self.requests, self.labels,
-                self.istio, self.latency]
+        return [self.util, *self.profiling.values(), self.fb_used, self.fb_free, self.cpu, self.memory,
+                self.requests, self.labels, self.istio, self.latency]
 
 
 def pod_families(pods: Sequence[PodView], nodes: Iterable[NodeView], now: float, shapes: TraceShapes,
@@ -465,6 +504,7 @@ def pod_families(pods: Sequence[PodView], nodes: Iterable[NodeView], now: float,
     models = {n.name: n.gpu_model for n in nodes}
     readings = driven.readings(pods, shapes, now) if driven is not None else {}
     out = _Families()
+    sampled = []
     for pod in pods:
         inference = is_inference(pod)
         if pod.spec.name in readings:
@@ -473,22 +513,48 @@ def pod_families(pods: Sequence[PodView], nodes: Iterable[NodeView], now: float,
             sample = (inference_sample if inference else training_sample)(pod, shapes, now)
             # only a ready pod is behind the service
             traffic = traffic_sample(pod, shapes, now) if inference and pod.ready else None
-        namespace = INFERENCE_NAMESPACE if inference else TRAINING_NAMESPACE
+        sampled.append((pod, sample, traffic))
+    shared = shared_gpus([(pod, sample) for pod, sample, _ in sampled])
+    for pod, sample, traffic in sampled:
+        namespace = INFERENCE_NAMESPACE if is_inference(pod) else TRAINING_NAMESPACE
         model = pod.spec.gpu_model or models.get(pod.node) or ""
-        _add_gpus(out, pod, namespace, model, fb_mib.get(model, DEFAULT_FB_MIB), sample)
+        _add_gpus(out, pod, namespace, model, fb_mib.get(model, DEFAULT_FB_MIB), sample, shared)
         _add_container(out, pod, namespace, sample)
         if traffic is not None:
             _add_traffic(out, pod, namespace, traffic)
     return out.all()
 
 
-def _add_gpus(out: _Families, pod: PodView, namespace: str, model: str, fb_mib: int, s: PodReading) -> None:
+def gpu_uuid(node: str, index: int) -> str:
+    return f"GPU-{node}-{index}"
+
+
+def shared_gpus(readings: Sequence[tuple[PodView, PodReading]]) -> dict[str, dict[str, float]]:
+    """{UUID: profiling ratio -> the GPU's value} of every GPU more than one pod holds a share of: each pod's
+    activity times its share, summed (at most 1)."""
+    holders: dict[str, list[tuple[float, h200.Activity]]] = {}
+    for pod, s in readings:
+        for share in pod.spec.gpu_shares:
+            if s.activity is not None:
+                holders.setdefault(gpu_uuid(pod.node, share.index), []).append((share.share, s.activity))
+    return {uuid: {f: min(1.0, sum(part * getattr(a, f) for part, a in held)) for f in h200.PROFILING}
+            for uuid, held in holders.items() if len(held) > 1}
+
+
+def _add_gpus(out: _Families, pod: PodView, namespace: str, model: str, fb_mib: int, s: PodReading,
+              shared: Mapping[str, Mapping[str, float]]) -> None:
     for share in pod.spec.gpu_shares:  # none for a CPU-only pod
-        labels = [str(share.index), model, pod.node, pod.spec.name, namespace, CONTAINER]
+        uuid = gpu_uuid(pod.node, share.index)
+        labels = [str(share.index), uuid, model, pod.node, pod.spec.name, namespace, CONTAINER,
+                  f"{h200.SOURCE}/{s.shape}" if s.shape else ""]
         held = fb_mib * share.share
         out.util.add_metric(labels, round(100 * s.gpu_util, 3))
         out.fb_used.add_metric(labels, round(held * s.gpu_memory))
         out.fb_free.add_metric(labels, round(held) - round(held * s.gpu_memory))
+        if s.activity is not None:
+            device = shared.get(uuid)
+            for f, family in out.profiling.items():
+                family.add_metric(labels, round(device[f] if device else getattr(s.activity, f), 6))
 
 
 def _add_container(out: _Families, pod: PodView, namespace: str, s: PodReading) -> None:

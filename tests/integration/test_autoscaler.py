@@ -347,3 +347,5 @@ def test_demo_loads_keep_the_ready_count_each_minute_was_measured_at(lab):
     assert later[:5] == first  # a measured minute never changes
     m = later[-1]
     assert m.qps == traffic.qps("ranker", m.at) and m.gpu == traffic.gpu("ranker", m.at, 5)
+    # busy: the SM active of the H200 server its pods follow, launch-bound: well under its GPU util
+    assert m.busy_source == "SM active" and 0 < m.busy < 0.6 * m.gpu

@@ -4,7 +4,9 @@ their CSV, the way Prometheus and the profile job should see them.
 
 Backfill. Each series is shifted by a whole number of minutes to end more than 3 hours ago (the head block
 must not be backfilled; the stack keeps 2 days), its namespace renamed to the test's own, and a
-`kube_pod_labels` series added per pod naming its job. The publisher reads DCGM gauges over each step
+`kube_pod_labels` series added per pod naming its job. Each pod's series get a GPU `UUID` of its own: the solo
+run's workloads ran one after another on one GPU, and the 5-s step in which one ends and the next begins would
+otherwise read as a GPU two pods share (streaming/attribution.py). The publisher reads DCGM gauges over each step
 (avg_over_time, max_over_time), so a series that stops has no value one step later: no staleness marker is
 needed. Blocks are written straight into Prometheus' data folder (promtool renames each finished block into
 place), which loads them at its next block reload (~1 min).
@@ -46,8 +48,8 @@ def time_range(run: str) -> tuple[float, float]:
 
 
 def shifted_openmetrics(run: str, *, shift_s: int, namespace: str, jobs: Mapping[str, int]) -> str:
-    """The run's OpenMetrics file with every timestamp moved by `shift_s`, the namespace renamed, and
-    kube_pod_labels{pod, label_tidal_io_job, label_tidal_io_run="1"} for the `jobs` pods."""
+    """The run's OpenMetrics file with every timestamp moved by `shift_s`, the namespace renamed, a GPU UUID per
+    pod, and kube_pod_labels{pod, label_tidal_io_job, label_tidal_io_run="1"} for the `jobs` pods."""
     out: list[str] = []
     label_times: dict[str, list[float]] = defaultdict(list)
     family: list[tuple[str, float, str]] = []  # (series, ts, value) of the family being read
@@ -65,10 +67,13 @@ def shifted_openmetrics(run: str, *, shift_s: int, namespace: str, jobs: Mapping
                     out.append(line)
                 continue
             m = _SAMPLE.match(line)
+            pod = re.search(r'\bpod="([^"]*)"', m["labels"] or "")
             labels = m["labels"].replace('namespace="tidal-exp"', f'namespace="{namespace}"')
+            if pod:
+                labels = labels.replace('UUID="', f'UUID="{pod[1]}/', 1)
             family.append((m["name"] + labels, float(m["ts"]), m["value"]))
-            if m["name"] == "DCGM_FI_DEV_GPU_UTIL" and (pod := re.search(r'\bpod="([^"]*)"', labels)[1]) in jobs:
-                label_times[pod].append(float(m["ts"]))
+            if m["name"] == "DCGM_FI_DEV_GPU_UTIL" and pod and pod[1] in jobs:
+                label_times[pod[1]].append(float(m["ts"]))
     flush()
     out += ["# HELP kube_pod_labels Kubernetes labels converted to Prometheus labels.", "# TYPE kube_pod_labels gauge"]
     for pod, times in sorted(label_times.items()):

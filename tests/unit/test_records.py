@@ -11,7 +11,7 @@ TRAINING = PodSample(ts=1_700_000_000_000, namespace="ml", pod="train-a", job=7,
 
 def test_a_sample_is_one_csv_line_in_field_order_with_nulls_as_the_null_literal():
     assert encode(TRAINING) == (b"1700000000000,ml,train-a,7,2,\\N,0.1234,6913.599999999999,\\N,\\N,\\N,\\N,\\N,"
-                                b"4294967296.0,\\N,\\N,\\N,\\N,0.269,\\N,\\N,\\N")
+                                b"4294967296.0,\\N,\\N,\\N,\\N,0.269,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N")
     assert encode(TRAINING).count(b",") == len(PodSample.__dataclass_fields__) - 1
 
 
