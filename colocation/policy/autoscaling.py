@@ -218,8 +218,11 @@ def _skip(view: ServiceView, now: float) -> ScaleDecision | None:
         return _hold(view, ScaleReason.SKIP_OFFLINE, f"{view.name} is offline; left at {n} replicas")
     if view.manual_deploy:
         return _hold(view, ScaleReason.SKIP_MANUAL, f"{view.name} is being deployed by hand; left at {n} replicas")
-    if view.ready != n:
+    if view.ready < n:
         return _hold(view, ScaleReason.SKIP_SCALING, f"{view.name} is still scaling: {view.ready} of {n} replicas ready")
+    if view.ready > n:  # after a scale-in the surplus serves until it has stopped
+        return _hold(view, ScaleReason.SKIP_SCALING, f"{view.name} is still scaling in to {n} replicas: "
+                                                     f"{view.ready - n} of {view.ready} serving still to stop")
     changed = view.replicas_changed_at
     if changed is not None and now - changed < STABLE_S:
         return _hold(view, ScaleReason.SKIP_UNSTABLE, f"{view.name} changed to {n} replicas {int(now - changed)} s ago; "

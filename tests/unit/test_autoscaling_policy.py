@@ -164,7 +164,10 @@ FILTERS = [
     case(svc(OUT, policy=pol(autoscaling=False)), 4, ScaleReason.SKIP_OFF, "autoscaling is off", id="skip-off"),
     case(svc(OUT, offline=True), 4, ScaleReason.SKIP_OFFLINE, "offline", id="skip-offline"),
     case(svc(OUT, manual_deploy=True), 4, ScaleReason.SKIP_MANUAL, "by hand", id="skip-manual-deploy"),
-    case(svc(OUT, ready=3), 4, ScaleReason.SKIP_SCALING, "3 of 4", id="skip-still-scaling"),
+    case(svc(OUT, ready=3), 4, ScaleReason.SKIP_SCALING, "3 of 4 replicas ready", id="skip-still-scaling"),
+    # 28 → 11: the 17 surplus replicas still serve (never "28 of 11 replicas ready")
+    case(svc(OUT, ready=28), 4, ScaleReason.SKIP_SCALING, "still scaling in to 4 replicas: 24 of 28 serving still to stop",
+         id="skip-still-scaling-in"),
     case(svc(OUT, replicas_changed_at=NOW - 179), 4, ScaleReason.SKIP_UNSTABLE, "stable 3 minutes", id="skip-unstable"),
 ]
 
