@@ -401,3 +401,36 @@ def test_the_log_panel_reads_the_kubernetes_api_live_then_the_archive(world, con
         expect(page.locator("pre.log")).to_contain_text("exiting with code 0")
         expect(page.locator("[data-log-status]")).to_contain_text("from the archive")
         console.shot("job-log-kubernetes-archive")
+
+
+def test_sm_active_is_shown_beside_gpu_util_and_says_when_it_is_estimated(world, console):
+    """The job profile charts SM active and says which minutes were on a shared GPU; the services list and a service's
+    utilization chart show SM active beside GPU util."""
+    from dataclasses import replace
+
+    from profiling import services
+    from tests.integration.profiles import job_minute, service_minute, start_run
+
+    job = world.submit()
+    run = start_run(job)
+    services.job_minutes_record(records=[
+        replace(job_minute(job.pk, 1, i, gpu=(0.40, 0.52)), sm_active_mean=0.27, sm_active_peak=0.31,
+                estimated=1 if i == 2 else None) for i in range(3)])
+    world.service("ml-search", name="ranker", replicas=2)
+    services.service_minutes_record(records=[replace(service_minute("ranker", 0), sm_active_mean=0.044, estimated=1)])
+    assert run.minutes.filter(estimated=True).count() == 1
+
+    page = console.page
+    console.sign_in("mia")
+    console.open(f"/jobs/{job.pk}/")
+    expect(page.locator('canvas[data-chart="chart-sm_active"]')).to_be_visible()
+    expect(page.get_by_text("SM active", exact=True)).to_be_visible()
+    expect(page.get_by_text("estimated for 1 of 3 minutes: the GPU was shared with other pods")).to_be_visible()
+    console.shot("job-profile-sm-active")
+    console.open("/services/")
+    header = page.get_by_role("columnheader", name="SM active (last min)")
+    expect(header).to_be_visible()
+    row = page.get_by_role("row", name=re.compile("ranker"))
+    expect(row).to_contain_text("55%")  # GPU util
+    expect(row).to_contain_text("4% estimated")  # SM active, split from a shared GPU
+    console.shot("services-sm-active")

@@ -7,11 +7,11 @@ from frontend.jobs.detail import profile_charts
 from profiling.models import RESOURCES
 
 
-def _minute(at: int, **figures) -> SimpleNamespace:
+def _minute(at: int, estimated: bool = False, **figures) -> SimpleNamespace:
     values = {f"{r}_{s}": None for r in RESOURCES for s in ("mean", "peak")}
     for resource, (mean, peak) in figures.items():
         values |= {f"{resource}_mean": mean, f"{resource}_peak": peak}
-    return SimpleNamespace(minute=datetime.fromtimestamp(at, UTC), samples=12, **values)
+    return SimpleNamespace(minute=datetime.fromtimestamp(at, UTC), samples=12, estimated=estimated, **values)
 
 
 def _charts(*minutes) -> dict[str, dict]:
@@ -24,3 +24,12 @@ def test_sm_active_is_charted_after_gpu_utilization_where_measured():
     assert list(charts)[:2] == ["chart-gpu_util", "chart-sm_active"]
     assert charts["chart-sm_active"]["series"][0]["points"] == [[0, 0.267]]
     assert "chart-sm_active" not in _charts(_minute(0, gpu_util=(0.4, 0.4)))  # an exporter without SM active
+
+
+def test_sm_active_says_how_many_minutes_were_estimated_on_a_shared_gpu():
+    charts = _charts(_minute(0, gpu_util=(0.4, 0.5), sm_active=(0.2, 0.3)),
+                     _minute(60, True, gpu_util=(0.4, 0.5), sm_active=(0.1, 0.2)))
+    assert charts["chart-sm_active"]["note"].startswith("estimated for 1 of 2 minutes: the GPU was shared")
+    assert charts["chart-gpu_util"]["note"] == ""  # GPU util is the pod's own, never estimated
+    alone = _charts(_minute(0, gpu_util=(0.4, 0.5), sm_active=(0.2, 0.3)))
+    assert alone["chart-sm_active"]["note"] == ""
