@@ -75,6 +75,3 @@ class ScalingHistoryTable(tables.Table):
         if not isinstance(current, int) or not isinstance(target, int):
             return "—"
         return f"{current} → {target}" if current != target else str(current)
-
-    def render_message(self, value) -> str:
-        return format_html("{}", value[:1].upper() + value[1:])
