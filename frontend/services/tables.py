@@ -75,3 +75,8 @@ class ScalingHistoryTable(tables.Table):
         if not isinstance(current, int) or not isinstance(target, int):
             return "—"
         return f"{current} → {target}" if current != target else str(current)
+
+    def render_message(self, value, record) -> str:
+        """A sentence, capitalised, unless it begins with the service's name (which keeps its case: g2-serving)."""
+        name = record.subject.removeprefix("service:")
+        return value if value.startswith(name) else value[:1].upper() + value[1:]

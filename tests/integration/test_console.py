@@ -603,3 +603,13 @@ def test_most_free_counts_every_worker_of_a_running_gang(world):
         for r, n in enumerate(("t4-0", "t4-1"))])
     room = most_free(gpu_model="T4")
     assert room.nodes == 2 and room.gpus == 1  # not 2: worker 1 holds one of t4-1's GPUs too
+
+
+def test_a_scaling_sentence_keeps_the_case_of_the_service_name_it_begins_with():
+    from types import SimpleNamespace
+
+    from frontend.services.tables import ScalingHistoryTable
+
+    table, record = ScalingHistoryTable([]), SimpleNamespace(subject="service:g2-serving")
+    assert table.render_message("g2-serving scales in to 32 replicas", record) == "g2-serving scales in to 32 replicas"
+    assert table.render_message("alert number 3", record) == "Alert number 3"
