@@ -48,7 +48,7 @@ from tests.system.private_services import private_prometheus
 STEP = 5000  # ms
 PRE, HOLE, POST = 24, 84, 24  # steps before, during (7 minutes: longer than the 5-minute lookback) and after
 DELAY_S = 10
-LOOKBACK_STEPS = 60  # Prometheus' default 5-minute lookback, in steps
+RATE_WINDOW_STEPS = 12  # the publisher's irate window (1 minute), in steps
 MINUTE = 60
 
 
@@ -176,11 +176,12 @@ def test_publisher_waits_out_a_prometheus_outage_and_publishes_every_held_step_o
             assert by_step[(pod, i)].gpu_util == pytest.approx(want["gpu_util"]), (pod, i)
             assert by_step[(pod, i)].cpu_cores == want["cpu_cores"], (pod, i)
         carried = [i for i in range(PRE, PRE + HOLE) if (pod, i) in by_step]
-        # The hole: Prometheus' lookback carries the last value for 5 minutes (a sample exactly 5 minutes old still
-        # counts in Prometheus 2, not in 3), then nothing is invented.
+        # The hole: GPU util is read over each step, so a step no scrape landed in has none; irate's 1-minute window
+        # still holds the last two CPU samples for up to a minute; then nothing is invented.
         assert carried == list(range(PRE, PRE + len(carried))), carried
-        assert LOOKBACK_STEPS - 1 <= len(carried) <= LOOKBACK_STEPS, carried
-        assert {by_step[(pod, i)].gpu_util for i in carried} == {(10 + PRE - 1) / 100}
+        assert 0 < len(carried) <= RATE_WINDOW_STEPS, carried
+        assert {by_step[(pod, i)].gpu_util for i in carried} == {None}
+        assert {by_step[(pod, i)].cpu_cores for i in carried} == {2.0}
 
 
 # --- the autoscaler: stale, then silent, then back -----------------------------------------------------------
