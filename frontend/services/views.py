@@ -137,7 +137,8 @@ def load_charts(load: list[ServiceMinute]) -> list[dict]:
 def _util_note(load: list[ServiceMinute]) -> str:
     """GPU util counts any kernel's time slice, SM active how busy the SMs were; say which minutes were estimated."""
     if not any(m.sm_active_mean is not None for m in load):
-        return "SM active: not measured (the exporter does not publish DCGM_FI_PROF_SM_ACTIVE)"
+        gpu = any(m.gpu_util_mean is not None for m in load)
+        return "SM active: not measured (the exporter does not publish DCGM_FI_PROF_SM_ACTIVE)" if gpu else ""
     estimated = sum(1 for m in load if m.estimated)
     return f"SM active estimated for {estimated} of {len(load)} minutes (a shared GPU)" if estimated else ""
 

@@ -33,3 +33,20 @@ def test_sm_active_says_how_many_minutes_were_estimated_on_a_shared_gpu():
     assert charts["chart-gpu_util"]["note"] == ""  # GPU util is the pod's own, never estimated
     alone = _charts(_minute(0, gpu_util=(0.4, 0.5), sm_active=(0.2, 0.3)))
     assert alone["chart-sm_active"]["note"] == ""
+
+
+def _load(at: int, gpu: float | None, sm_active: float | None, estimated: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(minute=datetime.fromtimestamp(at, UTC), gpu_util_mean=gpu, sm_active_mean=sm_active,
+                           estimated=estimated, cpu_util_mean=0.3, qps=10.0, errors_per_s=0.0,
+                           latency_mean_ms=20.0, latency_p99_ms=40.0)
+
+
+def test_a_services_utilization_chart_shows_sm_active_beside_gpu_util_and_says_what_it_lacks():
+    from frontend.services.views import load_charts
+
+    util = load_charts([_load(0, 0.68, 0.29), _load(60, 0.7, 0.3, estimated=True)])[0]
+    assert [s["label"] for s in util["series"]] == ["GPU util", "SM active", "CPU"]
+    assert util["series"][1]["points"] == [[0, 0.29], [60_000, 0.3]]
+    assert util["note"] == "SM active estimated for 1 of 2 minutes (a shared GPU)"
+    assert "not measured" in load_charts([_load(0, 0.68, None)])[0]["note"]
+    assert load_charts([_load(0, None, None)])[0]["note"] == ""  # a CPU service: no GPU figure to miss
