@@ -34,6 +34,9 @@ class ResourceGroup(models.Model):
     expect_rate = models.FloatField(default=0.6)
     max_rate = models.FloatField(default=0.8)
     lending = models.BooleanField(default=True, help_text="Off: automation never moves this group's nodes.")
+    lending_forecast = models.BooleanField(
+        default=True, help_text="Forecast-driven lending (docs/concepts/lending.md#forecast-driven-lending): take back "
+                                "ahead of the forecast rise, lend only what stays idle; off: the threshold rules alone.")
 
     class Meta:
         ordering = ["name"]

@@ -16,7 +16,7 @@ class ResourceGroupSerializer(serializers.ModelSerializer):
     class Meta:
         model = ResourceGroup
         fields = ["id", "name", "hardware_class", "gpu_model", "node_count", "fixed_pool_nodes", "lending",
-                  "min_rate", "expect_rate", "max_rate"]
+                  "lending_forecast", "min_rate", "expect_rate", "max_rate"]
 
 
 class GroupAllocationSerializer(serializers.Serializer):
@@ -43,7 +43,7 @@ class ResourceGroupSettingsSerializer(JSONTypes, serializers.ModelSerializer):
 
     class Meta:
         model = ResourceGroup
-        fields = ["lending", "min_rate", "expect_rate", "max_rate"]
+        fields = ["lending", "lending_forecast", "min_rate", "expect_rate", "max_rate"]
 
 
 class TransitionSerializer(serializers.ModelSerializer):

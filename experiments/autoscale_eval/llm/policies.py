@@ -14,7 +14,7 @@ import numpy as np
 from colocation.policy import hpa, kpa
 from colocation.policy.autoscaling import LoadMinute, ScalingPolicy, ServiceView, decide_service, keep_minutes, \
     lookahead
-from experiments.autoscale_eval.llm.forecast import rate_forecast
+from experiments.autoscale_eval.llm.forecast import VOLATILITY_MIN, rate_forecast
 
 SERVICE = "llm"
 
@@ -73,12 +73,12 @@ class Kpa:
 
 class Tidal:
     """decide_service on the serving signals, the utilization the gateway's tokens ask (the measured one when the
-    group is saturated says only 100 %) and the request-rate forecast one start-up ahead."""
+    group is saturated says only 100 %) and the request-rate look-ahead (forecast.py, at `z`) two start-ups ahead."""
 
     name = "tidal"
 
-    def __init__(self, policy: ScalingPolicy) -> None:
-        self.policy = policy
+    def __init__(self, policy: ScalingPolicy, z: float = 1.0) -> None:
+        self.policy, self.z = policy, z
         self._loads: deque[LoadMinute] = deque(maxlen=keep_minutes(policy))
         self._rates: list[float] = []
         self._changed_at: float | None = None
@@ -94,7 +94,7 @@ class Tidal:
                                       tpot_p99=seen.tpot_p99))
         ahead: tuple = ()
         if seen.per_rps is not None and size:
-            rates = rate_forecast(np.asarray(self._rates[-2 * 1440:]), lookahead(self.policy))
+            rates = rate_forecast(np.asarray(self._rates[-VOLATILITY_MIN - 60:]), lookahead(self.policy), self.z)
             ahead = (("gpu", tuple(float(r) * seen.per_rps / size for r in rates)),)
         view = ServiceView(SERVICE, self.policy, size, ready, tuple(self._loads), self._changed_at, forecast=ahead)
         return decide_service(view, now).target

@@ -16,9 +16,9 @@ from experiments.autoscale_eval.llm.run import Slo, replay
 from experiments.autoscale_eval.llm.servegen import Workload
 
 TARGETS = (0.45, 0.5, 0.55, 0.6, 0.65)  # HPA's and the KPA's utilization targets
-TIDAL_EXPECT = (0.45, 0.5, 0.55, 0.6)
-TIDAL_BANDS = ((0.8, 1.05), (0.7, 1.05), (0.8, 1.1))  # minRate, maxRate as multiples of expectRate
-TIDAL_HEADROOM = (0.0, 0.25)
+TIDAL_EXPECT = (0.5, 0.55, 0.6, 0.65)
+TIDAL_BANDS = ((0.8, 1.1), (0.8, 1.2))  # minRate, maxRate as multiples of expectRate
+TIDAL_Z = (0.5, 1.0, 1.5)  # the look-ahead's margin in standard changes (forecast.py)
 MAX_OVER_PEAK = 2  # at most this many times the groups the evaluated peak needs at utilization 0.5
 
 
@@ -31,18 +31,18 @@ class Sweep:
         return tuple(p for p in self.points if p.policy == policy)
 
 
-def tidal_policy(expect: float, band: tuple[float, float], headroom: float, top: int, slo: Slo,
+def tidal_policy(expect: float, band: tuple[float, float], top: int, slo: Slo,
                  startup_min: int) -> ScalingPolicy:
     """Tidal as an LLM service owner sets it: utilization thresholds, the service's TPOT target (TTFT is left to the
     thresholds: its misses come from bursts that are over before a group could start) and its start-up time."""
     rates = Rates(round(expect * band[0], 4), expect, round(min(1.0, expect * band[1]), 4))
     return ScalingPolicy(thresholds=(("gpu", rates),), min_replicas=SYSTEM_MIN_REPLICAS, max_replicas=top,
-                         headroom=headroom, serving=ServingTargets(tpot_p99_s=slo.tpot_s), startup_min=startup_min)
+                         serving=ServingTargets(tpot_p99_s=slo.tpot_s), startup_min=startup_min)
 
 
 def sweep(w: Workload, model: GroupModel, slo: Slo, tick: Callable[[], None] | None = None,
           targets: Sequence[float] = TARGETS, expect: Sequence[float] = TIDAL_EXPECT,
-          bands: Sequence[tuple[float, float]] = TIDAL_BANDS, headroom: Sequence[float] = TIDAL_HEADROOM) -> Sweep:
+          bands: Sequence[tuple[float, float]] = TIDAL_BANDS, zs: Sequence[float] = TIDAL_Z) -> Sweep:
     per_rps = model.utilization(1.0, float(w.tokens_in.mean()), float(w.tokens_out.mean()))
     top = max(SYSTEM_MIN_REPLICAS, MAX_OVER_PEAK * int(float(w.rps.max()) * per_rps / 0.5 + 1))
     first = max(SYSTEM_MIN_REPLICAS, int(float(w.rps[0]) * per_rps / 0.5 + 1))
@@ -56,12 +56,13 @@ def sweep(w: Workload, model: GroupModel, slo: Slo, tick: Callable[[], None] | N
 
     out = [point(Hpa(hpa.HpaSpec(t, SYSTEM_MIN_REPLICAS, top)), f"target {t:g}") for t in targets]
     out += [point(Kpa(kpa.KpaSpec(t, SYSTEM_MIN_REPLICAS, top)), f"target {t:g}") for t in targets]
-    out += [point(Tidal(tidal_policy(e, b, h, top, slo, model.startup_min)),
-                  f"expect {e:g} min/max ×{b[0]:g}/×{b[1]:g} headroom {h:g}")
-            for e in expect for b in bands for h in headroom]
+    out += [point(Tidal(tidal_policy(e, b, top, slo, model.startup_min), z),
+                  f"expect {e:g} min/max ×{b[0]:g}/×{b[1]:g} look-ahead z {z:g}")
+            for e in expect for b in bands for z in zs]
     return Sweep(model.startup_min, tuple(out))
 
 
 def size(targets: Sequence[float] = TARGETS, expect: Sequence[float] = TIDAL_EXPECT,
-         bands: Sequence = TIDAL_BANDS, headroom: Sequence[float] = TIDAL_HEADROOM) -> int:
-    return 2 * len(targets) + len(expect) * len(bands) * len(headroom)
+         bands: Sequence = TIDAL_BANDS, zs: Sequence[float] = TIDAL_Z) -> int:
+    """Runs in one sweep."""
+    return 2 * len(targets) + len(expect) * len(bands) * len(zs)
