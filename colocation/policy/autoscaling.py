@@ -210,7 +210,7 @@ def _waking(view: ServiceView, skip: ScaleDecision, fresh: Sequence[LoadMinute])
 def lookahead(policy: ScalingPolicy) -> int:
     """Forecast minutes the predictive rule looks at: AHEAD, and at least one start-up time (a replica asked
     for a peak further away than its start-up is in time; one asked later is not)."""
-    return max(AHEAD, LOOKAHEAD_STARTUPS * policy.startup_min)
+    return max(AHEAD, math.ceil(LOOKAHEAD_STARTUPS * policy.startup_min))
 
 
 def keep_minutes(policy: ScalingPolicy) -> int:

@@ -14,7 +14,7 @@ from colocation.policy import kpa
 from colocation.policy.autoscaling import (AHEAD, LoadMinute, Rates, ScaleReason, ScalingPolicy, ServiceView,
                                            decide_group, decide_service, lookahead)
 from colocation.policy.serving import ServingTargets, breaches, replicas_for_breach
-from experiments.autoscale_eval.llm.forecast import rate_forecast, volatility
+from experiments.autoscale_eval.llm.forecast import RateLookahead
 from experiments.autoscale_eval.llm.front import Point, covering, dominates, pareto
 from experiments.autoscale_eval.llm.replica import GroupModel, LlmModel
 from experiments.autoscale_eval.llm.servegen import ServeGenError, read
@@ -238,14 +238,31 @@ def test_bad_servegen_files_say_why(tmp_path, rows):
         read(p)
 
 
+def look(rates, horizon: int = 10, z: float = 1.0) -> RateLookahead:
+    ahead = RateLookahead(horizon, z)
+    for r in rates:
+        ahead.add(float(r))
+    return ahead
+
+
 def test_the_look_ahead_widens_with_volatility():
-    calm = np.full(400, 100.0)
-    jumpy = np.tile(np.repeat([80.0, 120.0], 10), 20)
-    assert volatility(calm, 10) == 0.0 and volatility(jumpy, 10) > 0.1
-    assert np.allclose(rate_forecast(calm, 10, z=2.0), 100.0)
-    f = rate_forecast(jumpy, 10, z=1.0)
-    assert f[-1] > f[0] >= jumpy[-5:].mean() and len(f) == 10
-    assert (rate_forecast(np.array([]), 3, 1.0) == 0).all()
+    calm, jumpy = look([100.0] * 400), look(np.tile(np.repeat([80.0, 120.0], 10), 20))
+    assert calm.volatility == 0.0 and jumpy.volatility > 0.1
+    assert np.allclose(calm.values(), 100.0)
+    f = jumpy.values()
+    assert f[-1] > f[0] >= 80.0 and len(f) == 10
+    assert (RateLookahead(3, 1.0).values() == 0).all()
+
+
+def test_the_volatility_is_the_rms_relative_change_over_the_horizon():
+    """σ against a direct computation: level = mean of the last (up to) 5 rates; change = rate h minutes later over
+    that level, less 1; the root mean square of the changes."""
+    rates = [100.0, 120.0, 90.0, 130.0, 110.0, 95.0, 140.0, 100.0, 105.0, 125.0]
+    ahead = look(rates, horizon=2)
+    levels = [np.mean(rates[max(0, t - 4):t + 1]) for t in range(len(rates))]
+    changes = [(rates[t + 2] - levels[t]) / levels[t] for t in range(len(rates) - 2)]
+    assert ahead.volatility == pytest.approx(np.sqrt(np.mean(np.square(changes))))
+    assert ahead.values()[-1] == pytest.approx(levels[-1] * (1 + ahead.volatility))
 
 
 # ---- the front -----------------------------------------------------------------------------------

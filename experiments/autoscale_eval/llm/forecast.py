@@ -10,30 +10,44 @@ VOLATILITY_MIN minutes, H the horizon. Calm hours keep little margin, jumpy ones
 
 from __future__ import annotations
 
+import math
+from collections import deque
+
 import numpy as np
 
 LEVEL_MIN = 5
 VOLATILITY_MIN = 360
 
 
-def volatility(history: np.ndarray, horizon: int) -> float:
-    """σ: the RMS relative change from a LEVEL_MIN-minute level to the rate `horizon` minutes later, over the last
-    VOLATILITY_MIN minutes; 0 with too little history."""
-    rec = np.asarray(history[-VOLATILITY_MIN:], dtype=float)
-    if len(rec) < LEVEL_MIN + horizon + 10:
-        return 0.0
-    c = np.cumsum(np.insert(rec, 0, 0.0))
-    levels = (c[LEVEL_MIN:] - c[:-LEVEL_MIN]) / LEVEL_MIN  # levels[j]: mean of rec[j .. j + LEVEL_MIN - 1]
-    later = rec[LEVEL_MIN - 1 + horizon:]
-    base = levels[:len(later)]
-    ok = base > 0
-    return float(np.sqrt(np.mean(((later[ok] - base[ok]) / base[ok]) ** 2))) if ok.any() else 0.0
+class RateLookahead:
+    """The look-ahead of one service, fed a minute at a time (O(1) a minute: the evaluation replays weeks)."""
 
+    def __init__(self, horizon: int, z: float) -> None:
+        self.horizon, self.z = horizon, z
+        self._rates: deque[float] = deque(maxlen=LEVEL_MIN + horizon)
+        self._levels: deque[float] = deque(maxlen=horizon + 1)  # the level at each of the last minutes
+        self._changes: deque[float] = deque(maxlen=VOLATILITY_MIN)  # squared relative changes, level -> H later
+        self._sum = 0.0
 
-def rate_forecast(history: np.ndarray, horizon: int, z: float) -> np.ndarray:
-    """Requests/s for the `horizon` minutes after the last of `history` (oldest first), at z standard changes."""
-    if len(history) == 0:
-        return np.zeros(horizon)
-    level = float(np.mean(history[-LEVEL_MIN:]))
-    h = np.arange(1, horizon + 1)
-    return level * (1.0 + z * volatility(history, horizon) * np.sqrt(h / horizon))
+    def add(self, rate: float) -> None:
+        self._rates.append(rate)
+        recent = list(self._rates)[-LEVEL_MIN:]
+        self._levels.append(sum(recent) / len(recent))
+        if len(self._levels) == self._levels.maxlen and self._levels[0] > 0:
+            if len(self._changes) == self._changes.maxlen:
+                self._sum -= self._changes[0]
+            change = ((rate - self._levels[0]) / self._levels[0]) ** 2
+            self._changes.append(change)
+            self._sum += change
+
+    @property
+    def volatility(self) -> float:
+        """σ over the changes seen (0 before the first)."""
+        return math.sqrt(max(0.0, self._sum) / len(self._changes)) if self._changes else 0.0
+
+    def values(self) -> np.ndarray:
+        """Requests/s for the `horizon` minutes to come."""
+        if not self._levels:
+            return np.zeros(self.horizon)
+        h = np.arange(1, self.horizon + 1)
+        return self._levels[-1] * (1.0 + self.z * self.volatility * np.sqrt(h / self.horizon))

@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
-
 from colocation.policy import hpa, kpa
 from colocation.policy.autoscaling import LoadMinute, ScalingPolicy, ServiceView, decide_service, keep_minutes, \
     lookahead
-from experiments.autoscale_eval.llm.forecast import VOLATILITY_MIN, rate_forecast
+from experiments.autoscale_eval.llm.forecast import RateLookahead
 
 SERVICE = "llm"
 
@@ -80,11 +78,11 @@ class Tidal:
     def __init__(self, policy: ScalingPolicy, z: float = 1.0) -> None:
         self.policy, self.z = policy, z
         self._loads: deque[LoadMinute] = deque(maxlen=keep_minutes(policy))
-        self._rates: list[float] = []
+        self._ahead = RateLookahead(lookahead(policy), z)
         self._changed_at: float | None = None
 
     def step(self, seen: Observed, now: float, size: int, ready: int) -> int:
-        self._rates.append(seen.rps)
+        self._ahead.add(seen.rps)
         asked = seen.utilization
         if seen.per_rps is not None and seen.ready:
             asked = max(asked, seen.rps * seen.per_rps / seen.ready)
@@ -94,8 +92,8 @@ class Tidal:
                                       tpot_p99=seen.tpot_p99))
         ahead: tuple = ()
         if seen.per_rps is not None and size:
-            rates = rate_forecast(np.asarray(self._rates[-VOLATILITY_MIN - 60:]), lookahead(self.policy), self.z)
-            ahead = (("gpu", tuple(float(r) * seen.per_rps / size for r in rates)),)
+            scale = seen.per_rps / size
+            ahead = (("gpu", tuple((self._ahead.values() * scale).tolist())),)
         view = ServiceView(SERVICE, self.policy, size, ready, tuple(self._loads), self._changed_at, forecast=ahead)
         return decide_service(view, now).target
 
