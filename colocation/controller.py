@@ -150,6 +150,7 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
     for node, group, direction in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN).values_list(
             "node__name", "node__resource_group__name", "direction"):
         converting[group].append(Converting(node, Direction(direction)))
+    largest = largest_replicas(group_of_model)
     views = []
     for name, members in sorted(observe.group_nodes(backend, expected_run(backend)).items()):
         group = groups.get(name)
@@ -159,8 +160,21 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
             name, tuple(_pin(n) if n.name in pinned else n for n in members),
             Thresholds(group.min_rate, group.expect_rate, group.max_rate), pending_training[name],
             tuple(pending_online[name]), tuple(converting[name]), unit_name(gpu=bool(group.gpu_model_id)),
+            largest_replica=largest.get(name, 0.0),
         ))
     return views
+
+
+def largest_replicas(group_of_model: dict[str | None, str]) -> dict[str, float]:
+    """Per resource group, what the largest replica of its services takes, in the group's unit (GPUs; CPU millicores
+    for a CPU group): lending leaves room for one more of it."""
+    out: dict[str, float] = {}
+    for model, gpus, cpu in InferenceService.objects.values_list("gpu_model__name", "gpus_per_replica",
+                                                                  "cpu_milli_per_replica"):
+        group = group_of_model.get(model)
+        if group is not None:
+            out[group] = max(out.get(group, 0.0), float(gpus) if model else float(cpu))
+    return out
 
 
 def expected_run(backend: ClusterBackend) -> dict[int, float]:

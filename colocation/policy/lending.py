@@ -291,12 +291,15 @@ def _lend(g: GroupView, th: Thresholds, now: float, profile: LendingProfile,
     if len(online) <= profile.min_online_nodes:
         return _hold(g, Direction.LEND, LendReason.NO_ROOM,
                      f"{trigger}; only {len(online)} online-normal nodes left (keep {profile.min_online_nodes})")
-    k, needed = 0, None
+    k, needed, short = 0, None, False
     keep_s, keep_why = _keep_idle(g, now, profile)
     for size in range(1, min(slots, len(cands), len(online) - profile.min_online_nodes) + 1):
         out = {n.name for n in cands[:size]}
         left = g.projected_capacity - sum(n.capacity for n in cands[:size])
         if ratio(g.demand, left) > th.expect_rate:
+            break
+        if left - g.demand < g.largest_replica:  # the next scale-out of a group would pend and take a node back
+            short = True
             break
         items = moving + [p.request for n in cands[:size] for p in n.inference if not p.detached]
         if _spill(items, (n.capacity - n.load for n in online if n.name not in out)):
@@ -308,15 +311,18 @@ def _lend(g: GroupView, th: Thresholds, now: float, profile: LendingProfile,
         return _hold(g, Direction.LEND, LendReason.FORECAST_NEEDS_BACK,
                      f"{trigger}; lending even one node, {_forecast_says(*needed, th, profile, fc.source)} "
                      f"within {keep_why}")
+    room = f"less than one replica ({g.largest_replica:g} {g.unit}) free online"
     if k == 0:
-        return _hold(g, Direction.LEND, LendReason.NO_ROOM,
-                     f"{trigger}; without even one node usage would exceed expectRate "
-                     f"{_pct(th.expect_rate)} or its pods would not fit")
+        why = room if short else (f"usage would exceed expectRate {_pct(th.expect_rate)} or its pods would not "
+                                  f"fit")
+        return _hold(g, Direction.LEND, LendReason.NO_ROOM, f"{trigger}; without even one node {why}")
     chosen = cands[:k]
     after = ratio(g.demand, g.projected_capacity - sum(n.capacity for n in chosen))
     msg = (f"lend {', '.join(n.name for n in chosen)}: {trigger}; target expectRate {_pct(th.expect_rate)}, "
            f"usage after {_pct(after)}")
-    if needed is not None:
+    if short:
+        msg += f"; no more: lending one more node would leave {room}"
+    elif needed is not None:
         msg += f"; no more: lending one more node, {_forecast_says(*needed, th, profile, fc.source)} within {keep_why}"
     elif fc is not None:
         msg += f"; the forecast keeps usage <= maxRate {_pct(th.max_rate)} for {keep_why}"

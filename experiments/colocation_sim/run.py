@@ -358,8 +358,11 @@ class CoLocationSim:
         for r in self.records.values():
             converting[self.group_of[r.node]].append(Converting(r.node, r.direction))
         # every replica here starts in cfg.startup_s: the take-back's lead counts it (forecast.lead_s)
+        largest = {g: max((s.request for s in self.services if (s.group.model or "CPU") == g), default=0.0)
+                   for g in members}
         return [GroupView(g, tuple(members[g]), None, pending_training[g], tuple(pending_online[g]),
-                          tuple(converting[g]), "GPU" if self.groups[g].model else "millicore", self.cfg.startup_s)
+                          tuple(converting[g]), "GPU" if self.groups[g].model else "millicore", self.cfg.startup_s,
+                          largest[g])
                 for g in sorted(members)]
 
     def _forecast(self, minute: int, now: float) -> None:

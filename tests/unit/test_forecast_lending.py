@@ -342,3 +342,19 @@ def test_the_near_term_replaces_the_first_minutes_and_is_named():
     alone = with_near_term(None, "t4", NOW, (9.0,))
     assert alone.values == (9.0,) and alone.source == "xgboost"
     assert with_near_term(seasonal, "t4", NOW, ()) is seasonal and with_near_term(None, "t4", NOW, ()) is None
+
+
+@pytest.mark.parametrize("largest,nodes", [
+    (0.0, ("t4-3", "t4-4", "t4-5")),  # 1-GPU replicas or none: today's lend
+    (8.0, ("t4-3", "t4-4")),  # 2 used of 20; lending 3 leaves 8 - 2 = 6 free < one 8-GPU group: 2
+    (17.0, None),  # not even one node: 18 - 2 = 16 free < 17
+])
+def test_a_lend_leaves_room_for_one_more_of_the_largest_replica(largest, nodes):
+    g = replace(idle_group().build(), largest_replica=largest)
+    d = decide_group(g, NOW, ON)
+    if nodes is None:
+        assert isinstance(d, Hold) and d.reason is LendReason.NO_ROOM and "less than one replica (17 GPU)" in d.message
+        return
+    assert d.nodes == nodes
+    if largest:
+        assert "no more: lending one more node would leave less than one replica (8 GPU) free online" in d.message
