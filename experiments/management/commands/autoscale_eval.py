@@ -66,6 +66,8 @@ class Command(BaseCommand):
     def handle(self, *args: object, **opts: object) -> None:
         if sum(bool(opts[k]) for k in ("trace", "traffic", "trace_file")) > 1:
             raise CommandError("give one of --trace, --traffic and --trace-file")
+        startup = opts["startup_min"]  # a list from the command line (repeatable), an int from call_command
+        opts["startup_min"] = [startup] if isinstance(startup, int) else list(startup or ())
         if opts["trace_file"] or opts["trace"] in SERVEGEN:
             return self._llm(opts)
         try:
