@@ -24,6 +24,7 @@ from colocation import alerts, loads as load_sources, replicas, services
 from colocation.live_backend import live_cluster
 from colocation.models import InferenceService
 from colocation.policy import autoscaling, schedules, vertical
+from colocation.policy.serving import ServingTargets
 from colocation.policy.autoscaling import Rates, ScaleDecision, ScalingPolicy, ServiceView
 from colocation.policy.group import capacity as node_capacity
 from colocation.policy.windows import zone
@@ -121,7 +122,15 @@ def scaling_policy(service: InferenceService) -> ScalingPolicy:
         min_replicas=service.min_replicas, max_replicas=service.max_replicas, priority=service.priority,
         autoscaling=service.autoscaling, peak_window=peak, scale_to_zero_idle_min=service.scale_to_zero_idle_min,
         schedules=tuple(_schedules(service)),
-        busy_signal=service.busy_signal, tz=settings.TIME_ZONE)
+        busy_signal=service.busy_signal, tz=settings.TIME_ZONE, serving=serving_targets(service))
+
+
+def serving_targets(service: InferenceService) -> ServingTargets | None:
+    """The service's LLM serving targets, None when it sets none."""
+    values = (service.ttft_p99_target_s, service.tpot_p99_target_s, service.kv_cache_target, service.queue_target)
+    if all(v is None for v in values):
+        return None
+    return ServingTargets(*values)
 
 
 def _schedules(service: InferenceService):

@@ -3,10 +3,12 @@ a time. Every executed step is persisted before the next, and the next action is
 observed on the node, so a crash at any point is resumed by the next tick without repeating a destructive
 step (colocation/policy/steps.py).
 
-Forecast-driven lending (profile.forecast): each tick records every group's online demand per minute in Redis
-(colocation/demand_history.py, whether or not forecasting is on, so the history is there when it is switched on),
-forecasts each group from it (the seasonal profile), decides with the forecasts, and stores the predicted take-back
-time per GPU model, which the scheduler loop reads back through `colocation.selectors.lending_profile`.
+Forecast-driven lending (on per resource group, `ResourceGroup.lending_forecast`): each tick records every group's
+online demand per minute in Redis (colocation/demand_history.py, whether or not forecasting is on, so the history is
+there when it is switched on), forecasts each group with it on (the seasonal profile of that history, read through the
+caller's per-minute cache, its first minutes from the services' XGBoost forecasts where a usable model exists),
+decides with the forecasts, and stores the predicted take-back time per GPU model, which the scheduler loop reads back
+through `colocation.selectors.lending_profile`.
 """
 import logging
 import time
@@ -21,13 +23,14 @@ from cluster.clock import utc
 from cluster.types import NodeState, NodeView, Pool
 from colocation import demand_history, observe, replicas, services
 from colocation.live_backend import live_cluster
-from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup
+from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingThreshold
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
     DemandForecast, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, drive, is_final,
     seasonal_forecast,
 )
-from colocation.policy.forecast import horizon_min, take_back_times
+from colocation.policy.forecast import (ServiceAhead, horizon_min, near_term_demand, take_back_times,
+                                        with_near_term)
 from colocation.policy.group import unit_name
 from colocation.policy.lending import expedite
 from colocation.policy.pools import expected_run_of
@@ -36,7 +39,7 @@ from core import telemetry
 from core.decisions import decision_record
 from core.errors import ApplicationError
 from core.models import Decision
-from profiling.selectors import task_histories
+from profiling.selectors import newest_service_forecasts, task_histories
 from scheduler.lifecycle import job_take_back
 from scheduler.logs import pod_evict
 from scheduler.models import JobStatus, TrainingJob
@@ -58,8 +61,9 @@ class LendingReport:
 
 
 def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile, redis=None,
-                 namespace: str = "") -> LendingReport:
-    """One tick. With `redis`, the groups' demand is recorded and, with `profile.forecast`, forecast from."""
+                 namespace: str = "", history: demand_history.HistoryCache | None = None) -> LendingReport:
+    """One tick. With `redis`, the groups' demand is recorded and, with `profile.forecast`, the groups with
+    forecast-driven lending on are forecast from it (`history`: the caller's per-minute cache of it)."""
     report = LendingReport()
     replicas.apply_services(backend)
     views = group_views(backend)
@@ -67,7 +71,8 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
     if redis is not None:
         demand_history.record(redis, namespace, {g.name: g.demand for g in views}, now)
         if profile.forecast:
-            forecasts = group_forecasts(redis, namespace, views, now, profile)
+            forecasts = group_forecasts(history or demand_history.HistoryCache(), redis, namespace, views, now,
+                                        profile)
             model_of = dict(ResourceGroup.objects.values_list("name", "gpu_model__name"))
             demand_history.put_take_back_by(redis, namespace,
                                             take_back_times(views, forecasts, now, profile, model_of),
@@ -87,17 +92,44 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
 # --- forecasting -----------------------------------------------------------------------------------
 
 
-def group_forecasts(redis, namespace: str, views: list[GroupView], now: float,
-                    profile: LendingProfile) -> dict[str, DemandForecast]:
-    """The seasonal forecast of every group with a day of recorded demand, from the minute that started last."""
+def group_forecasts(history: demand_history.HistoryCache, redis, namespace: str, views: list[GroupView],
+                    now: float, profile: LendingProfile) -> dict[str, DemandForecast]:
+    """The forecast of every group with forecast-driven lending on: the seasonal profile of its recorded demand (a
+    day of it at least), its first minutes from its services' XGBoost forecasts where a usable model made them."""
     minute = now - now % 60
+    on = set(ResourceGroup.objects.filter(lending_forecast=True).values_list("name", flat=True))
+    near = near_term(views, now)
     out = {}
     for g in views:
-        fc = seasonal_forecast(g.name, demand_history.history(redis, namespace, g.name, now), minute,
-                               horizon_min(now, profile))
+        if g.name not in on:
+            continue
+        fc = seasonal_forecast(g.name, history.history(redis, namespace, g.name, now), minute,
+                               horizon_min(now, profile, g.startup_s))
+        fc = with_near_term(fc, g.name, minute, near.get(g.name, ()))
         if fc is not None:
             out[g.name] = fc
     return out
+
+
+NEAR_TERM_FRESH_S = 180  # a service's forecast older than this is not used (the autoscaler has stopped making them)
+
+
+def near_term(views: list[GroupView], now: float) -> dict[str, tuple[float, ...]]:
+    """Per group, its online demand over the next minutes from the newest XGBoost forecasts of its services."""
+    made = newest_service_forecasts(since=utc(now - NEAR_TERM_FRESH_S))
+    if not made:
+        return {}
+    group_of_model = {m: g for g, m in ResourceGroup.objects.values_list("name", "gpu_model__name")}
+    demand = {g.name: g.demand for g in views}
+    expect = dict(ScalingThreshold.objects.filter(metric="gpu").values_list("service_id", "expect_rate"))
+    ahead: dict[str, list[ServiceAhead]] = defaultdict(list)
+    for s in InferenceService.objects.filter(pk__in=made).select_related("gpu_model"):
+        group = group_of_model.get(s.gpu_model.name if s.gpu_model else None)
+        if group in demand:
+            replicas, values = made[s.pk]
+            per = float(s.gpus_per_replica) if s.gpu_model_id else float(s.cpu_milli_per_replica)
+            ahead[group].append(ServiceAhead(replicas, values, expect.get(s.pk, 0.6), per))
+    return {g: near_term_demand(demand[g], services) for g, services in ahead.items()}
 
 
 # --- observing -------------------------------------------------------------------------------------
@@ -118,6 +150,7 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
     for node, group, direction in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN).values_list(
             "node__name", "node__resource_group__name", "direction"):
         converting[group].append(Converting(node, Direction(direction)))
+    largest = largest_replicas(group_of_model)
     views = []
     for name, members in sorted(observe.group_nodes(backend, expected_run(backend)).items()):
         group = groups.get(name)
@@ -127,8 +160,21 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
             name, tuple(_pin(n) if n.name in pinned else n for n in members),
             Thresholds(group.min_rate, group.expect_rate, group.max_rate), pending_training[name],
             tuple(pending_online[name]), tuple(converting[name]), unit_name(gpu=bool(group.gpu_model_id)),
+            largest_replica=largest.get(name, 0.0),
         ))
     return views
+
+
+def largest_replicas(group_of_model: dict[str | None, str]) -> dict[str, float]:
+    """Per resource group, what the largest replica of its services takes, in the group's unit (GPUs; CPU millicores
+    for a CPU group): lending leaves room for one more of it."""
+    out: dict[str, float] = {}
+    for model, gpus, cpu in InferenceService.objects.values_list("gpu_model__name", "gpus_per_replica",
+                                                                  "cpu_milli_per_replica"):
+        group = group_of_model.get(model)
+        if group is not None:
+            out[group] = max(out.get(group, 0.0), float(gpus) if model else float(cpu))
+    return out
 
 
 def expected_run(backend: ClusterBackend) -> dict[int, float]:
@@ -305,14 +351,17 @@ def step_persist(record: NodeTransition, action, now: float, report: LendingRepo
 # --- the loop's entry point ------------------------------------------------------------------------
 
 
-def run_lending_tick(*, redis, namespace: str, profile: LendingProfile) -> LendingReport | None:
-    """One lending tick on the configured cluster, unless this worker must not act now (then None)."""
+def run_lending_tick(*, redis, namespace: str, profile: LendingProfile,
+                     history: demand_history.HistoryCache | None = None) -> LendingReport | None:
+    """One lending tick on the configured cluster, unless this worker must not act now (then None); `history`: the
+    caller's cache of the recorded demand, kept from tick to tick."""
     with live_cluster(redis=redis, namespace=namespace, loop="lending",
                       interval_s=settings.TIDAL_LENDING_INTERVAL_S) as cluster:
         if cluster is None:
             return None
         started = time.perf_counter()
-        report = lending_tick(backend=cluster, now=time.time(), profile=profile, redis=redis, namespace=namespace)
+        report = lending_tick(backend=cluster, now=time.time(), profile=profile, redis=redis, namespace=namespace,
+                              history=history)
         telemetry.observe(redis, namespace, "lending_tick", time.perf_counter() - started)
         telemetry.put_groups(redis, namespace, observe.group_allocation(cluster.nodes(), learned_workload()),
                              time.time())

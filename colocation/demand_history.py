@@ -68,6 +68,24 @@ def history(redis, namespace: str, group: str, now: float, days: int = MAX_DAYS 
     return out
 
 
+class HistoryCache:
+    """`history` read from Redis at most once a minute per group (the lending tick runs several times a minute, and a
+    week of minutes is 8 hashes of up to 1,440 fields): the history only gains a minute when a minute ends. Owned by
+    the caller that ticks (the lending task keeps one per worker process)."""
+
+    def __init__(self) -> None:
+        self._by_group: dict[str, tuple[int, list[float]]] = {}
+        self.reads = 0  # Redis reads so far (what the cache saves shows here)
+
+    def history(self, redis, namespace: str, group: str, now: float) -> list[float]:
+        minute = int(now // 60)
+        cached = self._by_group.get(group)
+        if cached is None or cached[0] != minute:
+            self.reads += 1
+            cached = self._by_group[group] = (minute, history(redis, namespace, group, now))
+        return cached[1]
+
+
 def put_take_back_by(redis, namespace: str, take_back_by: dict[str, float], ttl_s: float) -> None:
     """{GPU model, "" for CPU-only: predicted take-back epoch s}; gone after `ttl_s` unless written again, so a
     stalled lending loop's prediction is not used."""

@@ -34,6 +34,9 @@ class ResourceGroup(models.Model):
     expect_rate = models.FloatField(default=0.6)
     max_rate = models.FloatField(default=0.8)
     lending = models.BooleanField(default=True, help_text="Off: automation never moves this group's nodes.")
+    lending_forecast = models.BooleanField(
+        default=True, help_text="Forecast-driven lending (docs/concepts/lending.md#forecast-driven-lending): take back "
+                                "ahead of the forecast rise, lend only what stays idle; off: the threshold rules alone.")
 
     class Meta:
         ordering = ["name"]
@@ -158,6 +161,12 @@ class InferenceService(models.Model):
     busy_signal = models.BooleanField(
         default=False, help_text="Scale on the workers' busy fraction (its 'busy' threshold) instead of utilization.")
     vertical = models.BooleanField(default=False, help_text="Apply the per-replica resource recommendation on the next rollout.")
+    # docs/concepts/autoscaling.md#llm-serving-signals: an LLM service's serving targets (colocation/policy/serving.py)
+    ttft_p99_target_s = models.FloatField(null=True, blank=True, help_text="SLO: time to first token, p99, seconds.")
+    tpot_p99_target_s = models.FloatField(null=True, blank=True, help_text="SLO: time per output token, p99, seconds.")
+    kv_cache_target = models.FloatField(null=True, blank=True, help_text="Scale out above this KV-cache use (0-1].")
+    queue_target = models.FloatField(null=True, blank=True, help_text="Scale out above this many waiting requests "
+                                                                      "per replica.")
     recommended_gpus_per_replica = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
     recommended_cpu_milli = models.PositiveIntegerField(null=True, blank=True)
     recommended_memory_mib = models.PositiveIntegerField(null=True, blank=True)
@@ -181,6 +190,12 @@ class InferenceService(models.Model):
                                    name="service_peak_window_both_or_none"),
             models.CheckConstraint(condition=Q(scale_to_zero_idle_min__isnull=True) | Q(scale_to_zero_idle_min__gt=0),
                                    name="service_idle_minutes_positive"),
+            models.CheckConstraint(condition=(Q(ttft_p99_target_s__isnull=True) | Q(ttft_p99_target_s__gt=0))
+                                   & (Q(tpot_p99_target_s__isnull=True) | Q(tpot_p99_target_s__gt=0))
+                                   & (Q(queue_target__isnull=True) | Q(queue_target__gt=0))
+                                   & (Q(kv_cache_target__isnull=True) | (Q(kv_cache_target__gt=0)
+                                                                         & Q(kv_cache_target__lte=1))),
+                                   name="service_serving_targets_positive"),
         ]
 
     def __str__(self) -> str:

@@ -36,12 +36,11 @@ def node_views() -> list[ct.NodeView]:
 
 
 def lending_profile() -> LendingProfile:
-    """The one lending profile of the live loops (busy windows and the night rule in the site's time zone). With
-    TIDAL_LENDING_FORECAST, forecast-driven, carrying the predicted take-back times the lending tick stored last
-    (the scheduling cycle keeps jobs off lent nodes they would outlive); a stale or unreadable store: none."""
+    """The one lending profile of the live loops (busy windows and the night rule in the site's time zone),
+    forecast-driven (for the resource groups with `lending_forecast` on: the lending tick forecasts only those),
+    carrying the predicted take-back times the lending tick stored last (the scheduling cycle keeps jobs off lent
+    nodes they would outlive); a stale or unreadable store: none."""
     profile = LendingProfile(tz=settings.TIME_ZONE)
-    if not settings.TIDAL_LENDING_FORECAST:
-        return profile
     try:
         by = demand_history.take_back_by(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
     except RedisError:  # placement then falls back to the long-job bar alone, as without forecasts

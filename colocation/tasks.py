@@ -1,10 +1,10 @@
 """Celery tasks of the colocation app: each only calls a service."""
-from celery import shared_task
+from celery import Task, shared_task
 from celery.signals import worker_init
 from django.conf import settings
 from redis import Redis
 
-from colocation import autoscaler, controller, live_backend
+from colocation import autoscaler, controller, demand_history, live_backend
 from colocation.loads import demo_lending_profile
 from colocation.selectors import lending_profile
 
@@ -15,13 +15,27 @@ def load_the_cluster_client(**_: object) -> None:
         live_backend.kubernetes_preload()
 
 
-@shared_task(name="colocation.lending_tick", ignore_result=True)
-def lending_tick() -> dict | None:
+class LendingTask(Task):
+    """The lending task keeps its worker's per-minute cache of the demand history (Celery makes one task object per
+    worker process, so the cache lives as long as the worker and is nobody else's)."""
+
+    _history: demand_history.HistoryCache | None = None
+
+    @property
+    def history(self) -> demand_history.HistoryCache:
+        if self._history is None:
+            self._history = demand_history.HistoryCache()
+        return self._history
+
+
+@shared_task(name="colocation.lending_tick", ignore_result=True, bind=True, base=LendingTask)
+def lending_tick(self: LendingTask) -> dict | None:
     profile = lending_profile()
     if settings.TIDAL_DEMO_TRAFFIC:  # the demo's day is compressed: real-time busy windows do not apply
         profile = demo_lending_profile(profile)
     report = controller.run_lending_tick(redis=Redis.from_url(settings.REDIS_URL),
-                                         namespace=settings.TIDAL_REDIS_NAMESPACE, profile=profile)
+                                         namespace=settings.TIDAL_REDIS_NAMESPACE, profile=profile,
+                                         history=self.history)
     return report and report.__dict__
 
 

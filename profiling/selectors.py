@@ -245,3 +245,18 @@ def newest_minutes() -> dict[str, datetime | None]:
     """The newest minute the sink has written for jobs and for services (the pipeline's lag behind now)."""
     return {"job": JobMinute.objects.aggregate(m=Max("minute"))["m"],
             "service": ServiceMinute.objects.aggregate(m=Max("minute"))["m"]}
+
+
+def newest_service_forecasts(*, since: datetime, target: str = "gpu") -> dict[int, tuple[int, tuple[float, ...]]]:
+    """Per service, the newest forecast made at or after `since` by a usable model: (the replicas it was made at,
+    utilization at them h = 1, 2, ...). The autoscaler writes them each tick (profiling/forecasting.py)."""
+    rows = Forecast.objects.filter(target=target, made_at__gte=since, model__usable=True).order_by(
+        "service_id", "-made_at", "horizon").values_list("service_id", "made_at", "horizon", "value", "replicas")
+    out: dict[int, tuple[int, tuple[float, ...]]] = {}
+    newest: dict[int, datetime] = {}
+    for service, made_at, _, value, replicas in rows:
+        if newest.setdefault(service, made_at) != made_at:
+            continue
+        reps, values = out.get(service, (replicas, ()))
+        out[service] = (reps, values + (value,))
+    return out

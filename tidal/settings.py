@@ -195,7 +195,6 @@ TIDAL_LENDING_INTERVAL_S = float(os.environ.get("TIDAL_LENDING_INTERVAL_S", "10"
 # lend only what stays idle,
 # keep jobs off lent nodes they would outlive. Off by default: the seasonal forecast needs a day of recorded demand
 # (the lending tick records it either way), and the demo's compressed day has no real-time daily rhythm.
-TIDAL_LENDING_FORECAST = os.environ.get("TIDAL_LENDING_FORECAST", "0") == "1"
 CELERY_BEAT_SCHEDULE: dict = {
     "scheduler-tick": {"task": "scheduler.tick", "schedule": TIDAL_SCHEDULER_INTERVAL_S},
     "lending-tick": {"task": "colocation.lending_tick", "schedule": TIDAL_LENDING_INTERVAL_S},

@@ -16,7 +16,7 @@ class ResourceGroupSerializer(serializers.ModelSerializer):
     class Meta:
         model = ResourceGroup
         fields = ["id", "name", "hardware_class", "gpu_model", "node_count", "fixed_pool_nodes", "lending",
-                  "min_rate", "expect_rate", "max_rate"]
+                  "lending_forecast", "min_rate", "expect_rate", "max_rate"]
 
 
 class GroupAllocationSerializer(serializers.Serializer):
@@ -43,7 +43,7 @@ class ResourceGroupSettingsSerializer(JSONTypes, serializers.ModelSerializer):
 
     class Meta:
         model = ResourceGroup
-        fields = ["lending", "min_rate", "expect_rate", "max_rate"]
+        fields = ["lending", "lending_forecast", "min_rate", "expect_rate", "max_rate"]
 
 
 class TransitionSerializer(serializers.ModelSerializer):
@@ -135,12 +135,22 @@ class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
                                                       help_text="Scale to zero after this many minutes without a "
                                                                 "request; null: never.")
 
+    ttft_p99_target_s = serializers.FloatField(min_value=0.001, required=False, allow_null=True,
+                                               help_text="SLO: time to first token, p99, seconds; null: none.")
+    tpot_p99_target_s = serializers.FloatField(min_value=0.0001, required=False, allow_null=True,
+                                               help_text="SLO: time per output token, p99, seconds; null: none.")
+    kv_cache_target = serializers.FloatField(min_value=0.01, max_value=1, required=False, allow_null=True,
+                                             help_text="Scale out above this KV-cache use; null: none.")
+    queue_target = serializers.FloatField(min_value=0.01, required=False, allow_null=True,
+                                          help_text="Scale out above this many waiting requests per replica.")
+
     class Meta:
         model = InferenceService
         fields = [
             "id", "name", "department", "gpu_model", "priority", "replicas", "min_replicas", "max_replicas",
             "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "offline",
             "manual_deploy", "peak_start", "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical",
+            "ttft_p99_target_s", "tpot_p99_target_s", "kv_cache_target", "queue_target",
             "thresholds", "schedules", "replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
             "recommended_memory_mib", "created_at",
         ]

@@ -18,6 +18,7 @@ from enum import StrEnum
 
 from cluster.types import GPU_UTIL, SM_ACTIVE
 from colocation.policy.schedules import Schedule, scheduled_minimum
+from colocation.policy.serving import ServingTargets, breaches, missed, replicas_for_breach
 from colocation.policy.windows import in_window, local
 
 METRICS = ("gpu", "cpu", "memory", "gpu_memory")
@@ -28,8 +29,9 @@ IN_MINUTES = 5  # scale in when under minRate in each of the last 5 minutes
 STABLE_S = 180  # the replica count must have been stable this long
 STALE_S = 120  # a minute whose end lies further back than this is dropped
 SILENT_MINUTES = 5  # no metrics this long: restore yesterday's maximum
-AHEAD = 5  # forecast minutes looked at
+AHEAD = 5  # forecast minutes looked at (at least; a service's start-up time further: lookahead())
 AHEAD_OVER = 2  # of which this many over maxRate trigger a scale-out ahead of the peak
+LOOKAHEAD_STARTUPS = 2  # a decision holds the next until its replicas serve (one start-up), whose own serve a start-up later
 MINUTE = 60
 FLOAT_SLACK = 1e-9  # 0.9/0.6*4 is 6.000000000000001: not a reason for a 7th replica
 
@@ -52,6 +54,7 @@ class ScaleReason(StrEnum):
     SCHEDULE = "schedule-minimum"
     PEAK_WINDOW = "peak-window"
     PRIORITY = "priority-capped"
+    SLO_OUT = "slo-scale-out"
 
 
 SKIPS = frozenset({ScaleReason.SKIP_OFF, ScaleReason.SKIP_OFFLINE, ScaleReason.SKIP_MANUAL, ScaleReason.SKIP_SCALING,
@@ -92,10 +95,12 @@ class ScalingPolicy:
     # keeps more headroom than a large one: a load's minute-to-minute swing grows like the square root of its size
     # (square-root staffing), not in proportion. 0: the plain thresholds.
     headroom: float = 0.0
+    serving: ServingTargets | None = None  # an LLM service's SLO, KV-cache and queue targets (policy/serving.py)
+    startup_min: int = 0  # minutes from asking a replica (a group: all its pods) to its serving
 
     def __post_init__(self) -> None:
-        if self.headroom < 0:
-            raise ValueError(f"headroom must be >= 0, got {self.headroom}")
+        if self.headroom < 0 or self.startup_min < 0:
+            raise ValueError(f"headroom and startup_min must be >= 0, got {self.headroom}, {self.startup_min}")
 
     def rates(self) -> dict[str, Rates]:
         """The metrics this policy scales on; the busy signal without its own threshold keeps 0.6-0.8
@@ -118,6 +123,15 @@ class LoadMinute:
     busy: float | None = None
     qps: float | None = None  # at the gateway: also counted while no replica runs
     busy_source: str = ""  # the metric `busy` was read from (busy_of), named in the decision
+    # LLM serving signals (policy/serving.py; docs/reference/llm-serving-metrics.md for the engine's metric names)
+    tokens_in: float | None = None  # prompt tokens/s
+    tokens_out: float | None = None  # generated tokens/s
+    queue: float | None = None  # requests waiting, the whole service
+    kv_cache: float | None = None  # KV-cache use, mean over the replicas, 0..1
+    ttft_p50: float | None = None  # seconds
+    ttft_p99: float | None = None
+    tpot_p50: float | None = None
+    tpot_p99: float | None = None
 
     def value(self, metric: str) -> float | None:
         return getattr(self, metric)
@@ -191,6 +205,12 @@ def _waking(view: ServiceView, skip: ScaleDecision, fresh: Sequence[LoadMinute])
     the stability wait guards against flapping between counts, and every minute at zero now is a minute its
     requests are not served."""
     return skip.reason is ScaleReason.SKIP_UNSTABLE and view.replicas == 0 and bool(fresh) and bool(fresh[-1].qps)
+
+
+def lookahead(policy: ScalingPolicy) -> int:
+    """Forecast minutes the predictive rule looks at: AHEAD, and at least one start-up time (a replica asked
+    for a peak further away than its start-up is in time; one asked later is not)."""
+    return max(AHEAD, math.ceil(LOOKAHEAD_STARTUPS * policy.startup_min))
 
 
 def keep_minutes(policy: ScalingPolicy) -> int:
@@ -361,6 +381,7 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
         elif ys:
             answers.append((n, ScaleReason.HOLD, metric, f"{named} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
                                                     f"{rates.max_rate:.0%}"))
+    answers += _serving(view, loads)
     ahead = _ahead(view)
     if ahead is not None:
         answers.append(ahead)
@@ -374,11 +395,39 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
     if reason is ScaleReason.SCALE_IN:
         replicas, reason, why = _limit_in(view, replicas, why)
         replicas, reason, why = _no_flap(view, loads, replicas, reason, why)
+        replicas, reason, why = _slo_kept(view, loads, replicas, reason, why)
     verb = {ScaleReason.HOLD: "stays at", ScaleReason.SCALE_IN: "scales in to"}.get(reason, "scales out to")
     if reason is ScaleReason.PREDICTIVE_LIMIT:
         verb = "stays at" if replicas == n else "scales in only to"
     return ScaleDecision(view.name, n, replicas, reason, f"{view.name} {verb} {replicas} replicas: {why}",
                          {"metric": metric, "loads": {m: _last(loads, m) for m in policy.rates()}})
+
+
+def _serving(view: ServiceView, loads: Sequence[LoadMinute]) -> list[tuple[int, ScaleReason, str, str]]:
+    """An LLM service's serving targets missed in each of the last OUT_MINUTES minutes: scale out to what the
+    utilization asks at expectRate, one replica more at least (policy/serving.py)."""
+    targets, n = view.policy.serving, view.replicas
+    if targets is None or n == 0:
+        return []
+    found = breaches(targets, loads, n, OUT_MINUTES)
+    if not found:
+        return []
+    asks = [(_last(loads, m) or 0.0) / r.expect_rate for m, r in view.policy.rates().items()]
+    k, b = replicas_for_breach(n, max(asks, default=None), 1.0), found[0]
+    return [(k, ScaleReason.SLO_OUT, b.signal, f"{b.sentence()} for {OUT_MINUTES} minutes: {k} replicas "
+                                               f"(the utilization at expectRate, one more at least)")]
+
+
+def _slo_kept(view: ServiceView, loads: Sequence[LoadMinute], k: int, reason: ScaleReason,
+              why: str) -> tuple[int, ScaleReason, str]:
+    """No scale-in while a latency target was missed in the scale-in window."""
+    targets, n = view.policy.serving, view.replicas
+    if targets is None or k >= n:
+        return k, reason, why
+    b = missed(targets, loads[-IN_MINUTES:], n)
+    if b is None:
+        return k, reason, why
+    return n, ScaleReason.HOLD, f"{why}; kept at {n}: {b.sentence()} within the last {IN_MINUTES} minutes"
 
 
 def _limit_in(view: ServiceView, k: int, why: str) -> tuple[int, ScaleReason, str]:
@@ -387,11 +436,12 @@ def _limit_in(view: ServiceView, k: int, why: str) -> tuple[int, ScaleReason, st
     would push the fewer replicas past maxRate)."""
     rates, n, need, note = view.policy.rates(), view.replicas, k, ""
     for metric, values in view.forecast if view.policy.predictive else ():
-        if metric in rates and values[:AHEAD]:
-            peak, r = max(values[:AHEAD]), rates[metric]
+        ahead = values[:lookahead(view.policy)]
+        if metric in rates and ahead:
+            peak, r = max(ahead), rates[metric]
             m, formula = replicas_for(peak, n, r.expect_rate, view.policy.headroom, up=True)
             if m > need:
-                need, note = m, (f"the {metric} forecast peaks at {peak:.0%} of {n} replicas within {AHEAD} "
+                need, note = m, (f"the {metric} forecast peaks at {peak:.0%} of {n} replicas within {len(ahead)} "
                                  f"minutes: {formula} keep it at expectRate")
     if need <= k:
         return k, ScaleReason.SCALE_IN, why
@@ -433,12 +483,12 @@ def _ahead(view: ServiceView) -> tuple[int, ScaleReason, str, str] | None:
     for metric, values in view.forecast:
         if metric not in rates:
             continue
-        ahead, base = values[:AHEAD], rates[metric]
+        ahead, base = values[:lookahead(view.policy)], rates[metric]
         r = rates_at(base, view.policy.headroom, n)
         if sum(v > r.max_rate for v in ahead) >= AHEAD_OVER:
             m, formula = replicas_for(max(ahead), n, base.expect_rate, view.policy.headroom, up=True)
             k = max(n, m)
-            why = (f"{metric} forecast {_pcts(ahead)} over the next {AHEAD} minutes exceeds maxRate "
+            why = (f"{metric} forecast {_pcts(ahead)} over the next {len(ahead)} minutes exceeds maxRate "
                    f"{r.max_rate:.0%} {sum(v > r.max_rate for v in ahead)} times: {formula} ahead of the peak")
             if best is None or k > best[0]:
                 best = (k, ScaleReason.PREDICTIVE_OUT, metric, why)
@@ -487,7 +537,7 @@ def _bounded(view: ServiceView, now: float, d: ScaleDecision) -> ScaleDecision:
     return ScaleDecision(view.name, n, target, _direction(d.reason, n, target), f"{d.message}; {why}", d.data)
 
 
-UPWARD = frozenset({ScaleReason.SCALE_OUT, ScaleReason.PREDICTIVE_OUT, ScaleReason.FROM_ZERO, ScaleReason.FALLBACK, ScaleReason.SCHEDULE})
+UPWARD = frozenset({ScaleReason.SCALE_OUT, ScaleReason.SLO_OUT, ScaleReason.PREDICTIVE_OUT, ScaleReason.FROM_ZERO, ScaleReason.FALLBACK, ScaleReason.SCHEDULE})
 
 
 def _direction(reason: ScaleReason, current: int, target: int) -> ScaleReason:

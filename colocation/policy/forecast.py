@@ -88,6 +88,43 @@ def seasonal_forecast(group: str, history: Sequence[float], now: float, horizon_
     return DemandForecast(group, now, tuple(float(v) for v in profile[:horizon_min]), "seasonal")
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceAhead:
+    """One service's near-term forecast as its group sees it: utilization at `replicas` per coming minute."""
+
+    replicas: int
+    values: tuple[float, ...]
+    expect_rate: float  # where the autoscaler lands a scale-out
+    per_replica: float  # what a replica takes of the group (GPUs; millicores for CPU)
+
+
+def near_term_demand(current: float, services: Sequence[ServiceAhead]) -> tuple[float, ...]:
+    """The group's online demand per coming minute from its services' near-term forecasts: each service at the
+    replicas the autoscaler would ask for the forecast (ceil(utilization × replicas / expectRate), never fewer than
+    now: scale-in is not what a take-back waits for), the rest of the group's demand as it is now."""
+    if not services:
+        return ()
+    rest = current - sum(s.replicas * s.per_replica for s in services)
+    out = []
+    for h in range(min(len(s.values) for s in services)):
+        asked = sum(max(s.replicas, math.ceil(s.values[h] * s.replicas / s.expect_rate - 1e-9)) * s.per_replica
+                    for s in services)
+        out.append(max(0.0, rest) + asked)
+    return tuple(out)
+
+
+def with_near_term(fc: DemandForecast | None, group: str, now: float, near: Sequence[float],
+                   source: str = "xgboost") -> DemandForecast | None:
+    """The seasonal profile with its first minutes from a near-term forecast (the trained XGBoost models' next
+    minutes of the group's services, better than a daily profile minutes ahead); the near-term alone when no
+    seasonal profile exists yet; `fc` unchanged without one."""
+    if not near:
+        return fc
+    rest = fc.values[len(near):] if fc is not None else ()
+    named = source if fc is None else f"{fc.source}+{source}"
+    return DemandForecast(group, now, tuple(float(v) for v in near) + tuple(rest), named)
+
+
 def _scales(h: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per past day: today's level (the mean of the last LEVEL_MIN minutes) over that day's level at the same time,
     bounded; 1 when that day's level is unknown or quiet (the night says nothing about the day). Per day, not one
@@ -103,10 +140,16 @@ def _scales(h: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return out
 
 
-def horizon_min(now: float, profile: LendingProfile) -> int:
+def lead_s(g: GroupView, profile: LendingProfile) -> float:
+    """How long before a forecast rise a take-back must start: the drain, then the start-up of the group's largest
+    replica on the nodes it gets back (a rise a group of pods cannot start in time for is served late)."""
+    return profile.drain_s + g.startup_s
+
+
+def horizon_min(now: float, profile: LendingProfile, startup_s: float = 0.0) -> int:
     """Minutes to forecast: far enough for the longest job a lent node may take (the long-job bar and the margin),
-    the minimum lend time and the drain; at most a day."""
-    reach = max(long_bar_s(now, profile) + profile.deadline_margin_s, profile.min_lend_s) + profile.drain_s
+    the minimum lend time, the drain and the largest replica's start-up (`startup_s`); at most a day."""
+    reach = max(long_bar_s(now, profile) + profile.deadline_margin_s, profile.min_lend_s) + profile.drain_s + startup_s
     return min(DAY_MIN, math.ceil(reach / 60) + 1)
 
 
@@ -126,12 +169,12 @@ def take_back_times(views: Sequence[GroupView], forecasts: Mapping[str, DemandFo
 
 def take_back_at(g: GroupView, fc: DemandForecast | None, now: float, profile: LendingProfile) -> float | None:
     """When the group's lent nodes are predicted to be taken back: the first forecast minute whose demand over the
-    capacity heading online (every lent node staying lent) passes maxRate, minus `profile.drain_s`; None when no
+    capacity heading online (every lent node staying lent) passes maxRate, minus the lead (`lead_s`); None when no
     such minute is within the forecast, or no forecast. It may be before `now` (the rise is closer than the drain)."""
     if fc is None:
         return None
     minute = first_over(fc, g.projected_capacity, (g.thresholds or profile.thresholds).max_rate, now)
-    return None if minute is None else minute[1] - profile.drain_s
+    return None if minute is None else minute[1] - lead_s(g, profile)
 
 
 def first_over(fc: DemandForecast, capacity: float, max_rate: float, now: float,

@@ -110,6 +110,8 @@ class GroupView:
     pending_online: tuple[PendingPod, ...] = ()
     converting: tuple[Converting, ...] = ()
     unit: str = "GPU"  # for messages only
+    startup_s: float = 0.0  # the longest start-up of a replica (a group of pods) of the services it serves
+    largest_replica: float = 0.0  # what the largest replica of its services takes (a group: all its pods)
 
     def direction_of(self, node: GroupNode) -> Direction | None:
         """The conversion a node is in: an open record, or (after a crash lost it) its unnormal state."""

@@ -21,9 +21,10 @@ A trigger that cannot act yields a Hold with the reason, so dashboards can say w
 
 Forecast-driven (`profile.forecast` and a DemandForecast for the group; otherwise exactly the rules above):
 - Take back ahead of the rise: when the forecast puts online usage (lent nodes staying lent) above maxRate within
-  `drain_s`, take back now, sized to expectRate at the forecast peak within `drain_s` (also for the threshold
+  the lead (`drain_s` and the start-up of the group's largest replica: forecast.lead_s), take back now, sized to
+  expectRate at the forecast peak within the lead (also for the threshold
   triggers). Only when something is lent; busy windows hold it like a threshold take-back, unless the forecast puts
-  online usage over 100 % within `drain_s` (its pods would pend: urgent, seen ahead).
+  online usage over 100 % within the lead (its pods would pend: urgent, seen ahead).
 - Lend only what stays idle: a lend is also sized so that the forecast peak over [now, now + `min_lend_s`] stays
   <= maxRate without the lent nodes (longer, up to the latest expected end of the jobs already on lent nodes: lending
   more must not pull their take-back before it); if not even one node qualifies, a Hold says the forecast needs it.
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cluster.types import GPU_EPS, NodeState, Pool
-from colocation.policy.forecast import DemandForecast, first_over
+from colocation.policy.forecast import DemandForecast, first_over, lead_s
 from colocation.policy.group import GroupNode, GroupView, ratio
 from colocation.policy.profile import DEFAULT, LendingProfile, Thresholds
 from colocation.policy.states import Direction
@@ -115,7 +116,7 @@ def decide_group(g: GroupView, now: float, profile: LendingProfile = DEFAULT,
     fc = forecast if profile.forecast else None
     if g.urgent_pending or usage > th.max_rate:
         return _take_back(g, th, now, profile, fc)
-    if fc is not None and _lent(g) and first_over(fc, g.projected_capacity, th.max_rate, now, profile.drain_s):
+    if fc is not None and _lent(g) and first_over(fc, g.projected_capacity, th.max_rate, now, lead_s(g, profile)):
         return _take_back(g, th, now, profile, fc)
     if usage < th.min_rate and g.pending_training > 0:
         return _lend(g, th, now, profile, fc)
@@ -190,11 +191,11 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     demand = g.demand
     evict_at = now if pending else now + profile.take_back_grace_s
     if fc is not None and not triggers:  # the forecast alone fired (decide_group checked it)
-        rise = first_over(fc, g.projected_capacity, th.max_rate, now, profile.drain_s)
+        rise = first_over(fc, g.projected_capacity, th.max_rate, now, lead_s(g, profile))
         triggers.append(_forecast_says(*rise, th, profile, fc.source) if rise else "forecast above maxRate")
         # not urgent, like a threshold take-back: the grace at least (a forecast that jumped must not kill now)
         evict_at = max(evict_at, rise[1]) if rise else evict_at
-    if fc is not None and (peak := fc.peak(now, profile.drain_s)) is not None and peak[0] > demand:
+    if fc is not None and (peak := fc.peak(now, lead_s(g, profile))) is not None and peak[0] > demand:
         demand = peak[0]  # land at expectRate at the peak the drain reaches, not just now
         if usage > th.max_rate or pending:  # the forecast's own sentence already names its minute
             triggers.append(f"forecast peak {_hhmm(peak[1], profile)} online "
@@ -203,7 +204,7 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     window = busy_window(now, profile)
     if not pending and profile.hold_against_window and window and window.direction is Direction.LEND:
         span = f"{window.start:%H:%M}-{window.end:%H:%M} lending window"
-        full = first_over(fc, g.projected_capacity, 1.0, now, profile.drain_s) if fc is not None else None
+        full = first_over(fc, g.projected_capacity, 1.0, now, lead_s(g, profile)) if fc is not None else None
         if full is None:
             return _hold(g, Direction.TAKE_BACK, LendReason.BUSY_WINDOW, f"{trigger} is not urgent inside the {span}")
         # pods will pend before a take-back started later could bring the nodes back: urgent, seen ahead
@@ -290,12 +291,15 @@ def _lend(g: GroupView, th: Thresholds, now: float, profile: LendingProfile,
     if len(online) <= profile.min_online_nodes:
         return _hold(g, Direction.LEND, LendReason.NO_ROOM,
                      f"{trigger}; only {len(online)} online-normal nodes left (keep {profile.min_online_nodes})")
-    k, needed = 0, None
+    k, needed, short = 0, None, False
     keep_s, keep_why = _keep_idle(g, now, profile)
     for size in range(1, min(slots, len(cands), len(online) - profile.min_online_nodes) + 1):
         out = {n.name for n in cands[:size]}
         left = g.projected_capacity - sum(n.capacity for n in cands[:size])
         if ratio(g.demand, left) > th.expect_rate:
+            break
+        if left - g.demand < g.largest_replica:  # the next scale-out of a group would pend and take a node back
+            short = True
             break
         items = moving + [p.request for n in cands[:size] for p in n.inference if not p.detached]
         if _spill(items, (n.capacity - n.load for n in online if n.name not in out)):
@@ -307,15 +311,18 @@ def _lend(g: GroupView, th: Thresholds, now: float, profile: LendingProfile,
         return _hold(g, Direction.LEND, LendReason.FORECAST_NEEDS_BACK,
                      f"{trigger}; lending even one node, {_forecast_says(*needed, th, profile, fc.source)} "
                      f"within {keep_why}")
+    room = f"less than one replica ({g.largest_replica:g} {g.unit}) free online"
     if k == 0:
-        return _hold(g, Direction.LEND, LendReason.NO_ROOM,
-                     f"{trigger}; without even one node usage would exceed expectRate "
-                     f"{_pct(th.expect_rate)} or its pods would not fit")
+        why = room if short else (f"usage would exceed expectRate {_pct(th.expect_rate)} or its pods would not "
+                                  f"fit")
+        return _hold(g, Direction.LEND, LendReason.NO_ROOM, f"{trigger}; without even one node {why}")
     chosen = cands[:k]
     after = ratio(g.demand, g.projected_capacity - sum(n.capacity for n in chosen))
     msg = (f"lend {', '.join(n.name for n in chosen)}: {trigger}; target expectRate {_pct(th.expect_rate)}, "
            f"usage after {_pct(after)}")
-    if needed is not None:
+    if short:
+        msg += f"; no more: lending one more node would leave {room}"
+    elif needed is not None:
         msg += f"; no more: lending one more node, {_forecast_says(*needed, th, profile, fc.source)} within {keep_why}"
     elif fc is not None:
         msg += f"; the forecast keeps usage <= maxRate {_pct(th.max_rate)} for {keep_why}"

@@ -23,6 +23,9 @@ class GroupSpec:
     replica_request: float  # GPUs (fraction or whole) per replica; millicores for the CPU group
     replica_cpu_milli: int = 8000
     replica_memory_mib: int = 32768
+    # Pods per replica: a multi-node LLM replica is a group (a leader and workers, one per node), serving only when
+    # every pod of it is ready; `replica_request` and the cpu/memory above are each pod's.
+    group_size: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,13 @@ class SimConfig:
     @property
     def minutes(self) -> int:
         return int(self.days * 86400 // self.tick_s)
+
+    def llm(self) -> SimConfig:
+        """A multi-node LLM service beside the training load: one service whose replica is a group of 2 pods of
+        8 GPUs (2 whole G3 nodes), on ServeGen m-large traffic, a group starting in 10 minutes."""
+        return self.with_(groups=(GroupSpec("G3", "G3", 36, 1, 8.0, replica_cpu_milli=32000,
+                                            replica_memory_mib=131072, group_size=2),),
+                          traffic="servegen-m-large", startup_s=600.0)
 
     def small(self) -> SimConfig:
         """A quick configuration for tests: fewer nodes and services."""

@@ -94,6 +94,7 @@ class Metrics:
     lent_gpus: list[float] = field(default_factory=list)  # GPUs on lent nodes, per minute
     lent_node_minutes: int = 0
     tick_s: float = 60.0
+    group_wait_s: list[float] = field(default_factory=list)  # per episode of a group service short of groups
 
     def summary(self, days: float) -> dict[str, float]:
         pending_minutes = sum(1 for p in self.pending_online if p)
@@ -115,6 +116,10 @@ class Metrics:
             "killed": self.killed,
             "jobs_submitted": self.jobs_submitted,
             "jobs_unfinished": self.unfinished,
+            "group_waits": len(self.group_wait_s),
+            "group_wait_mean_s": _mean(self.group_wait_s),
+            "group_wait_p95_s": _p95(self.group_wait_s),
+            "group_wait_max_s": max(self.group_wait_s, default=0.0),
         }
 
     @property
@@ -186,6 +191,7 @@ class CoLocationSim:
         self.killed_jobs: set[int] = set()
         self.measured = Measured(cfg.autoscale)
         self.util_now: dict[str, float] = {}
+        self._short_since: dict[str, float] = {}  # group service -> when it began serving fewer groups than asked
         self._next_arrival = 0
         self.queue = PendingQueue()  # the pending jobs of self.training, in order
         self.holding: set[int] = set()  # jobs of self.training that are not pending (running)
@@ -193,7 +199,7 @@ class CoLocationSim:
         self.detached: dict[str, tuple[str, str]] = {}  # detached pod -> (its ReplicaSet, replacement)
         self._dirty = True
         for s in self.services:  # start at what minute 0 needs at expectRate
-            n = initial_replicas(cfg, self.load, s.index)
+            n = initial_replicas(cfg, self.load, s.index) * s.size
             self.backend.apply_replicaset(s.name, s.template, n,
                                           node_selector={RESOURCE_GROUP_LABEL: s.group.model or "CPU"})
         self.backend.advance()
@@ -308,23 +314,37 @@ class CoLocationSim:
         """Measure the minute that just ended, then let the policy decide every group at once; the group's
         capacity is what inference could have of it (every node but the fixed pool)."""
         sets = {rs.name: rs for rs in self.backend.replicasets()}
-        serving = self.serving(sets.values())
-        self.metrics.online_short.append(sum(1 for s in self.services if serving[s.name] < sets[s.name].replicas))
+        pods = self.serving(sets.values())
+        serving = {s.name: pods[s.name] // s.size for s in self.services}  # a group serves with every pod ready
+        short = [s for s in self.services if serving[s.name] < sets[s.name].replicas // s.size]
+        self.metrics.online_short.append(len(short))
+        self._group_waits(now, short)
         by_group: dict[str, list[autoscaling.ServiceView]] = defaultdict(list)
         for s in self.services:
             y = self.load.utilization(s.index, minute, serving[s.name])
             self.util_now[s.name] = y
             self.measured.record(s.name, now - self.cfg.tick_s, serving[s.name], y)
             rs = sets[s.name]
-            by_group[s.group.model or "CPU"].append(self.measured.view(s.name, rs.replicas, rs.ready, s.request))
+            view = self.measured.view(s.name, rs.replicas // s.size, rs.ready // s.size, s.request)
+            by_group[s.group.model or "CPU"].append(view)
         capacity = self.capacity
         templates = {s.name: s.template for s in self.services}
+        sizes = {s.name: s.size for s in self.services}
         for group, views in by_group.items():
             for d in autoscaling.decide_group(views, capacity[group], now):
                 if d.changes:
-                    self.backend.apply_replicaset(d.service, templates[d.service], d.target)
+                    self.backend.apply_replicaset(d.service, templates[d.service], d.target * sizes[d.service])
                     self.measured.changed(d.service, now)
                     self.metrics.scale_events += 1
+
+    def _group_waits(self, now: float, short: list) -> None:
+        """For services whose replica is a group: how long each episode of serving fewer groups than asked lasts
+        (from the scale-out that pended to every group serving: the take-back of whole nodes and the start-up)."""
+        waiting = {s.name for s in short if s.size > 1}
+        for name in waiting - self._short_since.keys():
+            self._short_since[name] = now
+        for name in set(self._short_since) - waiting:
+            self.metrics.group_wait_s.append(now - self._short_since.pop(name))
 
     # -- (4) lending decisions ----------------------------------------------------------------
     def group_views(self, now: float) -> list[GroupView]:
@@ -337,8 +357,12 @@ class CoLocationSim:
         converting: dict[str, list[Converting]] = defaultdict(list)
         for r in self.records.values():
             converting[self.group_of[r.node]].append(Converting(r.node, r.direction))
+        # every replica here starts in cfg.startup_s: the take-back's lead counts it (forecast.lead_s)
+        largest = {g: max((s.request for s in self.services if (s.group.model or "CPU") == g), default=0.0)
+                   for g in members}
         return [GroupView(g, tuple(members[g]), None, pending_training[g], tuple(pending_online[g]),
-                          tuple(converting[g]), "GPU" if self.groups[g].model else "millicore")
+                          tuple(converting[g]), "GPU" if self.groups[g].model else "millicore", self.cfg.startup_s,
+                          largest[g])
                 for g in sorted(members)]
 
     def _forecast(self, minute: int, now: float) -> None:
@@ -346,7 +370,7 @@ class CoLocationSim:
         scheduling period (a forecast starts at the minute it was made; later minutes read it further on)."""
         if minute % self.cfg.schedule_every_min:
             return
-        horizon = horizon_min(now, self.cfg.lending)  # as the live loop forecasts
+        horizon = horizon_min(now, self.cfg.lending, self.cfg.startup_s)  # as the live loop forecasts
         self.forecasts = {}
         for g, h in self.history.items():
             fc = seasonal_forecast(g, h[:self._warm + minute], now, horizon)
@@ -460,7 +484,7 @@ class CoLocationSim:
             gpus = s.template.gpus
             alloc_inf += gpus * len(rs.pods)
             busy_inf += gpus * rs.ready * self.util_now.get(s.name, 0.0)
-            demand[s.group.model or "CPU"] += s.request * len(rs.pods)
+            demand[s.group.model or "CPU"] += s.pod_request * len(rs.pods)
         for pod, (rs, _) in self.detached.items():
             p = self.backend.pod(pod)
             if p is not None:

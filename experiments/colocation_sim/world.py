@@ -12,11 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from cluster.backend import PodSpec
-from cluster.simulated.inference import InferenceLoad, genai_util_model
+from cluster.simulated.inference import DAY_MIN, InferenceLoad, genai_util_model
 from cluster.simulated.traces import alibaba_node
 from cluster.simulated.traffic import BUILTIN, Traffic, builtin, read_csv
 from cluster.types import GpuShare, JobStatus, JobView, NodeState, NodeView, Pool
 from colocation.policy.autoscaling import decide_service
+from experiments.autoscale_eval.llm import servegen
 from experiments.colocation_sim.autoscale import Measured
 from experiments.colocation_sim.config import SIM_START, GroupSpec, SimConfig
 from experiments.colocation_sim.training_load import GroupTarget, NodeShape, TrainingLoad, build as build_training
@@ -109,7 +110,8 @@ def static_split(cfg: SimConfig, nodes: list[NodeView], peak: dict[str, int]) ->
     for g in cfg.groups:
         key = g.model or "CPU"
         mine = sorted((n for n in nodes if n.resource_group == key), key=lambda n: n.name)
-        online[key] = min(len(mine), ceil_div(peak.get(key, 0), max(1, replicas_per_node(g, mine[0]))))
+        pods = peak.get(key, 0) * g.group_size
+        online[key] = min(len(mine), ceil_div(pods, max(1, replicas_per_node(g, mine[0]))))
         for i, n in enumerate(mine):
             if i < online[key]:
                 out.append(replace(n, state=NodeState.ONLINE_NORMAL, pool=Pool.COLOCATION))
@@ -129,8 +131,17 @@ class Service:
     index: int  # into InferenceLoad
     name: str
     group: GroupSpec
-    template: PodSpec
-    request: float  # per replica, in the group's unit
+    template: PodSpec  # one pod of a replica
+    request: float  # per replica (every pod of a group), in the group's unit
+
+    @property
+    def size(self) -> int:
+        """Pods per replica."""
+        return self.group.group_size
+
+    @property
+    def pod_request(self) -> float:
+        return self.group.replica_request
 
 
 def template_for(g: GroupSpec, name: str) -> PodSpec:
@@ -143,6 +154,10 @@ def template_for(g: GroupSpec, name: str) -> PodSpec:
 
 @lru_cache(maxsize=4)
 def _traffic(traces: Path, source: str) -> Traffic:
+    if source in servegen.BUILTIN:  # LLM traffic: requests/min, whole days
+        w = servegen.read(servegen.path_of(source, traces))
+        days = w.minutes // DAY_MIN
+        return Traffic(source, 0.0, w.rps[:days * DAY_MIN] * 60.0, "requests/min")
     return builtin(source, traces) if source in BUILTIN else read_csv(Path(source))
 
 
@@ -163,8 +178,9 @@ def build_services(cfg: SimConfig, nodes: list[NodeView]) -> tuple[list[Service]
             name = f"{g.name.lower()}-svc-{j}"
             peak_units = cfg.inference_peak * cap * w / sum(weights)  # replicas x request at peak
             names.append(name)
-            peaks.append(peak_units / g.replica_request)  # peak replicas; converted to QPS below
-            services.append(Service(len(services), name, g, template_for(g, name), g.replica_request))
+            request = g.replica_request * g.group_size
+            peaks.append(peak_units / request)  # peak replicas; converted to QPS below
+            services.append(Service(len(services), name, g, template_for(g, name), request))
     traffic = load_traffic(cfg)
     genai = cfg.traces / "alibaba-genai-2026"
     model = genai_util_model(str(genai))

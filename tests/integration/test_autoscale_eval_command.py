@@ -76,10 +76,48 @@ def test_autoscale_eval_writes_json_report_and_plots(tmp_path):
     ({"trace": "genai", "days": 7, "start": 20}, "genai has 22 whole days .*run past its end"),
     ({"days": 0}, "--days must be at least 1"),
     ({"days": 87}, "leaves 0 of its 87 days for training"),
-    ({"trace": "genai", "traffic": "x.csv"}, "either --trace or --traffic"),
+    ({"trace": "genai", "traffic": "x.csv"}, "give one of --trace, --traffic and --trace-file"),
     ({"startup_min": -1}, "startup"),
 ])
 def test_autoscale_eval_refuses_bad_options(tmp_path, opts, match):
+    with pytest.raises(CommandError, match=match):
+        call_command("autoscale_eval", out=str(tmp_path / "never"), **opts)
+    assert not (tmp_path / "never").exists()
+
+
+def servegen_csv(path, days: int = 1):
+    """A ServeGen-format day: 10-minute windows, a diurnal rate (30-90 requests/s), CV 2, 900/150 tokens."""
+    rows = ["t_s,requests_per_s,cv_weighted,mean_input_tokens,mean_output_tokens"]
+    for i in range(days * 144):
+        rows.append(f"{600 * i},{60 - 30 * math.cos(2 * math.pi * i / 144):.2f},2.0,900,150")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_the_llm_evaluation_on_a_trace_file(tmp_path):
+    out, figures = tmp_path / "out", tmp_path / "llm.json"
+    call_command("autoscale_eval", trace_file=str(servegen_csv(tmp_path / "llm.csv")), days=1, startup_min=[3],
+                 model_b=70.0, tp=8, pp=1, out=str(out), json_path=str(figures))
+    data = json.loads(figures.read_text())
+    assert data["days"] == 1.0 and data["group"] == {"gpus": 8, "gpu": "H200", "tp": 8, "pp": 1, "params_b": 70.0,
+                                                     "prefill_tokens_s": 45234, "decode_step_ms": 2.6}
+    (sweep,) = data["sweeps"]
+    assert sweep["startup_min"] == 3 and {"tidal_dominates_hpa", "tidal_dominates_kpa"} <= sweep.keys()
+    policies = {p[0] for p in sweep["points"]}
+    assert policies == {"tidal", "hpa", "kpa"}
+    assert all(0 <= p[2] <= 1 and p[3] > 0 for p in sweep["points"])
+    for name in ("report.md", "front.png", "figures.json"):
+        assert (out / name).stat().st_size > 0, name
+    assert "Tidal's front dominates HPA's" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"trace_file": "missing.csv"}, "cannot read"),
+    ({"trace": "servegen-m-large", "trace_file": "x.csv"}, "give one of"),
+    ({"trace": "servegen-m-large", "ttft_slo": 0.0}, "--ttft-slo"),
+    ({"trace": "servegen-m-large", "tp": 1, "pp": 1}, "do not fit"),
+])
+def test_the_llm_evaluation_refuses_bad_options(tmp_path, opts, match):
     with pytest.raises(CommandError, match=match):
         call_command("autoscale_eval", out=str(tmp_path / "never"), **opts)
     assert not (tmp_path / "never").exists()

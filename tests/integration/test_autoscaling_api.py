@@ -55,6 +55,10 @@ def test_zero_replicas_only_with_scale_to_zero(world):
     ({"schedules": [{**NIGHTLY, "end": "08:00"}]}, ("schedules", "0", "end"), "empty"),
     ({"min_replicas": 12}, ("min_replicas",), "above max_replicas"),
     ({"replicas": 0, "scale_to_zero_idle_min": None}, ("replicas",), "0 needs scale_to_zero_idle_min"),
+    ({"ttft_p99_target_s": 0}, ("ttft_p99_target_s",), "0.001"),
+    ({"tpot_p99_target_s": -0.05}, ("tpot_p99_target_s",), ""),
+    ({"kv_cache_target": 1.5}, ("kv_cache_target",), "1"),
+    ({"queue_target": 0}, ("queue_target",), ""),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_a_bad_policy_is_a_400_naming_the_field_and_writes_nothing(world, overrides, path, says):
     before = (Decision.objects.count(), ScalingThreshold.objects.count(), ScalingSchedule.objects.count())
@@ -131,3 +135,16 @@ def test_scaling_history_newest_first_filtered_by_kind_and_time(world):
         response = client.get(url, params)
         assert response.status_code == 400 and field in response.json()["extra"]["fields"]
     assert world.client("outsider").get(url).status_code == 404
+
+
+def test_llm_serving_targets_round_trip_and_reach_the_policy(world):
+    from colocation.autoscaler import scaling_policy
+    from colocation.policy.serving import ServingTargets
+
+    targets = {"ttft_p99_target_s": 0.5, "tpot_p99_target_s": 0.05, "kv_cache_target": 0.9, "queue_target": 4.0}
+    body = create(world, **targets).json()
+    assert {k: body[k] for k in targets} == targets
+    service = InferenceService.objects.get(pk=body["id"])
+    assert scaling_policy(service).serving == ServingTargets(0.5, 0.05, 0.9, 4.0)
+    plain = InferenceService.objects.get(pk=create(world, name="plain").json()["id"])
+    assert scaling_policy(plain).serving is None

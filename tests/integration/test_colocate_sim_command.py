@@ -58,3 +58,9 @@ def test_colocate_sim_refuses_more_days_than_the_traffic_has(tmp_path):
 def test_colocate_sim_refuses_zero_days(tmp_path):
     with pytest.raises(CommandError, match="--days"):
         call_command("colocate_sim", days=0, out=str(tmp_path / "never"))
+
+
+def test_the_llm_scenario_refuses_more_days_than_servegen_holds(tmp_path):
+    with pytest.raises(CommandError, match="servegen-m-large"):
+        call_command("colocate_sim", llm=True, days=20, out=str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()

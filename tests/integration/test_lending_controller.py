@@ -266,16 +266,45 @@ def test_a_forecast_take_back_is_stored_with_its_sentence(lab, demand_store, for
     assert model == "T4" and at == pytest.approx(clock.now() - clock.now() % 60 + 600 - profile.drain_s)
 
 
-def test_the_scheduler_reads_the_predicted_take_back_when_forecasting_is_on(demand_store, settings):
+def test_the_scheduler_reads_the_predicted_take_back_by_default(demand_store):
     from colocation import demand_history
     from colocation.selectors import lending_profile
 
     redis, namespace = demand_store
+    assert lending_profile().forecast and lending_profile().take_back_by == ()
     demand_history.put_take_back_by(redis, namespace, {"T4": 1234.0}, ttl_s=60)
-    settings.TIDAL_LENDING_FORECAST = False
-    assert lending_profile().take_back_by == () and not lending_profile().forecast
-    settings.TIDAL_LENDING_FORECAST = True
-    assert lending_profile().forecast and lending_profile().take_back_by == (("T4", 1234.0),)
+    assert lending_profile().take_back_by == (("T4", 1234.0),)
+
+
+def test_a_group_with_forecast_driven_lending_off_keeps_the_threshold_rules(lab, demand_store):
+    world, cluster, clock = lab
+    redis, namespace = demand_store
+    t4 = world.groups["t4"]
+    t4.lending, t4.lending_forecast = True, False
+    t4.save()
+    serve(cluster, replicas=2)
+    fill_history(redis, namespace, "t4", clock.now() + 5, daily_rise)
+    clock.advance(5)
+    cluster.advance()
+    report = controller.lending_tick(backend=cluster, now=clock.now(), profile=DEFAULT.with_(forecast=True),
+                                     redis=redis, namespace=namespace)
+    from colocation import demand_history
+
+    assert report.opened == [] and demand_history.take_back_by(redis, namespace) == ()
+
+
+def test_the_history_cache_reads_redis_once_a_minute(demand_store):
+    from colocation import demand_history
+
+    redis, namespace = demand_store
+    now = 1_800_000_000.0  # a minute's start
+    fill_history(redis, namespace, "t4", now, lambda offset: 2.0, days=1)
+    cache = demand_history.HistoryCache()
+    first = cache.history(redis, namespace, "t4", now + 5)
+    demand_history.record(redis, namespace, {"t4": 9.0}, now + 10)  # within the minute: not in the history yet
+    assert cache.history(redis, namespace, "t4", now + 50) is first and cache.reads == 1
+    later = cache.history(redis, namespace, "t4", now + 65)  # the minute ended: read again, it holds the 9
+    assert cache.reads == 2 and later[-1] == 9.0 and len(later) == len(first) + 1
 
 
 def graceful_setup(lab):
@@ -338,3 +367,30 @@ def test_online_pods_pending_expedite_a_graceful_take_back(lab):
     assert Decision.objects.filter(subject="node:t4-3", reason="take-back-expedited").exists()
     lending(lab, seconds=31)
     assert not cluster.pending_pods() and state_of(cluster, "t4-3") == "online-normal"
+
+
+def test_the_near_term_demand_comes_from_a_usable_xgboost_forecast(lab):
+    from datetime import timedelta
+
+    from cluster.clock import utc
+    from colocation.models import InferenceService
+    from profiling.models import Forecast, ForecastModel
+
+    world, cluster, clock = lab
+    serve(cluster, replicas=2, name="chat")
+    cluster.advance()
+    service = InferenceService.objects.create(name="chat", department=world.departments["ml-search"],
+                                              gpu_model=world.gpu_models["T4"], replicas=2)
+    made_at = utc(clock.now() - clock.now() % 60 - 60)
+    for usable, version in ((False, 1), (True, 2)):
+        model = ForecastModel.objects.create(target="gpu", version=version, trained_from=made_at,
+                                             trained_to=made_at, minutes=1, usable=usable, blob=b"")
+        for h, value in enumerate((0.5, 0.6, 0.9, 0.9, 0.9) if usable else (0.1,) * 5, start=1):
+            Forecast.objects.create(service=service, model=model, target="gpu", made_at=made_at - timedelta(
+                minutes=0 if usable else 1), horizon=h, minute=made_at + timedelta(minutes=h), value=value, replicas=2)
+    world.groups["t4"].lending = True
+    world.groups["t4"].save()
+    (t4,) = [g for g in controller.group_views(cluster) if g.name == "t4"]
+    # ceil(0.9 × 2 / 0.6) = 3 replicas from minute 3 on; the default expectRate 0.6 (no gpu threshold set)
+    assert controller.near_term([t4], clock.now()) == {"t4": (2.0, 2.0, 3.0, 3.0, 3.0)}
+    assert controller.near_term([t4], clock.now() + 600) == {}  # too old: not used

@@ -182,3 +182,27 @@ def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
     assert requeued.status is JobStatus.PENDING and requeued.peers == () and requeued.preferred_pool is Pool.FIXED
     assert s.metrics.killed == 1 and s.training.requeues[job.id] == 1 and job.id in s.killed_jobs
     assert len(s.queue) == 1  # nothing else arrived: the gang, back in the queue once
+
+
+def test_an_llm_service_scales_whole_groups_of_whole_nodes():
+    """The LLM scenario on a smaller cluster for 6 hours: a replica is 2 pods of 8 GPUs, so the ReplicaSet always
+    holds whole groups, a group counts only with both pods ready, and every episode short of groups is measured."""
+    from experiments.colocation_sim.config import GroupSpec
+
+    cfg = SimConfig(Path(TRACES_DIR), days=1).llm()
+    cfg = cfg.with_(groups=(GroupSpec("G3", "G3", 16, 1, 8.0, replica_cpu_milli=32000, replica_memory_mib=131072,
+                                      group_size=2),))
+    s = CoLocationSim(cfg)
+    (service,) = s.services
+    assert service.size == 2 and service.request == 16.0 and service.template.gpus == 8
+    sizes = set()
+    for minute in range(360):
+        s.tick(minute)
+        (rs,) = [r for r in s.backend.replicasets() if r.name == service.name]
+        sizes.add(rs.replicas)
+        assert rs.replicas % 2 == 0
+    assert len(sizes) > 1  # it scaled
+    m = s.metrics
+    assert m.over_one_gpu == 0 and m.serving_drops == 0
+    assert all(w <= 3600 for w in m.group_wait_s)
+    assert {"group_waits", "group_wait_mean_s", "group_wait_p95_s", "group_wait_max_s"} <= m.summary(0.25).keys()

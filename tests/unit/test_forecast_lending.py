@@ -7,6 +7,8 @@ deadline margin 30 min. NOW is 14:00 UTC, outside every busy window.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +18,8 @@ from cluster.types import NodeState, Pool
 from colocation.policy import (DEFAULT, DemandForecast, Hold, LendReason, PoolReason, TakeBack, decide_group,
                                decide_lending, lend_bar_s, long_bar_s, preferred_pool, seasonal_forecast,
                                take_back_at)
-from colocation.policy.forecast import DAY_MIN
+from colocation.policy.forecast import (DAY_MIN, ServiceAhead, horizon_min, near_term_demand,
+                                        with_near_term)
 from experiments.builders import scheduling as b
 from experiments.builders.colocation import NOW, G, N, at, online_fleet
 from scheduler.policy import schedule
@@ -300,3 +303,58 @@ def test_no_job_is_placed_on_a_lent_node_past_its_predicted_take_back(durations,
     for admit in (d for d in result.decisions if isinstance(d, Admit)):
         if admit.node.startswith("lent"):
             assert now + by_id[admit.job_id].expected_duration_s <= take_back - profile.deadline_margin_s
+
+
+# ---- the lead: drain and the largest replica's start-up -----------------------------------------------
+
+@pytest.mark.parametrize("startup_s,fires", [(0.0, False), (10 * MIN, True)])
+def test_a_take_back_leads_the_rise_by_the_drain_and_the_largest_startup(startup_s, fires):
+    """A rise 20 minutes away: outside the 15-minute drain alone, inside drain + a 10-minute group start-up."""
+    g = replace(lent_group().build(), startup_s=startup_s)
+    assert isinstance(decide_group(g, NOW, ON, fc((20, 11), base=6)), TakeBack) is fires
+    assert take_back_at(g, fc((90, 11), base=6), NOW, ON) == NOW + 90 * MIN - 900 - startup_s
+
+
+def test_the_horizon_reaches_past_the_startup():
+    assert horizon_min(NOW, ON, startup_s=3 * H) == horizon_min(NOW, ON) + 180
+
+
+# ---- the near term from the services' XGBoost forecasts -------------------------------------------------
+
+@pytest.mark.parametrize("services,near", [
+    ((), ()),
+    # 2 replicas at 0.5 -> ceil(0.5×2/0.6) = 2; at 0.9 -> 3; another pod's 1 GPU stays as it is
+    ((ServiceAhead(2, (0.5, 0.9), 0.6, 1.0),), (3.0, 4.0)),
+    # a forecast fall never asks fewer replicas than now (a take-back does not wait for a scale-in)
+    ((ServiceAhead(2, (0.1,), 0.6, 1.0),), (3.0,)),
+    # two services, 2-GPU replicas; the shortest forecast sets the length
+    ((ServiceAhead(1, (0.9, 0.9, 0.9), 0.6, 2.0), ServiceAhead(1, (0.3, 1.2), 0.6, 1.0)), (1.0 + 4 + 1, 1.0 + 4 + 2)),
+])
+def test_near_term_demand(services, near):
+    current = 1.0 + sum(s.replicas * s.per_replica for s in services)
+    assert near_term_demand(current, services) == near
+
+
+def test_the_near_term_replaces_the_first_minutes_and_is_named():
+    seasonal = fc(base=6, minutes=10)
+    both = with_near_term(seasonal, "t4", NOW, (9.0, 8.0))
+    assert both.values[:3] == (9.0, 8.0, 6.0) and len(both.values) == 10 and both.source == "seasonal+xgboost"
+    alone = with_near_term(None, "t4", NOW, (9.0,))
+    assert alone.values == (9.0,) and alone.source == "xgboost"
+    assert with_near_term(seasonal, "t4", NOW, ()) is seasonal and with_near_term(None, "t4", NOW, ()) is None
+
+
+@pytest.mark.parametrize("largest,nodes", [
+    (0.0, ("t4-3", "t4-4", "t4-5")),  # 1-GPU replicas or none: today's lend
+    (8.0, ("t4-3", "t4-4")),  # 2 used of 20; lending 3 leaves 8 - 2 = 6 free < one 8-GPU group: 2
+    (17.0, None),  # not even one node: 18 - 2 = 16 free < 17
+])
+def test_a_lend_leaves_room_for_one_more_of_the_largest_replica(largest, nodes):
+    g = replace(idle_group().build(), largest_replica=largest)
+    d = decide_group(g, NOW, ON)
+    if nodes is None:
+        assert isinstance(d, Hold) and d.reason is LendReason.NO_ROOM and "less than one replica (17 GPU)" in d.message
+        return
+    assert d.nodes == nodes
+    if largest:
+        assert "no more: lending one more node would leave less than one replica (8 GPU) free online" in d.message

@@ -12,6 +12,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from experiments.autoscale_eval.evaluate import EvalConfig, evaluate
+from experiments.autoscale_eval.llm import evaluate as llm
+from experiments.autoscale_eval.llm.replica import GPUS, GroupModel, LlmModel
+from experiments.autoscale_eval.llm.run import Slo
+from experiments.autoscale_eval.llm.servegen import BUILTIN as SERVEGEN, ServeGenError, path_of
+from experiments.autoscale_eval.llm.sweep import size
 from experiments.autoscale_eval.report import without_zero, write_json
 from experiments.autoscale_eval.service import CAPACITY, STARTUP_MIN, ServiceModel
 from experiments.autoscale_eval.trace import TRACES, TraceError
@@ -27,7 +32,10 @@ class Command(BaseCommand):
             "several targets and tidal at several thresholds, overloaded minutes against replica-hours.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--trace", choices=TRACES, help="a built-in trace (default worldcup98)")
+        parser.add_argument("--trace", choices=(*TRACES, *SERVEGEN),
+                            help="a built-in trace (default worldcup98); servegen-*: the LLM evaluation")
+        parser.add_argument("--trace-file", help="an LLM trace in ServeGen's CSV format (t_s,requests_per_s,"
+                                                 "cv_weighted,mean_input_tokens,mean_output_tokens): the LLM evaluation")
         parser.add_argument("--traffic", help="a CSV with columns timestamp,value (ISO 8601 or epoch seconds, any "
                                               "step; value = requests or work units per minute)")
         parser.add_argument("--days", type=int, default=14, help="whole days evaluated")
@@ -44,14 +52,27 @@ class Command(BaseCommand):
                             help=f"work one replica serves per minute at utilization 1.0 (default: {CAPACITY:g} "
                                  "requests/min for worldcup98, 60 GPU-seconds for genai, a CSV's evaluated peak "
                                  "over 25 replicas)")
-        parser.add_argument("--startup-min", type=int, default=STARTUP_MIN,
-                            help="minutes before a new replica serves")
+        parser.add_argument("--startup-min", type=int, action="append",
+                            help=f"minutes before a new replica serves (default {STARTUP_MIN}; the LLM evaluation: "
+                                 "3 and 10, and this flag may be repeated)")
+        llm_args = parser.add_argument_group("LLM evaluation (servegen-* or --trace-file)")
+        llm_args.add_argument("--model-b", type=float, default=LlmModel().params_b, help="billions of parameters")
+        llm_args.add_argument("--gpu", choices=tuple(GPUS), default=GroupModel().gpu)
+        llm_args.add_argument("--tp", type=int, default=GroupModel().tp, help="tensor parallelism (GPUs per node)")
+        llm_args.add_argument("--pp", type=int, default=GroupModel().pp, help="pipeline parallelism (nodes)")
+        llm_args.add_argument("--ttft-slo", type=float, default=Slo().ttft_s, help="seconds to the first token")
+        llm_args.add_argument("--tpot-slo", type=float, default=Slo().tpot_s, help="seconds per output token")
 
     def handle(self, *args: object, **opts: object) -> None:
-        if opts["trace"] and opts["traffic"]:
-            raise CommandError("give either --trace or --traffic, not both")
+        if sum(bool(opts[k]) for k in ("trace", "traffic", "trace_file")) > 1:
+            raise CommandError("give one of --trace, --traffic and --trace-file")
+        startup = opts["startup_min"]  # a list from the command line (repeatable), an int from call_command
+        opts["startup_min"] = [startup] if isinstance(startup, int) else list(startup or ())
+        if opts["trace_file"] or opts["trace"] in SERVEGEN:
+            return self._llm(opts)
         try:
-            model = ServiceModel(capacity=opts["capacity"] or CAPACITY, startup_min=opts["startup_min"])
+            model = ServiceModel(capacity=opts["capacity"] or CAPACITY, startup_min=(opts["startup_min"] or
+                                                                                     [STARTUP_MIN])[0])
         except ValueError as e:
             raise CommandError(str(e)) from e
         cfg = EvalConfig(Path(settings.TRACES_DIR), trace=opts["trace"] or "worldcup98",
@@ -90,3 +111,31 @@ class Command(BaseCommand):
             for line in result.front.lines():
                 self.stdout.write(f"  {line}")
             self.stdout.write(f"  {without_zero(result.front)}")
+
+    def _llm(self, opts: dict) -> None:
+        """The LLM evaluation: tidal, HPA and the KPA swept on a ServeGen-format trace."""
+        try:
+            model = GroupModel(LlmModel(params_b=opts["model_b"]), gpu=opts["gpu"], tp=opts["tp"], pp=opts["pp"])
+            slo = Slo(opts["ttft_slo"], opts["tpot_slo"])
+            if slo.ttft_s <= 0 or slo.tpot_s <= 0 or any(s < 0 for s in opts["startup_min"] or ()):
+                raise ValueError("--ttft-slo, --tpot-slo must be > 0 and --startup-min >= 0")
+        except ValueError as e:
+            raise CommandError(str(e)) from e
+        path = Path(opts["trace_file"]) if opts["trace_file"] else path_of(opts["trace"], Path(settings.TRACES_DIR))
+        startups = tuple(opts["startup_min"] or (3, 10))
+        cfg = llm.LlmConfig(path, days=opts["days"], startups=startups, model=model, slo=slo, seed=opts["seed"])
+        out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / "autoscale-eval-llm"
+        command = "python manage.py autoscale_eval " + shlex.join(sys.argv[2:])
+        bar = tqdm(total=size() * len(startups), desc="sweep", unit="run", file=self.stderr, mininterval=0.5)
+        try:
+            figures = llm.evaluate(cfg, out, command, lambda: bar.update(1))
+        except ServeGenError as e:
+            raise CommandError(str(e)) from e
+        finally:
+            bar.close()
+        if opts["json_path"]:
+            write_json(figures, Path(opts["json_path"]))
+        self.stdout.write(f"{out}/report.md ({figures['wall_s']} s, {figures['days']} days)")
+        for s in figures["sweeps"]:
+            self.stdout.write(f"start-up {s['startup_min']} min: tidal dominates hpa: {s['tidal_dominates_hpa']}, "
+                              f"kpa: {s['tidal_dominates_kpa']}")

@@ -1,4 +1,4 @@
-"""`python manage.py colocate_sim --days 7 [--trace worldcup98|genai | --traffic CSV] [--start DAY]
+"""`python manage.py colocate_sim --days 7 [--llm] [--trace worldcup98|genai|servegen-* | --traffic CSV] [--start DAY]
 [--lending threshold|forecast|both] [--training-load F] [--out DIR] [--json PATH] [--seed N] [--queue-window N]
 [--processes 1|2|3]`: thin; the work is in experiments/colocation_sim/ (no Django there)."""
 
@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from cluster.simulated.traffic import BUILTIN, TrafficError, window
+from experiments.autoscale_eval.llm.servegen import BUILTIN as SERVEGEN, ServeGenError
 from experiments.colocation_sim import SimConfig
 from experiments.colocation_sim.report import LENDING_MODES, simulate, write_json
 from experiments.colocation_sim.world import load_traffic
@@ -24,7 +25,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--days", type=int, default=7, help="simulated days (any span the traffic offers)")
         source = parser.add_mutually_exclusive_group()
-        source.add_argument("--trace", choices=BUILTIN, default=None, help="built-in traffic (default worldcup98)")
+        source.add_argument("--trace", choices=(*BUILTIN, *SERVEGEN), default=None,
+                            help="built-in traffic (default worldcup98; servegen-*: LLM requests)")
         source.add_argument("--traffic", help="a CSV of timestamp,value (ISO 8601 or epoch seconds; any step)")
         parser.add_argument("--start", type=int, default=None,
                             help="first simulated day of the traffic (default: its last --days days); the days "
@@ -35,6 +37,9 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_path", help="write the headline figures here")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--small", action="store_true", help="a small cluster (tests)")
+        parser.add_argument("--llm", action="store_true",
+                            help="a multi-node LLM service (replica = a group of 2 nodes × 8 GPUs, 10-minute start-up) "
+                                 "on ServeGen m-large traffic (unless --trace/--traffic says otherwise)")
         parser.add_argument("--training-load", type=float, default=None,
                             help="GPU-hours offered within the run over the training capacity (default 0.75, Helios)")
         parser.add_argument("--fixed-share", type=float, default=None,
@@ -53,14 +58,15 @@ class Command(BaseCommand):
             raise CommandError("--queue-window must be >= 0")
         if opts["start"] is not None and opts["start"] < 0:
             raise CommandError("--start must be >= 0")
-        traffic = opts["traffic"] or opts["trace"] or "worldcup98"
-        cfg = SimConfig(Path(settings.TRACES_DIR), days=opts["days"], seed=opts["seed"], traffic=traffic,
-                        start_day=opts["start"])
+        cfg = SimConfig(Path(settings.TRACES_DIR), days=opts["days"], seed=opts["seed"], start_day=opts["start"])
+        if opts["llm"]:
+            cfg = cfg.llm()
+        cfg = cfg.with_(traffic=opts["traffic"] or opts["trace"] or cfg.traffic)
         try:
             window(load_traffic(cfg), cfg.days, cfg.start_day)  # the run's days must be in the traffic
-        except TrafficError as e:
+        except (TrafficError, ServeGenError) as e:
             raise CommandError(str(e)) from None
-        if opts["small"]:
+        if opts["small"] and not opts["llm"]:
             cfg = cfg.small()
         if opts["training_load"] is not None:
             cfg = cfg.with_(training_load=opts["training_load"])

@@ -1,0 +1,107 @@
+"""LLM serving signals for inference autoscaling (docs/concepts/autoscaling.md#llm-serving-signals), pure.
+
+A service that serves a language model may target, beside its utilization thresholds, an SLO (time to first token
+p99, time per output token p99) and a KV-cache or queue target. The signals come from the serving engine's
+Prometheus metrics (vLLM's names, SGLang's as the alternative: docs/reference/llm-serving-metrics.md) and ride on
+each `LoadMinute`. Every answer names its signal and its target, so the decision's sentence says what moved it.
+
+Latency does not scale with replicas the way utilization does (a queue's wait explodes near saturation), so a missed
+SLO sizes the scale-out by the utilization at expectRate and asks one replica more at least, at most doubling per
+decision; and a missed SLO in the scale-in window forbids scaling in (an empty queue does not say how many replicas
+the latency needs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MAX_STEP = 2.0  # a latency breach at most doubles the replicas per decision (HPA's default scale-up is +100 %)
+SIGNALS = ("ttft_p99", "tpot_p99", "queue", "kv_cache")
+
+
+@dataclass(frozen=True, slots=True)
+class ServingTargets:
+    """What an LLM service promises: p99 latencies in seconds, KV-cache use (fraction, 0..1) and waiting requests
+    per replica; None: not a target."""
+
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    kv_cache: float | None = None  # scale out when the mean KV-cache use of the replicas passes this
+    queue_per_replica: float | None = None  # scale out when waiting requests per replica pass this
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_p99_s", "tpot_p99_s", "queue_per_replica"):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise ValueError(f"{name} must be > 0, got {v}")
+        if self.kv_cache is not None and not 0 < self.kv_cache <= 1:
+            raise ValueError(f"kv_cache must be in (0, 1], got {self.kv_cache}")
+
+    def targets(self) -> dict[str, float]:
+        """{signal: target} of the targets set."""
+        values = (self.ttft_p99_s, self.tpot_p99_s, self.queue_per_replica, self.kv_cache)
+        return {s: v for s, v in zip(SIGNALS, values) if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Breach:
+    """A serving signal over its target in each of the last `minutes` minutes."""
+
+    signal: str
+    values: tuple[float, ...]
+    target: float
+
+    def sentence(self) -> str:
+        unit = {"ttft_p99": " s", "tpot_p99": " s"}.get(self.signal, "")
+        shown = "/".join(_show(self.signal, v) for v in self.values)
+        return f"{self.signal} {shown}{unit} over its target {_show(self.signal, self.target)}{unit}"
+
+
+def signal_value(signal: str, minute, replicas: int) -> float | None:
+    """A minute's value of a serving signal; the queue per replica (the engine reports the service's waiting
+    requests)."""
+    if signal == "queue":
+        q = minute.queue
+        return None if q is None else q / max(1, replicas)
+    return getattr(minute, signal)
+
+
+def breaches(targets: ServingTargets, loads: Sequence, replicas: int, minutes: int) -> list[Breach]:
+    """Every target whose signal was over it in each of the newest `minutes` minutes (each measured)."""
+    out = []
+    for signal, target in targets.targets().items():
+        values = [signal_value(signal, m, replicas) for m in loads[-minutes:]]
+        if len(values) == minutes and all(v is not None and v > target for v in values):
+            out.append(Breach(signal, tuple(values), target))
+    return out
+
+
+def missed(targets: ServingTargets, loads: Sequence, replicas: int) -> Breach | None:
+    """The first latency target missed in any of `loads` (a scale-in is refused while one is), or None."""
+    for signal in ("ttft_p99", "tpot_p99"):
+        target = targets.targets().get(signal)
+        if target is None:
+            continue
+        over = [v for m in loads if (v := signal_value(signal, m, replicas)) is not None and v > target]
+        if over:
+            return Breach(signal, (max(over),), target)
+    return None
+
+
+def replicas_for_breach(n: int, utilization: float | None, expect_rate: float) -> int:
+    """Replicas after a breach at `n`: what the utilization asks at expectRate, one more at least, at most
+    MAX_STEP × n."""
+    k = n + 1
+    if utilization is not None:
+        k = max(k, math.ceil(utilization / expect_rate * n - 1e-9))
+    return min(k, max(n + 1, math.ceil(MAX_STEP * n)))
+
+
+def _show(signal: str, v: float) -> str:
+    if signal == "kv_cache":
+        return f"{v:.0%}"
+    if signal == "queue":
+        return f"{v:.1f}"
+    return f"{v:.3g}"

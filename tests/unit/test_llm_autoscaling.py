@@ -1,0 +1,288 @@
+"""LLM serving signals in the autoscaling policy (colocation/policy/serving.py and its rules in autoscaling.py), the
+KPA baseline (colocation/policy/kpa.py) and the LLM evaluation's pure parts (experiments/autoscale_eval/llm/): the
+group replica model, the ServeGen reader, the look-ahead and the front's dominance."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from colocation.policy import kpa
+from colocation.policy.autoscaling import (AHEAD, LoadMinute, Rates, ScaleReason, ScalingPolicy, ServiceView,
+                                           decide_group, decide_service, lookahead)
+from colocation.policy.serving import ServingTargets, breaches, replicas_for_breach
+from experiments.autoscale_eval.llm.forecast import RateLookahead
+from experiments.autoscale_eval.llm.front import Point, covering, dominates, pareto
+from experiments.autoscale_eval.llm.replica import GroupModel, LlmModel
+from experiments.autoscale_eval.llm.servegen import ServeGenError, read
+from experiments.builders.colocation import at
+
+NOW = at("14:00")
+SLO = ServingTargets(ttft_p99_s=0.5, tpot_p99_s=0.05, kv_cache=0.9, queue_per_replica=4)
+POLICY = ScalingPolicy(thresholds=(("gpu", Rates(0.3, 0.6, 0.8)),), min_replicas=2, max_replicas=20, serving=SLO)
+
+
+def minutes(n: int = 4, k: int = 5, **signals) -> tuple[LoadMinute, ...]:
+    """`k` minutes at `n` replicas ending at NOW, GPU 0.6 unless given; each signal a value or a list (oldest first)."""
+    base = {"gpu": 0.6, "ttft_p99": 0.2, "tpot_p99": 0.02, "kv_cache": 0.3, "queue": 0.0}
+    base.update(signals)
+    return tuple(LoadMinute(NOW - 60 * (k - i), n, qps=5.0, **{s: v[i] if isinstance(v, list) else v
+                                                                 for s, v in base.items()}) for i in range(k))
+
+
+def view(loads, n: int = 4, policy: ScalingPolicy = POLICY, **kw) -> ServiceView:
+    return ServiceView("llm", policy, n, kw.pop("ready", n), loads, **kw)
+
+
+# ---- serving targets ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [{"ttft_p99_s": 0}, {"tpot_p99_s": -1}, {"queue_per_replica": 0}, {"kv_cache": 1.5},
+                                {"kv_cache": 0}])
+def test_bad_targets_are_refused(kw):
+    with pytest.raises(ValueError):
+        ServingTargets(**kw)
+
+
+@pytest.mark.parametrize("signals,named", [
+    ({"ttft_p99": [0.2, 0.2, 0.2, 0.8, 0.9]}, "ttft_p99 0.8/0.9 s over its target 0.5 s"),
+    ({"tpot_p99": [0.02, 0.02, 0.02, 0.06, 0.07]}, "tpot_p99 0.06/0.07 s over its target 0.05 s"),
+    ({"kv_cache": [0.3, 0.3, 0.3, 0.95, 0.97]}, "kv_cache 95%/97% over its target 90%"),
+    ({"queue": [0, 0, 0, 20, 24]}, "queue 5.0/6.0 over its target 4.0"),  # per replica: 20/4, 24/4
+])
+def test_a_missed_target_scales_out_and_names_the_signal_and_target(signals, named):
+    d = decide_service(view(minutes(**signals)), NOW)
+    assert d.reason is ScaleReason.SLO_OUT and d.target == 5 and named in d.message, d.message
+
+
+@pytest.mark.parametrize("signals", [
+    {"ttft_p99": [0.2, 0.2, 0.2, 0.2, 0.9]},  # one minute is not a breach
+    {"ttft_p99": [0.9, 0.9, 0.9, 0.2, 0.9]},  # nor a broken run
+    {"ttft_p99": [0.5] * 5},  # at the target is within it
+])
+def test_a_target_missed_only_briefly_does_not_scale(signals):
+    assert decide_service(view(minutes(**signals)), NOW).reason is ScaleReason.HOLD
+
+
+def test_a_breach_is_sized_by_utilization_and_at_most_doubles():
+    # utilization 0.75 at expectRate 0.6 over 4 replicas: ceil(0.75/0.6×4) = 5
+    assert replicas_for_breach(4, 0.75 / 0.6, 1.0) == 5
+    assert replicas_for_breach(4, 0.1, 1.0) == 5  # one more at least
+    assert replicas_for_breach(4, 10.0, 1.0) == 8  # at most twice
+    assert replicas_for_breach(1, None, 1.0) == 2
+
+
+def test_no_scale_in_while_a_latency_target_was_missed():
+    low = minutes(gpu=0.2, ttft_p99=[0.2, 0.9, 0.2, 0.2, 0.2])
+    kept = decide_service(view(low), NOW)
+    assert kept.reason is ScaleReason.HOLD and kept.target == 4 and "ttft_p99" in kept.message
+    free = decide_service(view(minutes(gpu=0.2)), NOW)
+    assert free.reason is ScaleReason.SCALE_IN and free.target < 4
+
+
+def test_without_serving_targets_the_signals_are_ignored():
+    d = decide_service(view(minutes(ttft_p99=5.0), policy=replace(POLICY, serving=None)), NOW)
+    assert d.reason is ScaleReason.HOLD
+
+
+def test_breaches_need_every_minute_measured():
+    ms = minutes(ttft_p99=[0.9, 0.9, 0.9, None, 0.9])
+    assert [b.signal for b in breaches(SLO, ms, 4, 2)] == []
+    assert [b.signal for b in breaches(SLO, ms, 4, 1)] == ["ttft_p99"]
+
+
+# ---- look-ahead of a start-up; groups to and from zero -------------------------------------------
+
+@pytest.mark.parametrize("startup_min,ahead", [(0, AHEAD), (2, AHEAD), (10, 20)])
+def test_the_predictive_rule_looks_at_least_a_startup_ahead(startup_min, ahead):
+    assert lookahead(replace(POLICY, startup_min=startup_min)) == ahead >= startup_min
+
+
+def test_a_rise_beyond_five_minutes_but_within_the_startup_scales_out_ahead():
+    rise = (0.6,) * 10 + (0.95,) * 10  # over maxRate from minute 11 on
+    for startup, reason in ((0, ScaleReason.HOLD), (10, ScaleReason.PREDICTIVE_OUT)):
+        d = decide_service(view(minutes(), policy=replace(POLICY, startup_min=startup), forecast=(("gpu", rise),)),
+                           NOW)
+        assert d.reason is reason, d.message
+    assert "over the next 20 minutes" in d.message and d.target == math.ceil(0.95 / 0.6 * 4)
+
+
+def test_a_group_service_goes_to_zero_and_back_whole():
+    """A replica of 16 GPUs (2 nodes × 8): scale to zero after the idle time, back on the first request, and the
+    group's arbitration counts whole replicas."""
+    policy = replace(POLICY, scale_to_zero_idle_min=3, min_replicas=2)
+    idle = tuple(LoadMinute(NOW - 60 * (3 - i), 2, gpu=0.0, qps=0.0) for i in range(3))
+    d = decide_service(view(idle, n=2, policy=policy, per_replica=16.0), NOW)
+    assert (d.reason, d.target) == (ScaleReason.TO_ZERO, 0)
+    woke = (LoadMinute(NOW - 60, 0, qps=0.5),)
+    back = decide_service(view(woke, n=0, policy=policy, per_replica=16.0), NOW)
+    assert (back.reason, back.target) == (ScaleReason.FROM_ZERO, 2)
+    # 40 GPUs for two group services asking 2 groups each: the higher priority gets 2 groups, the other 0 extra
+    hi = view(minutes(n=2, gpu=0.9), n=2, policy=replace(POLICY, priority=5), per_replica=16.0)
+    lo = replace(view(minutes(n=2, gpu=0.9), n=2, per_replica=16.0), name="llm-b")
+    got = {d.service: d.target for d in decide_group([hi, lo], capacity=80.0, now=NOW)}
+    assert got["llm"] * 16 + got["llm-b"] * 16 <= 80 and got["llm"] >= got["llm-b"]
+
+
+# ---- the KPA ---------------------------------------------------------------------------------------
+
+SPEC = kpa.KpaSpec(target=0.5, min_replicas=1, max_replicas=50)
+
+
+def samples(*totals: float, end: float = NOW) -> tuple[kpa.Sample, ...]:
+    """One sample a minute, the newest at `end`."""
+    return tuple(kpa.Sample(end - 60 * (len(totals) - 1 - i), v) for i, v in enumerate(totals))
+
+
+def test_window_average_keeps_only_the_window():
+    s = samples(10.0, 2.0, 4.0)
+    assert kpa.window_average(s, NOW, 180) == pytest.approx(16 / 3)
+    assert kpa.window_average(s, NOW, 60) == 4.0
+    assert kpa.window_average(s, NOW + 600, 60) is None
+
+
+def test_stable_mode_follows_the_stable_window():
+    d = kpa.decide(SPEC, ready=4, samples=samples(2.0, 2.0, 2.6), state=kpa.KpaState(), now=NOW)
+    assert not d.panic and d.desired == math.ceil((2.0 + 2.0 + 2.6) / 3 / 0.5)
+
+
+def test_panic_at_twice_the_ready_count_never_goes_down_and_ends_after_the_stable_window():
+    d = kpa.decide(SPEC, ready=4, samples=samples(2.0, 2.0, 4.0), state=kpa.KpaState(), now=NOW)
+    assert d.panic and d.desired == 8  # the panic window asks 8 >= 2 × 4 ready
+    d2 = kpa.decide(SPEC, ready=8, samples=samples(2.0, 4.0, 1.0, end=NOW + 60), state=d.state, now=NOW + 60)
+    assert d2.panic and d2.desired == 8  # load fell but panic holds
+    later = NOW + 60 + kpa.STABLE_S
+    d3 = kpa.decide(SPEC, ready=8, samples=samples(1.0, 1.0, 1.0, end=later), state=d2.state, now=later)
+    assert not d3.panic
+
+
+def test_scale_down_waits_for_the_delay():
+    state = kpa.KpaState()
+    d = kpa.decide(SPEC, 8, samples(4.0, 4.0, 4.0), state, NOW)  # asks 8
+    low = samples(1.0, 1.0, 1.0, end=NOW + 240)
+    held = kpa.decide(SPEC, 8, low, d.state, NOW + 240)  # 240 s later: still inside the 300 s delay
+    assert held.desired == 8 and "scale-down delay" in held.message
+    free = kpa.decide(SPEC, 8, samples(1.0, 1.0, 1.0, end=NOW + 360), held.state, NOW + 360)
+    assert free.desired == 2
+
+
+def test_bad_kpa_specs_are_refused():
+    with pytest.raises(ValueError):
+        kpa.KpaSpec(target=0)
+    with pytest.raises(ValueError):
+        kpa.KpaSpec(target=0.5, panic_s=300)
+
+
+# ---- the group replica model -------------------------------------------------------------------
+
+def test_capacity_grows_with_the_gpus_and_prefill_is_compute_bound():
+    one, two = GroupModel(tp=8, pp=1, model=LlmModel(params_b=70)), GroupModel(tp=8, pp=2, model=LlmModel(params_b=70))
+    assert two.prefill_tokens_s == pytest.approx(2 * one.prefill_tokens_s)
+    # 8 H200 at 1979 TFLOP/s × 0.4 over 2 × 70e9 FLOPs per token
+    assert one.prefill_tokens_s == pytest.approx(8 * 1979e12 * 0.4 / 140e9)
+    assert two.step_s == one.step_s  # pipeline stages do not shorten a token's weight read
+    assert GroupModel(gpu="A100").prefill_tokens_s < GroupModel(gpu="H200").prefill_tokens_s
+
+
+def test_decode_capacity_at_a_tpot_target():
+    g = GroupModel()
+    assert g.decode_tokens_s(g.step_s, 1000, 100) == 0.0  # the weight read alone takes the whole target
+    rate = g.decode_tokens_s(0.05, 1000, 100)
+    u = rate * g.per_sequence_s(1050)  # decode's share of the group's time at that rate
+    assert g.step_s / (1 - u) == pytest.approx(0.05)  # at that rate the time per token is the target
+
+
+def test_serving_a_minute():
+    g = GroupModel()
+    light, heavy = g.serve(2, 900, 150, 1.0, 1.0), g.serve(12, 900, 150, 1.0, 1.0)
+    assert light.utilization < heavy.utilization < 1
+    assert light.tpot_s < heavy.tpot_s and light.ttft_p99_s < heavy.ttft_p99_s and light.ttft_ok > heavy.ttft_ok
+    assert g.serve(12, 900, 150, 4.0, 1.0).ttft_ok < heavy.ttft_ok  # burstier arrivals wait longer
+    over = g.serve(100, 900, 150, 1.0, 1.0)
+    assert over.utilization > 1 and over.ttft_ok == 0 and math.isinf(over.tpot_s)
+
+
+def test_a_model_that_does_not_fit_is_refused():
+    with pytest.raises(ValueError, match="do not fit"):
+        GroupModel(model=LlmModel(params_b=2000, bytes_per_param=2), tp=8, pp=1)
+    with pytest.raises(ValueError):
+        GroupModel(gpu="P40")
+
+
+# ---- the ServeGen reader and the look-ahead -------------------------------------------------------
+
+def write(tmp_path, rows: str):
+    p = tmp_path / "t.csv"
+    p.write_text("t_s,requests_per_s,cv_weighted,mean_input_tokens,mean_output_tokens\n" + rows)
+    return p
+
+
+def test_servegen_windows_become_minutes(tmp_path):
+    w = read(write(tmp_path, "0,100,1.0,500,100\n600,0,1.0,,\n1200,200,1.0,700,\n"))
+    assert w.minutes == 30 and w.days(None).minutes == 30
+    assert w.rps[:5].mean() == pytest.approx(100, rel=0.05)  # before the first centre: its value
+    assert w.tokens_in[10] == pytest.approx(500 + 200 * (10.5 * 60 - 300) / 1200, rel=1e-6)  # the empty cell bridged
+    assert w.tokens_out[-1] == 100 and (w.rps > 0).all()  # 0 requests/s is missing data, not idle
+    with pytest.raises(ServeGenError):
+        w.days(1)
+
+
+@pytest.mark.parametrize("rows", ["", "a,b\n1,2\n", "0,x,1,2,3\n"])
+def test_bad_servegen_files_say_why(tmp_path, rows):
+    p = tmp_path / "bad.csv"
+    p.write_text(rows if rows.startswith("a,b") else "t_s,requests_per_s,cv_weighted,mean_input_tokens,"
+                 "mean_output_tokens\n" + rows)
+    with pytest.raises(ServeGenError):
+        read(p)
+
+
+def look(rates, horizon: int = 10, z: float = 1.0) -> RateLookahead:
+    ahead = RateLookahead(horizon, z)
+    for r in rates:
+        ahead.add(float(r))
+    return ahead
+
+
+def test_the_look_ahead_widens_with_volatility():
+    calm, jumpy = look([100.0] * 400), look(np.tile(np.repeat([80.0, 120.0], 10), 20))
+    assert calm.volatility == 0.0 and jumpy.volatility > 0.1
+    assert np.allclose(calm.values(), 100.0)
+    f = jumpy.values()
+    assert f[-1] > f[0] >= 80.0 and len(f) == 10
+    assert (RateLookahead(3, 1.0).values() == 0).all()
+
+
+def test_the_volatility_is_the_rms_relative_change_over_the_horizon():
+    """σ against a direct computation: level = mean of the last (up to) 5 rates; change = rate h minutes later over
+    that level, less 1; the root mean square of the changes."""
+    rates = [100.0, 120.0, 90.0, 130.0, 110.0, 95.0, 140.0, 100.0, 105.0, 125.0]
+    ahead = look(rates, horizon=2)
+    levels = [np.mean(rates[max(0, t - 4):t + 1]) for t in range(len(rates))]
+    changes = [(rates[t + 2] - levels[t]) / levels[t] for t in range(len(rates) - 2)]
+    assert ahead.volatility == pytest.approx(np.sqrt(np.mean(np.square(changes))))
+    assert ahead.values()[-1] == pytest.approx(levels[-1] * (1 + ahead.volatility))
+
+
+# ---- the front -----------------------------------------------------------------------------------
+
+def pts(policy: str, *pairs: tuple[float, float]) -> tuple[Point, ...]:
+    return tuple(Point(policy, str(i), a, g) for i, (a, g) in enumerate(pairs))
+
+
+@pytest.mark.parametrize("tidal,base,dominated", [
+    (pts("tidal", (0.9, 0.5), (0.95, 0.6)), pts("hpa", (0.9, 0.5), (0.94, 0.65)), True),  # equal counts as covered
+    (pts("tidal", (0.9, 0.5)), pts("hpa", (0.91, 0.6)), False),  # cheaper but worse attainment
+    (pts("tidal", (0.95, 0.5)), pts("hpa", (0.9, 0.49)), False),  # better but dearer
+    ((), pts("hpa", (0.5, 1.0)), False),
+    (pts("tidal", (0.9, 0.5)), (), True),
+])
+def test_dominance(tidal, base, dominated):
+    assert dominates(tidal, base) is dominated
+
+
+def test_covering_picks_the_cheapest_and_pareto_drops_the_beaten():
+    tidal = pts("tidal", (0.95, 0.7), (0.93, 0.6), (0.92, 0.65))
+    assert covering(Point("hpa", "x", 0.92, 0.7), tidal).gpu_hours_per_mtok == 0.6
+    assert [(p.attainment, p.gpu_hours_per_mtok) for p in pareto(tidal)] == [(0.93, 0.6), (0.95, 0.7)]
