@@ -12,8 +12,7 @@ throughput and how much its p99 (request latency, or step time) grew. `Model.pre
     nothing over running one after the other: allowed, never preferred over a pairing measured to gain) and a
     latency-sensitive side's p99 grows by the worst measured (so no unknown job joins a serving one under the
     default bound). A job without a profile is taken for a batch job: serving is declared, not guessed.
-More than two jobs on a GPU (measured: pairs only) compose the pairs: a job keeps the product of what it keeps
-beside each partner, and its p99 grows by the product of the pairs' growths.
+More than two jobs on a GPU (measured: pairs only) compose the pairs as time-slicing does (`share`).
 
 `shareable` is the placement rule: never two jobs whose predicted combined throughput is below `min_combined`,
 never a latency-sensitive job's predicted p99 growth above `p99_bound`. The tables are values: the loader
@@ -23,8 +22,10 @@ never a latency-sensitive job's predicted p99 growth above `p99_bound`. The tabl
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 TIME_SLICING, MPS = "time-slicing", "mps"
 DEFAULT_CUTOFF = 0.2        # signature distance beyond which a measured pair says nothing about a new one
@@ -136,7 +137,8 @@ class Model:
 class Sharing:
     """A GPU's jobs after a placement: what each keeps and its p99 growth, and the newcomer's pair predictions."""
 
-    kept: tuple[float, ...]                 # per job, the newcomer last
+    members: tuple[Signature | None, ...]   # the residents, the newcomer last
+    kept: tuple[float, ...]                 # per member
     p99: tuple[float, ...]
     pairs: tuple[Prediction, ...]           # the newcomer (side a) beside each resident
 
@@ -147,28 +149,68 @@ class Sharing:
 
 def share(model: Model, new: Signature | None, residents: Sequence[Signature | None],
           mode: str = TIME_SLICING) -> Sharing:
-    """The GPU's jobs once `new` joins `residents` (pairs composed: see the module doc)."""
+    """The GPU's jobs once `new` joins `residents`. Pairs compose as time-slicing shares time: each partner stretches
+    a job's time by what the pair alone would (1 / kept - 1), so a job keeps 1 / (1 + the sum of its stretches), and
+    its p99 grows by the sum of the pairs' growths (n jobs that each keep 0.5 in pairs keep 1/n each)."""
     members = (*residents, new)
-    kept, p99 = [1.0] * len(members), [1.0] * len(members)
+    stretch, growth = [0.0] * len(members), [0.0] * len(members)
     pairs = tuple(model.predict(new, r, mode) for r in residents)
     for i in range(len(members)):
         for j in range(i + 1, len(members)):
             p = pairs[i] if j == len(residents) else model.predict(members[i], members[j], mode)
             mine, theirs = (p.b, p.a) if j == len(residents) else (p.a, p.b)  # pairs[i]: the newcomer is side a
-            kept[i], p99[i] = kept[i] * mine.kept, p99[i] * mine.p99
-            kept[j], p99[j] = kept[j] * theirs.kept, p99[j] * theirs.p99
-    return Sharing(tuple(kept), tuple(p99), pairs)
+            stretch[i] += 1 / mine.kept - 1
+            stretch[j] += 1 / theirs.kept - 1
+            growth[i] += mine.p99 - 1
+            growth[j] += theirs.p99 - 1
+    return Sharing(members, tuple(1 / (1 + x) for x in stretch), tuple(1 + g for g in growth), pairs)
 
 
-def refusal(s: Sharing, members: Sequence[Signature | None], min_combined: float = MIN_COMBINED,
-            p99_bound: float = DEFAULT_P99_BOUND) -> str | None:
-    """Why the placement `s` (of `members`, the newcomer last) must not happen, or None when it may."""
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """The share placement's limits (profile settings: scheduler/policy/profile.py)."""
+
+    min_combined: float = MIN_COMBINED
+    p99_bound: float = DEFAULT_P99_BOUND
+    mode: str = TIME_SLICING
+
+
+def refusal(s: Sharing, rule: Rule = Rule()) -> str | None:
+    """Why the placement `s` must not happen, or None when it may."""
     for p in s.pairs:
-        if p.combined < min_combined:
-            return f"predicted combined throughput {p.combined:.2f} < {min_combined:g} ({p.basis})"
-    for m, growth in zip(members, s.p99):
-        if m is not None and m.latency_sensitive and growth > p99_bound:
-            return f"predicted p99 x{growth:.2f} > x{p99_bound:g} for a latency-sensitive job"
+        if p.combined < rule.min_combined:
+            return f"predicted combined throughput {p.combined:.2f} < {rule.min_combined:g} ({p.basis})"
+    for m, growth in zip(s.members, s.p99):
+        if m is not None and m.latency_sensitive and growth > rule.p99_bound:
+            return f"predicted p99 x{growth:.2f} > x{rule.p99_bound:g} for a latency-sensitive job"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    index: int                  # of the candidate chosen
+    sharing: Sharing | None     # None: the GPU was free
+    overruled: str | None       # why the model refused the candidate the least GPU loss alone takes (None: it did not)
+
+
+def choose(scores: np.ndarray, sharing: Callable[[int], Sharing | None], rule: Rule = Rule()) -> Choice | None:
+    """The share placement among candidate GPUs listed in the least-GPU-loss placement's tie-break order, `scores`
+    their loss scores (higher is better; equal scores tie), `sharing(i)` the jobs of candidate i's GPU once the
+    share joins (None for a free GPU): the best score whose candidates are not all refused, and among its candidates
+    the highest predicted combined throughput (a free GPU: 1.0), the first among equals. None when all are refused."""
+    top = sharing(int(np.argmax(scores)))  # what the least GPU loss alone takes: the first of the best score
+    overruled = None if top is None else refusal(top, rule)
+    for level in np.unique(scores)[::-1]:
+        best: tuple[float, int, Sharing | None] | None = None
+        for i in np.flatnonzero(scores == level).tolist():
+            s = sharing(i)
+            if s is not None and refusal(s, rule) is not None:
+                continue
+            combined = 1.0 if s is None else s.combined
+            if best is None or combined > best[0]:
+                best = (combined, i, s)
+        if best is not None:
+            return Choice(best[1], best[2], overruled)
     return None
 
 
