@@ -368,14 +368,18 @@ def details(outcome: Outcome) -> dict:
 
 # -- one run on a Celery worker -------------------------------------------------------------------------------
 @lru_cache(maxsize=2)
-def _setup(nodes_csv: str, pods_csv: str, tune: float, seeds: tuple[int, ...]) -> Setup:
-    return load(nodes_csv, pods_csv, tune, seeds)
+def _setup(nodes_csv: str, pods_csv: str, tune: float, seeds: tuple[int, ...], interference: str | None) -> Setup:
+    from experiments import h200_interference  # the model's loader reads the measured tables
+
+    return load(nodes_csv, pods_csv, tune, seeds, h200_interference.load(Path(interference)) if interference else None)
 
 
-def run_remote(nodes_csv: str, pods_csv: str, tune: float, seeds: Sequence[int], policy: str, seed: int) -> dict:
+def run_remote(nodes_csv: str, pods_csv: str, tune: float, seeds: Sequence[int], policy: str, seed: int,
+               interference: str | None = None) -> dict:
     """One run where a worker reads the lists itself (once per worker for a whole experiment): the Celery task
-    `experiments.fragmentation_run`'s body. JSON in, JSON out (`result_of` reads it back)."""
-    return asdict(run_one(_setup(nodes_csv, pods_csv, tune, tuple(seeds)), policy, seed))
+    `experiments.fragmentation_run`'s body. JSON in, JSON out (`result_of` reads it back). `interference`: the
+    folder of the H200 measurements (goodput and the tidal-interference policy), or None."""
+    return asdict(run_one(_setup(nodes_csv, pods_csv, tune, tuple(seeds), interference), policy, seed))
 
 
 def result_of(data: dict) -> RunResult:
