@@ -275,7 +275,7 @@ class InterferenceAwareScorer(TidalScorer):
         if not len(nodes):
             return None
         node, gpu = share_candidates(cluster, nodes, pod.gpu_milli)
-        scores = self.loss(cluster).share_scores(node, gpu, pod.gpu_milli, pod.cpu_milli)
+        scores, _ = self.loss(cluster).share_scores(node, gpu, pod.gpu_milli, pod.cpu_milli)
         allocated = 1.0 - cluster.idle[node] / (cluster.gpu_count[node] * MILLI)
         order = np.lexsort((gpu, cluster.gpu_left[node, gpu], node, -allocated, -scores))
         node, gpu, scores = node[order], gpu[order], scores[order]

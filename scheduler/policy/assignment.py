@@ -18,11 +18,12 @@ from scheduler.policy.failures import known_gang_failure
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.gang import pick, room
 from scheduler.policy.nodes import NodeTable
-from scheduler.policy.placement import Placement, allowed, place, restriction
+from scheduler.policy.placement import SCORERS, Placement, allowed, by_loss, place, restriction
 from scheduler.policy.queue import Queued
 from scheduler.policy.quota import Demand, gpu_demand
 from scheduler.policy.quotatree import TreeJobQuota
 from scheduler.policy.sentences import CPU_MARK, gang_needs, shortfall
+from scheduler.policy.sharing import place_share, signature
 from scheduler.policy.state import CycleState
 
 _REFUSED = object()  # the model's quota has no room
@@ -72,7 +73,7 @@ class Assigner:
                 attempt = NoRoom(pod, kind, None, NO_FREE, *self._gang_shortfall(q, pod, table)) if spelled \
                     else NoRoom(pod, kind, None)
             else:
-                placement = place(pod, table, profile)
+                placement = self._place(q, pod, table)
                 if placement is not None:
                     return Assignment(pod, kind, placement)
                 attempt = NoRoom(pod, kind, table.bounds(), (table.free_whole_gpus(), table.idle_gpus())) \
@@ -80,6 +81,17 @@ class Assigner:
             diagnosis.attempts.append(attempt)
             diagnosis.refusals.append((model, attempt if spelled else None))
         return diagnosis
+
+    def _place(self, q: Queued, pod: PodRequest, table: NodeTable) -> Placement | None:
+        """A node for one pod: a share ranked by least GPU loss where the jobs on the GPU get on with it, when the
+        cycle has an interference model (sharing.py); else placement.py's."""
+        state, profile = self.state, self.state.profile
+        if (state.interference is None or not pod.fractional or table.loss is None or not len(table)
+                or not by_loss([(n, w) for n, w in profile.scorers if SCORERS[n].applies(pod)])):
+            return place(pod, table, profile)
+        if not table.may_fit(*pod.dims()):
+            return None
+        return place_share(pod, signature(q.job), table, profile, state.residents, state.interference)
 
     def _quota_kind(self, q: Queued, quota, demands: dict[str | None, Demand], model: str | None, spelled: bool,
                     diagnosis: Diagnosis) -> QuotaKind | None | object:
