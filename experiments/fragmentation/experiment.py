@@ -369,9 +369,10 @@ def details(outcome: Outcome) -> dict:
 # -- one run on a Celery worker -------------------------------------------------------------------------------
 @lru_cache(maxsize=2)
 def _setup(nodes_csv: str, pods_csv: str, tune: float, seeds: tuple[int, ...], interference: str | None) -> Setup:
-    from experiments import h200_interference  # the model's loader reads the measured tables
+    from scheduler import interference_tables  # the model's loader reads the measured tables
 
-    return load(nodes_csv, pods_csv, tune, seeds, h200_interference.load(Path(interference)) if interference else None)
+    model = interference_tables.load(Path(interference)) if interference else None
+    return load(nodes_csv, pods_csv, tune, seeds, model)
 
 
 def run_remote(nodes_csv: str, pods_csv: str, tune: float, seeds: Sequence[int], policy: str, seed: int,

@@ -16,7 +16,7 @@ More than two jobs on a GPU (measured: pairs only) compose the pairs as time-sli
 
 `shareable` is the placement rule: never two jobs whose predicted combined throughput is below `min_combined`,
 never a latency-sensitive job's predicted p99 growth above `p99_bound`. The tables are values: the loader
-(experiments/h200_interference.py) reads them from the measured CSVs.
+(scheduler/interference_tables.py) reads them from the measured CSVs.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments import h200_interference as h200
+from scheduler import interference_tables as h200
 from experiments.fragmentation.goodput import GoodputState, Predictor, with_kinds
 from experiments.fragmentation.measure import FragMeasure
 from experiments.fragmentation.scorers import Context, make

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.types import GpuShare, RunProfile
-from experiments import h200_interference as h200
+from scheduler import interference_tables as h200
 from experiments.builders.scheduling import JobBuilder, NodeBuilder, SnapshotBuilder
 from scheduler.policy import get_profile, schedule
 from scheduler.policy.decisions import Admit

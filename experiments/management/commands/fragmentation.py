@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from cluster.simulated.alibaba import TraceError, trace_name
-from experiments import h200_interference
+from scheduler import interference_tables
 from experiments.fragmentation.experiment import (DEFAULT_POLICIES, DEFAULT_TUNE, Remote, RunResult, Setup, load,
                                                 result_of, run, summary)
 from experiments.fragmentation.report import write_report
@@ -111,7 +111,7 @@ class Command(BaseCommand):
         policies = parse_policies(str(opts["policies"]))
         pods = pods_path(str(opts["pods"]))
         folder = Path(str(opts["interference"]))
-        model = h200_interference.load(folder) if folder.is_dir() else None
+        model = interference_tables.load(folder) if folder.is_dir() else None
         if model is None and any(SCORERS[p].needs_interference for p in policies):
             raise CommandError(f"--interference: no folder {folder}; the tidal-interference policy needs it")
         try:

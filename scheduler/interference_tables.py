@@ -1,5 +1,6 @@
 """The interference model's tables (scheduler/policy/interference.py) read from the H200 measurements
-(../shared/traces/h200-workloads, its README): solo signatures and the measured pairs, per sharing mode.
+(../shared/traces/h200-workloads, its README): solo signatures and the measured pairs, per sharing mode. The live
+loop reads them once per process (`cached`, from the traces folder); the FGD experiment when it starts.
 
 - Signatures: each workload's solo window (`solo_windows.csv`; `stream-copy` and `gpt2m-decode` from
   `solo2_windows.csv`, where the decode server was re-measured with its warm-up fixed): SM active, tensor and DRAM
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from scheduler.policy.interference import MPS, TIME_SLICING, Model, Pair, Signature, Slowdown, Table
@@ -64,6 +66,13 @@ def load(folder: Path = FOLDER) -> Model:
     sigs = signatures(folder)
     return Model((Table(TIME_SLICING, sigs, pairs(folder / "ts_interference.csv", folder / "ts2_interference.csv")),
                   Table(MPS, sigs, pairs(folder / "mps_interference.csv"))))
+
+
+@lru_cache(maxsize=1)
+def cached(folder: str) -> Model | None:
+    """The model of `folder`, read once per process; None when there is no such folder (shares are then placed by
+    least GPU loss alone)."""
+    return load(Path(folder)) if Path(folder).is_dir() else None
 
 
 def main() -> None:
