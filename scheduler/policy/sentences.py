@@ -159,7 +159,7 @@ def admitted(q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Plac
     if placement.sharing is not None:
         parts.append(f"sharing GPU {placement.gpu_shares[0].index}: {describe(placement.sharing)}")
     if placement.overruled is not None:
-        parts.append(f"not on the GPU of least loss: {placement.overruled}")
+        parts.append(f"kept off the GPU least GPU loss alone takes: {placement.overruled}")
     parts.append(f"{kind.value} quota of {job.department}" if kind else "no quotas")
     if job.gpus and pod.gpu_model != job.gpu_model:
         parts.append(f"{pod.gpu_model} instead of {job.gpu_model}: no room there, most idle certified model"

@@ -50,7 +50,7 @@ def test_a_share_is_kept_off_a_partner_predicted_below_one_and_says_why():
     assert d.gpu_shares == (GpuShare(1, 0.5),)
     assert "sharing GPU 1: predicted to keep 0.61 of its solo speed, its partner 0.84 (combined 1.45; measured " \
            "dlrm-embed + resnet50-bs32)" in d.message
-    assert "not on the GPU of least loss: predicted combined throughput 0.94 < 1" in d.message
+    assert "kept off the GPU least GPU loss alone takes: predicted combined throughput 0.94 < 1" in d.message
 
 
 def test_a_job_without_a_profile_gets_the_default_and_places_as_least_loss_does():
