@@ -1,6 +1,7 @@
 """The interference model (scheduler/policy/interference.py) on the H200 measured pairs, its share rule, and the
 FGD experiment's interference-aware placement and goodput (experiments/fragmentation/goodput.py)."""
 import csv
+import json
 import math
 from dataclasses import replace
 
@@ -9,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from experiments.fragmentation import experiment as ex
+from experiments.fragmentation.goodput_report import main as goodput_report
 from scheduler import interference_tables as h200
 from experiments.fragmentation.goodput import GoodputState, Predictor, with_kinds
 from experiments.fragmentation.measure import FragMeasure
@@ -17,6 +20,7 @@ from experiments.fragmentation.state import MILLI, ClusterState, PodRequest
 from scheduler.policy.interference import (DEFAULT_KEPT, MPS, TIME_SLICING, Rule, Signature, Slowdown, choose,
                                            refusal, share)
 from scheduler.policy.workload import TargetWorkload
+from tests.unit.replay_fixtures import NODE_HEADER, POD_HEADER, write
 
 MODEL = h200.load()
 TS = MODEL.table(TIME_SLICING)
@@ -172,3 +176,18 @@ def test_goodput_counts_a_shared_gpus_work_by_what_each_share_keeps():
     c.place(Placement(0, (1,)), PodRequest(0, 0, 1, MILLI))
     assert goodput.total == pytest.approx(500 * 0.4914 + 500 * 0.453271 + MILLI)
     assert math.isclose(sum(goodput.value), goodput.total)
+
+
+def test_the_experiment_reports_goodput_and_the_pairings_forbidden(tmp_path):
+    nodes = write(tmp_path / "nodes.csv", NODE_HEADER, [f"n{i},32000,65536,2,T4" for i in range(4)])
+    pods = write(tmp_path / "pods.csv", POD_HEADER[:POD_HEADER.index(",qos")],
+                 [f"p{i:02d},1000,1024,1,{(250, 500, 1000)[i % 3]}," for i in range(30)])
+    setup = ex.load(nodes, pods, tune=1.0, seeds=[1, 2], interference=MODEL)
+    summary = ex.summary(ex.run(setup, ["tidal", "tidal-interference"]))
+    base, aware = (summary["policies"][p]["goodput"] for p in ("tidal", "tidal-interference"))
+    assert aware["refused_pairs_at_end"] == 0 and base["overruled"] == 0
+    assert 0 < base["at_end"]["mean"] <= 100 and 0 < aware["at_end"]["mean"] <= 100
+    assert "goodput" not in ex.summary(ex.run(ex.load(nodes, pods, 1.2, [1]), ["tidal"]))["policies"]["tidal"]
+    (tmp_path / "s.json").write_text(json.dumps(summary))
+    goodput_report([str(tmp_path / "plot.png"), f"tiny={tmp_path / 's.json'}"])
+    assert (tmp_path / "plot.png").stat().st_size > 0
