@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from experiments.fragmentation import experiment as ex
 from experiments.fragmentation.goodput_report import main as goodput_report
 from scheduler import interference_tables as h200
-from experiments.fragmentation.goodput import GoodputState, Predictor, with_kinds
+from experiments.fragmentation.goodput import RULE, GoodputState, Predictor, with_kinds
 from experiments.fragmentation.measure import FragMeasure
 from experiments.fragmentation.scorers import Context, make
 from experiments.fragmentation.state import MILLI, ClusterState, PodRequest
@@ -150,6 +150,9 @@ def test_the_interference_aware_placement_never_places_a_refused_pair(pods, seed
         for i, a in enumerate(residents):
             for b in residents[i + 1:]:
                 assert MODEL.predict(SIGS[a.kind], SIGS[b.kind]).combined >= 1.0
+        if len(residents) > 1:  # the last to join was checked with every job there: each serving job's p99 bound
+            s = share(MODEL, SIGS[residents[-1].kind], [SIGS[r.kind] for r in residents[:-1]])
+            assert all(g <= RULE.p99_bound for m, g in zip(s.members, s.p99) if m.latency_sensitive)
     assert goodput.total <= c.allocated_milli + 1e-6
 
 
