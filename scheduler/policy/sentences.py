@@ -36,6 +36,9 @@ def no_room(d: NoRoom, request_cpu: str | None = None) -> str:
         return f"{quota_refused(d.reclaim[1])}: own quota, once borrowed work under it is reclaimed"
     if request_cpu is None:
         request_cpu = f"{d.pod.cpu_milli}"
+    if d.shared_badly:
+        return (f"every {d.pod.gpu_model} GPU with room for {d.pod.gpus:g} of a GPU holds a job predicted to share "
+                f"badly with it (less work together than one after the other, or a serving job's p99 past its bound)")
     if d.gang is not None:
         return d.gang if d.frame is None else request_cpu.join(d.frame)
     whole, share, cpu, mem = d.bounds

@@ -64,8 +64,9 @@ def test_a_share_refused_everywhere_waits_rather_than_preempt_into_a_refused_pai
     # waits (without the model it preempts, then shares the GPU with nobody refused: the model changes nothing there)
     snap = (SnapshotBuilder().node(NodeBuilder("n1", gpus=1)).quota("a", "T4", own=4)
             .job(job(1, "gpt2s-train").running("n1", 0, share=0.5), job(2, "dlrm-embed", 0.25)).build())
-    assert not any(isinstance(d, Admit) for d in schedule(snap, TIDAL.with_(preemption=False), interference=MODEL)
-                   .decisions)
+    waits = schedule(snap, TIDAL.with_(preemption=False), interference=MODEL).decisions
+    assert not any(isinstance(d, Admit) for d in waits)
+    assert "every T4 GPU with room for 0.25 of a GPU holds a job predicted to share badly with it" in waits[0].message
     assert any(isinstance(d, Admit) for d in schedule(snap, TIDAL.with_(preemption=False)).decisions)
 
 
