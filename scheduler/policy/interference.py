@@ -14,8 +14,9 @@ throughput and how much its p99 (request latency, or step time) grew. `Model.pre
     default bound). A job without a profile is taken for a batch job: serving is declared, not guessed.
 More than two jobs on a GPU (measured: pairs only) compose the pairs as time-slicing does (`share`).
 
-`shareable` is the placement rule: never two jobs whose predicted combined throughput is below `min_combined`,
-never a latency-sensitive job's predicted p99 growth above `p99_bound`. The tables are values: the loader
+`refusal` and `choose` are the share placement's rule: never two jobs whose predicted combined throughput is below
+`min_combined`, never a latency-sensitive job's predicted p99 growth above `p99_bound`, and among the GPUs of the best
+loss score the highest predicted combined throughput. The tables are values: the loader
 (scheduler/interference_tables.py) reads them from the measured CSVs.
 """
 
@@ -206,7 +207,7 @@ def choose(scores: np.ndarray, sharing: Callable[[int], Sharing | None], rule: R
             s = sharing(i)
             if s is not None and refusal(s, rule) is not None:
                 continue
-            combined = 1.0 if s is None else s.combined
+            combined = 1.0 if s is None else round(s.combined, 9)  # n jobs at 1/n each tie with a free GPU
             if best is None or combined > best[0]:
                 best = (combined, i, s)
         if best is not None:
