@@ -5,7 +5,7 @@ loop reads them once per process (`cached`, from the traces folder); the FGD exp
 - Signatures: each workload's solo window (`solo_windows.csv`; `stream-copy` and `gpt2m-decode` from
   `solo2_windows.csv`, where the decode server was re-measured with its warm-up fixed): SM active, tensor and DRAM
   activity, the process's peak framebuffer over the card's. The two servers are latency-sensitive.
-- Time-slicing: the pairs of `ts_interference.csv` and `ts2_interference.csv`; where both measured a pair (those with
+- Time-slicing: the pairs of `ts_interference.csv` and `ts2_interference.csv`; where both measured a pair (three with
   `gpt2m-decode`), ts2's, whose decode server was warmed at every batch size (the README's caveats).
 - MPS: `mps_interference.csv`.
 Each side keeps `ratio` of its alone throughput, clamped to at most 1, and its p99 grows by `p99_ratio`, clamped to
