@@ -17,7 +17,8 @@ the idle milli-GPU. Per seed, a value at an integer arrived % is the mean over t
 rounds (half to even, as pandas) to it — or, when none does, to it +-1 — of the allocated % rounded to 2 places
 (experiments/analysis/merge_alloc_discrete.py). Across seeds: mean, sd (n-1) and median of the unallocated %
 (100 - allocated) at 100 %; the median curve (with the 25-75 % band the artifact's plots draw) per integer
-arrived %; the median fragmentation % at 60/80/90 % arrived.
+arrived %; the median fragmentation % at 60/80/90 % arrived. With the interference model (Setup.interference), also
+the goodput % per arrived % and the pairs on one GPU the model refuses (goodput.py).
 """
 
 from __future__ import annotations
