@@ -22,8 +22,8 @@ from pathlib import Path
 
 from scheduler.policy.interference import MPS, TIME_SLICING, Model, Pair, Signature, Slowdown, Table
 
-FOLDER = Path(os.environ.get("TIDAL_TRACES_DIR", Path(__file__).resolve().parents[2] / "shared" / "traces")
-              ) / "h200-workloads"
+TRACE = "h200-workloads"  # the measurements' folder in the traces folder
+FOLDER = Path(os.environ.get("TIDAL_TRACES_DIR", Path(__file__).resolve().parents[2] / "shared" / "traces")) / TRACE
 H200_FB_MIB = 143_771  # SOURCE.md
 SERVERS = frozenset({"bert-server", "gpt2m-decode"})
 SOLO2 = frozenset({"stream-copy", "gpt2m-decode"})

@@ -81,7 +81,7 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile, cac
     _reconcile(backend, now, report)
     snapshot = snapshot_from_db(backend, now)
     workload = learned_workload()
-    interference = interference_tables.cached(str(Path(settings.TRACES_DIR) / "h200-workloads"))
+    interference = interference_tables.cached(str(Path(settings.TRACES_DIR) / interference_tables.TRACE))
     with frozen_heap():
         result = schedule(snapshot, profile, lending_profile(), workload, cache, interference)
     act(result, backend, now, report)

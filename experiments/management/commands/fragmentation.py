@@ -97,7 +97,7 @@ class Command(BaseCommand):
                             help="runs go to the Celery workers (each reads the lists itself) instead of processes")
         parser.add_argument("--json", dest="json_path", help="also write the per-policy figures here")
         parser.add_argument("--out", help="report folder (default: out/fragmentation-<trace>)")
-        parser.add_argument("--interference", default=str(traces / "h200-workloads"),
+        parser.add_argument("--interference", default=str(traces / interference_tables.TRACE),
                             help="the H200 measurements the interference model is read from (goodput, and the "
                                  "tidal-interference policy); skipped when the folder does not exist")
 
