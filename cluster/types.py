@@ -170,6 +170,8 @@ class RunProfile:
     mean_cpu_milli: float
     peak_cpu_milli: float
     mean_sm_active: float | None = None  # DCGM_FI_PROF_SM_ACTIVE 0..1; None where the exporter lacks it
+    mean_tensor_active: float | None = None  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE 0..1 (the interference signature)
+    mean_dram_active: float | None = None  # DCGM_FI_PROF_DRAM_ACTIVE 0..1
 
     @property
     def gpu_activity(self) -> GpuActivity:

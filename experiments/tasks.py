@@ -6,9 +6,10 @@ from experiments.fragmentation import experiment
 
 
 @shared_task(name="experiments.fragmentation_run")
-def fragmentation_run(nodes: str, pods: str, tune: float, seeds: list[int], policy: str, seed: int) -> dict:
+def fragmentation_run(nodes: str, pods: str, tune: float, seeds: list[int], policy: str, seed: int,
+                      interference: str | None = None) -> dict:
     """One run (policy x seed) of `manage.py fragmentation --celery`."""
-    return experiment.run_remote(nodes, pods, tune, seeds, policy, seed)
+    return experiment.run_remote(nodes, pods, tune, seeds, policy, seed, interference)
 
 
 @shared_task(name="experiments.replay", ignore_result=True)

@@ -16,6 +16,7 @@ from core.errors import ApplicationError
 from experiments.fragmentation.scorers import SCORERS
 from experiments.tasks import replay_run
 from experiments.traces import ALIBABA
+from scheduler import interference_tables
 from scheduler.models import ReplayRun
 from scheduler.policy import PROFILES
 
@@ -63,6 +64,9 @@ def fragmentation_request(*, actor, trace: str, policies: list[str]) -> ReplayRu
     errors: dict[str, list[str]] = {}
     if not policies or set(policies) - set(SCORERS):
         errors["policies"] = [f"choose one or more of {', '.join(SCORERS)}"]
+    elif any(SCORERS[p].needs_interference for p in policies) and not (h200 := Path(settings.TRACES_DIR)
+                                                                         / interference_tables.TRACE).is_dir():
+        errors["policies"] = [f"tidal-interference needs the H200 measurements in {h200}"]
     if trace not in pod_lists():
         errors["trace"] = [f"no pod list named {trace!r} in {settings.TRACES_DIR / ALIBABA}"]
     if errors:

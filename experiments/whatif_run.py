@@ -17,6 +17,7 @@ from experiments.fragmentation.report import write_report
 from experiments.replay import Options, load, replay
 from experiments.replay.report import summary_json
 from experiments.traces import ALIBABA
+from scheduler import interference_tables
 from scheduler.models import ReplayRun
 
 
@@ -53,7 +54,9 @@ def _replay(run: ReplayRun, out: Path) -> dict:
 def _fragmentation(run: ReplayRun, out: Path) -> dict:
     """Seeds 42-51, one run after the other in this worker; figures: unallocated GPU % at arrived = 100 % and the
     fragmentation at 60/80/90 % per policy."""
-    setup = fragmentation.load(Path(settings.TRACES_DIR) / ALIBABA / "openb_node_list_gpu_node.csv", run.pods_path)
+    model = interference_tables.cached(str(Path(settings.TRACES_DIR) / interference_tables.TRACE))
+    setup = fragmentation.load(Path(settings.TRACES_DIR) / ALIBABA / "openb_node_list_gpu_node.csv", run.pods_path,
+                               interference=model)
     progress = _progress(run)
     outcome = fragmentation.run(setup, run.policies, bar=lambda total: _adding(progress, "pods placed", total))
     write_report(out, outcome, f"console FGD experiment {run.pk}")

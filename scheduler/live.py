@@ -13,6 +13,7 @@ way; the job succeeds when every worker has. A job's Service is deleted when its
 """
 import logging
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -29,7 +30,7 @@ from colocation.selectors import lending_profile
 from core import telemetry
 from core.decisions import decision_record
 from core.models import Decision
-from scheduler import lifecycle, runs
+from scheduler import interference_tables, lifecycle, runs
 from scheduler.gcfreeze import frozen_heap
 from scheduler.logs import pod_logs_archive
 from scheduler.models import JobRun, JobStatus, TrainingJob
@@ -80,8 +81,9 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile, cac
     _reconcile(backend, now, report)
     snapshot = snapshot_from_db(backend, now)
     workload = learned_workload()
+    interference = interference_tables.cached(str(Path(settings.TRACES_DIR) / interference_tables.TRACE))
     with frozen_heap():
-        result = schedule(snapshot, profile, lending_profile(), workload, cache)
+        result = schedule(snapshot, profile, lending_profile(), workload, cache, interference)
     act(result, backend, now, report)
     return report
 

@@ -17,7 +17,8 @@ the idle milli-GPU. Per seed, a value at an integer arrived % is the mean over t
 rounds (half to even, as pandas) to it — or, when none does, to it +-1 — of the allocated % rounded to 2 places
 (experiments/analysis/merge_alloc_discrete.py). Across seeds: mean, sd (n-1) and median of the unallocated %
 (100 - allocated) at 100 %; the median curve (with the 25-75 % band the artifact's plots draw) per integer
-arrived %; the median fragmentation % at 60/80/90 % arrived.
+arrived %; the median fragmentation % at 60/80/90 % arrived. With the interference model (Setup.interference), also
+the goodput % per arrived % and the pairs on one GPU the model refuses (goodput.py).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from pathlib import Path
 import numpy as np
 
 from cluster.simulated.alibaba import read_nodes, read_pods, trace_name
+from experiments.fragmentation.goodput import GoodputState, Predictor, with_kinds
 from experiments.fragmentation.measure import FragMeasure, FragState
 from experiments.fragmentation.scorers import SCORERS, Context, make
 from experiments.fragmentation.state import MILLI, ClusterState, PodRequest
+from scheduler.policy.interference import Model
 from scheduler.policy.workload import TargetWorkload
 
 DEFAULT_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "tidal")
@@ -67,6 +70,7 @@ class Setup:
     workload: TargetWorkload
     tune: float
     seeds: tuple[int, ...]
+    interference: Model | None = None  # with it: share pods get measured workloads, and goodput is measured
 
     @property
     def capacity_milli(self) -> int:
@@ -78,7 +82,7 @@ class Setup:
 
 
 def load(nodes_csv: str | Path, pods_csv: str | Path, tune: float = DEFAULT_TUNE,
-         seeds: Sequence[int] = DEFAULT_SEEDS) -> Setup:
+         seeds: Sequence[int] = DEFAULT_SEEDS, interference: Model | None = None) -> Setup:
     """Read both lists with the project's validated reader (TraceError names file:line)."""
     if not tune > 0:
         raise ValueError(f"tune must be > 0, got {tune}")
@@ -90,7 +94,7 @@ def load(nodes_csv: str | Path, pods_csv: str | Path, tune: float = DEFAULT_TUNE
     rows = sorted(trace.pods, key=lambda p: p.name)
     pods = tuple(PodRequest.from_gpus(p.cpu_milli, p.memory_mib, p.gpus, p.gpu_spec) for p in rows)
     return Setup(trace_name(pods_csv), Path(pods_csv), Path(nodes_csv), nodes, pods,
-                 TargetWorkload.from_pods(pods), float(tune), tuple(seeds))
+                 TargetWorkload.from_pods(pods), float(tune), tuple(seeds), interference)
 
 
 # -- per seed: arrivals and node order ---------------------------------------------------------------------
@@ -137,6 +141,9 @@ class RunResult:
     alloc_pct: list[float | None]   # per integer arrived % 0..max: allocated % (None: no event near it)
     frag_pct: list[float | None]    # per integer arrived %: fragmentation % of the idle GPUs
     wall_s: float
+    goodput_pct: list[float | None] = field(default_factory=list)  # per arrived %: useful work % (goodput.py)
+    refused_pairs: int = 0          # at the end: pairs of shares on one GPU the interference model refuses
+    overruled: int = 0              # shares the model kept off the GPU the least GPU loss alone would take
 
 
 def run_one(setup: Setup, policy: str, seed: int, seq: Sequence[int] | None = None,
@@ -146,13 +153,16 @@ def run_one(setup: Setup, policy: str, seed: int, seq: Sequence[int] | None = No
     cluster = ClusterState.from_nodes(setup.nodes, node_order(setup, seed))
     measure = FragMeasure(setup.workload, cluster.model_names, cluster.max_gpus)
     frag = FragState.attach(cluster, measure)
-    scorer = make(policy, Context(rng=_streams(seed)[2], measure=measure))
+    predictor = Predictor(setup.interference) if setup.interference is not None else None
+    pods = setup.pods if predictor is None else with_kinds(setup.pods, predictor.kinds)
+    goodput = GoodputState.attach(cluster, predictor) if predictor is not None else None
+    scorer = make(policy, Context(rng=_streams(seed)[2], measure=measure, interference=predictor))
     n = len(seq)
     arrived = np.empty(n, dtype=np.int64)
     allocated = np.empty(n, dtype=np.int64)
     fragmented = np.empty(n, dtype=np.int64)
+    useful = np.zeros(n)
     total, placed = 0, 0
-    pods = setup.pods
     for i, p in enumerate(seq):
         pod = pods[p]
         total += pod.total_milli
@@ -161,6 +171,8 @@ def run_one(setup: Setup, policy: str, seed: int, seq: Sequence[int] | None = No
             cluster.place(choice, pod)
             placed += 1
         arrived[i], allocated[i], fragmented[i] = total, cluster.allocated_milli, frag.total
+        if goodput is not None:
+            useful[i] = goodput.total
         if progress and (i + 1) % 500 == 0:
             progress(500)
     if progress and n % 500:
@@ -172,7 +184,9 @@ def run_one(setup: Setup, policy: str, seed: int, seq: Sequence[int] | None = No
     gpus = capacity // MILLI
     alloc_pct = by_arrived_pct(arrived, np.round(allocated / gpus / 10, 2), gpus, top, digits=2)
     frag_pct = by_arrived_pct(arrived, frag_share, gpus, top)
-    return RunResult(policy, seed, n, placed, alloc_pct, frag_pct, time.perf_counter() - started)
+    goodput_pct = [] if goodput is None else by_arrived_pct(arrived, np.round(useful / gpus / 10, 2), gpus, top, 2)
+    return RunResult(policy, seed, n, placed, alloc_pct, frag_pct, time.perf_counter() - started, goodput_pct,
+                     goodput.refused_total if goodput is not None else 0, scorer.overruled)
 
 
 def by_arrived_pct(arrived_milli: np.ndarray, values: np.ndarray, capacity_gpus: int, top: int,
@@ -281,9 +295,24 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
+def _stats(values: Sequence[float]) -> dict[str, float | None]:
+    return {"mean": round(statistics.fmean(values), 2) if values else None,
+            "sd": round(statistics.stdev(values), 2) if len(values) > 1 else (0.0 if values else None),
+            "median": round(statistics.median(values), 2) if values else None}
+
+
+def _at(values: Sequence[float | None], pct: int) -> float | None:
+    return values[pct] if pct < len(values) else None
+
+
+def _last(values: Sequence[float | None]) -> float | None:
+    return next((v for v in reversed(values) if v is not None), None)
+
+
 def summary(outcome: Outcome) -> dict:
     """The JSON the command writes with --json: {capacity_gpus, nodes, policies: {name: {at100: {mean, sd,
-    median}, curve: {"75": median, ..., "130": median}, frag_pct: {"60", "80", "90"}}}}."""
+    median}, curve: {"75": median, ..., "130": median}, frag_pct: {"60", "80", "90"}, and with the interference model
+    goodput: {at100, at_end: {mean, sd, median} (% of capacity), refused_pairs_at_end, overruled (means)}}}}."""
     setup = outcome.setup
     policies: dict[str, dict] = {}
     for p in outcome.policies:
@@ -298,12 +327,17 @@ def summary(outcome: Outcome) -> dict:
             vals = [r.frag_pct[a] for r in runs if a < len(r.frag_pct) and r.frag_pct[a] is not None]
             frag[str(a)] = round(statistics.median(vals), 2) if vals else None
         policies[p] = {
-            "at100": {"mean": round(statistics.fmean(at), 2) if at else None,
-                      "sd": round(statistics.stdev(at), 2) if len(at) > 1 else (0.0 if at else None),
-                      "median": round(statistics.median(at), 2) if at else None},
+            "at100": _stats(at),
             "curve": curve,
             "frag_pct": frag,
         }
+        if setup.interference is not None:
+            policies[p]["goodput"] = {
+                "at100": _stats([v for r in runs if (v := _at(r.goodput_pct, HEADLINE)) is not None]),
+                "at_end": _stats([v for r in runs if (v := _last(r.goodput_pct)) is not None]),
+                "refused_pairs_at_end": round(statistics.fmean(r.refused_pairs for r in runs), 1),
+                "overruled": round(statistics.fmean(r.overruled for r in runs), 1),
+            }
     return {"capacity_gpus": setup.capacity_gpus, "nodes": len(setup.nodes), "policies": policies}
 
 
@@ -335,14 +369,19 @@ def details(outcome: Outcome) -> dict:
 
 # -- one run on a Celery worker -------------------------------------------------------------------------------
 @lru_cache(maxsize=2)
-def _setup(nodes_csv: str, pods_csv: str, tune: float, seeds: tuple[int, ...]) -> Setup:
-    return load(nodes_csv, pods_csv, tune, seeds)
+def _setup(nodes_csv: str, pods_csv: str, tune: float, seeds: tuple[int, ...], interference: str | None) -> Setup:
+    from scheduler import interference_tables  # the model's loader reads the measured tables
+
+    model = interference_tables.load(Path(interference)) if interference else None
+    return load(nodes_csv, pods_csv, tune, seeds, model)
 
 
-def run_remote(nodes_csv: str, pods_csv: str, tune: float, seeds: Sequence[int], policy: str, seed: int) -> dict:
+def run_remote(nodes_csv: str, pods_csv: str, tune: float, seeds: Sequence[int], policy: str, seed: int,
+               interference: str | None = None) -> dict:
     """One run where a worker reads the lists itself (once per worker for a whole experiment): the Celery task
-    `experiments.fragmentation_run`'s body. JSON in, JSON out (`result_of` reads it back)."""
-    return asdict(run_one(_setup(nodes_csv, pods_csv, tune, tuple(seeds)), policy, seed))
+    `experiments.fragmentation_run`'s body. JSON in, JSON out (`result_of` reads it back). `interference`: the
+    folder of the H200 measurements (goodput and the tidal-interference policy), or None."""
+    return asdict(run_one(_setup(nodes_csv, pods_csv, tune, tuple(seeds), interference), policy, seed))
 
 
 def result_of(data: dict) -> RunResult:

@@ -29,7 +29,7 @@ PUBLISHED = {
 }
 PUBLISHED_CLUSTER = (1213, 6212)  # nodes, GPUs of the node list the published figures used
 COLORS = {"random": "#7f7f7f", "dotprod": "#9467bd", "clustering": "#2ca02c", "packing": "#ff7f0e",
-          "bestfit": "#1f77b4", "fgd": "#d62728", "tidal": "#17becf"}
+          "bestfit": "#1f77b4", "fgd": "#d62728", "tidal": "#17becf", "tidal-interference": "#8c564b"}
 
 RULES = [
     "Cluster: the node list's GPU nodes, 1,000 milli-GPU per GPU; CPU-only pods land on GPU nodes.",
@@ -114,7 +114,9 @@ def _markdown(outcome: Outcome, data: dict, command: str) -> str:
         row += f" | {data['details'][p]['run_s']:.1f} |"
         lines.append(row)
     lines += ["", "Published: Weng et al., USENIX ATC'23, mean of seeds 42-51 (the artifact's expected results)."
-              if published else "No published figure for this pod list / cluster / tune.", "",
+              if published else "No published figure for this pod list / cluster / tune.", ""]
+    lines += _goodput(data)
+    lines += [
               f"## Curve: median unallocated GPU % per arrived % ({CURVE[0]}–{CURVE[1]})", "",
               "| arrived % | " + " | ".join(data["policies"]) + " |", "|---" * (len(data["policies"]) + 1) + "|"]
     for a in range(CURVE[0], CURVE[1] + 1, 5):
@@ -122,6 +124,22 @@ def _markdown(outcome: Outcome, data: dict, command: str) -> str:
     lines += ["", "## Plots", ""] + [f"![{k}]({v})" for k, v in PLOTS.items()] + ["", "## Rules", ""]
     lines += [f"- {r}" for r in RULES] + [""]
     return "\n".join(lines)
+
+
+def _goodput(data: dict) -> list[str]:
+    """The goodput table (experiments/fragmentation/goodput.py), when the run had the interference model."""
+    rows = [(p, v["goodput"]) for p, v in data["policies"].items() if "goodput" in v]
+    if not rows:
+        return []
+    lines = ["## Goodput (useful GPU work once shares slow each other)", "",
+             "Share pods are given measured H200 workloads (seeded, uniformly); each share's work is scaled by the "
+             "fraction of its solo speed the interference model predicts it keeps on its GPU.", "",
+             "| policy | goodput % at 100 % arrived | goodput % at the end | refused pairs placed (end) | "
+             "shares overruled by the model |", "|---|---|---|---|---|"]
+    for p, g in rows:
+        lines.append(f"| {p} | {_f(g['at100']['mean'])} ± {_f(g['at100']['sd'])} | {_f(g['at_end']['mean'])} ± "
+                     f"{_f(g['at_end']['sd'])} | {g['refused_pairs_at_end']:g} | {g['overruled']:g} |")
+    return lines + [""]
 
 
 def _band(data: dict, policy: str, key: str, lo: int, hi: int) -> tuple[list[int], list[float], list[float],

@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from experiments.fragmentation.goodput import Predictor
 from experiments.fragmentation.measure import FragMeasure, FragState
 from experiments.fragmentation.state import MILLI, ClusterState, Placement, PodRequest
+from scheduler.policy.interference import Sharing, choose
 from scheduler.policy.workload import pressure
 
 if TYPE_CHECKING:
@@ -43,11 +45,14 @@ MAX_SCORE = 100
 class Context:
     rng: np.random.Generator
     measure: FragMeasure | None = None  # the target workload's measure, for scorers that need one
+    interference: Predictor | None = None  # the interference model's answers, for scorers that need them
 
 
 class Scorer:
     name: ClassVar[str]
     needs_measure: ClassVar[bool] = False
+    needs_interference: ClassVar[bool] = False
+    overruled = 0  # shares the interference model kept off the GPU the least GPU loss alone would take
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -79,6 +84,8 @@ def make(name: str, context: Context) -> Scorer:
         raise ValueError(f"unknown scorer {name!r}; known: {', '.join(SCORERS)}") from None
     if cls.needs_measure and context.measure is None:
         raise ValueError(f"scorer {name!r} needs the target workload's measure")
+    if cls.needs_interference and context.interference is None:
+        raise ValueError(f"scorer {name!r} needs the interference model")
     return cls(context)
 
 
@@ -249,3 +256,37 @@ class TidalScorer(Scorer):
 def _attach(cluster: ClusterState, loss: Loss) -> Loss:
     cluster.listeners.append(loss.update)
     return loss
+
+
+@register
+class InterferenceAwareScorer(TidalScorer):
+    """tidal, with a share kept off GPUs the interference model refuses and, among the GPUs of the least GPU loss,
+    sent to the one of the highest predicted combined throughput (scheduler/policy/interference.py `choose`). Every
+    candidate GPU of a share is scored as the kernel scores it, listed in the kernel's tie-break order (fuller node,
+    first node, fuller GPU, first GPU), so with no pairing to tell apart it takes the GPU tidal takes."""
+
+    name = "tidal-interference"
+    needs_interference = True
+
+    def choose(self, cluster: ClusterState, pod: PodRequest) -> Placement | None:
+        if not pod.share:
+            return super().choose(cluster, pod)
+        nodes = np.flatnonzero(cluster.feasible(pod))
+        if not len(nodes):
+            return None
+        node, gpu = share_candidates(cluster, nodes, pod.gpu_milli)
+        scores, _ = self.loss(cluster).share_scores(node, gpu, pod.gpu_milli, pod.cpu_milli)
+        allocated = 1.0 - cluster.idle[node] / (cluster.gpu_count[node] * MILLI)
+        order = np.lexsort((gpu, cluster.gpu_left[node, gpu], node, -allocated, -scores))
+        node, gpu, scores = node[order], gpu[order], scores[order]
+        predictor = self.context.interference
+
+        def sharing(i: int) -> Sharing | None:
+            residents = cluster.shares.get((int(node[i]), int(gpu[i])))
+            return predictor.sharing(pod.kind, [p.kind for p in residents])[0] if residents else None
+
+        choice = choose(scores, sharing, predictor.rule)
+        if choice is None:
+            return None
+        self.overruled += choice.overruled is not None
+        return Placement(int(node[choice.index]), (int(gpu[choice.index]),))

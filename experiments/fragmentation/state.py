@@ -22,13 +22,15 @@ from scheduler.policy.workload import DEFAULT_CPU_REQUEST, MILLI, gpu_shape
 @dataclass(frozen=True, slots=True)
 class PodRequest:
     """One pod's request. gpu_milli is per GPU: 0 for a CPU-only pod, 1..999 for a share of one GPU, 1,000 for
-    whole GPUs (gpu_count of them). models: the GPU models it may run on, () = any."""
+    whole GPUs (gpu_count of them). models: the GPU models it may run on, () = any. kind: the measured workload it
+    behaves like on a shared GPU (the interference model's name; "" unknown), see goodput.py."""
 
     cpu_milli: int
     memory_mib: int
     gpu_count: int = 0
     gpu_milli: int = 0
     models: tuple[str, ...] = ()
+    kind: str = ""
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0 or self.memory_mib < 0 or self.gpu_count < 0:
@@ -74,7 +76,8 @@ class Placement:
 
 class ClusterState:
     """Per node: CPU and memory left, GPU model, GPUs; per node x GPU: milli-GPU left (GPUs a node lacks are
-    columns at 0, which nothing fits on). `place` is the only writer; listeners hear which node changed."""
+    columns at 0, which nothing fits on); per shared GPU, the share pods on it (`shares[(node, GPU)]`, in arrival
+    order). `place` is the only writer; listeners hear which node changed."""
 
     def __init__(self, names: Sequence[str], models: Sequence[str | None], gpu_counts: Sequence[int],
                  cpu_milli: Sequence[int], memory_mib: Sequence[int]) -> None:
@@ -103,6 +106,7 @@ class ClusterState:
         self.listeners: list[Callable[[int], None]] = []
         self._access: dict[tuple[str, ...], np.ndarray] = {}
         self.everywhere = np.ones(n, dtype=bool)  # no model constraint
+        self.shares: dict[tuple[int, int], tuple[PodRequest, ...]] = {}
         self._extensions: dict[object, object] = {}
 
     @classmethod
@@ -189,6 +193,8 @@ class ClusterState:
             self.max_left[n] = int(left.max())
             self.klass_pods[n, pod.klass] += 1
             self.allocated_milli += pod.total_milli
+            if pod.share:
+                self.shares[(n, gpus[0])] = self.shares.get((n, gpus[0]), ()) + (pod,)
         for listener in self.listeners:
             listener(n)
 

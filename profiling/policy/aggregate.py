@@ -101,7 +101,9 @@ def run_profile(usage: Usage, *, gpus: float) -> RunProfile | None:
         return None
     return RunProfile(mean_gpu_util=gpu.mean or 0.0, peak_gpu_mem_util=gpu_mem.peak or 0.0,
                       mean_cpu_milli=cpu.mean * 1000, peak_cpu_milli=cpu.peak * 1000,
-                      mean_sm_active=usage.stat("sm_active").mean if gpus > 0 else None)
+                      mean_sm_active=usage.stat("sm_active").mean if gpus > 0 else None,
+                      mean_tensor_active=usage.stat("tensor_active").mean if gpus > 0 else None,
+                      mean_dram_active=usage.stat("dram_active").mean if gpus > 0 else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,9 @@ def admit(state: CycleState, reserver: Reserver, q: Queued, a: Assignment, preem
     state.changes += 1
     job, pod, kind, placement = q.job, a.pod, a.kind, a.placement
     state.tables[pod.gpu_model].allocate(placement.row, placement.gpu_shares, pod.cpu_milli, pod.memory_mib)
+    if state.interference is not None:
+        state.residents.remove(preempting)
+        state.residents.add(job, pod.gpu_model, placement.row, placement.gpu_shares)
     state.fallbacks.clear()  # idle capacity changed (here and by the evictions, if any, made for this job)
     if kind is not None:
         state.ledger.charge(job.department, kind, demand(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib))

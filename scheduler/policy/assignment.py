@@ -18,14 +18,16 @@ from scheduler.policy.failures import known_gang_failure
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.gang import pick, room
 from scheduler.policy.nodes import NodeTable
-from scheduler.policy.placement import Placement, allowed, place, restriction
+from scheduler.policy.placement import SCORERS, Placement, allowed, by_loss, place, restriction
 from scheduler.policy.queue import Queued
 from scheduler.policy.quota import Demand, gpu_demand
 from scheduler.policy.quotatree import TreeJobQuota
 from scheduler.policy.sentences import CPU_MARK, gang_needs, shortfall
+from scheduler.policy.sharing import place_share, signature
 from scheduler.policy.state import CycleState
 
 _REFUSED = object()  # the model's quota has no room
+_SHARED_BADLY = object()  # a share with room only beside jobs the interference model refuses it with
 
 
 @dataclass(slots=True)
@@ -72,14 +74,27 @@ class Assigner:
                 attempt = NoRoom(pod, kind, None, NO_FREE, *self._gang_shortfall(q, pod, table)) if spelled \
                     else NoRoom(pod, kind, None)
             else:
-                placement = place(pod, table, profile)
-                if placement is not None:
+                placement = self._place(q, pod, table)
+                if isinstance(placement, Placement):
                     return Assignment(pod, kind, placement)
-                attempt = NoRoom(pod, kind, table.bounds(), (table.free_whole_gpus(), table.idle_gpus())) \
-                    if spelled else NoRoom(pod, kind, None)
+                attempt = NoRoom(pod, kind, table.bounds(), (table.free_whole_gpus(), table.idle_gpus()),
+                                 shared_badly=placement is _SHARED_BADLY) if spelled else NoRoom(pod, kind, None)
             diagnosis.attempts.append(attempt)
             diagnosis.refusals.append((model, attempt if spelled else None))
         return diagnosis
+
+    def _place(self, q: Queued, pod: PodRequest, table: NodeTable) -> Placement | object | None:
+        """A node for one pod: a share ranked by least GPU loss where the jobs on the GPU get on with it, when the
+        cycle has an interference model (sharing.py), _SHARED_BADLY when it has room only beside jobs the model
+        refuses it with; else placement.py's."""
+        state, profile = self.state, self.state.profile
+        if (state.interference is None or not pod.fractional or table.loss is None or not len(table)
+                or not by_loss([(n, w) for n, w in profile.scorers if SCORERS[n].applies(pod)])):
+            return place(pod, table, profile)
+        if not table.may_fit(*pod.dims()):
+            return None
+        found = place_share(pod, signature(q.job), table, profile, state.residents, state.interference)
+        return found if found is not None or place(pod, table, profile) is None else _SHARED_BADLY
 
     def _quota_kind(self, q: Queued, quota, demands: dict[str | None, Demand], model: str | None, spelled: bool,
                     diagnosis: Diagnosis) -> QuotaKind | None | object:

@@ -22,17 +22,20 @@ from scheduler.policy.cache import CycleCache
 from scheduler.policy.decisions import CycleResult, Reason, StillPending
 from scheduler.policy.diagnosis import Diagnosis
 from scheduler.policy.fairshare import tournament
+from scheduler.policy.interference import Model
 from scheduler.policy.preemptor import Preemptor
 from scheduler.policy.profile import Profile
 from scheduler.policy.queue import Queued, QueueBuilder
 from scheduler.policy.reservation import Reserver
 from scheduler.policy.sentences import CPU_MARK, blocked, waiting
+from scheduler.policy.sharing import signature
 from scheduler.policy.state import CycleState
 from scheduler.policy.workload import TargetWorkload
 
 
 def schedule(snapshot: Snapshot, profile: Profile, lending: LendingProfile | None = None,
-             workload: TargetWorkload | None = None, cache: CycleCache | None = None) -> CycleResult:
+             workload: TargetWorkload | None = None, cache: CycleCache | None = None,
+             interference: Model | None = None) -> CycleResult:
     """Decide admissions, preemptions and reasons for waiting; pure, the snapshot is not changed.
 
     With `lending` (a cluster with a co-location pool), each pending job's pool comes from the pool rule
@@ -40,8 +43,9 @@ def schedule(snapshot: Snapshot, profile: Profile, lending: LendingProfile | Non
     without, a job asks for the pool it names, if any. `workload` is the target workload the least-gpu-loss
     placement keeps usable (the live loop's is learned from the last week's submissions, replay's from the trace);
     without one, the shapes of the snapshot's own jobs. `cache` is the calling loop's (the same decisions with a
-    fresh one; it saves work from one cycle to the next)."""
-    return _Cycle(CycleState(snapshot, profile, workload, cache or CycleCache()), lending).run()
+    fresh one; it saves work from one cycle to the next). `interference`: the model one-pod shares are placed by
+    (interference.py, sharing.py); without one, by least GPU loss alone."""
+    return _Cycle(CycleState(snapshot, profile, workload, cache or CycleCache(), interference), lending).run()
 
 
 @dataclass(slots=True)
@@ -122,7 +126,8 @@ class _Cycle:
         """Everything a try reads of a job but its score and CPU: its shape, department, certified models, pool and
         which reservations it must keep off (those starting before it would end)."""
         starts = self.reserver.starts
-        return q.shape, q.pool, bisect_left(starts, ends_at) if starts else 0
+        sig = signature(q.job) if self.state.interference is not None and 0 < q.request.gpus < 1 else None
+        return q.shape, q.pool, bisect_left(starts, ends_at) if starts else 0, sig
 
     def _host_fits(self, q: Queued) -> bool:
         """The job's CPU and memory fit its department's own and borrowed quota: its CPU then decides no quota

@@ -29,6 +29,7 @@ class NoRoom:
     # own-class work whose quota-tree level has no room until borrowed work under it is reclaimed: that level's index
     # and its refusal (nodes were not tried)
     reclaim: tuple[int, Shortfall] | None = None
+    shared_badly: bool = False  # a share with room, on GPUs whose jobs the interference model refuses it beside
 
     @property
     def templated(self) -> bool:

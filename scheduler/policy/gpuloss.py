@@ -324,6 +324,23 @@ def _scores(rows, nodes, terms, shapes, pod):
     return out
 
 
+@njit(cache=True, nogil=True)
+def _share_scores(rows, gpus, nodes, terms, shapes, pod):
+    """The integer score and the growth of a share on GPU gpus[i] of row rows[i], for every candidate (all fitting),
+    their least pressure the least: what `_best` ranks a share's GPUs by, each GPU scored (the interference-aware
+    choice)."""
+    least = np.inf
+    for r in rows:
+        least = min(least, nodes.pressure[r])
+    M = shapes.thresholds.shape[0]
+    sc, ss = np.empty(M, np.int64), np.empty(M, np.int64)
+    score, growth = np.empty(rows.shape[0], np.int64), np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        growth[i] = _growth(rows[i], gpus[i], nodes, terms, least, shapes, pod, sc, ss)
+        score[i] = quantized(growth[i])
+    return score, growth
+
+
 def _entry(kernel, *args):
     """`kernel`'s compiled entry point for the types of `args` (compiled, or loaded from numba's cache, first): it
     must then be called with arguments of exactly these types."""
@@ -394,6 +411,12 @@ class Loss:
         """The score / 100 (0..1) with the fuller-node tie-break of each of `rows` (fitting ones)."""
         return _scores(rows.astype(np.int64, copy=False), self.nodes, self.terms, self.shapes,
                        Pod(count, milli, cpu, cpu or DEFAULT_CPU_REQUEST, 0))
+
+    def share_scores(self, rows: np.ndarray, gpus: np.ndarray, milli: int, cpu: int) -> tuple[np.ndarray, np.ndarray]:
+        """The integer score (0..100) and the growth (milli-GPU) of a share of `milli` on GPU gpus[i] of row rows[i]
+        (fitting candidates)."""
+        return _share_scores(rows.astype(np.int64, copy=False), gpus.astype(np.int64, copy=False), self.nodes,
+                             self.terms, self.shapes, Pod(1, int(milli), int(cpu), int(cpu or DEFAULT_CPU_REQUEST), 0))
 
     def fragmentation(self) -> float:
         """The fragmented milli-GPU of all nodes (frequency-weighted)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from scheduler.policy.nodes import UNRESTRICTED, NodeTable, Restriction
 from scheduler.policy.profile import Profile
 from scheduler.policy.workload import FragTables, TargetWorkload, gpu_shape, pressure
 
+if TYPE_CHECKING:
+    from scheduler.policy.interference import Sharing
+
 
 @dataclass(slots=True)  # scratch, not frozen (cheaper to build; see PodRequest)
 class Placement:
@@ -21,6 +25,8 @@ class Placement:
     node: str
     gpu_shares: tuple[GpuShare, ...]
     loss: float | None = None  # milli-GPU the typical jobs can no longer use, when placed by least GPU loss
+    sharing: Sharing | None = None  # a share beside others, placed with the interference model: their predictions
+    overruled: str | None = None  # why the model refused the GPU the least GPU loss alone would take
 
 
 class PoolMatch:
@@ -124,7 +130,7 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
     gpu = loss = None
     if req.gpus >= 1 and len(scorers) == 1 and scorers[0] == _PACKING:
         row = table.packing().best(*dims, allowed(req, table, profile))
-    elif table.loss is not None and _by_loss(scorers):
+    elif table.loss is not None and by_loss(scorers):
         row, gpu, loss = least_loss(req, table, profile, dict(scorers))
     else:
         row = scan(req, table, profile, scorers)
@@ -140,7 +146,7 @@ def place(req: PodRequest, table: NodeTable, profile: Profile) -> Placement | No
 _PACKING = (MostAllocated.name, 1)
 
 
-def _by_loss(scorers: list[tuple[str, float]]) -> bool:
+def by_loss(scorers: list[tuple[str, float]]) -> bool:
     """Whether the request is ranked by least GPU loss, the pool aside: what the compiled kernel does in one pass."""
     names = {name for name, _ in scorers}
     return LeastGpuLoss.name in names and names <= {LeastGpuLoss.name, ColocationFirst.name}

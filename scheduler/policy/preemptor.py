@@ -13,7 +13,9 @@ from scheduler.policy.assignment import Assignment, gang_rows
 from scheduler.policy.decisions import Preempt, Reason
 from scheduler.policy.diagnosis import NoRoom
 from scheduler.policy.failures import known_failure, known_gang_preempt_failure
+from scheduler.policy.framework import PodRequest
 from scheduler.policy.gang import room
+from scheduler.policy.nodes import NodeTable
 from scheduler.policy.placement import Placement, allowed
 from scheduler.policy.preemption import Candidate, Victims
 from scheduler.policy.priority import rebased
@@ -21,6 +23,7 @@ from scheduler.policy.queue import Queued
 from scheduler.policy.fairshare import fair_after, fair_victims
 from scheduler.policy.quota import allocation_demand, demand, gpu_demand
 from scheduler.policy.sentences import preempted
+from scheduler.policy.sharing import place_share, signature
 from scheduler.policy.state import CycleState
 
 Plan = tuple[Assignment, tuple[int, ...]]  # where the job goes, and the jobs evicted for it
@@ -51,10 +54,26 @@ class Preemptor:
                 taken = self._take(a.pod.gpu_model, victims)
             model = a.pod.gpu_model
             table = state.tables[model]
+            placement = self._placement(q, a.pod, table, victims.row, _job_ids(taken))
+            if placement is None:  # the interference model refuses every GPU there beside the jobs that stay
+                self._give_back(model, taken)
+                state.changes += 1
+                continue
             self._decisions(q, a, taken)
-            placement = Placement(victims.row, table.names[victims.row], table.choose_gpus(victims.row, a.pod.gpus))
             return Assignment(a.pod, a.kind, placement), _job_ids(taken)
         return None
+
+    def _placement(self, q: Queued, pod: PodRequest, table: NodeTable, row: int, evicted: tuple[int, ...]
+                   ) -> Placement | None:
+        """The GPUs on the victims' row: best fit, or for a share with an interference model where the jobs that
+        stay get on with it (sharing.py)."""
+        state = self.state
+        if state.interference is None or not pod.fractional or table.loss is None:
+            return Placement(row, table.names[row], table.choose_gpus(row, pod.gpus))
+        only = np.zeros(len(table), dtype=bool)
+        only[row] = True
+        return place_share(pod, signature(q.job), table, state.profile, state.residents, state.interference,
+                           only, evicted)
 
     def _by_quota_and_score(self, q: Queued, a: NoRoom) -> Victims | None:
         """Own-quota work reclaims borrowed work; a higher score evicts a lower one past its minimum run time."""

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from scheduler.policy.interference import DEFAULT_P99_BOUND, MIN_COMBINED, TIME_SLICING
+
 
 class QueueOrder(str, Enum):
     SCORE = "score"  # priority score, then submit time
@@ -62,6 +64,12 @@ class Profile:
     filters: tuple[str, ...] = ("pool",)
     # colocation-first outweighs the placement score (0..1): the pool comes first, then the least GPU loss
     scorers: tuple[tuple[str, float], ...] = (("colocation-first", 10.0), ("least-gpu-loss", 1.0))
+    # GPU sharing (scheduler/policy/interference.py): a share never joins a GPU where it and a job there are predicted
+    # to do less together than one after the other, nor where a latency-sensitive job's p99 is predicted to grow
+    # past the bound; among the least-GPU-loss GPUs it takes the highest predicted combined throughput
+    sharing_min_combined: float = MIN_COMBINED
+    sharing_p99_bound: float = DEFAULT_P99_BOUND
+    sharing_mode: str = TIME_SLICING  # the measured table the predictions come from: TIME_SLICING or MPS
 
     def with_(self, **overrides: object) -> Profile:
         return replace(self, **overrides)

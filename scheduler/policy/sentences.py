@@ -15,6 +15,7 @@ from scheduler.policy.decisions import Admit, CycleDecision, Preempt, Reason, Re
 from scheduler.policy.diagnosis import Diagnosis, NoRoom
 from scheduler.policy.framework import PodRequest
 from scheduler.policy.gang import Room
+from scheduler.policy.interference import describe
 from scheduler.policy.nodes import NodeTable
 from scheduler.policy.placement import Placement
 from scheduler.policy.priority import ScoreBreakdown
@@ -35,6 +36,9 @@ def no_room(d: NoRoom, request_cpu: str | None = None) -> str:
         return f"{quota_refused(d.reclaim[1])}: own quota, once borrowed work under it is reclaimed"
     if request_cpu is None:
         request_cpu = f"{d.pod.cpu_milli}"
+    if d.shared_badly:
+        return (f"every {d.pod.gpu_model} GPU with room for {d.pod.gpus:g} of a GPU holds a job predicted to share "
+                f"badly with it (less work together than one after the other, or a serving job's p99 past its bound)")
     if d.gang is not None:
         return d.gang if d.frame is None else request_cpu.join(d.frame)
     whole, share, cpu, mem = d.bounds
@@ -155,6 +159,10 @@ def admitted(q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Plac
     parts = [f"admitted on {placement.node}" + (f" (GPUs {gpus})" if gpus else "")]
     if placement.loss is not None:
         parts.append(f"GPU the typical jobs cannot use: {placement.loss / 1000:+.2f} (placed where it grows least)")
+    if placement.sharing is not None:
+        parts.append(f"sharing GPU {placement.gpu_shares[0].index}: {describe(placement.sharing)}")
+    if placement.overruled is not None:
+        parts.append(f"kept off the GPU least GPU loss alone takes: {placement.overruled}")
     parts.append(f"{kind.value} quota of {job.department}" if kind else "no quotas")
     if job.gpus and pod.gpu_model != job.gpu_model:
         parts.append(f"{pod.gpu_model} instead of {job.gpu_model}: no room there, most idle certified model"

@@ -18,15 +18,18 @@ from scheduler.policy.profile import Profile
 from scheduler.policy.quota import QuotaLedger
 from scheduler.policy.quotatree import QuotaTree, TreeLedger
 from scheduler.policy.fairshare import FairShares
+from scheduler.policy.interference import Model
+from scheduler.policy.sharing import Residents
 from scheduler.policy.workload import TargetWorkload, jobs_workload
 
 
 class CycleState:
     def __init__(self, snapshot: Snapshot, profile: Profile, workload: TargetWorkload | None,
-                 cache: CycleCache) -> None:
+                 cache: CycleCache, interference: Model | None = None) -> None:
         self.snap = snapshot
         self.profile = profile
         self.workload = workload
+        self.interference = interference  # with it, shares go where their GPU's jobs get on with them (sharing.py)
         self.cache = cache
         self.now = snapshot.now
         self.decisions: list[CycleDecision] = []
@@ -55,6 +58,11 @@ class CycleState:
             if workload is not None:
                 attach_loss(tables, workload)
         return tables
+
+    @cached_property
+    def residents(self) -> Residents:
+        """Who shares each GPU (only read with an interference model)."""
+        return Residents(self.holders, self.tables)
 
     @cached_property
     def holders(self) -> list[JobView]:

@@ -5,6 +5,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from scheduler import interference_tables
 from tidal.celery import app
 from tests.unit.replay_fixtures import NODE_HEADER, POD_HEADER, write
 
@@ -26,7 +27,7 @@ def test_fragmentation_writes_report_plots_and_json(trace, tmp_path):
     nodes, pods = trace
     out, figures = tmp_path / "out", tmp_path / "figures.json"
     call_command("fragmentation", nodes=str(nodes), pods=str(pods), seeds="1-3", processes=2, out=str(out),
-                 json_path=str(figures))
+                 json_path=str(figures), interference=str(interference_tables.FOLDER))
     for name in ("report.md", "report.json", "unallocated_vs_arrived.png", "unallocated_at_100.png",
                  "fragmentation_vs_arrived.png"):
         assert (out / name).stat().st_size > 0, name
@@ -35,12 +36,14 @@ def test_fragmentation_writes_report_plots_and_json(trace, tmp_path):
     assert data["capacity_gpus"] == 15 and data["nodes"] == 4
     assert list(data["policies"]) == POLICIES
     for name, f in data["policies"].items():
-        assert set(f) == {"at100", "curve", "frag_pct"}, name
+        assert set(f) == {"at100", "curve", "frag_pct", "goodput"}, name
+        assert set(f["goodput"]) == {"at100", "at_end", "refused_pairs_at_end", "overruled"}
         assert set(f["at100"]) == {"mean", "sd", "median"} and f["at100"]["mean"] is not None
         assert list(f["curve"]) == [str(a) for a in range(75, 131)]
         assert list(f["frag_pct"]) == ["60", "80", "90"]
     report = (out / "report.md").read_text()
     assert "## Unallocated GPU % at arrived = 100 %" in report and "No published figure" in report
+    assert "## Goodput (useful GPU work once shares slow each other)" in report
     assert json.loads((out / "report.json").read_text())["trace"] == "tiny"
 
 
@@ -94,9 +97,19 @@ def test_the_runs_can_go_to_the_celery_workers(trace, tmp_path, worker_queue, mo
     nodes, pods = trace
     monkeypatch.setitem(app.conf, "task_default_queue", worker_queue)
     local, remote = tmp_path / "local.json", tmp_path / "remote.json"
-    options = dict(nodes=str(nodes), pods=str(pods), seeds="1-2", policies="bestfit,tidal")
+    options = dict(nodes=str(nodes), pods=str(pods), seeds="1-2", policies="bestfit,tidal,tidal-interference")
     call_command("fragmentation", processes=1, out=str(tmp_path / "a"), json_path=str(local), **options)
     out = StringIO()
     call_command("fragmentation", celery=True, out=str(tmp_path / "b"), json_path=str(remote), stdout=out, **options)
     assert "on the Celery workers" in out.getvalue()
     assert json.loads(remote.read_text()) == json.loads(local.read_text())
+    # the workers read the interference model too: goodput, and no pair the model refuses under tidal-interference
+    aware = json.loads(local.read_text())["policies"]["tidal-interference"]["goodput"]
+    assert aware["refused_pairs_at_end"] == 0 and aware["at_end"]["mean"] > 0
+
+
+def test_the_interference_aware_policy_needs_the_measurements(trace, tmp_path):
+    nodes, pods = trace
+    with pytest.raises(CommandError, match="--interference: no folder .*nosuch"):
+        call_command("fragmentation", nodes=str(nodes), pods=str(pods), policies="tidal-interference",
+                     interference=str(tmp_path / "nosuch"), out=str(tmp_path / "never"))

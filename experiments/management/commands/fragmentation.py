@@ -1,5 +1,6 @@
 """`python manage.py fragmentation --pods default [--nodes CSV] [--seeds 42-51] [--tune 1.3]
-[--policies random,dotprod,clustering,packing,bestfit,fgd] [--processes N] [--json PATH] [--out DIR]`
+[--policies random,dotprod,clustering,packing,bestfit,fgd] [--processes N] [--json PATH] [--out DIR]
+[--interference DIR]`
 
 The FGD experiment (USENIX ATC'23) on an Alibaba 2023 pod list. Thin: parses options, turns bad input into
 CommandError, shows a progress bar; the work is in experiments/fragmentation/ (no Django there).
@@ -20,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from cluster.simulated.alibaba import TraceError, trace_name
+from scheduler import interference_tables
 from experiments.fragmentation.experiment import (DEFAULT_POLICIES, DEFAULT_TUNE, Remote, RunResult, Setup, load,
                                                 result_of, run, summary)
 from experiments.fragmentation.report import write_report
@@ -62,12 +64,13 @@ def _num(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def _on_celery(setup: Setup) -> Remote:
+def _on_celery(setup: Setup, interference: str | None) -> Remote:
     """Each run as a `experiments.fragmentation_run` task, results in the order sent (the heaviest first)."""
     def remote(tasks: Sequence[tuple[str, int]]) -> Iterator[RunResult]:
         queue = fragmentation_run.app.conf.task_default_queue
         sent = [fragmentation_run.apply_async((str(setup.nodes_path), str(setup.pods_path), setup.tune,
-                                               list(setup.seeds), policy, seed), queue=queue) for policy, seed in tasks]
+                                               list(setup.seeds), policy, seed, interference), queue=queue)
+                for policy, seed in tasks]
         for result in sent:
             yield result_of(result.get(timeout=CELERY_RUN_TIMEOUT_S))
     return remote
@@ -94,6 +97,9 @@ class Command(BaseCommand):
                             help="runs go to the Celery workers (each reads the lists itself) instead of processes")
         parser.add_argument("--json", dest="json_path", help="also write the per-policy figures here")
         parser.add_argument("--out", help="report folder (default: out/fragmentation-<trace>)")
+        parser.add_argument("--interference", default=str(traces / interference_tables.TRACE),
+                            help="the H200 measurements the interference model is read from (goodput, and the "
+                                 "tidal-interference policy); skipped when the folder does not exist")
 
     def handle(self, *args: object, **opts: object) -> None:
         tune = opts["tune"]
@@ -104,8 +110,12 @@ class Command(BaseCommand):
         seeds = parse_seeds(str(opts["seeds"]))
         policies = parse_policies(str(opts["policies"]))
         pods = pods_path(str(opts["pods"]))
+        folder = Path(str(opts["interference"]))
+        model = interference_tables.load(folder) if folder.is_dir() else None
+        if model is None and any(SCORERS[p].needs_interference for p in policies):
+            raise CommandError(f"--interference: no folder {folder}; the tidal-interference policy needs it")
         try:
-            setup = load(opts["nodes"], pods, tune, seeds)
+            setup = load(opts["nodes"], pods, tune, seeds, model)
         except TraceError as e:
             raise CommandError(str(e)) from None
         out = (Path(opts["out"]) if opts["out"]
@@ -124,7 +134,7 @@ class Command(BaseCommand):
 
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked
         try:
-            remote = _on_celery(setup) if opts["celery"] else None
+            remote = _on_celery(setup, str(folder) if model else None) if opts["celery"] else None
             outcome = run(setup, policies, processes=opts["processes"], bar=bar, remote=remote)
         finally:
             for b in bars:
@@ -136,7 +146,10 @@ class Command(BaseCommand):
             Path(opts["json_path"]).write_text(json.dumps(figures, indent=2) + "\n")
         for name, f in figures["policies"].items():
             a = f["at100"]
+            good = f.get("goodput")
             self.stdout.write(f"{name:>12}: unallocated at 100 % arrived {_num(a['mean'])} ± {_num(a['sd'])} "
                               f"(median {_num(a['median'])}), frag % at 60/80/90: "
-                              + "/".join(_num(v, 1) for v in f["frag_pct"].values()))
+                              + "/".join(_num(v, 1) for v in f["frag_pct"].values())
+                              + (f", goodput {_num(good['at100']['mean'])} %, refused pairs placed "
+                                 f"{good['refused_pairs_at_end']:g}, overruled {good['overruled']:g}" if good else ""))
         self.stdout.write(f"report: {files['report.md']} ({outcome.wall_s:.1f} s)")
