@@ -20,6 +20,7 @@ from experiments.replay.engine import (CLOCK_SHIFT_S, NOISE_POLICY, NOISE_RUN, V
                                      PolicyRun, Setup)
 from experiments.replay.metrics import HEADLINE, KINDS  # noqa: E402
 from experiments.replay.tree import POOL_KEPT_BY_VC  # noqa: E402
+from scheduler.policy import get_profile  # noqa: E402
 
 PLOTS = {
     "alloc_share": "alloc_share.png",
@@ -247,6 +248,12 @@ def change_text(x: float | None) -> str:
     return "–" if x is None else "∞" if x == math.inf else f"{100 * x:+.1f}%"
 
 
+def variant_change(profile) -> str:
+    """What a replay variant changes in the tidal profile ("reservations=False")."""
+    base = profile_dict(get_profile("tidal"))
+    return ", ".join(f"{k}={v}" for k, v in profile_dict(profile).items() if k != "name" and base[k] != v)
+
+
 def profile_dict(profile) -> dict:
     """The profile a run used, field by field (so a report says exactly what ran)."""
     def plain(v):
@@ -329,7 +336,7 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
              f"({', '.join(f'{m} {c}' for m, c in setup.capacity_by_model.items())})",
              f"- policies: {', '.join(r.policy for r in runs)} — the profile objects of "
              "`scheduler.policy.get_profile(name)`, as loaded by the live loop (replay's variants: "
-             + ", ".join(f"{n} = tidal with reservations off" for n in VARIANTS) + ")",
+             + ", ".join(f"{n} = tidal with {variant_change(v)}" for n, v in VARIANTS.items()) + ")",
              f"- wall time of all policies: {wall_s:.1f} s" if wall_s is not None else "", ""]
     if not t.timed:
         lines += ["**This pod list has no time columns** (no creation/scheduled/deletion times), so only the "

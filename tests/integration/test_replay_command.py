@@ -193,6 +193,7 @@ def test_the_helios_tree_replays_fair_sharing_and_reports_the_quota_marks(trace,
     assert data["mapping"]["tree"] == {"div-xl": ["vcA"], "div-l": ["vcB"], "div-s": ["vcC"]}
     assert data["policies"]["tidal-fair"]["profile"]["fair_sharing"] is True
     report = (out / "report.md").read_text()
+    assert "tidal-no-reservations = tidal with reservations=False, tidal-fair = tidal with fair_sharing=True" in report
     assert "## Fair shares and reclaims" in report and "- **tree**: div-xl: vcA; div-l: vcB; div-s: vcC" in report
     assert (out / "fairness.png").stat().st_size > 0
     assert "Jain's index of usage / fair share" in printed.getvalue()
