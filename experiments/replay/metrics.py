@@ -36,6 +36,7 @@ SIZE_CLASSES: tuple[tuple[str, float], ...] = (("<=1", 1.0), ("2-8", 8.0), (">8"
 TIMELINE_POINTS = 2000  # kept per policy for the plot and report.json
 LONGEST = 3  # longest waiters reported per size class
 RECLAIM = Reason.PREEMPTED_RECLAIM.value
+YOUNG_S = 300.0  # a reclaim of work that ran less than this is churn (the tree's reclaim_min_runtime_s)
 
 
 def jain(values: Sequence[float]) -> float | None:
@@ -181,6 +182,7 @@ class Recorder:
         self.reserved_jobs: set[int] = set()  # gangs that held a reservation at some cycle
         self.lost_by_reason: Counter[str] = Counter()  # GPU-seconds
         self.borrowed_admissions = 0
+        self.reclaimed_after: list[tuple[float, int]] = []  # each reclaim: (the victim's run time, its workers)
         self.borrowed_jobs: set[int] = set()
         self.fairness = Fairness(self.capacity, shares or {})
         self.events = 0
@@ -252,6 +254,8 @@ class Recorder:
         lost = (t - rec.started) * rec.gpus
         self.lost_gpu_s += lost
         self.lost_by_reason[reason] += lost
+        if reason == RECLAIM:
+            self.reclaimed_after.append((t - rec.started, rec.workers))
         rec.preemptions += 1
         rec.pending_since, rec.started = t, None
         self.preempt_reasons[reason] += 1
@@ -328,14 +332,18 @@ class Recorder:
         }
 
     def reclaims(self) -> dict:
-        """Preemptions that took back borrowed capacity (preempted-reclaim), per borrowed admission, and the
-        GPU-hours of work they threw away."""
+        """Preemptions that took back borrowed capacity (preempted-reclaim), per borrowed admission, the GPU-hours of
+        work they threw away, the victims' median run time, and the shares of young victims and of gangs."""
         count = self.preempt_reasons[RECLAIM]
+        ran = [r for r, _ in self.reclaimed_after]
         return {"preemptions": count, "borrowed_admissions": self.borrowed_admissions,
                 "borrowed_jobs": len(self.borrowed_jobs),
                 "per_borrowed_admission": round(count / self.borrowed_admissions, 6)
                 if self.borrowed_admissions else None,
-                "gpu_hours_lost": round(self.lost_by_reason[RECLAIM] / 3600, 3)}
+                "gpu_hours_lost": round(self.lost_by_reason[RECLAIM] / 3600, 3),
+                "victim_run_p50_s": round(float(np.median(ran)), 3) if ran else None,
+                "young_share": round(sum(r < YOUNG_S for r in ran) / len(ran), 6) if ran else None,
+                "gang_share": round(sum(w > 1 for _, w in self.reclaimed_after) / len(ran), 6) if ran else None}
 
     def timeline_points(self, end: float, points: int = TIMELINE_POINTS) -> list[list[float]]:
         """The allocated-share step function sampled at `points` evenly spaced times (max in each bin)."""

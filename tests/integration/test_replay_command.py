@@ -186,7 +186,7 @@ def test_the_helios_tree_replays_fair_sharing_and_reports_the_quota_marks(trace,
         assert 0 < f["fairness"]["jain_mean"] <= 1 and set(f["fairness"]["usage_over_fair_share"]) <= {
             "vcA", "vcB", "vcC"}
         assert set(f["reclaims"]) == {"preemptions", "borrowed_admissions", "borrowed_jobs", "per_borrowed_admission",
-                                      "gpu_hours_lost"}
+                                      "gpu_hours_lost", "victim_run_p50_s", "young_share", "gang_share"}
         assert set(f["longest_wait_by_kind"]["<=1"]) == {"own", "borrowed", "never started"}
         assert f["replicates"]["seeds"] == [3, 4]
     data = json.loads((out / "report.json").read_text())

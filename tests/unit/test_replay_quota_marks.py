@@ -60,7 +60,8 @@ def test_the_recorder_measures_usage_over_fair_share_and_counts_reclaims():
     assert f["fairness"]["jain_mean"] == pytest.approx(0.7)
     assert f["fairness"]["usage_over_fair_share"] == pytest.approx({"a": 1.25, "b": 0.5})
     assert f["reclaims"] == {"preemptions": 1, "borrowed_admissions": 1, "borrowed_jobs": 1,
-                             "per_borrowed_admission": 1.0, "gpu_hours_lost": round(400 / 3600, 3)}
+                             "per_borrowed_admission": 1.0, "gpu_hours_lost": round(400 / 3600, 3),
+                             "victim_run_p50_s": 100.0, "young_share": 1.0, "gang_share": 0.0}
     # a1 waits again since its reclaim (100 s, its last admission borrowed); b1 waited 100 s for own quota
     assert f["longest_wait_by_kind"][">8"] == {"own": None, "borrowed": None, "never started": None}
     assert f["longest_wait_by_kind"]["2-8"] == {"own": 100.0, "borrowed": 100.0, "never started": None}
@@ -73,7 +74,8 @@ def test_a_replay_counts_each_borrowed_admission_and_the_work_reclaims_threw_awa
     pods = write(tmp_path / "pods.csv", POD_HEADER, [pod("b1", 2, 0, 1000, qos="BE"), pod("l1", 1, 100, 50)])
     f = run_policy(setup_for(cluster(tmp_path), pods), "tidal").figures
     assert f["reclaims"] == {"preemptions": 1, "borrowed_admissions": 2, "borrowed_jobs": 1,
-                             "per_borrowed_admission": 0.5, "gpu_hours_lost": round(200 / 3600, 3)}
+                             "per_borrowed_admission": 0.5, "gpu_hours_lost": round(200 / 3600, 3),
+                             "victim_run_p50_s": 100.0, "young_share": 1.0, "gang_share": 0.0}
     assert f["small_wait_p95_s"] == 0.0  # l1 started at once
 
 
@@ -139,3 +141,16 @@ def test_a_replicate_draws_departments_with_another_seed(tmp_path):
     assert again.mapping.seed == 9 and again.options.min_cycle_s == pytest.approx(setup.options.min_cycle_s + 0.2)
     names = [p.name for p in setup.pods]
     assert [setup.mapping.department(n) for n in names] != [again.mapping.department(n) for n in names]
+
+
+def test_reclaims_say_how_long_their_victims_ran_and_how_many_were_gangs():
+    rec = Recorder({"T4": 8}, 0.0, window_end=1000.0, shares={"a": 1.0})
+    gang = JobRecord(1, "g", 1, False, 4, None, 0.0, 0.0, workers=2, department="a")
+    for job in (gang, _job(2, "a", 1, 0.0)):
+        rec.submitted(job)
+        rec.admitted(job.id, 0.0, "T4", QuotaKind.BORROWED)
+    rec.preempted(1, 60.0, "preempted-reclaim")  # the gang after 60 s: young
+    rec.preempted(2, 900.0, "preempted-reclaim")  # the single job after 900 s
+    r = rec.summary(1000.0, "timeline")["reclaims"]
+    assert (r["victim_run_p50_s"], r["young_share"], r["gang_share"]) == (480.0, 0.5, 0.5)
+    assert r["gpu_hours_lost"] == round((4 * 60 + 900) / 3600, 3)
