@@ -57,7 +57,8 @@ def fair_shares(capacity: float, quota: Mapping[str, float], demand: Mapping[str
 
 class Fairness:
     """Usage / fair share per department over time (fair_shares of its GPUs held and wanted, i.e. held + pending) and
-    Jain's index of those ratios over the departments with a fair share: time means, with the index's samples."""
+    Jain's index of those ratios over the departments with a fair share: time means (the index's also over the
+    contended time alone, when the departments want more than the cluster has), with the index's samples."""
 
     def __init__(self, capacity: float, shares: Mapping[str, float]) -> None:
         self.capacity = capacity
@@ -70,6 +71,8 @@ class Fairness:
         self.ratio_integral: dict[str, float] = defaultdict(float)
         self.ratio_time: dict[str, float] = defaultdict(float)
         self.index_integral = self.index_time = 0.0
+        self.contended = False  # the departments want more GPUs than the cluster has: only then can shares differ
+        self.contended_integral = self.contended_time = 0.0
         self.samples: list[tuple[float, float]] = []  # (time, index) at each change of it
 
     def move(self, department: str, held: float = 0.0, pending: float = 0.0) -> None:
@@ -83,6 +86,7 @@ class Fairness:
             return
         self.dirty = False
         demand = {d: self.held[d] + max(0.0, self.pending[d]) for d in self.quota}
+        self.contended = sum(demand.values()) > self.capacity + 1e-9
         fair = fair_shares(self.capacity, self.quota, demand)
         self.ratio = {d: self.held[d] / f for d, f in fair.items() if f > 1e-9}
         index = jain(list(self.ratio.values()))
@@ -97,10 +101,16 @@ class Fairness:
         if self.index is not None:
             self.index_integral += self.index * dt
             self.index_time += dt
+            if self.contended:
+                self.contended_integral += self.index * dt
+                self.contended_time += dt
 
     def summary(self) -> dict:
         return {"jain_mean": round(self.index_integral / self.index_time, 6) if self.index_time else None,
                 "measured_s": round(self.index_time, 3),
+                "jain_contended_mean": round(self.contended_integral / self.contended_time, 6)
+                if self.contended_time else None,
+                "contended_s": round(self.contended_time, 3),
                 "usage_over_fair_share": {d: round(self.ratio_integral[d] / self.ratio_time[d], 6)
                                           for d in self.quota if self.ratio_time[d]}}
 
@@ -471,6 +481,7 @@ def percentiles(values: Sequence[float]) -> dict[str, float | None]:
 # The marks a comparison of quota policies reads (issue 41), per replay: name -> how to read it from its summary.
 HEADLINE: dict[str, tuple[str, ...]] = {
     "jain_usage_over_fair_share": ("fairness", "jain_mean"),
+    "jain_while_contended": ("fairness", "jain_contended_mean"),
     "reclaims_per_borrowed_admission": ("reclaims", "per_borrowed_admission"),
     "reclaim_gpu_hours_lost": ("reclaims", "gpu_hours_lost"),
     "max_wait_gt8_s": ("by_size", ">8", "wait", "max"),

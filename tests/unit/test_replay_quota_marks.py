@@ -58,6 +58,8 @@ def test_the_recorder_measures_usage_over_fair_share_and_counts_reclaims():
     # [0, 100): fair shares 2 / 2 (each wants more than its quota); a holds 4 -> 2.0, b 0 -> 0.0: index 0.5.
     # [100, 200): a holds 1 of its 2 -> 0.5, b 2 of 2 -> 1.0: index 1.5^2 / (2 x 1.25) = 0.9.
     assert f["fairness"]["jain_mean"] == pytest.approx(0.7)
+    # both want more than the 4 GPUs all along (6, then 7): the whole window is contended
+    assert f["fairness"]["jain_contended_mean"] == pytest.approx(0.7) and f["fairness"]["contended_s"] == 200.0
     assert f["fairness"]["usage_over_fair_share"] == pytest.approx({"a": 1.25, "b": 0.5})
     assert f["reclaims"] == {"preemptions": 1, "borrowed_admissions": 1, "borrowed_jobs": 1,
                              "per_borrowed_admission": 1.0, "gpu_hours_lost": round(400 / 3600, 3),
@@ -151,6 +153,8 @@ def test_reclaims_say_how_long_their_victims_ran_and_how_many_were_gangs():
         rec.admitted(job.id, 0.0, "T4", QuotaKind.BORROWED)
     rec.preempted(1, 60.0, "preempted-reclaim")  # the gang after 60 s: young
     rec.preempted(2, 900.0, "preempted-reclaim")  # the single job after 900 s
-    r = rec.summary(1000.0, "timeline")["reclaims"]
+    f = rec.summary(1000.0, "timeline")
+    r = f["reclaims"]
+    assert f["fairness"]["jain_contended_mean"] is None  # 5 of 8 GPUs wanted: never contended
     assert (r["victim_run_p50_s"], r["young_share"], r["gang_share"]) == (480.0, 0.5, 0.5)
     assert r["gpu_hours_lost"] == round((4 * 60 + 900) / 3600, 3)

@@ -37,7 +37,8 @@ def _sizes(by_size: dict) -> str:
 def _marks(figures: dict) -> str:
     """Fairness and reclaims on one line."""
     r = figures["reclaims"]
-    return (f"Jain's index of usage / fair share {figures['fairness']['jain_mean']}; reclaims {r['preemptions']} per "
+    return (f"Jain's index of usage / fair share {figures['fairness']['jain_mean']} (while contended "
+            f"{figures['fairness']['jain_contended_mean']}); reclaims {r['preemptions']} per "
             f"{r['borrowed_admissions']} borrowed admissions = {r['per_borrowed_admission']}, "
             f"{r['gpu_hours_lost']} GPU-h lost")
 
