@@ -141,8 +141,10 @@ class Command(BaseCommand):
         try:
             setup = load(opts["nodes"], pods, quotas, options, borrow_ratio=opts["borrow_ratio"], every=every,
                          tree=opts["tree"])
-        except (TraceError, ValueError) as e:
-            raise CommandError(f"--tree {opts['tree']}: {e}" if isinstance(e, ValueError) else str(e)) from None
+        except TraceError as e:
+            raise CommandError(str(e)) from None
+        except ValueError as e:  # a quota tree the quota file cannot give
+            raise CommandError(f"--tree {opts['tree']}: {e}") from None
         # the trace is read once: a load factor only changes the arrival times
         figures, floors = {}, {}
         for lf in factors:
