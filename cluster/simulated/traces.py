@@ -35,14 +35,20 @@ def alibaba_node(row: dict[str, str], *, name: str | None = None,
                     pool=pool, state=state)
 
 
-def helios_shares(path: str | Path) -> dict[str, float]:
-    """GPU quota shares of the Helios Earth virtual clusters on the last day of the file (VCs with a quota),
-    largest first."""
+def helios_gpus(path: str | Path) -> dict[str, float]:
+    """GPU quotas of the Helios Earth virtual clusters on the last day of the file (VCs with a quota), largest
+    first."""
     with open(path, newline="") as f:
         last = list(csv.DictReader(f))[-1]
     sizes = {k: float(v) for k, v in last.items() if k.startswith("vc") and v and float(v) > 0}
+    return dict(sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def helios_shares(path: str | Path) -> dict[str, float]:
+    """The same quotas (helios_gpus) as shares summing to 1."""
+    sizes = helios_gpus(path)
     total = sum(sizes.values())
-    return {k: v / total for k, v in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))}
+    return {k: v / total for k, v in sizes.items()}
 
 
 # -- topology blocks ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
     trace.py    read and validate Alibaba 2023 node and pod lists (errors name file:line)
     mapping.py  pod -> training job: department, quota account, GPU-model constraints, run time
+    tree.py     the Helios-derived quota tree (`--tree helios`): virtual clusters grouped into divisions by size
     engine.py   event loop over the shared acting layer (experiments.simulated_training.SimulatedTraining)
     metrics.py  what is measured while replaying
     report.py   report.md, report.json, PNG plots
@@ -16,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.simulated.alibaba import TraceError, read_nodes, read_pods
-from cluster.simulated.traces import helios_shares
+from cluster.simulated.traces import helios_gpus
 from experiments.replay import mapping as mp
 from experiments.replay.engine import (CLOCK_SHIFT_S, NOISE_POLICY, NOISE_RUN, VARIANTS, NoiseFloor, Options, PolicyRun,
                                      Setup, build_setup, replay_profile, run_replays, shifted)
+from experiments.replay.tree import TREES, helios_hierarchy
 
 DEFAULT_POLICIES = ("tidal", "fifo", "quota-borrowing")
 GANG_POLICIES = ("tidal", "fifo", "tidal-no-reservations")  # with gangs: what reservations buy
@@ -36,19 +38,27 @@ class Outcome:
 
 
 def load(nodes_csv: str | Path, pods_csv: str | Path, quota_csv: str | Path | None, options: Options,
-         borrow_ratio: float = 1.0, every: int = 1) -> Setup:
+         borrow_ratio: float = 1.0, every: int = 1, tree: str = "flat") -> Setup:
     """Read and validate everything before anything runs (TraceError on the first fatal row). `every`: keep one
-    node in that many of the list (the demo's cluster holds 1 in 10)."""
+    node in that many of the list (the demo's cluster holds 1 in 10); `tree`: flat departments, or the Helios-derived
+    quota tree (tree.py, from `quota_csv`)."""
+    if tree not in TREES:
+        raise ValueError(f"unknown quota tree {tree!r}; known: {', '.join(TREES)}")
+    if tree == "helios" and quota_csv is None:
+        raise ValueError("the helios quota tree is built from the Helios quota file: give one (not equal shares)")
     nodes = read_nodes(nodes_csv)[::every]
     pods = read_pods(pods_csv)
+    hierarchy = None
     if quota_csv is not None:
         try:
-            shares = helios_shares(quota_csv)
+            gpus = helios_gpus(quota_csv)
+            hierarchy = helios_hierarchy(gpus) if tree == "helios" else None
         except (OSError, ValueError, IndexError, KeyError) as e:
             raise TraceError(quota_csv, 0, f"cannot read department quotas: {e}") from None
+        shares = {vc: g / sum(gpus.values()) for vc, g in gpus.items()}
     else:
         shares = mp.equal_shares(10)
-    return build_setup(pods, nodes, mp.Mapping(shares, borrow_ratio), options)
+    return build_setup(pods, nodes, mp.Mapping(shares, borrow_ratio, hierarchy, seed=options.seed), options)
 
 
 def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, workers: int = 1,
@@ -75,4 +85,4 @@ def replay(setup: Setup, policies: Sequence[str], out: Path, command: str, worke
 
 
 __all__ = ["CLOCK_SHIFT_S", "DEFAULT_POLICIES", "GANG_POLICIES", "NOISE_POLICY", "NOISE_RUN", "VARIANTS", "NoiseFloor",
-           "Options", "Outcome", "TraceError", "load", "replay", "replay_profile"]
+           "Options", "Outcome", "TREES", "TraceError", "load", "replay", "replay_profile"]

@@ -34,7 +34,8 @@ from cluster.simulated.alibaba import PodRow, PodTrace, Shapes, Unplaceable, unp
 from cluster.simulated.traces import GangPlan, demo_run_s, gang_plan, with_blocks, workers_room
 from cluster.types import JobStatus, JobView, NodeView, QuotaView
 from experiments.replay import mapping as mp
-from experiments.replay.metrics import CAPACITY_REASONS, JobRecord, Recorder, class_waits, pooled_by_size
+from experiments.replay.metrics import (CAPACITY_REASONS, HEADLINE, JobRecord, Recorder, class_waits, headline,
+                                        mean_spread, pooled_by_size)
 from experiments.simulated_training import SimulatedTraining
 from scheduler.policy import Admit, CycleResult, Preempt, Profile, StillPending, get_profile, schedule
 from scheduler.policy.cache import CycleCache
@@ -47,6 +48,8 @@ Progress = Callable[[float], None]  # called with an absolute progress value
 # Profiles replay runs besides the named ones: what a feature buys, the same code with it off.
 VARIANTS: dict[str, Profile] = {
     "tidal-no-reservations": replace(TIDAL, name="tidal-no-reservations", reservations=False),
+    # Kueue's fair sharing over the quota tree (with `--tree helios`; on flat departments, between departments)
+    "tidal-fair": replace(TIDAL, name="tidal-fair", fair_sharing=True),
 }
 # The noise floor (replay --noise-floor): the profile without reservations replayed again with its cycles this much
 # further apart than in its last replay (its replicates as many steps on), a change that should not matter. What it
@@ -62,6 +65,12 @@ def shifted(setup: Setup, times: int = 1) -> Setup:
                                           min_cycle_s=setup.options.min_cycle_s + times * CLOCK_SHIFT_S))
 
 
+def replicate(setup: Setup, k: int) -> Setup:
+    """The k-th replicate of `setup`: seed + k (the department draw) and its cycles k x CLOCK_SHIFT_S further apart."""
+    seed = setup.options.seed + k
+    return replace(shifted(setup, k), mapping=replace(setup.mapping, seed=seed))
+
+
 @dataclass(frozen=True)
 class Options:
     load_factor: float = 1.0
@@ -75,8 +84,9 @@ class Options:
     gang_share: float | None = None  # gangs (the demo's rule) holding this share of GPU-time; None: no gangs
     gang_source: str = ""  # where the share comes from (said in the report)
     demo_speedup: float | None = None  # the demo's clock: run times / it (2 min - 2 h), arrivals / it x load factor
-    # each policy replayed this many times, the k-th with its cycles k x CLOCK_SHIFT_S further apart (timeline mode):
-    # the size classes' marks are then read over all of them (metrics.pooled_by_size)
+    # each policy replayed this many times, the k-th with seed `seed + k` (which department each pod is drawn for)
+    # and its cycles k x CLOCK_SHIFT_S further apart (timeline mode): the size classes' marks are then read over all
+    # of them (metrics.pooled_by_size), the headline marks as their mean and spread (metrics.mean_spread)
     replicates: int = 1
 
 
@@ -152,7 +162,7 @@ class ReplayCluster(SimulatedTraining):
     """The shared acting layer (experiments.simulated_training.SimulatedTraining), recording what happens."""
 
     def __init__(self, setup: Setup, clock: VirtualClock, recorder: Recorder) -> None:
-        super().__init__(setup.nodes, setup.quotas, setup.certified, clock)
+        super().__init__(setup.nodes, setup.quotas, setup.certified, clock, tree=setup.mapping.tree())
         self.gpu_models = tuple(setup.capacity_by_model)
         self.rec = recorder
         self.pending = 0
@@ -166,7 +176,8 @@ class ReplayCluster(SimulatedTraining):
         self.pending += 1
         # one record per job: a gang's wait and completion count once, its GPUs are all its workers'
         self.rec.submitted(JobRecord(job.id, job.name, pod.line, mp.Mapping.own_eligible(pod), job.total_gpus,
-                                     preferred, job.submitted_at, job.submitted_at, workers=job.workers))
+                                     preferred, job.submitted_at, job.submitted_at, workers=job.workers,
+                                     department=mp.department_of(job.department)))
 
     def _completed(self, job: JobView, at: float) -> None:
         self.run_time.pop(job.id, None)  # finished jobs are not kept: the record has what the report needs
@@ -243,6 +254,7 @@ class PolicyRun:
     wall_s: float
     events: int
     extra: dict = field(default_factory=dict)
+    fairness: list[list[float]] = field(default_factory=list)  # Jain's index of usage / fair share over time
 
     @property
     def events_per_s(self) -> float:
@@ -273,20 +285,27 @@ def run_policy(setup: Setup, name: str, progress: Progress | None = None) -> Pol
         rec, end, extra = _timeline(setup, profile, progress)
         figures = rec.summary(end, setup.mode)
         if setup.options.replicates > 1:
-            figures["replicates"] = _replicates(setup, profile, class_waits(rec.jobs.values(), end), progress)
+            figures["replicates"] = _replicates(setup, profile, (class_waits(rec.jobs.values(), end), figures),
+                                                progress)
     wall = time.perf_counter() - started
-    return PolicyRun(name, profile, setup.mode, figures, rec.timeline_points(end), wall, rec.events, extra)
+    return PolicyRun(name, profile, setup.mode, figures, rec.timeline_points(end), wall, rec.events, extra,
+                     rec.fairness.timeline(min(end, rec.window_end)))
 
 
-def _replicates(setup: Setup, profile: Profile, first: dict[str, list[float]], progress: Progress | None) -> dict:
-    """The policy replayed again with its cycles k x CLOCK_SHIFT_S further apart (k = 1 .. replicates - 1); the size
-    classes' marks over every replay, the first (`first`, its waits per class) included."""
-    waits, pods = [first], len(setup.pods)
+def _replicates(setup: Setup, profile: Profile, first: tuple[dict[str, list[float]], dict],
+                progress: Progress | None) -> dict:
+    """The policy replayed again as replicate k = 1 .. replicates - 1 (replicate()); over every replay, the first
+    (`first`: its waits per class and its summary) included: the size classes' marks, and each headline mark's mean and
+    spread."""
+    waits, marks, pods = [first[0]], [headline(first[1])], len(setup.pods)
     for k in range(1, setup.options.replicates):
         step = None if progress is None else (lambda value, done=k * pods: progress(done + value))
-        rec, end, _ = _timeline(shifted(setup, k), profile, step)
+        rec, end, _ = _timeline(replicate(setup, k), profile, step)
         waits.append(class_waits(rec.jobs.values(), end))
-    return {"n": len(waits), "cycles_further_apart_s": CLOCK_SHIFT_S, "by_size": pooled_by_size(waits)}
+        marks.append(headline(rec.summary(end, setup.mode)))
+    return {"n": len(waits), "cycles_further_apart_s": CLOCK_SHIFT_S,
+            "seeds": [setup.options.seed + k for k in range(len(waits))], "by_size": pooled_by_size(waits),
+            "marks": {name: mean_spread([m[name] for m in marks]) for name in HEADLINE}}
 
 
 # -- several policies, optionally in parallel worker processes ----------------------------------
@@ -351,7 +370,8 @@ def _timeline(setup: Setup, profile: Profile, progress: Progress | None) -> tupl
     arrivals = sorted(((p.creation * setup.spread / opt.load_factor, i) for i, p in enumerate(setup.pods)))
     start = arrivals[0][0] if arrivals else 0.0
     clock = VirtualClock(start)
-    rec = Recorder(setup.capacity_by_model, start, window_end=arrivals[-1][0] if arrivals else start)
+    rec = Recorder(setup.capacity_by_model, start, window_end=arrivals[-1][0] if arrivals else start,
+                   shares=setup.mapping.shares)
     sim = ReplayCluster(setup, clock, rec)
     n, i, last_cycle = len(arrivals), 0, -math.inf
     while True:

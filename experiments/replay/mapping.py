@@ -1,11 +1,12 @@
 """How an Alibaba 2023 pod becomes a Tidal training job. Every rule here is stated in the report.
 
-- Department: a hash of the pod name (SHA-256) picks a department with probability equal to its
-  quota share, so each department's work is shaped like its quota. Shares are the Helios Earth
-  per-VC GPU quotas (`Earth_gpu_number.csv`, last day, VCs with a quota), or equal shares.
-- Quotas: own quota = share x cluster capacity, for every GPU model, CPU and memory (departments
+- Department: a hash of the pod name (SHA-256; with a seed, of `<seed>:<name>`) picks a department with
+  probability equal to its quota share, so each department's work is shaped like its quota. Shares are
+  the Helios Earth per-VC GPU quotas (`Earth_gpu_number.csv`, last day, VCs with a quota), or equal shares.
+- Quotas (flat): own quota = share x cluster capacity, for every GPU model, CPU and memory (departments
   together own the cluster); borrowed quota = `borrow_ratio` x capacity (default 1: a department
-  may borrow any idle capacity; whether it is idle is decided by placement).
+  may borrow any idle capacity; whether it is idle is decided by placement). With a hierarchy
+  (`--tree helios`), the quota tree of tree.py instead.
 - QoS: LS and Guaranteed pods are the department's own-quota work (own quota first, then
   borrowed, may reclaim borrowed capacity). BE and Burstable pods are best-effort: they run under
   the department's best-effort account `<dept>/be`, which has no own quota, so they only ever run
@@ -32,11 +33,11 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cluster.types import JobStatus, JobView, NodeView, QuotaView, capacity_by_resource
+from cluster.types import JobStatus, JobView, NodeView, QuotaNodeView, QuotaView, capacity_by_resource
 from cluster.simulated.alibaba import PodRow
+from experiments.replay.tree import BEST_EFFORT_SUFFIX, Hierarchy
 
 ANY_FRAMEWORK = "any"
-BEST_EFFORT_SUFFIX = "/be"
 OWN_QOS = frozenset({"LS", "Guaranteed", ""})
 MIN_RUN_S = 1.0
 
@@ -54,6 +55,8 @@ def unit_hash(text: str) -> float:
 class Mapping:
     shares: dict[str, float]  # department -> quota share
     borrow_ratio: float = 1.0
+    hierarchy: Hierarchy | None = None  # the departments' quota tree (tree.py); None: flat departments
+    seed: int = 0  # salts the department draw (0: the pod name alone)
 
     def __post_init__(self) -> None:
         acc, self_cum = 0.0, []
@@ -64,7 +67,7 @@ class Mapping:
         object.__setattr__(self, "_cum", self_cum)
 
     def department(self, pod_name: str) -> str:
-        i = bisect_right(self._cum, unit_hash(pod_name) * self._cum[-1])
+        i = bisect_right(self._cum, unit_hash(f"{self.seed}:{pod_name}" if self.seed else pod_name) * self._cum[-1])
         return self._names[min(i, len(self._names) - 1)]
 
     @staticmethod
@@ -78,6 +81,8 @@ class Mapping:
 
     def quotas(self, nodes: Sequence[NodeView]) -> tuple[QuotaView, ...]:
         capacity = cluster_capacity(nodes)
+        if self.hierarchy is not None:
+            return self.hierarchy.quotas(capacity, self.borrow_ratio)
         out: list[QuotaView] = []
         for dept, share in self.shares.items():
             for key, total in sorted(capacity.items()):
@@ -85,6 +90,15 @@ class Mapping:
                 out.append(QuotaView(dept, key, total * share, borrowed))
                 out.append(QuotaView(dept + BEST_EFFORT_SUFFIX, key, 0.0, borrowed))
         return tuple(out)
+
+    def tree(self) -> tuple[QuotaNodeView, ...]:
+        """The quota tree's nodes for the snapshot (none: flat departments)."""
+        return () if self.hierarchy is None else self.hierarchy.nodes()
+
+
+def department_of(account: str) -> str:
+    """The department a quota account belongs to (a best-effort account's department)."""
+    return account.removesuffix(BEST_EFFORT_SUFFIX)
 
 
 cluster_capacity = capacity_by_resource

@@ -18,6 +18,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from experiments.replay import mapping as mp  # noqa: E402
 from experiments.replay.engine import (CLOCK_SHIFT_S, NOISE_POLICY, NOISE_RUN, VARIANTS, NoiseFloor,  # noqa: E402
                                      PolicyRun, Setup)
+from experiments.replay.metrics import HEADLINE, KINDS  # noqa: E402
+from experiments.replay.tree import POOL_KEPT_BY_VC  # noqa: E402
+from scheduler.policy import get_profile  # noqa: E402
 
 PLOTS = {
     "alloc_share": "alloc_share.png",
@@ -26,16 +29,20 @@ PLOTS = {
     "preemptions": "preemptions_fallbacks.png",
     "util_by_model": "util_by_gpu_model.png",
     "waits_by_size": "queue_wait_by_size.png",
+    "fairness": "fairness.png",
 }
-COLORS = {"tidal": "#1f77b4", "fifo": "#7f7f7f", "quota-borrowing": "#ff7f0e", "tidal-no-reservations": "#2ca02c"}
-STYLES = {"tidal": "-", "fifo": "--", "quota-borrowing": ":", "tidal-no-reservations": "-."}  # curves that coincide stay visible
+COLORS = {"tidal": "#1f77b4", "fifo": "#7f7f7f", "quota-borrowing": "#ff7f0e", "tidal-no-reservations": "#2ca02c",
+          "tidal-fair": "#d62728"}
+STYLES = {"tidal": "-", "fifo": "--", "quota-borrowing": ":", "tidal-no-reservations": "-.", "tidal-fair": "-"}  # curves that coincide stay visible
 JSON_KEYS = ("gpu_alloc_share", "unallocated_gpu_hours", "wait_p95_s", "wait_p95_own_s", "preemptions")
+QUOTA_KEYS = ("fairness", "reclaims", "longest_wait_by_kind", "small_wait_p95_s")  # what quota policies are judged on
 
 
 def summary_json(runs: Sequence[PolicyRun]) -> dict:
     """What `--json PATH` writes: the headline figures per policy, with timings."""
     return {r.policy: {**{k: r.figures[k] for k in JSON_KEYS},
                        "by_size": r.figures["by_size"],
+                       **{k: r.figures.get(k) for k in QUOTA_KEYS},
                        **({"replicates": r.figures["replicates"]} if "replicates" in r.figures else {}),
                        "events_per_s": round(r.events_per_s, 1), "wall_s": round(r.wall_s, 3),
                        "mode": r.mode,
@@ -46,10 +53,16 @@ def summary_json(runs: Sequence[PolicyRun]) -> dict:
 def mapping_rules(setup: Setup) -> dict:
     opt = setup.options
     rules = Counter_of(mp.run_time_rule(p) for p in setup.pods)
+    tree = setup.mapping.hierarchy
     return {
         "departments": {d: round(s, 6) for d, s in setup.mapping.shares.items()},
-        "department_rule": "SHA-256 of the pod name picks a department with probability = its quota share",
-        "own_quota": "share x cluster capacity, per GPU model, CPU and memory",
+        "department_rule": "SHA-256 of the pod name picks a department with probability = its quota share"
+                           + (f" (salted with seed {setup.mapping.seed})" if setup.mapping.seed else ""),
+        "own_quota": "share x cluster capacity, per GPU model, CPU and memory" if tree is None else
+                     f"the Helios-derived tree (experiments/replay/tree.py): a VC owns {POOL_KEPT_BY_VC:g} x its share "
+                     "x capacity, its division the rest of its VCs' shares as a pool it keeps for them (lend limit), "
+                     "borrowing at most its own quota; weights in proportion to size",
+        "tree": None if tree is None else {d: list(vcs) for d, vcs in tree.divisions.items()},
         "borrowed_quota": f"{setup.mapping.borrow_ratio:g} x cluster capacity per department (idle capacity only)",
         "qos": "LS/Guaranteed: department's own quota (then borrowed, may reclaim); BE/Burstable: account "
                "'<dept>/be' with no own quota (borrowed only, idle capacity, preemptible)",
@@ -110,6 +123,56 @@ def longest_waits(runs: Sequence[PolicyRun]) -> list[str]:
     return [*lines, ""]
 
 
+def quota_marks(setup: Setup, runs: Sequence[PolicyRun]) -> list[str]:
+    """What quota policies are judged on (issue 41): fairness, reclaims, the longest wait per quota kind."""
+    lines = ["## Fair shares and reclaims", "",
+             "A department's fair share: its quota (share x the cluster's GPUs) as far as it wants it (GPUs held + "
+             "pending), then what the others leave, split in proportion to quota, none above its demand. Jain's "
+             "index of GPUs held / fair share over the departments with a fair share (1: all equally served), a "
+             "time mean over the arrival window, and over the contended time alone (the departments want more GPUs "
+             "than the cluster has: only then can shares differ). Reclaims: preempted-reclaim (own-quota work taking "
+             "back borrowed capacity) per borrowed admission, and the GPU-hours of work they threw away.", "",
+             "| policy | Jain's index | while contended | reclaims | borrowed admissions (jobs) | "
+             "reclaims / borrowed admission | GPU-h lost to reclaims | p95 wait ≤ 1 GPU s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        f, c = r.figures, r.figures["reclaims"]
+        lines.append(f"| {r.policy} | {_f(f['fairness']['jain_mean'], 3)} | "
+                     f"{_f(f['fairness']['jain_contended_mean'], 3)} | {c['preemptions']:,} | "
+                     f"{c['borrowed_admissions']:,} ({c['borrowed_jobs']:,}) | {_f(c['per_borrowed_admission'], 3)} | "
+                     f"{_f(c['gpu_hours_lost'])} | {_f(f['small_wait_p95_s'])} |")
+    lines += ["", "Longest wait per size class by the quota kind of the job's last admission (s):", "",
+              "| policy | size | " + " | ".join(KINDS) + " |", "|---|---|" + "---|" * len(KINDS)]
+    for r in runs:
+        for size, row in r.figures["longest_wait_by_kind"].items():
+            lines.append(f"| {r.policy} | {size} | " + " | ".join(_f(row[k], 0) for k in KINDS) + " |")
+    departments = list(setup.mapping.shares)
+    lines += ["", "Usage / fair share per department (time mean while it had a fair share):", "",
+              "| department | quota share | " + " | ".join(r.policy for r in runs) + " |",
+              "|---|---|" + "---|" * len(runs)]
+    for d in departments:
+        lines.append(f"| {d} | {_f(setup.mapping.shares[d], 1, True)} | " + " | ".join(
+            _f(r.figures["fairness"]["usage_over_fair_share"].get(d), 3) for r in runs) + " |")
+    replicated = [r for r in runs if "replicates" in r.figures]
+    if replicated:
+        n = replicated[0].figures["replicates"]["n"]
+        lines += ["", f"Over {n} replicates (seeds {', '.join(map(str, replicated[0].figures['replicates']['seeds']))}"
+                  "), mean ± sd (min – max):", "", "| policy | " + " | ".join(HEADLINE) + " |",
+                  "|---|" + "---|" * len(HEADLINE)]
+        for r in replicated:
+            marks = r.figures["replicates"]["marks"]
+            lines.append(f"| {r.policy} | " + " | ".join(spread_text(marks[m]) for m in HEADLINE) + " |")
+    return [*lines, ""]
+
+
+def spread_text(m: dict) -> str:
+    """A replicated mark as mean ± sd (min – max)."""
+    if m["mean"] is None:
+        return "–"
+    digits = 3 if abs(m["mean"]) < 10 else 0
+    return f"{_f(m['mean'], digits)} ± {_f(m['sd'], digits)} ({_f(m['min'], digits)} – {_f(m['max'], digits)})"
+
+
 def reservations_verdict(runs: Sequence[PolicyRun], noise: NoiseFloor | None = None) -> list[str]:
     """What reservations buy: tidal against the same profile with them off, on the size classes; with `noise`, what
     that comparison cannot tell from chance (noise_change)."""
@@ -120,7 +183,8 @@ def reservations_verdict(runs: Sequence[PolicyRun], noise: NoiseFloor | None = N
     on, off = by["tidal"], by["tidal-no-reservations"]
     replicates = runs[0].figures.get("replicates")
     over = [] if replicates is None else [
-        f"- over {replicates['n']} replays of each, the k-th with its cycles k x {CLOCK_SHIFT_S:g} s further apart: "
+        f"- over {replicates['n']} replays of each, the k-th with seed + k and its cycles k x {CLOCK_SHIFT_S:g} s "
+        "further apart: "
         "p95 of all their waits together, max the mean of each replay's longest wait"]
     big_on, big_off = on[">8"]["wait"]["max"], off[">8"]["wait"]["max"]
     lines = [*over, f"- jobs of more than 8 GPUs, max wait: {_f(big_on)} s with reservations, {_f(big_off)} s without "
@@ -187,6 +251,12 @@ def change_text(x: float | None) -> str:
     return "–" if x is None else "∞" if x == math.inf else f"{100 * x:+.1f}%"
 
 
+def variant_change(profile) -> str:
+    """What a replay variant changes in the tidal profile ("reservations=False")."""
+    base = profile_dict(get_profile("tidal"))
+    return ", ".join(f"{k}={v}" for k, v in profile_dict(profile).items() if k != "name" and base[k] != v)
+
+
 def profile_dict(profile) -> dict:
     """The profile a run used, field by field (so a report says exactly what ran)."""
     def plain(v):
@@ -225,7 +295,7 @@ def report_json(setup: Setup, runs: Sequence[PolicyRun], noise: NoiseFloor | Non
             "share": round(setup.gangs.share, 6), "gpu_time_growth": round(setup.gangs.growth, 6),
             "source": setup.options.gang_source},
         "policies": {r.policy: {**r.figures, "extra": r.extra, "profile": profile_dict(r.profile),
-                                "timeline": r.timeline} for r in runs},
+                                "timeline": r.timeline, "fairness_timeline": r.fairness} for r in runs},
         "noise_floor": None if noise is None else {"policy": NOISE_POLICY, "cycles_further_apart_s": CLOCK_SHIFT_S,
                                                    "by_size": marks_of(noise.run.figures),
                                                    "changes": noise.changes},
@@ -245,6 +315,7 @@ def write_report(out: Path, setup: Setup, runs: Sequence[PolicyRun], command: st
     _plot_preemptions(paths["preemptions"], runs)
     _plot_util(paths["util_by_model"], setup, runs)
     _plot_waits_by_size(paths["waits_by_size"], runs)
+    _plot_fairness(paths["fairness"], setup, runs)
     (out / "report.md").write_text(_markdown(setup, runs, data, command, wall_s, noise))
     return {"report.md": out / "report.md", "report.json": out / "report.json", **paths}
 
@@ -268,7 +339,7 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
              f"({', '.join(f'{m} {c}' for m, c in setup.capacity_by_model.items())})",
              f"- policies: {', '.join(r.policy for r in runs)} — the profile objects of "
              "`scheduler.policy.get_profile(name)`, as loaded by the live loop (replay's variants: "
-             + ", ".join(f"{n} = tidal with reservations off" for n in VARIANTS) + ")",
+             + ", ".join(f"{n} = tidal with {variant_change(v)}" for n, v in VARIANTS.items()) + ")",
              f"- wall time of all policies: {wall_s:.1f} s" if wall_s is not None else "", ""]
     if not t.timed:
         lines += ["**This pod list has no time columns** (no creation/scheduled/deletion times), so only the "
@@ -326,6 +397,8 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
     lines += ["", f"Gangs: {gang_rule(setup)}. Gangs that held a reservation: "
               + ", ".join(f"{r.policy} {r.figures['gangs_reserved']:,}" for r in runs) + ".", ""]
     lines += longest_waits(runs)
+    if not inflate:
+        lines += quota_marks(setup, runs)
     lines += reservations_verdict(runs, noise)
     lines += ["## Preemptions, fallbacks, utilization per GPU model", "",
               "| policy | preemptions (by reason) | jobs preempted | GPU-h lost | fallbacks / jobs with a "
@@ -344,6 +417,8 @@ def _markdown(setup: Setup, runs: Sequence[PolicyRun], data: dict, command: str,
     lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in PLOTS.items()] + [""]
     rules = data["mapping"]
     lines += ["## Mapping (trace → Tidal)", ""]
+    if rules["tree"]:
+        lines.append("- **tree**: " + "; ".join(f"{d}: {', '.join(vcs)}" for d, vcs in rules["tree"].items()))
     for key in ("department_rule", "own_quota", "borrowed_quota", "qos", "gpu_spec", "run_time", "arrival", "gangs",
                 "expected_duration", "clock"):
         lines.append(f"- **{key.replace('_', ' ')}**: {rules[key]}")
@@ -470,4 +545,30 @@ def _plot_waits_by_size(path: Path, runs: Sequence[PolicyRun]) -> None:
         ax.set_ylabel("wait (virtual s)")
         ax.margins(y=0.15)
         ax.legend()
+    save_figure(fig, path)
+
+
+def _plot_fairness(path: Path, setup: Setup, runs: Sequence[PolicyRun]) -> None:
+    """Jain's index of usage / fair share over time, and each department's time mean of usage / fair share."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110, gridspec_kw={"width_ratios": [3, 2]})
+    left, right = axes
+    left.set_title("Jain's index of usage / fair share")
+    left.grid(True, alpha=0.3)
+    for r in runs:
+        points = [(t / 86400, v) for t, v in r.fairness if v is not None]
+        if points:
+            left.step(*zip(*points), where="post", label=r.policy, color=COLORS.get(r.policy),
+                      linestyle=STYLES.get(r.policy, "-"), linewidth=1.0, alpha=0.8)
+    left.set_xlabel("virtual time (days)")
+    left.set_ylim(0, 1.02)
+    if left.get_legend_handles_labels()[0]:  # an inflate run measures no fairness
+        left.legend()
+    departments = list(setup.mapping.shares)
+    right.set_title("Usage / fair share per department (time mean)")
+    right.grid(True, alpha=0.3)
+    _bars(right, range(len(departments)), {r.policy: [r.figures["fairness"]["usage_over_fair_share"].get(d)
+                                                       for d in departments] for r in runs}, "")
+    right.set_xticks(range(len(departments)), departments, rotation=90, fontsize=7)
+    right.axhline(1.0, color="black", linewidth=0.8)
+    right.legend()
     save_figure(fig, path)

@@ -141,17 +141,20 @@ def test_replicates_replay_each_policy_again_and_read_the_marks_over_them(trace,
     figures = json.loads(summary.read_text())
     for name in ("tidal", "tidal-no-reservations"):
         replicates = figures[name]["replicates"]
-        assert replicates["n"] == 3 and replicates["cycles_further_apart_s"] == 0.1
+        assert replicates["n"] == 3 and replicates["cycles_further_apart_s"] == 0.1 and replicates["seeds"] == [0, 1, 2]
+        marks = replicates["marks"]["reclaims_per_borrowed_admission"]
+        assert len(marks["values"]) == 3 and marks["min"] <= marks["mean"] <= marks["max"]
         # every replay submits every job: three times the jobs of the first, each class
         assert {k: c["n"] for k, c in replicates["by_size"].items()} == {
             k: 3 * c["n"] for k, c in figures[name]["by_size"].items()}
     assert printed.getvalue().count("over 3 replays (max: the mean of their longest)") == 2
+    assert printed.getvalue().count("marks over them, mean ± sd: jain_usage_over_fair_share") == 2
     data = json.loads((out / "report.json").read_text())
     assert data["policies"]["tidal"]["replicates"]["n"] == 3
     # the noise floor is replayed as many times, its cycles further apart than any replicate's
     assert data["noise_floor"]["by_size"]["<=1"]["n"] == figures["tidal"]["replicates"]["by_size"]["<=1"]["n"]
     report = (out / "report.md").read_text()
-    assert "- over 3 replays of each, the k-th with its cycles k x 0.1 s further apart" in report
+    assert "- over 3 replays of each, the k-th with seed + k and its cycles k x 0.1 s further apart" in report
     for bad in ({"replicates": 0}, {"replicates": 2, "inflate": True}):
         with pytest.raises(CommandError, match="--replicates must be >= 1"):
             call_command("replay", nodes=str(nodes), pods=str(pods), out=str(tmp_path / "bad"), **bad)
@@ -165,3 +168,44 @@ def test_the_noise_floor_needs_both_tidal_profiles(trace, tmp_path):
         call_command("replay", nodes=str(nodes), pods=str(pods), out=str(tmp_path / "never"), quotas="equal",
                      policies=["tidal", "fifo"], noise_floor=True)
     assert not (tmp_path / "never").exists()
+
+
+@pytest.fixture
+def helios(tmp_path):
+    return write(tmp_path / "earth.csv", "date,vcA,vcB,vcC,vcD,total", ["2020-09-28,160,64,16,0,240"])
+
+
+def test_the_helios_tree_replays_fair_sharing_and_reports_the_quota_marks(trace, helios, tmp_path):
+    nodes, pods = trace
+    out, summary, printed = tmp_path / "tree", tmp_path / "tree.json", io.StringIO()
+    call_command("replay", nodes=str(nodes), pods=str(pods), out=str(out), json_path=str(summary),
+                 quotas=str(helios), tree="helios", policies=["tidal-fair", "tidal"], workers=1, seed=3,
+                 replicates=2, stdout=printed)
+    figures = json.loads(summary.read_text())
+    for f in figures.values():
+        assert 0 < f["fairness"]["jain_mean"] <= 1 and set(f["fairness"]["usage_over_fair_share"]) <= {
+            "vcA", "vcB", "vcC"}
+        assert set(f["reclaims"]) == {"preemptions", "borrowed_admissions", "borrowed_jobs", "per_borrowed_admission",
+                                      "gpu_hours_lost", "victim_run_p50_s", "young_share", "gang_share"}
+        assert set(f["longest_wait_by_kind"]["<=1"]) == {"own", "borrowed", "never started"}
+        assert f["replicates"]["seeds"] == [3, 4]
+    data = json.loads((out / "report.json").read_text())
+    assert data["mapping"]["tree"] == {"div-xl": ["vcA"], "div-l": ["vcB"], "div-s": ["vcC"]}
+    assert data["policies"]["tidal-fair"]["profile"]["fair_sharing"] is True
+    report = (out / "report.md").read_text()
+    assert "tidal-no-reservations = tidal with reservations=False, tidal-fair = tidal with fair_sharing=True" in report
+    assert "## Fair shares and reclaims" in report and "- **tree**: div-xl: vcA; div-l: vcB; div-s: vcC" in report
+    assert (out / "fairness.png").stat().st_size > 0
+    assert "Jain's index of usage / fair share" in printed.getvalue()
+
+
+def test_bad_tree_and_seed_flags_are_refused_before_anything_runs(trace, tmp_path):
+    nodes, pods = trace
+    with pytest.raises(CommandError, match="--tree helios: the helios quota tree is built from the Helios quota file"):
+        call_command("replay", nodes=str(nodes), pods=str(pods), out=str(tmp_path / "bad"), quotas="equal",
+                     tree="helios")
+    with pytest.raises(CommandError, match="--seed must be >= 0"):
+        call_command("replay", nodes=str(nodes), pods=str(pods), out=str(tmp_path / "bad"), seed=-1)
+    with pytest.raises(CommandError, match="invalid choice: 'oak'"):
+        call_command("replay", "--tree", "oak", nodes=str(nodes), pods=str(pods), out=str(tmp_path / "bad"))
+    assert not (tmp_path / "bad").exists()

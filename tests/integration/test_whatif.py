@@ -46,6 +46,9 @@ def test_an_uploaded_pod_list_is_replayed_and_its_report_shown(world, small_trac
     assert set(run.figures) == {"tidal", "fifo"} and 0 < run.figures["tidal"]["gpu_alloc_share"] <= 1
     assert run.progress["tidal"][0] == run.progress["tidal"][1] > 0  # progress reached the end
     page = operator.get(f"/ops/replays/{run.pk}/")
+    jain = run.figures["tidal"]["fairness"]["jain_mean"]
+    assert 0 < jain <= 1 and "Fairness (Jain)" in page.content.decode()
+    assert f'<td class="num">{jain:.3f}</td>' in page.content.decode()  # the tidal row's index, as the report has it
     plots = page.context["plots"]
     assert plots and all(f'src="/ops/replays/{run.pk}/{name}"' in page.content.decode() for name in plots)
     image = operator.get(f"/ops/replays/{run.pk}/{plots[0]}")

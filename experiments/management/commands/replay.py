@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from cluster.simulated.alibaba import trace_name
 from cluster.simulated.traces import gang_share
-from experiments.replay import (DEFAULT_POLICIES, GANG_POLICIES, NOISE_POLICY, NOISE_RUN, VARIANTS, Options, Setup,
-                             TraceError, load, replay)
+from experiments.replay import (DEFAULT_POLICIES, GANG_POLICIES, NOISE_POLICY, NOISE_RUN, TREES, VARIANTS, Options,
+                             Setup, TraceError, load, replay)
 from experiments.replay.report import change_text, reservations_across, reservations_change, summary_json
 from experiments.traces import ALIBABA, pods_path
 from scheduler.policy import PROFILES
@@ -32,6 +32,15 @@ def _sizes(by_size: dict) -> str:
     """The size classes' waits on one line."""
     return "; ".join(f"{k} GPUs n={c['n']} wait p50/p95/max {c['wait']['p50']}/{c['wait']['p95']}/{c['wait']['max']} s"
                      for k, c in by_size.items() if c["n"])
+
+
+def _marks(figures: dict) -> str:
+    """Fairness and reclaims on one line."""
+    r = figures["reclaims"]
+    return (f"Jain's index of usage / fair share {figures['fairness']['jain_mean']} (while contended "
+            f"{figures['fairness']['jain_contended_mean']}); reclaims {r['preemptions']} per "
+            f"{r['borrowed_admissions']} borrowed admissions = {r['per_borrowed_admission']}, "
+            f"{r['gpu_hours_lost']} GPU-h lost")
 
 
 def _load_factors(value: object) -> list[float]:
@@ -77,22 +86,29 @@ class Command(BaseCommand):
                                  "comma-separated (16,18,20): one replay each, and what reservations change at each "
                                  "and in the median")
         parser.add_argument("--replicates", type=int, default=1,
-                            help="replay each policy this many times, the k-th with its cycles k x 0.1 s further "
-                                 "apart; what reservations change is then read over all of them (p95 of their waits "
-                                 "together, the mean of their longest waits)")
+                            help="replay each policy this many times, the k-th with seed --seed + k (which department "
+                                 "each pod is drawn for) and its cycles k x 0.1 s further apart; the size classes' "
+                                 "marks are then read over all of them (p95 of their waits together, the mean of "
+                                 "their longest waits), the headline marks as mean and spread")
         parser.add_argument("--noise-floor", action="store_true",
                             help=f"also replay {NOISE_RUN}: what that moves each figure of what reservations "
                                  "change is what one replay cannot tell from chance (needs tidal and "
                                  "tidal-no-reservations)")
         parser.add_argument("--inflate", action="store_true",
                             help="FGD experiment: submit sampled pods until the first cannot be placed")
-        parser.add_argument("--seed", type=int, default=0, help="sampling seed for --inflate")
+        parser.add_argument("--seed", type=int, default=0,
+                            help="sampling seed for --inflate; salts which department each pod is drawn for (0: the "
+                                 "pod name alone)")
         parser.add_argument("--min-cycle-s", type=float, default=10.0,
                             help="minimum virtual time between scheduling cycles")
         parser.add_argument("--recheck-s", type=float, default=600.0,
                             help="while jobs wait, run a cycle at least this often (virtual s)")
         parser.add_argument("--quotas", default=str(traces / "helios" / "Earth_gpu_number.csv"),
                             help="Helios per-VC GPU quota file shaping the departments ('equal': 10 equal ones)")
+        parser.add_argument("--tree", choices=TREES, default="flat",
+                            help="departments: flat (each Helios VC a department under the root), or helios: the "
+                                 "VCs grouped into divisions by size, with division pools, lend and borrow limits and "
+                                 "weights (docs: Replay a trace)")
         parser.add_argument("--borrow-ratio", type=float, default=1.0,
                             help="borrowed quota per department as a share of cluster capacity")
         parser.add_argument("--workers", type=int, default=min(3, os.cpu_count() or 1),
@@ -102,6 +118,8 @@ class Command(BaseCommand):
         factors = _load_factors(opts["load_factor"])
         if opts["min_cycle_s"] < 0 or opts["recheck_s"] <= 0 or opts["borrow_ratio"] < 0:
             raise CommandError("--min-cycle-s must be >= 0, --recheck-s > 0, --borrow-ratio >= 0")
+        if opts["seed"] < 0:
+            raise CommandError(f"--seed must be >= 0, got {opts['seed']}")
         if opts["replicates"] < 1 or opts["replicates"] > 1 and opts["inflate"]:
             raise CommandError(f"--replicates must be >= 1, and 1 with --inflate (got {opts['replicates']})")
         if opts["demo"]:
@@ -121,9 +139,12 @@ class Command(BaseCommand):
                           demo_speedup=float(settings.TIDAL_DEMO_SPEEDUP) if opts["demo"] else None)
         quotas = None if opts["quotas"] == "equal" else opts["quotas"]
         try:
-            setup = load(opts["nodes"], pods, quotas, options, borrow_ratio=opts["borrow_ratio"], every=every)
+            setup = load(opts["nodes"], pods, quotas, options, borrow_ratio=opts["borrow_ratio"], every=every,
+                         tree=opts["tree"])
         except TraceError as e:
             raise CommandError(str(e)) from None
+        except ValueError as e:  # a quota tree the quota file cannot give
+            raise CommandError(f"--tree {opts['tree']}: {e}") from None
         # the trace is read once: a load factor only changes the arrival times
         figures, floors = {}, {}
         for lf in factors:
@@ -186,9 +207,12 @@ class Command(BaseCommand):
                               f"(own {f['wait_p95_own_s']} s), preemptions {f['preemptions']}, "
                               f"{f['events_per_s']:,.0f} events/s, {f['wall_s']:.1f} s")
             self.stdout.write(f"{'':>15}  {_sizes(f['by_size'])}")
+            self.stdout.write(f"{'':>15}  {_marks(f)}")
             if "replicates" in f:
                 self.stdout.write(f"{'':>15}  over {f['replicates']['n']} replays (max: the mean of their longest): "
                                   f"{_sizes(f['replicates']['by_size'])}")
+                self.stdout.write(f"{'':>15}  marks over them, mean ± sd: " + "; ".join(
+                    f"{name} {m['mean']} ± {m['sd']}" for name, m in f["replicates"]["marks"].items()))
         floor = None if outcome.noise is None else outcome.noise.changes
         if floor is not None:
             self.stdout.write(f"{'noise floor':>15}: {NOISE_RUN} changes "
@@ -211,6 +235,8 @@ class Command(BaseCommand):
         name = f"replay-{trace_name(pods)}"
         if setup.gangs is not None:
             name += "-demo" if options.demo_speedup else "-gangs"
+        if setup.mapping.hierarchy is not None:
+            name += "-tree"
         if setup.mode == "timeline" and options.load_factor != 1:
             name += f"-lf{options.load_factor:g}"
         if setup.mode == "inflate":
