@@ -61,16 +61,10 @@ class Victims:
                 len(self.jobs), self.row)
 
 
-_ROW, _SCORE, _RUN_TIME, _BORROWED = (attrgetter(f) for f in ("row", "score", "run_time_s", "borrowed"))
+_ROW, _SCORE, _RUN_TIME, _BORROWED, _YOUNG = (attrgetter(f) for f in ("row", "score", "run_time_s", "borrowed",
+                                                                         "young"))
 _CPU, _MEMORY, _SHARES = (attrgetter(f"allocation.{f}") for f in ("cpu_milli", "memory_mib", "gpu_shares"))
 _INDEX, _SHARE = attrgetter("index"), attrgetter("share")
-
-
-def eligible(c: Candidate, score: int, own_quota: bool, profile: Profile) -> bool:
-    """Own-quota work reclaims any borrowed job; otherwise only lower scores past the minimum run time."""
-    if own_quota and c.borrowed:
-        return True
-    return c.score < score and c.run_time_s >= profile.min_runtime_s
 
 
 class VictimIndex:
@@ -99,6 +93,7 @@ class VictimIndex:
         self.score = np.fromiter(map(_SCORE, cands), dtype=np.int64, count=n)
         self.run_time = np.fromiter(map(_RUN_TIME, cands), dtype=float, count=n)
         self.borrowed = np.fromiter(map(_BORROWED, cands), dtype=bool, count=n)
+        self.young = np.fromiter(map(_YOUNG, cands), dtype=bool, count=n)
         self.cpu = np.fromiter(map(_CPU, cands), dtype=float, count=n)
         self.mem = np.fromiter(map(_MEMORY, cands), dtype=float, count=n)
         self.alive = np.ones(n, dtype=bool)
@@ -168,9 +163,11 @@ class VictimIndex:
             self.youngest_borrowed[row] = min(left, default=np.inf)
 
     def find(self, req: PodRequest, score: int, own_quota: bool, profile: Profile,
-             exclude: np.ndarray | None = None, fair: np.ndarray | None = None) -> Victims | None:
+             exclude: np.ndarray | None = None, fair: np.ndarray | None = None,
+             reclaimable: np.ndarray | None = None) -> Victims | None:
         """The best victim set on a single node whose eviction lets `req` fit there (not on `exclude`d rows); with
-        `fair`, only among those candidates (fair-share preemption between borrowers, fairshare.py)."""
+        `fair`, only among those candidates (fair-share preemption between borrowers, fairshare.py); with
+        `reclaimable`, own-quota work evicts only those of the borrowed candidates (a quota tree's rule, quotatree.py)."""
         if not self.cands:
             return None
         allowed = filtered(self.table.schedulable.copy(), req, self.table, profile)
@@ -178,14 +175,22 @@ class VictimIndex:
             allowed &= ~exclude
         if fair is not None:
             return self._among(req, allowed, self.alive & fair, 0, profile)
+        borrowed = self.borrowed if reclaimable is None else self.borrowed & reclaimable
         if own_quota:
             # Borrowed victims only: any set without own-quota victims beats every set with one.
-            rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))
-            if rows.size:
-                return self._best(req, rows, self.youngest_borrowed, self.alive & self.borrowed, 0, profile)
+            if reclaimable is not None:
+                found = self._among(req, allowed, self.alive & borrowed, 0, profile)
+            else:  # (the sums every own-quota attempt reads, kept as the cycle evicts)
+                rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))
+                found = self._best(req, rows, self.youngest_borrowed, self.alive & self.borrowed, 0, profile) \
+                    if rows.size else None
+            if found is not None:
+                return found
         elig = self.alive & (self.score < score) & (self.run_time >= profile.min_runtime_s)
+        if reclaimable is not None:  # (nor by score: borrowed work a tree protects stays)
+            elig &= ~self.borrowed | reclaimable
         if own_quota:
-            elig |= self.alive & self.borrowed
+            elig |= self.alive & borrowed
         return self._among(req, allowed, elig, 0 if not own_quota else 1, profile)
 
     def _among(self, req: PodRequest, allowed: np.ndarray, elig: np.ndarray, own_lb: int,
@@ -202,18 +207,28 @@ class VictimIndex:
 
     def _best(self, req: PodRequest, rows: np.ndarray, youngest: np.ndarray, elig: np.ndarray,
               own_lb: int, profile: Profile) -> Victims | None:
-        """Exact victim choice node by node, cheapest lower bound (youngest victim) first, on at
-        most profile.preemption_max_nodes nodes (exact whenever the bound stops earlier)."""
+        """Exact victim choice node by node, cheapest lower bound first (nodes where every victim would be young
+        borrowed work last, then the youngest victim's run time), on at most profile.preemption_max_nodes nodes
+        (exact whenever the bound stops earlier)."""
         best: Victims | None = None
-        order = rows[np.lexsort((rows, youngest[rows]))][: profile.preemption_max_nodes]
+        young = self._all_young(elig)
+        order = rows[np.lexsort((rows, youngest[rows], young[rows]))][: profile.preemption_max_nodes]
         for row in order:
-            if best is not None and (own_lb, 0, youngest[row], 1, row) >= best.key():
+            if best is not None and (own_lb, int(young[row]), youngest[row], 1, row) >= best.key():
                 break  # a lower bound of every later node's cost: none can beat the best
             pool = [self.cands[i] for i in self.by_row[int(row)] if elig[i]]
             chosen = _victims_on_row(req, self.table, int(row), pool)
             if chosen is not None and (best is None or chosen.key() < best.key()):
                 best = chosen
         return best
+
+    def _all_young(self, elig: np.ndarray) -> np.ndarray:
+        """Per node: whether every `elig` candidate there is young borrowed work (reclaim_min_runtime), so that any
+        set of victims there has a young one."""
+        if not self.young.any():
+            return np.zeros(len(self.table), dtype=bool)
+        old = np.bincount(self.row, weights=elig & ~self.young, minlength=len(self.table))
+        return old == 0
 
     def _fits_if_evicted(self, req: PodRequest, held: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
         """Per node: would `req` fit if the jobs holding `held` left?"""

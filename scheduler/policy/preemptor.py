@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.types import QuotaKind
+from cluster.types import CPU_KEY, QuotaKind
 from scheduler.policy.assignment import Assignment, gang_rows
 from scheduler.policy.decisions import Preempt, Reason
 from scheduler.policy.diagnosis import NoRoom
@@ -61,13 +61,24 @@ class Preemptor:
         state, profile, model = self.state, self.state.profile, a.pod.gpu_model
         total = rebased(q.score, a.kind, profile).preemption(profile)
         own = a.kind is QuotaKind.OWN
-        memo = (*a.pod.dims(), a.pod.pool, total, own)
+        reclaimable = self._reclaimable(q, a) if own else None
+        rights = own if reclaimable is None else ("leaf", q.job.department)  # (a tree's reclaim rights are a leaf's)
+        memo = (*a.pod.dims(), a.pod.pool, total, rights)
         if known_failure(state.preempt_failed[model], memo):
             return None
-        victims = state.victims(model).find(a.pod, total, own, profile)
+        victims = state.victims(model).find(a.pod, total, own, profile, reclaimable=reclaimable)
         if victims is None:
             state.preempt_failed[model].append(memo)
         return victims
+
+    def _reclaimable(self, q: Queued, a: NoRoom) -> np.ndarray | None:
+        """On a quota tree, the borrowed candidates own work of `q`'s leaf may reclaim (TreeLedger.reclaimable); None
+        on flat departments (any)."""
+        state, pod = self.state, a.pod
+        if state.tree is None:
+            return None
+        resource = pod.gpu_model if pod.gpu_model and pod.gpus > 0 else CPU_KEY
+        return state.ledger.reclaimable(resource, state.tree.index[q.job.department])[state.leaves(pod.gpu_model)]
 
     def _reclaim_under(self, q: Queued, a: NoRoom) -> tuple[Victims, list[Candidate]] | None:
         """Own-class work whose tree level lent or borrowed its room: borrowed victims under that level, on one node
@@ -76,7 +87,7 @@ class Preemptor:
         index, quota = state.victims(pod.gpu_model), state.ledger.checker(q.job.department, q.host, False)
         node = a.reclaim[0]
         under = np.fromiter((c.borrowed and quota.in_subtree(node, c.job.department) for c in index.cands),
-                            dtype=bool, count=len(index.cands))
+                            dtype=bool, count=len(index.cands)) & self._reclaimable(q, a)
         victims = index.find(pod, 0, True, state.profile, fair=under)
         if victims is None:
             return None

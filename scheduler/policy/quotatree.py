@@ -19,6 +19,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from cluster.types import GPU_EPS, JobView, QuotaKind, QuotaNodeView, QuotaView
 from scheduler.policy.quota import Demand, QuotaCheck, Shortfall, held
 
@@ -134,6 +136,10 @@ class TreeLedger:
         self._clamp_checked: dict[int, dict[str, tuple]] = {}
         self.touched: set[int] = set()  # nodes whose usage changed, until a reader (the fair-share tournament) clears
         self.version = 0  # charges so far (what a reader's memo of figures is valid for)
+        self._over: dict[str, np.ndarray] = {}  # per resource, which nodes use past their subtree quota
+        self._reclaimable: dict[tuple[str, int], np.ndarray] = {}  # both while the ledger stays at `_over_version`
+        self._over_version = -1
+        self._ancestors: tuple[np.ndarray, np.ndarray] | None = None
         for department, kind, need in held(holders):
             self.charge(department, kind, need)
 
@@ -254,6 +260,39 @@ class TreeLedger:
                     room, node, used, limit = clamp, n, max(0.0, in_parent - stored), borrow[n]
             room += max(0.0, kept[n] - usage[n])
         return room, node, used, limit
+
+    def reclaimable(self, r: str, leaf: int) -> np.ndarray:
+        """Per node: whether own work of `leaf` may reclaim that node's borrowed work of `r` now, which is while every
+        inner node on the victim's path below their lowest common ancestor uses past its subtree quota (Kueue's
+        hierarchical reclaim): work a division lends inside itself is never a victim, and a division stops giving
+        victims once it is back at its quota. The victim's own leaf is not asked: its work is borrowed because it
+        was admitted past the leaf's own (the flat rule, kept)."""
+        if self._over_version != self.version:
+            self._over.clear()
+            self._reclaimable.clear()
+            self._over_version = self.version
+        found = self._reclaimable.get((r, leaf))
+        if found is None:
+            over = self._over.get(r)
+            if over is None:
+                subtree = self.quota(r)[2]
+                over = self._over[r] = np.append(np.asarray(self._rows(r)[0]) - subtree > GPU_EPS, True)
+            up, depth = self.ancestors
+            common = ((up == up[leaf]) & (up >= 0)).sum(axis=1)  # ancestors shared with `leaf`, the root included
+            at = np.arange(up.shape[1])
+            asked = (at >= common[:, None]) & (at < depth[:, None])  # inner nodes below the common ancestor
+            found = self._reclaimable[(r, leaf)] = (over[up] | ~asked).all(axis=1)
+        return found
+
+    @property
+    def ancestors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, its path from the root down to it then -1s (as long as the deepest node's), and its depth."""
+        if self._ancestors is None:
+            paths = self.tree.paths
+            longest = max(map(len, paths))
+            self._ancestors = (np.array([p[::-1] + (-1,) * (longest - len(p)) for p in paths], dtype=np.int64),
+                               np.array([len(p) - 1 for p in paths], dtype=np.int64))
+        return self._ancestors
 
     def has_own_room(self, department: str, need: Demand, host: Demand = ()) -> bool:
         return self.own_short(self.tree.index[department], need + host) is None

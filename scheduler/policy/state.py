@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import cached_property
 
+import numpy as np
+
 from cluster.types import JobView, QuotaKind, Snapshot, capacity_by_resource
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.decisions import CycleDecision
@@ -42,6 +44,7 @@ class CycleState:
         self.reserve_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor reserved as jobs end
         self.fallbacks: dict[tuple, list] = {}  # fallback models by idle capacity, until an admission changes it
         self._victims: dict[str | None, VictimIndex] = {}
+        self._leaves: dict[str | None, np.ndarray] = {}
         # running jobs' scores as victims: the last cycle's (from the cache), and this one's for the next
         self._last_scores = cache.victim_scores
         self.scores: dict[int, tuple[JobView, Profile, int]] = {}
@@ -95,6 +98,15 @@ class CycleState:
         if index is None:
             index = self._victims[model] = VictimIndex(self.tables[model], self._candidates(model))
         return index
+
+    def leaves(self, model: str | None) -> np.ndarray:
+        """Each victim candidate's quota-tree node on the model (a cycle with a tree)."""
+        found = self._leaves.get(model)
+        if found is None:
+            index, cands = self.tree.index, self.victims(model).cands
+            found = self._leaves[model] = np.fromiter((index[c.job.department] for c in cands), dtype=np.int64,
+                                                      count=len(cands))
+        return found
 
     def _candidates(self, model: str | None) -> list[Candidate]:
         table, profile, last, scores = self.tables[model], self.profile, self._last_scores, self.scores

@@ -246,3 +246,33 @@ def test_own_work_takes_back_what_its_division_borrowed_past_its_limit_even_with
     result = run(snap)
     assert admitted(result) == [1, 2, 3, 4] and len(victims(result)) == 4
     assert victims(result) <= {20, 21, 22, 23, 30, 31}
+
+
+def test_own_work_never_reclaims_what_a_division_lends_inside_itself():
+    # D1 uses its 8 (T1 borrows 2 of T2's); T4 borrows 2 from the root. T3's own job takes T4's back, not T1's, though
+    # T1's borrowed jobs lose less work: evicting them would push D1 below its own.
+    snap = four_leaves(nodes(SnapshotBuilder(), 4, 4)).tree_node("T4", "O").job(
+        *(running(10 + g, "T1", "n1", g) for g in range(4)),
+        running(14, "T1", "n2", 0, kind=QuotaKind.BORROWED, ran=60),
+        running(15, "T1", "n2", 1, kind=QuotaKind.BORROWED, ran=60),
+        running(16, "T2", "n2", 2), running(17, "T2", "n2", 3),
+        *(running(20 + g, "T3", "n3", g) for g in range(4)), running(24, "T3", "n4", 0), running(25, "T3", "n4", 1),
+        running(40, "T4", "n4", 2, kind=QuotaKind.BORROWED, ran=7200),
+        running(41, "T4", "n4", 3, kind=QuotaKind.BORROWED, ran=7200),
+        JobBuilder(1).dept("T3").gpus(2))
+    result = run(snap)
+    assert admitted(result) == [1] and victims(result) == {40, 41}
+    assert {d.reason for d in result.preempted} == {Reason.PREEMPTED_RECLAIM}
+
+
+def test_a_division_stops_giving_victims_once_back_at_its_quota():
+    # D2 owns 2 (its team T3 none) and runs 3 borrowed jobs of T3: 1 past its quota. T1's own jobs may take only
+    # that one back; the second waits rather than push D2 below its own.
+    snap = nodes(SnapshotBuilder(), 1, 4).tree_node("O").tree_node("D1", "O").tree_node("T1", "D1", own=3) \
+        .tree_node("D2", "O", own=2).tree_node("T3", "D2").job(
+            running(20, "T3", "n1", 0, kind=QuotaKind.BORROWED), running(21, "T3", "n1", 1, kind=QuotaKind.BORROWED),
+            running(22, "T3", "n1", 2, kind=QuotaKind.BORROWED, ran=60), running(10, "T1", "n1", 3),
+            JobBuilder(1).dept("T1"), JobBuilder(2).dept("T1"))
+    result = run(snap)
+    assert admitted(result) == [1] and victims(result) == {22}
+    assert pending(result, 2).reason is Reason.NO_CAPACITY
