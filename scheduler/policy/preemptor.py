@@ -14,7 +14,7 @@ from scheduler.policy.decisions import Preempt, Reason
 from scheduler.policy.diagnosis import NoRoom
 from scheduler.policy.failures import known_failure, known_gang_preempt_failure
 from scheduler.policy.gang import room
-from scheduler.policy.placement import Placement, allowed
+from scheduler.policy.placement import Placement, allowed, place
 from scheduler.policy.preemption import Candidate, Victims
 from scheduler.policy.priority import rebased
 from scheduler.policy.queue import Queued
@@ -34,22 +34,26 @@ class Preemptor:
         return self._for_gang(q, attempts) if q.job.gang else self._for_pod(q, attempts)
 
     def _for_pod(self, q: Queued, attempts: list[NoRoom]) -> Plan | None:
-        state, profile = self.state, self.state.profile
+        state = self.state
         for a in attempts:
-            if not state.holders_by_model.get(a.pod.gpu_model):
-                continue  # (nobody to preempt on an empty model: the burst of a first cycle)
-            if a.reclaim is not None:
-                found = self._reclaim_under(q, a)
-                if found is None:
-                    continue
-                victims, taken = found
-            else:
-                # borrowed work preempts only by fair share, if at all
-                victims = self._fair(q, a) if a.kind is QuotaKind.BORROWED else self._by_quota_and_score(q, a)
-                if victims is None:
-                    continue
-                taken = self._take(a.pod.gpu_model, victims)
             model = a.pod.gpu_model
+            if not state.holders_by_model.get(model):
+                continue  # (nobody to preempt on an empty model: the burst of a first cycle)
+            freed: list[Candidate] = []
+            if a.reclaim is not None:  # the tree level's room first, then a node's
+                freed = self._free_level(q, a)
+                if freed is None:
+                    continue
+                placement = place(a.pod, state.tables[model], state.profile)
+                if placement is not None:
+                    self._decisions(q, a, freed)
+                    return Assignment(a.pod, a.kind, placement), _job_ids(freed)
+            # borrowed work preempts only by fair share, if at all
+            victims = self._fair(q, a) if a.kind is QuotaKind.BORROWED else self._by_quota_and_score(q, a)
+            if victims is None:
+                self._undo(model, freed)
+                continue
+            taken = freed + self._take(model, victims)
             table = state.tables[model]
             self._decisions(q, a, taken)
             placement = Placement(victims.row, table.names[victims.row], table.choose_gpus(victims.row, a.pod.gpus))
@@ -80,23 +84,37 @@ class Preemptor:
         resource = pod.gpu_model if pod.gpu_model and pod.gpus > 0 else CPU_KEY
         return state.ledger.reclaimable(resource, state.tree.index[q.job.department])[state.leaves(pod.gpu_model)]
 
-    def _reclaim_under(self, q: Queued, a: NoRoom) -> tuple[Victims, list[Candidate]] | None:
-        """Own-class work whose tree level lent or borrowed its room: borrowed victims under that level, on one node
-        where the job then fits, taken when their eviction gives the level room back (else nothing is taken)."""
-        state, pod = self.state, a.pod
-        index, quota = state.victims(pod.gpu_model), state.ledger.checker(q.job.department, q.host, False)
-        node = a.reclaim[0]
-        under = np.fromiter((c.borrowed and quota.in_subtree(node, c.job.department) for c in index.cands),
-                            dtype=bool, count=len(index.cands)) & self._reclaimable(q, a)
-        victims = index.find(pod, 0, True, state.profile, fair=under)
-        if victims is None:
-            return None
-        taken = self._take(pod.gpu_model, victims)
-        if quota.reclaim(gpu_demand(pod.gpu_model, pod.gpus)) is None:
-            return victims, taken
-        self._give_back(pod.gpu_model, taken)
-        state.changes += 1  # (what was given back may not add up bit for bit)
+    def _free_level(self, q: Queued, a: NoRoom) -> list[Candidate] | None:
+        """Own-class work whose tree level lent or borrowed its room (a.reclaim): borrowed work under that level, least
+        work lost first and young work last, evicted until the level has room for the job (wherever it runs); None,
+        nothing evicted, when it never does."""
+        state, model = self.state, a.pod.gpu_model
+        index = state.victims(model)
+        order = sorted((index.cands[i] for i in np.flatnonzero(self._under(q, a) & index.alive)),
+                       key=lambda c: (c.young, c.lost_s))
+        taken: list[Candidate] = []
+        for c in order:
+            i = index.index[id(c)]
+            if index.alive[i] and self._under(q, a)[i]:  # (not gone with its gang, its division still past quota)
+                taken += self._take(model, Victims(c.row, (c,)))
+                if self._level_has_room(q, a):
+                    return taken
+        self._undo(model, taken)
         return None
+
+    def _undo(self, model: str | None, taken: list[Candidate]) -> None:
+        if taken:
+            self._give_back(model, taken)
+            self.state.changes += 1  # (what was given back may not add up bit for bit)
+
+    def _under(self, q: Queued, a: NoRoom) -> np.ndarray:
+        """The borrowed candidates under the tree level that blocks `q` (a.reclaim) that it may reclaim now."""
+        state = self.state
+        quota = state.ledger.checker(q.job.department, q.host, False)
+        index, node = state.victims(a.pod.gpu_model), a.reclaim[0]
+        under = np.fromiter((c.borrowed and quota.in_subtree(node, c.job.department) for c in index.cands),
+                            dtype=bool, count=len(index.cands))
+        return under & self._reclaimable(q, a)
 
     def _fair(self, q: Queued, a: NoRoom) -> Victims | None:
         """Borrowed victims of other subtrees by fair share (fairshare.py); None without fair sharing."""
@@ -116,12 +134,13 @@ class Preemptor:
         when it never does, everything taken is given back and nobody is preempted."""
         state, profile, job = self.state, self.state.profile, q.job
         for a in attempts:
-            if a.kind is QuotaKind.BORROWED or a.reclaim is not None or not state.holders_by_model.get(a.pod.gpu_model):
-                continue  # (a gang does not reclaim a tree level's room: it waits for it)
+            if a.kind is QuotaKind.BORROWED or not state.holders_by_model.get(a.pod.gpu_model):
+                continue
             total = rebased(q.score, a.kind, profile).preemption(profile)
             model = a.pod.gpu_model
             own = a.kind is QuotaKind.OWN
-            memo = (job.workers, *a.pod.dims(), a.pod.pool, job.topology, total, own)
+            rights = ("leaf", job.department, a.reclaim and a.reclaim[0]) if own and state.tree is not None else own
+            memo = (job.workers, *a.pod.dims(), a.pod.pool, job.topology, total, rights)
             if known_gang_preempt_failure(state.gang_preempt_failed[model], memo):
                 continue
             taken, rows = self._take_for_gang(q, a, total, own)
@@ -134,14 +153,22 @@ class Preemptor:
 
     def _take_for_gang(self, q: Queued, a: NoRoom, total: int, own: bool) -> tuple[list[Candidate], list[int] | None]:
         """Victims taken for the gang on `a`'s model and a row per worker; (nothing, None), all given back, when the
-        gang never fits."""
+        gang never fits. A gang whose tree level has no room (a.reclaim) first frees it (_free_level)."""
         state, job, model = self.state, q.job, a.pod.gpu_model
         table, index = state.tables[model], state.victims(model)
         taken: list[Candidate] = []
-        rows = None
+        if a.reclaim is not None:  # the tree level's room first, then nodes'
+            taken = self._free_level(q, a)
+            if taken is None:
+                return [], None
+            rows = gang_rows(state, job, a.pod, table)
+            if rows is not None:
+                return taken, rows
+        before = None  # (what a give-back must restore; taken before the first eviction, and only then)
         for _ in range(job.workers):
             fits = room(table, a.pod, allowed(a.pod, table, state.profile), job.topology).per_node > 0
-            victims = index.find(a.pod, total, own, state.profile, exclude=fits)
+            victims = index.find(a.pod, total, own, state.profile, exclude=fits,
+                                 reclaimable=self._reclaimable(q, a) if own else None)
             if victims is None:
                 break
             if not taken:
@@ -151,9 +178,14 @@ class Preemptor:
             if rows is not None:
                 return taken, rows
         self._give_back(model, taken)
-        if taken and self._fingerprint(model) != before:
+        if taken and (before is None or self._fingerprint(model) != before):
             state.changes += 1  # floats that did not add back exactly: what waited since may not wait now
         return [], None
+
+    def _level_has_room(self, q: Queued, a: NoRoom) -> bool:
+        """Whether the tree has room on `q`'s path for its whole demand on `a`'s model (its reclaim is done)."""
+        quota = self.state.ledger.checker(q.job.department, q.host, False)
+        return quota.reclaim(gpu_demand(a.pod.gpu_model, a.pod.gpus * q.job.workers)) is None
 
     def _take(self, model: str | None, victims: Victims) -> list[Candidate]:
         """Free what the victims hold (a gang's every worker) in the tables, the ledger and the victim index."""

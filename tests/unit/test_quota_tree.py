@@ -276,3 +276,27 @@ def test_a_division_stops_giving_victims_once_back_at_its_quota():
     result = run(snap)
     assert admitted(result) == [1] and victims(result) == {22}
     assert pending(result, 2).reason is Reason.NO_CAPACITY
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_own_gang_takes_back_what_its_division_borrowed_past_its_limit(workers):
+    # as above, T2's own work a gang of 4 GPUs: whole borrowed jobs of T1 are reclaimed (T1's youngest first) until
+    # D1 is back within its borrow limit, wherever they ran; the gang then starts on the idle nodes
+    snap = four_leaves(nodes(SnapshotBuilder(), 5, 4), d1_borrow=2).job(
+        *(running(10 + g, "T1", "n1", g) for g in range(4)),
+        *(running(20 + g, "T1", "n2", g, kind=QuotaKind.BORROWED, ran=600 + g) for g in range(4)),
+        *(running(30 + g, "T1", "n3", g, kind=QuotaKind.BORROWED) for g in range(2)),
+        JobBuilder(1).dept("T2").gpus(4 // workers).workers(workers))
+    result = run(snap)
+    assert admitted(result) == [1] and result.admitted[0].quota_kind is QuotaKind.OWN
+    assert victims(result) == {20, 21, 22, 23}
+    assert {d.reason for d in result.preempted} == {Reason.PREEMPTED_RECLAIM}
+
+
+def test_young_borrowed_work_is_the_last_victim_beyond_the_nodes_examined():
+    # nine nodes whose borrowed job only just started, one whose borrowed job ran long: past preemption_max_nodes (8)
+    snap = nodes(SnapshotBuilder(), 10, 1).tree_node("O").tree_node("T1", "O", own=1) \
+        .tree_node("T2", "O", reclaim_min_runtime_s=600) \
+        .job(*(running(20 + i, "T2", f"n{i}", 0, kind=QuotaKind.BORROWED, ran=30) for i in range(1, 10)),
+             running(40, "T2", "n10", 0, kind=QuotaKind.BORROWED, ran=3600), JobBuilder(1).dept("T1"))
+    assert victims(run(snap)) == {40}
