@@ -300,3 +300,21 @@ def test_young_borrowed_work_is_the_last_victim_beyond_the_nodes_examined():
         .job(*(running(20 + i, "T2", f"n{i}", 0, kind=QuotaKind.BORROWED, ran=30) for i in range(1, 10)),
              running(40, "T2", "n10", 0, kind=QuotaKind.BORROWED, ran=3600), JobBuilder(1).dept("T1"))
     assert victims(run(snap)) == {40}
+
+
+def test_a_borrowed_gang_leaves_idle_gpus_to_own_work_waiting_for_them():
+    # T1's own 8-GPU job waits for n1's other half to end; T2's borrowed gang would take that idle half and be
+    # reclaimed as soon as the own job fits: it waits, while a single borrowed job still uses idle capacity
+    def snapshot(tree: bool) -> SnapshotBuilder:
+        snap = nodes(SnapshotBuilder(), 1, 8).job(
+            running(30, "T3", "n1", 0, 1, 2, 3), JobBuilder(1).dept("T1").gpus(8),
+            JobBuilder(2).dept("T2").gpus(2).workers(2), JobBuilder(3).dept("T2").model("T4"))
+        if tree:
+            return snap.tree_node("O").tree_node("T1", "O", own=8).tree_node("T2", "O").tree_node("T3", "O", own=4)
+        return snap.quota("T1", "T4", own=8).quota("T2", "T4", own=0, borrowed=8).quota("T3", "T4", own=4)
+    result = run(snapshot(True))
+    assert pending(result, 1).reason is Reason.NO_CAPACITY
+    assert pending(result, 2).reason is Reason.NO_IDLE_CAPACITY
+    assert "idle T4 GPUs are kept for own-quota work waiting for 8 of them" in pending(result, 2).message
+    assert admitted(result) == [3]
+    assert admitted(run(snapshot(False))) == [2]  # flat departments: today's rule, the gang is admitted
