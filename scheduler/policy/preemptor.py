@@ -18,7 +18,7 @@ from scheduler.policy.placement import Placement, allowed, place
 from scheduler.policy.preemption import Candidate, Victims
 from scheduler.policy.priority import rebased
 from scheduler.policy.queue import Queued
-from scheduler.policy.fairshare import fair_after, fair_victims
+from scheduler.policy.fairshare import fair_after, fair_victims, victim_shares
 from scheduler.policy.quota import allocation_demand, demand, gpu_demand
 from scheduler.policy.sentences import preempted
 from scheduler.policy.state import CycleState
@@ -70,10 +70,17 @@ class Preemptor:
         memo = (*a.pod.dims(), a.pod.pool, total, rights)
         if known_failure(state.preempt_failed[model], memo):
             return None
-        victims = state.victims(model).find(a.pod, total, own, profile, reclaimable=reclaimable)
+        victims = state.victims(model).find(a.pod, total, own, profile, reclaimable=reclaimable,
+                                            shares=self._shares(q, model))
         if victims is None:
             state.preempt_failed[model].append(memo)
         return victims
+
+    def _shares(self, q: Queued, model: str | None) -> np.ndarray | None:
+        """With fair sharing, each candidate's branch share as `q` sees it (victims of the highest-share branch
+        first); None without."""
+        shares = self.state.shares
+        return None if shares is None else victim_shares(shares, q.job.department, self.state.victims(model).cands)
 
     def _reclaimable(self, q: Queued, a: NoRoom) -> np.ndarray | None:
         """On a quota tree, the borrowed candidates own work of `q`'s leaf may reclaim (TreeLedger.reclaimable); None
@@ -85,13 +92,17 @@ class Preemptor:
         return state.ledger.reclaimable(resource, state.tree.index[q.job.department])[state.leaves(pod.gpu_model)]
 
     def _free_level(self, q: Queued, a: NoRoom) -> list[Candidate] | None:
-        """Own-class work whose tree level lent or borrowed its room (a.reclaim): borrowed work under that level, least
-        work lost first and young work last, evicted until the level has room for the job (wherever it runs); None,
+        """Own-class work whose tree level lent or borrowed its room (a.reclaim): borrowed work under that level, young
+        work last, (with fair sharing) the highest-share branch's and lowest score first, then least work lost, evicted until the level has room for the job (wherever it runs); None,
         nothing evicted, when it never does."""
         state, model = self.state, a.pod.gpu_model
         index = state.victims(model)
-        order = sorted((index.cands[i] for i in np.flatnonzero(self._under(q, a) & index.alive)),
-                       key=lambda c: (c.young, c.lost_s))
+        picked = np.flatnonzero(self._under(q, a) & index.alive).tolist()
+        shares = self._shares(q, model)
+        rank = [0.0] * len(picked) if shares is None else (-shares[picked]).tolist()
+        order = [index.cands[i] for _, _, _, _, i in sorted(
+            (index.cands[i].young, r, index.cands[i].score if shares is not None else 0, index.cands[i].lost_s, i)
+            for i, r in zip(picked, rank))]
         taken: list[Candidate] = []
         for c in order:
             i = index.index[id(c)]
@@ -124,10 +135,14 @@ class Preemptor:
         pod, index = a.pod, state.victims(a.pod.gpu_model)
         need = demand(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
         fair = fair_victims(shares, q.job.department, need, index.cands)
-        victims = index.find(pod, 0, False, state.profile, fair=fair)
-        if victims is None or not fair_after(shares, q.job.department, need, index.whole(victims)):
+        victims = index.find(pod, 0, False, state.profile, fair=fair, shares=self._shares(q, pod.gpu_model))
+        if victims is None:
             return None
-        return victims
+        whole = index.whole(victims)
+        if fair_after(shares, q.job.department, need, whole) or fair_after(shares, q.job.department, need, whole,
+                                                                            initial=True):
+            return victims
+        return None
 
     def _for_gang(self, q: Queued, attempts: list[NoRoom]) -> Plan | None:
         """Victims node by node, each set freeing a worker's room where there was none, until the whole gang fits;
@@ -168,7 +183,7 @@ class Preemptor:
         for _ in range(job.workers):
             fits = room(table, a.pod, allowed(a.pod, table, state.profile), job.topology).per_node > 0
             victims = index.find(a.pod, total, own, state.profile, exclude=fits,
-                                 reclaimable=self._reclaimable(q, a) if own else None)
+                                 reclaimable=self._reclaimable(q, a) if own else None, shares=self._shares(q, model))
             if victims is None:
                 break
             if not taken:

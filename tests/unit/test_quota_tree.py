@@ -318,3 +318,35 @@ def test_a_borrowed_gang_leaves_idle_gpus_to_own_work_waiting_for_them():
     assert "idle T4 GPUs are kept for own-quota work waiting for 8 of them" in pending(result, 2).message
     assert admitted(result) == [3]
     assert admitted(run(snapshot(False))) == [2]  # flat departments: today's rule, the gang is admitted
+
+
+def test_with_fair_sharing_victims_come_from_the_highest_share_subtree_first():
+    # B borrows 3, C borrows 1: A's own job takes back a GPU of B's (though C's borrowed job lost less work); without
+    # fair sharing, least work lost decides
+    snap = nodes(SnapshotBuilder(), 2, 4).tree_node("O").tree_node("A", "O", own=4).tree_node("B", "O", own=2) \
+        .tree_node("C", "O", own=2).job(
+            running(20, "B", "n1", 0), running(21, "B", "n1", 1),
+            running(22, "B", "n1", 2, kind=QuotaKind.BORROWED), running(23, "B", "n1", 3, kind=QuotaKind.BORROWED),
+            running(30, "C", "n2", 0), running(31, "C", "n2", 1),
+            running(32, "C", "n2", 2, kind=QuotaKind.BORROWED, ran=600),
+            running(24, "B", "n2", 3, kind=QuotaKind.BORROWED), JobBuilder(1).dept("A"))
+    assert victims(run(snap)) == {32}
+    fair = run(snap, **FAIR)
+    assert admitted(fair) == [1] and len(victims(fair)) == 1 and victims(fair) <= {22, 23, 24}
+
+
+def test_fair_share_preemption_falls_back_to_less_than_initial_share():
+    # b borrows 3 (a 2-GPU job and a 1-GPU one); a (equal weight) borrowing 2 ends at 2, above b's 1 after
+    # (LessThanOrEqualToFinalShare refuses) but below b's 3 before its 2-GPU job goes (LessThanInitialShare allows).
+    # Two 1-GPU victims would not do (the second leaves b at 2 before it goes, as Kueue checks victim by victim).
+    def snap(split: bool) -> SnapshotBuilder:
+        borrowed = [running(23 + g, "b", "n3", g, kind=QuotaKind.BORROWED) for g in range(3)] if split else \
+            [JobBuilder(23).dept("b").gpus(2).running("n3", 0, 1, kind=QuotaKind.BORROWED),
+             running(25, "b", "n3", 2, kind=QuotaKind.BORROWED)]
+        return flat_abc(nodes(SnapshotBuilder(), 3, 3)).job(
+            *(running(10 + g, "a", "n1", g) for g in range(3)), *(running(20 + g, "b", "n2", g) for g in range(3)),
+            *borrowed, JobBuilder(1).dept("a").gpus(2))
+    result = run(snap(False), **FAIR)
+    assert admitted(result) == [1] and victims(result) == {23}
+    assert {d.reason for d in result.preempted} == {Reason.PREEMPTED_FAIR_SHARE}
+    assert not run(snap(True), **FAIR).preempted
