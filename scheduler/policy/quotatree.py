@@ -134,6 +134,7 @@ class TreeLedger:
         self._own_checked: dict[int, dict[str, tuple]] = {}
         self._borrow_checked: dict[int, dict[str, tuple]] = {}
         self._clamp_checked: dict[int, dict[str, tuple]] = {}
+        self._checked: dict[int, dict[Demand, tuple]] = {}  # per leaf: a GPU part -> its shortfalls (check)
         self.touched: set[int] = set()  # nodes whose usage changed, until a reader (the fair-share tournament) clears
         self.version = 0  # charges so far (what a reader's memo of figures is valid for)
         self._over: dict[str, np.ndarray] = {}  # per resource, which nodes use past their subtree quota
@@ -182,7 +183,7 @@ class TreeLedger:
                 shared = shared or any(own[n] > 0 for n in path[1:reached])
             else:
                 borrowed[path[0]] += sign * amount
-        memos = (self._own_checked, self._borrow_checked, self._clamp_checked)
+        memos = (self._own_checked, self._borrow_checked, self._clamp_checked, self._checked)
         for memo in memos:
             if shared:
                 memo.clear()
@@ -194,6 +195,17 @@ class TreeLedger:
 
     def usage(self) -> tuple:
         return tuple((r, tuple(u), tuple(self._owned[r]), tuple(self._borrowed[r])) for r, u in self._usage.items())
+
+    def check(self, i: int, need: Demand) -> tuple[_Short | None, _Short | None]:
+        """The own and the borrowed shortfall of `need` (a job's GPU part) at leaf `i`, kept until the leaf's figures
+        change: waiting jobs ask for the same few GPU parts again and again."""
+        memo = self._checked.get(i)
+        if memo is None:
+            memo = self._checked[i] = {}
+        found = memo.get(need)
+        if found is None:
+            found = memo[need] = (self.own_short(i, need), self.borrow_short(i, need))
+        return found
 
     def own_short(self, i: int, need: Demand) -> _Short | None:
         """The first resource of `need` the own quotas on the leaf's path have no room for, or None."""
@@ -230,6 +242,8 @@ class TreeLedger:
     def clamped(self, i: int, need: Demand) -> _Short | None:
         """Own-class work fits its own quotas but the tree has no room on its path (its division borrowed that room
         from outside, or lent it within its lend limit): the first such resource, its level as the node's index."""
+        if not self.tree.clamped:
+            return None  # (no inner borrow limit nor lend limit: the room is the cluster's idle capacity)
         memo = self._clamp_checked.setdefault(i, {})
         for r, x in need:
             room = memo.get(r)
@@ -312,22 +326,36 @@ class TreeJobQuota:
 
     def __init__(self, ledger: TreeLedger, leaf: int, host: Demand, borrowing: bool) -> None:
         self.ledger, self.leaf, self.host, self.borrowing = ledger, leaf, host, borrowing
+        self._host: tuple[_Short | None, _Short | None] | None = None  # the host part's shortfalls, when first asked
+
+    def _check(self, gpu: Demand) -> tuple[_Short | None, _Short | None]:
+        """The own and borrowed shortfall of `gpu` + the host part: resources are checked one by one, GPUs first, so
+        the GPU part's (kept per leaf) or else the host part's (once per job)."""
+        own, borrowed = self.ledger.check(self.leaf, gpu)
+        return own or self.host_checks()[0], borrowed or self.host_checks()[1]
+
+    def host_checks(self) -> tuple[_Short | None, _Short | None]:
+        if self._host is None:
+            ledger = self.ledger
+            self._host = (ledger.own_short(self.leaf, self.host), ledger.borrow_short(self.leaf, self.host))
+        return self._host
 
     def choose(self, gpu: Demand) -> QuotaCheck:
-        ledger, need = self.ledger, gpu + self.host
-        own = ledger.own_short(self.leaf, need)
+        own, borrowed = self._check(gpu)
         if own is None:
             return _OWN_ROOM
         refused = Shortfall(QuotaKind.OWN, *own)
         if not self.borrowing:
             return QuotaCheck(None, (refused,))
-        borrowed = ledger.borrow_short(self.leaf, need)
         if borrowed is None:
             return QuotaCheck(QuotaKind.BORROWED, (refused,))
         return QuotaCheck(None, (refused, Shortfall(QuotaKind.BORROWED, *borrowed)))
 
     def kind(self, gpu: Demand) -> QuotaKind | None:
-        return self.choose(gpu).kind
+        own, borrowed = self._check(gpu)
+        if own is None:
+            return QuotaKind.OWN
+        return QuotaKind.BORROWED if self.borrowing and borrowed is None else None
 
     def reclaim(self, gpu: Demand) -> tuple[int, Shortfall] | None:
         """For own-class work: the tree level whose borrowed work must give room back first (and why), or None."""
@@ -342,9 +370,8 @@ class TreeJobQuota:
         return node in tree.paths[tree.index[department]]
 
     def host_fits(self) -> bool:
-        ledger = self.ledger
-        return ledger.own_short(self.leaf, self.host) is None and (
-            not self.borrowing or ledger.borrow_short(self.leaf, self.host) is None)
+        own, borrowed = self.host_checks()
+        return own is None and (not self.borrowing or borrowed is None)
 
 
 _OWN_ROOM = QuotaCheck(QuotaKind.OWN, ())
