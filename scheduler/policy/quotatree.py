@@ -48,6 +48,7 @@ class QuotaTree:
     # (elsewhere its room is the cluster's idle capacity, which placement checks node by node)
     limited: frozenset[str]
     clamped: frozenset[str]  # resources some inner node limits borrowing of, or `limited`: only there is room clamped
+    pooled: frozenset[str]  # resources some inner node owns a pool of: only there do ancestors add own room
 
     @classmethod
     def build(cls, quotas: Iterable[QuotaView], nodes: Iterable[QuotaNodeView], departments: Iterable[str],
@@ -65,7 +66,7 @@ class QuotaTree:
         own_runtime = [nodes[n].reclaim_min_runtime_s if n in nodes else 0.0 for n in names]
         runtime = tuple(max(own_runtime[j] for j in paths[i]) for i in range(len(names)))
         rows = {(q.department, q.resource): q for q in quotas}
-        own, borrow, subtree, kept, limited, clamped = {}, {}, {}, {}, set(), set()
+        own, borrow, subtree, kept, limited, clamped, pooled = {}, {}, {}, {}, set(), set(), set()
         for r in {q.resource for q in quotas} | set(capacity):
             own[r], borrow[r], lend = _rows(r, names, children, rows)
             subtree[r], kept[r] = _subtree(own[r], lend, children, parent, capacity.get(r, 0.0))
@@ -73,8 +74,10 @@ class QuotaTree:
                 limited.add(r)
             if any(b != math.inf for i, b in enumerate(borrow[r]) if children[i]):
                 clamped.add(r)
+            if any(o > 0 for i, o in enumerate(own[r]) if children[i]):
+                pooled.add(r)
         return cls(tuple(names), parent, children, paths, index, weight, runtime, own, borrow, subtree, kept,
-                   frozenset(limited), frozenset(clamped | limited))
+                   frozenset(limited), frozenset(clamped | limited), frozenset(pooled))
 
     def is_leaf(self, i: int) -> bool:
         return not self.children[i]
@@ -180,7 +183,7 @@ class TreeLedger:
             shared = shared or r in tree.clamped
             if kind is QuotaKind.OWN:
                 reached = _bubble(owned, own, path, sign * amount)
-                shared = shared or any(own[n] > 0 for n in path[1:reached])
+                shared = shared or r in tree.pooled and any(own[n] > 0 for n in path[1:reached])
             else:
                 borrowed[path[0]] += sign * amount
         memos = (self._own_checked, self._borrow_checked, self._clamp_checked, self._checked)
@@ -222,7 +225,7 @@ class TreeLedger:
     def _own_room(self, i: int, r: str) -> tuple[float, float, float]:
         """(used, limit, used as shown) of the own pools on the leaf's path: its own and the ancestors' pools left."""
         own, owned, path = self.quota(r)[0], self._rows(r)[1], self.tree.paths[i]
-        above = sum(max(0.0, own[n] - owned[n]) for n in path[1:])
+        above = sum(max(0.0, own[n] - owned[n]) for n in path[1:]) if r in self.tree.pooled else 0.0
         return min(owned[i], own[i]), own[i] + above, owned[i]  # (an overused leaf's excess already counts above)
 
     def borrow_short(self, i: int, need: Demand) -> _Short | None:
