@@ -166,35 +166,38 @@ class VictimIndex:
 
     def find(self, req: PodRequest, score: int, own_quota: bool, profile: Profile,
              exclude: np.ndarray | None = None, fair: np.ndarray | None = None,
-             reclaimable: np.ndarray | None = None, shares: np.ndarray | None = None) -> Victims | None:
+             reclaimable: np.ndarray | None = None, shares: np.ndarray | None = None,
+             within: np.ndarray | None = None) -> Victims | None:
         """The best victim set on a single node whose eviction lets `req` fit there (not on `exclude`d rows); with
         `fair`, only among those candidates (fair-share preemption between borrowers, fairshare.py); with
         `reclaimable`, own-quota work evicts only those of the borrowed candidates (a quota tree's rule, quotatree.py);
         with `shares` (each candidate's branch's fair share), victims of the highest-share branches first, then the
-        lowest scores (fair sharing's order, before least work lost)."""
+        lowest scores (fair sharing's order, before least work lost); with `within`, only those candidates at all (a
+        quota tree's fence)."""
         if not self.cands:
             return None
         allowed = filtered(self.table.schedulable.copy(), req, self.table, profile)
         if exclude is not None:
             allowed &= ~exclude
+        alive = self.alive if within is None else self.alive & within
         if fair is not None:
-            return self._among(req, allowed, self.alive & fair, 0, profile, shares)
+            return self._among(req, allowed, alive & fair, 0, profile, shares)
         borrowed = self.borrowed if reclaimable is None else self.borrowed & reclaimable
         if own_quota:
             # Borrowed victims only: any set without own-quota victims beats every set with one.
-            if reclaimable is not None or shares is not None:
-                found = self._among(req, allowed, self.alive & borrowed, 0, profile, shares)
+            if reclaimable is not None or shares is not None or within is not None:
+                found = self._among(req, allowed, alive & borrowed, 0, profile, shares)
             else:  # (the sums every own-quota attempt reads, kept as the cycle evicts)
                 rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))
                 found = self._best(req, rows, self.youngest_borrowed, self.alive & self.borrowed, 0, profile) \
                     if rows.size else None
             if found is not None:
                 return found
-        elig = self.alive & (self.score < score) & (self.run_time >= profile.min_runtime_s)
+        elig = alive & (self.score < score) & (self.run_time >= profile.min_runtime_s)
         if reclaimable is not None:  # (nor by score: borrowed work a tree protects stays)
             elig &= ~self.borrowed | reclaimable
         if own_quota:
-            elig |= self.alive & borrowed
+            elig |= alive & borrowed
         return self._among(req, allowed, elig, 0 if not own_quota else 1, profile, shares)
 
     def _among(self, req: PodRequest, allowed: np.ndarray, elig: np.ndarray, own_lb: int,

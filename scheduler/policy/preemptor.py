@@ -66,15 +66,27 @@ class Preemptor:
         total = rebased(q.score, a.kind, profile).preemption(profile)
         own = a.kind is QuotaKind.OWN
         reclaimable = self._reclaimable(q, a) if own else None
-        rights = own if reclaimable is None else ("leaf", q.job.department)  # (a tree's reclaim rights are a leaf's)
-        memo = (*a.pod.dims(), a.pod.pool, total, rights)
+        memo = (*a.pod.dims(), a.pod.pool, total, self._rights(q, own))
         if known_failure(state.preempt_failed[model], memo):
             return None
         victims = state.victims(model).find(a.pod, total, own, profile, reclaimable=reclaimable,
-                                            shares=self._shares(q, model))
+                                            shares=self._shares(q, model), within=self._within(q, model))
         if victims is None:
             state.preempt_failed[model].append(memo)
         return victims
+
+    def _rights(self, q: Queued, own: bool, level: int | None = None) -> object:
+        """What a failure memo compares of who preempts: own quota's rights or none; on a quota tree they are a leaf's
+        (its reclaim rights, its fence), only ever equal to the same leaf's."""
+        return own if self.state.tree is None else ("leaf", q.job.department, own, level)
+
+    def _within(self, q: Queued, model: str | None) -> np.ndarray | None:
+        """The candidates under the nearest fence on `q`'s path, the only ones it may preempt (None: no fence)."""
+        state = self.state
+        if state.tree is None:
+            return None
+        fenced = state.ledger.fenced(state.tree.index[q.job.department])
+        return None if fenced is None else fenced[state.leaves(model)]
 
     def _shares(self, q: Queued, model: str | None) -> np.ndarray | None:
         """With fair sharing, each candidate's branch share as `q` sees it (victims of the highest-share branch
@@ -125,7 +137,8 @@ class Preemptor:
         index, node = state.victims(a.pod.gpu_model), a.reclaim[0]
         under = np.fromiter((c.borrowed and quota.in_subtree(node, c.job.department) for c in index.cands),
                             dtype=bool, count=len(index.cands))
-        return under & self._reclaimable(q, a)
+        within = self._within(q, a.pod.gpu_model)
+        return under & self._reclaimable(q, a) & (True if within is None else within)
 
     def _fair(self, q: Queued, a: NoRoom) -> Victims | None:
         """Borrowed victims of other subtrees by fair share (fairshare.py); None without fair sharing."""
@@ -135,7 +148,8 @@ class Preemptor:
         pod, index = a.pod, state.victims(a.pod.gpu_model)
         need = demand(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
         fair = fair_victims(shares, q.job.department, need, index.cands)
-        victims = index.find(pod, 0, False, state.profile, fair=fair, shares=self._shares(q, pod.gpu_model))
+        victims = index.find(pod, 0, False, state.profile, fair=fair, shares=self._shares(q, pod.gpu_model),
+                             within=self._within(q, pod.gpu_model))
         if victims is None:
             return None
         whole = index.whole(victims)
@@ -154,8 +168,8 @@ class Preemptor:
             total = rebased(q.score, a.kind, profile).preemption(profile)
             model = a.pod.gpu_model
             own = a.kind is QuotaKind.OWN
-            rights = ("leaf", job.department, a.reclaim and a.reclaim[0]) if own and state.tree is not None else own
-            memo = (job.workers, *a.pod.dims(), a.pod.pool, job.topology, total, rights)
+            memo = (job.workers, *a.pod.dims(), a.pod.pool, job.topology, total,
+                    self._rights(q, own, a.reclaim and a.reclaim[0]))
             if known_gang_preempt_failure(state.gang_preempt_failed[model], memo):
                 continue
             taken, rows = self._take_for_gang(q, a, total, own)
@@ -183,7 +197,8 @@ class Preemptor:
         for _ in range(job.workers):
             fits = room(table, a.pod, allowed(a.pod, table, state.profile), job.topology).per_node > 0
             victims = index.find(a.pod, total, own, state.profile, exclude=fits,
-                                 reclaimable=self._reclaimable(q, a) if own else None, shares=self._shares(q, model))
+                                 reclaimable=self._reclaimable(q, a) if own else None, shares=self._shares(q, model),
+                                 within=self._within(q, model))
             if victims is None:
                 break
             if not taken:

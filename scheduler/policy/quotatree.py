@@ -40,6 +40,7 @@ class QuotaTree:
     index: Mapping[str, int]
     weight: tuple[float, ...]
     reclaim_min_runtime_s: tuple[float, ...]  # the longest set on the node's path
+    fence: tuple[int, ...]  # the nearest fenced node on the node's path (-1: none): its work preempts only under it
     own: Mapping[str, tuple[float, ...]]
     borrow: Mapping[str, tuple[float, ...]]
     subtree: Mapping[str, tuple[float, ...]]
@@ -65,6 +66,8 @@ class QuotaTree:
         weight = tuple(nodes[n].weight if n in nodes else 1.0 for n in names)
         own_runtime = [nodes[n].reclaim_min_runtime_s if n in nodes else 0.0 for n in names]
         runtime = tuple(max(own_runtime[j] for j in paths[i]) for i in range(len(names)))
+        fenced = [n in nodes and nodes[n].fence for n in names]
+        fence = tuple(next((j for j in paths[i] if fenced[j]), -1) for i in range(len(names)))
         rows = {(q.department, q.resource): q for q in quotas}
         own, borrow, subtree, kept, limited, clamped, pooled = {}, {}, {}, {}, set(), set(), set()
         for r in {q.resource for q in quotas} | set(capacity):
@@ -76,7 +79,7 @@ class QuotaTree:
                 clamped.add(r)
             if any(o > 0 for i, o in enumerate(own[r]) if children[i]):
                 pooled.add(r)
-        return cls(tuple(names), parent, children, paths, index, weight, runtime, own, borrow, subtree, kept,
+        return cls(tuple(names), parent, children, paths, index, weight, runtime, fence, own, borrow, subtree, kept,
                    frozenset(limited), frozenset(clamped | limited), frozenset(pooled))
 
     def is_leaf(self, i: int) -> bool:
@@ -300,6 +303,15 @@ class TreeLedger:
             asked = (at >= common[:, None]) & (at < depth[:, None])  # inner nodes below the common ancestor
             found = self._reclaimable[(r, leaf)] = (over[up] | ~asked).all(axis=1)
         return found
+
+    def fenced(self, leaf: int) -> np.ndarray | None:
+        """Per node: whether it is under the nearest fence on `leaf`'s path, where `leaf`'s work may preempt (None: no
+        fence, anywhere)."""
+        fence = self.tree.fence[leaf]
+        if fence < 0:
+            return None
+        up, depth = self.ancestors
+        return up[:, depth[fence]] == fence
 
     @property
     def ancestors(self) -> tuple[np.ndarray, np.ndarray]:

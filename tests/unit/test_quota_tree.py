@@ -178,6 +178,30 @@ def test_10_a_non_preemptible_job_is_never_a_victim():
     assert not result.preempted and pending(result, 1).reason is Reason.NO_CAPACITY
 
 
+@pytest.mark.parametrize("fence", [False, True], ids=["open", "fenced"])
+def test_11_a_fence_keeps_a_subtree_s_preemption_inside_it(fence):
+    # only D2's work is over its quota: T1's own job reclaims it, unless D1 is fenced; then it preempts inside D1 only
+    snap = nodes(SnapshotBuilder(), 1, 4).tree_node("O").tree_node("D1", "O", fence=fence) \
+        .tree_node("T1", "D1", own=2).tree_node("T2", "D1").tree_node("D2", "O").tree_node("T3", "D2").job(
+            *(running(30 + g, "T3", "n1", g, kind=QuotaKind.BORROWED) for g in range(4)),
+            JobBuilder(1).dept("T1").gpus(2))
+    result = run(snap)
+    if fence:
+        assert not result.preempted and pending(result, 1).reason is Reason.NO_CAPACITY
+    else:
+        assert admitted(result) == [1] and len(victims(result)) == 2
+
+
+def test_11_a_fenced_subtree_still_reclaims_inside_itself():
+    snap = nodes(SnapshotBuilder(), 1, 4).tree_node("O").tree_node("D1", "O", fence=True) \
+        .tree_node("T1", "D1", own=2).tree_node("T2", "D1").tree_node("D2", "O").tree_node("T3", "D2").job(
+            running(20, "T2", "n1", 0, kind=QuotaKind.BORROWED), running(21, "T2", "n1", 1, kind=QuotaKind.BORROWED),
+            *(running(30 + g, "T3", "n1", g, kind=QuotaKind.BORROWED, ran=60) for g in (2, 3)),
+            JobBuilder(1).dept("T1").gpus(2))
+    result = run(snap)
+    assert admitted(result) == [1] and victims(result) == {20, 21}
+
+
 def flat_pair(snap: SnapshotBuilder, tree: bool) -> SnapshotBuilder:
     """O{D1 own 4 borrow 4, D2 own 4}, as flat departments or as a tree of one level."""
     if tree:
