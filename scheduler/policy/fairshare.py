@@ -165,19 +165,13 @@ def fair_victims(shares: FairShares, department: str, need: Demand, cands: list)
     return borrowed & np.isin(leaves, possible)
 
 
-def victim_shares(shares: FairShares, department: str, cands: list) -> np.ndarray:
-    """Each candidate's branch share as `department`'s work sees it: the share of the child of their lowest common
-    ancestor on the candidate's side (its leaf's own share when both are in one leaf)."""
-    leaf = shares.tree.index[department]
-    leaves, _ = shares.leaves(cands)
-    if not len(leaves):
-        return np.zeros(0)
-    theirs, back = np.unique(leaves, return_inverse=True)
-    found = []
-    for t in theirs.tolist():
-        pair = shares.branches(leaf, t)
-        found.append(shares.share(t if pair is None else pair[1]))
-    return np.asarray(found)[back]
+def victim_share(shares: FairShares, department: str, victim: str) -> float:
+    """A victim's branch share as `department`'s work sees it: the share of the child of their lowest common ancestor
+    on the victim's side (its leaf's own share when both are in one leaf)."""
+    index = shares.tree.index
+    theirs = index[victim]
+    pair = shares.branches(index[department], theirs)
+    return shares.share(theirs if pair is None else pair[1])
 
 
 def fair_after(shares: FairShares, department: str, need: Demand, victims, initial: bool = False) -> bool:

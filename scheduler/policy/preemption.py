@@ -11,7 +11,7 @@ best set found.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain
 from operator import attrgetter
 from dataclasses import dataclass
@@ -62,6 +62,8 @@ class Victims:
         return (sum(not c.borrowed for c in self.jobs), sum(c.young for c in self.jobs), *self.rank,
                 self.work_lost_s, len(self.jobs), self.row)
 
+
+Ranks = Callable[[list[int]], list[float]]  # candidates (by position) -> their branch's fair share
 
 _ROW, _SCORE, _RUN_TIME, _BORROWED, _YOUNG = (attrgetter(f) for f in ("row", "score", "run_time_s", "borrowed",
                                                                          "young"))
@@ -166,7 +168,7 @@ class VictimIndex:
 
     def find(self, req: PodRequest, score: int, own_quota: bool, profile: Profile,
              exclude: np.ndarray | None = None, fair: np.ndarray | None = None,
-             reclaimable: np.ndarray | None = None, shares: np.ndarray | None = None,
+             reclaimable: np.ndarray | None = None, shares: Ranks | None = None,
              within: np.ndarray | None = None) -> Victims | None:
         """The best victim set on a single node whose eviction lets `req` fit there (not on `exclude`d rows); with
         `fair`, only among those candidates (fair-share preemption between borrowers, fairshare.py); with
@@ -201,7 +203,7 @@ class VictimIndex:
         return self._among(req, allowed, elig, 0 if not own_quota else 1, profile, shares)
 
     def _among(self, req: PodRequest, allowed: np.ndarray, elig: np.ndarray, own_lb: int,
-               profile: Profile, shares: np.ndarray | None = None) -> Victims | None:
+               profile: Profile, shares: Ranks | None = None) -> Victims | None:
         """The best victim set among the `elig` candidates, on the `allowed` rows."""
         if not elig.any():
             return None
@@ -213,7 +215,7 @@ class VictimIndex:
         return self._best(req, rows, youngest, elig, own_lb, profile, shares)
 
     def _best(self, req: PodRequest, rows: np.ndarray, youngest: np.ndarray, elig: np.ndarray,
-              own_lb: int, profile: Profile, shares: np.ndarray | None = None) -> Victims | None:
+              own_lb: int, profile: Profile, shares: Ranks | None = None) -> Victims | None:
         """Exact victim choice node by node, cheapest lower bound first (nodes where every victim would be young
         borrowed work last, then the youngest victim's run time), on at most profile.preemption_max_nodes nodes
         (exact whenever the bound stops earlier)."""
@@ -224,7 +226,7 @@ class VictimIndex:
             if best is not None and shares is None and (own_lb, int(young[row]), youngest[row], 1, row) >= best.key():
                 break  # a lower bound of every later node's cost: none can beat the best (shares: no bound kept)
             picked = [i for i in self.by_row[int(row)] if elig[i]]
-            ranks = None if shares is None else shares[picked].tolist()
+            ranks = None if shares is None else shares(picked)
             chosen = _victims_on_row(req, self.table, int(row), [self.cands[i] for i in picked], ranks)
             if chosen is not None and (best is None or chosen.key() < best.key()):
                 best = chosen

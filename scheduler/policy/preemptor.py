@@ -6,6 +6,8 @@ worker fits, or gives everything back."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from cluster.types import CPU_KEY, QuotaKind
@@ -18,7 +20,7 @@ from scheduler.policy.placement import Placement, allowed, place
 from scheduler.policy.preemption import Candidate, Victims
 from scheduler.policy.priority import rebased
 from scheduler.policy.queue import Queued
-from scheduler.policy.fairshare import fair_after, fair_victims, victim_shares
+from scheduler.policy.fairshare import fair_after, fair_victims, victim_share
 from scheduler.policy.quota import allocation_demand, demand, gpu_demand
 from scheduler.policy.sentences import preempted
 from scheduler.policy.state import CycleState
@@ -88,11 +90,14 @@ class Preemptor:
         fenced = state.ledger.fenced(state.tree.index[q.job.department])
         return None if fenced is None else fenced[state.leaves(model)]
 
-    def _shares(self, q: Queued, model: str | None) -> np.ndarray | None:
-        """With fair sharing, each candidate's branch share as `q` sees it (victims of the highest-share branch
-        first); None without."""
+    def _shares(self, q: Queued, model: str | None) -> Callable[[list[int]], list[float]] | None:
+        """With fair sharing, each candidate's branch share as `q` sees it, for the candidates (by position) a victim
+        choice ranks (victims of the highest-share branch first); None without."""
         shares = self.state.shares
-        return None if shares is None else victim_shares(shares, q.job.department, self.state.victims(model).cands)
+        if shares is None:
+            return None
+        cands, department = self.state.victims(model).cands, q.job.department
+        return lambda picked: [victim_share(shares, department, cands[i].job.department) for i in picked]
 
     def _reclaimable(self, q: Queued, a: NoRoom) -> np.ndarray | None:
         """On a quota tree, the borrowed candidates own work of `q`'s leaf may reclaim (TreeLedger.reclaimable); None
@@ -111,7 +116,7 @@ class Preemptor:
         index = state.victims(model)
         picked = np.flatnonzero(self._under(q, a) & index.alive).tolist()
         shares = self._shares(q, model)
-        rank = [0.0] * len(picked) if shares is None else (-shares[picked]).tolist()
+        rank = [0.0] * len(picked) if shares is None else [-x for x in shares(picked)]
         order = [index.cands[i] for _, _, _, _, i in sorted(
             (index.cands[i].young, r, index.cands[i].score if shares is not None else 0, index.cands[i].lost_s, i)
             for i, r in zip(picked, rank))]
@@ -146,11 +151,22 @@ class Preemptor:
         if shares is None:
             return None
         pod, index = a.pod, state.victims(a.pod.gpu_model)
+        # a leaf's larger job finds no victims where a smaller one found none, until the ledger changes (an admission
+        # raises some branch's share) or an eviction clears the model's list: most borrowed work waits in a full
+        # cluster with nothing admitted in between
+        memo = (*pod.dims(), pod.pool, 0, False)
+        key, version = (pod.gpu_model, q.job.department), state.ledger.version
+        failed = state.fair_failed.get(key)
+        if failed is None or failed[0] != version:
+            failed = state.fair_failed[key] = (version, [])
+        if known_failure(failed[1], memo):
+            return None
         need = demand(pod.gpu_model, pod.gpus, pod.cpu_milli, pod.memory_mib)
         fair = fair_victims(shares, q.job.department, need, index.cands)
         victims = index.find(pod, 0, False, state.profile, fair=fair, shares=self._shares(q, pod.gpu_model),
                              within=self._within(q, pod.gpu_model))
         if victims is None:
+            failed[1].append(memo)
             return None
         whole = index.whole(victims)
         if fair_after(shares, q.job.department, need, whole) or fair_after(shares, q.job.department, need, whole,
@@ -230,6 +246,7 @@ class Preemptor:
             if alloc.quota_kind is not None:
                 state.ledger.release(c.job.department, alloc.quota_kind, allocation_demand(alloc))
         state.preempt_failed[model].clear()
+        state.fair_failed.clear()
         state.gang_failed[model].clear()
         state.gang_preempt_failed[model].clear()
         state.reserve_failed[model].clear()

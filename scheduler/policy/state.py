@@ -42,6 +42,8 @@ class CycleState:
         self.gang_failed: dict[str | None, list[tuple]] = defaultdict(list)  # gangs known not to fit now
         self.gang_preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor by preempting
         self.reserve_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor reserved as jobs end
+        # fair-share preemption known to fail per (model, department), while the ledger stays at the version kept
+        self.fair_failed: dict[tuple[str | None, str], tuple[int, list[tuple]]] = {}
         self.fallbacks: dict[tuple, list] = {}  # fallback models by idle capacity, until an admission changes it
         self._victims: dict[str | None, VictimIndex] = {}
         # no churn, on a quota tree: GPUs of own-class work not admitted yet per preferred model (hold_for_own), which
