@@ -307,6 +307,7 @@ class QuotaNodeView:
     parent: str | None  # None: under the root
     weight: float = 1.0  # fair-share weight (0: leftovers only)
     reclaim_min_runtime_s: float = 0.0  # its borrowed work younger than this is reclaimed last
+    fence: bool = False  # its subtree's work preempts only inside the subtree (YuniKorn's fence)
 
 
 @dataclass(frozen=True, slots=True)

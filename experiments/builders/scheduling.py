@@ -152,10 +152,10 @@ class SnapshotBuilder:
 
     def tree_node(self, name: str, parent: str | None = None, resource: str = "T4", own: float = 0.0,
                   borrow: float = math.inf, lend: float | None = None, weight: float = 1.0,
-                  reclaim_min_runtime_s: float = 0.0) -> SnapshotBuilder:
+                  reclaim_min_runtime_s: float = 0.0, fence: bool = False) -> SnapshotBuilder:
         """A quota-tree node with its quota of `resource` (no borrow limit unless given) and unlimited CPU and
         memory."""
-        self.tree.append(QuotaNodeView(name, parent, weight, reclaim_min_runtime_s))
+        self.tree.append(QuotaNodeView(name, parent, weight, reclaim_min_runtime_s, fence))
         self.quotas += [QuotaView(name, resource, own, borrow, lend), QuotaView(name, CPU_KEY, BIG, BIG),
                         QuotaView(name, MEMORY_KEY, BIG, BIG)]
         return self

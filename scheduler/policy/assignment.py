@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cluster.types import JobView, QuotaKind
+from cluster.types import GPU_EPS, JobView, QuotaKind
 from scheduler.policy.diagnosis import NO_FREE, Diagnosis, NoRoom
 from scheduler.policy.failures import known_gang_failure
 from scheduler.policy.framework import PodRequest
@@ -22,7 +22,7 @@ from scheduler.policy.placement import SCORERS, Placement, allowed, by_loss, pla
 from scheduler.policy.queue import Queued
 from scheduler.policy.quota import Demand, gpu_demand
 from scheduler.policy.quotatree import TreeJobQuota
-from scheduler.policy.sentences import CPU_MARK, gang_needs, shortfall
+from scheduler.policy.sentences import CPU_MARK, gang_needs, held_for_own, shortfall
 from scheduler.policy.sharing import place_share, signature
 from scheduler.policy.state import CycleState
 
@@ -67,6 +67,8 @@ class Assigner:
             blocked = tree and kind is QuotaKind.OWN and quota.reclaim(demands[model])
             if blocked:  # own quota, but the tree's room on its path is borrowed: only a reclaim makes room
                 attempt = NoRoom(pod, kind, None, reclaim=blocked)
+            elif job.gang and kind is QuotaKind.BORROWED and self._held(q, model, table):
+                attempt = NoRoom(pod, kind, None, NO_FREE, held_for_own(model, state.own_waiting[model]))
             elif job.gang:
                 rows = gang_rows(state, job, pod, table)
                 if rows is not None:
@@ -95,6 +97,12 @@ class Assigner:
             return None
         found = place_share(pod, signature(q.job), table, profile, state.residents, state.interference)
         return found if found is not None or place(pod, table, profile) is None else _SHARED_BADLY
+
+    def _held(self, q: Queued, model: str | None, table: NodeTable) -> bool:
+        """No churn (a quota tree's cycle): a borrowed gang leaves the model's idle GPUs to own-class work waiting for
+        them, which would reclaim it as soon as it fits."""
+        waiting = self.state.own_waiting.get(model, 0.0)
+        return waiting > GPU_EPS and table.idle_gpus() - q.request.gpus * q.job.workers < waiting - GPU_EPS
 
     def _quota_kind(self, q: Queued, quota, demands: dict[str | None, Demand], model: str | None, spelled: bool,
                     diagnosis: Diagnosis) -> QuotaKind | None | object:

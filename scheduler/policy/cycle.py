@@ -81,6 +81,7 @@ class _Cycle:
         state = self.state
         head: JobView | None = None
         queue = QueueBuilder(state, self.lending).build(state.cache.per_job)
+        state.hold_for_own(queue)
         self.reserver.gangs = self.profile.reservations and any(q.job.gang for q in queue)  # a reservation may come
         order = queue if state.shares is None else tournament(state.shares, queue)
         for position, q in enumerate(order):

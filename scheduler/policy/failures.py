@@ -23,17 +23,18 @@ def known_gang_preempt_failure(failed: list[tuple], attempt: tuple) -> bool:
     w2, g2, c2, m2, pool2, top2, total2, own2 = attempt
     for w, g, c, m, pool, top, total, own in failed:
         if (w2 >= w and g2 >= g and c2 >= c and m2 >= m and (pool is None or pool == pool2)
-                and (top == top2 or top is Topology.PACK) and total2 <= total and (own or not own2)):
+                and (top == top2 or top is Topology.PACK) and total2 <= total and (own == own2 or not own2)):
             return True
     return False
 
 
 def known_failure(failed: list[tuple], attempt: tuple) -> bool:
     """An attempt no easier than one that already failed: not smaller, same pool, no higher score,
-    no more reclaim rights (victim sets only shrink as the cycle goes on)."""
+    no more reclaim rights (victim sets only shrink as the cycle goes on): none, or the same (own quota's, or on a quota
+    tree a leaf's)."""
     g2, c2, m2, pool2, total2, own2 = attempt
     for g, c, m, pool, total, own in failed:
         if (g2 >= g and c2 >= c and m2 >= m and (pool is None or pool == pool2)
-                and total2 <= total and (own or not own2)):
+                and total2 <= total and (own == own2 or not own2)):
             return True
     return False

@@ -5,8 +5,9 @@ could ever lend it), divided by its weight (weight 0 while borrowing: infinite, 
 in a tournament from the root: at each node, the child whose share *after* admitting its head job is lowest (a job on
 own quota adds no share, so own work comes first, in the queue's order); within a leaf, the queue's order (score,
 then submit time). Borrowed work may preempt borrowed work of another subtree only while the preemptor's branch's
-share after stays at or below the victim's branch's share after (Kueue's LessThanOrEqualToFinalShare: two jobs never
-preempt each other back and forth).
+share after stays at or below the victim's branch's share after (Kueue's LessThanOrEqualToFinalShare), or else stays
+strictly below the victim's branch's share before (LessThanInitialShare): two jobs never preempt each other back and
+forth. Victims come from the highest-share branch first (victim_shares).
 """
 
 from __future__ import annotations
@@ -164,18 +165,40 @@ def fair_victims(shares: FairShares, department: str, need: Demand, cands: list)
     return borrowed & np.isin(leaves, possible)
 
 
-def fair_after(shares: FairShares, department: str, need: Demand, victims) -> bool:
-    """Whether the preemptor's branch's share after stays at or below each victim branch's share after every
-    chosen eviction (the whole set, not one victim at a time)."""
+def victim_share(shares: FairShares, department: str, victim: str) -> float:
+    """A victim's branch share as `department`'s work sees it: the share of the child of their lowest common ancestor
+    on the victim's side (its leaf's own share when both are in one leaf)."""
+    index = shares.tree.index
+    theirs = index[victim]
+    pair = shares.branches(index[department], theirs)
+    return shares.share(theirs if pair is None else pair[1])
+
+
+def fair_after(shares: FairShares, department: str, need: Demand, victims, initial: bool = False) -> bool:
+    """Whether the chosen evictions (the whole set, not one victim at a time) keep to Kueue's fair-sharing rule:
+    LessThanOrEqualToFinalShare, the preemptor's branch's share after at or below each victim branch's share after;
+    with `initial`, LessThanInitialShare, strictly below each victim branch's share before its last victim goes
+    (the smallest last: the lowest that share could be)."""
     tree = shares.tree
     leaf = tree.index[department]
-    freed: dict[int, list] = {}
+    freed: dict[int, dict[int, list]] = {}  # victim branch -> job -> what its workers free
     for c in victims:
         pair = shares.branches(leaf, tree.index[c.job.department])
         if pair is None:
             return False
-        freed.setdefault(pair[1], []).extend(allocation_demand(c.allocation))
-    return all(shares.share(_mine(shares, leaf, b), need) <= shares.share(b, tuple(d), -1) for b, d in freed.items())
+        freed.setdefault(pair[1], {}).setdefault(c.job.id, []).extend(allocation_demand(c.allocation))
+    for b, jobs in freed.items():
+        mine = shares.share(_mine(shares, leaf, b), need)
+        every = [pair for d in jobs.values() for pair in d]
+        if not initial:
+            if mine > shares.share(b, tuple(every), -1):
+                return False
+            continue
+        last = min(jobs.values(), key=lambda d: sum(x for _, x in d))
+        before = [pair for d in jobs.values() if d is not last for pair in d]
+        if not mine < shares.share(b, tuple(before), -1):
+            return False
+    return True
 
 
 def _mine(shares: FairShares, leaf: int, theirs: int) -> int:

@@ -11,7 +11,7 @@ best set found.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain
 from operator import attrgetter
 from dataclasses import dataclass
@@ -49,28 +49,26 @@ class Candidate:
 class Victims:
     row: int
     jobs: tuple[Candidate, ...]
+    rank: tuple[float, ...] = ()  # with fair sharing: (minus the lowest victim branch share, the highest score)
 
     @property
     def work_lost_s(self) -> float:
         return sum({c.job.id: c.lost_s for c in self.jobs}.values())
 
-    def key(self) -> tuple[int, int, float, int, int]:
-        """Fewest own-quota victims, then fewest young borrowed ones (no churn), then least work lost, then fewest
-        victims, then node order."""
-        return (sum(not c.borrowed for c in self.jobs), sum(c.young for c in self.jobs), self.work_lost_s,
-                len(self.jobs), self.row)
+    def key(self) -> tuple:
+        """Fewest own-quota victims, then fewest young borrowed ones (no churn), then (with fair sharing) victims of
+        the highest-share branches and the lowest scores, then least work lost, then fewest victims, then node
+        order."""
+        return (sum(not c.borrowed for c in self.jobs), sum(c.young for c in self.jobs), *self.rank,
+                self.work_lost_s, len(self.jobs), self.row)
 
 
-_ROW, _SCORE, _RUN_TIME, _BORROWED = (attrgetter(f) for f in ("row", "score", "run_time_s", "borrowed"))
+Ranks = Callable[[list[int]], list[float]]  # candidates (by position) -> their branch's fair share
+
+_ROW, _SCORE, _RUN_TIME, _BORROWED, _YOUNG = (attrgetter(f) for f in ("row", "score", "run_time_s", "borrowed",
+                                                                         "young"))
 _CPU, _MEMORY, _SHARES = (attrgetter(f"allocation.{f}") for f in ("cpu_milli", "memory_mib", "gpu_shares"))
 _INDEX, _SHARE = attrgetter("index"), attrgetter("share")
-
-
-def eligible(c: Candidate, score: int, own_quota: bool, profile: Profile) -> bool:
-    """Own-quota work reclaims any borrowed job; otherwise only lower scores past the minimum run time."""
-    if own_quota and c.borrowed:
-        return True
-    return c.score < score and c.run_time_s >= profile.min_runtime_s
 
 
 class VictimIndex:
@@ -99,6 +97,7 @@ class VictimIndex:
         self.score = np.fromiter(map(_SCORE, cands), dtype=np.int64, count=n)
         self.run_time = np.fromiter(map(_RUN_TIME, cands), dtype=float, count=n)
         self.borrowed = np.fromiter(map(_BORROWED, cands), dtype=bool, count=n)
+        self.young = np.fromiter(map(_YOUNG, cands), dtype=bool, count=n)
         self.cpu = np.fromiter(map(_CPU, cands), dtype=float, count=n)
         self.mem = np.fromiter(map(_MEMORY, cands), dtype=float, count=n)
         self.alive = np.ones(n, dtype=bool)
@@ -168,28 +167,43 @@ class VictimIndex:
             self.youngest_borrowed[row] = min(left, default=np.inf)
 
     def find(self, req: PodRequest, score: int, own_quota: bool, profile: Profile,
-             exclude: np.ndarray | None = None, fair: np.ndarray | None = None) -> Victims | None:
+             exclude: np.ndarray | None = None, fair: np.ndarray | None = None,
+             reclaimable: np.ndarray | None = None, shares: Ranks | None = None,
+             within: np.ndarray | None = None) -> Victims | None:
         """The best victim set on a single node whose eviction lets `req` fit there (not on `exclude`d rows); with
-        `fair`, only among those candidates (fair-share preemption between borrowers, fairshare.py)."""
+        `fair`, only among those candidates (fair-share preemption between borrowers, fairshare.py); with
+        `reclaimable`, own-quota work evicts only those of the borrowed candidates (a quota tree's rule, quotatree.py);
+        with `shares` (each candidate's branch's fair share), victims of the highest-share branches first, then the
+        lowest scores (fair sharing's order, before least work lost); with `within`, only those candidates at all (a
+        quota tree's fence)."""
         if not self.cands:
             return None
         allowed = filtered(self.table.schedulable.copy(), req, self.table, profile)
         if exclude is not None:
             allowed &= ~exclude
+        alive = self.alive if within is None else self.alive & within
         if fair is not None:
-            return self._among(req, allowed, self.alive & fair, 0, profile)
+            return self._among(req, allowed, alive & fair, 0, profile, shares)
+        borrowed = self.borrowed if reclaimable is None else self.borrowed & reclaimable
         if own_quota:
             # Borrowed victims only: any set without own-quota victims beats every set with one.
-            rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))
-            if rows.size:
-                return self._best(req, rows, self.youngest_borrowed, self.alive & self.borrowed, 0, profile)
-        elig = self.alive & (self.score < score) & (self.run_time >= profile.min_runtime_s)
+            if reclaimable is not None or shares is not None or within is not None:
+                found = self._among(req, allowed, alive & borrowed, 0, profile, shares)
+            else:  # (the sums every own-quota attempt reads, kept as the cycle evicts)
+                rows = np.flatnonzero(allowed & self._fits_if_evicted(req, self.held_by_borrowed))
+                found = self._best(req, rows, self.youngest_borrowed, self.alive & self.borrowed, 0, profile) \
+                    if rows.size else None
+            if found is not None:
+                return found
+        elig = alive & (self.score < score) & (self.run_time >= profile.min_runtime_s)
+        if reclaimable is not None:  # (nor by score: borrowed work a tree protects stays)
+            elig &= ~self.borrowed | reclaimable
         if own_quota:
-            elig |= self.alive & self.borrowed
-        return self._among(req, allowed, elig, 0 if not own_quota else 1, profile)
+            elig |= alive & borrowed
+        return self._among(req, allowed, elig, 0 if not own_quota else 1, profile, shares)
 
     def _among(self, req: PodRequest, allowed: np.ndarray, elig: np.ndarray, own_lb: int,
-               profile: Profile) -> Victims | None:
+               profile: Profile, shares: Ranks | None = None) -> Victims | None:
         """The best victim set among the `elig` candidates, on the `allowed` rows."""
         if not elig.any():
             return None
@@ -198,22 +212,33 @@ class VictimIndex:
             return None
         youngest = np.full(len(self.table), np.inf)
         np.minimum.at(youngest, self.row[elig], self.run_time[elig])
-        return self._best(req, rows, youngest, elig, own_lb, profile)
+        return self._best(req, rows, youngest, elig, own_lb, profile, shares)
 
     def _best(self, req: PodRequest, rows: np.ndarray, youngest: np.ndarray, elig: np.ndarray,
-              own_lb: int, profile: Profile) -> Victims | None:
-        """Exact victim choice node by node, cheapest lower bound (youngest victim) first, on at
-        most profile.preemption_max_nodes nodes (exact whenever the bound stops earlier)."""
+              own_lb: int, profile: Profile, shares: Ranks | None = None) -> Victims | None:
+        """Exact victim choice node by node, cheapest lower bound first (nodes where every victim would be young
+        borrowed work last, then the youngest victim's run time), on at most profile.preemption_max_nodes nodes
+        (exact whenever the bound stops earlier)."""
         best: Victims | None = None
-        order = rows[np.lexsort((rows, youngest[rows]))][: profile.preemption_max_nodes]
+        young = self._all_young(elig)
+        order = rows[np.lexsort((rows, youngest[rows], young[rows]))][: profile.preemption_max_nodes]
         for row in order:
-            if best is not None and (own_lb, 0, youngest[row], 1, row) >= best.key():
-                break  # a lower bound of every later node's cost: none can beat the best
-            pool = [self.cands[i] for i in self.by_row[int(row)] if elig[i]]
-            chosen = _victims_on_row(req, self.table, int(row), pool)
+            if best is not None and shares is None and (own_lb, int(young[row]), youngest[row], 1, row) >= best.key():
+                break  # a lower bound of every later node's cost: none can beat the best (shares: no bound kept)
+            picked = [i for i in self.by_row[int(row)] if elig[i]]
+            ranks = None if shares is None else shares(picked)
+            chosen = _victims_on_row(req, self.table, int(row), [self.cands[i] for i in picked], ranks)
             if chosen is not None and (best is None or chosen.key() < best.key()):
                 best = chosen
         return best
+
+    def _all_young(self, elig: np.ndarray) -> np.ndarray:
+        """Per node: whether every `elig` candidate there is young borrowed work (reclaim_min_runtime), so that any
+        set of victims there has a young one."""
+        if not self.young.any():
+            return np.zeros(len(self.table), dtype=bool)
+        old = np.bincount(self.row, weights=elig & ~self.young, minlength=len(self.table))
+        return old == 0
 
     def _fits_if_evicted(self, req: PodRequest, held: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
         """Per node: would `req` fit if the jobs holding `held` left?"""
@@ -228,12 +253,19 @@ class VictimIndex:
         return ok
 
 
-def _victims_on_row(req: PodRequest, table: NodeTable, row: int, pool: list[Candidate]) -> Victims | None:
-    """Borrowed first, then least work lost, until the need is met; then give back any victim
-    that turned out not to be needed, most work first."""
+def _victims_on_row(req: PodRequest, table: NodeTable, row: int, pool: list[Candidate],
+                    shares: list[float] | None = None) -> Victims | None:
+    """Borrowed first, then (with `shares`, each candidate's branch share) the highest share and the lowest score, then
+    least work lost, until the need is met; then give back any victim that turned out not to be needed, most work
+    first."""
     room = _Room(table, row)
     chosen: list[Candidate] = []
-    for c in sorted(pool, key=lambda c: (not c.borrowed, c.young, c.lost_s)):
+    if shares is None:
+        ordered = sorted(pool, key=lambda c: (not c.borrowed, c.young, c.lost_s))
+    else:
+        share = dict(zip(map(id, pool), shares))
+        ordered = sorted(pool, key=lambda c: (not c.borrowed, c.young, -share[id(c)], c.score, c.lost_s))
+    for c in ordered:
         room.free(c, 1)
         chosen.append(c)
         if room.fits(req):
@@ -246,7 +278,10 @@ def _victims_on_row(req: PodRequest, table: NodeTable, row: int, pool: list[Cand
             chosen.remove(c)
         else:
             room.free(c, 1)
-    return Victims(row, tuple(chosen))
+    if shares is None:
+        return Victims(row, tuple(chosen))
+    rank = (-min((share[id(c)] for c in chosen), default=0.0), max((c.score for c in chosen), default=0))
+    return Victims(row, tuple(chosen), rank)
 
 
 class _Room:

@@ -19,6 +19,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from cluster.types import GPU_EPS, JobView, QuotaKind, QuotaNodeView, QuotaView
 from scheduler.policy.quota import Demand, QuotaCheck, Shortfall, held
 
@@ -38,6 +40,7 @@ class QuotaTree:
     index: Mapping[str, int]
     weight: tuple[float, ...]
     reclaim_min_runtime_s: tuple[float, ...]  # the longest set on the node's path
+    fence: tuple[int, ...]  # the nearest fenced node on the node's path (-1: none): its work preempts only under it
     own: Mapping[str, tuple[float, ...]]
     borrow: Mapping[str, tuple[float, ...]]
     subtree: Mapping[str, tuple[float, ...]]
@@ -46,6 +49,7 @@ class QuotaTree:
     # (elsewhere its room is the cluster's idle capacity, which placement checks node by node)
     limited: frozenset[str]
     clamped: frozenset[str]  # resources some inner node limits borrowing of, or `limited`: only there is room clamped
+    pooled: frozenset[str]  # resources some inner node owns a pool of: only there do ancestors add own room
 
     @classmethod
     def build(cls, quotas: Iterable[QuotaView], nodes: Iterable[QuotaNodeView], departments: Iterable[str],
@@ -62,8 +66,10 @@ class QuotaTree:
         weight = tuple(nodes[n].weight if n in nodes else 1.0 for n in names)
         own_runtime = [nodes[n].reclaim_min_runtime_s if n in nodes else 0.0 for n in names]
         runtime = tuple(max(own_runtime[j] for j in paths[i]) for i in range(len(names)))
+        fenced = [n in nodes and nodes[n].fence for n in names]
+        fence = tuple(next((j for j in paths[i] if fenced[j]), -1) for i in range(len(names)))
         rows = {(q.department, q.resource): q for q in quotas}
-        own, borrow, subtree, kept, limited, clamped = {}, {}, {}, {}, set(), set()
+        own, borrow, subtree, kept, limited, clamped, pooled = {}, {}, {}, {}, set(), set(), set()
         for r in {q.resource for q in quotas} | set(capacity):
             own[r], borrow[r], lend = _rows(r, names, children, rows)
             subtree[r], kept[r] = _subtree(own[r], lend, children, parent, capacity.get(r, 0.0))
@@ -71,8 +77,10 @@ class QuotaTree:
                 limited.add(r)
             if any(b != math.inf for i, b in enumerate(borrow[r]) if children[i]):
                 clamped.add(r)
-        return cls(tuple(names), parent, children, paths, index, weight, runtime, own, borrow, subtree, kept,
-                   frozenset(limited), frozenset(clamped | limited))
+            if any(o > 0 for i, o in enumerate(own[r]) if children[i]):
+                pooled.add(r)
+        return cls(tuple(names), parent, children, paths, index, weight, runtime, fence, own, borrow, subtree, kept,
+                   frozenset(limited), frozenset(clamped | limited), frozenset(pooled))
 
     def is_leaf(self, i: int) -> bool:
         return not self.children[i]
@@ -132,8 +140,13 @@ class TreeLedger:
         self._own_checked: dict[int, dict[str, tuple]] = {}
         self._borrow_checked: dict[int, dict[str, tuple]] = {}
         self._clamp_checked: dict[int, dict[str, tuple]] = {}
+        self._checked: dict[int, dict[Demand, tuple]] = {}  # per leaf: a GPU part -> its shortfalls (check)
         self.touched: set[int] = set()  # nodes whose usage changed, until a reader (the fair-share tournament) clears
         self.version = 0  # charges so far (what a reader's memo of figures is valid for)
+        self._over: dict[str, np.ndarray] = {}  # per resource, which nodes use past their subtree quota
+        self._reclaimable: dict[tuple[str, int], np.ndarray] = {}  # both while the ledger stays at `_over_version`
+        self._over_version = -1
+        self._ancestors: tuple[np.ndarray, np.ndarray] | None = None
         for department, kind, need in held(holders):
             self.charge(department, kind, need)
 
@@ -173,10 +186,10 @@ class TreeLedger:
             shared = shared or r in tree.clamped
             if kind is QuotaKind.OWN:
                 reached = _bubble(owned, own, path, sign * amount)
-                shared = shared or any(own[n] > 0 for n in path[1:reached])
+                shared = shared or r in tree.pooled and any(own[n] > 0 for n in path[1:reached])
             else:
                 borrowed[path[0]] += sign * amount
-        memos = (self._own_checked, self._borrow_checked, self._clamp_checked)
+        memos = (self._own_checked, self._borrow_checked, self._clamp_checked, self._checked)
         for memo in memos:
             if shared:
                 memo.clear()
@@ -188,6 +201,17 @@ class TreeLedger:
 
     def usage(self) -> tuple:
         return tuple((r, tuple(u), tuple(self._owned[r]), tuple(self._borrowed[r])) for r, u in self._usage.items())
+
+    def check(self, i: int, need: Demand) -> tuple[_Short | None, _Short | None]:
+        """The own and the borrowed shortfall of `need` (a job's GPU part) at leaf `i`, kept until the leaf's figures
+        change: waiting jobs ask for the same few GPU parts again and again."""
+        memo = self._checked.get(i)
+        if memo is None:
+            memo = self._checked[i] = {}
+        found = memo.get(need)
+        if found is None:
+            found = memo[need] = (self.own_short(i, need), self.borrow_short(i, need))
+        return found
 
     def own_short(self, i: int, need: Demand) -> _Short | None:
         """The first resource of `need` the own quotas on the leaf's path have no room for, or None."""
@@ -204,7 +228,7 @@ class TreeLedger:
     def _own_room(self, i: int, r: str) -> tuple[float, float, float]:
         """(used, limit, used as shown) of the own pools on the leaf's path: its own and the ancestors' pools left."""
         own, owned, path = self.quota(r)[0], self._rows(r)[1], self.tree.paths[i]
-        above = sum(max(0.0, own[n] - owned[n]) for n in path[1:])
+        above = sum(max(0.0, own[n] - owned[n]) for n in path[1:]) if r in self.tree.pooled else 0.0
         return min(owned[i], own[i]), own[i] + above, owned[i]  # (an overused leaf's excess already counts above)
 
     def borrow_short(self, i: int, need: Demand) -> _Short | None:
@@ -224,6 +248,8 @@ class TreeLedger:
     def clamped(self, i: int, need: Demand) -> _Short | None:
         """Own-class work fits its own quotas but the tree has no room on its path (its division borrowed that room
         from outside, or lent it within its lend limit): the first such resource, its level as the node's index."""
+        if not self.tree.clamped:
+            return None  # (no inner borrow limit nor lend limit: the room is the cluster's idle capacity)
         memo = self._clamp_checked.setdefault(i, {})
         for r, x in need:
             room = memo.get(r)
@@ -255,6 +281,48 @@ class TreeLedger:
             room += max(0.0, kept[n] - usage[n])
         return room, node, used, limit
 
+    def reclaimable(self, r: str, leaf: int) -> np.ndarray:
+        """Per node: whether own work of `leaf` may reclaim that node's borrowed work of `r` now, which is while every
+        inner node on the victim's path below their lowest common ancestor uses past its subtree quota (Kueue's
+        hierarchical reclaim): work a division lends inside itself is never a victim, and a division stops giving
+        victims once it is back at its quota. The victim's own leaf is not asked: its work is borrowed because it
+        was admitted past the leaf's own (the flat rule, kept)."""
+        if self._over_version != self.version:
+            self._over.clear()
+            self._reclaimable.clear()
+            self._over_version = self.version
+        found = self._reclaimable.get((r, leaf))
+        if found is None:
+            over = self._over.get(r)
+            if over is None:
+                subtree = self.quota(r)[2]
+                over = self._over[r] = np.append(np.asarray(self._rows(r)[0]) - subtree > GPU_EPS, True)
+            up, depth = self.ancestors
+            common = ((up == up[leaf]) & (up >= 0)).sum(axis=1)  # ancestors shared with `leaf`, the root included
+            at = np.arange(up.shape[1])
+            asked = (at >= common[:, None]) & (at < depth[:, None])  # inner nodes below the common ancestor
+            found = self._reclaimable[(r, leaf)] = (over[up] | ~asked).all(axis=1)
+        return found
+
+    def fenced(self, leaf: int) -> np.ndarray | None:
+        """Per node: whether it is under the nearest fence on `leaf`'s path, where `leaf`'s work may preempt (None: no
+        fence, anywhere)."""
+        fence = self.tree.fence[leaf]
+        if fence < 0:
+            return None
+        up, depth = self.ancestors
+        return up[:, depth[fence]] == fence
+
+    @property
+    def ancestors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, its path from the root down to it then -1s (as long as the deepest node's), and its depth."""
+        if self._ancestors is None:
+            paths = self.tree.paths
+            longest = max(map(len, paths))
+            self._ancestors = (np.array([p[::-1] + (-1,) * (longest - len(p)) for p in paths], dtype=np.int64),
+                               np.array([len(p) - 1 for p in paths], dtype=np.int64))
+        return self._ancestors
+
     def has_own_room(self, department: str, need: Demand, host: Demand = ()) -> bool:
         return self.own_short(self.tree.index[department], need + host) is None
 
@@ -273,22 +341,36 @@ class TreeJobQuota:
 
     def __init__(self, ledger: TreeLedger, leaf: int, host: Demand, borrowing: bool) -> None:
         self.ledger, self.leaf, self.host, self.borrowing = ledger, leaf, host, borrowing
+        self._host: tuple[_Short | None, _Short | None] | None = None  # the host part's shortfalls, when first asked
+
+    def _check(self, gpu: Demand) -> tuple[_Short | None, _Short | None]:
+        """The own and borrowed shortfall of `gpu` + the host part: resources are checked one by one, GPUs first, so
+        the GPU part's (kept per leaf) or else the host part's (once per job)."""
+        own, borrowed = self.ledger.check(self.leaf, gpu)
+        return own or self.host_checks()[0], borrowed or self.host_checks()[1]
+
+    def host_checks(self) -> tuple[_Short | None, _Short | None]:
+        if self._host is None:
+            ledger = self.ledger
+            self._host = (ledger.own_short(self.leaf, self.host), ledger.borrow_short(self.leaf, self.host))
+        return self._host
 
     def choose(self, gpu: Demand) -> QuotaCheck:
-        ledger, need = self.ledger, gpu + self.host
-        own = ledger.own_short(self.leaf, need)
+        own, borrowed = self._check(gpu)
         if own is None:
             return _OWN_ROOM
         refused = Shortfall(QuotaKind.OWN, *own)
         if not self.borrowing:
             return QuotaCheck(None, (refused,))
-        borrowed = ledger.borrow_short(self.leaf, need)
         if borrowed is None:
             return QuotaCheck(QuotaKind.BORROWED, (refused,))
         return QuotaCheck(None, (refused, Shortfall(QuotaKind.BORROWED, *borrowed)))
 
     def kind(self, gpu: Demand) -> QuotaKind | None:
-        return self.choose(gpu).kind
+        own, borrowed = self._check(gpu)
+        if own is None:
+            return QuotaKind.OWN
+        return QuotaKind.BORROWED if self.borrowing and borrowed is None else None
 
     def reclaim(self, gpu: Demand) -> tuple[int, Shortfall] | None:
         """For own-class work: the tree level whose borrowed work must give room back first (and why), or None."""
@@ -303,9 +385,8 @@ class TreeJobQuota:
         return node in tree.paths[tree.index[department]]
 
     def host_fits(self) -> bool:
-        ledger = self.ledger
-        return ledger.own_short(self.leaf, self.host) is None and (
-            not self.borrowing or ledger.borrow_short(self.leaf, self.host) is None)
+        own, borrowed = self.host_checks()
+        return own is None and (not self.borrowing or borrowed is None)
 
 
 _OWN_ROOM = QuotaCheck(QuotaKind.OWN, ())

@@ -105,6 +105,11 @@ def gang_needs(table: NodeTable, job: JobView, pod: PodRequest, free: int, fits:
             f"{pod.gpus * job.workers:g} whole {pod.gpu_model} GPUs, {free} free across the cluster")
 
 
+def held_for_own(model: str | None, gpus: float) -> str:
+    return (f"idle {model} GPUs are kept for own-quota work waiting for {gpus:g} of them (a borrowed gang there would "
+            f"be reclaimed as soon as that work fits)")
+
+
 def waiting(q: Queued, diagnosis: Diagnosis, cpu: str | None = None) -> tuple[str, int, bool]:
     """The sentence of a job that waits, its CPU written as `cpu` (default: the figure); how many times it is written
     so, and whether the sentence depends on the CPU elsewhere too."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import cached_property
 
+import numpy as np
+
 from cluster.types import JobView, QuotaKind, Snapshot, capacity_by_resource
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.decisions import CycleDecision
@@ -43,8 +45,15 @@ class CycleState:
         self.gang_failed: dict[str | None, list[tuple]] = defaultdict(list)  # gangs known not to fit now
         self.gang_preempt_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor by preempting
         self.reserve_failed: dict[str | None, list[tuple]] = defaultdict(list)  # ... nor reserved as jobs end
+        # fair-share preemption known to fail per (model, department), while the ledger stays at the version kept
+        self.fair_failed: dict[tuple[str | None, str], tuple[int, list[tuple]]] = {}
         self.fallbacks: dict[tuple, list] = {}  # fallback models by idle capacity, until an admission changes it
         self._victims: dict[str | None, VictimIndex] = {}
+        # no churn, on a quota tree: GPUs of own-class work not admitted yet per preferred model (hold_for_own), which
+        # a borrowed gang must leave idle
+        self.own_waiting: dict[str | None, float] = {}
+        self._own_waiting_jobs: dict[int, tuple[str | None, float]] = {}
+        self._leaves: dict[str | None, np.ndarray] = {}
         # running jobs' scores as victims: the last cycle's (from the cache), and this one's for the next
         self._last_scores = cache.victim_scores
         self.scores: dict[int, tuple[JobView, Profile, int]] = {}
@@ -103,6 +112,33 @@ class CycleState:
         if index is None:
             index = self._victims[model] = VictimIndex(self.tables[model], self._candidates(model))
         return index
+
+    def hold_for_own(self, queue: list) -> None:
+        """Count the queue's own-class work (a tree's cycle only): a borrowed gang is not admitted onto the idle
+        capacity that work is waiting for, which would reclaim the gang as soon as it fits."""
+        if self.tree is None:
+            return
+        own = self.profile.own_base
+        for q in queue:
+            if q.score.base == own and q.models and q.models[0] is not None:
+                gpus = q.request.gpus * q.job.workers
+                self._own_waiting_jobs[q.job.id] = (q.models[0], gpus)
+                self.own_waiting[q.models[0]] = self.own_waiting.get(q.models[0], 0.0) + gpus
+
+    def admitted(self, job: JobView) -> None:
+        """`job` no longer waits (hold_for_own)."""
+        counted = self._own_waiting_jobs.pop(job.id, None)
+        if counted is not None:
+            self.own_waiting[counted[0]] -= counted[1]
+
+    def leaves(self, model: str | None) -> np.ndarray:
+        """Each victim candidate's quota-tree node on the model (a cycle with a tree)."""
+        found = self._leaves.get(model)
+        if found is None:
+            index, cands = self.tree.index, self.victims(model).cands
+            found = self._leaves[model] = np.fromiter((index[c.job.department] for c in cands), dtype=np.int64,
+                                                      count=len(cands))
+        return found
 
     def _candidates(self, model: str | None) -> list[Candidate]:
         table, profile, last, scores = self.tables[model], self.profile, self._last_scores, self.scores

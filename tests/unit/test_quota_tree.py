@@ -178,6 +178,30 @@ def test_10_a_non_preemptible_job_is_never_a_victim():
     assert not result.preempted and pending(result, 1).reason is Reason.NO_CAPACITY
 
 
+@pytest.mark.parametrize("fence", [False, True], ids=["open", "fenced"])
+def test_11_a_fence_keeps_a_subtree_s_preemption_inside_it(fence):
+    # only D2's work is over its quota: T1's own job reclaims it, unless D1 is fenced; then it preempts inside D1 only
+    snap = nodes(SnapshotBuilder(), 1, 4).tree_node("O").tree_node("D1", "O", fence=fence) \
+        .tree_node("T1", "D1", own=2).tree_node("T2", "D1").tree_node("D2", "O").tree_node("T3", "D2").job(
+            *(running(30 + g, "T3", "n1", g, kind=QuotaKind.BORROWED) for g in range(4)),
+            JobBuilder(1).dept("T1").gpus(2))
+    result = run(snap)
+    if fence:
+        assert not result.preempted and pending(result, 1).reason is Reason.NO_CAPACITY
+    else:
+        assert admitted(result) == [1] and len(victims(result)) == 2
+
+
+def test_11_a_fenced_subtree_still_reclaims_inside_itself():
+    snap = nodes(SnapshotBuilder(), 1, 4).tree_node("O").tree_node("D1", "O", fence=True) \
+        .tree_node("T1", "D1", own=2).tree_node("T2", "D1").tree_node("D2", "O").tree_node("T3", "D2").job(
+            running(20, "T2", "n1", 0, kind=QuotaKind.BORROWED), running(21, "T2", "n1", 1, kind=QuotaKind.BORROWED),
+            *(running(30 + g, "T3", "n1", g, kind=QuotaKind.BORROWED, ran=60) for g in (2, 3)),
+            JobBuilder(1).dept("T1").gpus(2))
+    result = run(snap)
+    assert admitted(result) == [1] and victims(result) == {20, 21}
+
+
 def flat_pair(snap: SnapshotBuilder, tree: bool) -> SnapshotBuilder:
     """O{D1 own 4 borrow 4, D2 own 4}, as flat departments or as a tree of one level."""
     if tree:
@@ -246,3 +270,107 @@ def test_own_work_takes_back_what_its_division_borrowed_past_its_limit_even_with
     result = run(snap)
     assert admitted(result) == [1, 2, 3, 4] and len(victims(result)) == 4
     assert victims(result) <= {20, 21, 22, 23, 30, 31}
+
+
+def test_own_work_never_reclaims_what_a_division_lends_inside_itself():
+    # D1 uses its 8 (T1 borrows 2 of T2's); T4 borrows 2 from the root. T3's own job takes T4's back, not T1's, though
+    # T1's borrowed jobs lose less work: evicting them would push D1 below its own.
+    snap = four_leaves(nodes(SnapshotBuilder(), 4, 4)).tree_node("T4", "O").job(
+        *(running(10 + g, "T1", "n1", g) for g in range(4)),
+        running(14, "T1", "n2", 0, kind=QuotaKind.BORROWED, ran=60),
+        running(15, "T1", "n2", 1, kind=QuotaKind.BORROWED, ran=60),
+        running(16, "T2", "n2", 2), running(17, "T2", "n2", 3),
+        *(running(20 + g, "T3", "n3", g) for g in range(4)), running(24, "T3", "n4", 0), running(25, "T3", "n4", 1),
+        running(40, "T4", "n4", 2, kind=QuotaKind.BORROWED, ran=7200),
+        running(41, "T4", "n4", 3, kind=QuotaKind.BORROWED, ran=7200),
+        JobBuilder(1).dept("T3").gpus(2))
+    result = run(snap)
+    assert admitted(result) == [1] and victims(result) == {40, 41}
+    assert {d.reason for d in result.preempted} == {Reason.PREEMPTED_RECLAIM}
+
+
+def test_a_division_stops_giving_victims_once_back_at_its_quota():
+    # D2 owns 2 (its team T3 none) and runs 3 borrowed jobs of T3: 1 past its quota. T1's own jobs may take only
+    # that one back; the second waits rather than push D2 below its own.
+    snap = nodes(SnapshotBuilder(), 1, 4).tree_node("O").tree_node("D1", "O").tree_node("T1", "D1", own=3) \
+        .tree_node("D2", "O", own=2).tree_node("T3", "D2").job(
+            running(20, "T3", "n1", 0, kind=QuotaKind.BORROWED), running(21, "T3", "n1", 1, kind=QuotaKind.BORROWED),
+            running(22, "T3", "n1", 2, kind=QuotaKind.BORROWED, ran=60), running(10, "T1", "n1", 3),
+            JobBuilder(1).dept("T1"), JobBuilder(2).dept("T1"))
+    result = run(snap)
+    assert admitted(result) == [1] and victims(result) == {22}
+    assert pending(result, 2).reason is Reason.NO_CAPACITY
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_own_gang_takes_back_what_its_division_borrowed_past_its_limit(workers):
+    # as above, T2's own work a gang of 4 GPUs: whole borrowed jobs of T1 are reclaimed (T1's youngest first) until
+    # D1 is back within its borrow limit, wherever they ran; the gang then starts on the idle nodes
+    snap = four_leaves(nodes(SnapshotBuilder(), 5, 4), d1_borrow=2).job(
+        *(running(10 + g, "T1", "n1", g) for g in range(4)),
+        *(running(20 + g, "T1", "n2", g, kind=QuotaKind.BORROWED, ran=600 + g) for g in range(4)),
+        *(running(30 + g, "T1", "n3", g, kind=QuotaKind.BORROWED) for g in range(2)),
+        JobBuilder(1).dept("T2").gpus(4 // workers).workers(workers))
+    result = run(snap)
+    assert admitted(result) == [1] and result.admitted[0].quota_kind is QuotaKind.OWN
+    assert victims(result) == {20, 21, 22, 23}
+    assert {d.reason for d in result.preempted} == {Reason.PREEMPTED_RECLAIM}
+
+
+def test_young_borrowed_work_is_the_last_victim_beyond_the_nodes_examined():
+    # nine nodes whose borrowed job only just started, one whose borrowed job ran long: past preemption_max_nodes (8)
+    snap = nodes(SnapshotBuilder(), 10, 1).tree_node("O").tree_node("T1", "O", own=1) \
+        .tree_node("T2", "O", reclaim_min_runtime_s=600) \
+        .job(*(running(20 + i, "T2", f"n{i}", 0, kind=QuotaKind.BORROWED, ran=30) for i in range(1, 10)),
+             running(40, "T2", "n10", 0, kind=QuotaKind.BORROWED, ran=3600), JobBuilder(1).dept("T1"))
+    assert victims(run(snap)) == {40}
+
+
+def test_a_borrowed_gang_leaves_idle_gpus_to_own_work_waiting_for_them():
+    # T1's own 8-GPU job waits for n1's other half to end; T2's borrowed gang would take that idle half and be
+    # reclaimed as soon as the own job fits: it waits, while a single borrowed job still uses idle capacity
+    def snapshot(tree: bool) -> SnapshotBuilder:
+        snap = nodes(SnapshotBuilder(), 1, 8).job(
+            running(30, "T3", "n1", 0, 1, 2, 3), JobBuilder(1).dept("T1").gpus(8),
+            JobBuilder(2).dept("T2").gpus(2).workers(2), JobBuilder(3).dept("T2").model("T4"))
+        if tree:
+            return snap.tree_node("O").tree_node("T1", "O", own=8).tree_node("T2", "O").tree_node("T3", "O", own=4)
+        return snap.quota("T1", "T4", own=8).quota("T2", "T4", own=0, borrowed=8).quota("T3", "T4", own=4)
+    result = run(snapshot(True))
+    assert pending(result, 1).reason is Reason.NO_CAPACITY
+    assert pending(result, 2).reason is Reason.NO_IDLE_CAPACITY
+    assert "idle T4 GPUs are kept for own-quota work waiting for 8 of them" in pending(result, 2).message
+    assert admitted(result) == [3]
+    assert admitted(run(snapshot(False))) == [2]  # flat departments: today's rule, the gang is admitted
+
+
+def test_with_fair_sharing_victims_come_from_the_highest_share_subtree_first():
+    # B borrows 3, C borrows 1: A's own job takes back a GPU of B's (though C's borrowed job lost less work); without
+    # fair sharing, least work lost decides
+    snap = nodes(SnapshotBuilder(), 2, 4).tree_node("O").tree_node("A", "O", own=4).tree_node("B", "O", own=2) \
+        .tree_node("C", "O", own=2).job(
+            running(20, "B", "n1", 0), running(21, "B", "n1", 1),
+            running(22, "B", "n1", 2, kind=QuotaKind.BORROWED), running(23, "B", "n1", 3, kind=QuotaKind.BORROWED),
+            running(30, "C", "n2", 0), running(31, "C", "n2", 1),
+            running(32, "C", "n2", 2, kind=QuotaKind.BORROWED, ran=600),
+            running(24, "B", "n2", 3, kind=QuotaKind.BORROWED), JobBuilder(1).dept("A"))
+    assert victims(run(snap)) == {32}
+    fair = run(snap, **FAIR)
+    assert admitted(fair) == [1] and len(victims(fair)) == 1 and victims(fair) <= {22, 23, 24}
+
+
+def test_fair_share_preemption_falls_back_to_less_than_initial_share():
+    # b borrows 3 (a 2-GPU job and a 1-GPU one); a (equal weight) borrowing 2 ends at 2, above b's 1 after
+    # (LessThanOrEqualToFinalShare refuses) but below b's 3 before its 2-GPU job goes (LessThanInitialShare allows).
+    # Two 1-GPU victims would not do (the second leaves b at 2 before it goes, as Kueue checks victim by victim).
+    def snap(split: bool) -> SnapshotBuilder:
+        borrowed = [running(23 + g, "b", "n3", g, kind=QuotaKind.BORROWED) for g in range(3)] if split else \
+            [JobBuilder(23).dept("b").gpus(2).running("n3", 0, 1, kind=QuotaKind.BORROWED),
+             running(25, "b", "n3", 2, kind=QuotaKind.BORROWED)]
+        return flat_abc(nodes(SnapshotBuilder(), 3, 3)).job(
+            *(running(10 + g, "a", "n1", g) for g in range(3)), *(running(20 + g, "b", "n2", g) for g in range(3)),
+            *borrowed, JobBuilder(1).dept("a").gpus(2))
+    result = run(snap(False), **FAIR)
+    assert admitted(result) == [1] and victims(result) == {23}
+    assert {d.reason for d in result.preempted} == {Reason.PREEMPTED_FAIR_SHARE}
+    assert not run(snap(True), **FAIR).preempted
