@@ -329,8 +329,8 @@ def first_wait_histogram(bounds: tuple[float, ...]) -> tuple[list[int], float, i
 
 
 JOB_ROW_COLUMNS = ("id", "name", "task_key", "image", "command", "gpus", "cpu_milli", "memory_mib", "expected_duration_s",
-                   "workers", "topology", "keep_request", "status", "quota_kind", "submitted_at", "admitted_at",
-                   "started_at", "finished_at")
+                   "workers", "topology", "preemptible", "keep_request", "status", "quota_kind", "submitted_at",
+                   "admitted_at", "started_at", "finished_at")
 
 
 def job_rows(jobs: QuerySet) -> QuerySet:

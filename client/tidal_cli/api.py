@@ -96,6 +96,7 @@ class JobDetail(Job):
     image: str
     command: str
     topology: str
+    preemptible: bool
     keep_request: bool
     admitted_at: str | None
     queue_position: int | None

@@ -144,9 +144,9 @@ class TrainingJobViewSet(
         `gpus`, `cpu_milli` and `memory_mib` are per worker; `workers` > 1 makes a gang, whose workers start
         together or not at all, on one GPU model. Beyond the schema (a 400 naming the field, nothing written):
         `department`, `framework` ("name-version") and `gpu_model` name existing ones, and you are a member of the
-        department (operators: of any); the framework is certified on the GPU model; above 1, `gpus` is whole, and
-        a gang's workers ask for whole GPUs; a job that asks for GPUs names its GPU model; one worker's GPUs, CPU
-        and memory fit a single node that could run it; a gang's workers × GPUs (and CPU and memory, where the
+        department (operators: of any); the framework is certified on the GPU model (without one: on some model,
+        and placement chooses among them); above 1, `gpus` is whole, and a gang's workers ask for whole GPUs; one
+        worker's GPUs, CPU and memory fit a single node that could run it; a gang's workers × GPUs (and CPU and memory, where the
         department has such quotas) fit the department's own + borrowed quota of at least one GPU model it may run
         on."""
         payload = s.TrainingJobInputSerializer(data=request.data)

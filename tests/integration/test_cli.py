@@ -149,6 +149,12 @@ def test_submit_with_flags_only(tidal):
     refused = tidal("submit", "--name", "x", "--cpu", "lots")
     assert refused.returncode == 2 and "cpu: 'lots' is not a quantity" in refused.stderr
     assert TrainingJob.objects.count() == 1
+    steady = tidal("submit", "--name", "steady", "--department", "ml-search", "--image", "registry/tiny:1",
+                   "--framework", "pytorch-2.1", "--gpus", "2", "--cpu", "1", "--memory", "1Gi", "--non-preemptible",
+                   "--", "python", "train.py")
+    assert steady.returncode == 0, steady.stderr
+    job = TrainingJob.objects.get(name="steady")
+    assert (job.gpu_model, job.preemptible) == (None, False)  # any certified model, own quota only
 
 def test_unknown_ids_are_exit_3(tidal):
     assert tidal.login().returncode == 0

@@ -178,6 +178,17 @@ def test_a_gang_is_submitted_through_the_form(world):
     assert (form.initial["workers"], form.initial["topology"]) == (2, "spread")
 
 
+def test_a_job_may_leave_its_model_open_and_opt_out_of_preemption(world):
+    client = signed_in(world, "member")
+    response = client.post(reverse("job-submit"), _form(world, gpu_model="", gpus="2", non_preemptible="on"))
+    job = TrainingJob.objects.get(name="bert")
+    assert response.status_code == 302 and (job.gpu_model, job.gpus, job.preemptible) == (None, Decimal(2), False)
+    html = client.get(reverse("job", args=[job.pk])).content.decode()
+    assert "any certified model" in html and "own quota only, never borrowed" in html
+    form = client.get(reverse("job-submit") + f"?from={job.pk}").context["form"]
+    assert form.initial["non_preemptible"] is True
+
+
 def test_submit_again_prefills_the_form_with_the_same_task_key(world):
     source = world.submit("member", name="resnet", gpus="0.5")
     response = signed_in(world, "member").get(reverse("job-submit") + f"?from={source.pk}")
