@@ -278,3 +278,32 @@ class QuotaUsageSerializer(serializers.Serializer):
     own_used = serializers.DecimalField(max_digits=14, decimal_places=3)
     borrowed = serializers.DecimalField(max_digits=14, decimal_places=3)
     borrowed_used = serializers.DecimalField(max_digits=14, decimal_places=3)
+
+
+class TreeQuotaSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField(source="model")
+    own = serializers.FloatField(help_text="its own quota (a parent's: a pool its subtree shares)")
+    borrow_limit = serializers.FloatField(allow_null=True, help_text="null: unlimited")
+    lend_limit = serializers.FloatField(allow_null=True, help_text="null: all of its own may be lent")
+    subtree_own = serializers.FloatField(help_text="its own and every department's below it")
+    used = serializers.FloatField(help_text="what its subtree's admitted and running jobs hold")
+    pending = serializers.FloatField(help_text="what its subtree's waiting jobs ask for")
+    lent = serializers.FloatField(help_text="what of its unused own other subtrees borrow")
+    borrowed = serializers.FloatField(help_text="what it uses past its subtree's own")
+    fair_share = serializers.FloatField(help_text="its fair share of the model's capacity with today's demand: own "
+                                                  "first, the rest by weight")
+
+
+class TreeNodeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    parent = serializers.CharField(allow_null=True, help_text="null: under the root")
+    depth = serializers.IntegerField(help_text="0: under the root")
+    weight = serializers.FloatField()
+    leaf = serializers.BooleanField(help_text="only leaves admit jobs")
+    quotas = TreeQuotaSerializer(many=True, source="models")
+
+
+class DepartmentTreeSerializer(serializers.Serializer):
+    capacity = serializers.DictField(child=serializers.FloatField(), help_text="GPUs per model in the cluster")
+    warnings = serializers.ListField(child=serializers.CharField(), help_text="own quotas that sum past the cluster")
+    nodes = TreeNodeSerializer(many=True, help_text="depth first, children by name")

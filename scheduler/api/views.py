@@ -205,7 +205,15 @@ class TrainingJobViewSet(
 
 
 class DepartmentViewSet(core_views.DepartmentViewSet):
-    # Core's departments, with the quota usage the scheduler keeps (served here: core imports no app).
+    # Core's departments, with the quota usage and tree figures the scheduler keeps (served here: core imports no app).
+
+    @extend_schema(responses=s.DepartmentTreeSerializer, parameters=[])
+    @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
+    def tree(self, request):
+        """The quota tree: each department with, per GPU model, its own quota, borrow and lend limits, weight, what
+        its subtree uses and asks for, lends and borrows, and its fair share; a warning for each model whose own
+        quotas sum past the cluster. Members see their departments with those above and below them."""
+        return Response(s.DepartmentTreeSerializer(selectors.department_tree(user=request.user)).data)
 
     @extend_schema(responses=s.QuotaUsageSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
