@@ -4,7 +4,7 @@ from decimal import Decimal
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -12,13 +12,14 @@ from core import selectors as core_selectors, services as core_services
 from core.errors import ApplicationError
 from core.models import Department
 from frontend import scope
-from frontend.departments.forms import MemberForm, RoleForm
+from frontend.departments.forms import MemberForm, RoleForm, WeightForm
 from frontend.departments.tables import DepartmentTable
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
 from frontend.templatetags.console import gpus
 from scheduler import selectors
 from scheduler.models import JobStatus
+from scheduler.quotafigures import ModelFigures
 
 DEPARTMENT_LIST = ObjectList(table=DepartmentTable, per_page=50, template="frontend/departments/list.html")
 
@@ -116,3 +117,58 @@ def quota_bar(usage: selectors.QuotaUsage) -> dict:
 
     return {"usage": usage, "own_used": share(own_used), "own_free": share(usage.own - own_used),
             "borrowed_used": share(borrowed_used), "borrowed_free": share(usage.borrowed - borrowed_used)}
+
+
+@login_required
+def department_tree(request, *, weight_forms: dict[str, WeightForm] | None = None, status: int = 200):
+    """The quota tree: per department and GPU model, own / used / lent / borrowed / fair share bars; the admins of a
+    department change the weights of those below it here (htmx swaps the tree, so the fair shares move)."""
+    figures = selectors.department_tree(user=request.user)
+    managed = core_selectors.managed_departments(user=request.user)
+    names = None if managed is None else set(core_selectors.departments().filter(pk__in=managed).values_list(
+        "name", flat=True))
+    models = [m.model for m in figures.nodes[0].models] if figures.nodes else []
+    rows = [{"node": node, "editable": names is None or node.name in names,
+             "form": (weight_forms or {}).get(node.name), "bars": [tree_bar(f) for f in node.models]}
+            for node in figures.nodes]
+    context = {"rows": rows, "models": models, "warnings": figures.warnings, "capacity": figures.capacity,
+               "breadcrumbs": [("Departments", reverse("departments")), ("Quota tree", None)]}
+    template = "frontend/departments/_tree.html" if request.htmx else "frontend/departments/tree.html"
+    return render(request, template, context, status=status)
+
+
+@login_required
+@require_POST
+def department_weight(request, name: str):
+    """Set a department's weight: its parent's admins and operators (core_services.department_update decides)."""
+    rows, managed = core_selectors.departments(), core_selectors.managed_departments(user=request.user)
+    if managed is not None:  # 404 for what they may not see; 403 (the service) for what they see but do not manage
+        rows = rows.restrict(request.user) | rows.filter(pk__in=managed)
+    department = get_object_or_404(rows, name=name)
+    form = WeightForm(request.POST)
+    if form.is_valid():
+        try:
+            core_services.department_update(department=department, actor=request.user,
+                                            weight=form.cleaned_data["weight"])
+        except ApplicationError as error:
+            apply_errors(form, error)
+        else:
+            if not request.htmx:
+                messages.success(request, f"{department} now weighs {form.cleaned_data['weight']:f}.")
+                return redirect("department-tree")
+            return department_tree(request)
+    return department_tree(request, weight_forms={name: form}, status=200 if request.htmx else 400)
+
+
+def tree_bar(f: ModelFigures) -> dict:
+    """Widths (in % of the node's largest figure) of a tree bar: used within own, borrowed past it, own left free
+    (lent first); and where the fair share falls."""
+    scale = max(f.subtree_own, f.used, f.fair_share) or 1.0
+    within = min(f.used, f.subtree_own)
+    lent = min(f.lent, f.subtree_own - within)
+
+    def pct(x: float) -> float:
+        return round(x / scale * 100, 2)
+
+    return {"f": f, "used": pct(within), "borrowed": pct(f.used - within), "lent": pct(lent),
+            "free": pct(f.subtree_own - within - lent), "fair": min(pct(f.fair_share), 100.0)}

@@ -37,7 +37,8 @@ def pages(world):
         "jobs": reverse("jobs"), "submit": reverse("job-submit"), "job": reverse("job", args=[job.pk]),
         "gang": reverse("job", args=[gang.pk]),
         "job-cancel": reverse("job-cancel", args=[job.pk]), "departments": reverse("departments"),
-        "department": reverse("department", args=["ml-search"]), "services": reverse("services"),
+        "department": reverse("department", args=["ml-search"]), "tree": reverse("department-tree"),
+        "services": reverse("services"),
         "service": reverse("service", args=[service.name]), "service-edit": reverse("service-edit", args=[service.name]),
         "service-create": reverse("service-create"), "submit-again": reverse("job-submit") + f"?from={job.pk}",
     }
@@ -542,6 +543,7 @@ def test_every_form_needs_its_csrf_token(world, pages):
     posts = [reverse("job-submit"), reverse("jobs-cancel"), reverse("job-cancel", args=[job.pk]),
              reverse("department-switch"), reverse("department-member-add", args=["ml-search"]),
              reverse("department-member", args=["ml-search", admin.pk]), reverse("service-create"),
+             reverse("department-weight", args=["ml-search"]),
              reverse("service-edit", args=[service.name]), reverse("logout")]
     for url in posts:
         assert client.post(url, {}).status_code == 403, url
@@ -550,7 +552,7 @@ def test_every_form_needs_its_csrf_token(world, pages):
 
 
 @pytest.mark.parametrize("page, most", [("jobs", 12), ("job", 22), ("gang", 22), ("department", 16),
-                                        ("departments", 10), ("services", 10), ("service", 12), ("submit", 12)])
+                                        ("departments", 10), ("tree", 12), ("services", 10), ("service", 12), ("submit", 12)])
 def test_queries_per_page_do_not_grow_with_rows(world, pages, django_assert_max_num_queries, page, most):
     """Forty more jobs, runs and decisions must not add queries (no N+1)."""
     for n in range(40):
