@@ -162,8 +162,9 @@ def department_weight(request, name: str):
 
 def tree_bar(f: ModelFigures) -> dict:
     """Widths (in % of the node's largest figure) of a tree bar: used within own, borrowed past it, own left free
-    (lent first); and where the fair share falls."""
-    scale = max(f.subtree_own, f.used, f.fair_share) or 1.0
+    (lent first), waiting demand past all of it; and where the fair share falls."""
+    wanted = f.used + f.pending
+    scale = max(f.subtree_own, wanted, f.fair_share) or 1.0
     within = min(f.used, f.subtree_own)
     lent = min(f.lent, f.subtree_own - within)
 
@@ -171,4 +172,5 @@ def tree_bar(f: ModelFigures) -> dict:
         return round(x / scale * 100, 2)
 
     return {"f": f, "used": pct(within), "borrowed": pct(f.used - within), "lent": pct(lent),
-            "free": pct(f.subtree_own - within - lent), "fair": min(pct(f.fair_share), 100.0)}
+            "free": pct(f.subtree_own - within - lent), "waiting": pct(max(0.0, wanted - max(f.subtree_own, f.used))),
+            "fair": min(pct(f.fair_share), 100.0)}
