@@ -135,3 +135,31 @@ def test_a_bad_change_by_an_admin_is_a_400_naming_the_field_and_writes_nothing(w
     response = admin.patch(f"/api/departments/{child.json()['id']}/", body, format="json")
     assert response.status_code == 400 and field in response.json()["extra"]["fields"], response.json()
     assert list(Department.objects.order_by("pk").values()) == before
+
+
+def test_a_wait_blocked_above_the_department_names_the_level(world):
+    """ml-search sits under ml, which may borrow nothing from outside: with its own A100 in use, ml-search's next job
+    is refused by ml's limit (not its own borrowed quota), and its pending sentence names ml."""
+    import time
+
+    from cluster.clock import VirtualClock
+    from cluster.simulated import store
+    from cluster.simulated.engine import SimulatedCluster
+    from colocation.selectors import node_views
+    from scheduler import live
+    from scheduler.policy.profile import get_profile
+
+    client = world.client("operator")
+    assert client.post("/api/departments/", {"name": "ml"}, format="json").status_code == 201
+    for model in ("A100", "T4"):
+        assert client.post("/api/quotas/", {"department": "ml", "resource_kind": "gpu", "gpu_model": model,
+                                            "own": "0", "borrowed": "0"}, format="json").status_code == 201
+    Department.objects.filter(name="ml-search").update(parent=Department.objects.get(name="ml"))
+    Quota.objects.filter(department__name="ml-search", gpu_model__name="T4").delete()  # no T4 to fall back on
+    world.hold(world.submit(name="own", gpu_model="A100", gpus="4"), gpu_model="A100")
+    waiting = world.submit(name="next", gpu_model="A100", gpus="1")
+    cluster = SimulatedCluster(node_views(), VirtualClock(time.time()), store.labelled_runtime)
+    live.scheduler_tick(backend=cluster, now=time.time(), profile=get_profile("tidal"))
+    body = world.client("member").get(f"/api/jobs/{waiting.pk}/").json()
+    assert body["status"] == "pending", body
+    assert "borrowed A100 quota of ml 0/0 used, needs 1" in body["latest_decision"]["message"], body
