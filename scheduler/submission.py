@@ -29,6 +29,8 @@ def _job_errors(*, submitter, department, framework, gpu_model, gpus: Decimal, c
 
     if not submitter.is_staff and not core_selectors.is_member(user=submitter, department=department):
         add("department", f"you are not a member of department {department}")
+    elif department.children.exists():  # docs/concepts/quotas-and-priority.md#quota-trees-and-fair-sharing
+        add("department", f"{department} has departments below it: only the leaves of the quota tree run jobs")
     if gpus < 0:
         add("gpus", f"must be zero or more, got {gpus}")
     elif gpus > 1 and gpus != gpus.to_integral_value():

@@ -144,7 +144,7 @@ class TrainingJobViewSet(
         `gpus`, `cpu_milli` and `memory_mib` are per worker; `workers` > 1 makes a gang, whose workers start
         together or not at all, on one GPU model. Beyond the schema (a 400 naming the field, nothing written):
         `department`, `framework` ("name-version") and `gpu_model` name existing ones, and you are a member of the
-        department (operators: of any); the framework is certified on the GPU model (without one: on some model,
+        department (operators: of any), a leaf of the quota tree; the framework is certified on the GPU model (without one: on some model,
         and placement chooses among them); above 1, `gpus` is whole, and a gang's workers ask for whole GPUs; one
         worker's GPUs, CPU and memory fit a single node that could run it; a gang's workers × GPUs (and CPU and memory, where the
         department has such quotas) fit the department's own + borrowed quota of at least one GPU model it may run

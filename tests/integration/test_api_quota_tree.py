@@ -90,6 +90,16 @@ def test_quotas_past_the_cluster_are_a_warning(world):
     assert body["warnings"] == ["own T4 quotas sum to 5 GPUs; the cluster has 4"]
 
 
+def test_only_the_leaves_of_the_tree_run_jobs(world):
+    world.client("operator").post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"},
+                                  format="json")
+    before = world.snapshot()
+    response = world.client("member").post("/api/jobs/", world.job_payload(), format="json")
+    assert response.status_code == 400, response.json()
+    assert "only the leaves" in response.json()["extra"]["fields"]["department"][0]
+    assert world.snapshot() == before
+
+
 def test_a_member_reads_their_part_of_the_tree(world):
     _tree(world)
     world.client("operator").post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"},
