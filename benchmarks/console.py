@@ -1,4 +1,5 @@
-"""`bench console`: how fast every console page renders with 10,000 jobs and 200 departments.
+"""`bench console`: how fast every console page renders with 10,000 jobs and 200 departments, the leaves of a
+3-level quota tree (4 divisions of 10 groups each; docs/concepts/quotas-and-priority.md#quota-trees-and-fair-sharing).
 
 It builds its own throwaway database (Django's test database next to the configured one, migrated, dropped at
 the end), so it runs on a fresh clone and never touches real data. Each page is requested through the whole
@@ -20,7 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 PAGES = ("my_jobs", "department_jobs", "all_jobs_operator", "job_pending", "job_running", "submit",
-         "departments_operator", "department", "services", "service",
+         "departments_operator", "department", "quota_tree_operator", "quota_tree_admin", "services", "service",
          "ops_overview", "ops_nodes", "ops_quotas", "ops_decisions")
 STATUSES = (("pending", 0.3), ("running", 0.2), ("succeeded", 0.4), ("cancelled", 0.05), ("failed", 0.05))
 
@@ -70,7 +71,11 @@ def _fill(*, jobs: int, departments: int, nodes: int, rng: random.Random) -> dic
         Node(name=f"t4-{i}", resource_group=group, gpu_model=t4, gpu_count=8, cpu_milli=96000, memory_mib=786432,
              state=rng.choice([NodeState.OFFLINE_NORMAL, NodeState.ONLINE_NORMAL])) for i in range(nodes))
     _transitions(inventory, rng)
-    depts = Department.objects.bulk_create(Department(name=f"dept-{i:03d}") for i in range(departments))
+    divisions = Department.objects.bulk_create(Department(name=f"div-{d}", weight=1 + d % 2) for d in range(4))
+    groups = Department.objects.bulk_create(Department(name=f"grp-{d}-{g}", parent=divisions[d])
+                                            for d in range(4) for g in range(10))
+    depts = Department.objects.bulk_create(Department(name=f"dept-{i:03d}", parent=groups[i % len(groups)],
+                                                      weight=1 + i % 3) for i in range(departments))
     users = User.objects.bulk_create(User(username=f"user-{i:03d}") for i in range(departments))
     Membership.objects.bulk_create(Membership(user=u, department=d, role="admin") for u, d in zip(users, depts))
     quotas = []
@@ -78,6 +83,8 @@ def _fill(*, jobs: int, departments: int, nodes: int, rng: random.Random) -> dic
         quotas += [Quota(department=d, resource_kind="gpu", gpu_model=t4, own=16, borrowed=8),
                    Quota(department=d, resource_kind="cpu", own=256000, borrowed=64000),
                    Quota(department=d, resource_kind="memory", own=2097152, borrowed=524288)]
+    quotas += [Quota(department=d, resource_kind="gpu", gpu_model=t4, own=64, borrowed=0, lend_limit=32)
+               for d in divisions]  # a pool each division's teams share
     Quota.objects.bulk_create(quotas)
     now = timezone.now()
     rows = []
@@ -113,6 +120,8 @@ def _fill(*, jobs: int, departments: int, nodes: int, rng: random.Random) -> dic
         "submit": (admin, reverse("job-submit")),
         "departments_operator": (operator, reverse("departments")),
         "department": (admin, reverse("department", args=[dept.name])),
+        "quota_tree_operator": (operator, reverse("department-tree")),
+        "quota_tree_admin": (admin, reverse("department-tree")),
         "services": (admin, reverse("services")),
         "service": (admin, reverse("service", args=[service.name])),
         "ops_overview": (operator, reverse("ops")),

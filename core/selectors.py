@@ -16,6 +16,46 @@ def can_administer(*, user, department: Department) -> bool:
     return user.is_staff or is_member(user=user, department=department, role=Membership.Role.ADMIN)
 
 
+def tree_links() -> dict[int, int | None]:
+    """Every department's id -> its parent's id (None: under the root), in one query."""
+    return dict(Department.objects.values_list("pk", "parent_id"))
+
+
+def subtrees(links: dict[int, int | None], roots: set[int]) -> set[int]:
+    """The ids of `roots` and of every department below them."""
+    found, changed = set(roots), True
+    while changed:
+        grown = found | {pk for pk, parent in links.items() if parent in found}
+        changed, found = grown != found, grown
+    return found
+
+
+def managed_departments(*, user) -> set[int] | None:
+    """The departments whose place and weight in the quota tree `user` manages: below the ones they administer
+    (a department admin manages their subtree's children, not their own department); None: every one (operators)."""
+    if user.is_staff:
+        return None
+    if not user.is_authenticated:
+        return set()
+    admin_of = set(Membership.objects.filter(user=user, role=Membership.Role.ADMIN).values_list("department_id",
+                                                                                                   flat=True))
+    if not admin_of:
+        return set()
+    links = tree_links()
+    return subtrees(links, {pk for pk, parent in links.items() if parent in admin_of})
+
+
+def may_place_under(*, user, parent: Department | None) -> bool:
+    """Whether `user` may put a department under `parent` (None: under the root, operators only): operators, and
+    admins of `parent` or of a department above it."""
+    if user.is_staff:
+        return True
+    if parent is None or not user.is_authenticated:
+        return False
+    managed = managed_departments(user=user)
+    return parent.pk in managed or is_member(user=user, department=parent, role=Membership.Role.ADMIN)
+
+
 def gpu_model_names() -> QuerySet[str]:
     return GPUModel.objects.values_list("name", flat=True)
 

@@ -11,12 +11,25 @@ from core.models import CPU, MEMORY, Department, GPUModel, Membership
 # --- departments and members -------------------------------------------------------------------
 
 
-def department_create(*, name: str, description: str = "", **tree) -> Department:
+def department_create(*, name: str, description: str = "", actor=None, **tree) -> Department:
+    """A new department, under `tree["parent"]` if given. `actor` (None: the system): operators anywhere, department
+    admins within their subtree (docs/reference/permissions.md)."""
+    if actor is not None and not selectors.may_place_under(user=actor, parent=tree.get("parent")):
+        raise PermissionDenied("only operators add top-level departments; a department admin adds them under "
+                               "the departments they administer")
     _check_tree(None, tree)
     return Department.objects.create(name=name, description=description, **tree)
 
 
-def department_update(*, department: Department, **fields) -> Department:
+def department_update(*, department: Department, actor=None, **fields) -> Department:
+    """Change a department (its place in the tree, weight, description). `actor` as in department_create: a
+    department admin changes the departments below theirs, and moves them only within their subtree."""
+    if actor is not None:
+        managed = selectors.managed_departments(user=actor)
+        if managed is not None and department.pk not in managed:
+            raise PermissionDenied(f"only operators and admins of a department above {department} change it")
+        if "parent" in fields and not selectors.may_place_under(user=actor, parent=fields["parent"]):
+            raise PermissionDenied(f"{fields['parent'] or 'the root'} is outside the departments you administer")
     _check_name_kept(department, fields)
     _check_tree(department, fields)
     for name, value in fields.items():

@@ -10,6 +10,7 @@ NAV = (  # (label, url name, who sees it)
     ("My jobs", "jobs", "member"),
     ("Submit a job", "job-submit", "member"),
     ("Departments", "departments", "member"),
+    ("Quota tree", "department-tree", "member"),
     ("Inference services", "services", "member"),
     ("Operations", "ops", "operator"),
     ("Quotas and decisions", "ops-quotas", "admin"),  # a department admin's slice of the dashboards

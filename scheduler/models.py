@@ -120,7 +120,8 @@ class TrainingJob(models.Model):
     framework = models.ForeignKey(Framework, on_delete=models.PROTECT, related_name="jobs")
     gpu_model = models.ForeignKey(
         GPUModel, on_delete=models.PROTECT, null=True, blank=True, related_name="preferred_by_jobs",
-        help_text="Preferred GPU model; empty for CPU-only jobs.",
+        help_text="Preferred GPU model; empty: any model its framework is certified on (placement chooses), or a CPU-only "
+                  "job.",
     )
     gpus = models.DecimalField(max_digits=6, decimal_places=3, default=0)
     cpu_milli = models.PositiveIntegerField()
@@ -131,6 +132,9 @@ class TrainingJob(models.Model):
         help_text="Identical workers (pods) started together or not at all; the GPUs, CPU and memory are per worker.")
     topology = models.CharField(max_length=8, choices=Topology.choices, default=Topology.PACK,
                                 help_text="pack: the fewest nodes, of one block if possible; spread: a node per worker.")
+    preemptible = models.BooleanField(
+        default=True, help_text="false: never preempted, so admitted on own quota only, at every level of the quota "
+                                "tree (docs/concepts/quotas-and-priority.md#quota-trees-and-fair-sharing).")
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING, db_index=True)
     quota_kind = models.CharField(max_length=8, choices=QuotaKind.choices, blank=True)
     node = models.ForeignKey(
@@ -173,7 +177,6 @@ class TrainingJob(models.Model):
             models.CheckConstraint(condition=Q(gpus__gte=0), name="job_gpus_non_negative"),
             models.CheckConstraint(condition=Q(gpus__lte=1) | Q(gpus=Floor(F("gpus"))), name="job_gpus_whole_above_one"),
             models.CheckConstraint(condition=Q(cpu_milli__gt=0) & Q(memory_mib__gt=0), name="job_cpu_memory_positive"),
-            models.CheckConstraint(condition=Q(gpus=0) | Q(gpu_model__isnull=False), name="job_gpu_needs_model"),
             models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_positive"),
             models.CheckConstraint(condition=Q(workers=1) | Q(gpus=Floor(F("gpus"))), name="job_gang_whole_gpus"),
         ]

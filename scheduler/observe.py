@@ -43,7 +43,7 @@ def job_view(job: TrainingJob, run: JobRun | None, history: TaskHistory | None =
         workers=job.workers, topology=Topology(job.topology), expected_duration_s=job.expected_duration_s,
         preferred_pool=Pool(job.pool_preference) if job.pool_preference else None,
         history=history.runs if history else (), keep_request=job.keep_request,
-        past_run_s=history.run_s if history else (),
+        past_run_s=history.run_s if history else (), preemptible=job.preemptible,
     )
 
 

@@ -29,12 +29,12 @@ def _job_errors(*, submitter, department, framework, gpu_model, gpus: Decimal, c
 
     if not submitter.is_staff and not core_selectors.is_member(user=submitter, department=department):
         add("department", f"you are not a member of department {department}")
+    elif department.children.exists():  # docs/concepts/quotas-and-priority.md#quota-trees-and-fair-sharing
+        add("department", f"{department} has departments below it: only the leaves of the quota tree run jobs")
     if gpus < 0:
         add("gpus", f"must be zero or more, got {gpus}")
     elif gpus > 1 and gpus != gpus.to_integral_value():
         add("gpus", f"fractions are only allowed below 1 GPU; {gpus} is neither below 1 nor whole")
-    if gpus > 0 and gpu_model is None:
-        add("gpu_model", "a job that asks for GPUs names its preferred GPU model")
     if workers < 1:
         add("workers", f"must be at least 1, got {workers}")
     elif workers > MAX_WORKERS:
@@ -45,6 +45,8 @@ def _job_errors(*, submitter, department, framework, gpu_model, gpus: Decimal, c
     if topology not in Topology.values:
         add("topology", f"must be one of {', '.join(Topology.values)}, got {topology!r}")
     certified = {model.name for model in framework.certified_on.all()}  # the API's input prefetched them
+    if gpus > 0 and gpu_model is None and not certified:  # an open model is any certified one: there is none
+        add("framework", f"{framework} is certified on no GPU model: a GPU job needs one")
     if gpu_model is not None and gpu_model.name not in certified:
         add("framework", f"{framework} is not certified on {gpu_model}; certified on: {', '.join(sorted(certified)) or 'none'}")
     limits = selectors.node_limits(gpu_models=sorted(certified))
@@ -135,9 +137,10 @@ def job_submit(
     annotations: dict[str, str] | None = None,
     workers: int = 1,
     topology: str = Topology.PACK,
+    preemptible: bool = True,
 ) -> TrainingJob:
     """A job of `workers` identical workers (a gang when more than one), each asking `gpus`, `cpu_milli` and
-    `memory_mib`; refused with every field's reason, nothing written, when it could never run."""
+    `memory_mib`, on `gpu_model` (None: any model its framework is certified on, chosen by placement); refused with every field's reason, nothing written, when it could never run."""
     errors = _job_errors(
         submitter=submitter, department=department, framework=framework, gpu_model=gpu_model,
         gpus=gpus, cpu_milli=cpu_milli, memory_mib=memory_mib, workers=workers, topology=topology,
@@ -148,7 +151,7 @@ def job_submit(
         name=name, task_key=task_key or f"{department.name}/{name}", department=department, submitter=submitter,
         image=image, command=command, framework=framework, gpu_model=gpu_model, gpus=gpus,
         cpu_milli=cpu_milli, memory_mib=memory_mib, expected_duration_s=expected_duration_s,
-        annotations=annotations or {}, workers=workers, topology=topology,
+        annotations=annotations or {}, workers=workers, topology=topology, preemptible=preemptible,
     )
     gang = f" as a gang of {workers} workers ({topology})" if workers > 1 else ""
     decision_record(

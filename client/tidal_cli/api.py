@@ -92,10 +92,39 @@ class Run(TypedDict):
     outcome: str
 
 
+class TreeQuota(TypedDict):
+    gpu_model: str
+    own: float
+    borrow_limit: float | None
+    lend_limit: float | None
+    subtree_own: float
+    used: float
+    pending: float
+    lent: float
+    borrowed: float
+    fair_share: float
+
+
+class TreeNode(TypedDict):
+    name: str
+    parent: str | None
+    depth: int
+    weight: float
+    leaf: bool
+    quotas: list[TreeQuota]
+
+
+class DepartmentTree(TypedDict):
+    capacity: dict[str, float]
+    warnings: list[str]
+    nodes: list[TreeNode]
+
+
 class JobDetail(Job):
     image: str
     command: str
     topology: str
+    preemptible: bool
     keep_request: bool
     admitted_at: str | None
     queue_position: int | None
@@ -216,14 +245,15 @@ COMPONENTS: dict[type, str] = {
     Rightsized: "Rightsized", LatestDecision: "LatestDecision", Worker: "Worker", Reservation: "Reservation",
     Run: "JobRun", JobProfile: "JobProfile", Advice: "Advice", ResourceRequest: "ResourceRequest",
     Decision: "Decision", Department: "Department", QuotaUsage: "QuotaUsage", ResourceGroup: "ResourceGroup",
-    Node: "Node", Service: "InferenceService", Threshold: "ScalingThreshold",
+    Node: "Node", Service: "InferenceService", Threshold: "ScalingThreshold", DepartmentTree: "DepartmentTree",
+    TreeNode: "TreeNode", TreeQuota: "TreeQuota",
 }
 # Every request the client makes: (method, path as the schema spells it).
 ENDPOINTS = [
     ("post", "/api/auth/token/"), ("get", "/api/me/"),
     ("get", "/api/jobs/"), ("post", "/api/jobs/"), ("get", "/api/jobs/{id}/"), ("post", "/api/jobs/{id}/cancel/"),
     ("get", "/api/jobs/{id}/profile/"), ("get", "/api/jobs/{id}/logs/"), ("get", "/api/decisions/"),
-    ("get", "/api/departments/"), ("get", "/api/departments/{id}/usage/"), ("get", "/api/resource-groups/"),
+    ("get", "/api/departments/"), ("get", "/api/departments/tree/"), ("get", "/api/departments/{id}/usage/"), ("get", "/api/resource-groups/"),
     ("get", "/api/nodes/"), ("get", "/api/inference-services/"), ("get", "/api/inference-services/{id}/"),
     ("get", "/api/inference-services/{id}/scaling/"),
 ]
@@ -299,6 +329,9 @@ class Client:
     # departments, cluster, services
     def departments(self) -> list[Department]:
         return self._list("/api/departments/", limit=PAGE)
+
+    def department_tree(self) -> DepartmentTree:
+        return self._request("GET", "/api/departments/tree/")
 
     def usage(self, department_id: int) -> list[QuotaUsage]:
         return self._request("GET", f"/api/departments/{department_id}/usage/")

@@ -1,5 +1,5 @@
 """YAML job files: the API's submission fields (name, department, image, command, framework, gpu_model, gpus,
-cpu_milli, memory_mib, workers, topology, task_key, expected_duration_s), with Kubernetes quantities `cpu` and
+cpu_milli, memory_mib, workers, topology, preemptible, task_key, expected_duration_s), with Kubernetes quantities `cpu` and
 `memory` besides `cpu_milli` and `memory_mib`. Whatever is wrong names the file's line."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 from tidal_cli import quantities
 
 API_FIELDS = ("name", "task_key", "department", "image", "command", "framework", "gpu_model", "gpus", "cpu_milli",
-              "memory_mib", "expected_duration_s", "workers", "topology")
+              "memory_mib", "expected_duration_s", "workers", "topology", "preemptible")
 QUANTITY_FIELDS = {"cpu": "cpu_milli", "memory": "memory_mib"}
 EXAMPLE = """\
 name: resnet50
@@ -21,7 +21,7 @@ department: ml-search
 image: registry/resnet:1
 command: python train.py --epochs 90   # or a list: [python, train.py, --epochs, "90"]
 framework: pytorch-2.1
-gpu_model: T4
+gpu_model: T4    # or leave it out: any model the framework is certified on
 gpus: 1          # a fraction of one GPU (0.5) or whole GPUs
 cpu: 4           # or 4000m, or cpu_milli: 4000
 memory: 16Gi     # or 512Mi, 1G, or memory_mib: 16384

@@ -1,11 +1,13 @@
 """What every app's API views share, and the API of core's own entities: the signed-in user, departments,
 memberships, GPU models and the decision log."""
+from django.core.exceptions import PermissionDenied
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import viewsets
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core import services as core_services
+from core import selectors as core_selectors, services as core_services
 from core.api import serializers as s
 from core.api.permissions import IsOperatorOrReadOnly
 from core.filtersets import DecisionFilterSet, MembershipFilterSet
@@ -28,20 +30,46 @@ class MeView(APIView):
         return Response(s.MeSerializer(request.user).data)
 
 
+@extend_schema_view(
+    create=extend_schema(description=(
+        "Add a department: operators anywhere, department admins under the departments they administer. Beyond the "
+        "schema (a 400 naming the field): `parent` names an existing department.")),
+    update=extend_schema(description=(
+        "Change a department: operators any, department admins those below theirs (moved only within their "
+        "subtree). Beyond the schema (a 400 naming the field): `parent` exists and is neither the department nor "
+        "below it.")),
+    partial_update=extend_schema(description=(
+        "Change a department's place in the quota tree, weight or description: operators any, department admins "
+        "those below theirs (moved only within their subtree). Beyond the schema (a 400 naming the field): `parent` "
+        "exists and is neither the department nor below it.")),
+)
 class DepartmentViewSet(RestrictedMixin, viewsets.ModelViewSet):
-    """Departments: operators create and change them; members see theirs."""
+    """Departments, the nodes of the quota tree: operators manage them all, department admins the departments
+    below theirs; members see theirs."""
 
     base_queryset = Department.objects.all()
     serializer_class = s.DepartmentSerializer
-    permission_classes = [IsOperatorOrReadOnly]
+    permission_classes = [IsAuthenticated]
     filterset_fields = ["name"]
     ordering_fields = ["name", "created_at"]
 
+    def get_queryset(self):
+        """Members see their departments; an admin also sees (and may change) the departments below theirs."""
+        rows = super().get_queryset()
+        managed = core_selectors.managed_departments(user=self.request.user)
+        return rows if not managed else rows | self.base_queryset.filter(pk__in=managed)
+
     def perform_create(self, serializer):
-        serializer.instance = core_services.department_create(**serializer.validated_data)
+        serializer.instance = core_services.department_create(actor=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer):
-        serializer.instance = core_services.department_update(department=serializer.instance, **serializer.validated_data)
+        serializer.instance = core_services.department_update(department=serializer.instance, actor=self.request.user,
+                                                              **serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        if not self.request.user.is_staff:
+            raise PermissionDenied("only platform operators delete departments")
+        super().perform_destroy(instance)
 
 
 @extend_schema_view(create=extend_schema(description=(

@@ -21,5 +21,12 @@ class MemberForm(forms.Form):
         return name
 
 
+class WeightForm(forms.Form):
+    """A department's fair-share weight, as its parent's admins set it in the quota tree."""
+
+    weight = forms.DecimalField(min_value=0, max_digits=8, decimal_places=3,
+                                widget=forms.NumberInput(attrs={"step": "0.5", "min": "0"}))
+
+
 class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices)

@@ -7,6 +7,9 @@ from scheduler.models import Framework, Topology, TrainingJob
 from scheduler.submission import MAX_WORKERS
 
 
+ANY_MODEL = "any certified model (none: CPU only)"
+
+
 class FrameworkChoice(forms.ModelChoiceField):
     def label_from_instance(self, obj: Framework) -> str:
         return str(obj)
@@ -20,9 +23,10 @@ class JobForm(forms.Form):
     command = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}))
     framework = FrameworkChoice(queryset=Framework.objects.order_by("name", "version"), empty_label=None)
     gpu_model = forms.ModelChoiceField(queryset=GPUModel.objects.none(), to_field_name="name", required=False,
-                                       label="GPU model", empty_label="none (CPU only)",
+                                       label="GPU model", empty_label=ANY_MODEL,
                                        help_text="Only the models this framework is certified on. If it has no room, "
-                                                 "Tidal uses the certified model with the most idle GPUs.")
+                                                 "Tidal uses the certified model with the most idle GPUs; any: "
+                                                 "placement chooses among them.")
     workers = forms.IntegerField(min_value=1, max_value=MAX_WORKERS, initial=1, required=False,
                                  help_text="Above 1, a distributed job (torchrun, MultiWorkerMirrored, Paddle fleet): "
                                            "its workers start together or not at all. GPUs, CPU and memory below are "
@@ -37,6 +41,10 @@ class JobForm(forms.Form):
     memory_mib = forms.IntegerField(label="Memory (MiB)", min_value=1, initial=16384, help_text="1024 = 1 GiB.")
     expected_duration_min = forms.IntegerField(label="Expected duration (minutes)", min_value=1, required=False,
                                                help_text="Optional; jobs over 12 h go to the fixed training pool.")
+    # ticked to opt out (an unticked box posts nothing: a form or script that leaves it out keeps the default)
+    non_preemptible = forms.BooleanField(required=False, label="Never preempt",
+                                         help_text="Runs on its department's own quota only (never borrowed), so it "
+                                                   "may wait longer.")
     task_key = forms.CharField(widget=forms.HiddenInput, required=False)
 
     def __init__(self, *args, user, **kwargs):
@@ -60,6 +68,7 @@ class JobForm(forms.Form):
         data["expected_duration_s"] = minutes * 60 if minutes else None
         data["workers"] = data["workers"] or 1  # left blank: one worker, as before the field existed
         data["topology"] = data["topology"] or Topology.PACK
+        data["preemptible"] = not data.pop("non_preemptible")
         return data
 
 
@@ -72,7 +81,7 @@ def initial_from(job: TrainingJob) -> dict:
     return {
         "department": job.department.name, "name": job.name, "image": job.image, "command": job.command,
         "framework": job.framework_id, "gpu_model": job.gpu_model.name if job.gpu_model_id else None,
-        "workers": job.workers, "topology": job.topology,
+        "workers": job.workers, "topology": job.topology, "non_preemptible": not job.preemptible,
         "gpus": job.gpus, "cpu_milli": job.cpu_milli, "memory_mib": job.memory_mib,
         "expected_duration_min": job.expected_duration_s // 60 if job.expected_duration_s else None,
         "task_key": job.task_key,

@@ -101,7 +101,9 @@ class TrainingJobInputSerializer(JSONTypes, serializers.Serializer):
     image = serializers.CharField(max_length=256)
     command = serializers.CharField()
     framework = FrameworkField(queryset=Framework.objects.prefetch_related("certified_on"))
-    gpu_model = gpu_model_field(required=False, allow_null=True, default=None)
+    gpu_model = gpu_model_field(required=False, allow_null=True, default=None,
+                                help_text="null or omitted: any GPU model the framework is certified on (placement "
+                                          "chooses, and the job is charged on the model it gets)")
     gpus = GPUsField(max_digits=6, decimal_places=3, default=Decimal(0))  # DRF passes a default on as given
     cpu_milli = serializers.IntegerField(min_value=1)
     memory_mib = serializers.IntegerField(min_value=1)
@@ -114,6 +116,9 @@ class TrainingJobInputSerializer(JSONTypes, serializers.Serializer):
         choices=Topology.choices, default=Topology.PACK,
         help_text="pack: the fewest nodes, of one block (`tidal.io/block`) if one holds the gang; spread: a node per "
                   "worker.")
+    preemptible = serializers.BooleanField(
+        default=True, help_text="false: never preempted, so admitted on own quota only, at every level of the quota "
+                                "tree")
 
 
 class JobRowsSerializer(serializers.ListSerializer):
@@ -129,7 +134,8 @@ class JobRowsSerializer(serializers.ListSerializer):
             "framework": row["framework_label"], "gpu_model": row["gpu_model_name"],
             "gpus": _GPUS.to_representation(row["gpus"]), "cpu_milli": row["cpu_milli"],
             "memory_mib": row["memory_mib"], "expected_duration_s": row["expected_duration_s"],
-            "workers": row["workers"], "topology": row["topology"], "keep_request": row["keep_request"],
+            "workers": row["workers"], "topology": row["topology"], "preemptible": row["preemptible"],
+            "keep_request": row["keep_request"],
             "status": row["status"], "quota_kind": row["quota_kind"],
             "node": row["node_name"], "assigned_gpu_model": row["assigned_gpu_model_name"],
             "submitted_at": _when(row["submitted_at"], tz), "admitted_at": _when(row["admitted_at"], tz),
@@ -165,7 +171,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         model = TrainingJob
         fields = [
             "id", "name", "task_key", "department", "submitter", "image", "command", "framework", "gpu_model",
-            "gpus", "cpu_milli", "memory_mib", "expected_duration_s", "workers", "topology", "keep_request", "status",
+            "gpus", "cpu_milli", "memory_mib", "expected_duration_s", "workers", "topology", "preemptible", "keep_request", "status",
             "quota_kind", "node", "assigned_gpu_model", "submitted_at", "admitted_at", "started_at", "finished_at",
             "why",
         ]
@@ -272,3 +278,32 @@ class QuotaUsageSerializer(serializers.Serializer):
     own_used = serializers.DecimalField(max_digits=14, decimal_places=3)
     borrowed = serializers.DecimalField(max_digits=14, decimal_places=3)
     borrowed_used = serializers.DecimalField(max_digits=14, decimal_places=3)
+
+
+class TreeQuotaSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField(source="model")
+    own = serializers.FloatField(help_text="its own quota (a parent's: a pool its subtree shares)")
+    borrow_limit = serializers.FloatField(allow_null=True, help_text="null: unlimited")
+    lend_limit = serializers.FloatField(allow_null=True, help_text="null: all of its own may be lent")
+    subtree_own = serializers.FloatField(help_text="its own and every department's below it")
+    used = serializers.FloatField(help_text="what its subtree's admitted and running jobs hold")
+    pending = serializers.FloatField(help_text="what its subtree's waiting jobs ask for")
+    lent = serializers.FloatField(help_text="what of its unused own other subtrees borrow")
+    borrowed = serializers.FloatField(help_text="what it uses past its subtree's own")
+    fair_share = serializers.FloatField(help_text="its fair share of the model's capacity with today's demand: own "
+                                                  "first, the rest by weight")
+
+
+class TreeNodeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    parent = serializers.CharField(allow_null=True, help_text="null: under the root")
+    depth = serializers.IntegerField(help_text="0: under the root")
+    weight = serializers.FloatField()
+    leaf = serializers.BooleanField(help_text="only leaves admit jobs")
+    quotas = TreeQuotaSerializer(many=True, source="models")
+
+
+class DepartmentTreeSerializer(serializers.Serializer):
+    capacity = serializers.DictField(child=serializers.FloatField(), help_text="GPUs per model in the cluster")
+    warnings = serializers.ListField(child=serializers.CharField(), help_text="own quotas that sum past the cluster")
+    nodes = TreeNodeSerializer(many=True, help_text="depth first, children by name")

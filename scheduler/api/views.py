@@ -144,9 +144,9 @@ class TrainingJobViewSet(
         `gpus`, `cpu_milli` and `memory_mib` are per worker; `workers` > 1 makes a gang, whose workers start
         together or not at all, on one GPU model. Beyond the schema (a 400 naming the field, nothing written):
         `department`, `framework` ("name-version") and `gpu_model` name existing ones, and you are a member of the
-        department (operators: of any); the framework is certified on the GPU model; above 1, `gpus` is whole, and
-        a gang's workers ask for whole GPUs; a job that asks for GPUs names its GPU model; one worker's GPUs, CPU
-        and memory fit a single node that could run it; a gang's workers × GPUs (and CPU and memory, where the
+        department (operators: of any), a leaf of the quota tree; the framework is certified on the GPU model (without one: on some model,
+        and placement chooses among them); above 1, `gpus` is whole, and a gang's workers ask for whole GPUs; one
+        worker's GPUs, CPU and memory fit a single node that could run it; a gang's workers × GPUs (and CPU and memory, where the
         department has such quotas) fit the department's own + borrowed quota of at least one GPU model it may run
         on."""
         payload = s.TrainingJobInputSerializer(data=request.data)
@@ -205,7 +205,15 @@ class TrainingJobViewSet(
 
 
 class DepartmentViewSet(core_views.DepartmentViewSet):
-    # Core's departments, with the quota usage the scheduler keeps (served here: core imports no app).
+    # Core's departments, with the quota usage and tree figures the scheduler keeps (served here: core imports no app).
+
+    @extend_schema(responses=s.DepartmentTreeSerializer, parameters=[])
+    @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
+    def tree(self, request):
+        """The quota tree: each department with, per GPU model, its own quota, borrow and lend limits, weight, what
+        its subtree uses and asks for, lends and borrows, and its fair share; a warning for each model whose own
+        quotas sum past the cluster. Members see their departments with those above and below them."""
+        return Response(s.DepartmentTreeSerializer(selectors.department_tree(user=request.user)).data)
 
     @extend_schema(responses=s.QuotaUsageSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])

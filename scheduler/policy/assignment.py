@@ -2,7 +2,8 @@
 or a Diagnosis of why each model failed.
 
 The preferred GPU model is tried first, then, with model fallback, the other certified models by most idle
-capacity. On each model the quota comes first (own, else borrowed) and then a node with free room; a gang needs a
+capacity. A one-pod job that left its model open goes, among the certified models with room, to the one whose
+placement loses the fewest GPUs to fragmentation (own quota before borrowed; placements ranked by least GPU loss). On each model the quota comes first (own, else borrowed) and then a node with free room; a gang needs a
 node for every worker, on one model (gang.py). Only the first two models tried are diagnosed in full (what a
 waiting job's sentence spells out); the others are only named.
 """
@@ -56,6 +57,7 @@ class Assigner:
         demands = self._gpu_demands.get(req.gpus * job.workers)
         if demands is None:
             demands = self._gpu_demands[req.gpus * job.workers] = {}
+        best: Assignment | None = None  # an open-model job's least-loss placement so far
         for n, model in enumerate(self.model_order(q)):
             spelled = n < 2  # (see the module's docstring)
             kind = self._quota_kind(q, quota, demands, model, spelled, diagnosis)
@@ -78,12 +80,15 @@ class Assigner:
             else:
                 placement = self._place(q, pod, table)
                 if isinstance(placement, Placement):
-                    return Assignment(pod, kind, placement)
+                    if job.gpu_model is not None or placement.loss is None:
+                        return Assignment(pod, kind, placement)
+                    best = _least_loss(best, Assignment(pod, kind, placement))
+                    continue
                 attempt = NoRoom(pod, kind, table.bounds(), (table.free_whole_gpus(), table.idle_gpus()),
                                  shared_badly=placement is _SHARED_BADLY) if spelled else NoRoom(pod, kind, None)
             diagnosis.attempts.append(attempt)
             diagnosis.refusals.append((model, attempt if spelled else None))
-        return diagnosis
+        return best or diagnosis
 
     def _place(self, q: Queued, pod: PodRequest, table: NodeTable) -> Placement | object | None:
         """A node for one pod: a share ranked by least GPU loss where the jobs on the GPU get on with it, when the
@@ -159,6 +164,18 @@ class Assigner:
         if len(frame) != 2:  # the mark in a name: written plainly, without a frame
             return gang_needs(table, job, pod, free, fits, None), None
         return f"{pod.cpu_milli}".join(frame), (frame[0], frame[1])
+
+
+def _least_loss(best: Assignment | None, other: Assignment) -> Assignment:
+    """The better of two placements of an open-model job: own quota first, then the fewer GPUs lost (the first
+    tried on a tie)."""
+    if best is None:
+        return other
+    return other if _rank(other) < _rank(best) else best
+
+
+def _rank(a: Assignment) -> tuple[bool, float]:
+    return a.kind is QuotaKind.BORROWED, a.placement.loss
 
 
 def gang_rows(state: CycleState, job: JobView, pod: PodRequest, table: NodeTable) -> list[int] | None:

@@ -23,7 +23,6 @@ pytestmark = pytest.mark.django_db
         ({"cpu_milli": 96001}, "cpu_milli"),  # the largest node has 96000m
         ({"memory_mib": 1048577}, "memory_mib"),  # and 1 TiB
         ({"gpu_model": "V100"}, "gpu_model"),
-        ({"gpus": "1", "gpu_model": None}, "gpu_model"),
         ({"framework": "caffe-1.0"}, "framework"),  # certified on P40 only, the job asks for T4
         ({"framework": "tensorflow-2.15"}, "framework"),
         ({"framework": "pytorch"}, "framework"),
@@ -58,6 +57,28 @@ def test_malformed_json_is_rejected_and_writes_nothing(world):
 )
 def test_submissions_within_the_limits_are_accepted(world, overrides):
     assert world.client("member").post("/api/jobs/", world.job_payload(**overrides), format="json").status_code == 201
+
+
+def test_a_gpu_job_may_leave_its_model_open_and_be_non_preemptible(world):
+    response = world.client("member").post("/api/jobs/", world.job_payload(gpu_model=None, gpus="2",
+                                                                          preemptible=False), format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["gpu_model"], body["preemptible"]) == (None, False)
+    row = next(r for r in world.client("member").get("/api/jobs/").json()["results"] if r["id"] == body["id"])
+    assert (row["gpu_model"], row["preemptible"]) == (None, False)
+    assert world.client("member").post("/api/jobs/", world.job_payload(), format="json").json()["preemptible"] is True
+
+
+def test_an_open_model_needs_a_framework_certified_somewhere(world):
+    from scheduler.models import Framework
+
+    Framework.objects.create(name="jax", version="0.4")
+    before = world.snapshot()
+    response = world.client("member").post("/api/jobs/", world.job_payload(gpu_model=None, framework="jax-0.4"),
+                                           format="json")
+    assert response.status_code == 400 and "framework" in response.json()["extra"]["fields"], response.json()
+    assert world.snapshot() == before
 
 
 def test_submit_writes_a_pending_decision(world):

@@ -38,14 +38,16 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("POST", "/api/auth/token/"): Row("200 200 200 200 200",
         body=lambda role: {"username": USERNAMES[role], "password": "pw"}),
     ("GET", "/api/me/"): Row("401 200 200 200 200"),
-    # departments: operators write; others see the departments they belong to
+    # departments: operators write; an admin the departments below theirs (not their own, nor a top-level one);
+    # others see the departments they belong to
     ("GET", "/api/departments/"): Row("401 200 200 200 200"),
     ("POST", "/api/departments/"): Row("401 403 403 403 201", body={"name": "ml-new"}),
+    ("GET", "/api/departments/tree/"): Row("401 200 200 200 200"),
     ("GET", "/api/departments/{id}/"): Row("401 404 200 200 200", "department"),
-    ("PUT", "/api/departments/{id}/"): Row("401 403 403 403 200", "department",
+    ("PUT", "/api/departments/{id}/"): Row("401 404 403 403 200", "department",
         {"name": "ml-search", "description": "x"}),
-    ("PATCH", "/api/departments/{id}/"): Row("401 403 403 403 200", "department", {"description": "x"}),
-    ("DELETE", "/api/departments/{id}/"): Row("401 403 403 403 204", "empty_department"),
+    ("PATCH", "/api/departments/{id}/"): Row("401 404 403 403 200", "department", {"description": "x"}),
+    ("DELETE", "/api/departments/{id}/"): Row("401 404 404 404 204", "empty_department"),
     ("GET", "/api/departments/{id}/usage/"): Row("401 404 200 200 200", "department"),
     # memberships: operators and the department's admins manage them
     ("GET", "/api/memberships/"): Row("401 200 200 200 200"),

@@ -57,3 +57,119 @@ def test_a_lend_limit_is_kept_when_amounts_change(world):
     assert created.status_code == 201, created.json()
     changed = client.patch(f"/api/quotas/{created.json()['id']}/", {"own": "6"}, format="json")
     assert changed.status_code == 200 and changed.json()["lend_limit"] == "1.000", changed.json()
+
+
+def _tree(world) -> None:
+    """ml above ml-search and ml-ads."""
+    assert world.client("operator").post("/api/departments/", {"name": "ml"}, format="json").status_code == 201
+    for name in ("ml-search", "ml-ads"):
+        Department.objects.filter(name=name).update(parent=Department.objects.get(name="ml"))
+
+
+def test_the_tree_shows_each_nodes_quota_usage_and_fair_share_per_model(world):
+    _tree(world)
+    for n in range(3):  # ml-search: 3 of its own 4 A100 in use, and 2 more waiting
+        world.hold(world.submit(name=f"run-{n}", gpu_model="A100"), gpu_model="A100")
+    world.submit(name="waiting", gpu_model="A100", gpus="2")
+    world.submit("outsider", department="ml-ads", name="ads", gpu_model="A100", gpus="8")
+    body = world.client("operator").get("/api/departments/tree/").json()
+    assert body["capacity"] == {"A100": 8.0, "T4": 4.0} and body["warnings"] == []
+    assert [(n["name"], n["parent"], n["depth"], n["leaf"]) for n in body["nodes"]] == [
+        ("ml", None, 0, False), ("ml-ads", "ml", 1, True), ("ml-search", "ml", 1, True)]
+    a100 = {n["name"]: next(q for q in n["quotas"] if q["gpu_model"] == "A100") for n in body["nodes"]}
+    assert (a100["ml-search"]["own"], a100["ml-search"]["used"], a100["ml-search"]["pending"]) == (4, 3, 2)
+    assert a100["ml-search"]["borrow_limit"] == 2 and a100["ml-search"]["lend_limit"] is None
+    assert (a100["ml"]["subtree_own"], a100["ml"]["used"], a100["ml"]["pending"]) == (8, 3, 10)
+    # 8 A100: each leaf its own demand up to its own (ml-search 4 of 5, ml-ads 4 of 8), nothing left to split
+    assert (a100["ml-search"]["fair_share"], a100["ml-ads"]["fair_share"], a100["ml"]["fair_share"]) == (4, 4, 8)
+
+
+def test_quotas_past_the_cluster_are_a_warning(world):
+    Quota.objects.filter(department__name="ml-ads", gpu_model__name="T4").update(own=3)
+    body = world.client("member").get("/api/departments/tree/").json()
+    assert body["warnings"] == ["own T4 quotas sum to 5 GPUs; the cluster has 4"]
+
+
+def test_only_the_leaves_of_the_tree_run_jobs(world):
+    world.client("operator").post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"},
+                                  format="json")
+    before = world.snapshot()
+    response = world.client("member").post("/api/jobs/", world.job_payload(), format="json")
+    assert response.status_code == 400, response.json()
+    assert "only the leaves" in response.json()["extra"]["fields"]["department"][0]
+    assert world.snapshot() == before
+
+
+def test_a_member_reads_their_part_of_the_tree(world):
+    _tree(world)
+    world.client("operator").post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"},
+                                  format="json")
+    names = [n["name"] for n in world.client("member").get("/api/departments/tree/").json()["nodes"]]
+    assert names == ["ml", "ml-search", "search-ranking"]  # above and below, not the sibling ml-ads
+    assert world.client("anonymous").get("/api/departments/tree/").status_code == 401
+
+
+def test_a_department_admin_manages_the_children_of_their_department(world):
+    _tree(world)
+    admin = world.client("dept_admin")  # adam administers ml-search
+    created = admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"}, format="json")
+    assert created.status_code == 201, created.json()
+    child = created.json()["id"]
+    assert admin.post("/api/departments/", {"name": "search-infra", "parent": "search-ranking"},
+                      format="json").status_code == 201
+    weighed = admin.patch(f"/api/departments/{child}/", {"weight": "3"}, format="json")
+    assert weighed.status_code == 200 and weighed.json()["weight"] == "3.000"
+    infra = Department.objects.get(name="search-infra")
+    assert admin.patch(f"/api/departments/{infra.pk}/", {"parent": "ml-search"}, format="json").status_code == 200
+    refused = [
+        admin.patch(f"/api/departments/{child}/", {"parent": "ml-ads"}, format="json"),  # out of their subtree
+        admin.patch(f"/api/departments/{child}/", {"parent": None}, format="json"),
+        admin.patch(f"/api/departments/{world.departments['ml-search'].pk}/", {"weight": "5"}, format="json"),
+        admin.post("/api/departments/", {"name": "top", "parent": None}, format="json"),
+        admin.post("/api/departments/", {"name": "ads-team", "parent": "ml-ads"}, format="json"),
+        admin.delete(f"/api/departments/{child}/"),
+    ]
+    assert [r.status_code for r in refused] == [403] * 6
+    assert world.client("member").patch(f"/api/departments/{child}/", {"weight": "2"},
+                                        format="json").status_code == 404  # not one of theirs
+    assert Department.objects.get(pk=child).parent.name == "ml-search"
+    assert not Department.objects.filter(name__in=["top", "ads-team"]).exists()
+
+
+@pytest.mark.parametrize("body, field", [({"weight": "-1"}, "weight"), ({"weight": "x"}, "weight"),
+                                         ({"parent": "nowhere"}, "parent"), ({"parent": "search-ranking"}, "parent")])
+def test_a_bad_change_by_an_admin_is_a_400_naming_the_field_and_writes_nothing(world, body, field):
+    admin = world.client("dept_admin")
+    child = admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"}, format="json")
+    before = list(Department.objects.order_by("pk").values())
+    response = admin.patch(f"/api/departments/{child.json()['id']}/", body, format="json")
+    assert response.status_code == 400 and field in response.json()["extra"]["fields"], response.json()
+    assert list(Department.objects.order_by("pk").values()) == before
+
+
+def test_a_wait_blocked_above_the_department_names_the_level(world):
+    """ml-search sits under ml, which may borrow nothing from outside: with its own A100 in use, ml-search's next job
+    is refused by ml's limit (not its own borrowed quota), and its pending sentence names ml."""
+    import time
+
+    from cluster.clock import VirtualClock
+    from cluster.simulated import store
+    from cluster.simulated.engine import SimulatedCluster
+    from colocation.selectors import node_views
+    from scheduler import live
+    from scheduler.policy.profile import get_profile
+
+    client = world.client("operator")
+    assert client.post("/api/departments/", {"name": "ml"}, format="json").status_code == 201
+    for model in ("A100", "T4"):
+        assert client.post("/api/quotas/", {"department": "ml", "resource_kind": "gpu", "gpu_model": model,
+                                            "own": "0", "borrowed": "0"}, format="json").status_code == 201
+    Department.objects.filter(name="ml-search").update(parent=Department.objects.get(name="ml"))
+    Quota.objects.filter(department__name="ml-search", gpu_model__name="T4").delete()  # no T4 to fall back on
+    world.hold(world.submit(name="own", gpu_model="A100", gpus="4"), gpu_model="A100")
+    waiting = world.submit(name="next", gpu_model="A100", gpus="1")
+    cluster = SimulatedCluster(node_views(), VirtualClock(time.time()), store.labelled_runtime)
+    live.scheduler_tick(backend=cluster, now=time.time(), profile=get_profile("tidal"))
+    body = world.client("member").get(f"/api/jobs/{waiting.pk}/").json()
+    assert body["status"] == "pending", body
+    assert "borrowed A100 quota of ml 0/0 used, needs 1" in body["latest_decision"]["message"], body

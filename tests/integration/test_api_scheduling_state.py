@@ -50,6 +50,37 @@ def test_admitted_job_shows_quota_kind_rightsized_request_and_admission(world, t
     assert body["runs"][0]["outcome"] == "running" and body["runs"][0]["node"] == "t4-0"
 
 
+def test_an_open_model_job_is_placed_on_a_certified_model_and_charged_on_it(world, tick):
+    """pytorch is certified on T4 and A100; 4 GPUs fit no T4 node (2 each), so placement takes A100 and the job is
+    charged on A100's quota."""
+    job = world.submit(gpus="4", gpu_model=None)
+    tick()
+    body = world.client("member").get(f"/api/jobs/{job.pk}/").json()
+    assert (body["status"], body["gpu_model"], body["assigned_gpu_model"]) == ("running", None, "A100")
+    search = world.departments["ml-search"]
+    rows = {r["resource"]: r for r in world.client("member").get(f"/api/departments/{search.pk}/usage/").json()}
+    assert rows["A100"]["own_used"] == "4.000" and rows["T4"]["own_used"] == "0.000"
+
+
+def test_a_non_preemptible_job_is_never_admitted_as_borrowed(world, tick):
+    """ml-search's own T4 (2) and A100 (4) are in use and it may borrow: a non-preemptible GPU job waits, a
+    preemptible one borrows."""
+    from scheduler.models import TrainingJob
+
+    world.submit(name="own-a100", gpu_model="A100", gpus="4")
+    world.submit(name="own-t4", gpu_model="T4", gpus="2")
+    tick()
+    steady = world.submit(name="steady", gpu_model="A100")
+    TrainingJob.objects.filter(pk=steady.pk).update(preemptible=False)
+    tick()
+    steady.refresh_from_db()
+    assert steady.status == "pending"
+    TrainingJob.objects.filter(pk=steady.pk).update(preemptible=True)
+    tick()
+    steady.refresh_from_db()
+    assert (steady.status, steady.quota_kind) == ("running", "borrowed")
+
+
 def test_department_usage_counts_what_running_jobs_hold(world, tick):
     world.submit(gpus="1")
     world.submit(gpus="0.5")

@@ -149,6 +149,12 @@ def test_submit_with_flags_only(tidal):
     refused = tidal("submit", "--name", "x", "--cpu", "lots")
     assert refused.returncode == 2 and "cpu: 'lots' is not a quantity" in refused.stderr
     assert TrainingJob.objects.count() == 1
+    steady = tidal("submit", "--name", "steady", "--department", "ml-search", "--image", "registry/tiny:1",
+                   "--framework", "pytorch-2.1", "--gpus", "2", "--cpu", "1", "--memory", "1Gi", "--non-preemptible",
+                   "--", "python", "train.py")
+    assert steady.returncode == 0, steady.stderr
+    job = TrainingJob.objects.get(name="steady")
+    assert (job.gpu_model, job.preemptible) == (None, False)  # any certified model, own quota only
 
 def test_unknown_ids_are_exit_3(tidal):
     assert tidal.login().returncode == 0
@@ -174,7 +180,8 @@ def test_every_read_parses_as_json_and_yaml(tidal, world):
     world.service("ml-search", gpu_model=world.gpu_models["T4"])
     assert tidal.login("otto").returncode == 0  # an operator sees every department
     reads = [["ls"], ["ls", "--all"], ["ls", "--department", "ml-search"], ["describe", str(job.pk)], ["quota"],
-             ["quota", "ml-search"], ["top"], ["services"], ["describe", "service", "ml-search-ranker"]]
+             ["quota", "ml-search"], ["quota", "--tree"], ["top"], ["services"],
+             ["describe", "service", "ml-search-ranker"]]
     for args in reads:
         data = tidal.json(*args)
         as_yaml = tidal(*args, "-o", "yaml")
@@ -185,6 +192,26 @@ def test_every_read_parses_as_json_and_yaml(tidal, world):
     assert {row["resource"] for row in quota} == {"T4", "A100", "cpu", "memory"}
     top = {row["resource_group"]: row for row in tidal.json("top")}
     assert top["t4"]["nodes_online"] == 1 and top["t4"]["gpus"] is None  # no lending tick has looked yet
+
+
+def test_quota_tree_draws_each_department_under_its_parent(tidal, world):
+    from core.models import Department
+
+    Department.objects.filter(name="ml-search").update(parent=Department.objects.create(name="ml"))
+    world.hold(world.submit("member", gpu_model="A100", gpus="2"), gpu_model="A100")
+    world.submit("member", name="waiting", gpu_model="A100", gpus="4")
+    assert tidal.login("mia").returncode == 0
+    drawn = tidal("quota", "--tree")
+    assert drawn.returncode == 0, drawn.stderr
+    lines = drawn.stdout.splitlines()
+    ml = next(i for i, line in enumerate(lines) if "ml weight 1  (pool)" in line)
+    search = next(i for i, line in enumerate(lines) if "ml-search weight 1" in line)
+    assert search > ml and lines[search].index("ml-search") > lines[ml].index("ml")  # drawn under ml
+    assert "ml-ads" not in drawn.stdout  # not a department of mia's
+    assert "A100: 2/4 used · 4 waiting · fair share 6" in lines[search + 1]
+    data = tidal.json("quota", "--tree", "ml-search")
+    assert [n["name"] for n in data["nodes"]] == ["ml-search"] and data["capacity"]["A100"] == 8
+    assert tidal("quota", "--tree", "ml-ads").returncode == 3
 
 
 def test_top_shows_what_the_lending_loop_saw_per_group(tidal, world, settings):

@@ -18,7 +18,7 @@ from django.urls import URLPattern, URLResolver, reverse
 
 from colocation.models import InferenceService, Node
 from frontend import urls as console_urls
-from core.models import Membership
+from core.models import Department, Membership
 from notifications.models import DepartmentSubscription, Preference
 from scheduler.models import JobStatus, Quota, ReplayRun, TrainingJob
 from tests.integration.console_pages import assert_no_template_syntax
@@ -149,6 +149,14 @@ MATRIX: dict[tuple[str, str, str], Row] = {
     ("POST", "department-member", "remove"): Row(
         "302 404 404 403 302 302", lambda o: ["ml-search", o.membership.pk], data=lambda o: {"remove": "1"},
         writes="dept_admin operator", done=lambda c: not _search_membership("mia")),
+    # the quota tree: each sees their part; weights are set by the admins above a department (ml-search is at the
+    # top: operators only)
+    ("GET", "department-tree", ""): Row("302 200 200 200 200 200"),
+    ("POST", "department-tree", ""): Row("302 200 200 200 200 200"),
+    ("GET", "department-weight", ""): Row("302 405 405 405 405 405", lambda o: ["ml-search"]),
+    ("POST", "department-weight", ""): Row(
+        "302 404 404 403 403 302", lambda o: ["ml-search"], data=lambda o: {"weight": "2"}, writes="operator",
+        done=lambda c: Department.objects.get(name="ml-search").weight == 2),
     # ml-search's membership through ml-ads' URL: ml-ads' admin may not reach it that way either
     ("POST", "department-member", "across"): Row(
         "302 403 404 404 404 404", lambda o: ["ml-ads", o.membership.pk], data=lambda o: {"role": "admin"}),

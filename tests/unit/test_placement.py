@@ -201,3 +201,15 @@ def test_the_target_workload_decides_which_free_gpus_to_keep():
     two = TargetWorkload((Shape(4000, 1000, 2),), (10,), 10)
     assert admit(schedule(snap, get_profile("tidal"), workload=one), 1).node == "n1"
     assert admit(schedule(snap, get_profile("tidal"), workload=two), 1).node == "n2"
+
+
+def test_an_open_model_job_goes_where_it_loses_the_fewest_gpus():
+    """No model named: the last free T4 (a node then full, nothing stranded) beats opening an idle 8-GPU node,
+    although A100 has the most idle GPUs (where a named model's fallback would go)."""
+    snap = fleet().job(JobBuilder(9).model("T4").gpus(3).running("t4-1", 0, 1, 2),
+                       JobBuilder(1).model(None).gpus(1)).build()
+    d = admit(cycle(snap), 1)
+    assert (d.gpu_model, d.node) == ("T4", "t4-1")
+    named = fleet().job(JobBuilder(9).model("T4").gpus(3).running("t4-1", 0, 1, 2),
+                        JobBuilder(1).model("A100").gpus(1)).build()
+    assert admit(cycle(named), 1).gpu_model == "A100"

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 import typer
+from rich.tree import Tree
 
 from tidal_cli.api import Client, GroupAllocation, Node, ResourceGroup, Service
 from tidal_cli.commands import OUTPUT, example
@@ -13,12 +14,16 @@ from tidal_cli.runtime import Exit, Failure, connect
 HOLDING = ["admitted", "running"]  # the job statuses that hold resources
 
 
-@example("tidal quota", "tidal quota ml-search", "tidal quota -o json")
+@example("tidal quota", "tidal quota ml-search", "tidal quota -o json", "tidal quota --tree")
 def quota(
     department: str = typer.Argument(None, help="Default: each of your departments (operators: all)."),
+    tree: bool = typer.Option(False, "--tree", help="The quota tree: each department under its parent with, per GPU "
+                                                    "model, used/own, lent, borrowed, waiting and fair share."),
     output: Format = OUTPUT,
 ) -> None:
     """Show own and borrowed quota per resource, with what the department's jobs hold."""
+    if tree:
+        return _tree(department, output)
     client = connect()
     try:
         visible = client.departments()
@@ -37,6 +42,58 @@ def quota(
               _amount(row["borrowed"], row["resource"])] for row in rows]
     emit(rows, output, lambda: [grid(["department", "resource", "own used", "own", "borrowed used", "borrowed"],
                                      table)] if rows else ["No quotas."])
+
+
+def _tree(department: str | None, output: Format) -> None:
+    """The quota tree as the API gives it (`department`: only its subtree), drawn with rich's Tree."""
+    client = connect()
+    try:
+        figures = client.department_tree()
+    finally:
+        client.close()
+    nodes = figures["nodes"]
+    if department:
+        if department not in {n["name"] for n in nodes}:
+            raise Failure(f"department {department!r}: not found (or not one of yours)", Exit.NOT_FOUND)
+        nodes = _subtree(nodes, department)
+        figures = {**figures, "nodes": nodes}
+    emit(figures, output, lambda: [*(f"warning: {w}" for w in figures["warnings"]), _drawn(nodes)] if nodes
+         else ["No departments."])
+
+
+def _subtree(nodes: list[dict], top: str) -> list[dict]:
+    """`top` and every node below it (the API lists them depth first)."""
+    start = next(i for i, n in enumerate(nodes) if n["name"] == top)
+    depth = nodes[start]["depth"]
+    end = next((i for i in range(start + 1, len(nodes)) if nodes[i]["depth"] <= depth), len(nodes))
+    return nodes[start:end]
+
+
+def _drawn(nodes: list[dict]) -> Tree:
+    root = Tree("[bold]quota tree[/bold]", guide_style="dim")
+    branches: dict[str | None, Tree] = {}
+    for node in nodes:
+        above = branches.get(node["parent"], root)
+        label = f"[bold]{node['name']}[/bold] weight {_n(node['weight'])}" + ("" if node["leaf"] else "  (pool)")
+        branch = above.add(label)
+        for q in node["quotas"]:
+            if q["subtree_own"] or q["used"] or q["pending"]:
+                branch.add(_quota_line(q))
+        branches[node["name"]] = branch
+    return root
+
+
+def _quota_line(q: dict) -> str:
+    parts = [f"{q['gpu_model']}: {_n(q['used'])}/{_n(q['subtree_own'])} used"]
+    parts += [f"lent {_n(q['lent'])}"] * bool(q["lent"]) + [f"borrowed {_n(q['borrowed'])}"] * bool(q["borrowed"])
+    parts += [f"{_n(q['pending'])} waiting"] * bool(q["pending"]) + [f"fair share {_n(q['fair_share'])}"]
+    if q["lend_limit"] is not None:
+        parts.append(f"lends ≤ {_n(q['lend_limit'])}")
+    return " · ".join(parts)
+
+
+def _n(x: float) -> str:
+    return number(round(x, 2))
 
 
 def _resource(resource: str) -> str:

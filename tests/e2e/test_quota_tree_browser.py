@@ -1,0 +1,44 @@
+"""The quota tree in a real browser: a department admin changes a child's weight and sees the fair shares move."""
+import shutil
+
+import pytest
+from playwright.sync_api import expect
+
+from core.models import Department, Membership
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_an_admin_changes_a_childs_weight_and_sees_the_fair_shares_move(world, console):
+    """Two teams under ml-search (adam administers it) each want 6 of the cluster's 8 A100: equal weights split what
+    is left over evenly; weight 3 on search-a gives it three quarters."""
+    search = world.departments["ml-search"]
+    for name in ("search-a", "search-b"):
+        team = Department.objects.create(name=name, parent=search)
+        Membership.objects.create(user=world.users["member"], department=team)
+        jobs = [world.submit(department=name, name=f"{name}-{n}", gpu_model="A100", gpus="2") for n in range(3)]
+        world.hold(jobs[0], gpu_model="A100", quota_kind="borrowed")  # 2 running, 4 waiting
+    page = console.page
+    console.sign_in("adam")
+    console.follow("Quota tree")
+    fair = {name: page.locator(f'tr[data-node="{name}"] td.tree-bar').nth(0).locator(".fair-share")
+            for name in ("search-a", "search-b")}
+    expect(fair["search-a"]).to_have_text("4")
+    expect(fair["search-b"]).to_have_text("4")
+    expect(page.locator("#weight-ml-search")).to_have_count(0)  # their own department's weight is its parent's call
+    shutil.copy(console.shot("tree-even"), "/tmp/qsurface-tree-even.png")
+
+    weight = page.get_by_label("Weight of search-a")
+    weight.fill("123456")  # past the field's 5 whole digits (the browser itself refuses a negative one)
+    weight.locator("xpath=..").get_by_role("button", name="Set").click()
+    expect(page.locator("#weight-search-a-error")).to_contain_text("no more than 5 digits before the decimal point")
+    shutil.copy(console.shot("tree-bad-weight"), "/tmp/qsurface-tree-error.png")
+    assert Department.objects.get(name="search-a").weight == 1
+
+    page.get_by_label("Weight of search-a").fill("3")
+    page.locator('tr[data-node="search-a"]').get_by_role("button", name="Set").click()
+    expect(fair["search-a"]).to_have_text("6")
+    expect(fair["search-b"]).to_have_text("2")
+    expect(page.locator("#weight-search-a-error")).to_have_count(0)
+    shutil.copy(console.shot("tree-weighted"), "/tmp/qsurface-tree-weighted.png")
+    assert Department.objects.get(name="search-a").weight == 3
