@@ -216,6 +216,14 @@ http_ready() { curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$1/-/ready"
 # kubeconfigs are made with openssl at the first start, in .run/kube/. Nodes are read from etcd rather than the API
 # server's watch cache (--watch-cache-sizes nodes#0): compacting etcd then expires an old node watch at once (410
 # Gone), which the watch test needs; everything else is cached, as in production.
+# Nodes heartbeat through their Leases (kube-node-lease), as kubelets do: kwok renews each a quarter of the lease's
+# duration, and the node controller marks a node not-ready when its lease was not renewed for the grace period. At
+# kwok's default (40 s, so a renewal every 10 s) 5,000 nodes are 500 writes a second, more than this 2-core machine
+# keeps up with under load: renewals lag, and thousands of nodes go not-ready. A 400 s lease (a renewal every 100 s:
+# 50 writes a second at 5,000 nodes) with the same grace period leaves 300 s of slack for a late renewal.
+# kube-controller-manager's client may send 500 requests a second (20 by default): a thousand new nodes' not-ready
+# taints are lifted in seconds, not minutes.
+NODE_LEASE_S=400
 
 kube_bin() {
   [[ -x $KUBE_BIN/$1 ]] || die "$1 is not built in $KUBE_BIN (platform/kube/build.sh)"
@@ -313,7 +321,8 @@ start_kube-controller-manager() {
     --bind-address 127.0.0.1 --secure-port "$KUBE_CM_PORT" --leader-elect=false \
     --use-service-account-credentials --service-account-private-key-file "$KUBE/sa.key" \
     --root-ca-file "$KUBE/ca.crt" --cluster-signing-cert-file "$KUBE/ca.crt" \
-    --cluster-signing-key-file "$KUBE/ca.key" --profiling=false --v 1
+    --cluster-signing-key-file "$KUBE/ca.key" --profiling=false --v 1 \
+    --kube-api-qps 500 --kube-api-burst 1000 --node-monitor-grace-period "${NODE_LEASE_S}s"
   wait_ready kube-controller-manager "healthz_self_signed $KUBE_CM_PORT" 90
 }
 
@@ -336,7 +345,8 @@ start_kwok() {
     --config "$ROOT/platform/kube/kwok/stages.yaml" --enable-crds Logs \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --node-ip 127.0.0.1 --node-port "$KWOK_PORT" --server-address "127.0.0.1:$KWOK_PORT" \
-    --tls-cert-file "$KUBE/kwok-serving.crt" --tls-private-key-file "$KUBE/kwok-serving.key"
+    --tls-cert-file "$KUBE/kwok-serving.crt" --tls-private-key-file "$KUBE/kwok-serving.key" \
+    --node-lease-duration-seconds "$NODE_LEASE_S"
   wait_ready kwok "listening $KWOK_PORT" 60
 }
 
