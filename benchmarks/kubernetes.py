@@ -150,6 +150,8 @@ def bench_kubernetes(*, nodes: int, pods: int, kubeconfig: str, run_dir: Path, s
             created_s, created_cpu = time.time() - started, ks.cpu_seconds(apiserver) - cpu
             progress(f"kube-scheduler places {len(specs):,} pods")
             kube = _kube_phase(api, kubeconfig, limits, run_dir, len(specs), apiserver)
+        progress(f"pods bound per second: Tidal {tidal.bound_per_s:.1f}, kube-scheduler {kube.bound_per_s:.1f} "
+                 f"(the rest once the cleaning up is done)")
     finally:
         progress("cleaning up")
         _cleanup(api)
