@@ -201,6 +201,18 @@ def test_bind_refuses_a_full_gpu_a_taken_name_and_an_unnormal_node(cluster):
     assert cluster.node("gpu-c").used_shares() == (0.75, 0.0)
 
 
+def test_bind_many_checks_each_pod_against_the_room_the_ones_before_it_took(cluster):
+    refused = cluster.backend.bind_many([
+        (training("job-1-1", (GpuShare(0, 0.75),)), "gpu-c"),
+        (training("job-2-1", (GpuShare(0, 0.5),), job=2), "gpu-c"),  # the first took GPU 0's room
+        (training("job-3-1", (GpuShare(1, 1.0),), job=3), "gpu-c"),
+        (training("job-4-1", job=4), "nowhere"),
+    ])
+    assert sorted(refused) == ["job-2-1", "job-4-1"] and "free" in str(refused["job-2-1"])
+    assert cluster.node("gpu-c").used_shares() == (0.75, 1.0)
+    assert sorted(cluster.node("gpu-c").pods) == ["job-1-1", "job-3-1"] and cluster.pod("job-2-1") is None
+
+
 # --- evicting ----------------------------------------------------------------------------------------------
 
 
