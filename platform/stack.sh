@@ -345,7 +345,7 @@ start_kwok() {
     "${kubectl[@]}" wait --for condition=Established --timeout 60s crd/logs.kwok.x-k8s.io; } \
     >>"$LOGS/kwok.log" 2>&1 || die "kwok's Logs CRD was not applied; see $LOGS/kwok.log"
   spawn kwok "$(kube_bin kwok)" --kubeconfig "$KUBE/kwok.kubeconfig" \
-    --config "$ROOT/platform/kube/kwok/kwok.yaml" --config "$ROOT/platform/kube/kwok/stages.yaml" --enable-crds Logs \
+    --config "$ROOT/platform/kube/kwok/stages.yaml" --enable-crds Logs \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --node-ip 127.0.0.1 --node-port "$KWOK_PORT" --server-address "127.0.0.1:$KWOK_PORT" \
     --tls-cert-file "$KUBE/kwok-serving.crt" --tls-private-key-file "$KUBE/kwok-serving.key" \
