@@ -45,7 +45,7 @@ from benchmarks import kube_scheduler as ks
 from benchmarks.scheduler import percentile
 from cluster.backend import JOB_LABEL, BackendUnavailable, PodSpec
 from cluster.kubernetes import conventions, objects
-from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
+from cluster.kubernetes.backend import KubernetesCluster, KubeSettings, create_pod
 from cluster.kubernetes.kwok import node_object
 from cluster.types import Allocation, JobStatus, JobView, NodeView, Snapshot
 from experiments.builders.cluster import DEPARTMENTS, build_nodes, build_quotas, certified_map, node_shapes
@@ -145,12 +145,13 @@ def bench_kubernetes(*, nodes: int, pods: int, kubeconfig: str, run_dir: Path, s
         progress(f"creating {len(specs):,} pending pods for kube-scheduler")
         with ks.stack_scheduler_paused(run_dir):
             started, cpu = time.time(), ks.cpu_seconds(apiserver)
-            _parallel(lambda body: client.CoreV1Api(api).create_namespaced_pod(KUBE_NAMESPACE, body,
-                                                                               _preload_content=False),
+            _parallel(lambda body: create_pod(api, KUBE_NAMESPACE, body),
                       [pending_pod(spec, node, views_by_name(views)) for spec, node in specs])
             created_s, created_cpu = time.time() - started, ks.cpu_seconds(apiserver) - cpu
             progress(f"kube-scheduler places {len(specs):,} pods")
             kube = _kube_phase(api, kubeconfig, limits, run_dir, len(specs), apiserver)
+        progress(f"pods bound per second: Tidal {tidal.bound_per_s:.1f}, kube-scheduler {kube.bound_per_s:.1f} "
+                 f"(the rest once the cleaning up is done)")
     finally:
         progress("cleaning up")
         _cleanup(api)
@@ -335,7 +336,7 @@ def _setup(api: client.ApiClient, views: list[NodeView]) -> None:
                 raise
     _parallel(lambda body: core.create_node(body, _preload_content=False), [node_object(v) for v in views])
     # on a busy machine kwok may miss a few nodes' heartbeats: the node controller taints them for a while
-    _wait(lambda: _ready_nodes(core) >= READY_SHARE * len(views), "kwok nodes Ready and untainted")
+    _wait(lambda: _ready_nodes(core) >= READY_SHARE * len(views), "kwok nodes Ready and untainted", poll_s=5)
     _wait(lambda: all(core.list_namespaced_service_account(n, field_selector="metadata.name=default").items
                       for n in (TIDAL_NAMESPACE, KUBE_NAMESPACE)), "the namespaces' default service accounts")
 
@@ -390,9 +391,9 @@ def _parallel(call: Callable, items: list) -> None:
             pass
 
 
-def _wait(done: Callable[[], bool], what: str, timeout_s: float = 900) -> None:
+def _wait(done: Callable[[], bool], what: str, timeout_s: float = 900, poll_s: float = 1) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
-        time.sleep(1)
+        time.sleep(poll_s)

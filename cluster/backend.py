@@ -24,7 +24,7 @@ Pod labels: `tidal.io/kind` = inference|training; an inference pod owned by a Re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
@@ -210,6 +210,11 @@ class ClusterBackend(Protocol):
 
     def bind(self, pod: PodSpec, node: str) -> None:
         """Start `pod` on `node` using exactly pod.gpu_shares; BackendError if it does not fit."""
+        ...
+
+    def bind_many(self, pods: Sequence[tuple[PodSpec, str]]) -> dict[str, BackendError]:
+        """Bind each pod as `bind` does, in order (a pod sees the room the ones before it took): the refusals by pod
+        name; every other pod is bound. BackendUnavailable when one could not be asked for (the others answered)."""
         ...
 
     def evict(self, pod: str, reason: str) -> None:

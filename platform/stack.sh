@@ -8,8 +8,9 @@
 #
 # All listen on 127.0.0.1, ports from TIDAL_{PG,REDIS,KAFKA,PROMETHEUS,PUSHGATEWAY}_PORT
 # and TIDAL_{ETCD,ETCD_PEER,KUBE_API,KUBE_CM,KUBE_SCHEDULER,KWOK}_PORT.
-# A service already listening on its port is reused, never restarted. `stop`
-# stops only what this script started (pid files in .run/pids). Runtime state
+# A service this clone started that still listens on its port is reused, never
+# restarted; anything else on a port stops `start` with the variable to change.
+# `stop` stops only what this script started (pid files in .run/pids). Runtime state
 # (logs, pids, data) lives in .run/, which git ignores.
 set -euo pipefail
 
@@ -216,6 +217,15 @@ http_ready() { curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$1/-/ready"
 # kubeconfigs are made with openssl at the first start, in .run/kube/. Nodes are read from etcd rather than the API
 # server's watch cache (--watch-cache-sizes nodes#0): compacting etcd then expires an old node watch at once (410
 # Gone), which the watch test needs; everything else is cached, as in production.
+# Nodes heartbeat through their Leases (kube-node-lease), as kubelets do: kwok renews each a quarter of the lease's
+# duration, and the node controller marks a node not-ready when its lease was not renewed for the grace period. At
+# kwok's default (40 s, so a renewal every 10 s) 5,000 nodes are 500 writes a second, more than this 2-core machine
+# keeps up with under load: renewals lag, and thousands of nodes go not-ready. A 400 s lease (a renewal every 100 s:
+# 50 writes a second at 5,000 nodes) with the same grace period leaves 300 s of slack for a late renewal; a new node
+# gets as long for kwok's first status (thousands registered at once are initialised one after another).
+# kube-controller-manager's client may send 500 requests a second (20 by default): a thousand new nodes' not-ready
+# taints are lifted in seconds, not minutes.
+NODE_LEASE_S=400
 
 kube_bin() {
   [[ -x $KUBE_BIN/$1 ]] || die "$1 is not built in $KUBE_BIN (platform/kube/build.sh)"
@@ -313,7 +323,9 @@ start_kube-controller-manager() {
     --bind-address 127.0.0.1 --secure-port "$KUBE_CM_PORT" --leader-elect=false \
     --use-service-account-credentials --service-account-private-key-file "$KUBE/sa.key" \
     --root-ca-file "$KUBE/ca.crt" --cluster-signing-cert-file "$KUBE/ca.crt" \
-    --cluster-signing-key-file "$KUBE/ca.key" --profiling=false --v 1
+    --cluster-signing-key-file "$KUBE/ca.key" --profiling=false --v 1 \
+    --kube-api-qps 500 --kube-api-burst 1000 --node-monitor-grace-period "${NODE_LEASE_S}s" \
+    --node-startup-grace-period "${NODE_LEASE_S}s"
   wait_ready kube-controller-manager "healthz_self_signed $KUBE_CM_PORT" 90
 }
 
@@ -336,17 +348,60 @@ start_kwok() {
     --config "$ROOT/platform/kube/kwok/stages.yaml" --enable-crds Logs \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --node-ip 127.0.0.1 --node-port "$KWOK_PORT" --server-address "127.0.0.1:$KWOK_PORT" \
-    --tls-cert-file "$KUBE/kwok-serving.crt" --tls-private-key-file "$KUBE/kwok-serving.key"
+    --tls-cert-file "$KUBE/kwok-serving.crt" --tls-private-key-file "$KUBE/kwok-serving.key" \
+    --node-lease-duration-seconds "$NODE_LEASE_S" -v WARN  # INFO logs a line per node and pod patch
   wait_ready kwok "listening $KWOK_PORT" 60
 }
 
 # ---- commands -------------------------------------------------------------------
 
+port_var_of() {
+  case "$1" in
+    postgres) echo TIDAL_PG_PORT ;; redis) echo TIDAL_REDIS_PORT ;; kafka) echo TIDAL_KAFKA_PORT ;;
+    prometheus) echo TIDAL_PROMETHEUS_PORT ;; pushgateway) echo TIDAL_PUSHGATEWAY_PORT ;; etcd) echo TIDAL_ETCD_PORT ;;
+    kube-apiserver) echo TIDAL_KUBE_API_PORT ;; kube-controller-manager) echo TIDAL_KUBE_CM_PORT ;;
+    kube-scheduler) echo TIDAL_KUBE_SCHEDULER_PORT ;; kwok) echo TIDAL_KWOK_PORT ;;
+  esac
+}
+
+# The pid listening on 127.0.0.1:$1 (empty when it cannot be told: another user's process).
+listener_pid() { ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2; }
+
+# The pid this clone's service $1 should listen with: its pid file's, or for PostgreSQL its data directory's
+# postmaster.pid (the cluster this clone initialised in .run/pgdata, or the Debian cluster it started).
+expected_pid() {
+  if [[ $1 != postgres ]]; then our_pid "$1"; return; fi
+  local mode data
+  [[ -f $PIDS/postgres.mode ]] || return 1
+  read -r -a mode < "$PIDS/postgres.mode"
+  if [[ ${mode[0]} == debian ]]; then
+    data="$(pg_lsclusters -h 2>/dev/null | awk -v v="${mode[1]}" -v c="${mode[2]}" '$1 == v && $2 == c {print $6}')"
+  else
+    data="${mode[1]}"
+  fi
+  head -n1 "$data/postmaster.pid" 2>/dev/null
+}
+
+# A service on our port is reused only when this clone started it: another clone's kube-apiserver has other
+# certificates, another clone's database other data. Anything else on the port stops `start`, saying what to change.
+check_reusable() {
+  local name="$1" port="$2" pid expected
+  pid="$(listener_pid "$port")"
+  expected="$(expected_pid "$name")" || expected=""
+  [[ -n $pid && $pid == "$expected" ]] && return
+  local who="another user's process"
+  [[ -n $pid ]] && who="pid $pid ($(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-80))"
+  die "$name: 127.0.0.1:$port is taken by $who, which this clone did not start (no matching pid under $PIDS). \
+Stop it, or give this clone another port: export $(port_var_of "$name")=<a free port> (and the same in every shell \
+that uses this stack)"
+}
+
 start_one() {
   local name="$1" port t0=$SECONDS
   port="$(port_of "$name")"
   if listening "$port"; then
-    say "$name" "reusing 127.0.0.1:$port"
+    check_reusable "$name" "$port"
+    say "$name" "reusing 127.0.0.1:$port (started by this clone)"
   else
     "start_$name"
     say "$name" "started on 127.0.0.1:$port ($((SECONDS - t0))s)"

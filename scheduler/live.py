@@ -2,12 +2,14 @@
 
 Acting is ordered so that a crash at any point leaves a state the next tick repairs:
 - admit: the job is marked `admitted` (with its run) in the database first, then its pod is bound, then it
-  is marked `running`. An `admitted` job whose pod exists is marked running; one without a pod is requeued.
+  is marked `running`. An `admitted` job whose pod exists is marked running; one without a pod is requeued. A
+  cycle's admissions are recorded first and their pods bound in one batch, which the backend creates concurrently
+  (KubernetesCluster.bind_many): one request after another would cap a tick at one pod per round trip.
 - preempt: the job is requeued in the database first, then its pod is evicted. A pod whose job is no longer
   admitted or running (preempted, cancelled, lost) is evicted as an orphan.
 A gang (a job of several workers) is bound whole or not at all: its headless Service first (the workers' stable DNS
 names), then each worker's pod with its rank and rendezvous environment (scheduler/rendezvous.py). If the cluster
-refuses one, the job is requeued once and the workers already bound are evicted and the Service deleted. Whatever
+refuses one, the job is requeued once and the workers bound are evicted and the Service deleted. Whatever
 ends one worker other than success (it failed, someone evicted it, its pod is missing) ends the gang's run the same
 way; the job succeeds when every worker has. A job's Service is deleted when its run ends, whatever the outcome.
 """
@@ -206,11 +208,14 @@ def _requeue_missing(job: TrainingJob, run: JobRun | None, missing: list[str], p
 
 
 class _LiveEffects:
-    """A tick's effects (scheduler.policy.dispatch.Effects) on the database and the cluster; reservations and
-    pending jobs are recorded together once every decision was acted on (act)."""
+    """A tick's effects (scheduler.policy.dispatch.Effects) on the database and the cluster. Admissions are recorded
+    as they come and their pods bound together once every decision was acted on (the backend creates them
+    concurrently; victims only free room, so binding after them changes no outcome); reservations and pending jobs
+    are recorded together then too (act)."""
 
     def __init__(self, backend: ClusterBackend, now: float) -> None:
         self.backend, self.now = backend, now
+        self.admitted: list[_Admitted] = []
         self.reserved: list[Reserve] = []
         self.waiting: list[StillPending] = []
 
@@ -218,7 +223,10 @@ class _LiveEffects:
         return preempt(decision, self.backend, self.now)
 
     def admit(self, decision: Admit) -> bool:
-        return admit(decision, self.backend, self.now)
+        recorded = _record_admission(decision, self.now)
+        if recorded is not None:
+            self.admitted.append(recorded)
+        return recorded is not None
 
     def wait_for_victims(self, decision: Admit, victims: tuple[int, ...]) -> None:
         _wait_for_victims(decision, victims)
@@ -234,8 +242,9 @@ def act(result: CycleResult, backend: ClusterBackend, now: float, report: TickRe
     """Carry out a cycle's decisions on the cluster, victims first (the tick's acting step; tests drive it too)."""
     effects = _LiveEffects(backend, now)
     acted = dispatch(result, effects)
+    started = bind_admitted(effects.admitted, backend, now)
     _record_pending(effects.waiting, _record_reservations(tuple(effects.reserved)))
-    report.admitted += acted.admitted
+    report.admitted += started
     report.preempted += acted.preempted
     report.pending = acted.pending
 
@@ -298,47 +307,77 @@ def _pod_specs(decision: Admit, job: TrainingJob, run: JobRun) -> list[tuple[Pod
             for w, worker in zip(run.workers, decision.workers, strict=True)]
 
 
-def admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
-    """Record the admission, then bind every worker or none (a gang's headless Service first)."""
+@dataclass(frozen=True)
+class _Admitted:
+    """An admission recorded in the database (job `admitted`, its run open) whose pods are not bound yet."""
+
+    job: TrainingJob
+    run: JobRun
+    pods: list[tuple[PodSpec, str]]  # every worker's pod and node, rank 0 first
+
+
+def _record_admission(decision: Admit, now: float) -> _Admitted | None:
     recorded = lifecycle.job_admit(admission=decision, now=now)
     if recorded is None:
-        return False
+        return None
     job, run = recorded
-    specs = _pod_specs(decision, job, run)
-    service = runs.run_service(run)
-    bound: list[str] = []
-    try:
-        if service:
-            backend.apply_headless_service(service, {JOB_LABEL: str(job.pk), RUN_LABEL: str(run.attempt)})
-        for spec, node in specs:
-            backend.bind(spec, node)
-            bound.append(spec.name)
-    except BackendError as error:
-        _bind_failed(job, run, specs, bound, error, now, backend)
-        return False
-    lifecycle.job_start(job=job, started_at=now)
-    return True
+    return _Admitted(job, run, _pod_specs(decision, job, run))
 
 
-def _bind_failed(job: TrainingJob, run: JobRun, specs: list[tuple[PodSpec, str]], bound: list[str],
-                 error: BackendError, now: float, backend: ClusterBackend) -> None:
-    """The cluster refused a pod (or the gang's Service): requeue once, then remove what was bound."""
-    if not run.workers:
-        message = f"requeued: the cluster refused to start it on {specs[0][1]} ({error})"
-        refused: tuple[str, ...] = (run.pod,)
-    elif len(bound) < len(specs):
-        pod, node = specs[len(bound)][0].name, specs[len(bound)][1]
-        message = (f"requeued: the cluster refused worker {len(bound)} of {len(specs)} (pod {pod}) on {node} "
-                   f"({error}); a gang starts whole, so the {len(bound)} workers already bound were removed")
-        refused = (pod,)
+def admit(decision: Admit, backend: ClusterBackend, now: float) -> bool:
+    """Record one admission, then bind every worker or none (what act does for a whole cycle's admissions)."""
+    recorded = _record_admission(decision, now)
+    return recorded is not None and bind_admitted([recorded], backend, now) == 1
+
+
+def bind_admitted(admitted: list[_Admitted], backend: ClusterBackend, now: float) -> int:
+    """Bind the pods of every admission in one batch (the backend creates them concurrently), gangs' headless
+    Services first; each job is marked running once all its pods are bound. A job whose Service or any pod the
+    cluster refused is requeued once and its pods that were bound are removed: a gang starts whole. How many jobs
+    started. BackendUnavailable stops the tick with the jobs still `admitted`: the next tick's reconcile marks those
+    whose pods are all there running and requeues the others."""
+    binding: list[_Admitted] = []
+    for a in admitted:
+        service = runs.run_service(a.run)
+        try:
+            if service:
+                backend.apply_headless_service(service, {JOB_LABEL: str(a.job.pk), RUN_LABEL: str(a.run.attempt)})
+        except BackendError as error:
+            _bind_failed(a, {}, now, backend, service_error=error)
+            continue
+        binding.append(a)
+    refused = backend.bind_many([pod for a in binding for pod in a.pods])
+    started = 0
+    for a in binding:
+        errors = {spec.name: refused[spec.name] for spec, _ in a.pods if spec.name in refused}
+        if errors:
+            _bind_failed(a, errors, now, backend)
+        else:
+            lifecycle.job_start(job=a.job, started_at=now)
+            started += 1
+    return started
+
+
+def _bind_failed(admitted: _Admitted, refused: dict[str, BackendError], now: float, backend: ClusterBackend,
+                 service_error: BackendError | None = None) -> None:
+    """The cluster refused pods (or the gang's Service): requeue once, then remove the pods that were bound."""
+    job, run, pods = admitted.job, admitted.run, admitted.pods
+    bound = tuple(spec.name for spec, _ in pods if spec.name not in refused) if service_error is None else ()
+    if service_error is not None:
+        message = f"requeued: the cluster refused the gang's Service ({service_error})"
+    elif not run.workers:
+        message = f"requeued: the cluster refused to start it on {pods[0][1]} ({refused[run.pod]})"
     else:
-        message, refused = f"requeued: the cluster refused the gang's Service ({error})", ()
+        rank, (spec, node) = next((r, p) for r, p in enumerate(pods) if p[0].name in refused)
+        also = f" and {len(refused) - 1} more" if len(refused) > 1 else ""
+        message = (f"requeued: the cluster refused worker {rank} of {len(pods)} (pod {spec.name}) on {node} "
+                   f"({refused[spec.name]}){also}; a gang starts whole, so the {len(bound)} workers bound were "
+                   f"removed")
     with transaction.atomic():
         locked = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
         lifecycle.job_requeue(job=locked, now=now, reason="bind-failed", outcome=JobRun.Outcome.FAILED,
-                             message=message, ended=refused)
-    run_stop(backend=backend,
-             stop=Stop(tuple(bound), runs.run_service(run), f"gang job {job.pk} could not start whole"))
+                             message=message, ended=tuple(refused))
+    run_stop(backend=backend, stop=Stop(bound, runs.run_service(run), f"gang job {job.pk} could not start whole"))
 
 
 @transaction.atomic

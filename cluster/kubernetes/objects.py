@@ -283,7 +283,10 @@ def bound_pod(spec: PodSpec, node: str, namespace: str, image: str, device_gib: 
                    **gpushare_annotations(spec, device_gib, now_ns)}
     if spec.gpu_model and spec.gpu_shares:
         annotations[conventions.GPU_MODEL_ANNOTATION] = spec.gpu_model
+    # No API credentials mounted: a training job does not call the API server, and without the projected token volume
+    # every pod is a smaller object to admit, store and send to every watcher.
     pod = {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s,
+           "automountServiceAccountToken": False,
            "containers": [container(spec, image, "main", gpu_limits(spec, device_gib))]}
     if spec.subdomain:  # a gang worker: reachable as <hostname>.<subdomain> through the gang's headless Service
         pod.update(hostname=spec.name, subdomain=spec.subdomain)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, KIND_LABEL, REPLACED_BY_LABEL, REPLACES_LABEL,
@@ -151,6 +151,15 @@ class SimulatedCluster:
             raise BackendError(why)
         self._bind(pod, target, ready_at=None)
         self._emit(EventKind.POD_STARTED, self._clock.now(), node, pod)
+
+    def bind_many(self, pods: Sequence[tuple[PodSpec, str]]) -> dict[str, BackendError]:
+        refused = {}
+        for pod, node in pods:
+            try:
+                self.bind(pod, node)
+            except BackendError as error:
+                refused[pod.name] = error
+        return refused
 
     def evict(self, pod: str, reason: str) -> None:
         record = self._pods.get(pod)

@@ -201,6 +201,18 @@ def test_bind_refuses_a_full_gpu_a_taken_name_and_an_unnormal_node(cluster):
     assert cluster.node("gpu-c").used_shares() == (0.75, 0.0)
 
 
+def test_bind_many_checks_each_pod_against_the_room_the_ones_before_it_took(cluster):
+    refused = cluster.backend.bind_many([
+        (training("job-1-1", (GpuShare(0, 0.75),)), "gpu-c"),
+        (training("job-2-1", (GpuShare(0, 0.5),), job=2), "gpu-c"),  # the first took GPU 0's room
+        (training("job-3-1", (GpuShare(1, 1.0),), job=3), "gpu-c"),
+        (training("job-4-1", job=4), "nowhere"),
+    ])
+    assert sorted(refused) == ["job-2-1", "job-4-1"] and "free" in str(refused["job-2-1"])
+    assert cluster.node("gpu-c").used_shares() == (0.75, 1.0)
+    assert sorted(cluster.node("gpu-c").pods) == ["job-1-1", "job-3-1"] and cluster.pod("job-2-1") is None
+
+
 # --- evicting ----------------------------------------------------------------------------------------------
 
 
@@ -386,7 +398,34 @@ def test_a_gang_with_one_bind_refused_leaves_nothing_bound_and_is_requeued_once(
     assert [w["state"] for w in run.workers] == ["stopped", "stopped", "failed", "stopped"]
     (requeued,) = Decision.objects.filter(subject=f"job:{job.pk}", reason="bind-failed")
     assert "worker 2 of 4" in requeued.message and "g-2" in requeued.message
-    assert "2 workers already bound were removed" in requeued.message
+    assert "the 3 workers bound were removed" in requeued.message  # 0, 1 and 3 were created in the same batch
+
+
+@pytest.mark.django_db
+def test_a_cycles_admissions_are_bound_in_one_batch_and_a_gang_with_a_refused_pod_starts_none(gangs):
+    from core.models import Decision
+    from scheduler import live
+    from scheduler.models import JobStatus
+    from scheduler.policy.decisions import CycleResult
+
+    one_gpu = (GpuShare(0, 1.0),)
+    blocker = PodSpec(name="someone-else", job_id=None, gpu_model="T4", gpu_shares=one_gpu, cpu_milli=1000,
+                      memory_mib=1024, labels={KIND_LABEL: TRAINING})
+    gangs.cluster.backend.bind(blocker, "g-2")  # taken since the cycle looked: the gang's worker 2 cannot go
+    gang, single = gang_job(gangs.world, gpus="1"), gang_job(gangs.world, workers=1, gpus="1")
+    result = CycleResult(time.time(), (gang_admit(gang, shares=one_gpu),
+                                       gang_admit(single, nodes=("g-3",), shares=(GpuShare(1, 1.0),))))
+    report = live.TickReport()
+    live.act(result, gangs.cluster.backend, time.time(), report)
+    gangs.cluster.settle()
+    assert report.admitted == 1
+    assert _gang_pods_on_cluster(gangs, gang) == [] and gangs.cluster.services() == {}
+    gang.refresh_from_db()
+    single.refresh_from_db()
+    assert gang.status == JobStatus.PENDING and single.status == JobStatus.RUNNING
+    assert [w["state"] for w in gang.runs.get().workers] == ["stopped", "stopped", "failed", "stopped"]
+    assert _gang_pods_on_cluster(gangs, single) == [single.runs.get().pod]
+    assert Decision.objects.filter(reason="bind-failed").count() == 1
 
 
 @pytest.mark.django_db

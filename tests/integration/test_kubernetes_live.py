@@ -188,15 +188,15 @@ def test_the_cluster_stopping_mid_tick_loses_no_job(kube, monkeypatch):
     until(lambda: lend_tick(kube), lambda: Node.objects.get(name="t4-1").state == NodeState.OFFLINE_NORMAL)
     job = submit(world)
     backend, _ = live_backend.kubernetes_backend()
-    bind = backend.bind
+    bind_many = backend.bind_many
 
-    def stop_then_bind(pod, node):
+    def stop_then_bind(pods):
         proxy.stop()  # the API server goes away between the admission being recorded and the pod being created
-        return bind(pod, node)
+        return bind_many(pods)
 
-    monkeypatch.setattr(backend, "bind", stop_then_bind)
+    monkeypatch.setattr(backend, "bind_many", stop_then_bind)
     assert schedule(kube) is None  # the tick stopped where it was
-    monkeypatch.setattr(backend, "bind", bind)
+    monkeypatch.setattr(backend, "bind_many", bind_many)
     job.refresh_from_db()
     assert job.status == JobStatus.ADMITTED  # recorded, not yet known to have started
     proxy.start()
