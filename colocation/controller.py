@@ -61,7 +61,7 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
                  namespace: str = "") -> LendingReport:
     """One tick. With `redis`, the groups' demand is recorded and, with `profile.forecast`, forecast from."""
     report = LendingReport()
-    replicas.apply_services(backend)
+    replicas.apply_services(backend, now)
     views = group_views(backend)
     forecasts: dict[str, DemandForecast] = {}
     if redis is not None:
