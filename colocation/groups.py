@@ -117,7 +117,7 @@ def _bind_group(backend: ClusterBackend, service: InferenceService, spec: sg.Gro
         backend.delete_service(headless)
         pod, node = specs[len(bound)] if len(bound) < len(specs) else (None, "")
         what = f"pod {pod.name} (worker {len(bound)} of {spec.size}) on {node}" if pod else "its headless Service"
-        _record(service, place.index, "group-bind-refused",
+        _record(service, place.index, sg.Reason.BIND_REFUSED.value,
                 f"group {place.index} of {service.name}: the cluster refused {what} ({error}); a group starts whole, "
                 f"so the {len(bound)} pods already bound were removed; it is placed again on the next tick",
                 {"nodes": list(place.nodes), "removed": bound})

@@ -28,8 +28,11 @@ def replica_template(service: InferenceService) -> PodSpec:
 
 
 def per_replica(service: InferenceService) -> float:
-    """What one replica takes of its group, in the group's unit: GPUs, or CPU millicores for a CPU-only service."""
-    return in_group_unit(service.gpus_per_replica, service.cpu_milli_per_replica, gpu=bool(service.gpu_model_id))
+    """What one replica takes of its resource group, in the group's unit: GPUs, or CPU millicores for a CPU-only
+    service. A replica of several pods counts whole (docs/concepts/service-groups.md#quotas-and-autoscaling), so
+    priority-aware autoscaling gives or takes whole groups."""
+    pod = in_group_unit(service.gpus_per_replica, service.cpu_milli_per_replica, gpu=bool(service.gpu_model_id))
+    return pod * service.group_size
 
 
 def groups_of(services: Iterable[InferenceService]) -> dict[str, str]:

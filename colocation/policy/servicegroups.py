@@ -115,6 +115,7 @@ class Reason(str, Enum):
     ROLLED = "group-rolled"
     SURGE = "group-surge"
     NO_SURGE_ROOM = "rollout-no-surge-room"
+    BIND_REFUSED = "group-bind-refused"  # the cluster refused one pod: the pods already bound are removed
 
 
 @dataclass(frozen=True, slots=True)
