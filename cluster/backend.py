@@ -130,7 +130,7 @@ def serving_pods(pods: Iterable[PodView]) -> dict[str, list[PodView]]:
     out: dict[str, list[PodView]] = {}
     for pod in pods:
         owner = pod.replicaset or pod.detached_from
-        if owner is None or not pod.ready:
+        if owner is None or not pod.ready or pod.terminating:  # a terminating pod no longer serves (a scale-in)
             continue
         if pod.replicaset is None and pod.spec.labels.get(REPLACED_BY_LABEL, "") in ready:
             continue  # its replacement serves now

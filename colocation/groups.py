@@ -86,6 +86,21 @@ def reconcile(backend: ClusterBackend, service: InferenceService, desired: int, 
     return actions
 
 
+def group_leave(backend: ClusterBackend, pod: PodView, reason: str) -> None:
+    """A group pod's node is being lent: the whole group goes (a group runs whole), and the next group tick places it
+    again on online nodes. Not create-before-delete yet (docs/concepts/service-groups.md#quotas-and-autoscaling)."""
+    service, index = pod.spec.labels[SERVICE_LABEL], int(pod.spec.labels[GROUP_LABEL])
+    names = [p.spec.name for p in backend.pods() if p.spec.labels.get(SERVICE_LABEL) == service
+             and p.spec.labels.get(GROUP_LABEL) == str(index) and not p.terminating]
+    for name in names:
+        _evict(backend, name, reason)
+    backend.delete_service(sg.group_service(service, index))
+    owner = InferenceService.objects.filter(name=service).select_related("department").first()
+    if owner is not None:
+        _record(owner, index, sg.Reason.MOVED.value, f"group {index} of {service} leaves {pod.node} whole ({reason}); the "
+                                             f"next tick places it again on online nodes", {"pods": names})
+
+
 def _pod_specs(service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -> list[tuple[PodSpec, str]]:
     out = []
     for worker, (node, shares) in enumerate(zip(place.nodes, place.shares, strict=True)):

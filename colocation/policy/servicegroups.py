@@ -116,6 +116,7 @@ class Reason(str, Enum):
     SURGE = "group-surge"
     NO_SURGE_ROOM = "rollout-no-surge-room"
     BIND_REFUSED = "group-bind-refused"  # the cluster refused one pod: the pods already bound are removed
+    MOVED = "group-moved"  # a node of the group is lent: the whole group leaves it
 
 
 @dataclass(frozen=True, slots=True)

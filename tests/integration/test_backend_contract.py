@@ -620,3 +620,28 @@ def test_a_rolling_update_with_no_room_to_surge_completes_at_max_unavailable(gro
     (no_room,) = group_lab.decisions(service, "rollout-no-surge-room")
     assert "max_unavailable 1" in no_room.message
     assert [d.data["group"] for d in group_lab.decisions(service, "group-rolled")] == [2, 1, 0]
+
+
+@pytest.mark.django_db
+def test_lending_a_node_of_a_group_moves_the_whole_group_off_it(group_lab):
+    from colocation import controller, services as colocation_services
+    from colocation.models import Node, NodeTransition
+    from colocation.policy import DEFAULT, Direction
+
+    service = group_lab.service(group_size=2)
+    group_lab.tick(service)
+    assert [p.node for p in group_lab.groups(service)[0]] == ["s-0", "s-1"]
+    colocation_services.transition_request(node=Node.objects.get(name="s-1"), direction=Direction.LEND,
+                                           actor=group_lab.world.users["operator"], reason="operator", message="by hand")
+    for _ in range(6):
+        controller.lending_tick(backend=group_lab.cluster.backend, now=time.time(), profile=DEFAULT)
+        group_lab.cluster.settle()
+        if NodeTransition.objects.get(node__name="s-1").status == "done":
+            break
+    assert NodeTransition.objects.get(node__name="s-1").status == "done"
+    controller.lending_tick(backend=group_lab.cluster.backend, now=time.time(), profile=DEFAULT)
+    group_lab.cluster.settle()
+    (pods,) = group_lab.groups(service).values()
+    assert len(pods) == 2 and "s-1" not in {p.node for p in pods}  # whole, elsewhere
+    (moved,) = group_lab.decisions(service, "group-moved")
+    assert "s-1" in moved.message and moved.data["group"] == 0
