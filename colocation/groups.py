@@ -10,6 +10,7 @@ from collections import defaultdict
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import F
 
 from cluster.backend import (
     GROUP_LABEL, INFERENCE, KIND_LABEL, REVISION_LABEL, SERVICE_LABEL, STARTUP_LABEL, WORKER_LABEL, BackendError,
@@ -43,8 +44,7 @@ def group_pods(pods: tuple[PodView, ...], service: str) -> list[tuple[int, str, 
         labels = p.spec.labels
         if labels.get(SERVICE_LABEL) == service and GROUP_LABEL in labels:
             out.append((int(labels[GROUP_LABEL]), labels.get(REVISION_LABEL, ""),
-                        sg.GroupPod(p.spec.name, int(labels.get(WORKER_LABEL, "0")), p.node, p.ready, p.terminating,
-                                    p.spec.gpus)))
+                        sg.GroupPod(p.spec.name, int(labels.get(WORKER_LABEL, "0")), p.node, p.ready, p.terminating)))
     return out
 
 
@@ -70,8 +70,8 @@ def reconcile(backend: ClusterBackend, service: InferenceService, desired: int, 
     spec = spec_of(service, resource_group)
     pods = backend.pods()
     observed = sg.observe(spec, group_pods(pods, service.name))
-    _account(service, spec, observed, now)
     stored = {g.index: g for g in ServiceGroup.objects.filter(service=service)}
+    _account(service, spec, stored.values(), now)
     memory = {i: sg.GroupMemory(g.restarts, g.backoff_until.timestamp() if g.backoff_until else 0.0,
                                 g.ready_since.timestamp() if g.ready_since else None) for i, g in stored.items()}
     actions = sg.plan(spec, desired, observed, backend.nodes(), memory, now, groups_on_nodes(pods, service.name))
@@ -192,15 +192,15 @@ def _acted(service: InferenceService, index: int) -> None:
     ServiceGroup.objects.filter(service=service, index=index).update(note="")
 
 
-def _account(service: InferenceService, spec: sg.GroupSpec, observed: dict[int, sg.ObservedGroup],
-             now: float) -> None:
-    """GPU-seconds held by groups not fully ready since the last tick (pods still starting)."""
-    last = service.groups_observed_at.timestamp() if service.groups_observed_at else now
-    held = sg.unready_gpus(spec, observed.values()) * min(max(now - last, 0.0), MAX_ACCOUNTED_S)
-    service.unready_gpu_seconds += held
-    service.groups_observed_at = utc(now)
-    InferenceService.objects.filter(pk=service.pk).update(unready_gpu_seconds=service.unready_gpu_seconds,
-                                                          groups_observed_at=service.groups_observed_at)
+def _account(service: InferenceService, spec: sg.GroupSpec, stored, now: float) -> None:
+    """GPU-seconds held by groups not fully ready, since the last tick, as that tick left them (placed, some pod still
+    starting): an upper bound by at most one tick."""
+    row = InferenceService.objects.filter(pk=service.pk)
+    observed_at = row.values_list("groups_observed_at", flat=True).first()  # the row's: `service` may be stale
+    last = observed_at.timestamp() if observed_at else now
+    starting = sum(len(g.nodes) for g in stored if g.nodes and not g.ready) * spec.gpus
+    held = starting * min(max(now - last, 0.0), MAX_ACCOUNTED_S)
+    row.update(unready_gpu_seconds=F("unready_gpu_seconds") + held, groups_observed_at=utc(now))
 
 
 def _store(service: InferenceService, spec: sg.GroupSpec, observed: dict[int, sg.ObservedGroup], desired: int,

@@ -118,9 +118,10 @@ def _group_errors(values: dict) -> dict:
                      values["cpu_milli_per_replica"], values["memory_mib_per_replica"], "", "",
                      values["exclusive_topology"])
     if not fits_somewhere(spec, node_views()):
-        where = "one topology block" if values["exclusive_topology"] else "the cluster"
-        errors["group_size"] = [f"no {where} of {model.name if model else 'CPU'} nodes can ever hold a group of "
-                                f"{size} pods of {float(gpus) if model else 0:g} GPUs, "
+        kind = model.name if model else "CPU"
+        where = f"no topology block of {kind} nodes can ever" if values["exclusive_topology"] else \
+            f"the {kind} nodes together can never"
+        errors["group_size"] = [f"{where} hold a group of {size} pods of {float(gpus) if model else 0:g} GPUs, "
                                 f"{values['cpu_milli_per_replica']} mCPU and {values['memory_mib_per_replica']} MiB"]
     return errors
 

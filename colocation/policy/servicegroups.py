@@ -70,7 +70,6 @@ class GroupPod:
     node: str
     ready: bool
     terminating: bool
-    gpus: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,8 +331,3 @@ def fits_somewhere(spec: GroupSpec, nodes: Iterable[NodeView]) -> bool:
              for n in nodes if n.gpu_model == spec.gpu_model]
     probe = replace(spec, resource_group="")
     return place_group(probe, _Room({n.name: n for n in empty}), 0) is not None
-
-
-def unready_gpus(spec: GroupSpec, groups: Iterable[ObservedGroup]) -> float:
-    """GPUs held by pods of groups not fully ready (pods still starting; a group is never partially placed)."""
-    return sum(p.gpus for g in groups if not g.ready(spec.size) for p in g.pods if not p.terminating)

@@ -422,7 +422,7 @@ def test_an_operator_creates_a_two_pod_group_service_and_sees_its_groups_on_thei
     page.get_by_label("Pods per replica (group size)").fill("3")
     page.get_by_label("Start-up time (s)").fill("120")
     page.get_by_role("button", name="Save").click()
-    expect(page.locator("#id_group_size_error")).to_contain_text("can ever hold a group of 3 pods")
+    expect(page.locator("#id_group_size_error")).to_contain_text("T4 nodes together can never hold a group of 3 pods")
     assert not InferenceService.objects.exists()
     page.screenshot(path="/tmp/groups-form-error.png", full_page=True)
     page.get_by_label("Pods per replica (group size)").fill("2")
@@ -447,5 +447,7 @@ def test_an_operator_creates_a_two_pod_group_service_and_sees_its_groups_on_thei
     expect(row).to_contain_text("ready")
     cells = row.locator("td").all_inner_texts()
     assert cells[:4] == ["0", "llm-0", "llm-0-1", "t4-0, t4-1"], cells
+    # 2 pods of 2 GPUs starting for the 120 s the tick charges at most: the GPU-seconds of a group not yet ready
+    expect(page.get_by_text("GPU-seconds held by groups not fully ready: 480")).to_be_visible()
     console.shot("service-groups")
     page.screenshot(path="/tmp/groups-service-page.png", full_page=True)

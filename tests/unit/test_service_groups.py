@@ -21,7 +21,7 @@ def online(name: str, block: str = "b0", gpus: int = 2, used: tuple[float, ...] 
 
 def placed(spec: sg.GroupSpec, index: int, nodes: tuple[str, ...], ready: bool = True,
            revision: str | None = None) -> sg.ObservedGroup:
-    pods = tuple(sg.GroupPod(sg.pod_name(spec.service, index, w), w, n, ready, False, spec.gpus)
+    pods = tuple(sg.GroupPod(sg.pod_name(spec.service, index, w), w, n, ready, False)
                  for w, n in enumerate(nodes))
     return sg.ObservedGroup(index, revision or spec.revision, pods)
 
