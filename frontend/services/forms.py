@@ -40,6 +40,8 @@ class ServiceForm(forms.Form):
             empty_label="none (CPU only)")
         self.fields["gpus_per_replica"].validators.append(MinValueValidator(0))
         self.fields["group_size"].validators.append(MinValueValidator(1))
+        for name in GROUP_FIELDS:  # left out (a form of before groups): the model's default
+            self.fields[name].required = False
         for name in ("peak_start", "peak_end"):
             self.fields[name].widget = forms.TimeInput(attrs={"type": "time"}, format="%H:%M")
         if instance:  # names are permanent and a service stays in its department (the API's rules)
@@ -48,7 +50,8 @@ class ServiceForm(forms.Form):
 
     def values(self) -> dict:
         """The cleaned fields as `service_create`/`service_update` keyword arguments."""
-        return {name: self.cleaned_data[name] for name in FIELDS if not self.fields[name].disabled}
+        values = {name: self.cleaned_data[name] for name in FIELDS if not self.fields[name].disabled}
+        return {k: v for k, v in values.items() if not (k in GROUP_FIELDS and v is None)}
 
 
 def _values_of(service: InferenceService) -> dict:
