@@ -60,8 +60,7 @@ def groups_on_nodes(pods: tuple[PodView, ...], but: str) -> dict[str, set[tuple[
 
 def ready_groups(pods: tuple[PodView, ...], service: InferenceService) -> int:
     """Groups of `service` with every pod ready: its serving replicas."""
-    spec = sg.GroupSpec(service.name, service.group_size, None, 0, 0, 0, "", "")
-    return sum(1 for g in sg.observe(spec, group_pods(pods, service.name)).values() if g.ready(service.group_size))
+    return sum(1 for g in sg.observe(group_pods(pods, service.name)).values() if g.ready(service.group_size))
 
 
 def reconcile(backend: ClusterBackend, service: InferenceService, desired: int, resource_group: str,
@@ -69,20 +68,20 @@ def reconcile(backend: ClusterBackend, service: InferenceService, desired: int, 
     """One tick of `service`'s groups: `desired` of them, on the online nodes of `resource_group`."""
     spec = spec_of(service, resource_group)
     pods = backend.pods()
-    observed = sg.observe(spec, group_pods(pods, service.name))
+    observed = sg.observe(group_pods(pods, service.name))
     stored = {g.index: g for g in ServiceGroup.objects.filter(service=service)}
     _account(service, spec, stored.values(), now)
-    memory = {i: sg.GroupMemory(g.restarts, g.backoff_until.timestamp() if g.backoff_until else 0.0,
-                                g.ready_since.timestamp() if g.ready_since else None) for i, g in stored.items()}
+    memory = {i: sg.GroupMemory(g.restarts, g.backoff_until.timestamp() if g.backoff_until else 0.0)
+              for i, g in stored.items()}
     actions = sg.plan(spec, desired, observed, backend.nodes(), memory, now, groups_on_nodes(pods, service.name))
     for action in actions:
         if isinstance(action, sg.Place):
-            _bind_group(backend, service, spec, action, now)
+            _bind_group(backend, service, spec, action)
         elif isinstance(action, sg.Remove):
             _remove_group(backend, service, action, now)
         else:
             _note(service, spec, action)
-    _store(service, spec, sg.observe(spec, group_pods(backend.pods(), service.name)), desired, now)
+    _store(service, spec, sg.observe(group_pods(backend.pods(), service.name)), desired, now)
     return actions
 
 
@@ -114,8 +113,7 @@ def _pod_specs(service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -
     return out
 
 
-def _bind_group(backend: ClusterBackend, service: InferenceService, spec: sg.GroupSpec, place: sg.Place,
-                now: float) -> bool:
+def _bind_group(backend: ClusterBackend, service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -> bool:
     """Every pod of the group or none: the headless Service first, then each pod; a refusal removes what was bound
     (the next tick places the group again)."""
     headless = sg.group_service(service.name, place.index)

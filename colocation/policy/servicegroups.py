@@ -102,7 +102,6 @@ class GroupMemory:
 
     restarts: int = 0
     backoff_until: float = 0.0
-    ready_since: float | None = None
 
 
 class Reason(str, Enum):
@@ -150,7 +149,8 @@ Action = Place | Remove | Note
 
 @dataclass
 class _Room:
-    """Nodes as placement sees them, updated as this plan places and removes pods."""
+    """Nodes as placement sees them, updated as this plan places groups (what it removes is free from the next
+    tick: on Kubernetes a removed pod holds its resources while it terminates)."""
 
     nodes: dict[str, NodeView]
     owner: dict[str, set[tuple[str, int]]] = field(default_factory=lambda: defaultdict(set))  # block -> groups
@@ -163,7 +163,7 @@ class _Room:
         self.nodes[node] = replace(n, gpu_used=tuple(used), cpu_used=n.cpu_used + cpu, memory_used=n.memory_used + mem)
 
 
-def observe(spec: GroupSpec, pods: Iterable[tuple[int, str, GroupPod]]) -> dict[int, ObservedGroup]:
+def observe(pods: Iterable[tuple[int, str, GroupPod]]) -> dict[int, ObservedGroup]:
     """(group index, revision, pod) triples of one service as its groups."""
     by_index: dict[int, list[GroupPod]] = defaultdict(list)
     revision: dict[int, str] = {}
@@ -229,8 +229,7 @@ def plan(spec: GroupSpec, desired: int, groups: Mapping[int, ObservedGroup], nod
     # a rolling update: surge groups first, then old groups replaced from the highest index down
     if old:
         surge_missing = [i for i in surge_range if i not in live and i not in busy]
-        surged = [a for a in (_place(spec, i, room, Reason.SURGE, f"surge group {i} of {spec.service}")
-                              for i in surge_missing)]
+        surged = [_place(spec, i, room, Reason.SURGE, f"surge group {i} of {spec.service}") for i in surge_missing]
         actions += [a for a in surged if isinstance(a, Place)]
         room_for_surge = spec.max_surge > 0 and (any(isinstance(a, Place) for a in surged) or any(
             i in live for i in surge_range))
