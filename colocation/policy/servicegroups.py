@@ -213,7 +213,7 @@ def plan(spec: GroupSpec, desired: int, groups: Mapping[int, ObservedGroup], nod
                                   f"group {index} of {spec.service} removed: {desired} groups wanted"))
             busy.add(index)
     unavailable = sum(1 for i in range(desired) if i not in ready)
-    surge_ready = sum(1 for i in surge_range if i in ready and live[i].revision == spec.revision)
+    surge_ready = sum(1 for i in surge_range if i in live and i in ready and live[i].revision == spec.revision)
     budget = max(spec.max_unavailable, 0) + surge_ready - unavailable
     # missing groups below the desired count (a new service, scale out, a recreated group past its back-off)
     for index in range(desired):

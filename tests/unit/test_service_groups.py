@@ -106,3 +106,11 @@ def test_lws_environment_names_the_leader_under_the_groups_headless_service():
     assert sg.lws_env("llm", 3, 2, 4) == {"LWS_LEADER_ADDRESS": "llm-3.llm-group-3", "LWS_GROUP_SIZE": "4",
                                           "LWS_WORKER_INDEX": "2", "LWS_GROUP_INDEX": "3"}
 
+
+
+def test_scale_in_with_surge_allowed_and_no_rollout_removes_the_group_above():
+    """Found by the property test: a ready group where a surge group would stand, with nothing to roll, just goes."""
+    spec = replace(SPEC, max_surge=1)
+    nodes = [online(f"n{i}") for i in range(4)]
+    groups = {i: placed(spec, i, (f"n{2 * i}", f"n{2 * i + 1}")) for i in range(2)}
+    assert kinds(sg.plan(spec, 1, groups, nodes, {}, NOW, {})) == [("Remove", 1, "group-removed")]
