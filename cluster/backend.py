@@ -48,6 +48,12 @@ SERVICE_LABEL = "tidal.io/service"  # InferenceService name
 # platform/stack.sh, end the pod after it); a real cluster's containers ignore it.
 RUNTIME_LABEL = "tidal.io/sim-runtime-s"
 WORKER_LABEL = "tidal.io/worker"  # a gang worker's rank (0 ..); its pods also share JOB_LABEL and RUN_LABEL
+# A service group's pod (docs/concepts/service-groups.md): its group's index (LeaderWorkerSet's group-index; the worker
+# index is WORKER_LABEL, 0 the leader), the revision of the template it was made from, and, for the demo's emulated
+# start-up (the simulated cluster makes it ready after this many seconds), its start-up time.
+GROUP_LABEL = "tidal.io/group"
+REVISION_LABEL = "tidal.io/revision"
+STARTUP_LABEL = "tidal.io/sim-startup-s"
 FRAMEWORK_LABEL = "tidal.io/framework"  # a training pod's framework ("pytorch-2.1"): the simulated log's banner
 
 
@@ -124,7 +130,7 @@ def serving_pods(pods: Iterable[PodView]) -> dict[str, list[PodView]]:
     out: dict[str, list[PodView]] = {}
     for pod in pods:
         owner = pod.replicaset or pod.detached_from
-        if owner is None or not pod.ready:
+        if owner is None or not pod.ready or pod.terminating:  # a terminating pod no longer serves (a scale-in)
             continue
         if pod.replicaset is None and pod.spec.labels.get(REPLACED_BY_LABEL, "") in ready:
             continue  # its replacement serves now

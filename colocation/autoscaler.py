@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -20,7 +20,7 @@ from django.conf import settings
 from cluster.backend import BackendError, ClusterBackend, serving_pods
 from cluster.clock import utc
 from cluster.types import Pool
-from colocation import alerts, loads as load_sources, replicas, services
+from colocation import alerts, groups as service_groups, loads as load_sources, replicas, services
 from colocation.live_backend import live_cluster
 from colocation.models import InferenceService
 from colocation.policy import autoscaling, schedules, vertical
@@ -79,7 +79,7 @@ def autoscale_tick(*, backend: ClusterBackend, now: float, loads: load_sources.L
                      .prefetch_related("thresholds", "schedules"))
     groups = replicas.groups_of(services_)
     replicas.ensure_replicasets(backend, services_, groups)
-    serving = serving_counts(backend)
+    serving = serving_counts(backend, services_)
     capacity = inference_capacity(backend)
     views: dict[str, list[ServiceView]] = defaultdict(list)
     for service in services_:
@@ -95,10 +95,13 @@ def autoscale_tick(*, backend: ClusterBackend, now: float, loads: load_sources.L
     return report
 
 
-def serving_counts(backend: ClusterBackend) -> dict[str, int]:
-    """Pods serving each ReplicaSet (cluster.backend.serving_pods), 0 for a ReplicaSet none serves."""
+def serving_counts(backend: ClusterBackend, services_: Iterable[InferenceService] = ()) -> dict[str, int]:
+    """Pods serving each ReplicaSet (cluster.backend.serving_pods), 0 for a ReplicaSet none serves; for a service
+    whose replica is a group, its groups with every pod ready (a replica count is a count of groups)."""
+    pods = backend.pods()
     out = {rs.name: 0 for rs in backend.replicasets()}
-    out |= {name: len(pods) for name, pods in serving_pods(backend.pods()).items()}
+    out |= {name: len(serving) for name, serving in serving_pods(pods).items()}
+    out |= {s.name: service_groups.ready_groups(pods, s) for s in services_ if s.group_size > 1}
     return out
 
 
@@ -180,7 +183,7 @@ def _act(d: ScaleDecision, service: InferenceService, backend: ClusterBackend, g
     report.decisions[d.service] = d.reason.value
     if d.changes:
         try:
-            replicas.apply(backend, service, d.target, group)
+            replicas.apply(backend, service, d.target, group, now)
         except BackendError as error:
             raised = alerts.alert(service, "scale-failed", f"{service.name}: scaling from {d.current} to {d.target} "
                                   f"replicas failed: {error}", {"current": d.current, "target": d.target},

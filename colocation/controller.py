@@ -18,10 +18,11 @@ from dataclasses import dataclass, field, replace
 from django.conf import settings
 from django.db import transaction
 
-from cluster.backend import INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend, PodView
+from cluster.backend import (GROUP_LABEL, INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend,
+                             PodView)
 from cluster.clock import utc
 from cluster.types import NodeState, NodeView, Pool
-from colocation import demand_history, observe, replicas, services
+from colocation import demand_history, groups as service_groups, observe, replicas, services
 from colocation.live_backend import live_cluster
 from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingThreshold
 from colocation.policy import (
@@ -65,7 +66,7 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
     """One tick. With `redis`, the groups' demand is recorded and, with `profile.forecast`, the groups with
     forecast-driven lending on are forecast from it (`history`: the caller's per-minute cache of it)."""
     report = LendingReport()
-    replicas.apply_services(backend)
+    replicas.apply_services(backend, now)
     views = group_views(backend)
     forecasts: dict[str, DemandForecast] = {}
     if redis is not None:
@@ -261,7 +262,11 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
         backend.set_node_state(node, action.state)
         _record_state(record, action.event, action.state, action.step, now)
     elif isinstance(action, DetachPod):
-        _record_migrating(record, pods.bound[action.pod], backend.detach_pod(action.pod))
+        pod = pods.bound[action.pod]
+        if GROUP_LABEL in pod.spec.labels:  # a service group's pod: no ReplicaSet to detach from, the group moves
+            service_groups.group_leave(backend, pod, f"{node} lent to training")
+        else:
+            _record_migrating(record, pod, backend.detach_pod(action.pod))
     elif isinstance(action, DeletePod):
         backend.evict(action.pod, f"migrated off {node}: its replacement is ready")
     elif isinstance(action, EvictTraining):

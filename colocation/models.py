@@ -171,6 +171,22 @@ class InferenceService(models.Model):
     recommended_cpu_milli = models.PositiveIntegerField(null=True, blank=True)
     recommended_memory_mib = models.PositiveIntegerField(null=True, blank=True)
     replicas_changed_at = models.DateTimeField(null=True, blank=True, help_text="When the replica count last changed.")
+    # docs/concepts/service-groups.md#the-group: a replica is a group of pods (LeaderWorkerSet's size); the
+    # *_per_replica resources are each pod's, and `replicas` counts groups
+    group_size = models.PositiveSmallIntegerField(
+        default=1, help_text="Pods per replica: a leader and group_size - 1 workers, placed, ready, restarted and "
+                             "scaled whole; 1: one pod per replica.")
+    startup_s = models.PositiveIntegerField(default=60, help_text="Seconds a replica takes from placed to ready.")
+    exclusive_topology = models.BooleanField(
+        default=False, help_text="All pods of a group in one topology block (tidal.io/block), no other group's pods "
+                                 "there.")
+    max_surge = models.PositiveSmallIntegerField(
+        default=0, help_text="Rolling update: groups created above the replica count before old ones go.")
+    max_unavailable = models.PositiveSmallIntegerField(
+        default=1, help_text="Rolling update: groups that may be unavailable at once.")
+    unready_gpu_seconds = models.FloatField(
+        default=0, help_text="GPU-seconds held by pods of groups not fully ready (pods still starting), so far.")
+    groups_observed_at = models.DateTimeField(null=True, blank=True, help_text="When the group tick last looked.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = InferenceServiceQuerySet.as_manager()
@@ -196,10 +212,38 @@ class InferenceService(models.Model):
                                    & (Q(kv_cache_target__isnull=True) | (Q(kv_cache_target__gt=0)
                                                                          & Q(kv_cache_target__lte=1))),
                                    name="service_serving_targets_positive"),
+            models.CheckConstraint(condition=Q(group_size__gte=1), name="service_group_size_positive"),
+            models.CheckConstraint(condition=Q(max_surge__gt=0) | Q(max_unavailable__gt=0),
+                                   name="service_rollout_can_progress"),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+
+class ServiceGroup(models.Model):
+    """One group (replica) of a multi-pod service as the group tick last saw it, with what outlives its pods: its
+    restarts and back-off (colocation/policy/servicegroups.py)."""
+
+    service = models.ForeignKey(InferenceService, on_delete=models.CASCADE, related_name="groups")
+    index = models.PositiveIntegerField()
+    revision = models.CharField(max_length=16, blank=True)
+    leader = models.CharField(max_length=128, blank=True)
+    nodes = models.JSONField(default=list, blank=True, help_text="Each pod's node, the leader's first.")
+    pods_ready = models.PositiveSmallIntegerField(default=0)
+    ready = models.BooleanField(default=False)
+    restarts = models.PositiveIntegerField(default=0)
+    backoff_until = models.DateTimeField(null=True, blank=True)
+    ready_since = models.DateTimeField(null=True, blank=True)
+    note = models.CharField(max_length=32, blank=True, help_text="The reason last recorded for it.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["service", "index"]
+        constraints = [models.UniqueConstraint(fields=["service", "index"], name="service_group_unique_index")]
+
+    def __str__(self) -> str:
+        return f"{self.service} group {self.index}"
 
 
 class ScalingThreshold(models.Model):

@@ -13,8 +13,9 @@ from redis.exceptions import RedisError
 from cluster import types as ct
 from cluster.simulated.traces import with_blocks
 from colocation import demand_history
-from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup
+from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup, ServiceGroup
 from colocation.policy import LendingProfile
+from colocation.policy.servicegroups import pod_name
 from core import telemetry
 from core.models import Decision
 from profiling import selectors as profiling
@@ -149,6 +150,43 @@ def listed_services(*, department: str = "") -> QuerySet[InferenceService]:
                                load_sm_active=Subquery(latest.values("sm_active_mean")[:1]),
                                load_estimated=Subquery(latest.values("estimated")[:1]))
     return rows.filter(department__name=department) if department else rows
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """A group of a service as the console lists it: its leader, workers and nodes (leader first)."""
+
+    index: int
+    leader: str
+    workers: list[str]
+    nodes: list[str]
+    pods_ready: int
+    ready: bool
+    restarts: int
+    backoff_until: datetime | None
+
+
+def service_groups(*, service: InferenceService) -> list[GroupRow]:
+    return [GroupRow(g.index, g.leader, [pod_name(service.name, g.index, w) for w in range(1, len(g.nodes))],
+                     g.nodes, g.pods_ready, g.ready, g.restarts, g.backoff_until)
+            for g in service.groups.all()]
+
+
+def group_states() -> list[tuple[str, str, int]]:
+    """(service, state, groups) of every service whose replica is a group: ready, starting (placed, some pod not
+    ready) or waiting (no pods: no room yet, or backing off)."""
+    rows = ServiceGroup.objects.filter(service__group_size__gt=1).values_list("service__name", "ready", "nodes")
+    counts: dict[tuple[str, str], int] = {}
+    for service, ready, nodes in rows:
+        state = "ready" if ready else "starting" if nodes else "waiting"
+        counts[service, state] = counts.get((service, state), 0) + 1
+    return [(service, state, n) for (service, state), n in sorted(counts.items())]
+
+
+def unready_gpu_seconds() -> list[tuple[str, float]]:
+    """(service, GPU-seconds held by its groups while not fully ready) of every service whose replica is a group."""
+    return list(InferenceService.objects.filter(group_size__gt=1).order_by("name")
+                .values_list("name", "unready_gpu_seconds"))
 
 
 def node(*, name: str) -> Node | None:

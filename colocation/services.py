@@ -10,6 +10,8 @@ from cluster.types import NodeState, Pool
 from colocation.models import (InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule,
                                ScalingThreshold)
 from colocation.policy.schedules import parse_weekdays
+from colocation.policy.servicegroups import GroupSpec, fits_somewhere
+from colocation.selectors import node_views
 from colocation.policy.states import Direction as PolicyDirection, Event, transition
 from core import selectors as core_selectors
 from core.decisions import decision_record
@@ -20,7 +22,8 @@ log = logging.getLogger(__name__)
 SERVICE_FIELDS = (
     "name", "gpu_model", "priority", "replicas", "min_replicas", "max_replicas", "gpus_per_replica",
     "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "offline", "manual_deploy", "peak_start",
-    "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical",
+    "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical", "group_size", "startup_s", "exclusive_topology",
+    "max_surge", "max_unavailable",
 )
 
 
@@ -99,13 +102,38 @@ def _schedules_errors(schedules: list[dict], max_replicas: int) -> dict:
     return {"schedules": _by_index(errors)} if any(errors) else {}
 
 
+def _group_errors(values: dict) -> dict:
+    """docs/concepts/service-groups.md#the-group: a group of several pods asks for whole GPUs per pod, can roll, and
+    fits in one block (any node, without exclusive topology) of its GPU model's nodes, were they empty."""
+    size, gpus, model = values["group_size"], Decimal(values["gpus_per_replica"]), values.get("gpu_model")
+    errors = {}
+    if values["max_surge"] == 0 and values["max_unavailable"] == 0:
+        errors["max_unavailable"] = ["max_surge and max_unavailable cannot both be 0: a rollout could never progress"]
+    if size <= 1:
+        return errors
+    if model is not None and gpus != gpus.to_integral_value():
+        errors["gpus_per_replica"] = [f"a group of {size} pods asks for whole GPUs per pod, got {gpus}"]
+        return errors
+    spec = GroupSpec("probe", size, model.name if model else None, float(gpus) if model else 0.0,
+                     values["cpu_milli_per_replica"], values["memory_mib_per_replica"], "", "",
+                     values["exclusive_topology"])
+    if not fits_somewhere(spec, node_views()):
+        kind = model.name if model else "CPU"
+        where = f"no topology block of {kind} nodes can ever" if values["exclusive_topology"] else \
+            f"the {kind} nodes together can never"
+        errors["group_size"] = [f"{where} hold a group of {size} pods of {float(gpus) if model else 0:g} GPUs, "
+                                f"{values['cpu_milli_per_replica']} mCPU and {values['memory_mib_per_replica']} MiB"]
+    return errors
+
+
 def _check_policy(values: dict, thresholds: list[dict], schedules: list[dict], *, stored_thresholds: bool = False) -> None:
     """Every rule at once, so one 400 names every bad field (before anything is written). Stored thresholds
     (not being changed) are only checked for the busy signal's need."""
     threshold_errors = _thresholds_errors(thresholds, values["busy_signal"])
     if stored_thresholds:
         threshold_errors.pop("thresholds", None)
-    errors = {**_bounds_errors(values), **threshold_errors, **_schedules_errors(schedules, values["max_replicas"])}
+    errors = {**_bounds_errors(values), **threshold_errors, **_schedules_errors(schedules, values["max_replicas"]),
+              **_group_errors(values)}
     if errors:
         raise ApplicationError("the autoscaling policy is invalid", fields=errors)
 

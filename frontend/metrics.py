@@ -24,6 +24,7 @@ class TidalCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._groups()
         yield from self._nodes()
+        yield from self._service_groups()
         yield from self._jobs()
         yield from self._decisions()
         yield from self._loops()
@@ -85,6 +86,19 @@ class TidalCollector:
                 ended.add_metric([direction, status], n)
         yield open_
         yield ended
+
+    def _service_groups(self) -> Iterator[Metric]:
+        """docs/concepts/service-groups.md#what-is-measured"""
+        groups = GaugeMetricFamily("tidal_service_groups", "Groups of services whose replica is a group of pods, by "
+                                   "state (ready, starting, waiting)", labels=["service", "state"])
+        for service, state, n in colocation.group_states():
+            groups.add_metric([service, state], n)
+        yield groups
+        unready = CounterMetricFamily("tidal_service_group_unready_gpu_seconds", "GPU-seconds held by groups that "
+                                      "are not fully ready (their pods still starting)", labels=["service"])
+        for service, seconds in colocation.unready_gpu_seconds():
+            unready.add_metric([service], seconds)
+        yield unready
 
     def _jobs(self) -> Iterator[Metric]:
         pending = GaugeMetricFamily("tidal_jobs_pending", "Pending training jobs by department and reason",

@@ -216,6 +216,15 @@ class Threshold(TypedDict):
     max_rate: float
 
 
+class ServiceGroup(TypedDict):
+    index: int
+    leader: str
+    nodes: list[str]
+    pods_ready: int
+    ready: bool
+    restarts: int
+
+
 class Service(TypedDict):
     id: int
     name: str
@@ -233,6 +242,8 @@ class Service(TypedDict):
     thresholds: list[Threshold]
     replicas_changed_at: str | None
     created_at: str
+    group_size: int
+    groups: list[ServiceGroup]
 
 
 class Token(TypedDict):
@@ -245,16 +256,17 @@ COMPONENTS: dict[type, str] = {
     Rightsized: "Rightsized", LatestDecision: "LatestDecision", Worker: "Worker", Reservation: "Reservation",
     Run: "JobRun", JobProfile: "JobProfile", Advice: "Advice", ResourceRequest: "ResourceRequest",
     Decision: "Decision", Department: "Department", QuotaUsage: "QuotaUsage", ResourceGroup: "ResourceGroup",
-    Node: "Node", Service: "InferenceService", Threshold: "ScalingThreshold", DepartmentTree: "DepartmentTree",
-    TreeNode: "TreeNode", TreeQuota: "TreeQuota",
+    Node: "Node", Service: "InferenceService", Threshold: "ScalingThreshold", ServiceGroup: "ServiceGroup",
+    DepartmentTree: "DepartmentTree", TreeNode: "TreeNode", TreeQuota: "TreeQuota",
 }
 # Every request the client makes: (method, path as the schema spells it).
 ENDPOINTS = [
     ("post", "/api/auth/token/"), ("get", "/api/me/"),
     ("get", "/api/jobs/"), ("post", "/api/jobs/"), ("get", "/api/jobs/{id}/"), ("post", "/api/jobs/{id}/cancel/"),
     ("get", "/api/jobs/{id}/profile/"), ("get", "/api/jobs/{id}/logs/"), ("get", "/api/decisions/"),
-    ("get", "/api/departments/"), ("get", "/api/departments/tree/"), ("get", "/api/departments/{id}/usage/"), ("get", "/api/resource-groups/"),
-    ("get", "/api/nodes/"), ("get", "/api/inference-services/"), ("get", "/api/inference-services/{id}/"),
+    ("get", "/api/departments/"), ("get", "/api/departments/tree/"), ("get", "/api/departments/{id}/usage/"),
+    ("get", "/api/resource-groups/"), ("get", "/api/nodes/"), ("get", "/api/inference-services/"),
+    ("post", "/api/inference-services/"), ("get", "/api/inference-services/{id}/"),
     ("get", "/api/inference-services/{id}/scaling/"),
 ]
 
@@ -351,6 +363,9 @@ class Client:
 
     def service(self, service_id: int) -> Service:
         return self._request("GET", f"/api/inference-services/{service_id}/")
+
+    def create_service(self, payload: dict[str, Any]) -> Service:
+        return self._request("POST", "/api/inference-services/", json=payload)
 
     def scaling(self, service_id: int, *, limit: int) -> list[Decision]:
         """The service's scaling decisions and alerts, newest first."""

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, KIND_LABEL, REPLACED_BY_LABEL, REPLACES_LABEL,
-                             REPLICASET_LABEL, RESOURCE_GROUP_LABEL, TRAINING, BackendError, ClusterEvent, EventKind,
+                             REPLICASET_LABEL, RESOURCE_GROUP_LABEL, STARTUP_LABEL, TRAINING, BackendError, ClusterEvent, EventKind,
                              PendingPodView, PodSpec, PodView, ReplicaSetView)
 from cluster.clock import Clock
 from cluster.fit import misfit, place
@@ -140,7 +140,9 @@ class SimulatedCluster:
         return record.view if record else None
 
     def bind(self, pod: PodSpec, node: str) -> None:
-        """Bind a training pod (labelled `tidal.io/kind=training` unless it says otherwise); ready at once."""
+        """Bind a training pod (labelled `tidal.io/kind=training` unless it says otherwise): ready at once; an
+        inference pod (a service group's) is ready after its STARTUP_LABEL seconds (the cluster's start-up time
+        without one)."""
         if KIND_LABEL not in pod.labels:
             pod = replace(pod, labels={**pod.labels, KIND_LABEL: TRAINING})
         target = self._node(node)
@@ -149,7 +151,10 @@ class SimulatedCluster:
         why = misfit(pod, target)
         if why:
             raise BackendError(why)
-        self._bind(pod, target, ready_at=None)
+        ready_at = None
+        if pod.labels.get(KIND_LABEL) == INFERENCE:
+            ready_at = self._clock.now() + float(pod.labels.get(STARTUP_LABEL, self.startup_s))
+        self._bind(pod, target, ready_at=ready_at)
         self._emit(EventKind.POD_STARTED, self._clock.now(), node, pod)
 
     def bind_many(self, pods: Sequence[tuple[PodSpec, str]]) -> dict[str, BackendError]:

@@ -2,7 +2,8 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule, ScalingThreshold
+from colocation.models import (InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule, ScalingThreshold,
+                               ServiceGroup)
 from core.api.jsontypes import JSONTypes
 from core.api.serializers import DecisionSerializer, NameField, UnsignedDecimalField, gpu_model_field
 from core.models import Decision, Department
@@ -122,6 +123,15 @@ class ScalingScheduleSerializer(JSONTypes, serializers.ModelSerializer):
         fields = ["weekdays", "start", "end", "min_replicas"]
 
 
+class ServiceGroupSerializer(serializers.ModelSerializer):
+    """One group (replica) of a service as the group tick last saw it."""
+
+    class Meta:
+        model = ServiceGroup
+        fields = ["index", "leader", "nodes", "pods_ready", "ready", "restarts", "backoff_until", "revision",
+                  "updated_at"]
+
+
 class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
     department = NameField(slug_field="name", queryset=Department.objects.all())
     gpu_model = gpu_model_field(required=False, allow_null=True)
@@ -134,6 +144,17 @@ class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
     scale_to_zero_idle_min = serializers.IntegerField(min_value=1, max_value=7 * 24 * 60, required=False, allow_null=True,
                                                       help_text="Scale to zero after this many minutes without a "
                                                                 "request; null: never.")
+    group_size = serializers.IntegerField(
+        min_value=1, max_value=256, required=False, default=1,
+        help_text="Pods per replica (a leader and group_size - 1 workers); the *_per_replica resources are each "
+                  "pod's, and replica counts count groups.")
+    startup_s = serializers.IntegerField(min_value=0, max_value=86400, required=False, default=60,
+                                         help_text="Seconds a replica takes from placed to ready.")
+    max_surge = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0,
+                                         help_text="Rolling update: extra groups made before old ones go.")
+    max_unavailable = serializers.IntegerField(min_value=0, max_value=64, required=False, default=1,
+                                               help_text="Rolling update: groups that may be down at once.")
+    groups = ServiceGroupSerializer(many=True, read_only=True)
 
     ttft_p99_target_s = serializers.FloatField(min_value=0.001, required=False, allow_null=True,
                                                help_text="SLO: time to first token, p99, seconds; null: none.")
@@ -152,10 +173,11 @@ class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
             "manual_deploy", "peak_start", "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical",
             "ttft_p99_target_s", "tpot_p99_target_s", "kv_cache_target", "queue_target",
             "thresholds", "schedules", "replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
-            "recommended_memory_mib", "created_at",
+            "recommended_memory_mib", "group_size", "startup_s", "exclusive_topology", "max_surge",
+            "max_unavailable", "groups", "unready_gpu_seconds", "created_at",
         ]
         read_only_fields = ["replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
-                            "recommended_memory_mib"]
+                            "recommended_memory_mib", "unready_gpu_seconds"]
 
 
 class ScalingHistoryPageSerializer(serializers.Serializer):

@@ -101,7 +101,10 @@ POLICY_RULES = (
     "Beyond the schema (a 400 naming the field): `department` and `gpu_model` name existing ones; min_replicas ≤ "
     "replicas ≤ max_replicas (replicas 0 needs scale_to_zero_idle_min); per threshold min_rate < expect_rate < "
     "max_rate, each metric once; peak_start and peak_end both or neither; a schedule's window is not empty, its "
-    "weekdays parse as cron's day-of-week and its min_replicas ≤ max_replicas; busy_signal needs a busy threshold."
+    "weekdays parse as cron's day-of-week and its min_replicas ≤ max_replicas; busy_signal needs a busy threshold; "
+    "max_surge and max_unavailable not both 0; with group_size > 1, whole GPUs per pod (gpus_per_replica) and a group "
+    "that some block of the GPU model's nodes (any nodes, without exclusive_topology) could hold were they empty "
+    "(group_size)."
 )
 
 
@@ -119,7 +122,7 @@ class InferenceServiceViewSet(
     """Inference services and their autoscaling thresholds; department admins create and change them."""
 
     base_queryset = (InferenceService.objects.select_related("department", "gpu_model")
-                     .prefetch_related("thresholds", "schedules"))
+                     .prefetch_related("thresholds", "schedules", "groups"))
     serializer_class = s.InferenceServiceSerializer
     filterset_class = InferenceServiceFilterSet
     http_method_names = ["get", "post", "patch", "head", "options"]

@@ -11,12 +11,16 @@ FIELDS = ["name", "department", "gpu_model", "priority", "autoscaling", "replica
           "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica", "peak_start", "peak_end",
           "scale_to_zero_idle_min", "busy_signal", "offline", "manual_deploy", "vertical"]
 POLICY_FIELDS = FIELDS[11:]
+GROUP_FIELDS = ["group_size", "startup_s", "exclusive_topology", "max_surge", "max_unavailable"]
+FIELDS += GROUP_FIELDS
 LABELS = {"gpus_per_replica": "GPUs per replica", "cpu_milli_per_replica": "CPU per replica (millicores)",
           "memory_mib_per_replica": "Memory per replica (MiB)", "autoscaling": "Autoscaling on",
           "peak_start": "Peak window from", "peak_end": "Peak window to",
           "scale_to_zero_idle_min": "Scale to zero after (idle minutes)", "busy_signal": "Scale on the busy signal",
           "offline": "Offline", "manual_deploy": "Being deployed by hand",
-          "vertical": "Apply per-replica recommendations"}
+          "vertical": "Apply per-replica recommendations", "group_size": "Pods per replica (group size)",
+          "startup_s": "Start-up time (s)", "exclusive_topology": "One block per group (exclusive topology)",
+          "max_surge": "Max surge (groups)", "max_unavailable": "Max unavailable (groups)"}
 SCHEDULE_ROWS = 2  # blank schedule rows offered beyond the service's own
 
 
@@ -35,6 +39,9 @@ class ServiceForm(forms.Form):
             queryset=GPUModel.objects.all(), to_field_name="name", required=False, label="GPU model",
             empty_label="none (CPU only)")
         self.fields["gpus_per_replica"].validators.append(MinValueValidator(0))
+        self.fields["group_size"].validators.append(MinValueValidator(1))
+        for name in GROUP_FIELDS:  # left out (a form of before groups): the model's default
+            self.fields[name].required = False
         for name in ("peak_start", "peak_end"):
             self.fields[name].widget = forms.TimeInput(attrs={"type": "time"}, format="%H:%M")
         if instance:  # names are permanent and a service stays in its department (the API's rules)
@@ -43,7 +50,8 @@ class ServiceForm(forms.Form):
 
     def values(self) -> dict:
         """The cleaned fields as `service_create`/`service_update` keyword arguments."""
-        return {name: self.cleaned_data[name] for name in FIELDS if not self.fields[name].disabled}
+        values = {name: self.cleaned_data[name] for name in FIELDS if not self.fields[name].disabled}
+        return {k: v for k, v in values.items() if not (k in GROUP_FIELDS and v is None)}
 
 
 def _values_of(service: InferenceService) -> dict:

@@ -51,6 +51,7 @@ def service_detail(request, name: str):
         "replica_charts": [replica_chart(service, list(scaled)[::-1], load, since, now)],
         "charts": load_charts(load), "forecast_charts": forecast,
         "can_edit": can_administer(user=request.user, department=service.department),
+        "groups": selectors.service_groups(service=service) if service.group_size > 1 else [],
         "breadcrumbs": [("Inference services", reverse("services")), (service.name, None)],
     })
 

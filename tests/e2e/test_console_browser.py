@@ -434,3 +434,50 @@ def test_sm_active_is_shown_beside_gpu_util_and_says_when_it_is_estimated(world,
     expect(row).to_contain_text("55%")  # GPU util
     expect(row).to_contain_text("4% estimated")  # SM active, split from a shared GPU
     console.shot("services-sm-active")
+
+
+def test_an_operator_creates_a_two_pod_group_service_and_sees_its_groups_on_their_nodes(world, console):
+    """Issue 42: a service whose replica is 2 pods of 2 T4 through the form (a group no block can hold is refused
+    beside its field), then its group with leader, worker and nodes after the group tick places it."""
+    from colocation import groups
+    from colocation.models import InferenceService, Node, NodeState
+
+    Node.objects.filter(name="t4-0").update(state=NodeState.ONLINE_NORMAL)  # both T4 nodes serve
+    page = console.page
+    console.sign_in("otto")
+    console.open("/services/new/")
+    page.get_by_label("Name").fill("llm")
+    page.get_by_label("Department").select_option("ml-search")
+    page.get_by_label("GPU model").select_option("T4")
+    page.get_by_label("GPUs per replica").fill("2")
+    page.get_by_label("Replicas", exact=True).fill("1")
+    page.get_by_label("Min replicas").fill("1")
+    page.get_by_label("Pods per replica (group size)").fill("3")
+    page.get_by_label("Start-up time (s)").fill("120")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#id_group_size_error")).to_contain_text("T4 nodes together can never hold a group of 3 pods")
+    assert not InferenceService.objects.exists()
+    page.get_by_label("Pods per replica (group size)").fill("2")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("llm")
+    expect(page.get_by_text("No group placed yet")).to_be_visible()
+
+    service = InferenceService.objects.get(name="llm")
+    clock = VirtualClock(time.time())
+    cluster = SimulatedCluster(node_views(), clock)
+    groups.reconcile(cluster, service, 1, "t4", time.time())
+    console.open("/services/llm/")
+    table = page.locator("section[aria-labelledby=groups-title] tbody tr")
+    expect(table).to_have_count(1)
+    expect(table.first).to_contain_text("starting")
+    clock.advance(121)
+    cluster.advance()
+    groups.reconcile(cluster, service, 1, "t4", time.time() + 121)
+    console.open("/services/llm/")
+    row = page.locator("section[aria-labelledby=groups-title] tbody tr").first
+    expect(row).to_contain_text("ready")
+    cells = row.locator("td").all_inner_texts()
+    assert cells[:4] == ["0", "llm-0", "llm-0-1", "t4-0, t4-1"], cells
+    # 2 pods of 2 GPUs starting for the 120 s the tick charges at most: the GPU-seconds of a group not yet ready
+    expect(page.get_by_text("GPU-seconds held by groups not fully ready: 480")).to_be_visible()
+    console.shot("service-groups")

@@ -29,6 +29,7 @@ class Fault:
     path: re.Pattern
     status: int
     times: int | None  # None: until cleared
+    after: int = 0  # let this many matching requests through first
 
 
 @dataclass
@@ -68,10 +69,11 @@ class FaultProxy:
                 "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": "proxy"}}]}
 
     # -- faults --------------------------------------------------------------------------------------------
-    def fail(self, method: str, path_regex: str, status: int, times: int | None = None) -> None:
-        """Answer `status` to the next `times` requests (all, when None) of `method` on a path matching."""
+    def fail(self, method: str, path_regex: str, status: int, times: int | None = None, after: int = 0) -> None:
+        """Answer `status` to the next `times` requests (all, when None) of `method` on a path matching, once
+        `after` of them have gone through."""
         with self._lock:
-            self.faults.append(Fault(method, re.compile(path_regex), status, times))
+            self.faults.append(Fault(method, re.compile(path_regex), status, times, after))
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -81,6 +83,9 @@ class FaultProxy:
         with self._lock:
             for fault in self.faults:
                 if fault.method == method and fault.path.search(path):
+                    if fault.after > 0:
+                        fault.after -= 1
+                        continue
                     if fault.times is not None:
                         fault.times -= 1
                         if fault.times <= 0:

@@ -349,3 +349,9 @@ def test_demo_loads_keep_the_ready_count_each_minute_was_measured_at(lab):
     assert m.qps == traffic.qps("ranker", m.at) and m.gpu == traffic.gpu("ranker", m.at, 5)
     # busy: the SM active of the H200 server its pods follow, launch-bound: well under its GPU util
     assert m.busy_source == "SM active" and 0 < m.busy < 0.6 * m.gpu
+
+
+def test_priority_aware_autoscaling_counts_a_group_of_pods_whole():
+    """docs/concepts/service-groups.md#quotas-and-autoscaling: a replica of 4 pods of 2 GPUs takes 8 GPUs."""
+    service = InferenceService(gpu_model_id=1, gpus_per_replica=2, cpu_milli_per_replica=4000, group_size=4)
+    assert replicas.per_replica(service) == 8.0

@@ -38,7 +38,11 @@ class Harness:
     wait_fn: object
     services_fn: object  # the headless Services on the cluster: name -> selector
     manifest_fn: object = None  # a pod as the API stores it (Kubernetes only)
+    refuse_bind_fn: object = None  # refuse one pod bind, after letting `after` through
     seen: list[ClusterEvent] = field(default_factory=list)
+
+    def refuse_bind(self, after: int) -> None:
+        self.refuse_bind_fn(after)
 
     def settle(self) -> None:
         """Let the cluster do what it does unasked (place, start, ready, terminate) until nothing changes."""
@@ -76,17 +80,42 @@ def _simulated(nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harness]:
         clock.advance(seconds)
         cluster.advance()
 
-    yield Harness(cluster, lambda: wait(STARTUP_S + 0.01), wait, cluster.services)
+    harness = Harness(cluster, lambda: wait(STARTUP_S + 0.01), wait, cluster.services)
+
+    def refuse_bind(after: int) -> None:
+        harness.backend = RefusingBinds(cluster, after)
+
+    harness.refuse_bind_fn = refuse_bind
+    yield harness
 
 
-def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harness]:
-    """The backend as Tidal's ServiceAccount (`tidal_api`); the nodes and the checks as the cluster's admin."""
+class RefusingBinds:
+    """The simulated cluster refusing one bind after `after` (nothing stands in front of it to inject the fault)."""
+
+    def __init__(self, cluster: SimulatedCluster, after: int) -> None:
+        self._cluster, self._after = cluster, after
+
+    def __getattr__(self, name: str):
+        return getattr(self._cluster, name)
+
+    def bind(self, pod: PodSpec, node: str) -> None:
+        self._after -= 1
+        if self._after == -1:
+            raise BackendError(f"pods {pod.name!r} is forbidden: exceeded quota")
+        self._cluster.bind(pod, node)
+
+
+def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES, through_proxy: bool = False) -> Iterator[Harness]:
+    """The backend as Tidal's ServiceAccount (`tidal_api`); the nodes and the checks as the cluster's admin. Through
+    the fault-injecting proxy (tests/integration/faultproxy.py), the backend talks to the API server as its admin."""
     from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
+    from tests.integration.faultproxy import FaultProxy
     from tests.integration.kubecluster import kwok_cluster
 
-    with kwok_cluster(nodes, "tidal-workloads") as kube:
-        backend = KubernetesCluster(tidal_api, KubeSettings(namespace="tidal-workloads", replacement_wait_s=10,
-                                                            grace_period_s=1))
+    with kwok_cluster(nodes, "tidal-workloads") as kube, FaultProxy(kube.api.configuration) as proxy:
+        api = proxy.api_client() if through_proxy else tidal_api
+        backend = KubernetesCluster(api, KubeSettings(namespace="tidal-workloads", replacement_wait_s=10,
+                                                      grace_period_s=1))
 
         def settle() -> None:
             """Until the controllers are done and the backend's pod watch has seen every pod as the server has it."""
@@ -104,7 +133,10 @@ def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harn
         def services() -> dict[str, dict[str, str]]:
             return {svc["metadata"]["name"]: svc["spec"].get("selector", {}) for svc in kube.services()}
 
-        harness = Harness(backend, settle, wait, services, kube.pod)
+        def refuse_bind(after: int) -> None:  # a pod create the API server refuses (as a quota admission would)
+            proxy.fail("POST", r"/namespaces/[^/]+/pods$", 403, times=1, after=after)
+
+        harness = Harness(backend, settle, wait, services, kube.pod, refuse_bind_fn=refuse_bind)
         harness.seen += backend.drain_events()  # start the watches
         try:
             yield harness
@@ -460,3 +492,195 @@ def test_taking_back_a_node_with_one_worker_requeues_the_whole_gang_once(gangs):
     assert [w["state"] for w in run.workers] == ["stopped", "stopped", "killed", "stopped"]
     (requeued,) = Decision.objects.filter(subject=f"job:{job.pk}", reason="taken-back")
     assert "g-2" in requeued.message and "worker 2 of 4" in requeued.message
+
+
+# --- service groups: a replica of several pods, placed, healed, scaled and rolled whole -----------------------
+# The same cases on both backends: colocation/groups.py (the live loops' acting for services whose replica is a group,
+# docs/concepts/service-groups.md) binding, evicting and recording on the database.
+
+GROUP_NODES = tuple(f"s-{i}" for i in range(6))
+
+
+@dataclass
+class GroupLab:
+    world: object
+    cluster: Harness
+
+    def service(self, **fields):
+        from decimal import Decimal
+
+        defaults = dict(name="llm", gpu_model=self.world.gpu_models["T4"], gpus_per_replica=Decimal(2), group_size=4,
+                        replicas=1, min_replicas=1, max_replicas=4, startup_s=0)
+        return self.world.service(**{**defaults, **fields})
+
+    def tick(self, service, desired: int | None = None, now: float | None = None):
+        """One group tick of `service` (its stored replica count unless `desired`), then the cluster settles."""
+        from colocation import groups
+
+        service.refresh_from_db()
+        actions = groups.reconcile(self.cluster.backend, service, service.replicas if desired is None else desired,
+                                   "t4", time.time() if now is None else now)
+        self.cluster.settle()
+        return actions
+
+    def groups(self, service) -> dict[int, list]:
+        """Group index -> its pods on the cluster that are not going away, leader first."""
+        out: dict[int, list] = {}
+        for p in self.cluster.backend.pods():
+            if p.spec.labels.get("tidal.io/service") == service.name and not p.terminating:
+                out.setdefault(int(p.spec.labels["tidal.io/group"]), []).append(p)
+        return {i: sorted(pods, key=lambda p: int(p.spec.labels[WORKER_LABEL])) for i, pods in sorted(out.items())}
+
+    def decisions(self, service, reason: str) -> list:
+        from core.models import Decision
+
+        return list(Decision.objects.filter(subject=f"service:{service.name}", reason=reason).order_by("created_at"))
+
+
+@pytest.fixture(params=["simulated", "kubernetes"])
+def group_lab(request, world) -> Iterator[GroupLab]:
+    """Six online T4 nodes of two GPUs (beside the world's t4-1), one topology block."""
+    from colocation.models import Node, NodeState
+    from colocation.selectors import node_views
+
+    for name in GROUP_NODES:
+        Node.objects.create(name=name, resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"],
+                            gpu_count=2, cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION,
+                            state=NodeState.ONLINE_NORMAL)
+    for group in world.groups.values():
+        group.lending = False
+        group.save()
+    nodes = tuple(node_views())
+    harness = _simulated(nodes) if request.param == "simulated" else \
+        _kubernetes(request.getfixturevalue("tidal_api"), nodes, through_proxy=True)
+    yield from (GroupLab(world, h) for h in harness)
+
+
+@pytest.mark.django_db
+def test_a_group_is_bound_whole_with_its_lws_environment_and_headless_service(group_lab):
+    from colocation.models import ServiceGroup
+
+    service = group_lab.service()
+    group_lab.tick(service)
+    (pods,) = group_lab.groups(service).values()
+    assert [p.spec.name for p in pods] == ["llm-0", "llm-0-1", "llm-0-2", "llm-0-3"]
+    assert [p.node for p in pods] == list(GROUP_NODES[:4])
+    assert group_lab.cluster.services() == {"llm-group-0": {"tidal.io/service": "llm", "tidal.io/group": "0"}}
+    for worker, pod in enumerate(pods):
+        assert pod.spec.gpu_shares == (GpuShare(0, 1.0), GpuShare(1, 1.0)) and pod.kind == INFERENCE
+        assert {k: pod.spec.env[k] for k in ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")} == \
+            {"LWS_LEADER_ADDRESS": "llm-0.llm-group-0", "LWS_GROUP_SIZE": "4", "LWS_WORKER_INDEX": str(worker)}
+        manifest = group_lab.cluster.manifest_fn and group_lab.cluster.manifest_fn(pod.spec.name)
+        if manifest is not None:  # Kubernetes: the leader address resolves through the group's headless Service
+            assert (manifest["spec"]["hostname"], manifest["spec"]["subdomain"]) == (pod.spec.name, "llm-group-0")
+    (placed,) = group_lab.decisions(service, "group-placed")
+    assert placed.data == {"group": 0, "nodes": list(GROUP_NODES[:4])} and "leader on s-0" in placed.message
+    group_lab.tick(service)  # the next tick sees every pod ready
+    row = ServiceGroup.objects.get(service=service, index=0)
+    assert (row.ready, row.pods_ready, row.leader, row.nodes) == (True, 4, "llm-0", list(GROUP_NODES[:4]))
+
+
+@pytest.mark.django_db
+def test_a_group_with_one_bind_refused_leaves_nothing_bound_and_is_placed_again_once(group_lab):
+    service = group_lab.service()
+    group_lab.cluster.refuse_bind(after=2)  # worker 2 of the group is refused
+    group_lab.tick(service)
+    assert group_lab.groups(service) == {}
+    assert group_lab.cluster.services() == {}
+    (refused,) = group_lab.decisions(service, "group-bind-refused")
+    assert "worker 2 of 4" in refused.message and "the 2 pods already bound were removed" in refused.message
+    assert refused.data["removed"] == ["llm-0", "llm-0-1"]
+    group_lab.tick(service)
+    (pods,) = group_lab.groups(service).values()
+    assert len(pods) == 4 and group_lab.cluster.services().keys() == {"llm-group-0"}
+    assert len(group_lab.decisions(service, "group-bind-refused")) == 1
+    assert len(group_lab.decisions(service, "group-placed")) == 1
+
+
+@pytest.mark.django_db
+def test_a_killed_pod_recreates_the_whole_group_once_after_its_back_off(group_lab):
+    from colocation.models import ServiceGroup
+
+    service = group_lab.service()
+    now = time.time()
+    group_lab.tick(service, now=now)
+    group_lab.tick(service, now=now + 1)
+    group_lab.cluster.backend.evict("llm-0-2", "killed")  # one worker dies
+    group_lab.cluster.settle()
+    group_lab.tick(service, now=now + 2)
+    assert group_lab.groups(service) == {}  # the whole group went, not just the dead worker
+    (recreated,) = group_lab.decisions(service, "group-recreated")
+    assert "1 of its 4 pods" in recreated.message and recreated.data["restarts"] == 1
+    assert ServiceGroup.objects.get(service=service, index=0).restarts == 1
+    group_lab.tick(service, now=now + 5)  # inside the back-off: not yet
+    assert group_lab.groups(service) == {}
+    assert len(group_lab.decisions(service, "group-backoff")) == 1
+    group_lab.tick(service, now=now + 20)
+    (pods,) = group_lab.groups(service).values()
+    assert [p.node for p in pods] == list(GROUP_NODES[:4])
+    assert len(group_lab.decisions(service, "group-recreated")) == 1
+    assert len(group_lab.decisions(service, "group-placed")) == 2
+
+
+@pytest.mark.django_db
+def test_groups_scale_out_and_in_highest_index_first(group_lab):
+    service = group_lab.service(group_size=2, replicas=2, max_replicas=3)
+    group_lab.tick(service, desired=2)
+    assert list(group_lab.groups(service)) == [0, 1]
+    group_lab.tick(service, desired=3)
+    groups = group_lab.groups(service)
+    assert list(groups) == [0, 1, 2] and all(len(pods) == 2 for pods in groups.values())
+    assert len({p.node for pods in groups.values() for p in pods}) == 6  # every pod its own node (2 GPUs each)
+    group_lab.tick(service, desired=1)
+    assert list(group_lab.groups(service)) == [0]
+    assert [d.data["group"] for d in group_lab.decisions(service, "group-removed")] == [2, 1]
+    assert set(group_lab.cluster.services()) == {"llm-group-0"}
+
+
+@pytest.mark.django_db
+def test_a_rolling_update_with_no_room_to_surge_completes_at_max_unavailable(group_lab):
+    service = group_lab.service(group_size=2, replicas=3, max_replicas=3, max_surge=1, max_unavailable=1)
+    for _ in range(2):
+        group_lab.tick(service)  # three groups on s-0..s-5: only t4-1 is free, a surge group needs two nodes
+    before = {i: p[0].spec.labels["tidal.io/revision"] for i, p in group_lab.groups(service).items()}
+    assert len(before) == 3 and len(set(before.values())) == 1
+    service.cpu_milli_per_replica = 8000  # a new revision
+    service.save()
+    for _ in range(12):
+        group_lab.tick(service)
+        groups = group_lab.groups(service)
+        ready = [i for i, pods in groups.items() if len(pods) == 2 and all(p.ready for p in pods)]
+        assert len(ready) >= 2  # never more than max_unavailable groups down
+        if all(pods[0].spec.labels["tidal.io/revision"] != before[0] for pods in groups.values()) and len(ready) == 3:
+            break
+    else:
+        raise AssertionError(f"the rollout did not complete: {groups}")
+    assert all(p.spec.cpu_milli == 8000 for pods in groups.values() for p in pods)
+    (no_room,) = group_lab.decisions(service, "rollout-no-surge-room")
+    assert "max_unavailable 1" in no_room.message
+    assert [d.data["group"] for d in group_lab.decisions(service, "group-rolled")] == [2, 1, 0]
+
+
+@pytest.mark.django_db
+def test_lending_a_node_of_a_group_moves_the_whole_group_off_it(group_lab):
+    from colocation import controller, services as colocation_services
+    from colocation.models import Node, NodeTransition
+    from colocation.policy import DEFAULT, Direction
+
+    service = group_lab.service(group_size=2)
+    group_lab.tick(service)
+    assert [p.node for p in group_lab.groups(service)[0]] == ["s-0", "s-1"]
+    colocation_services.transition_request(node=Node.objects.get(name="s-1"), direction=Direction.LEND,
+                                           actor=group_lab.world.users["operator"], reason="operator", message="by hand")
+    for _ in range(6):
+        controller.lending_tick(backend=group_lab.cluster.backend, now=time.time(), profile=DEFAULT)
+        group_lab.cluster.settle()
+        if NodeTransition.objects.get(node__name="s-1").status == "done":
+            break
+    assert NodeTransition.objects.get(node__name="s-1").status == "done"
+    controller.lending_tick(backend=group_lab.cluster.backend, now=time.time(), profile=DEFAULT)
+    group_lab.cluster.settle()
+    (pods,) = group_lab.groups(service).values()
+    assert len(pods) == 2 and "s-1" not in {p.node for p in pods}  # whole, elsewhere
+    (moved,) = group_lab.decisions(service, "group-moved")
+    assert "s-1" in moved.message and moved.data["group"] == 0

@@ -308,3 +308,40 @@ def test_the_client_speaks_the_served_schema():
     for (method, path), names in queries.items():
         parameters = {p["name"] for p in schema["paths"][path][method].get("parameters", []) if p["in"] == "query"}
         assert names <= parameters, f"{method.upper()} {path} takes no {sorted(names - parameters)}"
+
+
+LLM = """\
+name: llm
+department: ml-search
+gpu_model: T4
+gpus_per_replica: 2
+group_size: 3
+replicas: 1
+min_replicas: 1
+max_replicas: 2
+thresholds: [{metric: gpu, min_rate: 0.2, expect_rate: 0.5, max_rate: 0.8}]
+"""
+
+
+def test_create_service_refuses_a_group_no_block_holds_then_describe_lists_its_groups(tidal, world):
+    from colocation.models import InferenceService, ServiceGroup
+
+    assert tidal.login("adam").returncode == 0
+    (tidal.home / "llm.yaml").write_text(LLM)
+    before = world.snapshot()
+    result = tidal("create-service", "-f", "llm.yaml")
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("error: the service was not created")
+    assert lines[1].split()[0] == "group_size" and "group of 3 pods of 2 GPUs" in lines[1]
+    assert world.snapshot() == before
+    (tidal.home / "llm.yaml").write_text(LLM.replace("group_size: 3", "group_size: 2"))
+    result = tidal("create-service", "-f", "llm.yaml")
+    assert result.returncode == 0 and "1 replicas of 2 pod(s)" in result.stdout, result.stderr
+    ServiceGroup.objects.create(service=InferenceService.objects.get(name="llm"), index=0, leader="llm-0",
+                                nodes=["t4-0", "t4-1"], pods_ready=2, ready=True)
+    described = tidal("describe", "service", "llm")
+    assert described.returncode == 0, described.stderr
+    assert "Groups (2 pods each, leader first):" in described.stdout
+    row = next(line for line in described.stdout.splitlines() if "llm-0" in line)
+    assert row.split()[:4] == ["0", "llm-0", "t4-0,", "t4-1"] and "yes (2/2)" in row

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import typer
+import yaml
 from rich.tree import Tree
 
-from tidal_cli.api import Client, GroupAllocation, Node, ResourceGroup, Service
+from tidal_cli.api import ApiError, Client, GroupAllocation, Node, ResourceGroup, Service
 from tidal_cli.commands import OUTPUT, example
 from tidal_cli.output import Format, ago, cores, emit, fields, grid, mem, number
-from tidal_cli.runtime import Exit, Failure, connect
+from tidal_cli.runtime import Exit, Failure, connect, exit_code, print_error
 
 HOLDING = ["admitted", "running"]  # the job statuses that hold resources
 
@@ -179,6 +181,36 @@ def services(
                                       "autoscaling", "age"], table)] if rows else ["No services."])
 
 
+@example("tidal create-service -f llm.yaml", "tidal create-service -f llm.yaml -o json")
+def create_service(
+    file: Path = typer.Option(..., "--file", "-f", help="A YAML mapping of the API's fields (name, department, "
+                                                         "gpu_model, group_size, gpus_per_replica, thresholds, …)."),
+    output: Format = OUTPUT,
+) -> None:
+    """Create an inference service. The API's field errors are printed beside the field names (exit 2, nothing
+    created): a group no block of its GPU model's nodes could ever hold is refused on group_size."""
+    try:
+        payload = yaml.safe_load(file.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise Failure(f"{file}: cannot read it ({error})", Exit.BAD_INPUT) from None
+    if not isinstance(payload, dict):
+        raise Failure(f"{file}: a service file is a mapping of the API's fields", Exit.BAD_INPUT)
+    client = connect()
+    try:
+        try:
+            created = client.create_service(payload)
+        except ApiError as error:
+            if error.fields:
+                print_error(f"the service was not created: {error.message}", error.fields)
+                raise typer.Exit(exit_code(error)) from None
+            raise
+    finally:
+        client.close()
+    emit(created, output, lambda: [f"service {created['name']} created: {created['replicas']} replicas of "
+                                   f"{created['group_size']} pod(s); `tidal describe service {created['name']}` "
+                                   f"lists its groups"])
+
+
 def _state(service: Service) -> str:
     return "offline" if service["offline"] else "on" if service["autoscaling"] else "off"
 
@@ -207,7 +239,7 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
         ("GPU model", service["gpu_model"]), ("Priority", service["priority"]),
         ("Replicas", f"{service['replicas']} (min {service['min_replicas']}, max {service['max_replicas']}), "
                      f"changed {ago(service['replicas_changed_at'])}"),
-        ("Per replica", f"{number(service['gpus_per_replica'])} GPU, {cores(service['cpu_milli_per_replica'])} CPU, "
+        ("Per pod" if service.get("group_size", 1) > 1 else "Per replica", f"{number(service['gpus_per_replica'])} GPU, {cores(service['cpu_milli_per_replica'])} CPU, "
                         f"{mem(service['memory_mib_per_replica'])} memory"),
         ("Autoscaling", _state(service)), ("Created", ago(service["created_at"])),
     ])]
@@ -215,6 +247,12 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
         blocks += ["", "Thresholds:", grid(["metric", "min", "expect", "max"],
                                            [[t["metric"], t["min_rate"], t["expect_rate"], t["max_rate"]]
                                             for t in service["thresholds"]])]
+    if service.get("group_size", 1) > 1:
+        blocks += ["", f"Groups ({service['group_size']} pods each, leader first):",
+                   grid(["group", "leader", "nodes", "ready", "restarts"],
+                        [[g["index"], g["leader"] or "-", ", ".join(g["nodes"]) or "-",
+                          f"{'yes' if g['ready'] else 'no'} ({g['pods_ready']}/{service['group_size']})", g["restarts"]]
+                         for g in service["groups"]]) if service["groups"] else "  none placed yet"]
     if scaling:
         blocks += ["", "Scaling:", grid(["when", "kind", "reason", "message"],
                                         [[ago(d["created_at"]), d["kind"], d["reason"], d["message"]]
@@ -222,4 +260,4 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
     return blocks
 
 
-COMMANDS = {"quota": quota, "top": top, "services": services}
+COMMANDS = {"quota": quota, "top": top, "services": services, "create-service": create_service}

@@ -1,0 +1,224 @@
+"""Acting for services whose replica is a group of pods (docs/concepts/service-groups.md): one tick of one service
+observes its groups on the cluster, asks the pure plan (colocation/policy/servicegroups.py), binds each new group
+whole (its headless Service first, every pod or none), removes broken, extra and rolled groups, and records what it
+did and why. The same code on both backends: it binds and evicts pods like the scheduler does a gang."""
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import defaultdict
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F
+
+from cluster.backend import (
+    GROUP_LABEL, INFERENCE, KIND_LABEL, REVISION_LABEL, SERVICE_LABEL, STARTUP_LABEL, WORKER_LABEL, BackendError,
+    ClusterBackend, PodSpec, PodView,
+)
+from cluster.clock import utc
+from colocation.models import InferenceService, ServiceGroup
+from colocation.policy import servicegroups as sg
+from core.decisions import decision_record
+from core.models import Decision
+
+log = logging.getLogger(__name__)
+MAX_ACCOUNTED_S = 120.0  # a longer gap between ticks (the loop was down) is not charged as not-ready time
+
+
+def spec_of(service: InferenceService, resource_group: str) -> sg.GroupSpec:
+    gpus = float(service.gpus_per_replica) if service.gpu_model_id else 0.0
+    if service.vertical and service.gpu_model_id and service.recommended_gpus_per_replica is not None:
+        gpus = float(service.recommended_gpus_per_replica)
+    cpu = (service.vertical and service.recommended_cpu_milli) or service.cpu_milli_per_replica
+    memory = (service.vertical and service.recommended_memory_mib) or service.memory_mib_per_replica
+    model = service.gpu_model.name if service.gpu_model_id else None
+    revision = hashlib.sha256(repr((model, gpus, cpu, memory, service.group_size)).encode()).hexdigest()[:10]
+    return sg.GroupSpec(service.name, service.group_size, model, gpus, cpu, memory, resource_group, revision,
+                        service.exclusive_topology, service.max_surge, service.max_unavailable)
+
+
+def group_pods(pods: tuple[PodView, ...], service: str) -> list[tuple[int, str, sg.GroupPod]]:
+    out = []
+    for p in pods:
+        labels = p.spec.labels
+        if labels.get(SERVICE_LABEL) == service and GROUP_LABEL in labels:
+            out.append((int(labels[GROUP_LABEL]), labels.get(REVISION_LABEL, ""),
+                        sg.GroupPod(p.spec.name, int(labels.get(WORKER_LABEL, "0")), p.node, p.ready, p.terminating)))
+    return out
+
+
+def groups_on_nodes(pods: tuple[PodView, ...], but: str) -> dict[str, set[tuple[str, int]]]:
+    """node -> the groups of services other than `but` with a pod there."""
+    out: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for p in pods:
+        labels = p.spec.labels
+        if GROUP_LABEL in labels and labels.get(SERVICE_LABEL) != but:
+            out[p.node].add((labels.get(SERVICE_LABEL, ""), int(labels[GROUP_LABEL])))
+    return out
+
+
+def ready_groups(pods: tuple[PodView, ...], service: InferenceService) -> int:
+    """Groups of `service` with every pod ready: its serving replicas."""
+    return sum(1 for g in sg.observe(group_pods(pods, service.name)).values() if g.ready(service.group_size))
+
+
+def reconcile(backend: ClusterBackend, service: InferenceService, desired: int, resource_group: str,
+              now: float) -> list[sg.Action]:
+    """One tick of `service`'s groups: `desired` of them, on the online nodes of `resource_group`."""
+    spec = spec_of(service, resource_group)
+    pods = backend.pods()
+    observed = sg.observe(group_pods(pods, service.name))
+    stored = {g.index: g for g in ServiceGroup.objects.filter(service=service)}
+    _account(service, spec, stored.values(), now)
+    memory = {i: sg.GroupMemory(g.restarts, g.backoff_until.timestamp() if g.backoff_until else 0.0)
+              for i, g in stored.items()}
+    actions = sg.plan(spec, desired, observed, backend.nodes(), memory, now, groups_on_nodes(pods, service.name))
+    for action in actions:
+        if isinstance(action, sg.Place):
+            _bind_group(backend, service, spec, action)
+        elif isinstance(action, sg.Remove):
+            _remove_group(backend, service, action, now)
+        else:
+            _note(service, spec, action)
+    _store(service, spec, sg.observe(group_pods(backend.pods(), service.name)), desired, now)
+    return actions
+
+
+def group_leave(backend: ClusterBackend, pod: PodView, reason: str) -> None:
+    """A group pod's node is being lent: the whole group goes (a group runs whole), and the next group tick places it
+    again on online nodes. Not create-before-delete yet (docs/concepts/service-groups.md#quotas-and-autoscaling)."""
+    service, index = pod.spec.labels[SERVICE_LABEL], int(pod.spec.labels[GROUP_LABEL])
+    names = [p.spec.name for p in backend.pods() if p.spec.labels.get(SERVICE_LABEL) == service
+             and p.spec.labels.get(GROUP_LABEL) == str(index) and not p.terminating]
+    for name in names:
+        _evict(backend, name, reason)
+    backend.delete_service(sg.group_service(service, index))
+    owner = InferenceService.objects.filter(name=service).select_related("department").first()
+    if owner is not None:
+        _record(owner, index, sg.Reason.MOVED.value, f"group {index} of {service} leaves {pod.node} whole ({reason}); the "
+                                             f"next tick places it again on online nodes", {"pods": names})
+
+
+def _pod_specs(service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -> list[tuple[PodSpec, str]]:
+    out = []
+    for worker, (node, shares) in enumerate(zip(place.nodes, place.shares, strict=True)):
+        labels = {KIND_LABEL: INFERENCE, SERVICE_LABEL: service.name, GROUP_LABEL: str(place.index),
+                  WORKER_LABEL: str(worker), REVISION_LABEL: spec.revision, STARTUP_LABEL: str(service.startup_s)}
+        out.append((PodSpec(name=sg.pod_name(service.name, place.index, worker), job_id=None,
+                            gpu_model=spec.gpu_model if shares else None, gpu_shares=shares, cpu_milli=spec.cpu_milli,
+                            memory_mib=spec.memory_mib, labels=labels,
+                            env=sg.lws_env(service.name, place.index, worker, spec.size),
+                            subdomain=sg.group_service(service.name, place.index)), node))
+    return out
+
+
+def _bind_group(backend: ClusterBackend, service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -> bool:
+    """Every pod of the group or none: the headless Service first, then each pod; a refusal removes what was bound
+    (the next tick places the group again)."""
+    headless = sg.group_service(service.name, place.index)
+    bound: list[str] = []
+    specs = _pod_specs(service, spec, place)
+    try:
+        backend.apply_headless_service(headless, {SERVICE_LABEL: service.name, GROUP_LABEL: str(place.index)})
+        for pod, node in specs:
+            backend.bind(pod, node)
+            bound.append(pod.name)
+    except BackendError as error:
+        for name in bound:
+            _evict(backend, name, f"group {place.index} of {service.name} could not start whole")
+        backend.delete_service(headless)
+        pod, node = specs[len(bound)] if len(bound) < len(specs) else (None, "")
+        what = f"pod {pod.name} (worker {len(bound)} of {spec.size}) on {node}" if pod else "its headless Service"
+        _record(service, place.index, sg.Reason.BIND_REFUSED.value,
+                f"group {place.index} of {service.name}: the cluster refused {what} ({error}); a group starts whole, "
+                f"so the {len(bound)} pods already bound were removed; it is placed again on the next tick",
+                {"nodes": list(place.nodes), "removed": bound})
+        return False
+    _record(service, place.index, place.reason.value, place.message, {"nodes": list(place.nodes)})
+    _acted(service, place.index)
+    return True
+
+
+def _evict(backend: ClusterBackend, pod: str, reason: str) -> None:
+    try:
+        backend.evict(pod, reason)
+    except BackendError as error:  # gone already
+        log.info("%s: %s", pod, error)
+
+
+def _remove_group(backend: ClusterBackend, service: InferenceService, remove: sg.Remove, now: float) -> None:
+    for name in remove.pods:
+        _evict(backend, name, remove.message)
+    backend.delete_service(sg.group_service(service.name, remove.index))
+    data: dict = {"pods": list(remove.pods)}
+    if remove.failed:
+        with transaction.atomic():
+            row, _ = ServiceGroup.objects.select_for_update().get_or_create(service=service, index=remove.index)
+            row.restarts += 1
+            wait = sg.backoff_after(row.restarts)
+            row.backoff_until, row.ready, row.ready_since = utc(now + wait), False, None
+            row.save()
+        data |= {"restarts": row.restarts, "backoff_s": wait}
+        message = f"{remove.message}; back-off {wait:.0f} s before it starts again"
+    else:
+        message = remove.message
+    _record(service, remove.index, remove.reason.value, message, data)
+    _acted(service, remove.index)
+
+
+def _note(service: InferenceService, spec: sg.GroupSpec, note: sg.Note) -> None:
+    """A reason to wait, recorded when it is new for the group (or, for a rollout, once per revision)."""
+    if note.index is None:
+        if not Decision.objects.filter(kind=Decision.Kind.SCALING, subject=f"service:{service.name}",
+                                       reason=note.reason.value, data__revision=spec.revision).exists():
+            _record(service, None, note.reason.value, note.message, {"revision": spec.revision})
+        return
+    row, _ = ServiceGroup.objects.get_or_create(service=service, index=note.index)
+    if row.note != note.reason.value:
+        ServiceGroup.objects.filter(pk=row.pk).update(note=note.reason.value)
+        _record(service, note.index, note.reason.value, note.message, {})
+
+
+def _record(service: InferenceService, index: int | None, reason: str, message: str, data: dict) -> None:
+    decision_record(kind=Decision.Kind.SCALING, subject=f"service:{service.name}", reason=reason, message=message,
+                    department=service.department, data={**data, "group": index})
+
+
+def _acted(service: InferenceService, index: int) -> None:
+    """The group moved on: the next reason to wait is news again."""
+    ServiceGroup.objects.filter(service=service, index=index).update(note="")
+
+
+def _account(service: InferenceService, spec: sg.GroupSpec, stored, now: float) -> None:
+    """GPU-seconds held by groups not fully ready, since the last tick, as that tick left them (placed, some pod still
+    starting): an upper bound by at most one tick."""
+    row = InferenceService.objects.filter(pk=service.pk)
+    observed_at = row.values_list("groups_observed_at", flat=True).first()  # the row's: `service` may be stale
+    last = observed_at.timestamp() if observed_at else now
+    starting = sum(len(g.nodes) for g in stored if g.nodes and not g.ready) * spec.gpus
+    held = starting * min(max(now - last, 0.0), MAX_ACCOUNTED_S)
+    row.update(unready_gpu_seconds=F("unready_gpu_seconds") + held, groups_observed_at=utc(now))
+
+
+def _store(service: InferenceService, spec: sg.GroupSpec, observed: dict[int, sg.ObservedGroup], desired: int,
+           now: float) -> None:
+    """Each group as seen now, for the service page and /metrics; a group that is gone and not wanted is forgotten."""
+    rows = {g.index: g for g in ServiceGroup.objects.filter(service=service)}
+    for index, g in observed.items():
+        row = rows.pop(index, None) or ServiceGroup(service=service, index=index)
+        ready = g.ready(spec.size)
+        row.revision, row.nodes, row.leader = g.revision, list(g.nodes), sg.leader_name(service.name, index)
+        row.pods_ready = sum(1 for p in g.pods if p.ready and not p.terminating)
+        if ready and not row.ready:
+            row.ready_since = utc(now)
+        row.ready = ready
+        if ready and row.ready_since and now - row.ready_since.timestamp() >= sg.BACKOFF_RESET_S:
+            row.restarts, row.backoff_until = 0, None
+        row.save()
+    for index, row in rows.items():  # no pods now
+        if index >= desired:
+            row.delete()
+        elif row.nodes or row.ready:
+            row.nodes, row.ready, row.pods_ready, row.leader = [], False, 0, ""
+            row.save()
