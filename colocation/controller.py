@@ -151,7 +151,7 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
     for node, group, direction in NodeTransition.objects.filter(status=NodeTransition.Status.OPEN).values_list(
             "node__name", "node__resource_group__name", "direction"):
         converting[group].append(Converting(node, Direction(direction)))
-    largest = largest_replicas(group_of_model)
+    largest, startup = largest_replicas(group_of_model)
     views = []
     for name, members in sorted(observe.group_nodes(backend, expected_run(backend)).items()):
         group = groups.get(name)
@@ -161,21 +161,24 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
             name, tuple(_pin(n) if n.name in pinned else n for n in members),
             Thresholds(group.min_rate, group.expect_rate, group.max_rate), pending_training[name],
             tuple(pending_online[name]), tuple(converting[name]), unit_name(gpu=bool(group.gpu_model_id)),
-            largest_replica=largest.get(name, 0.0),
+            largest_replica=largest.get(name, 0.0), startup_s=startup.get(name, 0.0),
         ))
     return views
 
 
-def largest_replicas(group_of_model: dict[str | None, str]) -> dict[str, float]:
-    """Per resource group, what the largest replica of its services takes, in the group's unit (GPUs; CPU millicores
-    for a CPU group): lending leaves room for one more of it."""
-    out: dict[str, float] = {}
-    for model, gpus, cpu in InferenceService.objects.values_list("gpu_model__name", "gpus_per_replica",
-                                                                  "cpu_milli_per_replica"):
+def largest_replicas(group_of_model: dict[str | None, str]) -> tuple[dict[str, float], dict[str, float]]:
+    """Per resource group, what the largest replica (a whole group of pods) of its services takes, in the group's unit
+    (GPUs; CPU millicores for a CPU group): lending leaves room for one more of it; and the longest start-up of a
+    replica there, which a take-back must start ahead of the forecast rise."""
+    largest: dict[str, float] = {}
+    startup: dict[str, float] = {}
+    for model, gpus, cpu, size, startup_s in InferenceService.objects.values_list(
+            "gpu_model__name", "gpus_per_replica", "cpu_milli_per_replica", "group_size", "startup_s"):
         group = group_of_model.get(model)
         if group is not None:
-            out[group] = max(out.get(group, 0.0), float(gpus) if model else float(cpu))
-    return out
+            largest[group] = max(largest.get(group, 0.0), (float(gpus) if model else float(cpu)) * size)
+            startup[group] = max(startup.get(group, 0.0), float(startup_s or 0))
+    return largest, startup
 
 
 def expected_run(backend: ClusterBackend) -> dict[int, float]:

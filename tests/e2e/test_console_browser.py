@@ -457,6 +457,7 @@ def test_an_operator_creates_a_two_pod_group_service_and_sees_its_groups_on_thei
     page.get_by_role("button", name="Save").click()
     expect(page.locator("#id_group_size_error")).to_contain_text("T4 nodes together can never hold a group of 3 pods")
     assert not InferenceService.objects.exists()
+    console.shot("service-groups-form-error")
     page.get_by_label("Pods per replica (group size)").fill("2")
     page.get_by_role("button", name="Save").click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("llm")

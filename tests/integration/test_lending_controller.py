@@ -394,3 +394,19 @@ def test_the_near_term_demand_comes_from_a_usable_xgboost_forecast(lab):
     # ceil(0.9 × 2 / 0.6) = 3 replicas from minute 3 on; the default expectRate 0.6 (no gpu threshold set)
     assert controller.near_term([t4], clock.now()) == {"t4": (2.0, 2.0, 3.0, 3.0, 3.0)}
     assert controller.near_term([t4], clock.now() + 600) == {}  # too old: not used
+
+
+def test_lending_keeps_room_for_a_whole_group_and_looks_ahead_its_start_up(lab):
+    """Issue 42: a replica of 2 pods × 2 T4 takes 4 GPUs, and a take-back starts the group's 600 s start-up early."""
+    from colocation.models import InferenceService
+
+    world, cluster, clock = lab
+    InferenceService.objects.create(name="llm", department=world.departments["ml-search"],
+                                    gpu_model=world.gpu_models["T4"], replicas=1, min_replicas=1, gpus_per_replica=2, group_size=2,
+                                    startup_s=600)
+    InferenceService.objects.create(name="small", department=world.departments["ml-search"],
+                                    gpu_model=world.gpu_models["T4"], replicas=1, min_replicas=1, gpus_per_replica=1, startup_s=30)
+    world.groups["t4"].lending = True
+    world.groups["t4"].save()
+    (t4,) = [g for g in controller.group_views(cluster) if g.name == "t4"]
+    assert (t4.largest_replica, t4.startup_s) == (4.0, 600.0)
