@@ -12,16 +12,16 @@ GANG_NODES = ("g-0", "g-1", "g-2", "g-3")
 WHOLE_NODE = (GpuShare(0, 1.0), GpuShare(1, 1.0))  # both T4s of a gang node
 
 
-def add_gang_nodes(world, names: tuple[str, ...] = GANG_NODES) -> None:
-    """T4 nodes of the co-location pool lent to training (offline-normal): a take-back may claim them. Lending
-    automation is turned off, so only a test opens transitions."""
+def add_gang_nodes(world, names: tuple[str, ...] = GANG_NODES, *, online: bool = False) -> None:
+    """T4 nodes of two GPUs in the co-location pool, lent to training (offline-normal: a take-back may claim them)
+    or `online` serving. Lending automation is turned off, so only a test opens transitions."""
     from cluster.types import Pool
     from colocation.models import Node, NodeState
 
+    state = NodeState.ONLINE_NORMAL if online else NodeState.OFFLINE_NORMAL
     for name in names:
         Node.objects.create(name=name, resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"],
-                            gpu_count=2, cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION,
-                            state=NodeState.OFFLINE_NORMAL)
+                            gpu_count=2, cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION, state=state)
     for group in world.groups.values():
         group.lending = False
         group.save()

@@ -540,16 +540,9 @@ class GroupLab:
 @pytest.fixture(params=["simulated", "kubernetes"])
 def group_lab(request, world) -> Iterator[GroupLab]:
     """Six online T4 nodes of two GPUs (beside the world's t4-1), one topology block."""
-    from colocation.models import Node, NodeState
     from colocation.selectors import node_views
 
-    for name in GROUP_NODES:
-        Node.objects.create(name=name, resource_group=world.groups["t4"], gpu_model=world.gpu_models["T4"],
-                            gpu_count=2, cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION,
-                            state=NodeState.ONLINE_NORMAL)
-    for group in world.groups.values():
-        group.lending = False
-        group.save()
+    add_gang_nodes(world, GROUP_NODES, online=True)
     nodes = tuple(node_views())
     harness = _simulated(nodes) if request.param == "simulated" else \
         _kubernetes(request.getfixturevalue("tidal_api"), nodes, through_proxy=True)
