@@ -152,15 +152,20 @@ def head_demand(q: Queued) -> Demand:
 
 
 def fair_victims(shares: FairShares, department: str, need: Demand, cands: list) -> np.ndarray:
-    """Which borrowed candidates a borrowed job of `department` may preempt: another subtree's whose branch's share
-    now is at or above the preemptor's branch's share after (a victim's share only falls as it loses work, so no
-    other could qualify). The set chosen among them is then held to the rule itself (fair_after)."""
+    """Which borrowed candidates a borrowed job of `department` may preempt: another subtree's whose branch borrows
+    (share above 0: a branch within its own quota there lends nothing, and two such branches would take the same GPUs
+    from each other at equal shares of 0 back and forth) and whose share now is at or above the preemptor's branch's
+    share after (a victim's share only falls as it loses work, so no other could qualify). The set chosen among them
+    is then held to the rule itself (fair_after)."""
     leaf = shares.tree.index[department]
     leaves, borrowed = shares.leaves(cands)
     possible = []
     for theirs in np.unique(leaves[borrowed]).tolist():
         pair = shares.branches(leaf, theirs)
-        if pair is not None and shares.share(pair[0], need) <= shares.share(pair[1]):
+        if pair is None:
+            continue
+        now = shares.share(pair[1])
+        if now > 0 and shares.share(pair[0], need) <= now:
             possible.append(theirs)
     return borrowed & np.isin(leaves, possible)
 

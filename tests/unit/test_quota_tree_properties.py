@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from cluster.clock import VirtualClock
@@ -76,6 +76,9 @@ workload_st = st.lists(st.lists(st.tuples(st.integers(0, 8), st.sampled_from([1,
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree_st, st.lists(st.sampled_from([2, 4]), min_size=1, max_size=3), workload_st, st.booleans())
+# two divisions within their own quotas (shares 0) once took the same GPU from each other back and forth
+@example([(0, None, [(0, None, 0.5), (2, None, 0.5)]), (0, None, [(1, None, 0.5), (0, None, 0.5)])], [2],
+         [[(0, 1), (0, 1), (3, 1)]], True)
 def test_no_node_is_past_its_limits_and_fair_share_preemption_never_ping_pongs(divisions, node_gpus, workload, fair):
     sim, teams = simulation(divisions, node_gpus)
     profile = get_profile("tidal", fair_sharing=fair)
