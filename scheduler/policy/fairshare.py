@@ -5,9 +5,9 @@ could ever lend it), divided by its weight (weight 0 while borrowing: infinite, 
 in a tournament from the root: at each node, the child whose share *after* admitting its head job is lowest (a job on
 own quota adds no share, so own work comes first, in the queue's order); within a leaf, the queue's order (score,
 then submit time). Borrowed work may preempt borrowed work of another subtree only while the preemptor's branch's
-share after stays at or below the victim's branch's share after (Kueue's LessThanOrEqualToFinalShare), or else stays
-strictly below the victim's branch's share before (LessThanInitialShare): two jobs never preempt each other back and
-forth. Victims come from the highest-share branch first (victim_shares).
+share after stays at or below the victim's branch's share after (Kueue's LessThanOrEqualToFinalShare; not its
+LessThanInitialShare, which let a leaf take more than one GPU back from another that had taken one from it), and
+only from a branch that borrows: two jobs never preempt each other back and forth. Victims come from the highest-share branch first (victim_shares).
 """
 
 from __future__ import annotations
@@ -179,11 +179,9 @@ def victim_share(shares: FairShares, department: str, victim: str) -> float:
     return shares.share(theirs if pair is None else pair[1])
 
 
-def fair_after(shares: FairShares, department: str, need: Demand, victims, initial: bool = False) -> bool:
-    """Whether the chosen evictions (the whole set, not one victim at a time) keep to Kueue's fair-sharing rule:
-    LessThanOrEqualToFinalShare, the preemptor's branch's share after at or below each victim branch's share after;
-    with `initial`, LessThanInitialShare, strictly below each victim branch's share before its last victim goes
-    (the smallest last: the lowest that share could be)."""
+def fair_after(shares: FairShares, department: str, need: Demand, victims) -> bool:
+    """Whether the chosen evictions (the whole set, not one victim at a time) keep to Kueue's fair-sharing rule
+    LessThanOrEqualToFinalShare: the preemptor's branch's share after at or below each victim branch's share after."""
     tree = shares.tree
     leaf = tree.index[department]
     freed: dict[int, dict[int, list]] = {}  # victim branch -> job -> what its workers free
@@ -195,13 +193,7 @@ def fair_after(shares: FairShares, department: str, need: Demand, victims, initi
     for b, jobs in freed.items():
         mine = shares.share(_mine(shares, leaf, b), need)
         every = [pair for d in jobs.values() for pair in d]
-        if not initial:
-            if mine > shares.share(b, tuple(every), -1):
-                return False
-            continue
-        last = min(jobs.values(), key=lambda d: sum(x for _, x in d))
-        before = [pair for d in jobs.values() if d is not last for pair in d]
-        if not mine < shares.share(b, tuple(before), -1):
+        if mine > shares.share(b, tuple(every), -1):
             return False
     return True
 

@@ -187,10 +187,7 @@ class Preemptor:
             failed[1].append(memo)
             return None
         whole = index.whole(victims)
-        if fair_after(shares, q.job.department, need, whole) or fair_after(shares, q.job.department, need, whole,
-                                                                            initial=True):
-            return victims
-        return None
+        return victims if fair_after(shares, q.job.department, need, whole) else None
 
     def _for_gang(self, q: Queued, attempts: list[NoRoom]) -> Plan | None:
         """Victims node by node, each set freeing a worker's room where there was none, until the whole gang fits;

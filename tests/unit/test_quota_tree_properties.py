@@ -79,6 +79,9 @@ workload_st = st.lists(st.lists(st.tuples(st.integers(0, 8), st.sampled_from([1,
 # two divisions within their own quotas (shares 0) once took the same GPU from each other back and forth
 @example([(0, None, [(0, None, 0.5), (2, None, 0.5)]), (0, None, [(1, None, 0.5), (0, None, 0.5)])], [2],
          [[(0, 1), (0, 1), (3, 1)]], True)
+# a leaf that lost one GPU took two back (LessThanInitialShare), and the other leaf then took one back
+@example([(0, None, [(0, None, 0.5)]), (0, None, [(0, None, 0.5)] * 3)], [2, 2, 2],
+         [[(1, 2), (3, 1)], [(0, 1), (0, 1), (0, 1), (2, 1), (2, 1)], [(1, 1)]], True)
 def test_no_node_is_past_its_limits_and_fair_share_preemption_never_ping_pongs(divisions, node_gpus, workload, fair):
     sim, teams = simulation(divisions, node_gpus)
     profile = get_profile("tidal", fair_sharing=fair)
