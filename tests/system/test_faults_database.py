@@ -167,16 +167,19 @@ def test_postgres_restarted_mid_scheduler_tick_loses_and_doubles_nothing(lab):
     with lab.connect() as db:
         first = db.execute("SELECT min(id) FROM scheduler_trainingjob").fetchone()[0]
     interrupted = lab.tick(scheduler_tick)
-    # The tick admits the oldest job (committed: its run, its decision, then its pod), then waits on the next.
+    # The tick records the oldest job's admission (committed: its run and its decision; the cycle's pods are bound
+    # together after every admission is recorded), then waits on the next.
     lab.crash_when_blocked("SELECT id FROM scheduler_trainingjob WHERE id <> %s FOR UPDATE", (first,))
     assert "OperationalError" in lab.outcome(interrupted)  # the tick lost its database: it stopped where it was
 
     report = lab.outcome(lab.tick(scheduler_tick))  # the next tick, on PostgreSQL back up
-    assert report["admitted"] == 5, lab.tail()
+    assert report["repaired"] == [f"job {first}: no pod, requeued"], lab.tail()  # admitted, never bound
+    assert report["admitted"] == 6, lab.tail()
     found = lab.findings()
     assert found["violations"] == []
     assert [status for status, _, _ in found["jobs"].values()] == ["running"] * 6
-    assert found["decisions"][f"job:{first}"] == ["submitted", "admitted-own-quota"]
+    decisions = found["decisions"][f"job:{first}"]
+    assert decisions[:2] == ["submitted", "admitted-own-quota"] and decisions[-1] == "admitted-own-quota"
 
 
 # --- the lending controller -----------------------------------------------------------------------------------
