@@ -12,7 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cluster.simulated.inference import DAY_MIN  # noqa: E402
-from experiments.autoscale_eval.sweep import covering, dominates, tidal_rates  # noqa: E402
+from experiments.autoscale_eval.front import covering, dominates, pareto  # noqa: E402
+from experiments.autoscale_eval.sweep import tidal_rates  # noqa: E402
 
 COLORS = {"static": "tab:gray", "hpa": "tab:orange", "reactive": "tab:blue", "tidal": "tab:green"}
 PLOTS = ("load_replicas.png", "load_replicas_day.png", "forecast_h5.png")
@@ -57,14 +58,6 @@ def plot_forecast(path: Path, title: str, actual: np.ndarray, h5: np.ndarray, fi
     ax.set(xlabel="day of the trace (local time)", ylabel="utilization at the notional replica count")
     ax.legend(loc="upper right")
     _save(fig, path)
-
-
-def pareto(points) -> list:
-    """The points no other point beats in both overloaded minutes and replica-hours, by overloaded minutes."""
-    return sorted((p for p in points if not any(
-        q.overloaded_min <= p.overloaded_min and q.replica_hours <= p.replica_hours
-        and (q.overloaded_min, q.replica_hours) != (p.overloaded_min, p.replica_hours) for q in points)),
-        key=lambda p: (p.overloaded_min, p.replica_hours))
 
 
 def plot_front(path: Path, title: str, front) -> None:

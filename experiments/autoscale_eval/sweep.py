@@ -23,6 +23,7 @@ import numpy as np
 from colocation.policy.autoscaling import Rates
 from experiments.autoscale_eval.compare import hpa_autoscaler, tidal_autoscaler
 from experiments.autoscale_eval.forecasting import Forecast
+from experiments.autoscale_eval.front import covering, dominates
 from experiments.autoscale_eval.run import run
 from experiments.autoscale_eval.service import ServiceModel
 
@@ -50,6 +51,10 @@ class Point:
         return [self.overloaded_min, self.replica_hours]
 
     @property
+    def objectives(self) -> tuple[float, float]:
+        return self.overloaded_min, self.replica_hours
+
+    @property
     def label(self) -> str:
         if self.policy == "hpa":
             return f"hpa target {self.knob:.2f}"
@@ -60,18 +65,6 @@ class Point:
 def tidal_rates(expect: float, band: float = BAND) -> Rates:
     """expectRate with minRate/maxRate `band` of it on either side (maxRate at most 1)."""
     return Rates(round(expect * (1 - band), 4), expect, round(min(1.0, expect * (1 + band)), 4))
-
-
-def covering(p: Point, others: Sequence[Point]) -> Point | None:
-    """The point of `others` with no more overloaded minutes and no more replica-hours than `p` (the one with the
-    fewest replica-hours, then overloaded minutes), or None."""
-    ok = [q for q in others if q.overloaded_min <= p.overloaded_min and q.replica_hours <= p.replica_hours]
-    return min(ok, key=lambda q: (q.replica_hours, q.overloaded_min), default=None)
-
-
-def dominates(front: Sequence[Point], other: Sequence[Point]) -> bool:
-    """For every point of `other`, a point of `front` with no more overloaded minutes and no more replica-hours."""
-    return all(covering(p, front) is not None for p in other)
 
 
 @dataclass(frozen=True)
