@@ -85,21 +85,6 @@ def reconcile(backend: ClusterBackend, service: InferenceService, desired: int, 
     return actions
 
 
-def group_leave(backend: ClusterBackend, pod: PodView, reason: str) -> None:
-    """A group pod's node is being lent: the whole group goes (a group runs whole), and the next group tick places it
-    again on online nodes. Not create-before-delete yet (docs/concepts/service-groups.md#quotas-and-autoscaling)."""
-    service, index = pod.spec.labels[SERVICE_LABEL], int(pod.spec.labels[GROUP_LABEL])
-    names = [p.spec.name for p in backend.pods() if p.spec.labels.get(SERVICE_LABEL) == service
-             and p.spec.labels.get(GROUP_LABEL) == str(index) and not p.terminating]
-    for name in names:
-        _evict(backend, name, reason)
-    backend.delete_service(sg.group_service(service, index))
-    owner = InferenceService.objects.filter(name=service).select_related("department").first()
-    if owner is not None:
-        _record(owner, index, sg.Reason.MOVED.value, f"group {index} of {service} leaves {pod.node} whole ({reason}); the "
-                                             f"next tick places it again on online nodes", {"pods": names})
-
-
 def _pod_specs(service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -> list[tuple[PodSpec, str]]:
     out = []
     for worker, (node, shares) in enumerate(zip(place.nodes, place.shares, strict=True)):
@@ -216,8 +201,9 @@ def _store(service: InferenceService, spec: sg.GroupSpec, observed: dict[int, sg
         if ready and row.ready_since and now - row.ready_since.timestamp() >= sg.BACKOFF_RESET_S:
             row.restarts, row.backoff_until = 0, None
         row.save()
+    standing_in = sum(1 for g in observed.values() if not g.going) >= desired  # a hole filled by a spare group
     for index, row in rows.items():  # no pods now
-        if index >= desired:
+        if index >= desired or standing_in:
             row.delete()
         elif row.nodes or row.ready:
             row.nodes, row.ready, row.pods_ready, row.leader = [], False, 0, ""

@@ -655,7 +655,7 @@ def test_a_rolling_update_with_no_room_to_surge_completes_at_max_unavailable(gro
 
 
 @pytest.mark.django_db
-def test_lending_a_node_of_a_group_moves_the_whole_group_off_it(group_lab):
+def test_lending_a_node_of_a_group_moves_the_whole_group_create_before_delete(group_lab):
     from colocation import controller, services as colocation_services
     from colocation.models import Node, NodeTransition
     from colocation.policy import DEFAULT, Direction
@@ -665,15 +665,24 @@ def test_lending_a_node_of_a_group_moves_the_whole_group_off_it(group_lab):
     assert [p.node for p in group_lab.groups(service)[0]] == ["s-0", "s-1"]
     colocation_services.transition_request(node=Node.objects.get(name="s-1"), direction=Direction.LEND,
                                            actor=group_lab.world.users["operator"], reason="operator", message="by hand")
-    for _ in range(6):
+    seen = []
+    for _ in range(8):
         controller.lending_tick(backend=group_lab.cluster.backend, now=time.time(), profile=DEFAULT)
         group_lab.cluster.settle()
+        groups = group_lab.groups(service)
+        seen.append(sorted(groups))
+        assert any(len(pods) == 2 and all(p.ready for p in pods) for pods in groups.values())  # never none serving
         if NodeTransition.objects.get(node__name="s-1").status == "done":
             break
     assert NodeTransition.objects.get(node__name="s-1").status == "done"
-    controller.lending_tick(backend=group_lab.cluster.backend, now=time.time(), profile=DEFAULT)
-    group_lab.cluster.settle()
+    assert [0, 1] in seen  # the stand-in and the old group served side by side
     (pods,) = group_lab.groups(service).values()
     assert len(pods) == 2 and "s-1" not in {p.node for p in pods}  # whole, elsewhere
+    (moving,) = group_lab.decisions(service, "group-moving")
+    assert moving.data["group"] == 1 and "standing in for group 0 that leaves s-1" in moving.message
     (moved,) = group_lab.decisions(service, "group-moved")
-    assert "s-1" in moved.message and moved.data["group"] == 0
+    assert moved.data["group"] == 0 and "s-1" in moved.message and "group 1 stands in for it, ready" in moved.message
+    assert moved.created_at > moving.created_at
+    group_lab.tick(service)  # the stand-in keeps serving: nothing is placed or removed again
+    assert list(group_lab.groups(service)) == [1]
+    assert len(group_lab.decisions(service, "group-placed")) == 1 and not group_lab.decisions(service, "group-removed")
