@@ -574,6 +574,30 @@ def test_a_group_is_bound_whole_with_its_lws_environment_and_headless_service(gr
 
 
 @pytest.mark.django_db
+def test_a_group_is_ready_only_after_its_start_up_and_holds_unready_gpu_seconds_until_then(group_lab):
+    """kwok's tidal-pod-ready-after-startup stage on Kubernetes, the engine's start-up on the simulated cluster."""
+    from colocation import groups
+    from colocation.models import InferenceService, ServiceGroup
+
+    service = group_lab.service(group_size=2, startup_s=3)
+    now = time.time()
+    groups.reconcile(group_lab.cluster.backend, service, 1, "t4", now)
+    group_lab.cluster.wait(0.5)
+    (pods,) = group_lab.groups(service).values()
+    assert len(pods) == 2 and not any(p.ready for p in pods)  # bound, still starting
+    groups.reconcile(group_lab.cluster.backend, service, 1, "t4", now + 0.5)
+    assert not ServiceGroup.objects.get(service=service, index=0).ready
+    group_lab.cluster.wait(3.0)
+    group_lab.cluster.settle()
+    (pods,) = group_lab.groups(service).values()
+    assert all(p.ready for p in pods)
+    groups.reconcile(group_lab.cluster.backend, service, 1, "t4", now + 3.5)
+    assert ServiceGroup.objects.get(service=service, index=0).ready
+    held = InferenceService.objects.get(pk=service.pk).unready_gpu_seconds
+    assert held == pytest.approx(2 * 2 * 3.5)  # 2 pods of 2 GPUs not ready from placed to the tick that saw them ready
+
+
+@pytest.mark.django_db
 def test_a_group_with_one_bind_refused_leaves_nothing_bound_and_is_placed_again_once(group_lab):
     service = group_lab.service()
     group_lab.cluster.refuse_bind(after=2)  # worker 2 of the group is refused
