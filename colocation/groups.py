@@ -17,6 +17,7 @@ from cluster.backend import (
     ClusterBackend, PodSpec, PodView,
 )
 from cluster.clock import utc
+from cluster.wholebind import PodSet, bind_whole, unbind
 from colocation.models import InferenceService, ServiceGroup
 from colocation.policy import servicegroups as sg
 from core.decisions import decision_record
@@ -99,26 +100,22 @@ def _pod_specs(service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -
 
 
 def _bind_group(backend: ClusterBackend, service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -> bool:
-    """Every pod of the group or none: the headless Service first, then each pod; a refusal removes what was bound
-    (the next tick places the group again)."""
-    headless = sg.group_service(service.name, place.index)
-    bound: list[str] = []
-    specs = _pod_specs(service, spec, place)
-    try:
-        backend.apply_headless_service(headless, {SERVICE_LABEL: service.name, GROUP_LABEL: str(place.index)})
-        for pod, node in specs:
-            backend.bind(pod, node)
-            bound.append(pod.name)
-    except BackendError as error:
-        for name in bound:
-            _evict(backend, name, f"group {place.index} of {service.name} could not start whole")
-        backend.delete_service(headless)
-        pod, node = specs[len(bound)] if len(bound) < len(specs) else (None, "")
-        what = f"pod {pod.name} (worker {len(bound)} of {spec.size}) on {node}" if pod else "its headless Service"
+    """Every pod of the group or none (cluster/wholebind.py): the headless Service first, then the pods in one batch;
+    a refusal removes what was bound (the next tick places the group again)."""
+    podset = PodSet(tuple(_pod_specs(service, spec, place)), sg.group_service(service.name, place.index),
+                    {SERVICE_LABEL: service.name, GROUP_LABEL: str(place.index)})
+    (refused,) = bind_whole(backend, [podset])
+    if refused is not None:
+        unbind(backend, podset, refused, f"group {place.index} of {service.name} could not start whole")
+        first = refused.first(podset)
+        what = "its headless Service" if first is None else f"pod {first[1].name} (worker {first[0]} of {spec.size}) " \
+                                                             f"on {first[2]}"
+        error = refused.service_error if first is None else first[3]
+        also = f" and {len(refused.pods) - 1} more" if len(refused.pods) > 1 else ""
         _record(service, place.index, sg.Reason.BIND_REFUSED.value,
-                f"group {place.index} of {service.name}: the cluster refused {what} ({error}); a group starts whole, "
-                f"so the {len(bound)} pods already bound were removed; it is placed again on the next tick",
-                {"nodes": list(place.nodes), "removed": bound})
+                f"group {place.index} of {service.name}: the cluster refused {what} ({error}){also}; a group starts "
+                f"whole, so the {len(refused.bound)} pods already bound were removed; it is placed again on the next "
+                f"tick", {"nodes": list(place.nodes), "removed": list(refused.bound)})
         return False
     _record(service, place.index, place.reason.value, place.message, {"nodes": list(place.nodes)})
     _acted(service, place.index)

@@ -48,6 +48,16 @@ class Refusing:
             raise BackendError("refused")
         self.cluster.bind(pod, node)
 
+    def bind_many(self, pods) -> dict[str, BackendError]:
+        """Each pod as `bind` above, in order (the engine's bind_many would bind around the refusal)."""
+        refused = {}
+        for pod, node in pods:
+            try:
+                self.bind(pod, node)
+            except BackendError as error:
+                refused[pod.name] = error
+        return refused
+
 
 def partial_groups(cluster: SimulatedCluster, service: str) -> dict[int, int]:
     counts: dict[int, int] = {}
