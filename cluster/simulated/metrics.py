@@ -445,8 +445,9 @@ class LoadDriven:
     def readings(self, pods: Sequence[PodView], shapes: TraceShapes,
                  now: float) -> dict[str, tuple[PodReading, TrafficReading | None]]:
         """{pod name: (reading, traffic or None when it serves none)} of every inference pod of a served service."""
-        replicas = {service: len(members) for service, members in serving_pods(pods).items()}
-        busy = {p.spec.name for members in serving_pods(pods).values() for p in members}
+        serving = serving_pods(pods)
+        replicas = {service: len(members) for service, members in serving.items()}
+        busy = {p.spec.name for members in serving.values() for p in members}
         takes = set(busy)  # the pods the requests go to
         for service, groups in serving_groups(pods).items():
             replicas[service] = replicas.get(service, 0) + len(groups)
