@@ -45,7 +45,8 @@ def group_pods(pods: tuple[PodView, ...], service: str) -> list[tuple[int, str, 
         labels = p.spec.labels
         if labels.get(SERVICE_LABEL) == service and GROUP_LABEL in labels:
             out.append((int(labels[GROUP_LABEL]), labels.get(REVISION_LABEL, ""),
-                        sg.GroupPod(p.spec.name, int(labels.get(WORKER_LABEL, "0")), p.node, p.ready, p.terminating)))
+                        sg.GroupPod(p.spec.name, int(labels.get(WORKER_LABEL, "0")), p.node, p.ready, p.terminating,
+                                    p.restarts)))
     return out
 
 

@@ -76,6 +76,7 @@ class GroupPod:
     node: str
     ready: bool
     terminating: bool
+    restarts: int = 0  # its container restarted in place
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,15 @@ def plan(spec: GroupSpec, desired: int, groups: Mapping[int, ObservedGroup], nod
             actions.append(Remove(index, tuple(p.name for p in g.pods if not p.terminating), Reason.RECREATED,
                                   f"group {index} of {spec.service} is recreated whole: {gone} of its {spec.size} "
                                   f"pods failed or went away (restart {mem.restarts + 1})", failed=True))
+            continue
+        restarted = [p for p in g.pods if p.restarts and not p.terminating]
+        if restarted:
+            mem = memory.get(index, GroupMemory())
+            actions.append(Remove(index, tuple(p.name for p in g.pods if not p.terminating), Reason.RECREATED,
+                                  f"group {index} of {spec.service} is recreated whole: the container of "
+                                  f"{restarted[0].name} restarted in place, and a group restarts whole "
+                                  f"(LeaderWorkerSet's RecreateGroupOnPodRestart; restart {mem.restarts + 1})",
+                                  failed=True))
             continue
         live[index] = g
     busy = {i for i, g in groups.items() if i not in live}  # still terminating, or being removed now

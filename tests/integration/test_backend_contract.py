@@ -39,10 +39,14 @@ class Harness:
     services_fn: object  # the headless Services on the cluster: name -> selector
     manifest_fn: object = None  # a pod as the API stores it (Kubernetes only)
     refuse_bind_fn: object = None  # refuse one pod bind, after letting `after` through
+    restart_fn: object = None  # a pod's container restarts in place (as its kubelet reports it)
     seen: list[ClusterEvent] = field(default_factory=list)
 
     def refuse_bind(self, after: int) -> None:
         self.refuse_bind_fn(after)
+
+    def restart_container(self, pod: str) -> None:
+        self.restart_fn(pod)
 
     def settle(self) -> None:
         """Let the cluster do what it does unasked (place, start, ready, terminate) until nothing changes."""
@@ -86,6 +90,7 @@ def _simulated(nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harness]:
         harness.backend = RefusingBinds(cluster, after)
 
     harness.refuse_bind_fn = refuse_bind
+    harness.restart_fn = cluster.restart_container
     yield harness
 
 
@@ -146,7 +151,13 @@ def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES, through_proxy: b
         def refuse_bind(after: int) -> None:  # a pod create the API server refuses (as a quota admission would)
             proxy.fail("POST", r"/namespaces/[^/]+/pods$", 403, times=1, after=after)
 
-        harness = Harness(backend, settle, wait, services, kube.pod, refuse_bind_fn=refuse_bind)
+        def restart(name: str) -> None:  # what a kubelet writes when it has restarted the container
+            statuses = kube.pod(name)["status"]["containerStatuses"]
+            for c in statuses:
+                c["restartCount"] = c.get("restartCount", 0) + 1
+            kube.core.patch_namespaced_pod_status(name, kube.namespace, {"status": {"containerStatuses": statuses}})
+
+        harness = Harness(backend, settle, wait, services, kube.pod, refuse_bind_fn=refuse_bind, restart_fn=restart)
         harness.seen += backend.drain_events()  # start the watches
         try:
             yield harness
@@ -647,6 +658,27 @@ def test_a_killed_pod_recreates_the_whole_group_once_after_its_back_off(group_la
     assert [p.node for p in pods] == list(GROUP_NODES[:4])
     assert len(group_lab.decisions(service, "group-recreated")) == 1
     assert len(group_lab.decisions(service, "group-placed")) == 2
+
+
+@pytest.mark.django_db
+def test_a_container_restarted_in_place_recreates_the_whole_group_once(group_lab):
+    """LeaderWorkerSet's RecreateGroupOnPodRestart: the pod is still there, but its group restarts whole."""
+    service = group_lab.service(group_size=2)
+    now = time.time()
+    group_lab.tick(service, now=now)
+    group_lab.tick(service, now=now + 1)
+    group_lab.cluster.restart_container("llm-0-1")
+    group_lab.cluster.settle()
+    assert next(p for p in group_lab.cluster.backend.pods() if p.spec.name == "llm-0-1").restarts == 1
+    group_lab.tick(service, now=now + 2)
+    assert group_lab.groups(service) == {}  # the leader went too
+    (recreated,) = group_lab.decisions(service, "group-recreated")
+    assert "the container of llm-0-1 restarted in place" in recreated.message and recreated.data["restarts"] == 1
+    group_lab.tick(service, now=now + 20)  # past its back-off: new pods, no restart counted
+    (pods,) = group_lab.groups(service).values()
+    assert [p.restarts for p in pods] == [0, 0]
+    group_lab.tick(service, now=now + 21)
+    assert len(group_lab.decisions(service, "group-recreated")) == 1
 
 
 @pytest.mark.django_db

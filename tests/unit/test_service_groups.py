@@ -139,3 +139,11 @@ def test_a_group_with_no_room_for_a_stand_in_stays_where_it_is_and_says_why():
     lent = replace(online("n1"), state=NodeState.OFFLINE_UNNORMAL)
     (note,) = sg.plan(SPEC, 1, {0: placed(SPEC, 0, ("n0", "n1"))}, [online("n0", used=(1.0, 1.0)), lent], {}, NOW, {})
     assert (note.index, note.reason) == (0, sg.Reason.NO_ROOM) and "cannot leave n1 yet" in note.message
+
+
+def test_a_container_restarted_in_place_recreates_its_group_whole():
+    group = placed(SPEC, 0, ("n0", "n1"))
+    restarted = replace(group, pods=(group.pods[0], replace(group.pods[1], restarts=1)))
+    (remove,) = sg.plan(SPEC, 1, {0: restarted}, [online("n0"), online("n1")], {}, NOW, {})
+    assert (type(remove), remove.reason, remove.failed) == (sg.Remove, sg.Reason.RECREATED, True)
+    assert remove.pods == ("llm-0", "llm-0-1") and "RecreateGroupOnPodRestart" in remove.message
