@@ -106,6 +106,7 @@ class PodView:
     started_at: float  # when it was bound
     ready: bool = True  # an inference pod is ready `startup_s` after it is bound; training at once
     terminating: bool = False  # deletion requested, still on its node (Kubernetes' graceful termination)
+    restarts: int = 0  # its containers restarted in place (the kubelet's restartCount, summed)
 
     @property
     def kind(self) -> str | None:

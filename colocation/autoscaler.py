@@ -20,7 +20,7 @@ from django.conf import settings
 from cluster.backend import BackendError, ClusterBackend, serving_pods
 from cluster.clock import utc
 from cluster.types import Pool
-from colocation import alerts, groups as service_groups, loads as load_sources, replicas, services
+from colocation import alerts, groups as service_groups, loads as load_sources, replicas, serving_signals, services
 from colocation.live_backend import live_cluster
 from colocation.models import InferenceService
 from colocation.policy import autoscaling, schedules, vertical
@@ -267,11 +267,21 @@ def run_autoscale_tick(*, redis, namespace: str) -> AutoscaleReport | None:
 
 
 def _sources(cluster: ClusterBackend, redis, namespace: str, now: float):
+    """The loads (with the LLM services' serving signals from Prometheus), the forecasts and the policy's clock."""
     if settings.TIDAL_DEMO_TRAFFIC:
         clock = load_sources.demo_clock(redis=redis, namespace=namespace, now=now)
         traffic = load_sources.demo_traffic(clock=clock)
         if traffic is not None:
-            return (load_sources.DemoLoads(redis=redis, namespace=namespace, traffic=traffic, clock=clock,
-                                           serving=serving_counts(cluster)), no_forecast, clock)
-    return load_sources.ProfileLoads(), profile_forecast, None
+            demo = load_sources.DemoLoads(redis=redis, namespace=namespace, traffic=traffic, clock=clock,
+                                          serving=serving_counts(cluster))
+            return with_serving_signals(demo, clock), no_forecast, clock
+    return with_serving_signals(load_sources.ProfileLoads(), None), profile_forecast, None
+
+
+def with_serving_signals(base: load_sources.LoadSource,
+                         clock: load_sources.DemoClock | None) -> serving_signals.WithServingSignals:
+    """`base` with the serving signals (colocation/serving_signals.py) of every service that sets a serving target."""
+    timing = dict(to_real=clock.real, to_policy=clock.demo, speed=clock.speed) if clock else {}
+    return serving_signals.WithServingSignals(base, serving_signals.ServingSignals(settings.PROMETHEUS_URL, **timing),
+                                              lambda service: serving_targets(service) is not None)
 

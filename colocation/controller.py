@@ -18,21 +18,22 @@ from dataclasses import dataclass, field, replace
 from django.conf import settings
 from django.db import transaction
 
-from cluster.backend import (GROUP_LABEL, INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend,
+from cluster.backend import (INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend,
                              PodView)
 from cluster.clock import utc
 from cluster.types import NodeState, NodeView, Pool
-from colocation import demand_history, groups as service_groups, observe, replicas, services
+from colocation import demand_history, observe, replicas, services
 from colocation.live_backend import live_cluster
-from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingThreshold
+from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingThreshold, ServiceGroup
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
-    DemandForecast, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, drive, is_final,
-    seasonal_forecast,
+    DemandForecast, PendingPod, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, drive,
+    is_final, seasonal_forecast,
 )
+from colocation.policy import servicegroups as sg
 from colocation.policy.forecast import (ServiceAhead, horizon_min, near_term_demand, take_back_times,
                                         with_near_term)
-from colocation.policy.group import unit_name
+from colocation.policy.group import in_group_unit, unit_name
 from colocation.policy.lending import expedite
 from colocation.policy.pools import expected_run_of
 from colocation.policy.states import Direction, Event, transition
@@ -143,6 +144,8 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
     group_of_model = {g.gpu_model.name if g.gpu_model else None: g.name for g in groups.values()}
     pinned = set(Node.objects.filter(pinned=True).values_list("name", flat=True))
     pending_online = observe.pending_online(backend, group_of_model)
+    for group, pods in pending_groups(group_of_model).items():
+        pending_online[group] += pods
     pending_training: Counter[str] = Counter()
     waiting = TrainingJob.objects.filter(status=JobStatus.PENDING).exclude(pool_preference=Pool.FIXED.value)
     for model in waiting.values_list("gpu_model__name", flat=True):
@@ -164,6 +167,20 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
             largest_replica=largest.get(name, 0.0), startup_s=startup.get(name, 0.0),
         ))
     return views
+
+
+def pending_groups(group_of_model: dict[str | None, str]) -> dict[str, list[PendingPod]]:
+    """The pods of the service groups that found no room (`group-pending`, nothing placed), by resource group: they
+    pend as one group, so a take-back frees the machines for all of them at once."""
+    out: dict[str, list[PendingPod]] = defaultdict(list)
+    for row in ServiceGroup.objects.filter(note=sg.Reason.NO_ROOM.value, nodes=[]).select_related("service__gpu_model"):
+        s = row.service
+        group = group_of_model.get(s.gpu_model.name if s.gpu_model_id else None)
+        if group is not None:
+            request = in_group_unit(float(s.gpus_per_replica), s.cpu_milli_per_replica, gpu=bool(s.gpu_model_id))
+            out[group] += [PendingPod(sg.pod_name(s.name, row.index, w), request, group=f"group {row.index} of {s.name}")
+                           for w in range(s.group_size)]
+    return out
 
 
 def largest_replicas(group_of_model: dict[str | None, str]) -> tuple[dict[str, float], dict[str, float]]:
@@ -265,11 +282,7 @@ def _execute(action, record: NodeTransition, backend: ClusterBackend, pods: obse
         backend.set_node_state(node, action.state)
         _record_state(record, action.event, action.state, action.step, now)
     elif isinstance(action, DetachPod):
-        pod = pods.bound[action.pod]
-        if GROUP_LABEL in pod.spec.labels:  # a service group's pod: no ReplicaSet to detach from, the group moves
-            service_groups.group_leave(backend, pod, f"{node} lent to training")
-        else:
-            _record_migrating(record, pod, backend.detach_pod(action.pod))
+        _record_migrating(record, pods.bound[action.pod], backend.detach_pod(action.pod))
     elif isinstance(action, DeletePod):
         backend.evict(action.pod, f"migrated off {node}: its replacement is ready")
     elif isinstance(action, EvictTraining):

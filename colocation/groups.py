@@ -17,6 +17,7 @@ from cluster.backend import (
     ClusterBackend, PodSpec, PodView,
 )
 from cluster.clock import utc
+from cluster.wholebind import PodSet, bind_whole, unbind
 from colocation.models import InferenceService, ServiceGroup
 from colocation.policy import servicegroups as sg
 from core.decisions import decision_record
@@ -44,7 +45,8 @@ def group_pods(pods: tuple[PodView, ...], service: str) -> list[tuple[int, str, 
         labels = p.spec.labels
         if labels.get(SERVICE_LABEL) == service and GROUP_LABEL in labels:
             out.append((int(labels[GROUP_LABEL]), labels.get(REVISION_LABEL, ""),
-                        sg.GroupPod(p.spec.name, int(labels.get(WORKER_LABEL, "0")), p.node, p.ready, p.terminating)))
+                        sg.GroupPod(p.spec.name, int(labels.get(WORKER_LABEL, "0")), p.node, p.ready, p.terminating,
+                                    p.restarts)))
     return out
 
 
@@ -85,21 +87,6 @@ def reconcile(backend: ClusterBackend, service: InferenceService, desired: int, 
     return actions
 
 
-def group_leave(backend: ClusterBackend, pod: PodView, reason: str) -> None:
-    """A group pod's node is being lent: the whole group goes (a group runs whole), and the next group tick places it
-    again on online nodes. Not create-before-delete yet (docs/concepts/service-groups.md#quotas-and-autoscaling)."""
-    service, index = pod.spec.labels[SERVICE_LABEL], int(pod.spec.labels[GROUP_LABEL])
-    names = [p.spec.name for p in backend.pods() if p.spec.labels.get(SERVICE_LABEL) == service
-             and p.spec.labels.get(GROUP_LABEL) == str(index) and not p.terminating]
-    for name in names:
-        _evict(backend, name, reason)
-    backend.delete_service(sg.group_service(service, index))
-    owner = InferenceService.objects.filter(name=service).select_related("department").first()
-    if owner is not None:
-        _record(owner, index, sg.Reason.MOVED.value, f"group {index} of {service} leaves {pod.node} whole ({reason}); the "
-                                             f"next tick places it again on online nodes", {"pods": names})
-
-
 def _pod_specs(service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -> list[tuple[PodSpec, str]]:
     out = []
     for worker, (node, shares) in enumerate(zip(place.nodes, place.shares, strict=True)):
@@ -114,26 +101,22 @@ def _pod_specs(service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -
 
 
 def _bind_group(backend: ClusterBackend, service: InferenceService, spec: sg.GroupSpec, place: sg.Place) -> bool:
-    """Every pod of the group or none: the headless Service first, then each pod; a refusal removes what was bound
-    (the next tick places the group again)."""
-    headless = sg.group_service(service.name, place.index)
-    bound: list[str] = []
-    specs = _pod_specs(service, spec, place)
-    try:
-        backend.apply_headless_service(headless, {SERVICE_LABEL: service.name, GROUP_LABEL: str(place.index)})
-        for pod, node in specs:
-            backend.bind(pod, node)
-            bound.append(pod.name)
-    except BackendError as error:
-        for name in bound:
-            _evict(backend, name, f"group {place.index} of {service.name} could not start whole")
-        backend.delete_service(headless)
-        pod, node = specs[len(bound)] if len(bound) < len(specs) else (None, "")
-        what = f"pod {pod.name} (worker {len(bound)} of {spec.size}) on {node}" if pod else "its headless Service"
+    """Every pod of the group or none (cluster/wholebind.py): the headless Service first, then the pods in one batch;
+    a refusal removes what was bound (the next tick places the group again)."""
+    podset = PodSet(tuple(_pod_specs(service, spec, place)), sg.group_service(service.name, place.index),
+                    {SERVICE_LABEL: service.name, GROUP_LABEL: str(place.index)})
+    (refused,) = bind_whole(backend, [podset])
+    if refused is not None:
+        unbind(backend, podset, refused, f"group {place.index} of {service.name} could not start whole")
+        first = refused.first(podset)
+        what = "its headless Service" if first is None else f"pod {first[1].name} (worker {first[0]} of {spec.size}) " \
+                                                             f"on {first[2]}"
+        error = refused.service_error if first is None else first[3]
+        also = f" and {len(refused.pods) - 1} more" if len(refused.pods) > 1 else ""
         _record(service, place.index, sg.Reason.BIND_REFUSED.value,
-                f"group {place.index} of {service.name}: the cluster refused {what} ({error}); a group starts whole, "
-                f"so the {len(bound)} pods already bound were removed; it is placed again on the next tick",
-                {"nodes": list(place.nodes), "removed": bound})
+                f"group {place.index} of {service.name}: the cluster refused {what} ({error}){also}; a group starts "
+                f"whole, so the {len(refused.bound)} pods already bound were removed; it is placed again on the next "
+                f"tick", {"nodes": list(place.nodes), "removed": list(refused.bound)})
         return False
     _record(service, place.index, place.reason.value, place.message, {"nodes": list(place.nodes)})
     _acted(service, place.index)
@@ -216,8 +199,9 @@ def _store(service: InferenceService, spec: sg.GroupSpec, observed: dict[int, sg
         if ready and row.ready_since and now - row.ready_since.timestamp() >= sg.BACKOFF_RESET_S:
             row.restarts, row.backoff_until = 0, None
         row.save()
+    standing_in = sum(1 for g in observed.values() if not g.going) >= desired  # a hole filled by a spare group
     for index, row in rows.items():  # no pods now
-        if index >= desired:
+        if index >= desired or standing_in:
             row.delete()
         elif row.nodes or row.ready:
             row.nodes, row.ready, row.pods_ready, row.leader = [], False, 0, ""

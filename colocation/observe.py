@@ -10,7 +10,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cluster.backend import INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, TRAINING, ClusterBackend, PodView
+from cluster.backend import (GROUP_LABEL, INFERENCE, REPLACED_BY_LABEL, RESOURCE_GROUP_LABEL, TRAINING, ClusterBackend,
+                             PodView)
 from cluster.types import NodeView
 from colocation.policy import GroupNode, InferencePod, NodeNow, NodePod, PendingPod, PodKind, TrainingPod
 from colocation.policy.group import in_group_unit
@@ -69,7 +70,8 @@ class PodIndex:
 def node_now(node: NodeView, pods: PodIndex) -> NodeNow:
     """The node and its pods as the step machine needs them: which inference pods are detached, and whether
     each detached pod's replacement is ready (a replacement that is gone and not pending counts as ready:
-    nothing is left to wait for)."""
+    nothing is left to wait for). A service group's pod counts as detached with its replacement not ready: its group
+    moves whole, create-before-delete (colocation/policy/servicegroups.py), and the conversion waits until it is gone."""
     seen = []
     for name in node.pods:
         pod = pods.bound.get(name)
@@ -77,6 +79,9 @@ def node_now(node: NodeView, pods: PodIndex) -> NodeNow:
             continue
         if pod.kind != INFERENCE:
             seen.append(NodePod(name, PodKind.TRAINING, terminating=pod.terminating))
+            continue
+        if GROUP_LABEL in pod.spec.labels:
+            seen.append(NodePod(name, PodKind.INFERENCE, detached=True, terminating=pod.terminating))
             continue
         replacement = pod.spec.labels.get(REPLACED_BY_LABEL)
         ready = False

@@ -23,10 +23,11 @@ from django.db import transaction
 from django.db.models import Q
 
 from cluster.backend import (
-    FRAMEWORK_LABEL, JOB_LABEL, RUN_LABEL, RUNTIME_LABEL, TASK_LABEL, WORKER_LABEL, BackendError, ClusterBackend,
+    FRAMEWORK_LABEL, JOB_LABEL, RUN_LABEL, RUNTIME_LABEL, TASK_LABEL, WORKER_LABEL, ClusterBackend,
     ClusterEvent, EventKind, PodSpec, label_value,
 )
 from cluster.types import GpuShare
+from cluster.wholebind import PodSet, Refused, bind_whole
 from colocation.live_backend import live_cluster
 from colocation.selectors import lending_profile
 from core import telemetry
@@ -336,48 +337,43 @@ def bind_admitted(admitted: list[_Admitted], backend: ClusterBackend, now: float
     cluster refused is requeued once and its pods that were bound are removed: a gang starts whole. How many jobs
     started. BackendUnavailable stops the tick with the jobs still `admitted`: the next tick's reconcile marks those
     whose pods are all there running and requeues the others."""
-    binding: list[_Admitted] = []
-    for a in admitted:
-        service = runs.run_service(a.run)
-        try:
-            if service:
-                backend.apply_headless_service(service, {JOB_LABEL: str(a.job.pk), RUN_LABEL: str(a.run.attempt)})
-        except BackendError as error:
-            _bind_failed(a, {}, now, backend, service_error=error)
-            continue
-        binding.append(a)
-    refused = backend.bind_many([pod for a in binding for pod in a.pods])
+    sets = [_pod_set(a) for a in admitted]
     started = 0
-    for a in binding:
-        errors = {spec.name: refused[spec.name] for spec, _ in a.pods if spec.name in refused}
-        if errors:
-            _bind_failed(a, errors, now, backend)
+    for a, podset, refused in zip(admitted, sets, bind_whole(backend, sets), strict=True):
+        if refused is not None:
+            _bind_failed(a, podset, refused, now, backend)
         else:
             lifecycle.job_start(job=a.job, started_at=now)
             started += 1
     return started
 
 
-def _bind_failed(admitted: _Admitted, refused: dict[str, BackendError], now: float, backend: ClusterBackend,
-                 service_error: BackendError | None = None) -> None:
+def _pod_set(a: _Admitted) -> PodSet:
+    """The admission's pods, with its gang's headless Service (a single pod has none)."""
+    service = runs.run_service(a.run)
+    return PodSet(tuple(a.pods), service, {JOB_LABEL: str(a.job.pk), RUN_LABEL: str(a.run.attempt)} if service else {})
+
+
+def _bind_failed(admitted: _Admitted, podset: PodSet, refused: Refused, now: float, backend: ClusterBackend) -> None:
     """The cluster refused pods (or the gang's Service): requeue once, then remove the pods that were bound."""
     job, run, pods = admitted.job, admitted.run, admitted.pods
-    bound = tuple(spec.name for spec, _ in pods if spec.name not in refused) if service_error is None else ()
-    if service_error is not None:
-        message = f"requeued: the cluster refused the gang's Service ({service_error})"
+    first = refused.first(podset)
+    if first is None:
+        message = f"requeued: the cluster refused the gang's Service ({refused.service_error})"
     elif not run.workers:
-        message = f"requeued: the cluster refused to start it on {pods[0][1]} ({refused[run.pod]})"
+        message = f"requeued: the cluster refused to start it on {pods[0][1]} ({refused.pods[run.pod]})"
     else:
-        rank, (spec, node) = next((r, p) for r, p in enumerate(pods) if p[0].name in refused)
-        also = f" and {len(refused) - 1} more" if len(refused) > 1 else ""
+        rank, spec, node, error = first
+        also = f" and {len(refused.pods) - 1} more" if len(refused.pods) > 1 else ""
         message = (f"requeued: the cluster refused worker {rank} of {len(pods)} (pod {spec.name}) on {node} "
-                   f"({refused[spec.name]}){also}; a gang starts whole, so the {len(bound)} workers bound were "
+                   f"({error}){also}; a gang starts whole, so the {len(refused.bound)} workers bound were "
                    f"removed")
     with transaction.atomic():
         locked = TrainingJob.objects.select_for_update().select_related("department").get(pk=job.pk)
         lifecycle.job_requeue(job=locked, now=now, reason="bind-failed", outcome=JobRun.Outcome.FAILED,
-                             message=message, ended=tuple(refused))
-    run_stop(backend=backend, stop=Stop(bound, runs.run_service(run), f"gang job {job.pk} could not start whole"))
+                             message=message, ended=tuple(refused.pods))
+    run_stop(backend=backend, stop=Stop(refused.bound, runs.run_service(run), f"gang job {job.pk} could not start "
+                                                                              f"whole"))
 
 
 @transaction.atomic

@@ -196,7 +196,8 @@ def terminating(pod: Mapping) -> bool:
 def pod_view(pod: Mapping, spec: PodSpec) -> PodView:
     status = pod.get("status") or {}
     started = timestamp(status.get("startTime") or meta(pod).get("creationTimestamp"))
-    return PodView(spec, node_name(pod), started, is_ready(pod), terminating(pod))
+    restarts = sum(c.get("restartCount") or 0 for c in status.get("containerStatuses") or ())
+    return PodView(spec, node_name(pod), started, is_ready(pod), terminating(pod), restarts)
 
 
 def place_unknown(spec: PodSpec, used: list[float]) -> PodSpec:

@@ -305,6 +305,17 @@ class SimulatedCluster:
                     break  # the rest of this ReplicaSet has the same shape: no room either
                 del rs.pending[name]
 
+    def restart_container(self, name: str) -> None:
+        """A bound pod's container restarts in place (it crashed, the kubelet started it again): not ready until its
+        start-up has passed again, its restart count one higher."""
+        record = self._pods.get(name)
+        if record is None:
+            raise BackendError(f"pod {name} is not bound")
+        spec = record.view.spec
+        ready_at = self._clock.now() + float(spec.labels.get(STARTUP_LABEL, self.startup_s))
+        self._pods[name] = _Pod(replace(record.view, ready=False, restarts=record.view.restarts + 1), record.seq)
+        heapq.heappush(self._ready_heap, (ready_at, record.seq, name))
+
     def _promote_ready(self) -> None:
         now = self._clock.now()
         heap = self._ready_heap

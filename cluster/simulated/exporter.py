@@ -11,9 +11,10 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 
 from cluster.simulated import store
 from cluster.simulated.metrics import ClusterState, PodMetricsCollector, ServingLoad, TraceShapes
@@ -41,7 +42,20 @@ def serve(source: Callable[[], ClusterState | None], shapes: TraceShapes, port: 
     the services `load` serves follow it (the live demo's traffic)."""
     registry = CollectorRegistry()
     registry.register(PodMetricsCollector(source, shapes, load=load))
-    return start_http_server(port, addr=addr, registry=registry)
+    server = make_server(addr, port, text_format(make_wsgi_app(registry)), ThreadingWSGIServer,
+                         handler_class=_SilentHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def text_format(app):
+    """`app` answering in Prometheus's text format whatever the scraper accepts: in OpenMetrics, prometheus_client
+    writes the colons of a sample's name as underscores (prometheus/client_python#1177), so vLLM's `vllm:` series
+    would reach Prometheus as `vllm_`."""
+    def serve(environ, start_response):
+        return app({**environ, "HTTP_ACCEPT": "text/plain; version=0.0.4"}, start_response)
+    return serve
 
 
 def target_file(sd_dir: str | Path, name: str = TARGET_NAME) -> Path:

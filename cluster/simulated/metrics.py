@@ -21,6 +21,9 @@ the last value, except QPS: the gateway only logs minutes with requests). A pod 
   pods serving it, each at the load's GPU utilization — the very figures the autoscaler acts on — so the
   service-load profiles follow the curve that drives the decisions. Their counters are integrated from scrape to
   scrape (a rate that follows the replica count has no closed form); only GPU memory keeps the trace's series.
+  A service whose replica is a group of pods serves from the groups whose every pod is ready: each pod of the group
+  is busy at the load's utilization, the leader takes the group's requests. Each pod taking requests also shows a vLLM engine's `/metrics` at that load (cluster/simulated/llm.py:
+  tokens, queue, KV cache, TTFT and TPOT histograms under vLLM's names), which the autoscaler's LLM signals read.
 GPU values are relative to what the pod holds: DCGM_FI_DEV_GPU_UTIL is how busy the pod keeps its share of
 that GPU (0-100); FB_USED + FB_FREE is its share of the GPU's framebuffer (MiB). The profiling ratios
 (DCGM_FI_PROF_*) are per GPU, as dcgm-exporter has them: a pod alone on its GPU share reads its own; pods sharing
@@ -46,9 +49,10 @@ import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL, RUN_LABEL,
-                             SERVICE_LABEL, TASK_LABEL, PodView, kube_state_label, serving_pods)
-from cluster.simulated import h200
+from cluster.backend import (DETACHED_FROM_LABEL, GROUP_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLICASET_LABEL,
+                             RUN_LABEL, SERVICE_LABEL, TASK_LABEL, WORKER_LABEL, PodView, kube_state_label,
+                             serving_pods)
+from cluster.simulated import h200, llm
 from cluster.simulated.alibaba import TraceError, number
 from cluster.types import NodeView
 
@@ -337,6 +341,7 @@ class TrafficReading:
     errors: float  # of which answered 500
     latency_sum_ms: float
     buckets: tuple[float, ...]  # cumulative counts per LATENCY_BUCKETS_MS
+    engine: tuple[llm.EngineState, llm.EngineCounters] | None = None  # a load-driven leader's vLLM figures
 
 
 def elapsed_ms(pod: PodView, now: float) -> int:
@@ -388,6 +393,20 @@ def traffic_sample(pod: PodView, shapes: TraceShapes, now: float) -> TrafficRead
 
 
 # -- inference driven by a load ---------------------------------------------------------------------------
+def serving_groups(pods: Sequence[PodView]) -> dict[str, list[list[PodView]]]:
+    """The groups serving each group service: those whose every pod is ready and none going (a group serves whole)."""
+    groups: dict[tuple[str, str], list[PodView]] = {}
+    for pod in pods:
+        labels = pod.spec.labels
+        if GROUP_LABEL in labels and SERVICE_LABEL in labels:
+            groups.setdefault((labels[SERVICE_LABEL], labels[GROUP_LABEL]), []).append(pod)
+    out: dict[str, list[list[PodView]]] = {}
+    for (service, _), members in sorted(groups.items()):
+        if all(p.ready and not p.terminating for p in members):
+            out.setdefault(service, []).append(members)
+    return out
+
+
 class ServingLoad(Protocol):
     """What a service's pods serve at real time `now` (the live demo's traffic: cluster/simulated/traffic.py)."""
 
@@ -411,6 +430,7 @@ class _Totals:
     requests: float = 0.0
     latency_sum_ms: float = 0.0
     buckets: list[float] = field(default_factory=lambda: [0.0] * len(LATENCY_BUCKETS_MS))
+    engine: llm.EngineCounters = field(default_factory=llm.EngineCounters)
 
 
 class LoadDriven:
@@ -426,17 +446,22 @@ class LoadDriven:
                  now: float) -> dict[str, tuple[PodReading, TrafficReading | None]]:
         """{pod name: (reading, traffic or None when it serves none)} of every inference pod of a served service."""
         serving = serving_pods(pods)
-        serving_names = {p.spec.name for members in serving.values() for p in members}
+        replicas = {service: len(members) for service, members in serving.items()}
+        busy = {p.spec.name for members in serving.values() for p in members}
+        takes = set(busy)  # the pods the requests go to
+        for service, groups in serving_groups(pods).items():
+            replicas[service] = replicas.get(service, 0) + len(groups)
+            busy |= {p.spec.name for group in groups for p in group}
+            takes |= {p.spec.name for group in groups for p in group if p.spec.labels.get(WORKER_LABEL) == "0"}
         out = {}
         for pod in pods:
             service = service_of(pod) if is_inference(pod) else None
             if service is None or not self.load.serves(service):
                 continue
-            ready = len(serving.get(service, ()))
-            serves = pod.spec.name in serving_names
-            util = self.load.gpu(service, now, ready) if serves else 0.0
-            qps = self.load.qps(service, now) / ready if serves else 0.0
-            out[pod.spec.name] = self._advance(pod, shapes, now, util, qps, serves)
+            name, ready = pod.spec.name, replicas.get(service, 0)
+            util = self.load.gpu(service, now, ready) if name in busy else 0.0
+            qps = self.load.qps(service, now) / ready if name in takes else 0.0
+            out[name] = self._advance(pod, shapes, now, util, qps, name in takes)
         self._totals = {name: totals for name, totals in self._totals.items() if name in out}
         return out
 
@@ -451,6 +476,8 @@ class LoadDriven:
         totals.latency_sum_ms += qps * dt * median * MEAN_PER_MEDIAN
         for i, share in enumerate(share_within(BUCKETS_MS, median)):
             totals.buckets[i] += qps * dt * float(share)
+        engine = llm.engine_at(util)
+        totals.engine.advance(qps, engine, dt)
         t = elapsed_ms(pod, now)
         gpu_memory = min(1.0, serving_for(pod, shapes).memory.at(t))
         gpu = gpu_shape_of(pod, shapes)
@@ -464,7 +491,8 @@ class LoadDriven:
         # scrapes would otherwise show irate() jumping between 0 and 1 / scrape interval.
         requests = totals.requests
         buckets = tuple(min(requests, b) for b in totals.buckets)
-        return reading, TrafficReading(requests, requests * ERROR_PER_MILLE / 1000, totals.latency_sum_ms, buckets)
+        return reading, TrafficReading(requests, requests * ERROR_PER_MILLE / 1000, totals.latency_sum_ms, buckets,
+                                       (engine, totals.engine))
 
 
 # -- metric families -----------------------------------------------------------------------------------
@@ -491,10 +519,21 @@ class _Families:
                                          labels=["namespace", "pod", "destination_workload", "response_code"])
         self.latency = HistogramMetricFamily("istio_request_duration_milliseconds", "Request duration (ms).",
                                              labels=["namespace", "pod", "destination_workload"])
+        vllm = ["namespace", "pod", "model_name"]
+        self.waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting to be processed.",
+                                         labels=vllm)
+        self.kv_cache = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", labels=vllm)
+        self.prompt = CounterMetricFamily("vllm:prompt_tokens", "Prefill tokens processed.", labels=vllm)
+        self.generation = CounterMetricFamily("vllm:generation_tokens", "Generation tokens processed.", labels=vllm)
+        self.ttft = HistogramMetricFamily("vllm:time_to_first_token_seconds", "Time to first token (s).",
+                                          labels=vllm)
+        self.tpot = HistogramMetricFamily("vllm:time_per_output_token_seconds", "Time per output token (s).",
+                                          labels=vllm)
 
     def all(self) -> list[Metric]:
         return [self.util, *self.profiling.values(), self.fb_used, self.fb_free, self.cpu, self.memory,
-                self.requests, self.labels, self.istio, self.latency]
+                self.requests, self.labels, self.istio, self.latency, self.waiting, self.kv_cache, self.prompt,
+                self.generation, self.ttft, self.tpot]
 
 
 def pod_families(pods: Sequence[PodView], nodes: Iterable[NodeView], now: float, shapes: TraceShapes,
@@ -578,6 +617,22 @@ def _add_traffic(out: _Families, pod: PodView, namespace: str, s: TrafficReading
     out.istio.add_metric(labels + ["500"], s.errors)
     buckets = [(str(float(le)), n) for le, n in zip(LATENCY_BUCKETS_MS, s.buckets, strict=True)]
     out.latency.add_metric(labels, buckets + [("+Inf", s.requests)], s.latency_sum_ms)
+    if s.engine is not None:
+        _add_engine(out, labels, *s.engine)
+
+
+def _add_engine(out: _Families, labels: list[str], state: llm.EngineState, c: llm.EngineCounters) -> None:
+    """vLLM's series of one engine (its model served under the service's name)."""
+    out.waiting.add_metric(labels, state.waiting)
+    out.kv_cache.add_metric(labels, state.kv_cache)
+    out.prompt.add_metric(labels, c.prompt_tokens)
+    out.generation.add_metric(labels, c.generation_tokens)
+    for family, bounds, counts, count, total in ((out.ttft, llm.TTFT_BUCKETS_S, c.ttft_buckets, c.ttft_count,
+                                                  c.ttft_sum_s),
+                                                 (out.tpot, llm.TPOT_BUCKETS_S, c.tpot_buckets, c.tpot_count,
+                                                  c.tpot_sum_s)):
+        cumulative = [(str(le), min(count, n)) for le, n in zip(bounds, counts or [0.0] * len(bounds), strict=True)]
+        family.add_metric(labels, cumulative + [("+Inf", count)], total)
 
 
 # -- collector ------------------------------------------------------------------------------------------

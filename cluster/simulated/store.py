@@ -21,7 +21,7 @@ from cluster.types import NodeView
 
 # Under the instance's namespace, e.g. "tidal:simulated-cluster-v2". The version changes whenever the pickled classes
 # change shape: an older cluster is left behind, and the scheduler requeues the jobs whose pods it held.
-KEY = "simulated-cluster-v3"  # v3: nodes carry their topology block
+KEY = "simulated-cluster-v4"  # v3: nodes carry their topology block; v4: pods their container restarts
 
 
 def labelled_runtime(pod: PodSpec) -> float | None:

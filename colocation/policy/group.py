@@ -53,6 +53,7 @@ class PendingPod:
     name: str
     request: float
     replacement: bool = False
+    group: str = ""  # the service group it belongs to ("group 1 of llm"): its pods need room together
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ many, which ones.
   chosen nodes, usage stays <= expectRate and their pods fit (first-fit decreasing) in the free
   room of the nodes that stay online. Choose online-normal co-location nodes with the fewest pods.
 - At most `max_parallel` nodes per group convert at once, in-flight ones included; fixed-pool
-  nodes are never candidates; at least `min_online_nodes` stay online.
+  nodes are never candidates; at least `min_online_nodes` stay online. Except for a service group waiting for room
+  (pending pods of one `PendingPod.group`): a group is placed whole, so the machines it needs are taken back in one
+  decision that names it, past `max_parallel` if need be, never node by node across ticks.
 A trigger that cannot act yields a Hold with the reason, so dashboards can say why nothing moved.
 
 Forecast-driven (`profile.forecast` and a DemandForecast for the group; otherwise exactly the rules above):
@@ -237,9 +239,15 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
         return _hold(g, Direction.TAKE_BACK, LendReason.COVERED,
                      f"{trigger}; the nodes already being taken back cover it")
     k = min(want, slots)
+    whole = _for_group(pending, arriving, caps)
+    if whole is not None and whole[1] > k:
+        k = whole[1]
     chosen = cands[:k]
     after = ratio(g.demand, base + sum(caps[:k]))
     capped = f"; capped at {k} of {want} by max {profile.max_parallel} converting" if k < want else ""
+    if whole is not None:
+        past = f", past max {profile.max_parallel} converting" if len(flight) + k > profile.max_parallel else ""
+        trigger += f"; frees {whole[1]} machines at once for {whole[0]}{past}"
     reason = (LendReason.ONLINE_PENDING if pending else LendReason.HIGH_USAGE if usage > th.max_rate
               else LendReason.FORECAST_RISE)
     jobs = {p.job_id if p.job_id is not None else p.name: p for n in chosen for p in n.training}
@@ -252,6 +260,21 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     msg = (f"take back {', '.join(n.name for n in chosen)}: {trigger}; target expectRate "
            f"{_pct(th.expect_rate)}, usage after {_pct(after)}; {evicting}{capped}")
     return TakeBack(g.name, tuple(n.name for n in chosen), reason, msg, usage, after, evict_at=evict_at)
+
+
+def _for_group(pending: Iterable, arriving: list[float], caps: list[float]) -> tuple[str, int] | None:
+    """The first service group among the pending pods that the capacity already arriving does not hold, and how many
+    of the candidate machines (in order) its pods need together; None when no group waits."""
+    by_group: dict[str, list[float]] = {}
+    for p in pending:
+        if p.group:
+            by_group.setdefault(p.group, []).append(p.request)
+    for name, pods in sorted(by_group.items()):
+        left = _spill(pods, arriving)
+        k = next((k for k in range(1, len(caps) + 1) if not _spill(left, caps[:k])), None)
+        if left and k is not None:
+            return name, k
+    return None
 
 
 def _keep_idle(g: GroupView, now: float, profile: LendingProfile) -> tuple[float, str]:

@@ -1,7 +1,12 @@
 """Services whose replica is a group of pods (a leader and N-1 workers across nodes), after Kubernetes'
 LeaderWorkerSet: placed whole or not at all, ready when every pod is, recreated whole when one fails (with back-off),
-scaled by whole groups (scale-in removes the highest index), rolled by groups with max_surge / max_unavailable
-(docs/concepts/service-groups.md).
+scaled by whole groups (scale-in removes the highest index), rolled by groups with max_surge / max_unavailable, and
+moved create-before-delete off a node that stops being online-normal (docs/concepts/service-groups.md).
+
+Moving: a group with a pod on a node being lent (or cordoned) gets a stand-in, a new group at a fresh index above the
+wanted ones (and above the surge range), and is removed only once the stand-in is ready; the stand-in then keeps the
+index it has, standing in for the hole the moved group left (a hole below the wanted count is filled by a spare group
+above it before anything is placed), so a move places one group, not two.
 
 Pure: `plan()` reads what the cluster shows of one service's groups, the nodes, and what was stored about each
 group (restarts, back-off), and returns actions with reasons; colocation/groups.py acts and records. Placement goes
@@ -17,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from itertools import count
 
 from cluster.types import BLOCK_LABEL, GPU_EPS, GpuShare, NodeState, NodeView, Topology
 from scheduler.policy.framework import PodRequest
@@ -70,6 +76,7 @@ class GroupPod:
     node: str
     ready: bool
     terminating: bool
+    restarts: int = 0  # its container restarted in place
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +121,8 @@ class Reason(str, Enum):
     SURGE = "group-surge"
     NO_SURGE_ROOM = "rollout-no-surge-room"
     BIND_REFUSED = "group-bind-refused"  # the cluster refused one pod: the pods already bound are removed
-    MOVED = "group-moved"  # a node of the group is lent: the whole group leaves it
+    MOVING = "group-moving"  # a node of the group is being lent: a stand-in group is placed first
+    MOVED = "group-moved"  # its stand-in is ready: the group leaves the node whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,26 +206,45 @@ def plan(spec: GroupSpec, desired: int, groups: Mapping[int, ObservedGroup], nod
                                   f"group {index} of {spec.service} is recreated whole: {gone} of its {spec.size} "
                                   f"pods failed or went away (restart {mem.restarts + 1})", failed=True))
             continue
+        restarted = [p for p in g.pods if p.restarts and not p.terminating]
+        if restarted:
+            mem = memory.get(index, GroupMemory())
+            actions.append(Remove(index, tuple(p.name for p in g.pods if not p.terminating), Reason.RECREATED,
+                                  f"group {index} of {spec.service} is recreated whole: the container of "
+                                  f"{restarted[0].name} restarted in place, and a group restarts whole "
+                                  f"(LeaderWorkerSet's RecreateGroupOnPodRestart; restart {mem.restarts + 1})",
+                                  failed=True))
+            continue
         live[index] = g
     busy = {i for i, g in groups.items() if i not in live}  # still terminating, or being removed now
     old = sorted((i for i, g in live.items() if g.revision != spec.revision and i < desired), reverse=True)
     ready = {i for i, g in live.items() if g.ready(spec.size)}
+    stand_in = _stand_ins(spec, desired, live, busy, room)
+    actions += _moves(spec, stand_in, live, ready, room, set(groups) | {desired + spec.max_surge - 1})
+    busy |= {a.index for a in actions if isinstance(a, Remove)}
     # scale in: every group above the desired count goes, the highest index first; a surge group stays while the
-    # rollout it stands in for is not done (old groups left, or their replacements not ready yet)
+    # rollout it stands in for is not done (old groups left, or their replacements not ready yet), a stand-in while
+    # it stands in
     surge_range = range(desired, desired + spec.max_surge)
-    rolling = bool(old) or any(i not in ready for i in range(desired))
+
+    def down(i: int) -> bool:
+        return i not in ready and stand_in.get(i) not in ready
+
+    rolling = bool(old) or any(down(i) for i in range(desired))
+    standing = set(stand_in.values())
     for index in sorted(live, reverse=True):
-        if index >= desired and not (index in surge_range and rolling and live[index].revision == spec.revision):
+        if index >= desired and index not in standing and not (
+                index in surge_range and rolling and live[index].revision == spec.revision):
             g = live.pop(index)
             actions.append(Remove(index, tuple(p.name for p in g.pods), Reason.SCALED_IN,
                                   f"group {index} of {spec.service} removed: {desired} groups wanted"))
             busy.add(index)
-    unavailable = sum(1 for i in range(desired) if i not in ready)
+    unavailable = sum(1 for i in range(desired) if down(i))
     surge_ready = sum(1 for i in surge_range if i in live and i in ready and live[i].revision == spec.revision)
     budget = max(spec.max_unavailable, 0) + surge_ready - unavailable
     # missing groups below the desired count (a new service, scale out, a recreated group past its back-off)
     for index in range(desired):
-        if index in live or index in busy:
+        if index in live or index in busy or index in stand_in:
             continue
         mem = memory.get(index, GroupMemory())
         if mem.backoff_until > now:
@@ -246,6 +273,57 @@ def plan(spec: GroupSpec, desired: int, groups: Mapping[int, ObservedGroup], nod
             actions.append(Remove(index, tuple(p.name for p in g.pods), Reason.ROLLED,
                                   f"group {index} of {spec.service} rolled to revision {spec.revision}"))
             budget -= 1
+    return actions
+
+
+def leaving(group: ObservedGroup, nodes: Mapping[str, NodeView]) -> tuple[str, ...]:
+    """The nodes of `group` that are no longer online-normal (being lent, or cordoned): it must move off them."""
+    return tuple(sorted({p.node for p in group.pods if p.node in nodes
+                         and nodes[p.node].state is not NodeState.ONLINE_NORMAL}))
+
+
+def _stand_ins(spec: GroupSpec, desired: int, live: Mapping[int, ObservedGroup], busy: set[int],
+               room: _Room) -> dict[int, int]:
+    """{group index: the index of the spare group standing in for it}: for each hole below `desired` and each group
+    moving off a node, lowest first, a live group of this revision above the wanted ones and the surge range."""
+    above = desired + spec.max_surge
+    moving = [i for i in sorted(live) if leaving(live[i], room.nodes)]
+    spares = [i for i in sorted(live) if i >= above and i not in moving and live[i].revision == spec.revision]
+    holes = [i for i in range(desired) if i not in live and i not in busy]
+    return dict(zip(holes + moving, spares))
+
+
+def _moves(spec: GroupSpec, stand_in: dict[int, int], live: dict[int, ObservedGroup], ready: set[int], room: _Room,
+           taken: set[int]) -> list[Action]:
+    """Create-before-delete for each group moving off a node: a stand-in group placed first (at an index above every
+    one `taken`), the moving group removed whole once its stand-in is ready. Fills `stand_in` with the stand-ins it
+    places."""
+    actions: list[Action] = []
+    fresh = count(max(taken | set(stand_in.values())) + 1)
+    for index in sorted(live):
+        nodes = leaving(live[index], room.nodes)
+        if not nodes:
+            continue
+        off = ", ".join(nodes)
+        j = stand_in.get(index)
+        if j is None:
+            j = next(fresh)
+            placed = _place(spec, j, room, Reason.MOVING, f"group {j} of {spec.service}, standing in for group "
+                                                          f"{index} that leaves {off},")
+            if isinstance(placed, Place):
+                stand_in[index] = j
+                actions.append(placed)
+            else:
+                actions.append(Note(index, Reason.NO_ROOM, f"group {index} of {spec.service} cannot leave {off} yet: "
+                                                           f"no room for a stand-in of {spec.size} pods"))
+        elif j in ready:
+            g = live.pop(index)
+            actions.append(Remove(index, tuple(p.name for p in g.pods), Reason.MOVED,
+                                  f"group {index} of {spec.service} leaves {off} whole: group {j} stands in for it, "
+                                  f"ready on {', '.join(live[j].nodes)}"))
+        else:
+            actions.append(Note(index, Reason.MOVING, f"group {index} of {spec.service} keeps serving on {off} until "
+                                                      f"group {j}, standing in for it, is ready"))
     return actions
 
 

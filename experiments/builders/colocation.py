@@ -76,9 +76,9 @@ class G:
     def training_pending(self, n: int) -> G:
         return self._set(pending_training=n)
 
-    def pending(self, *requests: float, replacement: bool = False) -> G:
+    def pending(self, *requests: float, replacement: bool = False, group: str = "") -> G:
         start = len(self._g.pending_online)
-        pods = tuple(PendingPod(f"pending{start + i}", r, replacement) for i, r in enumerate(requests))
+        pods = tuple(PendingPod(f"pending{start + i}", r, replacement, group) for i, r in enumerate(requests))
         return self._set(pending_online=self._g.pending_online + pods)
 
     def converting(self, node: str, direction: Direction) -> G:

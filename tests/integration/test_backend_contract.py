@@ -39,10 +39,14 @@ class Harness:
     services_fn: object  # the headless Services on the cluster: name -> selector
     manifest_fn: object = None  # a pod as the API stores it (Kubernetes only)
     refuse_bind_fn: object = None  # refuse one pod bind, after letting `after` through
+    restart_fn: object = None  # a pod's container restarts in place (as its kubelet reports it)
     seen: list[ClusterEvent] = field(default_factory=list)
 
     def refuse_bind(self, after: int) -> None:
         self.refuse_bind_fn(after)
+
+    def restart_container(self, pod: str) -> None:
+        self.restart_fn(pod)
 
     def settle(self) -> None:
         """Let the cluster do what it does unasked (place, start, ready, terminate) until nothing changes."""
@@ -86,6 +90,7 @@ def _simulated(nodes: tuple[NodeView, ...] = NODES) -> Iterator[Harness]:
         harness.backend = RefusingBinds(cluster, after)
 
     harness.refuse_bind_fn = refuse_bind
+    harness.restart_fn = cluster.restart_container
     yield harness
 
 
@@ -103,6 +108,16 @@ class RefusingBinds:
         if self._after == -1:
             raise BackendError(f"pods {pod.name!r} is forbidden: exceeded quota")
         self._cluster.bind(pod, node)
+
+    def bind_many(self, pods) -> dict[str, BackendError]:
+        """Each pod as `bind` above, in order (the engine's bind_many would bind around the refusal)."""
+        refused = {}
+        for pod, node in pods:
+            try:
+                self.bind(pod, node)
+            except BackendError as error:
+                refused[pod.name] = error
+        return refused
 
 
 def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES, through_proxy: bool = False) -> Iterator[Harness]:
@@ -136,7 +151,13 @@ def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES, through_proxy: b
         def refuse_bind(after: int) -> None:  # a pod create the API server refuses (as a quota admission would)
             proxy.fail("POST", r"/namespaces/[^/]+/pods$", 403, times=1, after=after)
 
-        harness = Harness(backend, settle, wait, services, kube.pod, refuse_bind_fn=refuse_bind)
+        def restart(name: str) -> None:  # what a kubelet writes when it has restarted the container
+            statuses = kube.pod(name)["status"]["containerStatuses"]
+            for c in statuses:
+                c["restartCount"] = c.get("restartCount", 0) + 1
+            kube.core.patch_namespaced_pod_status(name, kube.namespace, {"status": {"containerStatuses": statuses}})
+
+        harness = Harness(backend, settle, wait, services, kube.pod, refuse_bind_fn=refuse_bind, restart_fn=restart)
         harness.seen += backend.drain_events()  # start the watches
         try:
             yield harness
@@ -574,15 +595,39 @@ def test_a_group_is_bound_whole_with_its_lws_environment_and_headless_service(gr
 
 
 @pytest.mark.django_db
+def test_a_group_is_ready_only_after_its_start_up_and_holds_unready_gpu_seconds_until_then(group_lab):
+    """kwok's tidal-pod-ready-after-startup stage on Kubernetes, the engine's start-up on the simulated cluster."""
+    from colocation import groups
+    from colocation.models import InferenceService, ServiceGroup
+
+    service = group_lab.service(group_size=2, startup_s=3)
+    now = time.time()
+    groups.reconcile(group_lab.cluster.backend, service, 1, "t4", now)
+    group_lab.cluster.wait(0.5)
+    (pods,) = group_lab.groups(service).values()
+    assert len(pods) == 2 and not any(p.ready for p in pods)  # bound, still starting
+    groups.reconcile(group_lab.cluster.backend, service, 1, "t4", now + 0.5)
+    assert not ServiceGroup.objects.get(service=service, index=0).ready
+    group_lab.cluster.wait(3.0)
+    group_lab.cluster.settle()
+    (pods,) = group_lab.groups(service).values()
+    assert all(p.ready for p in pods)
+    groups.reconcile(group_lab.cluster.backend, service, 1, "t4", now + 3.5)
+    assert ServiceGroup.objects.get(service=service, index=0).ready
+    held = InferenceService.objects.get(pk=service.pk).unready_gpu_seconds
+    assert held == pytest.approx(2 * 2 * 3.5)  # 2 pods of 2 GPUs not ready from placed to the tick that saw them ready
+
+
+@pytest.mark.django_db
 def test_a_group_with_one_bind_refused_leaves_nothing_bound_and_is_placed_again_once(group_lab):
     service = group_lab.service()
-    group_lab.cluster.refuse_bind(after=2)  # worker 2 of the group is refused
+    group_lab.cluster.refuse_bind(after=2)  # one worker of the group is refused (the third pod created)
     group_lab.tick(service)
     assert group_lab.groups(service) == {}
     assert group_lab.cluster.services() == {}
     (refused,) = group_lab.decisions(service, "group-bind-refused")
-    assert "worker 2 of 4" in refused.message and "the 2 pods already bound were removed" in refused.message
-    assert refused.data["removed"] == ["llm-0", "llm-0-1"]
+    assert " of 4) on s-" in refused.message and "the 3 pods already bound were removed" in refused.message
+    assert len(refused.data["removed"]) == 3  # the pods are created in one batch: the others were bound
     group_lab.tick(service)
     (pods,) = group_lab.groups(service).values()
     assert len(pods) == 4 and group_lab.cluster.services().keys() == {"llm-group-0"}
@@ -613,6 +658,27 @@ def test_a_killed_pod_recreates_the_whole_group_once_after_its_back_off(group_la
     assert [p.node for p in pods] == list(GROUP_NODES[:4])
     assert len(group_lab.decisions(service, "group-recreated")) == 1
     assert len(group_lab.decisions(service, "group-placed")) == 2
+
+
+@pytest.mark.django_db
+def test_a_container_restarted_in_place_recreates_the_whole_group_once(group_lab):
+    """LeaderWorkerSet's RecreateGroupOnPodRestart: the pod is still there, but its group restarts whole."""
+    service = group_lab.service(group_size=2)
+    now = time.time()
+    group_lab.tick(service, now=now)
+    group_lab.tick(service, now=now + 1)
+    group_lab.cluster.restart_container("llm-0-1")
+    group_lab.cluster.settle()
+    assert next(p for p in group_lab.cluster.backend.pods() if p.spec.name == "llm-0-1").restarts == 1
+    group_lab.tick(service, now=now + 2)
+    assert group_lab.groups(service) == {}  # the leader went too
+    (recreated,) = group_lab.decisions(service, "group-recreated")
+    assert "the container of llm-0-1 restarted in place" in recreated.message and recreated.data["restarts"] == 1
+    group_lab.tick(service, now=now + 20)  # past its back-off: new pods, no restart counted
+    (pods,) = group_lab.groups(service).values()
+    assert [p.restarts for p in pods] == [0, 0]
+    group_lab.tick(service, now=now + 21)
+    assert len(group_lab.decisions(service, "group-recreated")) == 1
 
 
 @pytest.mark.django_db
@@ -655,7 +721,7 @@ def test_a_rolling_update_with_no_room_to_surge_completes_at_max_unavailable(gro
 
 
 @pytest.mark.django_db
-def test_lending_a_node_of_a_group_moves_the_whole_group_off_it(group_lab):
+def test_lending_a_node_of_a_group_moves_the_whole_group_create_before_delete(group_lab):
     from colocation import controller, services as colocation_services
     from colocation.models import Node, NodeTransition
     from colocation.policy import DEFAULT, Direction
@@ -665,15 +731,24 @@ def test_lending_a_node_of_a_group_moves_the_whole_group_off_it(group_lab):
     assert [p.node for p in group_lab.groups(service)[0]] == ["s-0", "s-1"]
     colocation_services.transition_request(node=Node.objects.get(name="s-1"), direction=Direction.LEND,
                                            actor=group_lab.world.users["operator"], reason="operator", message="by hand")
-    for _ in range(6):
+    seen = []
+    for _ in range(8):
         controller.lending_tick(backend=group_lab.cluster.backend, now=time.time(), profile=DEFAULT)
         group_lab.cluster.settle()
+        groups = group_lab.groups(service)
+        seen.append(sorted(groups))
+        assert any(len(pods) == 2 and all(p.ready for p in pods) for pods in groups.values())  # never none serving
         if NodeTransition.objects.get(node__name="s-1").status == "done":
             break
     assert NodeTransition.objects.get(node__name="s-1").status == "done"
-    controller.lending_tick(backend=group_lab.cluster.backend, now=time.time(), profile=DEFAULT)
-    group_lab.cluster.settle()
+    assert [0, 1] in seen  # the stand-in and the old group served side by side
     (pods,) = group_lab.groups(service).values()
     assert len(pods) == 2 and "s-1" not in {p.node for p in pods}  # whole, elsewhere
+    (moving,) = group_lab.decisions(service, "group-moving")
+    assert moving.data["group"] == 1 and "standing in for group 0 that leaves s-1" in moving.message
     (moved,) = group_lab.decisions(service, "group-moved")
-    assert "s-1" in moved.message and moved.data["group"] == 0
+    assert moved.data["group"] == 0 and "s-1" in moved.message and "group 1 stands in for it, ready" in moved.message
+    assert moved.created_at > moving.created_at
+    group_lab.tick(service)  # the stand-in keeps serving: nothing is placed or removed again
+    assert list(group_lab.groups(service)) == [1]
+    assert len(group_lab.decisions(service, "group-placed")) == 1 and not group_lab.decisions(service, "group-removed")

@@ -410,3 +410,39 @@ def test_lending_keeps_room_for_a_whole_group_and_looks_ahead_its_start_up(lab):
     world.groups["t4"].save()
     (t4,) = [g for g in controller.group_views(cluster) if g.name == "t4"]
     assert (t4.largest_replica, t4.startup_s) == (4.0, 600.0)
+
+
+def test_a_take_back_frees_whole_machines_for_a_waiting_group_at_once(world):
+    """Issue 42: a group of 2 pods × 2 T4 finds no room online; one take-back decision names it and brings back both
+    machines it needs together, past max_parallel 1, and the group is then placed whole on them."""
+    from colocation.models import InferenceService
+
+    t4 = world.groups["t4"]
+    for name in ("t4-2", "t4-3", "t4-4"):
+        Node.objects.create(name=name, resource_group=t4, gpu_model=world.gpu_models["T4"], gpu_count=2,
+                            cpu_milli=32000, memory_mib=131072, pool=Pool.COLOCATION,
+                            state=NodeState.ONLINE_NORMAL if name == "t4-2" else NodeState.OFFLINE_NORMAL)
+    t4.lending = True
+    t4.save()
+    clock = VirtualClock(T0)
+    cluster = SimulatedCluster(node_views(), clock, store.labelled_runtime)
+    lab = (world, cluster, clock)
+    serve(cluster, replicas=4)  # t4-1 and t4-2 full
+    InferenceService.objects.create(name="llm", department=world.departments["ml-search"],
+                                    gpu_model=world.gpu_models["T4"], replicas=1, min_replicas=1, gpus_per_replica=2,
+                                    group_size=2, startup_s=0)
+    profile = DEFAULT.with_(max_parallel=1)
+    clock.advance(5)
+    cluster.advance()
+    report = controller.lending_tick(backend=cluster, now=clock.now(), profile=profile)
+    assert sorted(report.opened) == ["t4-3", "t4-4"]  # one decision, both machines
+    for node in ("t4-3", "t4-4"):
+        (opened,) = Decision.objects.filter(subject=f"node:{node}", reason="online-pods-pending")
+        assert "frees 2 machines at once for group 0 of llm, past max 1 converting" in opened.message
+    for _ in range(3):
+        clock.advance(5)
+        cluster.advance()
+        controller.lending_tick(backend=cluster, now=clock.now(), profile=profile)
+    llm = sorted((p.spec.name, p.node) for p in cluster.pods() if p.spec.labels.get(SERVICE_LABEL) == "llm")
+    assert llm == [("llm-0", "t4-3"), ("llm-0-1", "t4-4")]
+    assert state_of(cluster, "t4-3") == state_of(cluster, "t4-4") == "online-normal"

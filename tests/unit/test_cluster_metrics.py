@@ -2,6 +2,7 @@
 exposition under the real exporters' names, counters that never step back, and the real trace's shapes."""
 
 import math
+import urllib.request
 from itertools import pairwise
 
 import pytest
@@ -10,8 +11,10 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLACED_BY_LABEL,
-                             REPLICASET_LABEL, RUN_LABEL, SERVICE_LABEL, TASK_LABEL, PodSpec, PodView, serving_pods)
-from cluster.simulated import h200
+                             GROUP_LABEL, REPLICASET_LABEL, RUN_LABEL, SERVICE_LABEL, TASK_LABEL, WORKER_LABEL, PodSpec,
+                             PodView, serving_pods)
+from cluster.simulated import h200, llm
+from cluster.simulated.exporter import serve
 from cluster.simulated.alibaba import TraceError
 from cluster.simulated.metrics import (BASE_LATENCY_MS, LATENCY_BUCKETS_MS, LATENCY_SIGMA, MIB,
                                        PodMetricsCollector, Series, TraceShapes, load_traces, pick,
@@ -336,3 +339,48 @@ def test_services_the_load_does_not_serve_keep_the_trace_series():
     pods = [web_pod("api-0", {KIND_LABEL: INFERENCE, SERVICE_LABEL: "api"})]
     _, driven = driven_scrapes(pods, [START, START + 90])
     assert driven == scrape(pods, START + 90)
+
+
+def test_a_ready_group_serves_whole_and_only_its_leader_shows_vllms_series():
+    def member(group: str, worker: str, ready=True):
+        return rs_pod(f"web-{group}-{worker}", ready=ready, labels={KIND_LABEL: INFERENCE, SERVICE_LABEL: "web",
+                                                                    GROUP_LABEL: group, WORKER_LABEL: worker})
+    pods = [member("0", "0"), member("0", "1"), member("1", "0"), member("1", "1", ready=False)]
+    first, later = driven_scrapes(pods, [START, START + 10])
+    util = 0.3 * 12 / 10  # one group serves: it is the only replica
+    engine = llm.engine_at(util)
+    assert value(later, "DCGM_FI_DEV_GPU_UTIL", pod="web-0-1") == pytest.approx(100 * util)  # a worker is busy too
+    assert value(later, "vllm:prompt_tokens_total", pod="web-0-0", model_name="web") == \
+        pytest.approx(12 * 10 * llm.PROMPT_TOKENS)
+    assert value(later, "vllm:generation_tokens_total", pod="web-0-0") == pytest.approx(12 * 10 * llm.OUTPUT_TOKENS)
+    assert value(later, "vllm:num_requests_waiting", pod="web-0-0") == pytest.approx(engine.waiting)
+    assert value(later, "vllm:kv_cache_usage_perc", pod="web-0-0") == pytest.approx(engine.kv_cache)
+    assert value(later, "vllm:time_to_first_token_seconds_count", pod="web-0-0") == pytest.approx(120)
+    ttft = [value(later, "vllm:time_to_first_token_seconds_bucket", pod="web-0-0", le=str(le))
+            for le in llm.TTFT_BUCKETS_S]
+    assert ttft == sorted(ttft) and ttft[-1] <= 120
+    for pod in ("web-0-1", "web-1-0", "web-1-1"):  # a worker, and a group not ready yet
+        assert not {n for n in names(later, pod) if n.startswith(("vllm:", "istio_"))}
+    assert value(later, "DCGM_FI_DEV_GPU_UTIL", pod="web-1-0") == 0
+
+
+def test_an_engine_waits_longer_and_fills_its_cache_as_its_load_rises():
+    states = [llm.engine_at(u) for u in (0.0, 0.3, 0.6, 0.9, 1.0, 1.5)]
+    for a, b in pairwise(states):
+        assert a.waiting <= b.waiting and a.kv_cache <= b.kv_cache
+        assert a.ttft_median_s <= b.ttft_median_s and a.tpot_median_s <= b.tpot_median_s
+    assert states[-1] == llm.engine_at(1.0) and math.isfinite(states[-1].waiting)
+    assert llm.share_within(0.2, 0.2) == pytest.approx(0.5)
+
+
+def test_the_exporter_answers_in_the_text_format_so_vllms_colons_reach_prometheus():
+    server, thread = serve(lambda: ([rs_pod("web-0")], NODES), SHAPES, 0, load=FlatLoad())
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{server.server_port}/metrics",
+                                         headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        with urllib.request.urlopen(request) as answer:
+            text = answer.read().decode()
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+    assert "\nvllm:num_requests_waiting{" in text and "vllm_num_requests_waiting" not in text

@@ -196,6 +196,17 @@ def test_take_back_capped_by_parallel_limit_including_in_flight():
     assert "capped at 2 of 4 by max 3 converting" in d.message
 
 
+def test_a_pending_service_group_gets_all_its_machines_back_at_once_past_the_parallel_limit():
+    # a group of 4 pods of 4 GPUs: one fits on t4-9, already on its way online; the other 3 need 3 machines now
+    g = G().nodes(*online_fleet((2,), (2,), (2,)), *offline_side(), N("t4-9").state(ON_U))
+    d = decide(g.pending(4, 4, 4, 4, group="group 1 of llm"))
+    assert isinstance(d, TakeBack) and d.reason is LendReason.ONLINE_PENDING
+    assert d.nodes == ("t4-8", "t4-6", "t4-5")  # 4 converting with t4-9: past max 3, the group's machines together
+    assert "frees 3 machines at once for group 1 of llm, past max 3 converting" in d.message
+    loose = decide(g.pending(4, 4, 4, 4))  # the same pods, no group: node by node within the limit
+    assert loose.nodes == ("t4-8", "t4-6") and "capped at 2 of 3" in loose.message
+
+
 def test_take_back_never_picks_a_fixed_pool_node():
     g = G().nodes(*online_fleet((4,), (4,), (4,)), N("t4-7").offline().fixed(), N("t4-8").offline().fixed())
     d = decide(g)

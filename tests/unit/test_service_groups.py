@@ -114,3 +114,36 @@ def test_scale_in_with_surge_allowed_and_no_rollout_removes_the_group_above():
     nodes = [online(f"n{i}") for i in range(4)]
     groups = {i: placed(spec, i, (f"n{2 * i}", f"n{2 * i + 1}")) for i in range(2)}
     assert kinds(sg.plan(spec, 1, groups, nodes, {}, NOW, {})) == [("Remove", 1, "group-removed")]
+
+
+def test_a_group_leaving_a_node_is_moved_create_before_delete_by_a_stand_in_that_stays():
+    lent = replace(online("n1"), state=NodeState.OFFLINE_UNNORMAL)
+    nodes = [online("n0", used=(1.0, 1.0)), lent, online("n2"), online("n3")]
+    spec = replace(SPEC, max_surge=1)
+    group0 = placed(spec, 0, ("n0", "n1"))
+    (place,) = sg.plan(spec, 1, {0: group0}, nodes, {}, NOW, {})
+    assert (place.index, place.reason, place.nodes) == (2, sg.Reason.MOVING, ("n2", "n3"))  # above the surge range
+    assert "standing in for group 0 that leaves n1" in place.message
+    starting = placed(spec, 2, ("n2", "n3"), ready=False)
+    (wait,) = sg.plan(spec, 1, {0: group0, 2: starting}, nodes, {}, NOW, {})
+    assert (type(wait), wait.index, wait.reason) == (sg.Note, 0, sg.Reason.MOVING)  # the old group keeps serving
+    stand_in = placed(spec, 2, ("n2", "n3"))
+    (moved,) = sg.plan(spec, 1, {0: group0, 2: stand_in}, nodes, {}, NOW, {})
+    assert (type(moved), moved.index, moved.reason, moved.failed) == (sg.Remove, 0, sg.Reason.MOVED, False)
+    assert "group 2 stands in for it, ready on n2, n3" in moved.message
+    assert sg.plan(spec, 1, {2: stand_in}, nodes, {}, NOW, {}) == []  # the stand-in fills the hole: nothing more
+    assert kinds(sg.plan(spec, 0, {2: stand_in}, nodes, {}, NOW, {})) == [("Remove", 2, "group-removed")]
+
+
+def test_a_group_with_no_room_for_a_stand_in_stays_where_it_is_and_says_why():
+    lent = replace(online("n1"), state=NodeState.OFFLINE_UNNORMAL)
+    (note,) = sg.plan(SPEC, 1, {0: placed(SPEC, 0, ("n0", "n1"))}, [online("n0", used=(1.0, 1.0)), lent], {}, NOW, {})
+    assert (note.index, note.reason) == (0, sg.Reason.NO_ROOM) and "cannot leave n1 yet" in note.message
+
+
+def test_a_container_restarted_in_place_recreates_its_group_whole():
+    group = placed(SPEC, 0, ("n0", "n1"))
+    restarted = replace(group, pods=(group.pods[0], replace(group.pods[1], restarts=1)))
+    (remove,) = sg.plan(SPEC, 1, {0: restarted}, [online("n0"), online("n1")], {}, NOW, {})
+    assert (type(remove), remove.reason, remove.failed) == (sg.Remove, sg.Reason.RECREATED, True)
+    assert remove.pods == ("llm-0", "llm-0-1") and "RecreateGroupOnPodRestart" in remove.message

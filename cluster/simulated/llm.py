@@ -1,0 +1,90 @@
+"""What a vLLM engine's `/metrics` shows for a simulated LLM pod at a load (docs/reference/llm-serving-metrics.md).
+
+The exporter (cluster/simulated/metrics.py) publishes these series under vLLM's names for the load-driven serving pods
+(the leader of a group: the engine's API server runs there), so the live autoscaler reads real Prometheus queries.
+A small queueing model, not a measurement: at utilization ρ of its replica an engine has ρ²/(1-ρ) requests waiting
+(M/M/1), its KV cache holds the running sequences (ρ of it, at most KV_FULL), a first token waits the queue and the
+prefill (BASE_TTFT_S / (1-ρ) at the median), and each output token takes a decode step that a fuller batch slows
+(BASE_TPOT_S × (1+ρ)). Latencies are lognormal around those medians. Pure: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# ServeGen language m-large (../shared/traces/alibaba-servegen-2025/m-large.csv), request-weighted means
+PROMPT_TOKENS = 924.0
+OUTPUT_TOKENS = 142.0
+BASE_TTFT_S = 0.05  # an idle engine's median time to first token
+BASE_TPOT_S = 0.02  # an idle engine's median time per output token
+MAX_LOAD = 0.98  # a saturated engine's queue and wait stay finite
+KV_FULL = 0.98
+SIGMA = 0.5  # lognormal spread of both latencies: p99 ≈ 3.2 × the median
+# vLLM's bucket bounds (vllm/v1/metrics/loggers.py)
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                  40.0, 80.0, 160.0, 640.0, 2560.0)
+TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+                  80.0)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """An engine's gauges and latency medians at one load."""
+
+    waiting: float  # vllm:num_requests_waiting
+    kv_cache: float  # vllm:kv_cache_usage_perc, 0..1
+    ttft_median_s: float
+    tpot_median_s: float
+
+
+def engine_at(utilization: float) -> EngineState:
+    rho = min(max(utilization, 0.0), MAX_LOAD)
+    return EngineState(waiting=rho * rho / (1.0 - rho), kv_cache=min(KV_FULL, rho),
+                       ttft_median_s=BASE_TTFT_S / (1.0 - rho), tpot_median_s=BASE_TPOT_S * (1.0 + rho))
+
+
+def share_within(le_s: float, median_s: float) -> float:
+    """The share of lognormal latencies of median `median_s` that take at most `le_s`."""
+    return 0.5 * (1.0 + math.erf(math.log(le_s / median_s) / (SIGMA * math.sqrt(2.0))))
+
+
+@dataclass(slots=True)
+class EngineCounters:
+    """An engine's counters and histograms, integrated from scrape to scrape (a rate that follows the replica count
+    has no closed form)."""
+
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    ttft_sum_s: float = 0.0
+    ttft_count: float = 0.0
+    ttft_buckets: list[float] | None = None
+    tpot_sum_s: float = 0.0
+    tpot_count: float = 0.0
+    tpot_buckets: list[float] | None = None
+
+    def advance(self, qps: float, state: EngineState, dt: float) -> None:
+        """`dt` seconds at `qps` requests/s: each request's first token, and each further token's decode step."""
+        requests, steps = qps * dt, qps * dt * max(0.0, OUTPUT_TOKENS - 1)
+        self.prompt_tokens += requests * PROMPT_TOKENS
+        self.generation_tokens += requests * OUTPUT_TOKENS
+        mean_per_median = math.exp(SIGMA ** 2 / 2)
+        self.ttft_count += requests
+        self.ttft_sum_s += requests * state.ttft_median_s * mean_per_median
+        self.ttft_buckets = _add(self.ttft_buckets, TTFT_BUCKETS_S, requests, state.ttft_median_s)
+        self.tpot_count += steps
+        self.tpot_sum_s += steps * state.tpot_median_s * mean_per_median
+        self.tpot_buckets = _add(self.tpot_buckets, TPOT_BUCKETS_S, steps, state.tpot_median_s)
+
+
+def _add(buckets: list[float] | None, bounds: tuple[float, ...], n: float, median_s: float) -> list[float]:
+    buckets = buckets or [0.0] * len(bounds)
+    return [b + n * share_within(le, median_s) for b, le in zip(buckets, bounds, strict=True)]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReading:
+    """One scrape of an engine: its gauges now and its counters so far."""
+
+    state: EngineState
+    counters: EngineCounters

@@ -1,0 +1,132 @@
+"""An LLM service's serving signals for the live autoscaler, read from Prometheus under the serving engine's metric
+names (docs/reference/llm-serving-metrics.md): prompt and generated tokens/s, requests waiting, KV-cache use, TTFT and
+TPOT p50/p99, per minute of the policy's clock. vLLM's names first, SGLang's where a service's engines publish no vLLM
+series (PromQL `or`). An engine's series are tied to its service by kube-state-metrics' `kube_pod_labels` (the
+pod's `tidal.io/service` label), so any engine that Prometheus scrapes with its pod's labels is read.
+
+`WithServingSignals` lays them over another load source's minutes (the demo's traffic, the service-load profiles):
+a minute the other source lacks is kept with the serving signals alone, measured at the engines reporting in it
+(a group reports from its leader only, so that is a count of groups).
+
+One query per signal covers every service; a tick reads them once (the source is made per tick). Prometheus down or
+slow: the other source's minutes alone, and a warning; a tick never fails on it.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from requests import RequestException
+
+from cluster.backend import SERVICE_LABEL, kube_state_label
+from colocation.loads import LoadSource
+from colocation.models import InferenceService
+from colocation.policy.autoscaling import LoadMinute
+
+log = logging.getLogger(__name__)
+MINUTE = 60.0
+SERVICE = kube_state_label(SERVICE_LABEL)  # label_tidal_io_service
+KEEP_MINUTES = 10  # the serving rules look at 2 (scale out) and 5 (no scale-in while an SLO is missed)
+MIN_WINDOW_S = 6.0  # three scrapes of the `tidal` job (2 s): a rate needs two samples in its window
+REPLICAS = "replicas"
+# signal -> the engines' metric names, vLLM's first (docs/reference/llm-serving-metrics.md)
+TOKENS_IN = ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total")
+TOKENS_OUT = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
+QUEUE = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+TTFT = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
+TPOT = ("vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds",
+        "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds")
+
+
+def _of_services(expr: str) -> str:
+    """`expr`'s per-pod series, each with its pod's service label (`max by` keeps one kube_pod_labels per pod)."""
+    return (f"({expr}) * on (namespace, pod) group_left ({SERVICE}) "
+            f'max by (namespace, pod, {SERVICE}) (kube_pod_labels{{{SERVICE}!=""}})')
+
+
+def queries(window: str) -> dict[str, str]:
+    """{signal: PromQL by service} over a `window` (a PromQL duration) ending at each evaluation time."""
+    def first(exprs) -> str:
+        return " or ".join(f"({e})" for e in exprs)
+
+    def rate(names) -> str:
+        return first(f"sum by ({SERVICE}) ({_of_services(f'rate({n}[{window}])')})" for n in names)
+
+    def gauge(agg: str, names) -> str:
+        return first(f"{agg} by ({SERVICE}) ({_of_services(f'avg_over_time({n}[{window}])')})" for n in names)
+
+    def quantile(q: float, names) -> str:
+        return first(f"histogram_quantile({q}, sum by ({SERVICE}, le) "
+                     f"({_of_services(f'rate({n}_bucket[{window}])')}))" for n in names)
+
+    return {"tokens_in": rate(TOKENS_IN), "tokens_out": rate(TOKENS_OUT), "queue": gauge("sum", QUEUE),
+            "kv_cache": gauge("avg", KV_CACHE), "ttft_p50": quantile(0.5, TTFT), "ttft_p99": quantile(0.99, TTFT),
+            "tpot_p50": quantile(0.5, TPOT), "tpot_p99": quantile(0.99, TPOT),
+            REPLICAS: first(f"count by ({SERVICE}) ({_of_services(f'last_over_time({n}[{window}])')})" for n in QUEUE)}
+
+
+class ServingSignals:
+    """The serving signals of every service over the last KEEP_MINUTES policy minutes, read once per `now`.
+
+    `to_real`/`to_policy` map the policy's clock to epoch seconds and back (the demo compresses a day into minutes;
+    live, both are the identity), `speed` is policy seconds per real second."""
+
+    def __init__(self, url: str, *, to_real: Callable[[float], float] = float,
+                 to_policy: Callable[[float], float] = float, speed: float = 1.0, timeout_s: float = 5.0) -> None:
+        self.prometheus = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+        self.to_real, self.to_policy, self.speed = to_real, to_policy, speed
+        self._read: tuple[float, dict[str, dict[float, dict[str, float]]]] | None = None
+
+    def of(self, service: str, now: float) -> dict[float, dict[str, float]]:
+        """{minute start (policy clock): {signal: value}} of `service`, the minutes with a value only."""
+        if self._read is None or self._read[0] != now:
+            self._read = (now, self._minutes(now))
+        return self._read[1].get(service, {})
+
+    def _minutes(self, now: float) -> dict[str, dict[float, dict[str, float]]]:
+        last = math.floor(now / MINUTE) - 1  # the newest complete minute
+        step = MINUTE / self.speed
+        window = f"{round(max(step, MIN_WINDOW_S) * 1000)}ms"
+        start, end = (datetime.fromtimestamp(self.to_real((m + 1) * MINUTE), UTC) for m in (last - KEEP_MINUTES + 1,
+                                                                                            last))
+        out: dict[str, dict[float, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+        try:
+            for signal, query in queries(window).items():
+                for series in self.prometheus.custom_query_range(query, start_time=start, end_time=end,
+                                                                 step=f"{step:g}"):
+                    service = series["metric"].get(SERVICE)
+                    for t, value in series["values"]:
+                        v = float(value)
+                        if service and math.isfinite(v):
+                            at = (round(self.to_policy(float(t)) / MINUTE) - 1) * MINUTE
+                            out[service][at][signal] = v
+        except (PrometheusApiClientException, RequestException, ValueError) as error:
+            log.warning("LLM serving signals not read from Prometheus: %s", error)
+            return {}
+        return out
+
+
+class WithServingSignals:
+    """`base`'s minutes with the serving signals of the services that set a serving target."""
+
+    def __init__(self, base: LoadSource, signals: ServingSignals,
+                 wanted: Callable[[InferenceService], bool]) -> None:
+        self.base, self.signals, self.wanted = base, signals, wanted
+
+    def recent(self, service: InferenceService, now: float) -> tuple[LoadMinute, ...]:
+        minutes = {m.at: m for m in self.base.recent(service, now)}
+        if not self.wanted(service):
+            return tuple(minutes.values())
+        for at, read in self.signals.of(service.name, now).items():
+            fields = {k: v for k, v in read.items() if k != REPLICAS}
+            if at in minutes:
+                minutes[at] = replace(minutes[at], **fields)
+            elif read.get(REPLICAS):
+                minutes[at] = LoadMinute(at, int(read[REPLICAS]), **fields)
+        return tuple(minutes[at] for at in sorted(minutes))

@@ -1,0 +1,111 @@
+"""The live autoscaler reads an LLM service's serving signals from the real Prometheus: the simulated cluster's
+exporter publishes its engines' series under vLLM's names, Prometheus scrapes them, and a TTFT p99 over the service's
+SLO for two minutes scales it out (slo-scale-out). The policy runs on a demo clock of 5 real seconds a minute, so two
+minutes of signals take seconds, not minutes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from decimal import Decimal
+
+import pytest
+
+from cluster.clock import VirtualClock, utc
+from cluster.simulated.exporter import register_target, serve
+from cluster.simulated.metrics import builtin_shapes
+from cluster.simulated.traffic import DemoClock
+from colocation import autoscaler
+from colocation.models import InferenceService
+from colocation.serving_signals import ServingSignals, WithServingSignals
+from core.models import Decision
+from tests.integration.livecluster import scaling_lab
+from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL
+
+pytestmark = pytest.mark.django_db
+SPEED = 12.0  # demo seconds per real second: a policy minute is 5 s
+DEADLINE_S = 90
+
+
+class Overloaded:
+    """The exporter's load (metrics.ServingLoad): `name` at 90 % GPU utilization per replica."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def serves(self, service: str) -> bool:
+        return service == self.name
+
+    def qps(self, service: str, now: float) -> float:
+        return 8.0
+
+    def gpu(self, service: str, now: float, ready: int) -> float:
+        return 0.9
+
+
+class NoLoads:
+    """No utilization source: the minutes are the serving signals alone."""
+
+    def recent(self, service, now):
+        return ()
+
+
+@pytest.fixture
+def lab(world, settings):
+    clock = VirtualClock(time.time())
+    with scaling_lab(world, settings, clock=clock, prefix="test-signals") as (cluster, redis, ns):
+        yield world, cluster, clock, redis, ns
+
+
+def test_a_ttft_p99_over_the_slo_in_prometheus_scales_the_service_out(lab):
+    world, cluster, cluster_clock, redis, namespace = lab
+    name = f"llm-{uuid.uuid4().hex[:6]}"
+    world.service(name=name, gpu_model=world.gpu_models["T4"], gpus_per_replica=Decimal("0.25"), replicas=2,
+                  min_replicas=2, max_replicas=8, ttft_p99_target_s=0.5)
+    clock = DemoClock.starting(time.time(), speed=SPEED)
+    signals = ServingSignals(PROMETHEUS_URL, to_real=clock.real, to_policy=clock.demo, speed=SPEED)
+    loads = WithServingSignals(NoLoads(), signals, lambda service: service.ttft_p99_target_s is not None)
+
+    def tick():
+        cluster_clock.advance(max(0.0, time.time() - cluster_clock.now()))
+        cluster.advance()
+        return autoscaler.autoscale_tick(backend=cluster, now=time.time(), loads=loads, clock=clock,
+                                         forecasts=autoscaler.no_forecast, redis=redis, namespace=namespace)
+
+    assert tick().decisions[name] == "skip-scaling"  # its ReplicaSet is made; the replicas start
+    cluster_clock.advance(120)
+    cluster.advance()
+    InferenceService.objects.filter(name=name).update(replicas_changed_at=utc(time.time() - 3600))
+    state = (cluster.pods(), cluster.nodes())
+    server, thread = serve(lambda: state, builtin_shapes(), 0, load=Overloaded(name))
+    target = register_target(PROMETHEUS_SD_DIR, server.server_port, f"it-signals-{name}")
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while len(_breached(signals, name, clock)) < 2:
+            assert time.monotonic() < deadline, f"no two minutes of TTFT p99 for {name} in Prometheus"
+            time.sleep(1)
+        minutes = loads.recent(InferenceService.objects.get(name=name), clock.demo(time.time()))
+        newest = minutes[-1]
+        assert newest.replicas == 2 and newest.tokens_in > newest.tokens_out > 0 and newest.queue > 0
+        assert 0 < newest.kv_cache <= 1 and newest.ttft_p50 < newest.ttft_p99 and newest.tpot_p99 > 0
+        report = tick()
+    finally:
+        target.unlink(missing_ok=True)
+        server.shutdown()
+        thread.join(timeout=5)
+    assert report.scaled == {name: (2, 3)}
+    out = Decision.objects.filter(kind=Decision.Kind.SCALING, subject=f"service:{name}").first()
+    assert out.reason == "slo-scale-out"
+    assert "ttft_p99" in out.message and "over its target 0.5 s for 2 minutes" in out.message
+    assert cluster.replicaset(name).replicas == 3
+
+
+def _breached(signals: ServingSignals, name: str, clock: DemoClock) -> list[float]:
+    """The newest consecutive minutes of `name` whose TTFT p99 is over 0.5 s at 2 replicas."""
+    now = clock.demo(time.time())
+    read = signals.of(name, now)
+    run, at = [], (now // 60 - 1) * 60
+    while (m := read.get(at)) and m.get("ttft_p99", 0) > 0.5 and m.get("replicas") == 2:
+        run.append(at)
+        at -= 60
+    return run
