@@ -172,4 +172,4 @@ def test_a_wait_blocked_above_the_department_names_the_level(world):
     live.scheduler_tick(backend=cluster, now=time.time(), profile=get_profile("tidal"))
     body = world.client("member").get(f"/api/jobs/{waiting.pk}/").json()
     assert body["status"] == "pending", body
-    assert "borrowed A100 quota of ml 0/0 used, needs 1" in body["latest_decision"]["message"], body
+    assert "department ml may borrow at most 0 A100; 0 borrowed, needs 1" in body["latest_decision"]["message"], body
