@@ -84,6 +84,16 @@ def test_the_tree_shows_each_nodes_quota_usage_and_fair_share_per_model(world):
     assert (a100["ml-search"]["fair_share"], a100["ml-ads"]["fair_share"], a100["ml"]["fair_share"]) == (4, 4, 8)
 
 
+def test_a_job_with_an_open_gpu_model_is_pending_on_its_most_idle_certified_model(world):
+    """pytorch is certified on T4 (4 GPUs, 2 held) and A100 (8 idle): the open job counts on A100, where the queue
+    tries it first."""
+    world.hold(world.submit(name="t4-run", gpu_model="T4", gpus="2"), gpu_model="T4")
+    world.submit(name="open", gpu_model=None, gpus="3")
+    body = world.client("member").get("/api/departments/tree/").json()
+    search = next(n for n in body["nodes"] if n["name"] == "ml-search")
+    assert {q["gpu_model"]: q["pending"] for q in search["quotas"]} == {"A100": 3, "T4": 0}, search
+
+
 def test_quotas_past_the_cluster_are_a_warning(world):
     Quota.objects.filter(department__name="ml-ads", gpu_model__name="T4").update(own=3)
     body = world.client("member").get("/api/departments/tree/").json()
