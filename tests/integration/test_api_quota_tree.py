@@ -146,6 +146,66 @@ def test_a_department_admin_manages_the_children_of_their_department(world):
     assert not Department.objects.filter(name__in=["top", "ads-team"]).exists()
 
 
+def test_a_department_admin_sets_the_quotas_of_the_departments_below_theirs(world):
+    admin = world.client("dept_admin")  # adam administers ml-search
+    assert admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"},
+                      format="json").status_code == 201
+    body = {"department": "search-ranking", "resource_kind": "gpu", "gpu_model": "A100", "own": "2", "borrowed": "1",
+            "lend_limit": "1"}
+    created = admin.post("/api/quotas/", body, format="json")
+    assert created.status_code == 201, created.json()
+    changed = admin.patch(f"/api/quotas/{created.json()['id']}/", {"own": "3", "lend_limit": "2"}, format="json")
+    assert changed.status_code == 200 and (changed.json()["own"], changed.json()["lend_limit"]) == ("3.000", "2.000")
+    cpu = admin.post("/api/quotas/", {"department": "search-ranking", "resource_kind": "cpu", "own": "8000"},
+                     format="json")
+    assert cpu.status_code == 201, cpu.json()
+    own_quota = Quota.objects.get(department__name="ml-search", gpu_model__name="A100")
+    refused = [
+        admin.post("/api/quotas/", {**body, "department": "ml-search"}, format="json"),  # their own: a 403
+        admin.patch(f"/api/quotas/{own_quota.pk}/", {"own": "9"}, format="json"),
+    ]
+    assert [r.status_code for r in refused] == [403, 403]
+    outside = admin.post("/api/quotas/", {**body, "department": "ml-ads"}, format="json")
+    assert outside.status_code == 400 and "department" in outside.json()["extra"]["fields"], outside.json()
+    ads = Quota.objects.get(department__name="ml-ads", gpu_model__name="A100")
+    assert admin.patch(f"/api/quotas/{ads.pk}/", {"own": "9"}, format="json").status_code == 404
+    assert Quota.objects.get(pk=own_quota.pk).own == own_quota.own and Quota.objects.get(pk=ads.pk).own == ads.own
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"own": "-1"}, "own"), ({"borrowed": "-2"}, "borrowed"), ({"own": "2", "lend_limit": "3"}, "lend_limit"),
+    ({"lend_limit": "-1"}, "lend_limit"), ({"gpu_model": "H999"}, "gpu_model"), ({"department": "nowhere"},
+                                                                                   "department"),
+])
+def test_a_bad_quota_by_an_admin_is_a_400_naming_the_field_and_writes_nothing(world, body, field):
+    admin = world.client("dept_admin")
+    admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"}, format="json")
+    before = world.snapshot()
+    response = admin.post("/api/quotas/", {"department": "search-ranking", "resource_kind": "gpu",
+                                           "gpu_model": "A100", "own": "1", **body}, format="json")
+    assert response.status_code == 400 and field in response.json()["extra"]["fields"], response.json()
+    assert world.snapshot() == before
+
+
+def test_a_department_with_unfinished_jobs_takes_no_child(world):
+    """Only leaves run jobs: ml-search has a waiting job, so nothing goes under it until the job ends."""
+    job = world.submit(name="waiting")
+    admin, operator = world.client("dept_admin"), world.client("operator")
+    assert operator.post("/api/departments/", {"name": "spare"}, format="json").status_code == 201
+    before = list(Department.objects.order_by("pk").values())
+    refused = [admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"}, format="json"),
+               operator.patch(f"/api/departments/{Department.objects.get(name='spare').pk}/",
+                              {"parent": "ml-search"}, format="json")]
+    for response in refused:
+        assert response.status_code == 409, response.json()
+        assert "1 unfinished job" in response.json()["extra"]["fields"]["parent"][0], response.json()
+    assert list(Department.objects.order_by("pk").values()) == before
+    job.status = "cancelled"
+    job.save()
+    assert admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"},
+                      format="json").status_code == 201
+
+
 @pytest.mark.parametrize("body, field", [({"weight": "-1"}, "weight"), ({"weight": "x"}, "weight"),
                                          ({"parent": "nowhere"}, "parent"), ({"parent": "search-ranking"}, "parent")])
 def test_a_bad_change_by_an_admin_is_a_400_naming_the_field_and_writes_nothing(world, body, field):
