@@ -42,3 +42,18 @@ def test_an_admin_changes_a_childs_weight_and_sees_the_fair_shares_move(world, c
     expect(page.locator("#weight-search-a-error")).to_have_count(0)
     shutil.copy(console.shot("tree-weighted"), "/tmp/qsurface-tree-weighted.png")
     assert Department.objects.get(name="search-a").weight == 3
+
+
+@pytest.mark.parametrize("username", ["adam", "otto"])  # a department admin's nav, an operator's (the longest)
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_the_top_bar_fits_one_line_from_1280_px(world, console, username, width):
+    """Since "Quota tree" joined the nav, the top bar wrapped to two lines at 1,400 px."""
+    page = console.page
+    page.set_viewport_size({"width": width, "height": 800})
+    console.sign_in(username)
+    console.follow("Quota tree")
+    tops = page.eval_on_selector_all(".topbar > *, .topbar nav li, .topbar .who > *",
+                                     "els => els.map(e => Math.round(e.getBoundingClientRect().top + "
+                                     "e.getBoundingClientRect().height / 2))")
+    shutil.copy(console.shot(f"top-bar-{width}"), f"/tmp/qsurface-top-bar-{username}-{width}.png")
+    assert max(tops) - min(tops) <= 4, tops  # every item centred on one line
