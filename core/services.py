@@ -23,6 +23,8 @@ def department_create(*, name: str, description: str = "", actor=None, **tree) -
                                "the departments they administer")
     _check_tree(None, tree)
     _check_parent_runs_no_jobs(tree.get("parent"))
+    if Department.objects.filter(name=name).exists():
+        raise Conflict.for_field("name", f"a department named {name} exists; names are unique")
     return Department.objects.create(name=name, description=description, **tree)
 
 

@@ -1,4 +1,5 @@
-"""Members of a department, managed by its admins (the API's rules: the last admin cannot leave)."""
+"""Members of a department, managed by its admins (the API's rules: the last admin cannot leave); the quota tree's
+places, weights and quotas, managed by the admins above (the API's rules)."""
 from django import forms
 from django.contrib.auth import get_user_model
 
@@ -30,3 +31,45 @@ class WeightForm(forms.Form):
 
 class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices)
+
+
+ROOT = ""  # the parent choice that puts a department under the root (operators only)
+
+
+class ChildForm(forms.Form):
+    """A new department under one the user may place departments under (the quota tree page)."""
+
+    name = forms.SlugField(max_length=64, help_text="Letters, digits and dashes; names are permanent")
+    parent = forms.ChoiceField(label="Under")
+
+    def __init__(self, *args, parents: list[tuple[str, str]], **kwargs):
+        super().__init__(*args, prefix="child", label_suffix="", **kwargs)
+        self.fields["parent"].choices = parents
+
+
+class MoveForm(forms.Form):
+    """Move a department the user manages under another place in their subtree."""
+
+    department = forms.ChoiceField()
+    parent = forms.ChoiceField(label="Under")
+
+    def __init__(self, *args, managed: list[str], parents: list[tuple[str, str]], **kwargs):
+        super().__init__(*args, prefix="move", label_suffix="", **kwargs)
+        self.fields["department"].choices = [(n, n) for n in managed]
+        self.fields["parent"].choices = parents
+
+
+class TreeQuotaForm(forms.Form):
+    """One department's quota of one resource key: own, borrow limit and lend limit (the quota tree page)."""
+
+    department = forms.ChoiceField()
+    resource = forms.ChoiceField(help_text="A GPU model, CPU (millicores) or memory (MiB)")
+    own = forms.DecimalField(min_value=0, max_digits=14, decimal_places=3)
+    borrowed = forms.DecimalField(min_value=0, max_digits=14, decimal_places=3, initial=0, label="Borrow limit")
+    lend_limit = forms.DecimalField(min_value=0, max_digits=14, decimal_places=3, required=False,
+                                    label="Lend limit", help_text="Empty: all of its own may be lent")
+
+    def __init__(self, *args, managed: list[str], resources: list[str], **kwargs):
+        super().__init__(*args, prefix="quota", label_suffix="", **kwargs)
+        self.fields["department"].choices = [(n, n) for n in managed]
+        self.fields["resource"].choices = [(r, {"cpu": "CPU", "memory": "Memory"}.get(r, r)) for r in resources]
