@@ -160,7 +160,7 @@ class TreeRights:
 @login_required
 def department_tree(request, *, weight_forms: dict[str, WeightForm] | None = None,
                     tree_forms: dict[str, forms.Form] | None = None, rights: TreeRights | None = None,
-                    status: int = 200, partial: str = "frontend/departments/_tree.html"):
+                    status: int = 200, partial: str = "frontend/departments/_tree.html", done: str = ""):
     """The quota tree: per department and GPU model, own / used / lent / borrowed / fair share bars; the admins of a
     department change the weights of those below it here (htmx swaps the tree, so the fair shares move), add
     departments, move them and set their quotas (htmx swaps the forms and the tree). The rows are written out here,
@@ -178,7 +178,7 @@ def department_tree(request, *, weight_forms: dict[str, WeightForm] | None = Non
     models = [m.model for m in figures.nodes[0].models] if figures.nodes else []
     context = {"rows": rows, "models": models,
                "warnings": figures.warnings, "capacity": [f"{_g(n)} {m}" for m, n in figures.capacity.items()],
-               "tree_forms": rights.forms(_resource_keys(), tree_forms) if rights.parents else None,
+               "tree_forms": rights.forms(_resource_keys(), tree_forms) if rights.parents else None, "done": done,
                "breadcrumbs": [("Departments", reverse("departments")), ("Quota tree", None)]}
     template = partial if request.htmx else "frontend/departments/tree.html"
     return render(request, template, context, status=status)
@@ -227,7 +227,7 @@ def _tree_change(request, key: str, change) -> HttpResponse:
             if not request.htmx:
                 messages.success(request, done)
                 return redirect("department-tree")
-            return department_tree(request, rights=TreeRights.of(request.user), partial=MANAGE)
+            return department_tree(request, rights=TreeRights.of(request.user), partial=MANAGE, done=done)
     return department_tree(request, tree_forms={key: form}, rights=rights, partial=MANAGE,
                            status=200 if request.htmx else 400)
 

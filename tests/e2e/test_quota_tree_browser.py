@@ -1,4 +1,5 @@
-"""The quota tree in a real browser: a department admin changes a child's weight and sees the fair shares move."""
+"""The quota tree in a real browser: a department admin changes a child's weight and sees the fair shares move, adds
+a child and sets its quota; the top bar stays one line."""
 import shutil
 
 import pytest
@@ -42,6 +43,37 @@ def test_an_admin_changes_a_childs_weight_and_sees_the_fair_shares_move(world, c
     expect(page.locator("#weight-search-a-error")).to_have_count(0)
     shutil.copy(console.shot("tree-weighted"), "/tmp/qsurface-tree-weighted.png")
     assert Department.objects.get(name="search-a").weight == 3
+
+    # a child under a team that runs jobs is refused beside its field; under ml-search it joins the tree
+    add = page.locator("form", has=page.get_by_role("heading", name="Add a department"))
+    add.get_by_label("Name").fill("search-c")
+    add.get_by_label("Under").select_option("search-a")
+    add.get_by_role("button", name="Add").click()
+    expect(page.locator("#id_child-parent_error")).to_contain_text("search-a has 3 unfinished jobs")
+    shutil.copy(console.shot("tree-child-refused"), "/tmp/qsurface-tree-child-refused.png")
+    assert not Department.objects.filter(name="search-c").exists()
+    add = page.locator("form", has=page.get_by_role("heading", name="Add a department"))
+    add.get_by_label("Under").select_option("ml-search")
+    add.get_by_role("button", name="Add").click()
+    expect(page.locator('tr[data-node="search-c"]')).to_be_visible()
+    expect(page.locator("#tree-forms .messages")).to_have_text("search-c added under ml-search.")
+    expect(page.locator("#id_child-parent_error")).to_have_count(0)
+
+    # its quota: a lend limit above own is refused beside it, then set
+    quota = page.locator("form", has=page.get_by_role("heading", name="Set a quota"))
+    quota.get_by_label("Department").select_option("search-c")
+    quota.get_by_label("Resource").select_option("A100")
+    quota.get_by_label("Own").fill("2")
+    quota.get_by_label("Lend limit").fill("3")
+    quota.get_by_role("button", name="Set quota").click()
+    expect(page.locator("#id_quota-lend_limit_error")).to_contain_text("must be between 0 and own (2)")
+    shutil.copy(console.shot("tree-quota-refused"), "/tmp/qsurface-tree-quota-refused.png")
+    quota = page.locator("form", has=page.get_by_role("heading", name="Set a quota"))
+    quota.get_by_label("Lend limit").fill("1")
+    quota.get_by_role("button", name="Set quota").click()
+    expect(page.locator('tr[data-node="search-c"] td.tree-bar').nth(0)).to_contain_text("0/2 used")
+    expect(page.locator('tr[data-node="search-c"] td.tree-bar').nth(0)).to_contain_text("lends ≤ 1")
+    shutil.copy(console.shot("tree-child-added"), "/tmp/qsurface-tree-child-added.png")
 
 
 @pytest.mark.parametrize("username", ["adam", "otto"])  # a department admin's nav, an operator's (the longest)
