@@ -55,9 +55,10 @@ class FrameworkViewSet(
 
 
 @extend_schema_view(create=extend_schema(description=(
-    "Create a department's quota for a resource or, when it has one, change it (operators). Beyond the schema (a 400 "
-    "naming the field): `department` and `gpu_model` name existing ones; a `gpu` quota names its GPU model, a `cpu` "
-    "or `memory` quota none. A quota below what the department's jobs hold is a 409.")))
+    "Create a department's quota for a resource or, when it has one, change it (operators; department admins for the "
+    "departments below theirs). Beyond the schema (a 400 naming the field): `department` and `gpu_model` name "
+    "existing ones (for an admin, a department they can see); a `gpu` quota names its GPU model, a `cpu` or `memory` "
+    "quota none; `lend_limit` is at most `own`. A quota below what the department's jobs hold is a 409.")))
 class QuotaViewSet(RestrictedMixin, viewsets.ModelViewSet):
     """Own, borrowed (the borrow limit) and lend limit per department and resource. Operators write any; department
     admins those of the departments below theirs; members read their department's.
