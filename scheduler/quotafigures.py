@@ -47,6 +47,7 @@ class NodeFigures:
     weight: float
     leaf: bool
     models: tuple[ModelFigures, ...]
+    fence: bool = False  # its subtree's work preempts only inside it
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,7 @@ def tree_figures(quotas: tuple[QuotaView, ...], nodes: tuple[QuotaNodeView, ...]
     per_model = {m: _model(tree, m, lend, capacity.get(m, 0.0), used, pending) for m in models}
     order = _depth_first(tree, ROOT, -1)
     out = tuple(NodeFigures(tree.names[i], tree.names[tree.parent[i]] or None, depth, tree.weight[i], tree.is_leaf(i),
-                            tuple(per_model[m][i] for m in models)) for i, depth in order)
+                            tuple(per_model[m][i] for m in models), tree.fence[i] == i) for i, depth in order)
     warnings = tuple(f"own {m} quotas sum to {_n(own)} GPUs; the cluster has {_n(capacity.get(m, 0.0))}"
                      for m in models if (own := sum(tree.own.get(m, ()))) > capacity.get(m, 0.0) + 1e-9)
     return TreeFigures(out, dict(capacity), warnings)

@@ -379,8 +379,10 @@ def department_tree(*, user) -> TreeFigures:
     """Every department's GPU quota figures per model (used, lent, borrowed, fair share: scheduler/quotafigures.py),
     computed over the whole tree in at most seven queries; `user` sees the departments they belong to with the ones above and
     below them (operators: all)."""
-    departments = list(Department.objects.values_list("pk", "name", "parent__name", "weight", "reclaim_min_runtime_s"))
-    nodes = tuple(QuotaNodeView(name, parent, float(weight), runtime) for _, name, parent, weight, runtime in departments)
+    departments = list(Department.objects.values_list("pk", "name", "parent__name", "weight", "reclaim_min_runtime_s",
+                                                      "fence"))
+    nodes = tuple(QuotaNodeView(name, parent, float(weight), runtime, fence)
+                  for _, name, parent, weight, runtime, fence in departments)
     quotas = tuple(QuotaView(q.department.name, q.gpu_model.name, float(q.own), float(q.borrowed),
                              None if q.lend_limit is None else float(q.lend_limit))
                    for q in Quota.objects.filter(resource_kind="gpu").select_related("department", "gpu_model"))

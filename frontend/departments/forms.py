@@ -23,10 +23,12 @@ class MemberForm(forms.Form):
 
 
 class WeightForm(forms.Form):
-    """A department's fair-share weight, as its parent's admins set it in the quota tree."""
+    """A department's fair-share weight and fence, as its parent's admins set them in the quota tree (the row's form
+    shows both, so an unticked fence is a fence off)."""
 
     weight = forms.DecimalField(min_value=0, max_digits=8, decimal_places=3,
                                 widget=forms.NumberInput(attrs={"step": "0.5", "min": "0"}))
+    fence = forms.BooleanField(required=False)
 
 
 class RoleForm(forms.Form):

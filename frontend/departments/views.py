@@ -187,7 +187,8 @@ def department_tree(request, *, weight_forms: dict[str, WeightForm] | None = Non
 @login_required
 @require_POST
 def department_weight(request, name: str):
-    """Set a department's weight: its parent's admins and operators (core_services.department_update decides)."""
+    """Set a department's weight and fence: its parent's admins and operators (core_services.department_update
+    decides)."""
     rows, managed = core_selectors.departments(), core_selectors.managed_departments(user=request.user)
     if managed is not None:  # 404 for what they may not see; 403 (the service) for what they see but do not manage
         rows = rows.restrict(request.user) | rows.filter(pk__in=managed)
@@ -196,12 +197,13 @@ def department_weight(request, name: str):
     if form.is_valid():
         try:
             core_services.department_update(department=department, actor=request.user,
-                                            weight=form.cleaned_data["weight"])
+                                            weight=form.cleaned_data["weight"], fence=form.cleaned_data["fence"])
         except ApplicationError as error:
             apply_errors(form, error)
         else:
             if not request.htmx:
-                messages.success(request, f"{department} now weighs {form.cleaned_data['weight']:f}.")
+                fenced = " and is fenced" if form.cleaned_data["fence"] else ""
+                messages.success(request, f"{department} now weighs {form.cleaned_data['weight']:f}{fenced}.")
                 return redirect("department-tree")
             return department_tree(request)
     return department_tree(request, weight_forms={name: form}, status=200 if request.htmx else 400)

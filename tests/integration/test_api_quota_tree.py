@@ -22,6 +22,21 @@ def test_departments_nest_and_the_snapshot_carries_the_tree(world):
     assert (nodes["ml"].parent, nodes["ml"].weight) == (None, 2.0)
 
 
+def test_a_fence_goes_through_the_api_into_the_snapshot(world):
+    """A fenced department's work preempts only inside its subtree (scenario 11 is the policy's table test)."""
+    admin = world.client("dept_admin")  # adam administers ml-search
+    child = admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search", "fence": True},
+                       format="json")
+    assert child.status_code == 201 and child.json()["fence"] is True, child.json()
+    assert {n.name: n.fence for n in quota_tree()}["search-ranking"] is True
+    off = admin.patch(f"/api/departments/{child.json()['id']}/", {"fence": False}, format="json")
+    assert off.status_code == 200 and off.json()["fence"] is False
+    refused = admin.patch(f"/api/departments/{world.departments['ml-search'].pk}/", {"fence": True}, format="json")
+    assert refused.status_code == 403 and not Department.objects.get(name="ml-search").fence  # their own: 403
+    assert admin.patch(f"/api/departments/{child.json()['id']}/", {"fence": "maybe"},
+                       format="json").status_code == 400
+
+
 def test_flat_departments_give_no_tree(world):
     assert quota_tree() == ()
 

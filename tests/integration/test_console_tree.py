@@ -46,6 +46,21 @@ def test_an_admin_changes_a_childs_weight_and_the_fair_shares_move(world, tree):
     assert Department.objects.get(name="search-a").weight == 3
 
 
+def test_an_admin_fences_a_child_from_its_row(world, tree):
+    admin = signed_in(world, "dept_admin")
+    response = admin.post(reverse("department-weight", args=["search-a"]), {"weight": "1", "fence": "on"},
+                          HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200 and 'id="fence-search-a" checked' in html
+    assert 'id="fence-search-b">' in html  # (not fenced)
+    assert Department.objects.get(name="search-a").fence
+    admin.post(reverse("department-weight", args=["search-a"]), {"weight": "1"})  # unticked: the fence is off
+    assert not Department.objects.get(name="search-a").fence
+    assert "· fenced" not in signed_in(world, "member").get(reverse("department-tree")).content.decode()
+    Department.objects.filter(name="search-b").update(fence=True)
+    assert "· fenced" in signed_in(world, "member").get(reverse("department-tree")).content.decode()
+
+
 def test_a_bad_weight_shows_its_error_beside_the_field_and_writes_nothing(world, tree):
     response = signed_in(world, "dept_admin").post(reverse("department-weight", args=["search-a"]), {"weight": "-1"})
     html = response.content.decode()
