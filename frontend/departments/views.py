@@ -1,9 +1,9 @@
-"""Department pages: quota bars, jobs, queue, preemptions; admins manage members."""
+"""Department pages: quota bars, jobs, queue, preemptions; admins manage members. The quota tree: its figures, and
+the admins above a department manage its place, weight, fence and quotas."""
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django import forms
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
