@@ -1,6 +1,7 @@
 """The quota tree through the API (issue 41): departments nest, weigh and lend; bad trees are 400s naming the field,
 with nothing written; the scheduler's snapshot carries the tree."""
 import pytest
+from django.test import Client
 
 from core.models import Department
 from scheduler.models import Quota
@@ -257,4 +258,9 @@ def test_a_wait_blocked_above_the_department_names_the_level(world):
     live.scheduler_tick(backend=cluster, now=time.time(), profile=get_profile("tidal"))
     body = world.client("member").get(f"/api/jobs/{waiting.pk}/").json()
     assert body["status"] == "pending", body
-    assert "department ml may borrow at most 0 A100; 0 borrowed, needs 1" in body["latest_decision"]["message"], body
+    sentence = "department ml may borrow at most 0 A100; 0 borrowed, needs 1"
+    assert sentence in body["latest_decision"]["message"], body
+    page = Client()  # the job's console page says the same under "Why is it waiting?"
+    page.force_login(world.users["member"])
+    html = page.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert sentence in html[html.index('id="why"'):]
