@@ -44,6 +44,13 @@ def test_an_admin_changes_a_childs_weight_and_sees_the_fair_shares_move(world, c
     shutil.copy(console.shot("tree-weighted"), "/tmp/qsurface-tree-weighted.png")
     assert Department.objects.get(name="search-a").weight == 3
 
+    # a fence on search-b: its work then preempts only inside it
+    page.get_by_label("fence search-b").check()
+    with page.expect_response(lambda r: r.url.endswith("/quota-tree/search-b/weight/")):
+        page.locator('tr[data-node="search-b"]').get_by_role("button", name="Set").click()
+    expect(page.locator("#fence-search-b")).to_be_checked()  # (as the swapped-in tree has it)
+    assert Department.objects.get(name="search-b").fence
+
     # a child under a team that runs jobs is refused beside its field; under ml-search it joins the tree
     add = page.locator("form", has=page.get_by_role("heading", name="Add a department"))
     add.get_by_label("Name").fill("search-c")
