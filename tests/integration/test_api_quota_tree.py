@@ -30,6 +30,8 @@ def test_a_fence_goes_through_the_api_into_the_snapshot(world):
                        format="json")
     assert child.status_code == 201 and child.json()["fence"] is True, child.json()
     assert {n.name: n.fence for n in quota_tree()}["search-ranking"] is True
+    tree = {n["name"]: n["fence"] for n in admin.get("/api/departments/tree/").json()["nodes"]}
+    assert (tree["search-ranking"], tree["ml-search"]) == (True, False)
     off = admin.patch(f"/api/departments/{child.json()['id']}/", {"fence": False}, format="json")
     assert off.status_code == 200 and off.json()["fence"] is False
     refused = admin.patch(f"/api/departments/{world.departments['ml-search'].pk}/", {"fence": True}, format="json")
