@@ -33,6 +33,8 @@ class Department(models.Model):
                                  help_text="Fair-share weight of idle capacity (0: leftovers only)")
     reclaim_min_runtime_s = models.FloatField(default=0, help_text="Its borrowed work younger than this is reclaimed "
                                                                    "last")
+    fence = models.BooleanField(default=False, help_text="Its subtree's work preempts only inside the subtree "
+                                                         "(YuniKorn's fence)")
 
     objects = DepartmentQuerySet.as_manager()
 

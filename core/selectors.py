@@ -31,18 +31,26 @@ def subtrees(links: dict[int, int | None], roots: set[int]) -> set[int]:
 
 
 def managed_departments(*, user) -> set[int] | None:
-    """The departments whose place and weight in the quota tree `user` manages: below the ones they administer
-    (a department admin manages their subtree's children, not their own department); None: every one (operators)."""
+    """The departments whose place, weight and quotas in the quota tree `user` manages: below the ones they
+    administer (a department admin manages their subtree's children, not their own department); None: every one
+    (operators)."""
+    return tree_rights(user=user)[0]
+
+
+def tree_rights(*, user) -> tuple[set[int] | None, set[int] | None]:
+    """(the departments `user` manages, the departments they may put a department under): an admin manages the
+    departments below theirs and adds under those and their own; None: every one (operators). Two queries."""
     if user.is_staff:
-        return None
+        return None, None
     if not user.is_authenticated:
-        return set()
+        return set(), set()
     admin_of = set(Membership.objects.filter(user=user, role=Membership.Role.ADMIN).values_list("department_id",
                                                                                                    flat=True))
     if not admin_of:
-        return set()
+        return set(), set()
     links = tree_links()
-    return subtrees(links, {pk for pk, parent in links.items() if parent in admin_of})
+    managed = subtrees(links, {pk for pk, parent in links.items() if parent in admin_of})
+    return managed, managed | admin_of
 
 
 def may_place_under(*, user, parent: Department | None) -> bool:

@@ -3,9 +3,13 @@
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
+from cluster.types import JobStatus
 from core import selectors
 from core.errors import ApplicationError, Conflict
 from core.models import CPU, MEMORY, Department, GPUModel, Membership
+
+
+FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 # --- departments and members -------------------------------------------------------------------
@@ -18,6 +22,9 @@ def department_create(*, name: str, description: str = "", actor=None, **tree) -
         raise PermissionDenied("only operators add top-level departments; a department admin adds them under "
                                "the departments they administer")
     _check_tree(None, tree)
+    _check_parent_runs_no_jobs(tree.get("parent"))
+    if Department.objects.filter(name=name).exists():
+        raise Conflict.for_field("name", f"a department named {name} exists; names are unique")
     return Department.objects.create(name=name, description=description, **tree)
 
 
@@ -32,6 +39,8 @@ def department_update(*, department: Department, actor=None, **fields) -> Depart
             raise PermissionDenied(f"{fields['parent'] or 'the root'} is outside the departments you administer")
     _check_name_kept(department, fields)
     _check_tree(department, fields)
+    if "parent" in fields and fields["parent"] != department.parent:
+        _check_parent_runs_no_jobs(fields["parent"])
     for name, value in fields.items():
         setattr(department, name, value)
     department.save(update_fields=list(fields))
@@ -54,6 +63,18 @@ def _check_tree(department: Department | None, fields: dict) -> None:
             break
         seen.add(parent.pk)
         parent = parent.parent
+
+
+def _check_parent_runs_no_jobs(parent: Department | None) -> None:
+    """Only leaves run jobs: a department with unfinished jobs (waiting, admitted, running or preempted) takes no
+    child until they end or are cancelled (a 409 naming `parent`, nothing written)."""
+    if parent is None:
+        return
+    unfinished = parent.jobs.exclude(status__in=[s.value for s in FINISHED]).count()  # (jobs: scheduler's model)
+    if unfinished:
+        raise Conflict.for_field("parent", f"{parent} has {unfinished} unfinished job{'s' * (unfinished > 1)} and only "
+                                           f"the leaves of the quota tree run jobs: let them end or cancel them "
+                                           f"before putting a department under it")
 
 
 def _keep_an_admin(*, department: Department, leaving: Membership | None, actor) -> None:

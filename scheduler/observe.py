@@ -72,9 +72,10 @@ def snapshot_from_db(backend: ClusterBackend, now: float) -> Snapshot:
 
 
 def quota_tree() -> tuple[QuotaNodeView, ...]:
-    """The departments as quota-tree nodes; none while they are flat (no parents, default weights and run times):
-    then the flat ledger decides."""
-    rows = list(Department.objects.values_list("name", "parent__name", "weight", "reclaim_min_runtime_s"))
-    if all(parent is None and weight == 1 and not runtime for _, parent, weight, runtime in rows):
+    """The departments as quota-tree nodes; none while they are flat (no parents, default weights and run times, no
+    fence): then the flat ledger decides."""
+    rows = list(Department.objects.values_list("name", "parent__name", "weight", "reclaim_min_runtime_s", "fence"))
+    if all(parent is None and weight == 1 and not runtime and not fence for _, parent, weight, runtime, fence in rows):
         return ()
-    return tuple(QuotaNodeView(name, parent, float(weight), runtime) for name, parent, weight, runtime in rows)
+    return tuple(QuotaNodeView(name, parent, float(weight), runtime, fence)
+                 for name, parent, weight, runtime, fence in rows)

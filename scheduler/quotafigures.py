@@ -5,6 +5,8 @@ Pure (no Django): figures from the policy's QuotaTree and `fair_split`, over wha
 - **used**: what the node's subtree holds; **borrowed**: what it holds past its subtree's own (its own plus its
   descendants'); **lent**: what of its unused own (what its lend limit allows) siblings' subtrees borrow through
   the parent, the borrowing split between the lenders in proportion to what each could lend.
+- **pending** of a job whose GPU model is open (`gpu_model` omitted) counts on the certified model with the most idle
+  GPUs, as the queue tries that model first (`open_pending`); each such demand takes that model's idle GPUs in turn.
 - **fair share**: the capacity a node is entitled to with today's demand (used + pending): each leaf first gets its
   demand up to its own quota, and the rest of the model's capacity is split by weight down the tree (`fair_split`),
   none above what it wants. A parent's is its children's sum. A change of weight moves it where subtrees compete.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from cluster.types import QuotaNodeView, QuotaView
 from scheduler.policy.fairshare import fair_split
@@ -44,6 +47,7 @@ class NodeFigures:
     weight: float
     leaf: bool
     models: tuple[ModelFigures, ...]
+    fence: bool = False  # its subtree's work preempts only inside it
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,18 +58,40 @@ class TreeFigures:
 
 
 def tree_figures(quotas: tuple[QuotaView, ...], nodes: tuple[QuotaNodeView, ...], capacity: Mapping[str, float],
-                 used: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], float]) -> TreeFigures:
-    """`used` and `pending`: GPUs per (leaf department, model). Models: those with a quota or capacity."""
+                 used: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], float],
+                 open_pending: Mapping[tuple[str, tuple[str, ...]], float] = MappingProxyType({})) -> TreeFigures:
+    """`used` and `pending`: GPUs per (leaf department, model); `open_pending`: GPUs per (leaf department, the models
+    its jobs' framework is certified on) of waiting jobs that leave their model open. Models: those with a quota or
+    capacity."""
+    pending = open_pending_on_models(open_pending, capacity, used, pending)
     tree = QuotaTree.build(quotas, nodes, {d for d, _ in used} | {d for d, _ in pending}, capacity)
     models = sorted({q.resource for q in quotas if q.resource not in ("cpu", "memory")} | set(capacity))
     lend = {(q.department, q.resource): q.lend_limit for q in quotas}
     per_model = {m: _model(tree, m, lend, capacity.get(m, 0.0), used, pending) for m in models}
     order = _depth_first(tree, ROOT, -1)
     out = tuple(NodeFigures(tree.names[i], tree.names[tree.parent[i]] or None, depth, tree.weight[i], tree.is_leaf(i),
-                            tuple(per_model[m][i] for m in models)) for i, depth in order)
+                            tuple(per_model[m][i] for m in models), tree.fence[i] == i) for i, depth in order)
     warnings = tuple(f"own {m} quotas sum to {_n(own)} GPUs; the cluster has {_n(capacity.get(m, 0.0))}"
                      for m in models if (own := sum(tree.own.get(m, ()))) > capacity.get(m, 0.0) + 1e-9)
     return TreeFigures(out, dict(capacity), warnings)
+
+
+def open_pending_on_models(open_pending: Mapping[tuple[str, tuple[str, ...]], float], capacity: Mapping[str, float],
+                           used: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], float]
+                           ) -> dict[tuple[str, str], float]:
+    """`pending` with each open-model demand added on its certified model with the most idle GPUs (capacity less used
+    and less the open demand put there before; ties by name), largest demand first."""
+    idle = dict(capacity)
+    for (_, m), x in used.items():
+        idle[m] = idle.get(m, 0.0) - x
+    out = dict(pending)
+    for (department, models), gpus in sorted(open_pending.items(), key=lambda kv: (-kv[1], kv[0])):
+        if not models:
+            continue
+        model = min(models, key=lambda m: (-idle.get(m, 0.0), m))
+        idle[model] = idle.get(model, 0.0) - gpus
+        out[(department, model)] = out.get((department, model), 0.0) + gpus
+    return out
 
 
 def _depth_first(tree: QuotaTree, i: int, depth: int) -> list[tuple[int, int]]:

@@ -377,10 +377,12 @@ def learned_workload() -> TargetWorkload | None:
 
 def department_tree(*, user) -> TreeFigures:
     """Every department's GPU quota figures per model (used, lent, borrowed, fair share: scheduler/quotafigures.py),
-    computed over the whole tree in five queries; `user` sees the departments they belong to with the ones above and
+    computed over the whole tree in at most seven queries; `user` sees the departments they belong to with the ones above and
     below them (operators: all)."""
-    departments = list(Department.objects.values_list("pk", "name", "parent__name", "weight", "reclaim_min_runtime_s"))
-    nodes = tuple(QuotaNodeView(name, parent, float(weight), runtime) for _, name, parent, weight, runtime in departments)
+    departments = list(Department.objects.values_list("pk", "name", "parent__name", "weight", "reclaim_min_runtime_s",
+                                                      "fence"))
+    nodes = tuple(QuotaNodeView(name, parent, float(weight), runtime, fence)
+                  for _, name, parent, weight, runtime, fence in departments)
     quotas = tuple(QuotaView(q.department.name, q.gpu_model.name, float(q.own), float(q.borrowed),
                              None if q.lend_limit is None else float(q.lend_limit))
                    for q in Quota.objects.filter(resource_kind="gpu").select_related("department", "gpu_model"))
@@ -392,11 +394,30 @@ def department_tree(*, user) -> TreeFigures:
     asked = (TrainingJob.objects.filter(status=JobStatus.PENDING, gpus__gt=0, gpu_model__isnull=False).order_by()
              .values_list("department__name", "gpu_model__name").annotate(total=Sum(F("gpus") * F("workers"))))
     figures = tree_figures(quotas, nodes, capacity, {(d, m): float(x) for d, m, x in held},
-                           {(d, m): float(x) for d, m, x in asked})
+                           {(d, m): float(x) for d, m, x in asked}, _open_pending())
     if user.is_staff:
         return figures
     visible = _visible_in_tree(user, {pk: name for pk, name, *_ in departments})
     return replace(figures, nodes=tuple(n for n in figures.nodes if n.name in visible))
+
+
+def _open_pending() -> dict[tuple[str, tuple[str, ...]], float]:
+    """GPUs that waiting jobs with an open GPU model ask for, per (department, models their framework is certified
+    on); two queries."""
+    open_jobs = (TrainingJob.objects.filter(status=JobStatus.PENDING, gpus__gt=0, gpu_model__isnull=True).order_by()
+                 .values_list("department__name", "framework_id").annotate(total=Sum(F("gpus") * F("workers"))))
+    rows = list(open_jobs)
+    if not rows:
+        return {}
+    certified: dict[int, list[str]] = {}
+    for framework, model in (Framework.certified_on.through.objects.filter(framework_id__in={f for _, f, _ in rows})
+                             .values_list("framework_id", "gpumodel__name")):
+        certified.setdefault(framework, []).append(model)
+    out: dict[tuple[str, tuple[str, ...]], float] = {}
+    for department, framework, total in rows:
+        key = (department, tuple(sorted(certified.get(framework, ()))))
+        out[key] = out.get(key, 0.0) + float(total)
+    return out
 
 
 def _visible_in_tree(user, names: dict[int, str]) -> set[str]:

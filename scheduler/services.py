@@ -6,9 +6,11 @@ from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count
 
+from core import selectors as core_selectors
 from core.decisions import decision_record
 from core.errors import ApplicationError, Conflict
 from core.models import Decision, Department, GPUModel
@@ -20,6 +22,15 @@ log = logging.getLogger(__name__)
 
 
 # --- quotas ------------------------------------------------------------------------------------
+
+
+def _check_manages(actor, department: Department) -> None:
+    """Quotas are the tree's: a department admin sets those of the departments below theirs, not their own."""
+    if actor is None:
+        return
+    managed = core_selectors.managed_departments(user=actor)
+    if managed is not None and department.pk not in managed:
+        raise PermissionDenied(f"only operators and admins of a department above {department} set its quotas")
 
 
 def _quota_key(resource_kind: str, gpu_model: GPUModel | None) -> dict:
@@ -38,7 +49,8 @@ def quota_set(
     lend_limit: Decimal | None = None,
 ) -> Quota:
     """Create or change a quota; it may not drop below what the department's jobs already hold, and lends at most its
-    own."""
+    own. `actor` (None: the system): operators any, department admins those of the departments below theirs."""
+    _check_manages(actor, department)
     key = _quota_key(resource_kind, gpu_model)
     resource = gpu_model.name if gpu_model else resource_kind
     Department.objects.select_for_update().get(pk=department.pk)  # serialize with admissions
@@ -68,6 +80,7 @@ def quota_set(
 
 @transaction.atomic
 def quota_delete(*, quota: Quota, actor) -> None:
+    _check_manages(actor, quota.department)
     used = selectors.quota_used(department=quota.department, resource=quota.resource)
     if any(used.values()):
         raise Conflict(f"{quota.department} still holds {quota.resource}: {used}; cannot delete its quota")

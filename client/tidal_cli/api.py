@@ -111,6 +111,7 @@ class TreeNode(TypedDict):
     depth: int
     weight: float
     leaf: bool
+    fence: bool  # its subtree's work preempts only inside it
     quotas: list[TreeQuota]
 
 

@@ -100,7 +100,7 @@ class DepartmentSerializer(JSONTypes, serializers.ModelSerializer):
 
     class Meta:
         model = Department
-        fields = ["id", "name", "description", "created_at", "parent", "weight", "reclaim_min_runtime_s"]
+        fields = ["id", "name", "description", "created_at", "parent", "weight", "reclaim_min_runtime_s", "fence"]
 
 
 class MembershipSerializer(JSONTypes, serializers.ModelSerializer):

@@ -33,15 +33,17 @@ class MeView(APIView):
 @extend_schema_view(
     create=extend_schema(description=(
         "Add a department: operators anywhere, department admins under the departments they administer. Beyond the "
-        "schema (a 400 naming the field): `parent` names an existing department.")),
+        "schema (a 400 naming the field): `parent` names an existing department. Only leaves run jobs: a `parent` "
+        "with unfinished jobs is a 409 naming `parent`, as is a name taken.")),
     update=extend_schema(description=(
         "Change a department: operators any, department admins those below theirs (moved only within their "
         "subtree). Beyond the schema (a 400 naming the field): `parent` exists and is neither the department nor "
-        "below it.")),
+        "below it. A new `parent` with unfinished jobs is a 409 naming `parent`.")),
     partial_update=extend_schema(description=(
         "Change a department's place in the quota tree, weight or description: operators any, department admins "
         "those below theirs (moved only within their subtree). Beyond the schema (a 400 naming the field): `parent` "
-        "exists and is neither the department nor below it.")),
+        "exists and is neither the department nor below it. A new `parent` with unfinished jobs is a 409 naming "
+        "`parent`.")),
 )
 class DepartmentViewSet(RestrictedMixin, viewsets.ModelViewSet):
     """Departments, the nodes of the quota tree: operators manage them all, department admins the departments

@@ -1,23 +1,28 @@
-"""Department pages: quota bars, jobs, queue, preemptions; admins manage members."""
+"""Department pages: quota bars, jobs, queue, preemptions; admins manage members. The quota tree: its figures, and
+the admins above a department manage its place, weight, fence and quotas."""
+from dataclasses import dataclass
 from decimal import Decimal
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from core import selectors as core_selectors, services as core_services
 from core.errors import ApplicationError
-from core.models import Department
+from core.models import Department, GPUModel
 from frontend import scope
-from frontend.departments.forms import MemberForm, RoleForm, WeightForm
+from frontend.departments.forms import (ROOT, ChildForm, MemberForm, MoveForm, RoleForm, TreeQuotaForm,
+                                       WeightForm)
 from frontend.departments.tables import DepartmentTable
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
 from frontend.templatetags.console import gpus
-from scheduler import selectors
+from scheduler import selectors, services as quota_services
 from scheduler.models import JobStatus
 from scheduler.quotafigures import ModelFigures
 
@@ -119,32 +124,71 @@ def quota_bar(usage: selectors.QuotaUsage) -> dict:
             "borrowed_used": share(borrowed_used), "borrowed_free": share(usage.borrowed - borrowed_used)}
 
 
+@dataclass(frozen=True)
+class TreeRights:
+    """What a user may change in the quota tree, by name: the departments they manage (weights, places, quotas) and
+    the parents they may put one under, as choices (operators: the root too)."""
+
+    managed: list[str]
+    parents: list[tuple[str, str]]
+
+    @classmethod
+    def of(cls, user) -> "TreeRights":
+        managed, placeable = core_selectors.tree_rights(user=user)
+        if managed is not None and not placeable:
+            return cls([], [])
+        names = dict(core_selectors.departments().values_list("pk", "name"))
+        if managed is None:
+            every = sorted(names.values())
+            return cls(every, [(ROOT, "(the root)")] + [(n, n) for n in every])
+        return cls(sorted(names[pk] for pk in managed), [(n, n) for n in sorted(names[pk] for pk in placeable)])
+
+    def form(self, key: str, resources: list[str], data=None) -> forms.Form:
+        """The page's form `key` ("child", "move" or "quota"), bound to `data` if given."""
+        if key == "child":
+            return ChildForm(data, parents=self.parents)
+        if key == "move":
+            return MoveForm(data, managed=self.managed, parents=self.parents)
+        return TreeQuotaForm(data, managed=self.managed, resources=resources)
+
+    def forms(self, resources: list[str], bound: dict[str, forms.Form] | None = None) -> dict[str, forms.Form]:
+        """The page's three forms, unbound unless given (a refused one comes back with its errors)."""
+        bound = bound or {}
+        return {key: bound[key] if key in bound else self.form(key, resources) for key in ("child", "move", "quota")}
+
+
 @login_required
-def department_tree(request, *, weight_forms: dict[str, WeightForm] | None = None, status: int = 200):
+def department_tree(request, *, weight_forms: dict[str, WeightForm] | None = None,
+                    tree_forms: dict[str, forms.Form] | None = None, rights: TreeRights | None = None,
+                    status: int = 200, partial: str = "frontend/departments/_tree.html", done: str = ""):
     """The quota tree: per department and GPU model, own / used / lent / borrowed / fair share bars; the admins of a
-    department change the weights of those below it here (htmx swaps the tree, so the fair shares move). The rows
-    are written out here, not in the template: 240 departments x their bars took a second of template lookups and
-    number formatting (`bench console`)."""
+    department change the weights of those below it here (htmx swaps the tree, so the fair shares move), add
+    departments, move them and set their quotas (htmx swaps the forms and the tree). The rows are written out here,
+    not in the template: 240 departments x their bars took a second of template lookups and number formatting
+    (`bench console`)."""
     figures = selectors.department_tree(user=request.user)
-    managed = core_selectors.managed_departments(user=request.user)
-    names = None if managed is None else set(core_selectors.departments().filter(pk__in=managed).values_list(
-        "name", flat=True))
-    forms = weight_forms or {}
+    rights = rights or TreeRights.of(request.user)
+    editable = set(rights.managed)
+    weight_by_name = weight_forms or {}
     page, weight = (reverse(view, args=["-"]).split("/-/") for view in ("department", "department-weight"))
-    rows = [{"node": node, "weight": _g(node.weight), "editable": names is None or node.name in names,
-             "page": f"{page[0]}/{node.name}/{page[1]}", "url": f"{weight[0]}/{node.name}/{weight[1]}", "pad": str(node.depth + 1), "form": forms.get(node.name),
+    rows = [{"node": node, "weight": _g(node.weight), "editable": node.name in editable,
+             "page": f"{page[0]}/{node.name}/{page[1]}", "url": f"{weight[0]}/{node.name}/{weight[1]}",
+             "pad": str(node.depth + 1), "form": weight_by_name.get(node.name),
              "bars": [tree_bar(node.name, f, node.leaf) for f in node.models]} for node in figures.nodes]
-    context = {"rows": rows, "models": [m.model for m in figures.nodes[0].models] if figures.nodes else [],
+    models = [m.model for m in figures.nodes[0].models] if figures.nodes else []
+    context = {"rows": rows, "models": models,
                "warnings": figures.warnings, "capacity": [f"{_g(n)} {m}" for m, n in figures.capacity.items()],
+               "tree_forms": rights.forms(_resource_keys(), tree_forms) if rights.parents else None, "done": done,
                "breadcrumbs": [("Departments", reverse("departments")), ("Quota tree", None)]}
-    template = "frontend/departments/_tree.html" if request.htmx else "frontend/departments/tree.html"
+    template = partial if request.htmx else "frontend/departments/tree.html"
     return render(request, template, context, status=status)
 
 
 @login_required
 @require_POST
 def department_weight(request, name: str):
-    """Set a department's weight: its parent's admins and operators (core_services.department_update decides)."""
+    """Set a department's weight and fence: its parent's admins and operators (core_services.department_update
+    decides)."""
     rows, managed = core_selectors.departments(), core_selectors.managed_departments(user=request.user)
     if managed is not None:  # 404 for what they may not see; 403 (the service) for what they see but do not manage
         rows = rows.restrict(request.user) | rows.filter(pk__in=managed)
@@ -153,15 +197,87 @@ def department_weight(request, name: str):
     if form.is_valid():
         try:
             core_services.department_update(department=department, actor=request.user,
-                                            weight=form.cleaned_data["weight"])
+                                            weight=form.cleaned_data["weight"], fence=form.cleaned_data["fence"])
         except ApplicationError as error:
             apply_errors(form, error)
         else:
             if not request.htmx:
-                messages.success(request, f"{department} now weighs {form.cleaned_data['weight']:f}.")
+                fenced = " and is fenced" if form.cleaned_data["fence"] else ""
+                messages.success(request, f"{department} now weighs {form.cleaned_data['weight']:f}{fenced}.")
                 return redirect("department-tree")
             return department_tree(request)
     return department_tree(request, weight_forms={name: form}, status=200 if request.htmx else 400)
+
+
+MANAGE = "frontend/departments/_manage.html"  # the forms and the tree, swapped whole after a change
+
+
+def _tree_change(request, key: str, change) -> HttpResponse:
+    """Validate the page's form `key`, apply `change(cleaned_data)` (a service call), and answer with the forms and
+    the tree (htmx) or a redirect; a refusal comes back beside its fields, nothing written. Choices are what the
+    user may change, so a name outside their subtree is a field error."""
+    rights = TreeRights.of(request.user)
+    if not rights.parents:
+        raise PermissionDenied("only operators and department admins change the quota tree")
+    form = rights.form(key, _resource_keys(), request.POST)
+    if form.is_valid():
+        try:
+            done = change(form.cleaned_data)
+        except ApplicationError as error:
+            apply_errors(form, error, aliases={"gpu_model": "resource", "resource_kind": "resource"})
+        else:
+            if not request.htmx:
+                messages.success(request, done)
+                return redirect("department-tree")
+            return department_tree(request, rights=TreeRights.of(request.user), partial=MANAGE, done=done)
+    return department_tree(request, tree_forms={key: form}, rights=rights, partial=MANAGE,
+                           status=200 if request.htmx else 400)
+
+
+def _resource_keys() -> list[str]:
+    return list(core_selectors.gpu_model_names()) + ["cpu", "memory"]
+
+
+def _department(name: str) -> Department | None:
+    return None if name == ROOT else Department.objects.get(name=name)
+
+
+@login_required
+@require_POST
+def department_child(request):
+    """Add a department under one the user may place departments under (core_services.department_create decides)."""
+    def change(data) -> str:
+        core_services.department_create(name=data["name"], parent=_department(data["parent"]), actor=request.user)
+        return f"{data['name']} added under {data['parent'] or 'the root'}."
+    return _tree_change(request, "child", change)
+
+
+@login_required
+@require_POST
+def department_move(request):
+    """Move a department the user manages (core_services.department_update decides: no cycle, within their
+    subtree, never under a department that runs jobs)."""
+    def change(data) -> str:
+        core_services.department_update(department=Department.objects.get(name=data["department"]),
+                                        parent=_department(data["parent"]), actor=request.user)
+        return f"{data['department']} moved under {data['parent'] or 'the root'}."
+    return _tree_change(request, "move", change)
+
+
+@login_required
+@require_POST
+def department_quota(request):
+    """Set a managed department's quota of one resource key (scheduler's quota_set decides: never negative, a lend
+    limit within own, never below what is in use)."""
+    def change(data) -> str:
+        resource = data["resource"]
+        gpu = resource not in ("cpu", "memory")
+        quota_services.quota_set(department=Department.objects.get(name=data["department"]),
+                                 resource_kind="gpu" if gpu else resource,
+                                 gpu_model=GPUModel.objects.get(name=resource) if gpu else None, own=data["own"],
+                                 borrowed=data["borrowed"], lend_limit=data["lend_limit"], actor=request.user)
+        return f"{data['department']} {resource} quota set."
+    return _tree_change(request, "quota", change)
 
 
 def tree_bar(name: str, f: ModelFigures, leaf: bool) -> dict:

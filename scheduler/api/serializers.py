@@ -300,6 +300,7 @@ class TreeNodeSerializer(serializers.Serializer):
     depth = serializers.IntegerField(help_text="0: under the root")
     weight = serializers.FloatField()
     leaf = serializers.BooleanField(help_text="only leaves admit jobs")
+    fence = serializers.BooleanField(help_text="its subtree's work preempts only inside it")
     quotas = TreeQuotaSerializer(many=True, source="models")
 
 

@@ -7,13 +7,17 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
+from core import selectors as core_selectors
 from core.api import views as core_views
 from core.api.permissions import IsOperatorOrReadOnly
 from core.api.query import parse_query
 from core.api.throttling import SubmitThrottle
 from core.api.views import RestrictedMixin
+from core.errors import ApplicationError
+from core.models import Department
 from scheduler import lifecycle, logs, selectors, services, submission
 from scheduler.api import serializers as s
 from scheduler.filtersets import FrameworkFilterSet, QuotaFilterSet, TrainingJobFilterSet
@@ -51,19 +55,27 @@ class FrameworkViewSet(
 
 
 @extend_schema_view(create=extend_schema(description=(
-    "Create a department's quota for a resource or, when it has one, change it (operators). Beyond the schema (a 400 "
-    "naming the field): `department` and `gpu_model` name existing ones; a `gpu` quota names its GPU model, a `cpu` "
-    "or `memory` quota none. A quota below what the department's jobs hold is a 409.")))
+    "Create a department's quota for a resource or, when it has one, change it (operators; department admins for the "
+    "departments below theirs). Beyond the schema (a 400 naming the field): `department` and `gpu_model` name "
+    "existing ones (for an admin, a department they can see); a `gpu` quota names its GPU model, a `cpu` or `memory` "
+    "quota none; `lend_limit` is at most `own`. A quota below what the department's jobs hold is a 409.")))
 class QuotaViewSet(RestrictedMixin, viewsets.ModelViewSet):
-    """Own and borrowed quota per department and resource. Operators write; members read their department's.
+    """Own, borrowed (the borrow limit) and lend limit per department and resource. Operators write any; department
+    admins those of the departments below theirs; members read their department's.
 
     POST creates the quota or, when the department already has one for that resource, changes it."""
 
     base_queryset = Quota.objects.select_related("department", "gpu_model")
     serializer_class = s.QuotaSerializer
-    permission_classes = [IsOperatorOrReadOnly]
+    permission_classes = [IsAuthenticated]
     filterset_class = QuotaFilterSet
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        """Members see their departments' quotas; an admin also those of the departments below theirs."""
+        rows = super().get_queryset()
+        managed = core_selectors.managed_departments(user=self.request.user)
+        return rows if not managed else rows | self.base_queryset.filter(department__in=managed)
 
     def get_serializer_class(self):
         return s.QuotaAmountsSerializer if self.action == "partial_update" else s.QuotaSerializer
@@ -81,10 +93,19 @@ class QuotaViewSet(RestrictedMixin, viewsets.ModelViewSet):
         return Response(s.QuotaSerializer(quota).data)
 
     def perform_create(self, serializer):
+        department, user = serializer.validated_data["department"], self.request.user
+        managed = core_selectors.managed_departments(user=user)
+        if managed is not None and department.pk not in managed and not department_visible(user, department):
+            # one they cannot see reads as one that does not exist (a 400 naming the field); one of theirs is a 403
+            raise ApplicationError.for_field("department", f"no department you manage is named {department}")
         serializer.instance = services.quota_set(actor=self.request.user, **serializer.validated_data)
 
     def perform_destroy(self, instance):
         services.quota_delete(quota=instance, actor=self.request.user)
+
+
+def department_visible(user, department: Department) -> bool:
+    return Department.objects.restrict(user).filter(pk=department.pk).exists()
 
 
 FLAGS = ["true", "false", "1", "0"]

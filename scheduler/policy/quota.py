@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from types import MappingProxyType
 
 from cluster.types import CPU_KEY, GPU_EPS, MEMORY_KEY, Allocation, JobView, QuotaKind, QuotaView, Resources
@@ -40,6 +41,14 @@ def allocation_demand(alloc: Allocation) -> Demand:
     return demand(alloc.gpu_model, alloc.gpus, alloc.cpu_milli, alloc.memory_mib)
 
 
+class Bound(str, Enum):
+    """Which limit of a quota-tree level refuses borrowed work."""
+
+    BORROW = "borrow"  # the level's borrow limit: what its subtree may take past its own
+    LEND = "lend"  # the lend limits of the levels whose quota it would borrow
+    POOL = "pool"  # everything the tree lends is in use
+
+
 @dataclass(slots=True)
 class Shortfall:
     """A quota without room; written out (sentences.quota_refused) only if someone reads it (most never are). Not
@@ -50,7 +59,8 @@ class Shortfall:
     used: float
     limit: float
     amount: float
-    node: str | None = None  # the quota-tree level that refuses (None: the job's own department)
+    node: str | None = None  # the quota-tree level that refuses (None: the job's own department, flat)
+    bound: Bound | None = None  # which of the level's limits (None: a flat quota); used and limit are its figures
 
 
 @dataclass(slots=True)  # not frozen, as Shortfall

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.types import GPU_EPS, JobView, QuotaKind, QuotaNodeView, QuotaView
-from scheduler.policy.quota import Demand, QuotaCheck, Shortfall, held
+from scheduler.policy.quota import Bound, Demand, QuotaCheck, Shortfall, held
 
 ROOT = 0
-_Short = tuple  # (resource, used, limit, amount, node): a Shortfall's fields after its kind
+_Short = tuple  # (resource, used, limit, amount, node, bound): a Shortfall's fields after its kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +147,7 @@ class TreeLedger:
         self._reclaimable: dict[tuple[str, int], np.ndarray] = {}  # both while the ledger stays at `_over_version`
         self._over_version = -1
         self._ancestors: tuple[np.ndarray, np.ndarray] | None = None
+        self._lending: dict[tuple[str, int], tuple[tuple[str, ...], float]] = {}  # static: lend limits are quota
         for department, kind, need in held(holders):
             self.charge(department, kind, need)
 
@@ -222,7 +223,7 @@ class TreeLedger:
                 room = memo[r] = self._own_room(i, r)
             used, limit, shown = room
             if used + x > limit + GPU_EPS:
-                return r, shown, limit, x, None
+                return r, shown, limit, x, None, None
         return None
 
     def _own_room(self, i: int, r: str) -> tuple[float, float, float]:
@@ -240,10 +241,36 @@ class TreeLedger:
                 room = memo[r] = (self._rows(r)[2][i], self.quota(r)[1][i], self.available(r, i))
             borrowed, borrow, (free, node, used, limit) = room
             if borrowed + x > borrow + GPU_EPS:
-                return r, borrowed, borrow, x, None
+                return r, borrowed, borrow, x, None, None  # (the flat borrowed quota's words, kept: scenario 12)
             if x > free + GPU_EPS:
-                return r, used, limit, x, self.tree.names[node] or "the tree"
+                used, limit, name, bound = self.level(r, i, node, used, limit)
+                return r, used, limit, x, name, bound
         return None
+
+    def level(self, r: str, i: int, node: int, used: float, limit: float) -> tuple[float, float, str, Bound]:
+        """The refusing level of `available(r, i)` as a sentence names it: (used, limit, name, bound). Where the root's
+        pool binds, the levels whose lend limits keep it small (outside leaf `i`'s path, the topmost) and what of
+        their lendable quota is in use (the rest of the pool counted as used first)."""
+        if node != self.tree.paths[i][-1]:
+            return used, limit, self.tree.names[node], Bound.BORROW
+        names, lendable = self._lenders(r, i)
+        if not names:
+            return used, limit, "the tree", Bound.POOL
+        lent = min(lendable, max(0.0, used - (limit - lendable)))
+        return lent, lendable, " and ".join(names), Bound.LEND
+
+    def _lenders(self, r: str, i: int) -> tuple[tuple[str, ...], float]:
+        """The topmost nodes off leaf `i`'s path whose lend limit keeps quota of `r`, and what they lend together."""
+        key = (r, i)
+        found = self._lending.get(key)
+        if found is None:
+            tree, (_, _, subtree, kept) = self.tree, self.quota(r)
+            on_path = set(tree.paths[i])
+            tops = [j for j in range(1, len(tree.names)) if kept[j] > GPU_EPS and j not in on_path
+                    and not any(kept[a] > GPU_EPS for a in tree.paths[j][1:-1])]
+            found = self._lending[key] = (tuple(tree.names[j] for j in tops),
+                                          sum(subtree[j] - kept[j] for j in tops))
+        return found
 
     def clamped(self, i: int, need: Demand) -> _Short | None:
         """Own-class work fits its own quotas but the tree has no room on its path (its division borrowed that room
@@ -258,7 +285,7 @@ class TreeLedger:
             free, node, used, limit = room
             if x > free + GPU_EPS:
                 return r, used, limit, x, node
-        return None
+        return None  # (the level's index: TreeJobQuota.reclaim names it)
 
     def available(self, r: str, i: int) -> tuple[float, int, float, float]:
         """Kueue's available(): room for node `i` on `r` down from the root, clamped by each inner borrow limit on the
@@ -378,7 +405,8 @@ class TreeJobQuota:
         if found is None:
             return None
         r, used, limit, x, node = found
-        return node, Shortfall(QuotaKind.BORROWED, r, used, limit, x, self.ledger.tree.names[node] or "the tree")
+        used, limit, name, bound = self.ledger.level(r, self.leaf, node, used, limit)
+        return node, Shortfall(QuotaKind.BORROWED, r, used, limit, x, name, bound)
 
     def in_subtree(self, node: int, department: str) -> bool:
         tree = self.ledger.tree

@@ -19,7 +19,7 @@ from scheduler.policy.interference import describe
 from scheduler.policy.nodes import NodeTable
 from scheduler.policy.placement import Placement
 from scheduler.policy.priority import ScoreBreakdown
-from scheduler.policy.quota import Shortfall
+from scheduler.policy.quota import Bound, Shortfall
 from scheduler.policy.rightsizing import Request
 
 if TYPE_CHECKING:
@@ -82,13 +82,36 @@ _UNITS = MappingProxyType({CPU_KEY: ("CPU", "m"), MEMORY_KEY: ("memory", " MiB")
 
 
 def quota_refused(s: Shortfall) -> str:
-    """A quota without room for the job."""
+    """A quota without room for the job; on a quota tree, the level that refuses, its limit and its figure."""
+    if s.bound is not None:
+        return tree_level_refused(s)
     unit = _UNITS.get(s.resource)
     of = "" if s.node is None else f" of {s.node}"  # a level of the quota tree above the job's department
     if unit is None:  # GPUs
         return f"{s.kind.value} {s.resource} quota{of} {_gpus(s.used)}/{_gpus(s.limit)} used, needs {_gpus(s.amount)}"
     name, suffix = unit
     return f"{s.kind.value} {name} quota{of} {s.used:g}{suffix}/{s.limit:g}{suffix} used, needs {s.amount:g}{suffix}"
+
+
+def tree_level_refused(s: Shortfall) -> str:
+    """The quota-tree level that refuses borrowed work, in the words of its limit: "department ml may borrow at most
+    8 A100; 8 borrowed", "department ml lends at most 8 A100; 8 lent", "the tree lends at most 16 A100; 16 lent"."""
+    limit = f"{_figure(s.resource, s.limit)} {_UNITS.get(s.resource, (s.resource,))[0]}"
+    figures = f"{_figure(s.resource, s.used)} {'borrowed' if s.bound is Bound.BORROW else 'lent'}, " \
+              f"needs {_figure(s.resource, s.amount)}"
+    if s.bound is Bound.BORROW:
+        return f"department {s.node} may borrow at most {limit}; {figures}"
+    if s.bound is Bound.LEND:
+        many = " and " in s.node
+        return (f"department{'s' if many else ''} {s.node} lend{'' if many else 's'} at most {limit}"
+                f"{' together' if many else ''}; {figures}")
+    return f"the tree lends at most {limit}; {figures}"
+
+
+def _figure(resource: str, x: float) -> str:
+    """An amount of a resource key as its quota shows it: "8" (GPUs), "4000m" (CPU), "16384 MiB" (memory)."""
+    unit = _UNITS.get(resource)
+    return _gpus(x) if unit is None else f"{x:g}{unit[1]}"
 
 
 def _gpus(amount: float) -> str:

@@ -69,13 +69,14 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/frameworks/{id}/"): Row("401 200 200 200 200", "framework"),
     ("PATCH", "/api/frameworks/{id}/"): Row("401 403 403 403 200", "framework", {"certified_on": ["P40", "T4"]}),
     ("DELETE", "/api/frameworks/{id}/"): Row("401 403 403 403 204", "framework"),
-    # quotas: operators write; members read their departments'
+    # quotas: operators write; an admin those of the departments below theirs (not their own); members read their
+    # departments' (an outsider naming ml-search names a department they cannot see: invalid input)
     ("GET", "/api/quotas/"): Row("401 200 200 200 200"),
-    ("POST", "/api/quotas/"): Row("401 403 403 403 201",
+    ("POST", "/api/quotas/"): Row("401 400 403 403 201",
         body={"department": "ml-search", "resource_kind": "gpu", "gpu_model": "P40", "own": "1"}),
     ("GET", "/api/quotas/{id}/"): Row("401 404 200 200 200", "quota"),
-    ("PATCH", "/api/quotas/{id}/"): Row("401 403 403 403 200", "quota", {"own": "3"}),
-    ("DELETE", "/api/quotas/{id}/"): Row("401 403 403 403 204", "quota"),
+    ("PATCH", "/api/quotas/{id}/"): Row("401 404 403 403 200", "quota", {"own": "3"}),
+    ("DELETE", "/api/quotas/{id}/"): Row("401 404 403 403 204", "quota"),
     # jobs: members submit into their departments (an outsider's submission into ml-search is invalid input)
     ("GET", "/api/jobs/"): Row("401 200 200 200 200"),
     ("POST", "/api/jobs/"): Row("401 400 201 201 201", body=JOB),

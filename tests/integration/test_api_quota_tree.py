@@ -1,6 +1,7 @@
 """The quota tree through the API (issue 41): departments nest, weigh and lend; bad trees are 400s naming the field,
 with nothing written; the scheduler's snapshot carries the tree."""
 import pytest
+from django.test import Client
 
 from core.models import Department
 from scheduler.models import Quota
@@ -20,6 +21,23 @@ def test_departments_nest_and_the_snapshot_carries_the_tree(world):
     nodes = {n.name: n for n in quota_tree()}
     assert (nodes["ml-search"].parent, nodes["ml-search"].reclaim_min_runtime_s) == ("ml", 120.0)
     assert (nodes["ml"].parent, nodes["ml"].weight) == (None, 2.0)
+
+
+def test_a_fence_goes_through_the_api_into_the_snapshot(world):
+    """A fenced department's work preempts only inside its subtree (scenario 11 is the policy's table test)."""
+    admin = world.client("dept_admin")  # adam administers ml-search
+    child = admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search", "fence": True},
+                       format="json")
+    assert child.status_code == 201 and child.json()["fence"] is True, child.json()
+    assert {n.name: n.fence for n in quota_tree()}["search-ranking"] is True
+    tree = {n["name"]: n["fence"] for n in admin.get("/api/departments/tree/").json()["nodes"]}
+    assert (tree["search-ranking"], tree["ml-search"]) == (True, False)
+    off = admin.patch(f"/api/departments/{child.json()['id']}/", {"fence": False}, format="json")
+    assert off.status_code == 200 and off.json()["fence"] is False
+    refused = admin.patch(f"/api/departments/{world.departments['ml-search'].pk}/", {"fence": True}, format="json")
+    assert refused.status_code == 403 and not Department.objects.get(name="ml-search").fence  # their own: 403
+    assert admin.patch(f"/api/departments/{child.json()['id']}/", {"fence": "maybe"},
+                       format="json").status_code == 400
 
 
 def test_flat_departments_give_no_tree(world):
@@ -84,6 +102,16 @@ def test_the_tree_shows_each_nodes_quota_usage_and_fair_share_per_model(world):
     assert (a100["ml-search"]["fair_share"], a100["ml-ads"]["fair_share"], a100["ml"]["fair_share"]) == (4, 4, 8)
 
 
+def test_a_job_with_an_open_gpu_model_is_pending_on_its_most_idle_certified_model(world):
+    """pytorch is certified on T4 (4 GPUs, 2 held) and A100 (8 idle): the open job counts on A100, where the queue
+    tries it first."""
+    world.hold(world.submit(name="t4-run", gpu_model="T4", gpus="2"), gpu_model="T4")
+    world.submit(name="open", gpu_model=None, gpus="3")
+    body = world.client("member").get("/api/departments/tree/").json()
+    search = next(n for n in body["nodes"] if n["name"] == "ml-search")
+    assert {q["gpu_model"]: q["pending"] for q in search["quotas"]} == {"A100": 3, "T4": 0}, search
+
+
 def test_quotas_past_the_cluster_are_a_warning(world):
     Quota.objects.filter(department__name="ml-ads", gpu_model__name="T4").update(own=3)
     body = world.client("member").get("/api/departments/tree/").json()
@@ -136,6 +164,66 @@ def test_a_department_admin_manages_the_children_of_their_department(world):
     assert not Department.objects.filter(name__in=["top", "ads-team"]).exists()
 
 
+def test_a_department_admin_sets_the_quotas_of_the_departments_below_theirs(world):
+    admin = world.client("dept_admin")  # adam administers ml-search
+    assert admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"},
+                      format="json").status_code == 201
+    body = {"department": "search-ranking", "resource_kind": "gpu", "gpu_model": "A100", "own": "2", "borrowed": "1",
+            "lend_limit": "1"}
+    created = admin.post("/api/quotas/", body, format="json")
+    assert created.status_code == 201, created.json()
+    changed = admin.patch(f"/api/quotas/{created.json()['id']}/", {"own": "3", "lend_limit": "2"}, format="json")
+    assert changed.status_code == 200 and (changed.json()["own"], changed.json()["lend_limit"]) == ("3.000", "2.000")
+    cpu = admin.post("/api/quotas/", {"department": "search-ranking", "resource_kind": "cpu", "own": "8000"},
+                     format="json")
+    assert cpu.status_code == 201, cpu.json()
+    own_quota = Quota.objects.get(department__name="ml-search", gpu_model__name="A100")
+    refused = [
+        admin.post("/api/quotas/", {**body, "department": "ml-search"}, format="json"),  # their own: a 403
+        admin.patch(f"/api/quotas/{own_quota.pk}/", {"own": "9"}, format="json"),
+    ]
+    assert [r.status_code for r in refused] == [403, 403]
+    outside = admin.post("/api/quotas/", {**body, "department": "ml-ads"}, format="json")
+    assert outside.status_code == 400 and "department" in outside.json()["extra"]["fields"], outside.json()
+    ads = Quota.objects.get(department__name="ml-ads", gpu_model__name="A100")
+    assert admin.patch(f"/api/quotas/{ads.pk}/", {"own": "9"}, format="json").status_code == 404
+    assert Quota.objects.get(pk=own_quota.pk).own == own_quota.own and Quota.objects.get(pk=ads.pk).own == ads.own
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"own": "-1"}, "own"), ({"borrowed": "-2"}, "borrowed"), ({"own": "2", "lend_limit": "3"}, "lend_limit"),
+    ({"lend_limit": "-1"}, "lend_limit"), ({"gpu_model": "H999"}, "gpu_model"), ({"department": "nowhere"},
+                                                                                   "department"),
+])
+def test_a_bad_quota_by_an_admin_is_a_400_naming_the_field_and_writes_nothing(world, body, field):
+    admin = world.client("dept_admin")
+    admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"}, format="json")
+    before = world.snapshot()
+    response = admin.post("/api/quotas/", {"department": "search-ranking", "resource_kind": "gpu",
+                                           "gpu_model": "A100", "own": "1", **body}, format="json")
+    assert response.status_code == 400 and field in response.json()["extra"]["fields"], response.json()
+    assert world.snapshot() == before
+
+
+def test_a_department_with_unfinished_jobs_takes_no_child(world):
+    """Only leaves run jobs: ml-search has a waiting job, so nothing goes under it until the job ends."""
+    job = world.submit(name="waiting")
+    admin, operator = world.client("dept_admin"), world.client("operator")
+    assert operator.post("/api/departments/", {"name": "spare"}, format="json").status_code == 201
+    before = list(Department.objects.order_by("pk").values())
+    refused = [admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"}, format="json"),
+               operator.patch(f"/api/departments/{Department.objects.get(name='spare').pk}/",
+                              {"parent": "ml-search"}, format="json")]
+    for response in refused:
+        assert response.status_code == 409, response.json()
+        assert "1 unfinished job" in response.json()["extra"]["fields"]["parent"][0], response.json()
+    assert list(Department.objects.order_by("pk").values()) == before
+    job.status = "cancelled"
+    job.save()
+    assert admin.post("/api/departments/", {"name": "search-ranking", "parent": "ml-search"},
+                      format="json").status_code == 201
+
+
 @pytest.mark.parametrize("body, field", [({"weight": "-1"}, "weight"), ({"weight": "x"}, "weight"),
                                          ({"parent": "nowhere"}, "parent"), ({"parent": "search-ranking"}, "parent")])
 def test_a_bad_change_by_an_admin_is_a_400_naming_the_field_and_writes_nothing(world, body, field):
@@ -172,4 +260,9 @@ def test_a_wait_blocked_above_the_department_names_the_level(world):
     live.scheduler_tick(backend=cluster, now=time.time(), profile=get_profile("tidal"))
     body = world.client("member").get(f"/api/jobs/{waiting.pk}/").json()
     assert body["status"] == "pending", body
-    assert "borrowed A100 quota of ml 0/0 used, needs 1" in body["latest_decision"]["message"], body
+    sentence = "department ml may borrow at most 0 A100; 0 borrowed, needs 1"
+    assert sentence in body["latest_decision"]["message"], body
+    page = Client()  # the job's console page says the same under "Why is it waiting?"
+    page.force_login(world.users["member"])
+    html = page.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert sentence in html[html.index('id="why"'):]

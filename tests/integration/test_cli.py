@@ -197,14 +197,14 @@ def test_every_read_parses_as_json_and_yaml(tidal, world):
 def test_quota_tree_draws_each_department_under_its_parent(tidal, world):
     from core.models import Department
 
-    Department.objects.filter(name="ml-search").update(parent=Department.objects.create(name="ml"))
+    Department.objects.filter(name="ml-search").update(parent=Department.objects.create(name="ml", fence=True))
     world.hold(world.submit("member", gpu_model="A100", gpus="2"), gpu_model="A100")
     world.submit("member", name="waiting", gpu_model="A100", gpus="4")
     assert tidal.login("mia").returncode == 0
     drawn = tidal("quota", "--tree")
     assert drawn.returncode == 0, drawn.stderr
     lines = drawn.stdout.splitlines()
-    ml = next(i for i, line in enumerate(lines) if "ml weight 1  (pool)" in line)
+    ml = next(i for i, line in enumerate(lines) if "ml weight 1  (pool)  fenced" in line)
     search = next(i for i, line in enumerate(lines) if "ml-search weight 1" in line)
     assert search > ml and lines[search].index("ml-search") > lines[ml].index("ml")  # drawn under ml
     assert "ml-ads" not in drawn.stdout  # not a department of mia's

@@ -157,6 +157,21 @@ MATRIX: dict[tuple[str, str, str], Row] = {
     ("POST", "department-weight", ""): Row(
         "302 404 404 403 403 302", lambda o: ["ml-search"], data=lambda o: {"weight": "2"}, writes="operator",
         done=lambda c: Department.objects.get(name="ml-search").weight == 2),
+    # the tree's forms: an admin adds under their department and changes the ones below it (not their own: its
+    # parent's call; test_console_tree.py has their writes), the root is the operators'; a name or place that is not
+    # among the user's choices is a 400; members may not post
+    ("GET", "department-child", ""): Row("302 405 405 405 405 405"),
+    ("POST", "department-child", ""): Row(
+        "302 403 400 403 400 302", data=lambda o: {"child-name": "zz-child", "child-parent": ""},
+        writes="operator", done=lambda c: Department.objects.filter(name="zz-child", parent=None).exists()),
+    ("GET", "department-move", ""): Row("302 405 405 405 405 405"),
+    ("POST", "department-move", ""): Row(  # (where it is: the operator's move changes nothing)
+        "302 403 400 403 400 302", data=lambda o: {"move-department": "ml-search", "move-parent": ""}),
+    ("GET", "department-quota", ""): Row("302 405 405 405 405 405"),
+    ("POST", "department-quota", ""): Row(
+        "302 403 400 403 400 302", data=lambda o: {"quota-department": "ml-search", "quota-resource": "T4",
+                                                   "quota-own": "7", "quota-borrowed": "0"},
+        writes="operator", done=lambda c: Quota.objects.get(department__name="ml-search", gpu_model__name="T4").own == 7),
     # ml-search's membership through ml-ads' URL: ml-ads' admin may not reach it that way either
     ("POST", "department-member", "across"): Row(
         "302 403 404 404 404 404", lambda o: ["ml-ads", o.membership.pk], data=lambda o: {"role": "admin"}),

@@ -51,3 +51,17 @@ def test_a_parents_fair_share_is_its_childrens_and_quotas_past_the_cluster_warn(
                         pending={"t1": 8, "t3": 8})
     assert got["d1"].fair_share == got["t1"].fair_share + got["t2"].fair_share == 8
     assert tree.warnings == ("own A100 quotas sum to 20 GPUs; the cluster has 16",)
+
+
+def test_an_open_model_job_is_pending_on_its_most_idle_certified_model():
+    """A waiting job without a GPU model counts where the queue tries it first: the certified model with the most
+    idle GPUs; each open demand takes that model's idle GPUs in turn (largest first)."""
+    capacity = {"A100": 16.0, "T4": 8.0, "V100": 32.0}
+    used = {("t1", "A100"): 2.0, ("t2", "V100"): 30.0}
+    got = tree_figures((quota("t1", 4), quota("t2", 4)), (Node("t1", None), Node("t2", None)), capacity, used,
+                       {("t1", "A100"): 1.0}, {("t1", ("A100", "T4")): 12.0, ("t2", ("A100", "T4")): 4.0})
+    pending = {(n.name, m.model): m.pending for n in got.nodes for m in n.models if m.pending}
+    # A100 has 14 idle, T4 8: t1's 12 go to A100 (2 left idle there), then t2's 4 to T4 (8 idle)
+    assert pending == {("t1", "A100"): 13.0, ("t2", "T4"): 4.0}
+    none_certified = tree_figures((quota("t1", 4),), (Node("t1", None),), capacity, {}, {}, {("t1", ()): 2.0})
+    assert all(m.pending == 0 for n in none_certified.nodes for m in n.models)

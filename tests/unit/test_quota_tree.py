@@ -96,7 +96,7 @@ def test_4_a_division_borrow_limit_caps_what_its_teams_take_from_outside():
     assert len(result.admitted) == 10  # 4 own, 4 lent by T2 inside D1, 2 borrowed by D1 from D2
     kinds = [d.quota_kind for d in result.admitted]
     assert kinds.count(QuotaKind.OWN) == 4 and kinds.count(QuotaKind.BORROWED) == 6
-    assert "borrowed T4 quota of D1 2/2 used, needs 1" in pending(result, 12).message
+    assert "department D1 may borrow at most 2 T4; 2 borrowed, needs 1" in pending(result, 12).message
 
 
 def test_5_a_lend_limit_keeps_own_quota_that_comes_back_without_preemption():
@@ -372,3 +372,42 @@ def test_fair_share_preemption_keeps_the_preemptor_at_or_below_the_victim_after(
             *borrowed, JobBuilder(1).dept("a").gpus(2))
     assert not run(snap(False), **FAIR).preempted
     assert not run(snap(True), **FAIR).preempted
+
+
+def division_borrow_limit() -> SnapshotBuilder:
+    """Scenario 4: T1's twelfth job, with D1 at its borrow limit."""
+    return four_leaves(nodes(SnapshotBuilder(), 4, 4), d1_borrow=2).job(
+        *(JobBuilder(i).dept("T1") for i in range(1, 13)))
+
+
+def one_lender() -> SnapshotBuilder:
+    """Scenario 5: T2's fifth job, with all T1 may lend lent."""
+    return nodes(SnapshotBuilder(), 1, 10).tree_node("O").tree_node("T1", "O", own=10, lend=4) \
+        .tree_node("T2", "O", own=0).job(*(JobBuilder(i).dept("T2") for i in range(1, 6)))
+
+
+def two_lenders() -> SnapshotBuilder:
+    """T1 lends 2 of its 4 and T3 1 of its 4: T2 gets 3, its fourth job waits."""
+    return nodes(SnapshotBuilder(), 2, 4).tree_node("O").tree_node("T1", "O", own=4, lend=2) \
+        .tree_node("T2", "O", own=0).tree_node("T3", "O", own=4, lend=1) \
+        .job(*(JobBuilder(i).dept("T2") for i in range(1, 5)))
+
+
+def nothing_left_to_lend() -> SnapshotBuilder:
+    """T1 keeps its 2 (lend limit 0) and uses them; T2 borrows the 2 no quota covers; T1's next borrowed job waits for
+    the tree's pool, no other level's lend limit in the way."""
+    return nodes(SnapshotBuilder(), 1, 4).tree_node("O").tree_node("T1", "O", own=2, lend=0) \
+        .tree_node("T2", "O", own=0).job(running(10, "T1", "n1", 0, 1), running(11, "T2", "n1", 2, 3,
+                                                                              kind=QuotaKind.BORROWED),
+                                         JobBuilder(1).dept("T1"))
+
+
+@pytest.mark.parametrize("snap, job, sentence", [
+    (division_borrow_limit, 12, "department D1 may borrow at most 2 T4; 2 borrowed, needs 1"),
+    (one_lender, 5, "department T1 lends at most 4 T4; 4 lent, needs 1"),
+    (two_lenders, 4, "departments T1 and T3 lend at most 3 T4 together; 3 lent, needs 1"),
+    (nothing_left_to_lend, 1, "the tree lends at most 2 T4; 2 lent, needs 1"),
+], ids=["borrow-limit", "lend-limit", "two-lenders", "pool"])
+def test_why_a_job_waits_names_the_level_that_blocks_it_with_its_limit_and_figure(snap, job, sentence):
+    message = pending(run(snap()), job).message
+    assert sentence in message, message

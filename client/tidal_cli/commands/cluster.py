@@ -76,7 +76,8 @@ def _drawn(nodes: list[dict]) -> Tree:
     branches: dict[str | None, Tree] = {}
     for node in nodes:
         above = branches.get(node["parent"], root)
-        label = f"[bold]{node['name']}[/bold] weight {_n(node['weight'])}" + ("" if node["leaf"] else "  (pool)")
+        label = (f"[bold]{node['name']}[/bold] weight {_n(node['weight'])}" + ("" if node["leaf"] else "  (pool)")
+                 + ("  fenced" if node.get("fence") else ""))
         branch = above.add(label)
         for q in node["quotas"]:
             if q["subtree_own"] or q["used"] or q["pending"]:
