@@ -15,6 +15,7 @@ FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 # --- departments and members -------------------------------------------------------------------
 
 
+@transaction.atomic
 def department_create(*, name: str, description: str = "", actor=None, **tree) -> Department:
     """A new department, under `tree["parent"]` if given. `actor` (None: the system): operators anywhere, department
     admins within their subtree (docs/reference/permissions.md)."""
@@ -28,6 +29,7 @@ def department_create(*, name: str, description: str = "", actor=None, **tree) -
     return Department.objects.create(name=name, description=description, **tree)
 
 
+@transaction.atomic
 def department_update(*, department: Department, actor=None, **fields) -> Department:
     """Change a department (its place in the tree, weight, description). `actor` as in department_create: a
     department admin changes the departments below theirs, and moves them only within their subtree."""
@@ -67,9 +69,11 @@ def _check_tree(department: Department | None, fields: dict) -> None:
 
 def _check_parent_runs_no_jobs(parent: Department | None) -> None:
     """Only leaves run jobs: a department with unfinished jobs (waiting, admitted, running or preempted) takes no
-    child until they end or are cancelled (a 409 naming `parent`, nothing written)."""
+    child until they end or are cancelled (a 409 naming `parent`, nothing written). The parent's row stays locked
+    to the end of the transaction, so a job submitted to it meanwhile (job_submit locks it too) cannot slip in."""
     if parent is None:
         return
+    Department.objects.select_for_update().get(pk=parent.pk)
     unfinished = parent.jobs.exclude(status__in=[s.value for s in FINISHED]).count()  # (jobs: scheduler's model)
     if unfinished:
         raise Conflict.for_field("parent", f"{parent} has {unfinished} unfinished job{'s' * (unfinished > 1)} and only "

@@ -141,6 +141,9 @@ def job_submit(
 ) -> TrainingJob:
     """A job of `workers` identical workers (a gang when more than one), each asking `gpus`, `cpu_milli` and
     `memory_mib`, on `gpu_model` (None: any model its framework is certified on, chosen by placement); refused with every field's reason, nothing written, when it could never run."""
+    # Locked to the end of the transaction: a child added to the department meanwhile (department_create locks the
+    # parent too) would leave this job in a department that is no longer a leaf.
+    Department.objects.select_for_update().get(pk=department.pk)
     errors = _job_errors(
         submitter=submitter, department=department, framework=framework, gpu_model=gpu_model,
         gpus=gpus, cpu_milli=cpu_milli, memory_mib=memory_mib, workers=workers, topology=topology,

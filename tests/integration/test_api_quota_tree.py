@@ -266,3 +266,44 @@ def test_a_wait_blocked_above_the_department_names_the_level(world):
     page.force_login(world.users["member"])
     html = page.get(f"/jobs/{waiting.pk}/").content.decode()
     assert sentence in html[html.index('id="why"'):]
+
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("first, second", [("child", "job"), ("job", "child")])
+def test_a_job_and_a_child_racing_for_one_department_wait_for_each_other(world, first, second):
+    """Only leaves run jobs, also under a race: submitting to a department and adding a child under it both lock the
+    department's row, so the second write waits for the first (here until its lock timeout) instead of missing it."""
+    import threading
+
+    from django.db import OperationalError, connection, transaction
+
+    from core.services import department_create
+
+    writes = {"job": lambda: world.submit(name="racing"),
+              "child": lambda: department_create(name="search-ranking", parent=Department.objects.get(name="ml-search"))}
+    begun, release = threading.Event(), threading.Event()
+
+    def hold_first():  # the first write, in its own session, uncommitted until released
+        try:
+            with transaction.atomic():
+                writes[first]()
+                begun.set()
+                release.wait(10)
+                transaction.set_rollback(True)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=hold_first)
+    thread.start()
+    try:
+        assert begun.wait(10)
+        with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '300ms'")
+            writes[second]()
+    finally:
+        release.set()
+        thread.join()
+    assert not Department.objects.filter(name="search-ranking").exists()
+    assert not world.departments["ml-search"].jobs.exists()
