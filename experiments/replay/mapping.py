@@ -82,7 +82,7 @@ class Mapping:
     def quotas(self, nodes: Sequence[NodeView]) -> tuple[QuotaView, ...]:
         capacity = cluster_capacity(nodes)
         if self.hierarchy is not None:
-            return self.hierarchy.quotas(capacity, self.borrow_ratio)
+            return self.hierarchy.quotas(capacity, self.borrow_ratio, machine_size(nodes))
         out: list[QuotaView] = []
         for dept, share in self.shares.items():
             for key, total in sorted(capacity.items()):
@@ -102,6 +102,15 @@ def department_of(account: str) -> str:
 
 
 cluster_capacity = capacity_by_resource
+
+
+def machine_size(nodes: Iterable[NodeView]) -> dict[str, float]:
+    """Per quota resource key, the largest node's amount: GPUs of each model, "cpu" millicores, "memory" MiB."""
+    size: dict[str, float] = {}
+    for n in nodes:
+        for key, amount in capacity_by_resource((n,)).items():
+            size[key] = max(size.get(key, 0.0), float(amount))
+    return size
 
 
 def gpu_models(nodes: Iterable[NodeView]) -> tuple[str, ...]:

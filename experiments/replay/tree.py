@@ -7,7 +7,11 @@
 - Own quotas (per resource key, as shares of the cluster's capacity, so they add up to it as the flat mapping's do):
   a VC owns POOL_KEPT_BY_VC = 80 % of its share; its division owns the other 20 % of its VCs' shares, a pool its VCs
   share on top of their own (Kueue's additive own).
-- Lend limit: a division lends its VCs' quotas but keeps its pool for them (lend_limit = its subtree quota - pool).
+- Lend limit: a division lends its VCs' quotas but keeps its pool for them, in whole machines: what it keeps of a
+  resource is its pool rounded down to a multiple of the largest node's amount of it (GPUs of that model, cores,
+  memory), since a reserve smaller than a machine starts no job that needs one. A pool smaller than a machine is lent
+  whole (no lend limit), so a subtree may borrow every GPU of a model whose pools are that small: the demo's four G3
+  nodes, all of which a 4-worker gang of 8 G3 GPUs needs.
 - Borrow limit: every node `borrow_ratio` x capacity, the flat mapping's borrowed quota (a division of 5 % of the
   cluster limited to its own quota could never run a 16-worker gang).
 - Weights (fair sharing of what is idle) in proportion to size: a VC's is its share x the number of VCs (mean 1),
@@ -17,6 +21,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -55,19 +60,27 @@ class Hierarchy:
                 out.append(QuotaNodeView(vc + BEST_EFFORT_SUFFIX, d, self.weights[vc]))
         return tuple(out)
 
-    def quotas(self, capacity: Mapping[str, float], borrow_ratio: float) -> tuple[QuotaView, ...]:
-        """Every node's quota of every resource key (module docstring)."""
+    def quotas(self, capacity: Mapping[str, float], borrow_ratio: float,
+               machine: Mapping[str, float] | None = None) -> tuple[QuotaView, ...]:
+        """Every node's quota of every resource key (module docstring); `machine`: per key, the largest node's amount,
+        the unit a division keeps its pool in (none given: the pool as it is)."""
         out: list[QuotaView] = []
         for key, total in sorted(capacity.items()):
             borrowed = total * borrow_ratio
             for d, vcs in self.divisions.items():
                 share = self.division_share(d)
                 pool = total * share * (1 - POOL_KEPT_BY_VC)
-                out.append(QuotaView(d, key, pool, borrowed, lend_limit=total * share - pool))
+                kept = whole_machines(pool, (machine or {}).get(key))
+                out.append(QuotaView(d, key, pool, borrowed, lend_limit=total * share - kept if kept > 0 else None))
                 for vc in vcs:
                     out.append(QuotaView(vc, key, total * self.shares[vc] * POOL_KEPT_BY_VC, borrowed))
                     out.append(QuotaView(vc + BEST_EFFORT_SUFFIX, key, 0.0, borrowed))
         return tuple(out)
+
+
+def whole_machines(amount: float, machine: float | None) -> float:
+    """`amount` rounded down to whole machines of `machine` each (None or 0: as it is)."""
+    return amount if not machine else machine * math.floor(amount / machine + 1e-9)
 
 
 def helios_hierarchy(gpus: Mapping[str, float]) -> Hierarchy:

@@ -21,7 +21,7 @@ _ADMITTED = MappingProxyType({QuotaKind.OWN: Reason.ADMITTED_OWN, QuotaKind.BORR
 
 
 def admit(state: CycleState, reserver: Reserver, q: Queued, a: Assignment, preempting: tuple[int, ...]) -> None:
-    state.admitted(q.job)
+    state.admitted(q.job, a.pod.gpu_model)
     if a.rows is not None:
         _admit_gang(state, reserver, q, a, preempting)
         return

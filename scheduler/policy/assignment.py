@@ -69,8 +69,8 @@ class Assigner:
             blocked = tree and kind is QuotaKind.OWN and quota.reclaim(demands[model])
             if blocked:  # own quota, but the tree's room on its path is borrowed: only a reclaim makes room
                 attempt = NoRoom(pod, kind, None, reclaim=blocked)
-            elif job.gang and kind is QuotaKind.BORROWED and self._held(q, model, table):
-                attempt = NoRoom(pod, kind, None, NO_FREE, held_for_own(model, state.own_waiting[model]))
+            elif tree and kind is QuotaKind.BORROWED and (held := self._held(q, model, table)):
+                attempt = NoRoom(pod, kind, None, NO_FREE, held_for_own(model, *held))
             elif job.gang:
                 rows = gang_rows(state, job, pod, table)
                 if rows is not None:
@@ -103,11 +103,17 @@ class Assigner:
         found = place_share(pod, signature(q.job), table, profile, state.residents, state.interference)
         return found if found is not None or place(pod, table, profile) is None else _SHARED_BADLY
 
-    def _held(self, q: Queued, model: str | None, table: NodeTable) -> bool:
-        """No churn (a quota tree's cycle): a borrowed gang leaves the model's idle GPUs to own-class work waiting for
-        them, which would reclaim it as soon as it fits."""
-        waiting = self.state.own_waiting.get(model, 0.0)
-        return waiting > GPU_EPS and table.idle_gpus() - q.request.gpus * q.job.workers < waiting - GPU_EPS
+    def _held(self, q: Queued, model: str | None, table: NodeTable) -> tuple[float, float, float] | None:
+        """No churn: a borrowed job leaves the model's idle GPUs to the own-class work that would reclaim it within its
+        leaf's reclaim_min_runtime_s (CycleState.held_for_own); that work's GPUs (waiting, arrived) and the window
+        when the job would take them, else None."""
+        tree = self.state.tree
+        window = tree.reclaim_min_runtime_s[tree.index[q.job.department]]
+        waiting, arrived = self.state.held_for_own(model, window)
+        held = waiting + arrived
+        if held > GPU_EPS and table.idle_gpus() - q.request.gpus * q.job.workers < held - GPU_EPS:
+            return waiting, arrived, window
+        return None
 
     def _quota_kind(self, q: Queued, quota, demands: dict[str | None, Demand], model: str | None, spelled: bool,
                     diagnosis: Diagnosis) -> QuotaKind | None | object:

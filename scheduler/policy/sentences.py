@@ -128,9 +128,9 @@ def gang_needs(table: NodeTable, job: JobView, pod: PodRequest, free: int, fits:
             f"{pod.gpus * job.workers:g} whole {pod.gpu_model} GPUs, {free} free across the cluster")
 
 
-def held_for_own(model: str | None, gpus: float) -> str:
-    return (f"idle {model} GPUs are kept for own-quota work waiting for {gpus:g} of them (a borrowed gang there would "
-            f"be reclaimed as soon as that work fits)")
+def held_for_own(model: str | None, waiting: float, arrived: float, window_s: float) -> str:
+    return (f"idle {model} GPUs are kept for own-quota work ({waiting:g} GPUs waiting, {arrived:g} arrived in the last "
+            f"{window_s:g} s): borrowed work there would be reclaimed before it ran {window_s:g} s")
 
 
 def waiting(q: Queued, diagnosis: Diagnosis, cpu: str | None = None) -> tuple[str, int, bool]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from functools import cached_property
+from itertools import chain
 
 import numpy as np
 
@@ -49,10 +50,12 @@ class CycleState:
         self.fair_failed: dict[tuple[str | None, str], tuple[int, list[tuple]]] = {}
         self.fallbacks: dict[tuple, list] = {}  # fallback models by idle capacity, until an admission changes it
         self._victims: dict[str | None, VictimIndex] = {}
-        # no churn, on a quota tree: GPUs of own-class work not admitted yet per preferred model (hold_for_own), which
-        # a borrowed gang must leave idle
+        # no churn (held_for_own): GPUs of own-class work not admitted yet per preferred model, and per protection
+        # window the GPUs of own-class work started per model that arrived within it
         self.own_waiting: dict[str | None, float] = {}
         self._own_waiting_jobs: dict[int, tuple[str | None, float]] = {}
+        self._own_arrived: dict[float, dict[str | None, float]] = {}
+        self._own_started: list[tuple[float, str | None, float]] = []  # this cycle's: (submitted at, model, GPUs)
         self._leaves: dict[str | None, np.ndarray] = {}
         # running jobs' scores as victims: the last cycle's (from the cache), and this one's for the next
         self._last_scores = cache.victim_scores
@@ -114,9 +117,9 @@ class CycleState:
         return index
 
     def hold_for_own(self, queue: list) -> None:
-        """Count the queue's own-class work (a tree's cycle only): a borrowed gang is not admitted onto the idle
-        capacity that work is waiting for, which would reclaim the gang as soon as it fits."""
-        if self.tree is None:
+        """Count the queue's own-class work per preferred model (a tree where some node protects its borrowed work
+        with reclaim_min_runtime_s; held_for_own reads it)."""
+        if self.tree is None or not any(self.tree.reclaim_min_runtime_s):
             return
         own = self.profile.own_base
         for q in queue:
@@ -125,11 +128,34 @@ class CycleState:
                 self._own_waiting_jobs[q.job.id] = (q.models[0], gpus)
                 self.own_waiting[q.models[0]] = self.own_waiting.get(q.models[0], 0.0) + gpus
 
-    def admitted(self, job: JobView) -> None:
-        """`job` no longer waits (hold_for_own)."""
+    def held_for_own(self, model: str | None, window_s: float) -> tuple[float, float]:
+        """No churn: the GPUs of `model` that borrowed work protected for `window_s` (its reclaim_min_runtime_s) must
+        leave idle, as (own-class work waiting for them, own-class work started there that arrived within the
+        window). With the waiting work that arrived then, the second is the last window's own arrivals: the forecast
+        of the next, which would reclaim borrowed work before the window is over."""
+        if window_s <= 0:
+            return 0.0, 0.0
+        arrived = self._own_arrived.get(window_s)
+        if arrived is None:  # once per window length and cycle; admissions keep it (admitted)
+            arrived = self._own_arrived[window_s] = {}
+            since = self.now - window_s
+            started = ((j.submitted_at, j.allocation.gpu_model, j.total_gpus) for j in self.holders
+                       if j.allocation.quota_kind is QuotaKind.OWN)
+            for at, started_on, gpus in chain(started, self._own_started):
+                if at >= since:
+                    arrived[started_on] = arrived.get(started_on, 0.0) + gpus
+        return self.own_waiting.get(model, 0.0), arrived.get(model, 0.0)
+
+    def admitted(self, job: JobView, model: str | None) -> None:
+        """`job` no longer waits: own-class work started on `model`, if it arrived within a window (held_for_own)."""
         counted = self._own_waiting_jobs.pop(job.id, None)
-        if counted is not None:
-            self.own_waiting[counted[0]] -= counted[1]
+        if counted is None:
+            return
+        self.own_waiting[counted[0]] -= counted[1]
+        self._own_started.append((job.submitted_at, model, counted[1]))
+        for window_s, arrived in self._own_arrived.items():
+            if job.submitted_at >= self.now - window_s:
+                arrived[model] = arrived.get(model, 0.0) + counted[1]
 
     def leaves(self, model: str | None) -> np.ndarray:
         """Each victim candidate's quota-tree node on the model (a cycle with a tree)."""

@@ -326,22 +326,53 @@ def test_young_borrowed_work_is_the_last_victim_beyond_the_nodes_examined():
     assert victims(run(snap)) == {40}
 
 
-def test_a_borrowed_gang_leaves_idle_gpus_to_own_work_waiting_for_them():
-    # T1's own 8-GPU job waits for n1's other half to end; T2's borrowed gang would take that idle half and be
-    # reclaimed as soon as the own job fits: it waits, while a single borrowed job still uses idle capacity
-    def snapshot(tree: bool) -> SnapshotBuilder:
-        snap = nodes(SnapshotBuilder(), 1, 8).job(
+def protected(snap: SnapshotBuilder, t1_own: float, t3_own: float = 0.0, window: float = 300.0) -> SnapshotBuilder:
+    """O{T1, T2 (borrowed work only), T3}; T2 protects its borrowed work for `window` s (reclaim_min_runtime_s)."""
+    return snap.tree_node("O").tree_node("T1", "O", own=t1_own) \
+        .tree_node("T2", "O", reclaim_min_runtime_s=window).tree_node("T3", "O", own=t3_own)
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["single", "gang"])
+def test_borrowed_work_leaves_idle_gpus_to_own_work_waiting_for_them(workers):
+    # T1's own 8-GPU job waits for n1's other half to end; T2's borrowed job (one pod or a gang) would take that idle
+    # half and be reclaimed as soon as the own job fits: it waits
+    def snapshot(window: float) -> SnapshotBuilder:
+        return protected(nodes(SnapshotBuilder(), 1, 8), t1_own=8, t3_own=4, window=window).job(
             running(30, "T3", "n1", 0, 1, 2, 3), JobBuilder(1).dept("T1").gpus(8),
-            JobBuilder(2).dept("T2").gpus(2).workers(2), JobBuilder(3).dept("T2").model("T4"))
-        if tree:
-            return snap.tree_node("O").tree_node("T1", "O", own=8).tree_node("T2", "O").tree_node("T3", "O", own=4)
-        return snap.quota("T1", "T4", own=8).quota("T2", "T4", own=0, borrowed=8).quota("T3", "T4", own=4)
-    result = run(snapshot(True))
+            JobBuilder(2).dept("T2").gpus(2 // workers).workers(workers))
+    result = run(snapshot(300))
     assert pending(result, 1).reason is Reason.NO_CAPACITY
-    assert pending(result, 2).reason is Reason.NO_IDLE_CAPACITY
-    assert "idle T4 GPUs are kept for own-quota work waiting for 8 of them" in pending(result, 2).message
-    assert admitted(result) == [3]
-    assert admitted(run(snapshot(False))) == [2]  # flat departments: today's rule, the gang is admitted
+    assert pending(result, 2).reason is Reason.NO_IDLE_CAPACITY and not result.admitted
+    assert ("idle T4 GPUs are kept for own-quota work (8 GPUs waiting, 0 arrived in the last 300 s): borrowed work "
+            "there would be reclaimed before it ran 300 s") in pending(result, 2).message
+    assert admitted(run(snapshot(0))) == [2]  # no protection asked: today's rule, borrowed work takes idle GPUs
+
+
+def test_borrowed_work_leaves_idle_gpus_to_own_work_forecast_from_its_arrivals():
+    # T1's own job of 4 GPUs arrived 60 s ago: as much own work is expected within T2's 300 s, so T2's borrowed job
+    # leaves the 4 idle GPUs to it; 600 s ago, nothing is expected and it is admitted
+    def snapshot(ran: float) -> SnapshotBuilder:
+        return protected(nodes(SnapshotBuilder(), 1, 8), t1_own=8).job(
+            running(30, "T1", "n1", 0, 1, 2, 3, ran=ran), JobBuilder(2).dept("T2"))
+    result = run(snapshot(60))
+    assert not result.admitted and "(0 GPUs waiting, 4 arrived in the last 300 s)" in pending(result, 2).message
+    assert admitted(run(snapshot(600))) == [2]
+
+
+def test_own_work_admitted_in_the_cycle_counts_as_arrived():
+    # T1's own job of 4 GPUs arrives and starts in this cycle: T2's borrowed job does not take the other 4
+    result = run(protected(nodes(SnapshotBuilder(), 1, 8), t1_own=8).job(
+        JobBuilder(1).dept("T1").gpus(4), JobBuilder(2).dept("T2")))
+    assert admitted(result) == [1] and "(0 GPUs waiting, 4 arrived" in pending(result, 2).message
+
+
+def test_borrowed_work_takes_idle_gpus_beyond_what_own_work_needs():
+    # 12 idle GPUs, T1's own 8-GPU job waits for a whole node (none is free): a 2-GPU borrowed job leaves 10, enough
+    snap = protected(nodes(SnapshotBuilder(), 3, 8), t1_own=8, t3_own=12).job(
+        *(running(30 + n, "T3", f"n{n}", 0, 1, 2, 3) for n in (1, 2, 3)), JobBuilder(1).dept("T1").gpus(8),
+        JobBuilder(2).dept("T2").gpus(2), JobBuilder(3).dept("T2").gpus(4))
+    result = run(snap)
+    assert admitted(result) == [2] and pending(result, 3).reason is Reason.NO_IDLE_CAPACITY
 
 
 def test_with_fair_sharing_victims_come_from_the_highest_share_subtree_first():

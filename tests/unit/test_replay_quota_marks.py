@@ -9,7 +9,7 @@ from cluster.types import QuotaKind
 from experiments.replay import Options, mapping as mp
 from experiments.replay.engine import build_setup, replicate, run_policy
 from experiments.replay.metrics import JobRecord, Recorder, fair_shares, headline, jain, mean_spread
-from experiments.replay.tree import DIVISIONS, POOL_KEPT_BY_VC, division_of, helios_hierarchy
+from experiments.replay.tree import DIVISIONS, POOL_KEPT_BY_VC, division_of, helios_hierarchy, whole_machines
 from scheduler.policy.quotatree import QuotaTree
 from tests.unit.replay_fixtures import POD_HEADER, cluster, pod, setup_for, write
 
@@ -122,6 +122,19 @@ def test_the_helios_tree_keeps_every_vc_as_a_leaf_and_its_quotas_add_up():
     assert h.weights["vcA"] / h.weights["vcG"] == pytest.approx(27)
     assert h.weights["div-l"] == pytest.approx(h.weights["vcB"] + h.weights["vcC"])
     assert nodes["div-s"].reclaim_min_runtime_s > 0
+
+
+def test_a_division_keeps_its_pool_in_whole_machines_and_lends_a_pool_smaller_than_one():
+    h = helios_hierarchy(HELIOS)
+    share_a = 216 / sum(HELIOS.values())
+    capacity = {"G2": 440.0, "G3": 32.0}
+    by = {(q.department, q.resource): q for q in h.quotas(capacity, 1.0, machine={"G2": 8.0, "G3": 8.0})}
+    pool = 440 * share_a * (1 - POOL_KEPT_BY_VC)  # 40.3 GPUs: five 8-GPU machines kept
+    assert by[("div-xl", "G2")].own == pytest.approx(pool)
+    assert by[("div-xl", "G2")].lend_limit == pytest.approx(440 * share_a - 40)
+    # a G3 pool of 2.9 GPUs keeps no machine: all of it is lent, so one subtree may borrow every G3 GPU
+    assert all(by[(d, "G3")].lend_limit is None for d in h.divisions)
+    assert [whole_machines(x, 8) for x in (7.99, 8.0, 23.9)] == [0, 8, 16] and whole_machines(5.5, None) == 5.5
 
 
 def test_a_replay_on_the_helios_tree_runs_fair_sharing(tmp_path):
