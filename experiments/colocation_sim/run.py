@@ -188,6 +188,7 @@ class CoLocationSim:
         self.finished_at: dict[int, float] = {}
         self.total_gpus = sum(n.gpu_count for n in nodes)
         self.records: dict[str, TransitionRecord] = {}
+        self.last_take_back: dict[str, float] = {}  # group -> when its latest take-back was decided
         self.killed_jobs: set[int] = set()
         self.measured = Measured(cfg.autoscale)
         self.util_now: dict[str, float] = {}
@@ -362,7 +363,7 @@ class CoLocationSim:
                    for g in members}
         return [GroupView(g, tuple(members[g]), None, pending_training[g], tuple(pending_online[g]),
                           tuple(converting[g]), "GPU" if self.groups[g].model else "millicore", self.cfg.startup_s,
-                          largest[g])
+                          largest[g], self.last_take_back.get(g))
                 for g in sorted(members)]
 
     def _forecast(self, minute: int, now: float) -> None:
@@ -392,6 +393,8 @@ class CoLocationSim:
                     self.records[name] = replace(r, evict_at=now)
         for d in decisions:
             self.metrics.decisions[f"{type(d).__name__}:{d.reason.value}"] += 1
+            if isinstance(d, TakeBack):
+                self.last_take_back[d.group] = now
             if isinstance(d, (Lend, TakeBack)):
                 evict_at = d.evict_at if isinstance(d, TakeBack) else 0.0
                 for node in d.nodes:
