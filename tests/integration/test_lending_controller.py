@@ -410,3 +410,16 @@ def test_lending_keeps_room_for_a_whole_group_and_looks_ahead_its_start_up(lab):
     world.groups["t4"].save()
     (t4,) = [g for g in controller.group_views(cluster) if g.name == "t4"]
     assert (t4.largest_replica, t4.startup_s) == (4.0, 600.0)
+
+
+def test_group_views_carry_the_latest_take_back_for_lendings_hysteresis(lab):
+    """A group's latest take-back (operator or automation) holds lending for relend_after_s: the view carries it."""
+    world, cluster, _ = lab
+    world.groups["t4"].lending = True
+    world.groups["t4"].save()
+    (t4,) = [g for g in controller.group_views(cluster) if g.name == "t4"]
+    assert t4.last_take_back is None
+    request(world, "t4-2", Direction.LEND)  # a lend is no take-back
+    latest = request(world, "t4-3", Direction.TAKE_BACK)
+    (t4,) = [g for g in controller.group_views(cluster) if g.name == "t4"]
+    assert t4.last_take_back == latest.started_at.timestamp()
