@@ -53,6 +53,16 @@ HISTORY_MIN = 7 * 1440 + 60  # what the seasonal forecast reads: up to 7 days an
 MAX_STEPS_PER_TICK = 64  # per transition (a virtual tick holds no lock); a lend of a node with many pods needs 2 per pod
 
 
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """A training job a take-back ended, with what the lending policy knew (why kills happen)."""
+
+    ran_s: float  # how long the job had run
+    left_s: float | None  # its expected remaining run then (None: unknown)
+    ahead_s: float  # from the take-back's decision to the eviction
+    reason: str  # the take-back's reason: forecast-above-max = the forecast saw the rise; online-pods-pending: urgent
+
+
 @dataclass
 class Metrics:
     minutes: int
@@ -68,6 +78,7 @@ class Metrics:
     finished_lent: int = 0  # finished on a co-location (lent) node
     started_lent: int = 0  # job starts on lent nodes
     killed: int = 0  # training pods evicted by take-backs
+    kills: list[Kill] = field(default_factory=list)  # one per job killed
     preempted: int = 0  # by the scheduler (priority / quota), not a take-back
     transitions: Counter = field(default_factory=Counter)  # completed, by direction value
     decisions: Counter = field(default_factory=Counter)  # Lend/TakeBack/Hold reasons
@@ -189,6 +200,7 @@ class CoLocationSim:
         self.total_gpus = sum(n.gpu_count for n in nodes)
         self.records: dict[str, TransitionRecord] = {}
         self.last_take_back: dict[str, float] = {}  # group -> when its latest take-back was decided
+        self.take_back_of: dict[str, tuple[float, str]] = {}  # node -> (when, why) its latest take-back was decided
         self.killed_jobs: set[int] = set()
         self.measured = Measured(cfg.autoscale)
         self.util_now: dict[str, float] = {}
@@ -395,6 +407,7 @@ class CoLocationSim:
             self.metrics.decisions[f"{type(d).__name__}:{d.reason.value}"] += 1
             if isinstance(d, TakeBack):
                 self.last_take_back[d.group] = now
+                self.take_back_of.update((node, (now, d.reason.value)) for node in d.nodes)
             if isinstance(d, (Lend, TakeBack)):
                 evict_at = d.evict_at if isinstance(d, TakeBack) else 0.0
                 for node in d.nodes:
@@ -443,6 +456,7 @@ class CoLocationSim:
             self.backend.evict(action.pod, "migrated: replacement ready")
             self.detached.pop(action.pod, None)
         elif isinstance(action, EvictTraining):
+            pod = self.backend.pod(action.pod)
             self.backend.evict(action.pod, "take-back")
             # the job's run ends: a gang's other workers are evicted at once and it is requeued whole, once
             # (docs/concepts/gangs-and-reservations.md#preempting-and-taking-back-gangs)
@@ -452,7 +466,13 @@ class CoLocationSim:
                 self.holding.discard(job.id)
                 self.killed_jobs.add(job.id)
                 self.metrics.killed += 1
+                self.metrics.kills.append(self._kill(pod, action.node, now))
             self._dirty = True
+
+    def _kill(self, pod, node: str, now: float) -> Kill:
+        run = self.training.run_time.get(pod.spec.job_id)  # what the policy's expected end reads (GroupNodes)
+        decided, reason = self.take_back_of.get(node, (now, "operator"))
+        return Kill(now - pod.started_at, None if run is None else pod.started_at + run - now, now - decided, reason)
 
     # -- (6) training scheduling -------------------------------------------------------------
     def _schedule(self, now: float) -> None:
