@@ -174,8 +174,8 @@ def take_back_at(g: GroupView, fc: DemandForecast | None, now: float, profile: L
     if fc is None:
         return None
     th = g.thresholds or profile.thresholds
-    if g.projected_usage > th.expect_rate and g.lent():
-        return now  # above where lending lands: the next move is a take-back, whatever the forecast says
+    if g.next_replica_over(th.max_rate) and g.lent():
+        return now  # the next scale-out of its largest replica takes lent nodes back, whatever the forecast says
     minute = first_over(fc, g.projected_capacity, th.max_rate, now)
     return None if minute is None else minute[1] - lead_s(g, profile)
 

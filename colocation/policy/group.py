@@ -165,6 +165,10 @@ class GroupView:
     def projected_usage(self) -> float:
         return ratio(self.demand, self.projected_capacity)
 
+    def next_replica_over(self, max_rate: float) -> bool:
+        """Would one more of its largest replica put projected usage over `max_rate` (and so start a take-back)?"""
+        return ratio(self.demand + self.largest_replica, self.projected_capacity) > max_rate
+
     @property
     def urgent_pending(self) -> tuple[PendingPod, ...]:
         return tuple(p for p in self.pending_online if not p.replacement)

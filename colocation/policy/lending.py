@@ -57,7 +57,7 @@ class LendReason(str, Enum):
     COVERED = "covered-by-take-back-in-flight"
     FORECAST_RISE = "forecast-above-max"  # forecast-driven take-back ahead of the rise
     FORECAST_NEEDS_BACK = "forecast-needs-node-back"  # lend held: the forecast needs the node back within min_lend_s
-    IDLE_LENT = "idle-lent-node"  # forecast-driven: usage above expectRate, a lent node with no training comes back
+    IDLE_LENT = "idle-lent-node"  # forecast-driven: the next replica would pass maxRate, an idle lent node comes back
     RECENT_TAKE_BACK = "recent-take-back"  # lend held: a take-back within relend_after_s (hysteresis)
 
 
@@ -121,7 +121,7 @@ def decide_group(g: GroupView, now: float, profile: LendingProfile = DEFAULT,
         return _take_back(g, th, now, profile, fc)
     if fc is not None and g.lent() and first_over(fc, g.projected_capacity, th.max_rate, now, lead_s(g, profile)):
         return _take_back(g, th, now, profile, fc)
-    if fc is not None and usage > th.expect_rate and (idle := _reclaim_idle(g, th, now, profile)) is not None:
+    if fc is not None and g.next_replica_over(th.max_rate) and (idle := _reclaim_idle(g, th, now, profile)):
         return idle
     if usage < th.min_rate and g.pending_training > 0:
         return _lend(g, th, now, profile, fc)
@@ -129,9 +129,9 @@ def decide_group(g: GroupView, now: float, profile: LendingProfile = DEFAULT,
 
 
 def _reclaim_idle(g: GroupView, th: Thresholds, now: float, profile: LendingProfile) -> TakeBack | None:
-    """Forecast-driven, above expectRate: lent nodes take no new job then (forecast.take_back_at), so one left idle
-    serves nobody; take idle ones back (it kills nothing) until usage is at expectRate with room for one more of the
-    largest replica: headroom for a rise the forecast did not see."""
+    """Forecast-driven, when one more of the group's largest replica would pass maxRate: lent nodes take no new job
+    then (forecast.take_back_at), so one left idle serves nobody; take idle ones back (it kills nothing) until usage is
+    at expectRate with room for one more of the largest replica: headroom for a rise the forecast did not see."""
     slots = profile.max_parallel - len(g.in_flight())
     base, chosen = g.projected_capacity, []
     for n in sorted((n for n in g.lent() if not n.training), key=lambda n: n.name)[:max(0, slots)]:
@@ -142,8 +142,10 @@ def _reclaim_idle(g: GroupView, th: Thresholds, now: float, profile: LendingProf
     if not chosen:
         return None
     after = ratio(g.demand, base)
-    msg = (f"take back {', '.join(n.name for n in chosen)}: online usage {_pct(g.projected_usage)} > expectRate "
-           f"{_pct(th.expect_rate)}, idle lent nodes (no new training above expectRate); usage after {_pct(after)}")
+    msg = (f"take back {', '.join(n.name for n in chosen)}: idle lent nodes; one more replica "
+           f"({g.largest_replica:g} {g.unit}) would put online usage {_pct(g.projected_usage)} over maxRate "
+           f"{_pct(th.max_rate)} (lent nodes take no new training); target expectRate {_pct(th.expect_rate)}, "
+           f"usage after {_pct(after)}")
     return TakeBack(g.name, tuple(n.name for n in chosen), LendReason.IDLE_LENT, msg, g.projected_usage, after,
                     evict_at=now)
 

@@ -1,7 +1,7 @@
 """The lending rules that keep take-backs from killing training (issue 42: a group service beside training):
 a forecast take-back waits for the nodes' jobs until the forecast needs the nodes, and picks the nodes that finish
-soonest; a take-back frees room for a whole replica; above expectRate lent nodes take no new job and idle ones come
-back; no lend right after a take-back.
+soonest; a take-back frees room for a whole replica; when one more replica would pass maxRate, lent nodes take no new
+job and idle ones come back; no lend right after a take-back.
 
 Default thresholds: minRate 40%, expectRate 60%, maxRate 80%; nodes have 4 GPUs; grace 15 min. NOW is 14:00 UTC.
 """
@@ -83,33 +83,35 @@ def test_a_take_back_frees_room_for_a_whole_replica(largest, taken):
     assert isinstance(d, TakeBack) and len(d.nodes) == taken
 
 
-# ---- above expectRate: no new job on lent nodes, idle lent nodes come back ---------------------------------------
+# ---- when the next replica would pass maxRate: no new job on lent nodes, idle lent nodes come back ---------------
 
-@pytest.mark.parametrize("loads,nodes,predicted", [
-    (((2,), (2,), (2,)), (lent("t4-4", job(1, H)),), None),  # 50%: the forecast (flat) sees no take-back
-    (((3,), (2,), (3,)), (lent("t4-4", job(1, H)),), NOW),  # 67% > expectRate: lent nodes take no new job
-    (((3,), (2,), (3,)), (), None),  # nothing lent: nothing to protect
+@pytest.mark.parametrize("largest,nodes,predicted", [
+    (2, (lent("t4-4", job(1, H)),), NOW),  # (8 + 2)/12 = 83% > maxRate: the next scale-out takes a node back
+    (1, (lent("t4-4", job(1, H)),), None),  # (8 + 1)/12 = 75%: room for it; the forecast (flat 50%) sees nothing
+    (2, (), None),  # nothing lent: nothing to protect
 ])
-def test_above_expect_rate_the_predicted_take_back_is_now(loads, nodes, predicted):
-    g = G().nodes(*online_fleet(*loads), *nodes).build()
+def test_when_the_next_replica_would_pass_max_rate_the_predicted_take_back_is_now(largest, nodes, predicted):
+    g = G().nodes(*online_fleet((3,), (2,), (3,)), *nodes).replica(largest).build()  # 8/12 = 67%
     assert take_back_at(g, flat(base=6), NOW, ON) == predicted
 
 
 @pytest.mark.parametrize("nodes,largest,profile,expected", [
-    ((lent("t4-4"), lent("t4-5", job(1, H))), 0, ON, ("t4-4",)),  # the idle one only: it kills nothing
-    ((lent("t4-4", job(1, H)),), 0, ON, None),  # none idle: a busy node waits for a real trigger
-    ((lent("t4-4"), lent("t4-5")), 0, ON, ("t4-4",)),  # 8/16 = 50% <= expectRate, 8 free: enough
+    ((lent("t4-4"), lent("t4-5", job(1, H))), 2, ON, ("t4-4",)),  # the idle one only: it kills nothing
+    ((lent("t4-4", job(1, H)),), 2, ON, None),  # none idle: a busy node waits for a real trigger
+    ((lent("t4-4"), lent("t4-5")), 2, ON, ("t4-4",)),  # 8/16 = 50% <= expectRate, 8 free: enough
     ((lent("t4-4"), lent("t4-5")), 12, ON, ("t4-4", "t4-5")),  # room for a 12-GPU replica: both
-    ((lent("t4-4"),), 0, DEFAULT, None),  # threshold lending: lent nodes still take jobs, idle ones wait for them
+    ((lent("t4-4"), lent("t4-5")), 1, ON, None),  # (8 + 1)/12 = 75%: the next replica fits under maxRate
+    ((lent("t4-4"),), 2, DEFAULT, None),  # threshold lending: lent nodes still take jobs, idle ones wait for them
 ])
-def test_idle_lent_nodes_come_back_above_expect_rate(nodes, largest, profile, expected):
+def test_idle_lent_nodes_come_back_when_the_next_replica_would_pass_max_rate(nodes, largest, profile, expected):
     g = G().nodes(*online_fleet((3,), (2,), (3,)), *nodes).replica(largest)  # 8/12 = 67%
     d = decide_group(g.build(), NOW, profile, flat(base=8))
     if expected is None:
         assert d is None
     else:
         assert isinstance(d, TakeBack) and d.reason is LendReason.IDLE_LENT and d.nodes == expected
-        assert d.evict_at == NOW and "idle lent nodes" in d.message
+        assert d.evict_at == NOW and d.message.startswith(f"take back {', '.join(expected)}: idle lent nodes; one "
+                                                          f"more replica ({largest} GPU) would put online usage 67%")
 
 
 # ---- hysteresis: no lend right after a take-back -------------------------------------------------------------
