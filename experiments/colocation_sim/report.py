@@ -169,7 +169,9 @@ def write(sim: Outcome | dict[str, Outcome], static: Outcome, out: Path, command
         f"(`colocation.policy.autoscaling`, reactive; min/expect/max {gpu.min_rate}/{gpu.expect_rate}/"
         f"{gpu.max_rate}), {c.startup_s:.0f} s startup.",
         f"- Training: {m.training_load} Departments label jobs; each department's quota covers the cluster (no "
-        "quota contention). Expected run time = the real one (a perfect profile).",
+        "quota contention). Expected run time = "
+        + (f"the real one times a lognormal factor (sigma {c.runtime_error:g})." if c.runtime_error
+           else "the real one (a perfect profile)."),
         f"- Lending: `decide_lending` with thresholds {c.lending.thresholds}"
         + ("; forecast-driven runs add the seasonal forecast of each group's online demand (renewed every "
            f"{c.schedule_every_min} min; history warmed with the traffic days before the run), take back ahead of "

@@ -6,8 +6,8 @@ pods are retried); (2) training jobs arrive; (3) inference autoscaling (the real
 opens transitions;
 (5) the step machine (`drive`, as the live controller) runs each open transition as far as it can this tick (a take-back is graceful:
 the node is cordoned at once, its training pods evicted only at the decision's `evict_at`; online pods pending
-expedite every cordoned take-back of their group, `lending.expedite`; a training pod's expected end is exact here,
-its start + its job's run time);
+expedite every cordoned take-back of their group, `lending.expedite`; a training pod's expected end is its start +
+its job's runtime estimate, exact unless `cfg.runtime_error`);
 (6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"), lending)`) over the running jobs and the heads of
 the pending queue (`cfg.queue_window` short and as many fixed-pool-only jobs per GPU model,
 experiments/colocation_sim/queue.py); the policy gives each its pool (`preferred_pool`). The acting layer here plays the
@@ -217,8 +217,10 @@ class CoLocationSim:
                                           node_selector={RESOURCE_GROUP_LABEL: s.group.model or "CPU"})
         self.backend.advance()
         self._node_index = {n.name: i for i, n in enumerate(self.backend.nodes())}
-        # the jobs' run times are exact here: a training pod's expected end is its start + its job's run time
-        self.group_nodes = GroupNodes(self.backend, self.training.run_time)
+        # a training pod's expected end is its start + its job's runtime estimate (the real run time unless
+        # cfg.runtime_error), never the run time the simulation ends it at
+        self.expected_run = {a.job.id: a.job.expected_duration_s for a in self.arrivals}
+        self.group_nodes = GroupNodes(self.backend, self.expected_run)
         self._figures: dict[str, _NodeFigures] = {}  # per node, for _measure
         # what inference could have of each group: every node but the fixed pool (pools never change here)
         self.capacity: Counter[str] = Counter()
@@ -470,7 +472,7 @@ class CoLocationSim:
             self._dirty = True
 
     def _kill(self, pod, node: str, now: float) -> Kill:
-        run = self.training.run_time.get(pod.spec.job_id)  # what the policy's expected end reads (GroupNodes)
+        run = self.expected_run.get(pod.spec.job_id)  # what the policy's expected end reads (GroupNodes)
         decided, reason = self.take_back_of.get(node, (now, "operator"))
         return Kill(now - pod.started_at, None if run is None else pod.started_at + run - now, now - decided, reason)
 

@@ -173,6 +173,7 @@ def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
     job = JobView(10**6, "gang", "gang", "training", "pytorch", model, 1.0, 1000, 1024, JobStatus.PENDING, SIM_START,
                   expected_duration_s=3600.0, workers=2)
     s.training.submit(job, 3600.0)
+    s.expected_run[job.id] = 3600.0  # what arrivals register for the policy
     s.queue.add(job)
     result = CycleResult(SIM_START, (admit(job.id, (free[0].name, (0,)), (free[1].name, (0,)), model=model),))
     s.apply(result)
