@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Max
 
 from cluster.backend import (INFERENCE, REPLACED_BY_LABEL, SERVICE_LABEL, BackendBusy, ClusterBackend,
                              PodView)
@@ -155,6 +156,9 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
             "node__name", "node__resource_group__name", "direction"):
         converting[group].append(Converting(node, Direction(direction)))
     largest, startup = largest_replicas(group_of_model)
+    last_take_back = {group: at.timestamp() for group, at in NodeTransition.objects.filter(  # lending's hysteresis
+        direction=Direction.TAKE_BACK.value).order_by().values_list("node__resource_group__name").annotate(
+        at=Max("started_at"))}
     views = []
     for name, members in sorted(observe.group_nodes(backend, expected_run(backend)).items()):
         group = groups.get(name)
@@ -165,6 +169,7 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
             Thresholds(group.min_rate, group.expect_rate, group.max_rate), pending_training[name],
             tuple(pending_online[name]), tuple(converting[name]), unit_name(gpu=bool(group.gpu_model_id)),
             largest_replica=largest.get(name, 0.0), startup_s=startup.get(name, 0.0),
+            last_take_back=last_take_back.get(name),
         ))
     return views
 

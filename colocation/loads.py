@@ -119,6 +119,8 @@ def demo_lending_profile(profile: LendingProfile) -> LendingProfile:
     while its traffic runs on the compressed demo clock; holding a non-urgent conversion against a real-time
     window would make the demo depend on the hour it is started at. Urgent take-backs (online pods pending)
     ignore windows anyway. A take-back's grace is compressed like the day (15 minutes of a day: 6 s of a
-    10-minute demo day), or a cordoned node would sit out an hour and a half of demo time."""
-    return profile.with_(hold_against_window=False,
-                         take_back_grace_s=profile.take_back_grace_s * settings.TIDAL_DEMO_DAY_S / 86400)
+    10-minute demo day), or a cordoned node would sit out an hour and a half of demo time; so is lending's hysteresis
+    after a take-back."""
+    compress = settings.TIDAL_DEMO_DAY_S / 86400
+    return profile.with_(hold_against_window=False, take_back_grace_s=profile.take_back_grace_s * compress,
+                         relend_after_s=profile.relend_after_s * compress)

@@ -173,7 +173,10 @@ def take_back_at(g: GroupView, fc: DemandForecast | None, now: float, profile: L
     such minute is within the forecast, or no forecast. It may be before `now` (the rise is closer than the drain)."""
     if fc is None:
         return None
-    minute = first_over(fc, g.projected_capacity, (g.thresholds or profile.thresholds).max_rate, now)
+    th = g.thresholds or profile.thresholds
+    if g.next_replica_over(th.max_rate) and g.lent():
+        return now  # the next scale-out of its largest replica takes lent nodes back, whatever the forecast says
+    minute = first_over(fc, g.projected_capacity, th.max_rate, now)
     return None if minute is None else minute[1] - lead_s(g, profile)
 
 

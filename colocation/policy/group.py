@@ -113,6 +113,7 @@ class GroupView:
     unit: str = "GPU"  # for messages only
     startup_s: float = 0.0  # the longest start-up of a replica (a group of pods) of the services it serves
     largest_replica: float = 0.0  # what the largest replica of its services takes (a group: all its pods)
+    last_take_back: float | None = None  # epoch s the group's latest take-back was decided (hysteresis of lending)
 
     def direction_of(self, node: GroupNode) -> Direction | None:
         """The conversion a node is in: an open record, or (after a crash lost it) its unnormal state."""
@@ -130,6 +131,20 @@ class GroupView:
         # records for nodes absent from the view still take a slot
         out.update({c.node: c.direction for c in self.converting if c.node not in out})
         return out
+
+    def lent(self) -> list[GroupNode]:
+        """Offline-normal co-location nodes not converting: lent to training, what a take-back can choose from."""
+        flight = self.in_flight()
+        return [n for n in self.nodes if n.pool is Pool.COLOCATION and n.state is NodeState.OFFLINE_NORMAL
+                and n.name not in flight]
+
+    @property
+    def ready_capacity(self) -> float:
+        """What online pods can be placed on now: online-normal nodes not being lent (cordoned take-backs are not
+        yet ready)."""
+        flight = self.in_flight()
+        return sum(n.capacity for n in self.nodes
+                   if n.state is NodeState.ONLINE_NORMAL and flight.get(n.name) is not Direction.LEND)
 
     @property
     def demand(self) -> float:
@@ -150,6 +165,10 @@ class GroupView:
     @property
     def projected_usage(self) -> float:
         return ratio(self.demand, self.projected_capacity)
+
+    def next_replica_over(self, max_rate: float) -> bool:
+        """Would one more of its largest replica put projected usage over `max_rate` (and so start a take-back)?"""
+        return ratio(self.demand + self.largest_replica, self.projected_capacity) > max_rate
 
     @property
     def urgent_pending(self) -> tuple[PendingPod, ...]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from math import inf
 
 from cluster.types import GPU_EPS, NodeState, Pool
 from colocation.policy.forecast import DemandForecast, first_over, lead_s
@@ -58,6 +59,8 @@ class LendReason(str, Enum):
     COVERED = "covered-by-take-back-in-flight"
     FORECAST_RISE = "forecast-above-max"  # forecast-driven take-back ahead of the rise
     FORECAST_NEEDS_BACK = "forecast-needs-node-back"  # lend held: the forecast needs the node back within min_lend_s
+    IDLE_LENT = "idle-lent-node"  # forecast-driven: the next replica would pass maxRate, an idle lent node comes back
+    RECENT_TAKE_BACK = "recent-take-back"  # lend held: a take-back within relend_after_s (hysteresis)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,18 +121,35 @@ def decide_group(g: GroupView, now: float, profile: LendingProfile = DEFAULT,
     fc = forecast if profile.forecast else None
     if g.urgent_pending or usage > th.max_rate:
         return _take_back(g, th, now, profile, fc)
-    if fc is not None and _lent(g) and first_over(fc, g.projected_capacity, th.max_rate, now, lead_s(g, profile)):
+    if fc is not None and g.lent() and first_over(fc, g.projected_capacity, th.max_rate, now, lead_s(g, profile)):
         return _take_back(g, th, now, profile, fc)
+    if fc is not None and g.next_replica_over(th.max_rate) and (idle := _reclaim_idle(g, th, now, profile)):
+        return idle
     if usage < th.min_rate and g.pending_training > 0:
         return _lend(g, th, now, profile, fc)
     return None
 
 
-def _lent(g: GroupView) -> list[GroupNode]:
-    """Offline-normal co-location nodes not converting: what a take-back can choose from."""
-    flight = g.in_flight()
-    return [n for n in g.nodes if n.pool is Pool.COLOCATION and n.state is NodeState.OFFLINE_NORMAL
-            and n.name not in flight]
+def _reclaim_idle(g: GroupView, th: Thresholds, now: float, profile: LendingProfile) -> TakeBack | None:
+    """Forecast-driven, when one more of the group's largest replica would pass maxRate: lent nodes take no new job
+    then (forecast.take_back_at), so one left idle serves nobody; take idle ones back (it kills nothing) until usage is
+    at expectRate with room for one more of the largest replica: headroom for a rise the forecast did not see."""
+    slots = profile.max_parallel - len(g.in_flight())
+    base, chosen = g.projected_capacity, []
+    for n in sorted((n for n in g.lent() if not n.training), key=lambda n: n.name)[:max(0, slots)]:
+        if ratio(g.demand, base) <= th.expect_rate and base - g.demand >= g.largest_replica - GPU_EPS:
+            break
+        chosen.append(n)
+        base += n.capacity
+    if not chosen:
+        return None
+    after = ratio(g.demand, base)
+    msg = (f"take back {', '.join(n.name for n in chosen)}: idle lent nodes; one more replica "
+           f"({g.largest_replica:g} {g.unit}) would put online usage {_pct(g.projected_usage)} over maxRate "
+           f"{_pct(th.max_rate)} (lent nodes take no new training); target expectRate {_pct(th.expect_rate)}, "
+           f"usage after {_pct(after)}")
+    return TakeBack(g.name, tuple(n.name for n in chosen), LendReason.IDLE_LENT, msg, g.projected_usage, after,
+                    evict_at=now)
 
 
 def _hhmm(t: float, profile: LendingProfile) -> str:
@@ -166,13 +186,28 @@ def _hold(g: GroupView, d: Direction, reason: LendReason, why: str) -> Hold:
     return Hold(g.name, d, reason, f"{g.name}: would {verb} but {why}")
 
 
-def _work_lost(n: GroupNode, evict_at: float) -> tuple[int, float, str]:
+def _work_lost(n: GroupNode, evict_at: float) -> tuple[int, float, float, str]:
     """What taking back `n` with its evictions at `evict_at` kills: its training jobs still running then (a gang's
     worker counts its whole gang: all its workers die; an unknown end counts as running), then their run time by
-    then (again every worker of a gang), then the name."""
+    then (again every worker of a gang), then when its last job is expected to end (nearest completion first: the
+    node is free soonest), then the name."""
     jobs = {p.job_id if p.job_id is not None else p.name: p for p in n.training if p.runs_at(evict_at)}
     return (sum(p.workers for p in jobs.values()),
-            sum(p.workers * max(0.0, evict_at - p.started_at) for p in jobs.values()), n.name)
+            sum(p.workers * max(0.0, evict_at - p.started_at) for p in jobs.values()), _last_end(n), n.name)
+
+
+def _last_end(n: GroupNode) -> float:
+    """When the node's training is expected to be over (an unknown end: never; no training: at once)."""
+    return max((inf if p.expected_end is None else p.expected_end for p in n.training), default=-inf)
+
+
+def _need_by(g: GroupView, fc: DemandForecast, now: float, floor: float) -> float:
+    """How long a non-urgent forecast take-back may leave the training on its nodes: until the group's largest
+    replica must start for the first forecast minute whose demand passes what online pods can be placed on now (the
+    forecast's end if none), never before `floor`. Waiting costs online nothing (pods that pend expedite the eviction)
+    and lets jobs about to end finish."""
+    full = first_over(fc, g.ready_capacity, 1.0, now)
+    return max(floor, (full[1] if full else fc.at(len(fc.values))) - g.startup_s)
 
 
 def expedite(groups: Iterable[GroupView]) -> frozenset[str]:
@@ -212,7 +247,9 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
         # pods will pend before a take-back started later could bring the nodes back: urgent, seen ahead
         trigger += (f"; urgent inside the {span}: forecast {_hhmm(full[1], profile)} online {_pct(full[0])} "
                     f"> 100%, its pods would wait")
-    cands = sorted(_lent(g), key=lambda n: _work_lost(n, evict_at))
+    # a forecast take-back waits for the jobs on its nodes up to when the forecast needs the nodes (`_need_by`)
+    need_by = evict_at if pending or fc is None else _need_by(g, fc, now, evict_at)
+    cands = sorted(g.lent(), key=lambda n: _work_lost(n, need_by))
     if not cands:
         return _hold(g, Direction.TAKE_BACK, LendReason.NO_CANDIDATE, f"{trigger}; no offline-normal co-location node")
     slots = profile.max_parallel - len(flight)
@@ -228,8 +265,9 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     caps = [n.capacity for n in cands]
     k_pending = next((k for k in range(len(caps) + 1) if not _spill(need, caps[:k])), len(caps))
     base = g.projected_capacity
-    k_usage = next((k for k in range(len(caps) + 1) if ratio(demand, base + sum(caps[:k])) <= th.expect_rate),
-                   len(caps))
+    # whole machines for a whole replica: usage down to expectRate with room for one more of the largest replica
+    k_usage = next((k for k in range(len(caps) + 1) if ratio(demand, base + sum(caps[:k])) <= th.expect_rate
+                    and base + sum(caps[:k]) - demand >= g.largest_replica - GPU_EPS), len(caps))
     want = max(k_pending, k_usage)
     if want == 0 and too_big:
         return _hold(g, Direction.TAKE_BACK, LendReason.NO_CANDIDATE,
@@ -243,6 +281,8 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     if whole is not None and whole[1] > k:
         k = whole[1]
     chosen = cands[:k]
+    ends = [_last_end(n) for n in chosen]
+    evict_at = max(evict_at, min(need_by, max(ends)))  # nearest completion: the chosen nodes' jobs end first
     after = ratio(g.demand, base + sum(caps[:k]))
     capped = f"; capped at {k} of {want} by max {profile.max_parallel} converting" if k < want else ""
     if whole is not None:
@@ -281,7 +321,7 @@ def _keep_idle(g: GroupView, now: float, profile: LendingProfile) -> tuple[float
     """How long a new lend must leave the forecast below maxRate, and why: the minimum lend, or longer while training
     jobs already on the group's lent nodes are expected to run (they were placed to end before the predicted
     take-back; lending more lowers the online capacity, and must not pull that take-back before their end)."""
-    ends = [p.expected_end for n in _lent(g) for p in n.training if p.expected_end is not None]
+    ends = [p.expected_end for n in g.lent() for p in n.training if p.expected_end is not None]
     latest = max(ends, default=now)
     if latest - now > profile.min_lend_s:
         return latest - now, f"the jobs on lent nodes' expected end {_hhmm(latest, profile)}"
@@ -296,6 +336,10 @@ def _lend(g: GroupView, th: Thresholds, now: float, profile: LendingProfile,
                f"{g.pending_training} training jobs pending")
     if Direction.TAKE_BACK in flight.values():
         return _hold(g, Direction.LEND, LendReason.TAKE_BACK_IN_FLIGHT, f"{trigger}; a take-back is in flight")
+    if g.last_take_back is not None and now - g.last_take_back < profile.relend_after_s:
+        return _hold(g, Direction.LEND, LendReason.RECENT_TAKE_BACK,
+                     f"{trigger}; a take-back at {_hhmm(g.last_take_back, profile)}: no lend within "
+                     f"{_h(profile.relend_after_s)} of one")
     window = busy_window(now, profile)
     if profile.hold_against_window and window and window.direction is Direction.TAKE_BACK:
         return _hold(g, Direction.LEND, LendReason.BUSY_WINDOW,

@@ -65,12 +65,15 @@ class LendingProfile:
     # lending then kills <= 0.41 % of the jobs on lent nodes and flaps less than with 1 h
     # (docs/concepts/lending.md#forecast-driven-lending).
     min_lend_s: float = 7200.0
+    # Hysteresis: no lend in a group within this long after its latest take-back (a rise that forced a take-back
+    # often comes back; lending at once would hand training nodes that are taken back again, killing their jobs).
+    relend_after_s: float = 3600.0
     deadline_margin_s: float = 1800.0  # a job on a lent node must end this long before its predicted take-back
     # (GPU model, "" for CPU-only; predicted take-back epoch s), set by the caller each cycle from take_back_at
     take_back_by: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("drain_s", "min_lend_s", "deadline_margin_s", "take_back_grace_s"):
+        for name in ("drain_s", "min_lend_s", "deadline_margin_s", "take_back_grace_s", "relend_after_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 

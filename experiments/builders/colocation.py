@@ -84,6 +84,14 @@ class G:
     def converting(self, node: str, direction: Direction) -> G:
         return self._set(converting=self._g.converting + (Converting(node, direction),))
 
+    def replica(self, largest: float, startup_s: float = 0.0) -> G:
+        """Its services' largest replica (a group of pods: all of them) and its start-up."""
+        return self._set(largest_replica=largest, startup_s=startup_s)
+
+    def took_back(self, at: float) -> G:
+        """Its latest take-back was decided at `at`."""
+        return self._set(last_take_back=at)
+
     def _set(self, **fields: object) -> G:
         out = G.__new__(G)
         out._g = replace(self._g, **fields)

@@ -62,6 +62,9 @@ class SimConfig:
     # 0.73-0.84 of their GPUs over six months (helios_cluster_summary.csv: complete + cancel + fail GPU time over
     # gpu_num x 183 days; Earth 0.73, Venus 0.76, Uranus 0.79, Saturn 0.84).
     training_load: float = 0.75
+    # The policy's runtime estimate of each job (its stated duration): the real run time times a lognormal factor of
+    # this sigma (median 1; 0: a perfect profile). The simulation ends jobs at their real run time either way.
+    runtime_error: float = 0.0
     lending: LendingProfile = field(default_factory=lambda: LendingProfile(thresholds=Thresholds(0.4, 0.6, 0.8)))
     # False: the static split baseline: per group, just enough online nodes for the run's inference peak
     # (workload.static_split), the rest offline for training; nodes never move.

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from experiments.colocation_sim.config import SimConfig
-from experiments.colocation_sim.run import CoLocationSim, Outcome
+from experiments.colocation_sim.run import CoLocationSim, Metrics, Outcome
 from experiments.colocation_sim.world import load_traffic
 from experiments.replay.report import figure, save_figure  # the replay's plot style (Agg, reproducible PNGs)
 
@@ -168,7 +169,9 @@ def write(sim: Outcome | dict[str, Outcome], static: Outcome, out: Path, command
         f"(`colocation.policy.autoscaling`, reactive; min/expect/max {gpu.min_rate}/{gpu.expect_rate}/"
         f"{gpu.max_rate}), {c.startup_s:.0f} s startup.",
         f"- Training: {m.training_load} Departments label jobs; each department's quota covers the cluster (no "
-        "quota contention). Expected run time = the real one (a perfect profile).",
+        "quota contention). Expected run time = "
+        + (f"the real one times a lognormal factor (sigma {c.runtime_error:g})." if c.runtime_error
+           else "the real one (a perfect profile)."),
         f"- Lending: `decide_lending` with thresholds {c.lending.thresholds}"
         + ("; forecast-driven runs add the seasonal forecast of each group's online demand (renewed every "
            f"{c.schedule_every_min} min; history warmed with the traffic days before the run), take back ahead of "
@@ -187,7 +190,7 @@ def write(sim: Outcome | dict[str, Outcome], static: Outcome, out: Path, command
         + ", ".join(f"{g} {n} (peak {static.static_peak.get(g, 0)} replicas)" for g, n in static.static_online.items())
         + ".", "",
         f"Preempted by the scheduler {m.preempted} (static {s.preempted}). Lending decisions ({labels[-1]}): "
-        f"{dict(m.decisions)}.", "",
+        f"{dict(m.decisions)}.", "", *(f"Kills ({x}): {kills_line(runs[x].metrics)}" for x in labels), "",
         "![training queue](queue.png)", "", "![lent nodes](lent_nodes.png)", "",
         "![GPU utilization by hour](gpu_util_by_hour.png)", "", "![online nodes](online_nodes.png)", "",
     ]
@@ -195,6 +198,23 @@ def write(sim: Outcome | dict[str, Outcome], static: Outcome, out: Path, command
     if len(runs) > 1:
         figures["by_lending"] = per
     return figures
+
+
+def kills_line(m: Metrics) -> str:
+    """Why jobs died: by the take-back's reason, and medians of how long they had run, how long they were expected to
+    run still, and how long before the eviction the take-back was decided."""
+    if not m.kills:
+        return "none."
+    reasons = Counter(k.reason for k in m.kills)
+    left = [k.left_s for k in m.kills if k.left_s is not None]
+    return (f"{len(m.kills)} by reason {dict(reasons)}; median run so far {_minutes(k.ran_s for k in m.kills)}, "
+            f"expected left {_minutes(left)}, take-back decided {_minutes(k.ahead_s for k in m.kills)} before the "
+            f"eviction.")
+
+
+def _minutes(values: Iterable[float]) -> str:
+    ordered = sorted(values)
+    return f"{ordered[len(ordered) // 2] / 60:.0f} min" if ordered else "-"
 
 
 def primary_start(o: Outcome) -> str:

@@ -6,8 +6,8 @@ pods are retried); (2) training jobs arrive; (3) inference autoscaling (the real
 opens transitions;
 (5) the step machine (`drive`, as the live controller) runs each open transition as far as it can this tick (a take-back is graceful:
 the node is cordoned at once, its training pods evicted only at the decision's `evict_at`; online pods pending
-expedite every cordoned take-back of their group, `lending.expedite`; a training pod's expected end is exact here,
-its start + its job's run time);
+expedite every cordoned take-back of their group, `lending.expedite`; a training pod's expected end is its start +
+its job's runtime estimate, exact unless `cfg.runtime_error`);
 (6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"), lending)`) over the running jobs and the heads of
 the pending queue (`cfg.queue_window` short and as many fixed-pool-only jobs per GPU model,
 experiments/colocation_sim/queue.py); the policy gives each its pool (`preferred_pool`). The acting layer here plays the
@@ -53,6 +53,16 @@ HISTORY_MIN = 7 * 1440 + 60  # what the seasonal forecast reads: up to 7 days an
 MAX_STEPS_PER_TICK = 64  # per transition (a virtual tick holds no lock); a lend of a node with many pods needs 2 per pod
 
 
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """A training job a take-back ended, with what the lending policy knew (why kills happen)."""
+
+    ran_s: float  # how long the job had run
+    left_s: float | None  # its expected remaining run then (None: unknown)
+    ahead_s: float  # from the take-back's decision to the eviction
+    reason: str  # the take-back's reason: forecast-above-max = the forecast saw the rise; online-pods-pending: urgent
+
+
 @dataclass
 class Metrics:
     minutes: int
@@ -68,6 +78,7 @@ class Metrics:
     finished_lent: int = 0  # finished on a co-location (lent) node
     started_lent: int = 0  # job starts on lent nodes
     killed: int = 0  # training pods evicted by take-backs
+    kills: list[Kill] = field(default_factory=list)  # one per job killed
     preempted: int = 0  # by the scheduler (priority / quota), not a take-back
     transitions: Counter = field(default_factory=Counter)  # completed, by direction value
     decisions: Counter = field(default_factory=Counter)  # Lend/TakeBack/Hold reasons
@@ -188,6 +199,8 @@ class CoLocationSim:
         self.finished_at: dict[int, float] = {}
         self.total_gpus = sum(n.gpu_count for n in nodes)
         self.records: dict[str, TransitionRecord] = {}
+        self.last_take_back: dict[str, float] = {}  # group -> when its latest take-back was decided
+        self.take_back_of: dict[str, tuple[float, str]] = {}  # node -> (when, why) its latest take-back was decided
         self.killed_jobs: set[int] = set()
         self.measured = Measured(cfg.autoscale)
         self.util_now: dict[str, float] = {}
@@ -204,8 +217,10 @@ class CoLocationSim:
                                           node_selector={RESOURCE_GROUP_LABEL: s.group.model or "CPU"})
         self.backend.advance()
         self._node_index = {n.name: i for i, n in enumerate(self.backend.nodes())}
-        # the jobs' run times are exact here: a training pod's expected end is its start + its job's run time
-        self.group_nodes = GroupNodes(self.backend, self.training.run_time)
+        # a training pod's expected end is its start + its job's runtime estimate (the real run time unless
+        # cfg.runtime_error), never the run time the simulation ends it at
+        self.expected_run = {a.job.id: a.job.expected_duration_s for a in self.arrivals}
+        self.group_nodes = GroupNodes(self.backend, self.expected_run)
         self._figures: dict[str, _NodeFigures] = {}  # per node, for _measure
         # what inference could have of each group: every node but the fixed pool (pools never change here)
         self.capacity: Counter[str] = Counter()
@@ -362,7 +377,7 @@ class CoLocationSim:
                    for g in members}
         return [GroupView(g, tuple(members[g]), None, pending_training[g], tuple(pending_online[g]),
                           tuple(converting[g]), "GPU" if self.groups[g].model else "millicore", self.cfg.startup_s,
-                          largest[g])
+                          largest[g], self.last_take_back.get(g))
                 for g in sorted(members)]
 
     def _forecast(self, minute: int, now: float) -> None:
@@ -392,6 +407,9 @@ class CoLocationSim:
                     self.records[name] = replace(r, evict_at=now)
         for d in decisions:
             self.metrics.decisions[f"{type(d).__name__}:{d.reason.value}"] += 1
+            if isinstance(d, TakeBack):
+                self.last_take_back[d.group] = now
+                self.take_back_of.update((node, (now, d.reason.value)) for node in d.nodes)
             if isinstance(d, (Lend, TakeBack)):
                 evict_at = d.evict_at if isinstance(d, TakeBack) else 0.0
                 for node in d.nodes:
@@ -440,6 +458,7 @@ class CoLocationSim:
             self.backend.evict(action.pod, "migrated: replacement ready")
             self.detached.pop(action.pod, None)
         elif isinstance(action, EvictTraining):
+            pod = self.backend.pod(action.pod)
             self.backend.evict(action.pod, "take-back")
             # the job's run ends: a gang's other workers are evicted at once and it is requeued whole, once
             # (docs/concepts/gangs-and-reservations.md#preempting-and-taking-back-gangs)
@@ -449,7 +468,13 @@ class CoLocationSim:
                 self.holding.discard(job.id)
                 self.killed_jobs.add(job.id)
                 self.metrics.killed += 1
+                self.metrics.kills.append(self._kill(pod, action.node, now))
             self._dirty = True
+
+    def _kill(self, pod, node: str, now: float) -> Kill:
+        run = self.expected_run.get(pod.spec.job_id)  # what the policy's expected end reads (GroupNodes)
+        decided, reason = self.take_back_of.get(node, (now, "operator"))
+        return Kill(now - pod.started_at, None if run is None else pod.started_at + run - now, now - decided, reason)
 
     # -- (6) training scheduling -------------------------------------------------------------
     def _schedule(self, now: float) -> None:

@@ -204,7 +204,7 @@ def _shape(n: NodeView) -> NodeShape:
 def build_jobs(cfg: SimConfig, nodes: list[NodeView], start: float) -> tuple[list[Arrival], TrainingLoad]:
     """The trace-shaped training load (experiments/colocation_sim/training_load.py), sized on the training capacity: each
     group's fixed-pool nodes (with `fixed_from_static`, the static split's training side). Expected run time = the
-    real one (a perfect profile)."""
+    real one times a lognormal factor of sigma `cfg.runtime_error` (0: a perfect profile)."""
     targets = []
     for g in cfg.groups:
         key = g.model or "CPU"
@@ -214,11 +214,13 @@ def build_jobs(cfg: SimConfig, nodes: list[NodeView], start: float) -> tuple[lis
                                    group_capacity(nodes, g, Pool.FIXED)))
     load = build_training(cfg.traces, targets, cfg.training_load, cfg.days, cfg.seed)
     out = []
+    error = random.Random(f"runtime-error-{cfg.seed}")
     for i, j in enumerate(load.jobs, start=1):
         at = start + j.at
+        expected = j.run_s * error.lognormvariate(0.0, cfg.runtime_error) if cfg.runtime_error else j.run_s
         out.append(Arrival(at, JobView(i, j.name, f"task-{j.name}", j.department, FRAMEWORK, j.model, j.shape.gpus,
                                        j.shape.cpu_milli, j.shape.memory_mib, JobStatus.PENDING, submitted_at=at,
-                                       expected_duration_s=j.run_s, workers=j.workers), j.run_s))
+                                       expected_duration_s=expected, workers=j.workers), j.run_s))
     return out, load
 
 

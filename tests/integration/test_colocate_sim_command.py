@@ -64,3 +64,9 @@ def test_the_llm_scenario_refuses_more_days_than_servegen_holds(tmp_path):
     with pytest.raises(CommandError, match="servegen-m-large"):
         call_command("colocate_sim", llm=True, days=20, out=str(tmp_path / "never"))
     assert not (tmp_path / "never").exists()
+
+
+def test_colocate_sim_refuses_a_negative_runtime_error(tmp_path):
+    with pytest.raises(CommandError, match="--runtime-error"):
+        call_command("colocate_sim", days=1, small=True, runtime_error=-0.1, out=str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()

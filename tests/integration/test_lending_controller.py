@@ -446,3 +446,16 @@ def test_a_take_back_frees_whole_machines_for_a_waiting_group_at_once(world):
     llm = sorted((p.spec.name, p.node) for p in cluster.pods() if p.spec.labels.get(SERVICE_LABEL) == "llm")
     assert llm == [("llm-0", "t4-3"), ("llm-0-1", "t4-4")]
     assert state_of(cluster, "t4-3") == state_of(cluster, "t4-4") == "online-normal"
+
+
+def test_group_views_carry_the_latest_take_back_for_lendings_hysteresis(lab):
+    """A group's latest take-back (operator or automation) holds lending for relend_after_s: the view carries it."""
+    world, cluster, _ = lab
+    world.groups["t4"].lending = True
+    world.groups["t4"].save()
+    (t4,) = [g for g in controller.group_views(cluster) if g.name == "t4"]
+    assert t4.last_take_back is None
+    request(world, "t4-2", Direction.LEND)  # a lend is no take-back
+    latest = request(world, "t4-3", Direction.TAKE_BACK)
+    (t4,) = [g for g in controller.group_views(cluster) if g.name == "t4"]
+    assert t4.last_take_back == latest.started_at.timestamp()

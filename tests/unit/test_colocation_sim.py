@@ -10,6 +10,7 @@ from experiments.colocation_sim import CoLocationSim, SimConfig
 from experiments.colocation_sim.config import SIM_START
 from experiments.colocation_sim.queue import HOUR, PendingQueue
 from experiments.colocation_sim.report import simulate, summary
+from experiments.colocation_sim.run import Kill
 from tidal.settings import TRACES_DIR
 
 
@@ -172,11 +173,16 @@ def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
     job = JobView(10**6, "gang", "gang", "training", "pytorch", model, 1.0, 1000, 1024, JobStatus.PENDING, SIM_START,
                   expected_duration_s=3600.0, workers=2)
     s.training.submit(job, 3600.0)
+    s.expected_run[job.id] = 3600.0  # what arrivals register for the policy
     s.queue.add(job)
     result = CycleResult(SIM_START, (admit(job.id, (free[0].name, (0,)), (free[1].name, (0,)), model=model),))
     s.apply(result)
     assert s.training.pods_of(job.id) == ("job-1000000", "job-1000000-w1")
-    s.execute(EvictTraining(free[1].name, "job-1000000-w1"), SIM_START)
+    s.take_back_of[free[1].name] = (SIM_START - 900, "online-usage-above-max")
+    s.clock.set(SIM_START + 600)
+    s.execute(EvictTraining(free[1].name, "job-1000000-w1"), SIM_START + 600)
+    # what the policy knew, once per job: run 10 min of an expected hour, decided 25 min before the eviction
+    assert s.metrics.kills == [Kill(600.0, 3000.0, 1500.0, "online-usage-above-max")]
     assert s.backend.pod("job-1000000") is None and s.backend.pod("job-1000000-w1") is None
     requeued = s.training.jobs[job.id]
     assert requeued.status is JobStatus.PENDING and requeued.peers == () and requeued.preferred_pool is Pool.FIXED

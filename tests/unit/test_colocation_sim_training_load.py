@@ -117,3 +117,21 @@ def test_lyra_metrics_of_a_hand_made_run():
     assert f["online_short_minutes"] == 2
     assert f["gpu_hours_lent"] == pytest.approx(32 / 60)
     assert f["kills_per_lent_node_hour"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.5])
+def test_the_policys_runtime_estimate_is_the_run_time_times_a_lognormal_error(sigma):
+    """The jobs end at their real run time; the policy sees the estimate (the stated duration), exact only at 0."""
+    from experiments.colocation_sim import SimConfig
+    from experiments.colocation_sim.world import build_jobs, build_nodes
+
+    cfg = SimConfig(Path(TRACES_DIR), days=1, runtime_error=sigma).small()
+    nodes = build_nodes(cfg)
+    arrivals, _ = build_jobs(cfg, nodes, 0.0)
+    exact, _ = build_jobs(cfg.with_(runtime_error=0.0), nodes, 0.0)
+    assert [a.run_s for a in arrivals] == [a.run_s for a in exact]  # the real run times do not move
+    ratios = sorted(a.job.expected_duration_s / a.run_s for a in arrivals)
+    if sigma == 0:
+        assert set(ratios) == {1.0}
+    else:
+        assert 0.8 < ratios[len(ratios) // 2] < 1.25 and ratios[0] < 0.7 and ratios[-1] > 1.4

@@ -57,10 +57,17 @@ CALM = online_fleet((2,), (2,), (2,))  # 50%
     (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))).pending(4), DEFAULT, None, LendReason.ONLINE_PENDING, 0),
     (G().nodes(*HIGH, lent("t4-4", job("a", 1, 3600))).pending(4), DEFAULT, None, LendReason.ONLINE_PENDING, 0),
     # forecast take-back: the forecast rise when later than the grace ...
-    (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))), ON.with_(drain_s=30 * MIN), flat((25, 11), base=6),
+    (G().nodes(*CALM, lent("t4-4", job("a", 1, 20 * MIN))), ON.with_(drain_s=30 * MIN), flat((25, 11), base=6),
      LendReason.FORECAST_RISE, 25 * MIN),
+    # ... the node's jobs' end when later, if the forecast does not need the node before (11 of 12 GPUs fit) ...
+    (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))), ON.with_(drain_s=30 * MIN), flat((25, 11), base=6),
+     LendReason.FORECAST_RISE, 60 * MIN),
+    # ... but no later than the minute the forecast's demand passes what online can place (13 > 12 GPUs) ...
+    (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))), ON.with_(drain_s=30 * MIN), flat((25, 11), (40, 13), base=6),
+     LendReason.FORECAST_RISE, 40 * MIN),
     # ... and never sooner than the grace (a forecast that jumped is no more urgent than a threshold)
-    (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))), ON, flat((3, 11), base=6), LendReason.FORECAST_RISE, 15 * MIN),
+    (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))), ON, flat((3, 11), (5, 13), base=6), LendReason.FORECAST_RISE,
+     15 * MIN),
 ])
 def test_the_deadline_of_a_take_back(group, profile, forecast, reason, evict_in_s):
     d = decide_group(group.build(), NOW, profile, forecast)

@@ -1,6 +1,6 @@
 """`python manage.py colocate_sim --days 7 [--llm] [--trace worldcup98|genai|servegen-* | --traffic CSV] [--start DAY]
 [--lending threshold|forecast|both] [--training-load F] [--out DIR] [--json PATH] [--seed N] [--queue-window N]
-[--processes 1|2|3]`: thin; the work is in experiments/colocation_sim/ (no Django there)."""
+[--runtime-error S] [--processes 1|2|3]`: thin; the work is in experiments/colocation_sim/ (no Django there)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ class Command(BaseCommand):
         parser.add_argument("--fixed-share", type=float, default=None,
                             help="fixed pool = this share of each group's nodes (default: the static split's "
                                  "training side, Lyra's comparison)")
+        parser.add_argument("--runtime-error", type=float, default=None,
+                            help="sigma of a lognormal factor on each job's runtime estimate (default 0: exact)")
         parser.add_argument("--queue-window", type=int, default=None,
                             help="pending jobs per GPU model and pool (lent nodes allowed / fixed pool only) a "
                                  "scheduling cycle sees, oldest first (default 32; 0: the whole queue)")
@@ -74,6 +76,10 @@ class Command(BaseCommand):
             cfg = cfg.with_(fixed_share=opts["fixed_share"], fixed_from_static=False)
         if opts["queue_window"] is not None:
             cfg = cfg.with_(queue_window=opts["queue_window"] or None)
+        if opts["runtime_error"] is not None:
+            if opts["runtime_error"] < 0:
+                raise CommandError("--runtime-error must be >= 0")
+            cfg = cfg.with_(runtime_error=opts["runtime_error"])
         out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / "colocate-sim"
         command = "python manage.py colocate_sim " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "colocate_sim"
         bars: list[tqdm] = []
