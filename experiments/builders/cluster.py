@@ -61,8 +61,9 @@ def build_quotas(nodes: list[NodeView], departments: tuple[str, ...] = DEPARTMEN
 
 def quota_tree(leaves: int, divisions: int = 4, groups: int = 10) -> tuple[tuple[QuotaNodeView, ...], tuple[str, ...]]:
     """A 3-level tree (divisions -> groups -> teams) with `leaves` teams spread evenly, the inner nodes without own
-    quota or limits (the teams' quotas are build_quotas'), and the teams' names."""
-    nodes = [QuotaNodeView(f"div-{d}", None) for d in range(divisions)]
+    quota or limits (the teams' quotas are build_quotas'), and the teams' names. Divisions protect borrowed work
+    for 5 minutes (reclaim_min_runtime_s, as the Helios replay tree does), so the no-churn rules run too."""
+    nodes = [QuotaNodeView(f"div-{d}", None, reclaim_min_runtime_s=300.0) for d in range(divisions)]
     nodes += [QuotaNodeView(f"grp-{d}-{g}", f"div-{d}") for d in range(divisions) for g in range(groups)]
     teams = tuple(f"team-{i}" for i in range(leaves))
     nodes += [QuotaNodeView(t, nodes[divisions + i % (divisions * groups)].name, 1.0 + i % 3) for i, t in
