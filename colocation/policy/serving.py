@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 MAX_STEP = 2.0  # a latency breach at most doubles the replicas per decision (HPA's default scale-up is +100 %)
 SIGNALS = ("ttft_p99", "tpot_p99", "queue", "kv_cache")
+STEP_MINUTES = 15  # minutes the decode step is measured over
+SATURATED = 0.9  # a minute this busy says little about the step (its TPOT is mostly the queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,21 @@ def replicas_for_breach(n: int, utilization: float | None, expect_rate: float) -
     if utilization is not None:
         k = max(k, math.ceil(utilization / expect_rate * n - 1e-9))
     return min(k, max(n + 1, math.ceil(MAX_STEP * n)))
+
+
+def decode_step(loads: Sequence, utilization: str = "gpu") -> float | None:
+    """The decode step (seconds) the newest minutes measured, the median over those not near saturation: a running
+    batch's time per output token is the step stretched by the share of time other work takes, TPOT = step / (1 - u),
+    so step = TPOT p50 × (1 - u). None without a minute that measured both."""
+    steps = sorted(m.tpot_p50 * (1.0 - u) for m in loads[-STEP_MINUTES:]
+                   if m.tpot_p50 is not None and (u := getattr(m, utilization)) is not None and u < SATURATED)
+    return steps[len(steps) // 2] if steps else None
+
+
+def slo_utilization(step_s: float, tpot_target_s: float) -> float:
+    """The largest utilization whose predicted TPOT (step / (1 - u)) stays within the target; 0 when even an idle
+    group misses it."""
+    return max(0.0, 1.0 - step_s / tpot_target_s)
 
 
 def _show(signal: str, v: float) -> str:

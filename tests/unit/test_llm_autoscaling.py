@@ -95,18 +95,20 @@ def test_breaches_need_every_minute_measured():
 
 # ---- look-ahead of a start-up; groups to and from zero -------------------------------------------
 
-@pytest.mark.parametrize("startup_min,ahead", [(0, AHEAD), (2, AHEAD), (10, 20)])
-def test_the_predictive_rule_looks_at_least_a_startup_ahead(startup_min, ahead):
-    assert lookahead(replace(POLICY, startup_min=startup_min)) == ahead >= startup_min
+@pytest.mark.parametrize("serving,startup_min,ahead", [(SLO, 0, AHEAD), (SLO, 2, AHEAD), (SLO, 10, 10),
+                                                       (None, 10, 20)])
+def test_the_predictive_rule_looks_at_least_a_startup_ahead(serving, startup_min, ahead):
+    """One start-up for a service that decides while its replicas start (an LLM service), two for one that waits."""
+    assert lookahead(replace(POLICY, serving=serving, startup_min=startup_min)) == ahead >= startup_min
 
 
 def test_a_rise_beyond_five_minutes_but_within_the_startup_scales_out_ahead():
-    rise = (0.6,) * 10 + (0.95,) * 10  # over maxRate from minute 11 on
+    rise = (0.6,) * 7 + (0.95,) * 13  # over maxRate from minute 8 on
     for startup, reason in ((0, ScaleReason.HOLD), (10, ScaleReason.PREDICTIVE_OUT)):
         d = decide_service(view(minutes(), policy=replace(POLICY, startup_min=startup), forecast=(("gpu", rise),)),
                            NOW)
         assert d.reason is reason, d.message
-    assert "over the next 20 minutes" in d.message and d.target == math.ceil(0.95 / 0.6 * 4)
+    assert "over the next 10 minutes" in d.message and d.target == math.ceil(0.95 / 0.6 * 4)
 
 
 def test_a_group_service_goes_to_zero_and_back_whole():
