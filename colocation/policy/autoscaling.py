@@ -18,8 +18,7 @@ from enum import StrEnum
 
 from cluster.types import GPU_UTIL, SM_ACTIVE
 from colocation.policy.schedules import Schedule, scheduled_minimum
-from colocation.policy.serving import ServingTargets, breaches, decode_step, missed, replicas_for_breach, \
-    slo_utilization
+from colocation.policy.serving import ServingTargets, breaches, missed, replicas_for_breach, slo_utilization
 from colocation.policy.windows import in_window, local
 
 METRICS = ("gpu", "cpu", "memory", "gpu_memory")
@@ -217,13 +216,6 @@ def lookahead(policy: ScalingPolicy) -> int:
     return max(AHEAD, math.ceil(startups * policy.startup_min))
 
 
-def out_minutes(policy: ScalingPolicy) -> int:
-    """Minutes over maxRate that scale out: the SPEC's 2; 1 for an LLM service (decides_while_starting), whose
-    TPOT falls off a cliff near saturation (TPOT = decode step / (1 - u)), so a minute over it loses its requests,
-    while a needless group costs only until the slow scale-in (5 minutes under minRate) takes it back."""
-    return 1 if decides_while_starting(policy) else OUT_MINUTES
-
-
 def decides_while_starting(policy: ScalingPolicy) -> bool:
     """An LLM service (one with serving targets) keeps deciding, upward only, while its replicas start and within
     the stability wait: its groups start in many minutes, too long to sit through a second rise blind."""
@@ -299,29 +291,25 @@ def _recent_run(loads: Sequence[LoadMinute], now: float) -> list[LoadMinute]:
 
 
 def _decide(view: ServiceView, now: float, fresh: Sequence[LoadMinute]) -> ScaleDecision:
-    """The rules and the system rules on the fresh minutes, under the TPOT cliff's thresholds where it binds."""
-    capped, note = _under_tpot_cliff(view, fresh)
+    """The rules and the system rules on the fresh minutes, under the thresholds the SLO allows (_under_slo)."""
+    capped, note = _under_slo(view, fresh)
     d = _bounded(capped, now, _rules(capped, _measured(capped, fresh), _at_current_count(capped, fresh)))
     return replace(d, message=f"{d.message}; {note}") if note else d
 
 
-def _under_tpot_cliff(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, str]:
-    """An LLM service with a TPOT target: its GPU thresholds, lowered as a whole (the band's shape kept) until maxRate
-    keeps the predicted TPOT within the target at the decode step measured (serving.slo_utilization): past that
-    utilization every request misses TPOT, so no threshold may sit there, whatever the owner set."""
+def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, str]:
+    """An LLM service with latency targets: its GPU thresholds, lowered as a whole (the band's shape kept) until
+    maxRate keeps the predicted TPOT and TTFT p99 within their targets at the latencies measured
+    (serving.slo_utilization): past that utilization the requests miss their SLO, whatever the owner set."""
     policy = view.policy
-    target = policy.serving.tpot_p99_s if policy.serving else None
-    step = decode_step(run) if target else None
     rates = dict(policy.thresholds)
-    if step is None or "gpu" not in rates:
+    limit = slo_utilization(policy.serving, run) if policy.serving and "gpu" in rates else None
+    if limit is None or rates["gpu"].max_rate <= limit[0]:
         return view, ""
-    r, cliff = rates["gpu"], slo_utilization(step, target)
-    if r.max_rate <= cliff:
-        return view, ""
-    f = cliff / r.max_rate
-    rates["gpu"] = Rates(r.min_rate * f, r.expect_rate * f, cliff)
-    note = (f"thresholds ×{f:.2f}: a {step * 1e3:.1f} ms decode step keeps TPOT within {target * 1e3:g} ms up to "
-            f"{cliff:.0%} use")
+    r, (cap, why) = rates["gpu"], limit
+    f = cap / r.max_rate
+    rates["gpu"] = Rates(r.min_rate * f, r.expect_rate * f, cap)
+    note = f"thresholds ×{f:.3g}: {why} up to {cap:.0%} use"
     return replace(view, policy=replace(policy, thresholds=tuple(rates.items()))), note
 
 
@@ -443,16 +431,15 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute], at_count: Sequence[Lo
     headroom-scaled rate."""
     n, policy = view.replicas, view.policy
     answers: list[tuple[int, ScaleReason, str, str]] = []  # (replicas, reason, metric, why)
-    up = out_minutes(policy)
     for metric, base in sorted(policy.rates().items()):
         ys, rates = _trailing(loads, metric), rates_at(base, policy.headroom, n)
         source = loads[-1].busy_source if metric == BUSY and loads else ""
         named = f"busy ({source})" if source else metric  # the sentence says what busy was read from
-        if len(ys) >= up and all(v > rates.max_rate for v in ys[-up:]):
+        if len(ys) >= OUT_MINUTES and all(v > rates.max_rate for v in ys[-OUT_MINUTES:]):
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=True)
             answers.append((max(n + 1, k), ScaleReason.SCALE_OUT, metric,  # over maxRate >= expectRate: one more at least
-                            f"{named} {_pcts(ys[-up:])} over maxRate {rates.max_rate:.0%} for "
-                            f"{_minutes(up)}: {formula}" + _nudged(k, max(n + 1, k))))
+                            f"{named} {_pcts(ys[-OUT_MINUTES:])} over maxRate {rates.max_rate:.0%} for "
+                            f"{OUT_MINUTES} minutes: {formula}" + _nudged(k, max(n + 1, k))))
         elif len(ys) >= IN_MINUTES and all(v < rates.min_rate for v in ys[-IN_MINUTES:]):
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=False)
             answers.append((min(n - 1, k), ScaleReason.SCALE_IN, metric,  # under minRate <= expectRate: one fewer at least
@@ -681,10 +668,6 @@ def _trailing(loads: Sequence[LoadMinute], metric: str) -> list[float]:
 def _nudged(k: int, target: int) -> str:
     """Rounding at the threshold's edge (maxRate = expectRate, or minRate = expectRate) still moves one replica."""
     return f", moved to {target} (one replica at least)" if k != target else ""
-
-
-def _minutes(k: int) -> str:
-    return "1 minute" if k == 1 else f"{k} minutes"
 
 
 def _pcts(values: Sequence[float]) -> str:
