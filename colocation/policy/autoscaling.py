@@ -228,10 +228,8 @@ def _out_while_starting(view: ServiceView, now: float, fresh: Sequence[LoadMinut
     starting replicas count as capacity: the work measured on the ready ones is spread over every replica asked,
     so a rise the starting ones will carry asks nothing more (HPA counts its unready pods at 0 % use the same way).
     A scale-in still waits for the SPEC's filters."""
-    if (skip.reason not in (ScaleReason.SKIP_SCALING, ScaleReason.SKIP_UNSTABLE) or view.replicas == 0
+    if (skip.reason not in (ScaleReason.SKIP_SCALING, ScaleReason.SKIP_UNSTABLE) or view.replicas == 0 or not fresh
             or not decides_while_starting(view.policy)):
-        return skip
-    if not _measured(view, fresh):
         return skip
     d = _decide(view, now, fresh)
     if d.target <= view.replicas:
