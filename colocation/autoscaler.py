@@ -9,6 +9,7 @@ clock is given (the live demo compresses a day into minutes), else on `now` itse
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -125,7 +126,8 @@ def scaling_policy(service: InferenceService) -> ScalingPolicy:
         min_replicas=service.min_replicas, max_replicas=service.max_replicas, priority=service.priority,
         autoscaling=service.autoscaling, peak_window=peak, scale_to_zero_idle_min=service.scale_to_zero_idle_min,
         schedules=tuple(_schedules(service)),
-        busy_signal=service.busy_signal, tz=settings.TIME_ZONE, serving=serving_targets(service))
+        busy_signal=service.busy_signal, tz=settings.TIME_ZONE, serving=serving_targets(service),
+        startup_min=math.ceil(service.startup_s / 60))
 
 
 def serving_targets(service: InferenceService) -> ServingTargets | None:

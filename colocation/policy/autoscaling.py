@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from cluster.types import GPU_UTIL, SM_ACTIVE
 from colocation.policy.schedules import Schedule, scheduled_minimum
-from colocation.policy.serving import ServingTargets, breaches, missed, replicas_for_breach
+from colocation.policy.serving import ServingTargets, breaches, missed, replicas_for_breach, slo_utilization
 from colocation.policy.windows import in_window, local
 
 METRICS = ("gpu", "cpu", "memory", "gpu_memory")
@@ -32,6 +32,7 @@ SILENT_MINUTES = 5  # no metrics this long: restore yesterday's maximum
 AHEAD = 5  # forecast minutes looked at (at least; a service's start-up time further: lookahead())
 AHEAD_OVER = 2  # of which this many over maxRate trigger a scale-out ahead of the peak
 LOOKAHEAD_STARTUPS = 2  # a decision holds the next until its replicas serve (one start-up), whose own serve a start-up later
+UTILIZATION = frozenset({"gpu", "cpu", "memory", "gpu_memory", BUSY})  # per-replica shares of the work
 MINUTE = 60
 FLOAT_SLACK = 1e-9  # 0.9/0.6*4 is 6.000000000000001: not a reason for a 7th replica
 
@@ -184,7 +185,7 @@ def decide_service(view: ServiceView, now: float) -> ScaleDecision:
     skip = _skip(view, now)
     fresh = _recent_run(view.loads, now)
     if skip is not None and not _waking(view, skip, fresh):
-        return skip
+        return _out_while_starting(view, now, fresh, skip)
     if not fresh:
         return _silent(view, now)
     if view.replicas == 0:
@@ -193,7 +194,7 @@ def decide_service(view: ServiceView, now: float) -> ScaleDecision:
     blocked = None if idle is None else _zero_blocked(view, now)
     if idle is not None and blocked is None:
         return idle
-    d = _bounded(view, now, _rules(view, _at_current_count(view, fresh)))
+    d = _decide(view, now, fresh)
     if idle is None:
         return d
     return replace(d, message=f"{d.message}; not scaled to zero after {view.policy.scale_to_zero_idle_min} idle "
@@ -209,8 +210,31 @@ def _waking(view: ServiceView, skip: ScaleDecision, fresh: Sequence[LoadMinute])
 
 def lookahead(policy: ScalingPolicy) -> int:
     """Forecast minutes the predictive rule looks at: AHEAD, and at least one start-up time (a replica asked
-    for a peak further away than its start-up is in time; one asked later is not)."""
-    return max(AHEAD, math.ceil(LOOKAHEAD_STARTUPS * policy.startup_min))
+    for a peak further away than its start-up is in time; one asked later is not). A service that waits for its
+    replicas before deciding again looks two start-ups ahead; one that decides while they start, one."""
+    startups = 1 if decides_while_starting(policy) else LOOKAHEAD_STARTUPS
+    return max(AHEAD, math.ceil(startups * policy.startup_min))
+
+
+def decides_while_starting(policy: ScalingPolicy) -> bool:
+    """An LLM service (one with serving targets) keeps deciding, upward only, while its replicas start and within
+    the stability wait: its groups start in many minutes, too long to sit through a second rise blind."""
+    return policy.serving is not None
+
+
+def _out_while_starting(view: ServiceView, now: float, fresh: Sequence[LoadMinute],
+                        skip: ScaleDecision) -> ScaleDecision:
+    """A scale-out of a service that decides while its replicas start (decides_while_starting), else the skip. The
+    starting replicas count as capacity: the work measured on the ready ones is spread over every replica asked,
+    so a rise the starting ones will carry asks nothing more (HPA counts its unready pods at 0 % use the same way).
+    A scale-in still waits for the SPEC's filters."""
+    if (skip.reason not in (ScaleReason.SKIP_SCALING, ScaleReason.SKIP_UNSTABLE) or view.replicas == 0 or not fresh
+            or not decides_while_starting(view.policy)):
+        return skip
+    d = _decide(view, now, fresh)
+    if d.target <= view.replicas:
+        return skip
+    return replace(d, message=f"{d.message} ({view.ready} of {view.replicas} ready, the others counted as capacity)")
 
 
 def keep_minutes(policy: ScalingPolicy) -> int:
@@ -262,6 +286,45 @@ def _recent_run(loads: Sequence[LoadMinute], now: float) -> list[LoadMinute]:
             break
         run.append(m)
     return run[::-1]
+
+
+def _decide(view: ServiceView, now: float, fresh: Sequence[LoadMinute]) -> ScaleDecision:
+    """The rules and the system rules on the fresh minutes, under the thresholds the SLO allows (_under_slo)."""
+    capped, note = _under_slo(view, fresh)
+    d = _bounded(capped, now, _rules(capped, _measured(capped, fresh), _at_current_count(capped, fresh)))
+    return replace(d, message=f"{d.message}; {note}") if note else d
+
+
+def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, str]:
+    """An LLM service with latency targets: its GPU thresholds, lowered as a whole (the band's shape kept) until
+    maxRate keeps the predicted TPOT and TTFT p99 within their targets at the latencies measured
+    (serving.slo_utilization): past that utilization the requests miss their SLO, whatever the owner set."""
+    policy = view.policy
+    rates = dict(policy.thresholds)
+    limit = slo_utilization(policy.serving, run) if policy.serving and "gpu" in rates else None
+    if limit is None or rates["gpu"].max_rate <= limit[0]:
+        return view, ""
+    r, (cap, why) = rates["gpu"], limit
+    f = cap / r.max_rate
+    rates["gpu"] = Rates(r.min_rate * f, r.expect_rate * f, cap)
+    note = f"thresholds ×{f:.3g}: {why} up to {cap:.0%} use"
+    return replace(view, policy=replace(policy, thresholds=tuple(rates.items()))), note
+
+
+def _measured(view: ServiceView, run: Sequence[LoadMinute]) -> list[LoadMinute]:
+    """The minutes the utilization rules read: for a service that decides while its replicas start, the newest
+    minutes measured on ready replicas, each rescaled to the current count (the work a minute measured is what it
+    is, whoever served it: y × its replicas / N); for the others, the minutes at the current count."""
+    if not decides_while_starting(view.policy):
+        return _at_current_count(view, run)
+    kept: list[LoadMinute] = []
+    for m in reversed(run):
+        if m.replicas <= 0:
+            break
+        f = m.replicas / view.replicas
+        kept.append(replace(m, replicas=view.replicas, **{k: v * f for k in UTILIZATION
+                                                          if (v := m.value(k)) is not None}))
+    return kept[::-1]
 
 
 def _at_current_count(view: ServiceView, run: Sequence[LoadMinute]) -> list[LoadMinute]:
@@ -359,9 +422,11 @@ def replicas_for(y: float, n: int, rate: float, headroom: float, up: bool) -> tu
     return k, f"{k} replicas run {y:.2f}×{n} at {rate:.2f} less headroom {headroom:g}/√{k}"
 
 
-def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
-    """The reactive rule per metric and the predictive rule; the largest answer wins. With square-root headroom the
-    triggers are the rates at the current count (rates_at) and every count is sized at the headroom-scaled rate."""
+def _rules(view: ServiceView, loads: Sequence[LoadMinute], at_count: Sequence[LoadMinute]) -> ScaleDecision:
+    """The reactive rule per metric on `loads` (_measured), the serving targets on `at_count` (latency measured at
+    another count says nothing about this one) and the predictive rule; the largest answer wins. With square-root
+    headroom the triggers are the rates at the current count (rates_at) and every count is sized at the
+    headroom-scaled rate."""
     n, policy = view.replicas, view.policy
     answers: list[tuple[int, ScaleReason, str, str]] = []  # (replicas, reason, metric, why)
     for metric, base in sorted(policy.rates().items()):
@@ -381,7 +446,7 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
         elif ys:
             answers.append((n, ScaleReason.HOLD, metric, f"{named} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
                                                     f"{rates.max_rate:.0%}"))
-    answers += _serving(view, loads)
+    answers += _serving(view, at_count)
     ahead = _ahead(view)
     if ahead is not None:
         answers.append(ahead)
@@ -395,7 +460,7 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute]) -> ScaleDecision:
     if reason is ScaleReason.SCALE_IN:
         replicas, reason, why = _limit_in(view, replicas, why)
         replicas, reason, why = _no_flap(view, loads, replicas, reason, why)
-        replicas, reason, why = _slo_kept(view, loads, replicas, reason, why)
+        replicas, reason, why = _slo_kept(view, at_count, replicas, reason, why)
     verb = {ScaleReason.HOLD: "stays at", ScaleReason.SCALE_IN: "scales in to"}.get(reason, "scales out to")
     if reason is ScaleReason.PREDICTIVE_LIMIT:
         verb = "stays at" if replicas == n else "scales in only to"

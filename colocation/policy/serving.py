@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 MAX_STEP = 2.0  # a latency breach at most doubles the replicas per decision (HPA's default scale-up is +100 %)
 SIGNALS = ("ttft_p99", "tpot_p99", "queue", "kv_cache")
+STEP_MINUTES = 15  # minutes the decode step is measured over (its median)
+SATURATED = 0.9  # a minute this busy says little about the step (its TPOT is mostly the queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,56 @@ def replicas_for_breach(n: int, utilization: float | None, expect_rate: float) -
     if utilization is not None:
         k = max(k, math.ceil(utilization / expect_rate * n - 1e-9))
     return min(k, max(n + 1, math.ceil(MAX_STEP * n)))
+
+
+def slo_utilization(targets: ServingTargets, loads: Sequence, utilization: str = "gpu") -> tuple[float, str] | None:
+    """The largest utilization at which the newest minutes' latencies predict TPOT and TTFT p99 within their
+    targets, and why; None when no target is set, nothing was measured short of saturation (a saturated minute's
+    latencies are its queue, not its group) or no utilization would meet a target (more replicas shorten neither a
+    decode step nor a prompt's own prefill; the breach rule still acts on the miss)."""
+    measured = [(m, u) for m in loads[-STEP_MINUTES:]
+                if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED]
+    if not measured:
+        return None
+    limits = [_tpot_limit(targets.tpot_p99_s, measured), _ttft_limit(targets.ttft_p99_s, *measured[-1])]
+    return min((x for x in limits if x is not None), default=None)
+
+
+def _tpot_limit(target: float | None, measured: Sequence) -> tuple[float, str] | None:
+    """TPOT = step / (1 - u) (a running batch's step, stretched by the share of time other work takes): the step is
+    TPOT p50 × (1 - u), the median over the minutes measured (it is the group's, whatever the load), and TPOT stays
+    within the target up to u = 1 - step / target."""
+    steps = sorted(m.tpot_p50 * (1.0 - u) for m, u in measured if m.tpot_p50 is not None)
+    if target is None or not steps:
+        return None
+    step = steps[len(steps) // 2]
+    if step >= target:
+        return None
+    return 1.0 - step / target, f"a {step * 1e3:.1f} ms decode step keeps TPOT within {target * 1e3:g} ms"
+
+
+def _ttft_limit(target: float | None, m, u: float) -> tuple[float, str] | None:
+    """TTFT = the prompt's own time plus its wait for the prefill queue. The mean wait W is measured by Little's law
+    (requests waiting / requests per second) and grows like u / (1 - u) (Kingman's M/G/1 approximation, whose
+    burstiness term the measured wait carries); its tail is exponential with P(wait > 0) = u, so the p99 wait is
+    W / u × ln(100 u). The prompt's own time is TTFT p99 less that wait; TTFT p99 stays within the target up to
+    the u found by bisection. The newest minute alone: burstiness changes from one window to the next."""
+    if target is None or m.ttft_p99 is None or m.queue is None or not m.qps:
+        return None
+    wait = m.queue / m.qps
+    per_load = wait * (1.0 - u) / u  # W = per_load × u / (1 - u)
+    own = m.ttft_p99 - _p99_wait(u, per_load)
+    if not 0 <= own < target:  # below 0: the minute does not fit the model (its TTFT p99 under the wait's)
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if own + _p99_wait(mid, per_load) <= target else (lo, mid)
+    return lo, f"a mean prefill wait of {wait:.2f} s at {u:.0%} keeps TTFT p99 within {target:g} s"
+
+
+def _p99_wait(u: float, per_load: float) -> float:
+    return per_load / (1.0 - u) * math.log(100.0 * u) if 100.0 * u > 1.0 else 0.0
 
 
 def _show(signal: str, v: float) -> str:

@@ -13,7 +13,7 @@ import pytest
 from colocation.policy import kpa
 from colocation.policy.autoscaling import (AHEAD, LoadMinute, Rates, ScaleReason, ScalingPolicy, ServiceView,
                                            decide_group, decide_service, lookahead)
-from colocation.policy.serving import ServingTargets, breaches, replicas_for_breach
+from colocation.policy.serving import ServingTargets, breaches, replicas_for_breach, slo_utilization
 from experiments.autoscale_eval.llm.forecast import RateLookahead
 from experiments.autoscale_eval.llm.front import Point, covering, dominates, pareto
 from experiments.autoscale_eval.llm.replica import GroupModel, LlmModel
@@ -93,20 +93,97 @@ def test_breaches_need_every_minute_measured():
     assert [b.signal for b in breaches(SLO, ms, 4, 1)] == ["ttft_p99"]
 
 
+# ---- deciding while groups start; the SLO's utilization ------------------------------------------
+
+def measured(*at_ready: tuple[int, float], **signals) -> tuple[LoadMinute, ...]:
+    """One minute per (ready replicas, GPU utilization of each), the newest ending at NOW."""
+    k = len(at_ready)
+    return tuple(LoadMinute(NOW - 60 * (k - i), n, gpu=u, qps=5.0, **signals) for i, (n, u) in enumerate(at_ready))
+
+
+@pytest.mark.parametrize("name,loads,replicas,ready,changed_s,expected", [
+    # 4 ready at 0.9 each while 2 more start: the work (3.6 replicas' worth) over 6 is 0.6: the starting ones suffice
+    ("starting groups count as capacity", measured((4, 0.6), (4, 0.9)), 6, 4, 120, 6),
+    # 4 ready at 1.1 then 1.2 each (a second rise): 4.4 and 4.8 over 6 are over maxRate 0.7: ceil(4.8 / 0.6) = 8
+    ("a second rise inside the start-up", measured((4, 1.1), (4, 1.2)), 6, 4, 120, 8),
+    # all ready, changed 1 minute ago: the stability wait does not hold a scale-out
+    ("a rise inside the stability wait", measured((6, 0.75), (6, 0.8)), 6, 6, 60, 8),
+    # the load falls while groups start: no scale-in before they are ready and the count stable
+    ("no scale-in while starting", measured(*[(4, 0.1)] * 6), 6, 4, 400, 6),
+    ("no scale-in inside the stability wait", measured(*[(6, 0.1)] * 6), 6, 6, 60, 6),
+])
+def test_an_llm_service_decides_upward_while_its_groups_start(name, loads, replicas, ready, changed_s, expected):
+    policy = replace(POLICY, thresholds=(("gpu", Rates(0.3, 0.6, 0.7)),))
+    d = decide_service(view(loads, n=replicas, ready=ready, policy=policy, replicas_changed_at=NOW - changed_s), NOW)
+    assert d.target == expected, (name, d.message)
+    if expected > replicas:
+        assert d.reason is ScaleReason.SCALE_OUT, d.message
+    if ready < replicas < expected:
+        assert f"{ready} of {replicas} ready, the others counted as capacity" in d.message
+
+
+def test_a_service_without_serving_targets_keeps_the_spec_filters():
+    """The SPEC's rules for the others: no decision while replicas start or within 3 minutes of a change, and 2
+    minutes over maxRate."""
+    policy = replace(POLICY, serving=None, thresholds=(("gpu", Rates(0.3, 0.6, 0.7)),))
+    starting = decide_service(view(measured((4, 0.9), (4, 1.2)), n=6, ready=4, policy=policy), NOW)
+    assert starting.reason is ScaleReason.SKIP_SCALING
+    once = decide_service(view(measured((6, 0.6), (6, 0.9)), n=6, policy=policy), NOW)
+    assert once.reason is ScaleReason.HOLD
+    twice = decide_service(view(measured((6, 0.9), (6, 0.9)), n=6, policy=policy), NOW)
+    assert (twice.reason, twice.target) == (ScaleReason.SCALE_OUT, 9)
+
+
+@pytest.mark.parametrize("targets,minute,limit", [
+    # TPOT p50 30 ms at u 0.5: a 15 ms step; TPOT within 50 ms up to 1 - 15/50
+    (ServingTargets(tpot_p99_s=0.05), {"tpot_p50": 0.03}, 0.7),
+    (ServingTargets(tpot_p99_s=0.015), {"tpot_p50": 0.03}, None),  # even an idle group misses it: no limit helps
+    # a mean wait of 0.1 s (1 waiting at 10 requests/s) at u 0.5: the p99 wait W/u × ln(100u) is 0.78 s of the 1 s
+    # TTFT p99, the prompt's own 0.22 s; within 1 s up to 0.5 (where it is), within 2 s up to 0.689
+    (ServingTargets(ttft_p99_s=1.0), {"ttft_p99": 1.0, "queue": 1.0, "qps": 10.0}, 0.5),
+    (ServingTargets(ttft_p99_s=2.0), {"ttft_p99": 1.0, "queue": 1.0, "qps": 10.0}, 0.757),
+    (ServingTargets(ttft_p99_s=0.5), {"ttft_p99": 1.0, "queue": 0.0, "qps": 10.0}, None),  # the prompt alone: 1 s
+    (ServingTargets(ttft_p99_s=1.0, tpot_p99_s=0.05), {"ttft_p99": 1.0, "queue": 1.0, "qps": 10.0,
+                                                       "tpot_p50": 0.03}, 0.5),  # the lower of the two
+])
+def test_the_utilization_the_slo_allows(targets, minute, limit):
+    m = LoadMinute(NOW - 60, 4, **({"gpu": 0.5, "qps": 5.0} | minute))
+    got = slo_utilization(targets, (m,))
+    assert (got and got[0]) == (None if limit is None else pytest.approx(limit, abs=1e-3)), got
+
+
+def test_nothing_measured_short_of_saturation_sets_no_limit():
+    assert slo_utilization(ServingTargets(tpot_p99_s=0.05), (LoadMinute(NOW - 60, 4, gpu=0.95, tpot_p50=1.0),)) is None
+    assert slo_utilization(ServingTargets(), (LoadMinute(NOW - 60, 4, gpu=0.5, tpot_p50=0.03),)) is None
+
+
+def test_thresholds_above_the_tpot_cliff_are_lowered_whole():
+    """maxRate 0.8 over a 15 ms step and a 50 ms TPOT target (cliff at 0.7): every rate × 0.7/0.8, so 5 minutes at
+    0.75 scale out (over 0.7) to what expectRate 0.6 × 0.875 = 0.525 asks: ceil(0.75/0.525 × 4) = 6."""
+    policy = replace(POLICY, serving=ServingTargets(tpot_p99_s=0.05))
+    d = decide_service(view(measured(*[(4, 0.75)] * 5, tpot_p50=0.06), policy=policy), NOW)  # 0.06 × 0.25 = 15 ms
+    assert (d.reason, d.target) == (ScaleReason.SCALE_OUT, 6), d.message
+    assert "thresholds ×0.875: a 15.0 ms decode step keeps TPOT within 50 ms up to 70% use" in d.message
+    loose = decide_service(view(measured(*[(4, 0.75)] * 5, tpot_p50=0.06), policy=replace(policy, serving=None)), NOW)
+    assert loose.reason is ScaleReason.HOLD
+
+
 # ---- look-ahead of a start-up; groups to and from zero -------------------------------------------
 
-@pytest.mark.parametrize("startup_min,ahead", [(0, AHEAD), (2, AHEAD), (10, 20)])
-def test_the_predictive_rule_looks_at_least_a_startup_ahead(startup_min, ahead):
-    assert lookahead(replace(POLICY, startup_min=startup_min)) == ahead >= startup_min
+@pytest.mark.parametrize("serving,startup_min,ahead", [(SLO, 0, AHEAD), (SLO, 2, AHEAD), (SLO, 10, 10),
+                                                       (None, 10, 20)])
+def test_the_predictive_rule_looks_at_least_a_startup_ahead(serving, startup_min, ahead):
+    """One start-up for a service that decides while its replicas start (an LLM service), two for one that waits."""
+    assert lookahead(replace(POLICY, serving=serving, startup_min=startup_min)) == ahead >= startup_min
 
 
 def test_a_rise_beyond_five_minutes_but_within_the_startup_scales_out_ahead():
-    rise = (0.6,) * 10 + (0.95,) * 10  # over maxRate from minute 11 on
+    rise = (0.6,) * 7 + (0.95,) * 13  # over maxRate from minute 8 on
     for startup, reason in ((0, ScaleReason.HOLD), (10, ScaleReason.PREDICTIVE_OUT)):
         d = decide_service(view(minutes(), policy=replace(POLICY, startup_min=startup), forecast=(("gpu", rise),)),
                            NOW)
         assert d.reason is reason, d.message
-    assert "over the next 20 minutes" in d.message and d.target == math.ceil(0.95 / 0.6 * 4)
+    assert "over the next 10 minutes" in d.message and d.target == math.ceil(0.95 / 0.6 * 4)
 
 
 def test_a_group_service_goes_to_zero_and_back_whole():

@@ -71,7 +71,8 @@ class Kpa:
 
 class Tidal:
     """decide_service on the serving signals, the utilization the gateway's tokens ask (the measured one when the
-    group is saturated says only 100 %) and the request-rate look-ahead (forecast.py, at `z`) two start-ups ahead."""
+    group is saturated says only 100 %) and the request-rate look-ahead (forecast.py, at `z`) over one start-up
+    (`lookahead`: it decides again while its groups start)."""
 
     name = "tidal"
 

@@ -84,4 +84,5 @@ def _observed(at: float, ready: int, rps: float, tin: float, tout: float, m, per
     u = min(1.0, m.utilization)
     served = rps if m.utilization < 1 else rps / m.utilization
     return Observed(at, ready, u, rps, per_rps, served * tin, served * tout, cap(m.ttft_p50_s), cap(m.ttft_p99_s),
-                    cap(m.tpot_s), cap(m.tpot_s), m.kv_cache, m.queue if math.isfinite(m.queue) else rps * CAP_S)
+                    cap(m.tpot_s), cap(m.tpot_s), m.kv_cache,
+                    m.queue * ready if math.isfinite(m.queue) else rps * CAP_S)

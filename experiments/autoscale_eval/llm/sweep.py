@@ -16,9 +16,9 @@ from experiments.autoscale_eval.llm.run import Slo, replay
 from experiments.autoscale_eval.llm.servegen import Workload
 
 TARGETS = (0.45, 0.5, 0.55, 0.6, 0.65)  # HPA's and the KPA's utilization targets
-TIDAL_EXPECT = (0.5, 0.55, 0.6, 0.65)
-TIDAL_BANDS = ((0.9, 1.1), (0.8, 1.1), (0.9, 1.05))  # minRate, maxRate as multiples of expectRate
-TIDAL_Z = (0.5, 1.0, 1.5)  # the look-ahead's margin in standard changes (forecast.py)
+TIDAL_EXPECT = (0.45, 0.5, 0.55, 0.6, 0.65, 0.7)  # above the TPOT cliff the SLO lowers them (policy/serving.py)
+TIDAL_BANDS = ((0.9, 1.05), (0.8, 1.1))  # minRate, maxRate as multiples of expectRate
+TIDAL_Z = (0.0, 0.5, 1.0, 1.5)  # the look-ahead's margin in standard changes (forecast.py)
 MAX_OVER_PEAK = 2  # at most this many times the groups the evaluated peak needs at utilization 0.5
 
 
