@@ -78,8 +78,7 @@ def test_a_replay_on_the_helios_tree_runs_fair_sharing_and_records_the_tree(worl
 
 
 @pytest.mark.django_db
-def test_a_replay_is_flat_unless_a_tree_is_chosen_and_an_unknown_tree_is_refused(world, small_trace, settings,
-                                                                                  tmp_path):
+def test_a_replay_is_flat_unless_a_tree_is_chosen_and_an_unknown_tree_is_refused(world, settings, tmp_path):
     settings.RUN_DIR = tmp_path
     operator = signed_in(world, "operator")
     page = operator.post("/ops/replays/", replay(trace="default", policies=["tidal"], load_factor="1",
