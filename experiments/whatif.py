@@ -14,6 +14,7 @@ from django.db import transaction
 from cluster.simulated.alibaba import TraceError, read_pods
 from core.errors import ApplicationError
 from experiments.fragmentation.scorers import SCORERS
+from experiments.replay import TREES, VARIANTS
 from experiments.tasks import replay_run
 from experiments.traces import ALIBABA
 from scheduler import interference_tables
@@ -22,6 +23,7 @@ from scheduler.policy import PROFILES
 
 PLOTS = (".png",)
 MAX_DAYS = 7
+REPLAY_POLICIES = (*PROFILES, *VARIANTS)  # the named profiles and replay's variants of tidal (tidal-fair, ...)
 
 
 def pod_lists() -> list[str]:
@@ -35,16 +37,18 @@ def _uploads() -> Path:
 
 
 def replay_request(*, actor, policies: list[str], load_factor: float, inflate: bool, trace: str = "",
-                   upload=None) -> ReplayRun:
+                   upload=None, tree: str = "flat") -> ReplayRun:
     """Keep and enqueue a replay of a named pod list or of an uploaded CSV (same schema, checked line by line
-    before anything is kept)."""
+    before anything is kept), on flat departments or the Helios-derived quota tree (`tree`, as `replay --tree`)."""
     if not actor.is_staff:
         raise PermissionDenied("only platform operators start replays")
     errors: dict[str, list[str]] = {}
-    if not policies or set(policies) - set(PROFILES):
-        errors["policies"] = [f"choose one or more of {', '.join(sorted(PROFILES))}"]
+    if not policies or set(policies) - set(REPLAY_POLICIES):
+        errors["policies"] = [f"choose one or more of {', '.join(sorted(REPLAY_POLICIES))}"]
     if not load_factor > 0:
         errors["load_factor"] = [f"must be above 0, got {load_factor}"]
+    if tree not in TREES:
+        errors["tree"] = [f"one of {', '.join(TREES)}, got {tree!r}"]
     if bool(trace) == bool(upload):
         errors["trace"] = ["choose a trace or upload a pod list (one of them)"]
     elif trace and trace not in pod_lists():
@@ -53,7 +57,8 @@ def replay_request(*, actor, policies: list[str], load_factor: float, inflate: b
         raise ApplicationError("the replay was not started", fields=errors)
     path = Path(settings.TRACES_DIR) / ALIBABA / f"openb_pod_list_{trace}.csv" if trace else _keep(upload)
     return _enqueue(ReplayRun.objects.create(requested_by=actor, trace=trace or upload.name, pods_path=str(path),
-                                             policies=policies, load_factor=load_factor, inflate=inflate))
+                                             policies=policies, load_factor=load_factor, inflate=inflate,
+                                             tree=tree))
 
 
 def fragmentation_request(*, actor, trace: str, policies: list[str]) -> ReplayRun:

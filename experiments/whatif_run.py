@@ -46,7 +46,7 @@ def replay_execute(*, run_id: int) -> ReplayRun:
 def _replay(run: ReplayRun, out: Path) -> dict:
     options = Options(load_factor=run.load_factor, inflate=run.inflate)
     setup = load(Path(settings.TRACES_DIR) / ALIBABA / "openb_node_list_all_node.csv", run.pods_path,
-                 Path(settings.TRACES_DIR) / "helios" / "Earth_gpu_number.csv", options)
+                 Path(settings.TRACES_DIR) / "helios" / "Earth_gpu_number.csv", options, tree=run.tree)
     outcome = replay(setup, run.policies, out, f"console replay {run.pk}", workers=1, bar=_progress(run))
     return summary_json(outcome.runs)
 

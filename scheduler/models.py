@@ -258,6 +258,8 @@ class ReplayRun(models.Model):
     policies = models.JSONField(default=list)
     load_factor = models.FloatField(default=1.0)
     inflate = models.BooleanField(default=False)
+    tree = models.CharField(max_length=16, default="flat",
+                            help_text="replay: the quota tree, flat departments or one of experiments.replay.tree.TREES")
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
     progress = models.JSONField(default=dict, blank=True, help_text="policy -> [done, total]")
     figures = models.JSONField(default=dict, blank=True, help_text="headline figures per policy")

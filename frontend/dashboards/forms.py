@@ -1,5 +1,7 @@
 from django import forms
 
+from experiments.replay import TREES
+
 
 class QuotaForm(forms.Form):
     """One quota's amounts; the service refuses amounts below what the department's jobs hold."""
@@ -19,11 +21,19 @@ class ReplayForm(forms.Form):
                                    help_text="arrivals this many times faster (run times unchanged)")
     inflate = forms.BooleanField(required=False, label="Inflate",
                                  help_text="FGD experiment: submit sampled pods until the first cannot be placed")
+    tree = forms.ChoiceField(choices=[(t, t) for t in TREES], required=False, initial="flat", label="Quota tree",
+                             help_text="flat: each Helios virtual cluster a department; helios: the virtual clusters "
+                                       "grouped into divisions by size, with pools, lend and borrow limits and weights "
+                                       "(tidal-fair shares idle GPUs by them). Docs: How-to → Replay a trace → "
+                                       "Quota trees, fair shares and reclaims")
 
     def __init__(self, *args, traces: list[str], policies: list[str], **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["trace"].choices = [("", "— upload instead —")] + [(t, t) for t in traces]
         self.fields["policies"].choices = [(p, p) for p in policies]
+
+    def clean_tree(self) -> str:
+        return self.cleaned_data["tree"] or "flat"  # not chosen: flat departments, as before trees
 
 
 class ColocationForm(forms.Form):

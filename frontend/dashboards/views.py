@@ -40,7 +40,6 @@ from frontend.forms import apply_errors
 from frontend.lists import ObjectList
 from frontend.metrics import WAIT_BUCKETS
 from scheduler import selectors, services
-from scheduler.policy import PROFILES
 
 TABS = (("Overview", "ops"), ("Nodes and lending", "ops-nodes"), ("Quotas", "ops-quotas"),
         ("Autoscaling", "ops-autoscaling"), ("Decisions", "ops-decisions"), ("What-if", "ops-replays"))
@@ -335,7 +334,7 @@ def replays(request):
     newest first."""
     posted = request.POST.get("what") if request.method == "POST" else None
     replay_form = ReplayForm(request.POST if posted == "replay" else None, request.FILES if posted == "replay" else None,
-                             traces=whatif.pod_lists(), policies=sorted(PROFILES),
+                             traces=whatif.pod_lists(), policies=sorted(whatif.REPLAY_POLICIES),
                              initial={"policies": list(DEFAULT_POLICIES), "trace": "gpuspec10"}, prefix="replay")
     sim_form = ColocationForm(request.POST if posted == "colocation" else None, prefix="sim")
     frag_form = FragmentationForm(request.POST if posted == "fragmentation" else None, traces=whatif.pod_lists(),

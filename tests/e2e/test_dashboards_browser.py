@@ -124,11 +124,15 @@ def test_operator_replays_a_small_trace_and_reads_the_report(world, console, set
         form.get_by_label("Trace:").select_option("")  # upload instead
         form.get_by_label("…or upload a pod list").set_input_files(str(trace))
         form.get_by_label("quota-borrowing").uncheck()
+        form.get_by_label("tidal-fair").check()
         form.get_by_label("Load factor").fill("2")
+        form.get_by_label("Quota tree").select_option("helios")
+        expect(form.get_by_text("Quota trees, fair shares and reclaims")).to_be_visible()  # where the tree is told
         console.shot("ops-replay-form")
         form.get_by_role("button", name="Start replay").click()
         expect(page.get_by_role("heading", level=2).first).to_contain_text("first-120-pods.csv")
-        expect(page.get_by_role("region", name="Figures")).to_contain_text("fifo")
+        expect(page.locator("dl.facts")).to_contain_text("helios (divisions of virtual clusters)")
+        expect(page.get_by_role("region", name="Figures")).to_contain_text("tidal-fair")
         expect(page.locator("section[aria-labelledby=plots] img").first).to_be_visible()
         assert page.locator("section[aria-labelledby=plots] img").first.evaluate("i => i.naturalWidth") > 100
         console.shot("ops-replay-report")

@@ -1,9 +1,13 @@
 """What-if replay from the console: a trace or an uploaded pod list, run by the Celery task's service, its
 report kept and shown."""
+import json
+from pathlib import Path
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from core.errors import ApplicationError
 from experiments import whatif
 from scheduler.models import ReplayRun
 from tests.integration.test_dashboards import signed_in
@@ -55,6 +59,38 @@ def test_an_uploaded_pod_list_is_replayed_and_its_report_shown(world, small_trac
     assert image.status_code == 200 and b"".join(image.streaming_content)[:4] == b"\x89PNG"
     assert operator.get(f"/ops/replays/{run.pk}/..%2Freport.md").status_code == 404
     assert operator.get(f"/ops/replays/{run.pk}/report.md").status_code == 404  # plots only
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_on_the_helios_tree_runs_fair_sharing_and_records_the_tree(world, small_trace, eager):
+    operator = signed_in(world, "operator")
+    response = operator.post("/ops/replays/", replay(
+        upload=SimpleUploadedFile("mine.csv", small_trace, content_type="text/csv"), policies=["tidal-fair"],
+        load_factor="1", tree="helios"))
+    run = ReplayRun.objects.get()
+    assert response.status_code == 302 and (run.tree, run.status) == ("helios", "done"), run.error
+    assert 0 < run.figures["tidal-fair"]["fairness"]["jain_mean"] <= 1
+    report = json.loads((Path(run.report_dir) / "report.json").read_text())
+    assert set(report["mapping"]["tree"]) == {"div-xl", "div-l", "div-m", "div-s"}  # the Helios quota file's divisions
+    assert report["policies"]["tidal-fair"]["profile"]["fair_sharing"] is True
+    assert "<dt>Quota tree</dt><dd>helios" in operator.get(f"/ops/replays/{run.pk}/").content.decode()
+    assert "mine.csv, helios tree</td>" in operator.get("/ops/replays/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_replay_is_flat_unless_a_tree_is_chosen_and_an_unknown_tree_is_refused(world, settings, tmp_path):
+    settings.RUN_DIR = tmp_path
+    operator = signed_in(world, "operator")
+    page = operator.post("/ops/replays/", replay(trace="default", policies=["tidal"], load_factor="1",
+                                                 tree="kueue"))
+    assert page.status_code == 400 and "kueue" in page.context["replay_form"].errors["tree"][0]
+    with pytest.raises(ApplicationError) as refused:
+        whatif.replay_request(actor=world.users["operator"], trace="default", policies=["tidal"], load_factor=1,
+                              inflate=False, tree="kueue")
+    assert refused.value.extra["fields"] == {"tree": ["one of flat, helios, got 'kueue'"]}
+    assert not ReplayRun.objects.exists()
+    operator.post("/ops/replays/", replay(trace="default", policies=["tidal"], load_factor="1"))
+    assert ReplayRun.objects.get().tree == "flat"
 
 
 @pytest.mark.django_db
