@@ -274,8 +274,10 @@ def _sources(cluster: ClusterBackend, redis, namespace: str, now: float):
         clock = load_sources.demo_clock(redis=redis, namespace=namespace, now=now)
         traffic = load_sources.demo_traffic(clock=clock)
         if traffic is not None:
+            # a group service's replicas are its ready groups: without it they read 0, and every minute full
             demo = load_sources.DemoLoads(redis=redis, namespace=namespace, traffic=traffic, clock=clock,
-                                          serving=serving_counts(cluster))
+                                          serving=serving_counts(cluster, InferenceService.objects.filter(
+                                              group_size__gt=1)))
             return with_serving_signals(demo, clock), no_forecast, clock
     return with_serving_signals(load_sources.ProfileLoads(), None), profile_forecast, None
 

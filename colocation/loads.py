@@ -81,7 +81,7 @@ class DemoLoads:
         measured = measured[-KEEP_MIN:]
         self.redis.set(key, json.dumps(measured))
         t = self.traffic
-        server = h200.load()[h200.workload_for(name, inference=True, gpus=1, pick=pick)]
+        server = h200.load()[h200.workload_for(name, inference=True, gpus=1, pick=pick, llm=service.group_size > 1)]
         return tuple(LoadMinute(m * MINUTE, r, gpu=(gpu := t.gpu(name, m * MINUTE, r)), cpu=t.cpu(name, m * MINUTE, r),
                                 qps=t.qps(name, m * MINUTE), busy=server.sm_active_at(gpu), busy_source=SM_ACTIVE)
                      for m, r in measured)

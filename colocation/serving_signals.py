@@ -93,13 +93,16 @@ class ServingSignals:
         last = math.floor(now / MINUTE) - 1  # the newest complete minute
         step = MINUTE / self.speed
         window = f"{round(max(step, MIN_WINDOW_S) * 1000)}ms"
-        start, end = (datetime.fromtimestamp(self.to_real((m + 1) * MINUTE), UTC) for m in (last - KEEP_MINUTES + 1,
-                                                                                            last))
+        start, end = (self.to_real((m + 1) * MINUTE) for m in (last - KEEP_MINUTES + 1, last))
+        # The client rounds start and end to whole seconds, which on the demo's clock (a minute in 0.42 s) moved the
+        # newest point into the minute still running, measured by no other source: the exact times go as params.
+        exact = {"start": f"{start:.3f}", "end": f"{end:.3f}"}
         out: dict[str, dict[float, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
         try:
             for signal, query in queries(window).items():
-                for series in self.prometheus.custom_query_range(query, start_time=start, end_time=end,
-                                                                 step=f"{step:g}"):
+                for series in self.prometheus.custom_query_range(
+                        query, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
+                        step=f"{step:g}", params=exact):
                     service = series["metric"].get(SERVICE)
                     for t, value in series["values"]:
                         v = float(value)

@@ -14,6 +14,7 @@ from cluster.simulated.traces import helios_shares
 from cluster.types import Pool
 from colocation.loads import PEAK_SHARE
 from colocation.models import InferenceService, Node, NodeState, ResourceGroup, ScalingThreshold
+from colocation.services import service_create
 from core.models import Department, GPUModel, Membership
 from scheduler.models import Framework, Quota
 
@@ -159,14 +160,45 @@ MIN_SERVICE_NODES = 4  # co-location nodes a group needs to host a demo service 
 DEMO_RATES = {"min_rate": 0.3, "expect_rate": 0.6, "max_rate": 0.8}  # GPU utilization per replica
 
 
+# The demo's LLM service (docs/concepts/demo-cluster.md#the-llm-service): a model too large for one machine, served by
+# groups of LLM_GROUP_SIZE pods of LLM_GPUS_PER_POD GPUs (tensor parallel within a node, pipeline across nodes), on the
+# GPU model with the most co-location nodes that hold such a pod. It takes LLM_STATIC_GROUPS of that model's static
+# share from the one-pod service there, so the online side is as loaded as before and training keeps what it had.
+LLM_SERVICE = "llm-chat"
+LLM_DEPARTMENT = "ml-nlp"
+LLM_GROUP_SIZE = 2
+LLM_GPUS_PER_POD = 8
+LLM_STATIC_GROUPS = 4  # at the demo's peak (PEAK_SHARE of max_replicas)
+LLM_MIN_NODES = 16  # co-location nodes of the model (a peak of 4 groups takes 8 of them whole)
+# Real seconds, as the simulated cluster counts them: 48 minutes of the demo's compressed day (TIDAL_DEMO_DAY_S 600),
+# long enough to see a group starting on the service page, short against the day's rise.
+LLM_STARTUP_S = 20
+LLM_TTFT_P99_S = 0.5  # NVIDIA Dynamo's planner's time-to-first-token target
+LLM_POD = {"cpu_milli_per_replica": 48000, "memory_mib_per_replica": 196608}
+
+
+def llm_group() -> ResourceGroup | None:
+    """The GPU group the LLM service runs on: most co-location nodes of LLM_GPUS_PER_POD GPUs, at least
+    LLM_MIN_NODES of them."""
+    counts = {}
+    for group in ResourceGroup.objects.exclude(gpu_model=None).order_by("name"):
+        counts[group] = Node.objects.filter(resource_group=group, pool=Pool.COLOCATION,
+                                            gpu_count__gte=LLM_GPUS_PER_POD).count()
+    best = max(counts, key=counts.get, default=None)
+    return best if best is not None and counts[best] >= LLM_MIN_NODES else None
+
+
 def _seed_services() -> None:
-    """One inference service per GPU group with at least MIN_SERVICE_NODES co-location nodes."""
+    """One inference service per GPU group with at least MIN_SERVICE_NODES co-location nodes, and the LLM service."""
+    llm = llm_group()
     departments = list(Department.objects.order_by("name"))
     for i, group in enumerate(ResourceGroup.objects.exclude(gpu_model=None).order_by("name")):
         nodes = Node.objects.filter(resource_group=group, pool=Pool.COLOCATION)
         if nodes.count() < MIN_SERVICE_NODES:
             continue
         online = sum(n.gpu_count for n in nodes.filter(state=NodeState.ONLINE_NORMAL))
+        if group == llm:  # what the LLM service's groups hold at the peak
+            online -= LLM_STATIC_GROUPS * LLM_GROUP_SIZE * LLM_GPUS_PER_POD / STATIC_SHARE
         per_replica = 2 if max(n.gpu_count for n in nodes) >= 8 else 1
         replicas = max(2, math.floor(online * STATIC_SHARE / per_replica))
         service, created = InferenceService.objects.get_or_create(
@@ -177,6 +209,18 @@ def _seed_services() -> None:
         )
         if created:
             ScalingThreshold.objects.create(service=service, metric="gpu", **DEMO_RATES)
+    if llm is not None and not InferenceService.objects.filter(name=LLM_SERVICE).exists():
+        _seed_llm_service(llm)
+
+
+def _seed_llm_service(group: ResourceGroup) -> InferenceService:
+    """Through the service API's own checks (a group no node could hold is refused), as the operator."""
+    return service_create(
+        actor=get_user_model().objects.get(username=OPERATOR[0]), department=Department.objects.get(name=LLM_DEPARTMENT),
+        thresholds=[{"metric": "gpu", **DEMO_RATES}], name=LLM_SERVICE, gpu_model=group.gpu_model, priority=10,
+        replicas=LLM_STATIC_GROUPS, min_replicas=2, max_replicas=math.ceil(LLM_STATIC_GROUPS / PEAK_SHARE),
+        group_size=LLM_GROUP_SIZE, gpus_per_replica=LLM_GPUS_PER_POD, startup_s=LLM_STARTUP_S,
+        ttft_p99_target_s=LLM_TTFT_P99_S, max_surge=1, max_unavailable=1, **LLM_POD)
 
 
 @transaction.atomic
@@ -187,7 +231,7 @@ def demo_load(*, traces_dir: Path, every: int = 10) -> DemoSummary:
     models = _seed_catalogue()
     _seed_nodes(nodes, models)
     _seed_departments(nodes, shares, models)
+    _seed_users()  # first: the operator creates the LLM service
     _seed_services()
-    _seed_users()
     return DemoSummary(source=source, nodes=Node.objects.count(), gpus=sum(n.gpu_count for n in nodes),
                        departments=Department.objects.count())

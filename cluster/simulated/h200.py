@@ -6,7 +6,8 @@ A simulated pod follows one workload by kind, chosen by a stable hash so every r
   training, the DLRM-like embedding job, the DRAM-bandwidth-bound copy job);
 - a training pod holding a fraction of one GPU (the notebook-sized requests of the Alibaba pod list): the idle
   notebook, the data-loader-bound ResNet-18 or ResNet-50 at batch 32;
-- an inference pod: the BERT server or the GPT-2 decode server.
+- an inference pod: the BERT server or the GPT-2 decode server; a pod of a service group (an LLM across nodes)
+  the GPT-2 decode server.
 A pod reads second (elapsed s) of its workload's series, wrapping around. Pure: no Django; the table is read once.
 
 `python -m cluster.simulated.h200 ../shared/traces/h200-workloads > data/h200-shapes/workloads.csv` derives it.
@@ -32,6 +33,7 @@ PROFILING = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
 WHOLE_GPU = ("resnet50-bs256", "gpt2s-train", "dlrm-embed", "stream-copy", "resnet50-bs32")
 FRACTION = ("notebook-idle", "resnet18-dataloader", "resnet50-bs32")
 SERVING = ("bert-server", "gpt2m-decode")
+LLM_SERVING = "gpt2m-decode"
 # (run file, workload): each workload's solo steady window; stream-copy ran alone only in the second command
 SOLO_RUNS = {"stream-copy": "solo2"}
 
@@ -81,8 +83,11 @@ def load(path: str | Path = TABLE) -> dict[str, Workload]:
     return {name: Workload(name, tuple(a for _, a in sorted(seconds))) for name, seconds in rows.items()}
 
 
-def workload_for(key: str, *, inference: bool, gpus: float, pick) -> str:
-    """The workload a pod follows: by kind, then `pick(key, count)` (a stable hash) among that kind's."""
+def workload_for(key: str, *, inference: bool, gpus: float, pick, llm: bool = False) -> str:
+    """The workload a pod follows: by kind, then `pick(key, count)` (a stable hash) among that kind's. An LLM served
+    by groups of pods decodes tokens: the GPT-2 decode server, whatever its name hashes to."""
+    if inference and llm:
+        return LLM_SERVING
     kinds = SERVING if inference else WHOLE_GPU if gpus >= 1 else FRACTION
     return kinds[pick(key, len(kinds))]
 

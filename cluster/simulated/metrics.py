@@ -332,7 +332,8 @@ def gpu_shape_of(pod: PodView, shapes: TraceShapes) -> GpuShape:
     """The H200 workload a pod follows (cluster/simulated/h200.py): by kind, then by its task or service."""
     inference = is_inference(pod)
     key = (service_of(pod) or pod.spec.name) if inference else training_key(pod)
-    return shapes.gpu[h200.workload_for(key, inference=inference, gpus=pod.spec.gpus, pick=pick)]
+    return shapes.gpu[h200.workload_for(key, inference=inference, gpus=pod.spec.gpus, pick=pick,
+                                        llm=GROUP_LABEL in pod.spec.labels)]
 
 
 @dataclass(frozen=True, slots=True)

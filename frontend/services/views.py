@@ -1,5 +1,5 @@
 """Inference services: list, detail with load chart, create and edit (department admins and operators)."""
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -12,10 +12,12 @@ from django_tables2 import RequestConfig
 from colocation import selectors, services
 from colocation.filtersets import InferenceServiceFilterSet
 from colocation.models import InferenceService
+from colocation.serving_signals import SERVICE, queries
 from core.errors import ApplicationError
 from core.models import Decision
 from core.selectors import can_administer
 from frontend import scope
+from frontend.dashboards import prometheus
 from frontend.forms import apply_errors
 from frontend.lists import ObjectList
 from frontend.services.forms import (POLICY_FIELDS, ServiceForm, apply_schedule_errors, apply_threshold_errors,
@@ -48,7 +50,8 @@ def service_detail(request, name: str):
     forecast = forecast_charts(forecasts_vs_actuals(service_id=service.pk, since=since, until=now, horizon=5))
     return render(request, "frontend/services/detail.html", {
         "service": service, "history": history, "measured": load[-1] if load else None,
-        "replica_charts": [replica_chart(service, list(scaled)[::-1], load, since, now)],
+        "replica_charts": [replica_chart(service, list(scaled)[::-1], load, since, now),
+                           *slo_charts(service, since, now)],
         "charts": load_charts(load), "forecast_charts": forecast,
         "can_edit": can_administer(user=request.user, department=service.department),
         "groups": selectors.service_groups(service=service) if service.group_size > 1 else [],
@@ -72,6 +75,41 @@ def replica_chart(service: InferenceService, scaled: list[Decision], load: list[
             "profiles saw", "x_min": _ms(since), "x_max": _ms(now), "series": [
                 {"label": "desired", "points": desired, "stepped": True},
                 {"label": "pods seen", "points": seen, "stepped": True, "dash": [4, 3]}]}
+
+
+# An LLM service's serving signals against its targets, read from Prometheus under the engine's metric names
+# (colocation/serving_signals.py): one point per SLO_STEP_S, each over the minute before it.
+SLO_STEP_S = 30
+SLO_WINDOW = "1m"
+SLO_TARGETS = (  # signal, the service's target field, title, unit
+    ("ttft_p99", "ttft_p99_target_s", "Time to first token, p99", "s"),
+    ("tpot_p99", "tpot_p99_target_s", "Time per output token, p99", "s"),
+    ("kv_cache", "kv_cache_target", "KV-cache use", None),
+)
+
+
+def slo_charts(service: InferenceService, since: datetime, now: datetime) -> list[dict]:
+    """One chart per serving target the service sets: the signal, and the target as a dashed line."""
+    charts, read = [], queries(SLO_WINDOW)
+    for signal, field, title, unit in SLO_TARGETS:
+        target = getattr(service, field)
+        if target is None:
+            continue
+        chart = {"id": f"chart-{signal.replace('_', '-')}", "title": title, "x_min": _ms(since), "x_max": _ms(now),
+                 "note": f"from the serving engines' Prometheus metrics; target {target:g}{' ' + unit if unit else ''}",
+                 **({"y_label": unit} if unit else {"percent": True})}
+        try:
+            mine = [line.points for line in prometheus.lines(read[signal], span_s=int((now - since).total_seconds()),
+                                                              step_s=SLO_STEP_S, now=now.timestamp(), by=(SERVICE,))
+                    if line.label == service.name]
+        except prometheus.PrometheusDown as down:
+            charts.append({**chart, "note": str(down), "series": []})
+            continue
+        points = mine[0] if mine else []
+        line = [[_ms(since), target], [_ms(now), target]]
+        charts.append({**chart, "series": [{"label": title, "points": points},
+                                           {"label": "target", "points": line, "dash": [6, 4]}] if points else []})
+    return charts
 
 
 @login_required

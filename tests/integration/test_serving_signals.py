@@ -5,11 +5,15 @@ minutes of signals take seconds, not minutes."""
 
 from __future__ import annotations
 
+import json
+import math
 import time
 import uuid
 from decimal import Decimal
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from cluster.clock import VirtualClock, utc
 from cluster.simulated.exporter import register_target, serve
@@ -88,6 +92,8 @@ def test_a_ttft_p99_over_the_slo_in_prometheus_scales_the_service_out(lab):
         newest = minutes[-1]
         assert newest.replicas == 2 and newest.tokens_in > newest.tokens_out > 0 and newest.queue > 0
         assert 0 < newest.kv_cache <= 1 and newest.ttft_p50 < newest.ttft_p99 and newest.tpot_p99 > 0
+        _minutes_exact(name)
+        _the_service_page_charts_the_ttft_p99_against_its_slo(world, name)
         report = tick()
     finally:
         target.unlink(missing_ok=True)
@@ -109,3 +115,25 @@ def _breached(signals: ServingSignals, name: str, clock: DemoClock) -> list[floa
         run.append(at)
         at -= 60
     return run
+
+
+def _minutes_exact(name: str) -> None:
+    """On the demo's clock (a minute in 0.42 s) a read's newest minute is the newest complete one, whatever fraction
+    of a second it ends at: rounded to whole seconds (as the client does), the reads' times moved by up to half a
+    second, a demo minute, and the newest minute went missing or came from the minute still running."""
+    fast = DemoClock.starting(time.time(), speed=144)
+    signals = ServingSignals(PROMETHEUS_URL, to_real=fast.real, to_policy=fast.demo, speed=144)
+    end = math.floor(fast.demo(time.time() - 2) / 60) * 60  # a minute's end that Prometheus has scraped past
+    for at in range(end, end - 12 * 60, -60):  # 12 ends, 5/12 s apart: every fraction of a second
+        assert max(signals.of(name, at + 1)) == at - 60
+
+
+def _the_service_page_charts_the_ttft_p99_against_its_slo(world, name: str) -> None:
+    client = Client()
+    client.force_login(world.users["operator"])
+    page = client.get(reverse("service", args=[name])).content.decode()
+    chart = json.loads(page.split('<script id="chart-ttft-p99" type="application/json">', 1)[1].split("</script>")[0])
+    ttft, target = chart["series"]
+    assert [v for _, v in target["points"]] == [0.5, 0.5] and target["dash"]
+    assert max(v for _, v in ttft["points"] if v is not None) > 0.5  # the overloaded engines miss it
+    assert "chart-tpot-p99" not in page  # no target, no chart

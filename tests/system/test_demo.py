@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
 
-from colocation.models import Node, ResourceGroup
-from core.models import Department
-from demo.data import DEPARTMENTS, demo_load
+from colocation.models import InferenceService, Node, ResourceGroup
+from colocation.services import service_update
+from core.models import Decision, Department
+from demo.data import DEPARTMENTS, LLM_SERVICE, LLM_STARTUP_S, OPERATOR, STATIC_SHARE, demo_load
 from scheduler.models import Framework, Quota
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +43,27 @@ def test_demo_without_traces_loads_the_built_in_cluster(tmp_path):
     summary = demo_load(traces_dir=tmp_path)
     assert "built-in" in summary.source and summary.nodes == 14
     assert Department.objects.count() == len(DEPARTMENTS)
+    assert not InferenceService.objects.filter(name=LLM_SERVICE).exists()  # no 8-GPU group with room for it
+
+
+@pytest.mark.django_db
+def test_demo_seeds_an_llm_service_of_whole_node_groups_beside_the_others():
+    demo_load(traces_dir=TRACES)
+    llm = InferenceService.objects.get(name=LLM_SERVICE)
+    g2 = InferenceService.objects.get(name="g2-serving")
+    assert (llm.gpu_model.name, llm.group_size, llm.gpus_per_replica, llm.startup_s) == ("G2", 2, 8, LLM_STARTUP_S)
+    assert llm.min_replicas == 2 <= llm.replicas <= llm.max_replicas and llm.ttft_p99_target_s == 0.5
+    assert [t.metric for t in llm.thresholds.all()] == ["gpu"]
+    assert Decision.objects.filter(subject=f"service:{LLM_SERVICE}", reason="service-created").count() == 1
+    # valid through the service API's checks: an update that changes nothing is accepted
+    service_update(service=llm, actor=get_user_model().objects.get(username=OPERATOR[0]))
+    # the online G2 side carries what it carried before the LLM service: 70 % of its GPUs at the peak
+    online = sum(n.gpu_count for n in Node.objects.filter(resource_group__name="g2", state="online-normal"))
+    peak = float(llm.replicas * llm.group_size * llm.gpus_per_replica + g2.replicas * g2.gpus_per_replica) / online
+    assert 0.6 <= peak <= STATIC_SHARE
+    # a one-pod service per GPU group with room, each still on its own share of the traffic's profiles
+    assert set(InferenceService.objects.values_list("name", flat=True)) == {
+        "g2-serving", "p100-serving", "t4-serving", LLM_SERVICE}
 
 
 def _free_port() -> int:

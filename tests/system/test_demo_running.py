@@ -7,6 +7,7 @@ beside the other tests while its load builds up (tests/system/conftest.py); thes
 What it must show, asserted on behaviour and never on timings:
 - every control loop acted on at least 90 % of its ticks (the worker's log, and /metrics' tidal_loop_ticks_total);
 - jobs were admitted, and every pending job that has seen a scheduling cycle says why it waits;
+- the LLM service's groups are placed whole, become ready and are autoscaled;
 - the demo services' load profiles follow the demo's traffic: each complete minute's QPS is the traffic's mean over
   that minute, the minutes rise and fall with the demo day, and the GPU work covers what the requests cost;
 - every console page renders for each demo user, with no template syntax in what it sends.
@@ -39,7 +40,7 @@ from redis import Redis
 
 from cluster.simulated.traffic import DemoClock
 from colocation.loads import DEMO_KEY, demo_traffic
-from demo.data import DEMO_PASSWORD, OPERATOR, demo_load
+from demo.data import DEMO_PASSWORD, LLM_SERVICE, OPERATOR, demo_load
 from tests.integration.console_pages import assert_no_template_syntax
 
 # All of them, so that pytest-django's ordering (database tests first) keeps the module's tests together and the
@@ -255,6 +256,26 @@ def test_service_loads_follow_the_demo_traffic(demo):
             work = traffic.model.per_qps * qps
             assert 0.5 * work <= gpu * replicas and gpu <= 1, f"{name} at {start}: GPU {gpu} x {replicas}, work {work}"
         assert max(expected) > 1.3 * min(expected), f"{name}: the demo day did not rise and fall: {expected}"
+
+
+def test_the_llm_service_runs_whole_groups_that_become_ready_and_are_autoscaled(demo):
+    """docs/concepts/demo-cluster.md#the-llm-service: its groups are placed whole, become ready after their start-up,
+    and the autoscaler decides on the service itself (not only "still scaling" or "no metrics")."""
+    with demo.db() as db:
+        (service_id, size), = db.execute("SELECT id, group_size FROM colocation_inferenceservice WHERE name = ?",
+                                         (LLM_SERVICE,)).fetchall()
+        groups = db.execute("SELECT nodes, ready FROM colocation_servicegroup WHERE service_id = ?",
+                            (service_id,)).fetchall()
+        reasons = Counter(r for r, in db.execute("SELECT reason FROM core_decision WHERE subject = ?",
+                                                 (f"service:{LLM_SERVICE}",)))
+    placed = [json.loads(nodes) for nodes, _ in groups if json.loads(nodes)]
+    assert placed and all(len(nodes) == size for nodes in placed), groups  # whole or not at all
+    assert any(ready for _, ready in groups), groups
+    assert reasons["group-placed"] >= 1 and not reasons["group-bind-refused"], reasons
+    assert {"hold", "scale-in", "scale-out", "slo-scale-out"} & set(reasons), reasons
+    ready = [s.value for family in text_string_to_metric_families(demo.metrics) if family.name == "tidal_service_groups"
+             for s in family.samples if s.labels == {"service": LLM_SERVICE, "state": "ready"}]
+    assert ready and ready[0] >= 1, ready
 
 
 def _epoch(text: str) -> float:

@@ -17,7 +17,7 @@ from cluster.simulated import h200, llm
 from cluster.simulated.exporter import serve
 from cluster.simulated.alibaba import TraceError
 from cluster.simulated.metrics import (BASE_LATENCY_MS, LATENCY_BUCKETS_MS, LATENCY_SIGMA, MIB,
-                                       PodMetricsCollector, Series, TraceShapes, load_traces, pick,
+                                       PodMetricsCollector, Series, TraceShapes, gpu_shape_of, load_traces, pick,
                                        serving_shape, training_shape, usage_of)
 from cluster.types import GpuShare
 from experiments.builders.scheduling import NodeBuilder
@@ -109,6 +109,19 @@ def test_pods_follow_h200_workloads_by_kind():
     assert (whole, part, served) == (set(h200.WHOLE_GPU), set(h200.FRACTION), set(h200.SERVING))
     means = {name: w.mean_util for name, w in h200.load().items()}
     assert means["notebook-idle"] < 0.2 and means["resnet18-dataloader"] < 0.2 and means["gpt2s-train"] > 0.9
+
+
+def test_a_service_groups_pods_follow_the_decode_server_whatever_its_name_hashes_to():
+    """An LLM across nodes decodes tokens; a one-pod service of the same name still picks by its hash."""
+    names = [f"svc-{i}" for i in range(20)]
+    assert {h200.workload_for(n, inference=True, gpus=8, pick=pick, llm=True) for n in names} == {"gpt2m-decode"}
+    bert = next(n for n in names if h200.workload_for(n, inference=True, gpus=8, pick=pick) == "bert-server")
+    labels = {KIND_LABEL: INFERENCE, SERVICE_LABEL: bert}
+    alone = PodView(PodSpec("a", None, "T4", TWO_GPUS, 1000, 2048, labels), "n1", START, True)
+    leader = PodView(PodSpec("b", None, "T4", TWO_GPUS, 1000, 2048, {**labels, GROUP_LABEL: "0", WORKER_LABEL: "0"}),
+                     "n1", START, True)
+    assert (gpu_shape_of(alone, SHAPES).workload.name, gpu_shape_of(leader, SHAPES).workload.name) == (
+        "bert-server", "gpt2m-decode")
 
 
 def test_pods_sharing_a_gpu_each_read_the_gpus_activity():
