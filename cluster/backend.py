@@ -24,7 +24,7 @@ Pod labels: `tidal.io/kind` = inference|training; an inference pod owned by a Re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
@@ -183,6 +183,17 @@ class ClusterEvent:
     pod: str | None = None
     job_id: int | None = None
     detail: str = ""  # eviction reason, or "old->new" for a node state change
+
+
+def bind_in_order(bind: Callable[[PodSpec, str], None], pods: Sequence[tuple[PodSpec, str]]) -> dict[str, BackendError]:
+    """`bind_many` for a backend whose binds are cheap: `bind` each pod in order, the refusals by pod name."""
+    refused = {}
+    for pod, node in pods:
+        try:
+            bind(pod, node)
+        except BackendError as error:
+            refused[pod.name] = error
+    return refused
 
 
 class ClusterBackend(Protocol):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from cluster.backend import (DETACHED_FROM_LABEL, INFERENCE, KIND_LABEL, REPLACED_BY_LABEL, REPLACES_LABEL,
                              REPLICASET_LABEL, RESOURCE_GROUP_LABEL, STARTUP_LABEL, TRAINING, BackendError, ClusterEvent, EventKind,
-                             PendingPodView, PodSpec, PodView, ReplicaSetView)
+                             PendingPodView, PodSpec, PodView, ReplicaSetView, bind_in_order)
 from cluster.clock import Clock
 from cluster.fit import misfit, place
 from cluster.simulated.podlog import EVICTED, SUCCEEDED, PodLogSource, pod_log_count, pod_log_lines, pod_log_text, \
@@ -158,13 +158,7 @@ class SimulatedCluster:
         self._emit(EventKind.POD_STARTED, self._clock.now(), node, pod)
 
     def bind_many(self, pods: Sequence[tuple[PodSpec, str]]) -> dict[str, BackendError]:
-        refused = {}
-        for pod, node in pods:
-            try:
-                self.bind(pod, node)
-            except BackendError as error:
-                refused[pod.name] = error
-        return refused
+        return bind_in_order(self.bind, pods)
 
     def evict(self, pod: str, reason: str) -> None:
         record = self._pods.get(pod)

@@ -15,6 +15,7 @@ import pytest
 from cluster.backend import (
     DETACHED_FROM_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, REPLACED_BY_LABEL, REPLACES_LABEL, RESOURCE_GROUP_LABEL,
     RUN_LABEL, RUNTIME_LABEL, TRAINING, WORKER_LABEL, BackendError, ClusterBackend, ClusterEvent, EventKind, PodSpec,
+    bind_in_order,
 )
 from cluster.clock import VirtualClock
 from cluster.simulated import store
@@ -111,13 +112,7 @@ class RefusingBinds:
 
     def bind_many(self, pods) -> dict[str, BackendError]:
         """Each pod as `bind` above, in order (the engine's bind_many would bind around the refusal)."""
-        refused = {}
-        for pod, node in pods:
-            try:
-                self.bind(pod, node)
-            except BackendError as error:
-                refused[pod.name] = error
-        return refused
+        return bind_in_order(self.bind, pods)
 
 
 def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES, through_proxy: bool = False) -> Iterator[Harness]:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.backend import GROUP_LABEL, SERVICE_LABEL, BackendError
+from cluster.backend import GROUP_LABEL, SERVICE_LABEL, BackendError, bind_in_order
 from cluster.clock import VirtualClock
 from cluster.simulated.engine import SimulatedCluster
 from cluster.types import NodeState, NodeView, Pool
@@ -50,13 +50,7 @@ class Refusing:
 
     def bind_many(self, pods) -> dict[str, BackendError]:
         """Each pod as `bind` above, in order (the engine's bind_many would bind around the refusal)."""
-        refused = {}
-        for pod, node in pods:
-            try:
-                self.bind(pod, node)
-            except BackendError as error:
-                refused[pod.name] = error
-        return refused
+        return bind_in_order(self.bind, pods)
 
 
 def partial_groups(cluster: SimulatedCluster, service: str) -> dict[int, int]:
