@@ -70,11 +70,13 @@ def replica_chart(service: InferenceService, scaled: list[Decision], load: list[
              if isinstance((d.data or {}).get("target"), int) and isinstance(d.data.get("current"), int)]
     desired = [[_ms(since), steps[0][1] if steps else service.replicas]]
     desired += [[_ms(at), target] for at, _, target in steps] + [[_ms(now), service.replicas]]
-    seen = [[_ms(m.minute), m.replicas] for m in load if m.replicas is not None]
-    return {"id": "chart-desired", "title": "Desired and seen", "note": "the autoscaler's decisions; pods the load "
-            "profiles saw", "x_min": _ms(since), "x_max": _ms(now), "series": [
-                {"label": "desired", "points": desired, "stepped": True},
-                {"label": "pods seen", "points": seen, "stepped": True, "dash": [4, 3]}]}
+    # a replica of a group service is a group: the pods seen count in groups, so both lines share one unit
+    per, unit = service.group_size, "groups" if service.group_size > 1 else "pods"
+    seen = [[_ms(m.minute), round(m.replicas / per, 2)] for m in load if m.replicas is not None]
+    return {"id": "chart-desired", "title": "Desired and seen", "note": f"the autoscaler's decisions; {unit} the "
+            "load profiles saw" + (f" (their pods ÷ {per})" if per > 1 else ""), "x_min": _ms(since), "x_max": _ms(now),
+            "series": [{"label": "desired", "points": desired, "stepped": True},
+                       {"label": f"{unit} seen", "points": seen, "stepped": True, "dash": [4, 3]}]}
 
 
 # An LLM service's serving signals against its targets, read from Prometheus under the engine's metric names

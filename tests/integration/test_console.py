@@ -508,6 +508,25 @@ def test_the_service_page_shows_replicas_history_and_no_forecast_yet(world):
     assert "Alert number 0" in second and "2 → 4" in second and "4 → 3" in second
 
 
+def test_a_group_services_chart_counts_the_pods_seen_in_groups(world):
+    """Desired replicas of a group service are groups: the pods the profiles saw are drawn in groups beside them."""
+    import json
+
+    from django.utils import timezone
+
+    from profiling.models import ServiceMinute
+
+    service = world.service("ml-search", name="llm", replicas=3, group_size=2, gpu_model=world.gpu_models["A100"])
+    now = timezone.now()
+    ServiceMinute.objects.create(service=service, minute=now - timedelta(minutes=2), samples=6, replicas=6,
+                                 emitted_at=now)
+    page = signed_in(world, "member").get(reverse("service", args=[service.name])).content.decode()
+    chart = json.loads(page.split('<script id="chart-desired" type="application/json">', 1)[1].split("</script>")[0])
+    desired, seen = chart["series"]
+    assert seen["label"] == "groups seen" and [v for _, v in seen["points"]] == [3.0]
+    assert desired["points"][-1][1] == 3 and "pods seen (groups of 2)" in page
+
+
 def test_the_autoscaling_dashboard_shows_each_services_last_decision_and_alert(world):
     from core.decisions import decision_record
 
