@@ -1,6 +1,5 @@
 """The quota tree in a real browser: a department admin changes a child's weight and sees the fair shares move, adds
 a child and sets its quota; the top bar stays one line."""
-import shutil
 
 import pytest
 from playwright.sync_api import expect
@@ -27,13 +26,13 @@ def test_an_admin_changes_a_childs_weight_and_sees_the_fair_shares_move(world, c
     expect(fair["search-a"]).to_have_text("4")
     expect(fair["search-b"]).to_have_text("4")
     expect(page.locator("#weight-ml-search")).to_have_count(0)  # their own department's weight is its parent's call
-    shutil.copy(console.shot("tree-even"), "/tmp/qsurface-tree-even.png")
+    console.shot("tree-even")
 
     weight = page.get_by_label("Weight of search-a")
     weight.fill("123456")  # past the field's 5 whole digits (the browser itself refuses a negative one)
     weight.locator("xpath=..").get_by_role("button", name="Set").click()
     expect(page.locator("#weight-search-a-error")).to_contain_text("no more than 5 digits before the decimal point")
-    shutil.copy(console.shot("tree-bad-weight"), "/tmp/qsurface-tree-error.png")
+    console.shot("tree-bad-weight")
     assert Department.objects.get(name="search-a").weight == 1
 
     page.get_by_label("Weight of search-a").fill("3")
@@ -41,7 +40,7 @@ def test_an_admin_changes_a_childs_weight_and_sees_the_fair_shares_move(world, c
     expect(fair["search-a"]).to_have_text("6")
     expect(fair["search-b"]).to_have_text("2")
     expect(page.locator("#weight-search-a-error")).to_have_count(0)
-    shutil.copy(console.shot("tree-weighted"), "/tmp/qsurface-tree-weighted.png")
+    console.shot("tree-weighted")
     assert Department.objects.get(name="search-a").weight == 3
 
     # a fence on search-b: its work then preempts only inside it
@@ -57,7 +56,7 @@ def test_an_admin_changes_a_childs_weight_and_sees_the_fair_shares_move(world, c
     add.get_by_label("Under").select_option("search-a")
     add.get_by_role("button", name="Add").click()
     expect(page.locator("#id_child-parent_error")).to_contain_text("search-a has 3 unfinished jobs")
-    shutil.copy(console.shot("tree-child-refused"), "/tmp/qsurface-tree-child-refused.png")
+    console.shot("tree-child-refused")
     assert not Department.objects.filter(name="search-c").exists()
     add = page.locator("form", has=page.get_by_role("heading", name="Add a department"))
     add.get_by_label("Under").select_option("ml-search")
@@ -74,13 +73,13 @@ def test_an_admin_changes_a_childs_weight_and_sees_the_fair_shares_move(world, c
     quota.get_by_label("Lend limit").fill("3")
     quota.get_by_role("button", name="Set quota").click()
     expect(page.locator("#id_quota-lend_limit_error")).to_contain_text("must be between 0 and own (2)")
-    shutil.copy(console.shot("tree-quota-refused"), "/tmp/qsurface-tree-quota-refused.png")
+    console.shot("tree-quota-refused")
     quota = page.locator("form", has=page.get_by_role("heading", name="Set a quota"))
     quota.get_by_label("Lend limit").fill("1")
     quota.get_by_role("button", name="Set quota").click()
     expect(page.locator('tr[data-node="search-c"] td.tree-bar').nth(0)).to_contain_text("0/2 used")
     expect(page.locator('tr[data-node="search-c"] td.tree-bar').nth(0)).to_contain_text("lends ≤ 1")
-    shutil.copy(console.shot("tree-child-added"), "/tmp/qsurface-tree-child-added.png")
+    console.shot("tree-child-added")
 
 
 @pytest.mark.parametrize("username", ["adam", "otto"])  # a department admin's nav, an operator's (the longest)
@@ -94,5 +93,5 @@ def test_the_top_bar_fits_one_line_from_1280_px(world, console, username, width)
     tops = page.eval_on_selector_all(".topbar > *, .topbar nav li, .topbar .who > *",
                                      "els => els.map(e => Math.round(e.getBoundingClientRect().top + "
                                      "e.getBoundingClientRect().height / 2))")
-    shutil.copy(console.shot(f"top-bar-{width}"), f"/tmp/qsurface-top-bar-{username}-{width}.png")
+    console.shot(f"top-bar-{width}")
     assert max(tops) - min(tops) <= 4, tops  # every item centred on one line
