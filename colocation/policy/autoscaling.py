@@ -19,6 +19,7 @@ from enum import StrEnum
 from cluster.types import GPU_UTIL, SM_ACTIVE
 from colocation.policy.schedules import Schedule, scheduled_minimum
 from colocation.policy.serving import ServingTargets, breaches, missed, replicas_for_breach, slo_utilization
+from colocation.policy.slo_sizing import SPREAD_MINUTES, size_to_slo
 from colocation.policy.windows import in_window, local
 
 METRICS = ("gpu", "cpu", "memory", "gpu_memory")
@@ -240,7 +241,8 @@ def _out_while_starting(view: ServiceView, now: float, fresh: Sequence[LoadMinut
 def keep_minutes(policy: ScalingPolicy) -> int:
     """Loads a view needs: no rule looks further back than the scale-in run, the scale-out run or the idle time
     of scale to zero (callers that keep a window of minutes size it with this)."""
-    return max(IN_MINUTES, OUT_MINUTES, policy.scale_to_zero_idle_min or 0)
+    spread = SPREAD_MINUTES + lookahead(policy) if policy.serving and policy.serving.sizes_to_slo else 0
+    return max(IN_MINUTES, OUT_MINUTES, policy.scale_to_zero_idle_min or 0, spread)
 
 
 def _zero_blocked(view: ServiceView, now: float) -> str | None:
@@ -301,6 +303,8 @@ def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceVie
     (serving.slo_utilization): past that utilization the requests miss their SLO, whatever the owner set."""
     policy = view.policy
     rates = dict(policy.thresholds)
+    if policy.serving and policy.serving.sizes_to_slo and "gpu" in rates:
+        return _sized_to_slo(view, run)
     limit = slo_utilization(policy.serving, run) if policy.serving and "gpu" in rates else None
     if limit is None or rates["gpu"].max_rate <= limit[0]:
         return view, ""
@@ -309,6 +313,20 @@ def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceVie
     rates["gpu"] = Rates(r.min_rate * f, r.expect_rate * f, cap)
     note = f"thresholds ×{f:.3g}: {why} up to {cap:.0%} use"
     return replace(view, policy=replace(policy, thresholds=tuple(rates.items()))), note
+
+
+def _sized_to_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, str]:
+    """A service sized to its request SLO (slo_sizing.py): its GPU band moved, its shape kept, so that expectRate
+    is the utilization the SLO and min_gain ask; unchanged until the latencies can be fitted."""
+    policy, t = view.policy, view.policy.serving
+    sizing = size_to_slo(t.slo_ttft_s, t.slo_tpot_s, t.min_gain, run, lookahead(policy))
+    if sizing is None:
+        return view, ""
+    rates = dict(policy.thresholds)
+    r = rates["gpu"]
+    u, f = sizing.utilization, sizing.utilization / r.expect_rate
+    rates["gpu"] = Rates(min(u, r.min_rate * f), u, max(u, min(1.0, r.max_rate * f)))
+    return replace(view, policy=replace(policy, thresholds=tuple(rates.items()))), sizing.why
 
 
 def _measured(view: ServiceView, run: Sequence[LoadMinute]) -> list[LoadMinute]:

@@ -32,14 +32,27 @@ class ServingTargets:
     tpot_p99_s: float | None = None
     kv_cache: float | None = None  # scale out when the mean KV-cache use of the replicas passes this
     queue_per_replica: float | None = None  # scale out when waiting requests per replica pass this
+    # Sizing to the request SLO (slo_sizing.py): a request within TTFT slo_ttft_s and TPOT slo_tpot_s meets it; one
+    # more replica is worth its GPUs while it brings at least min_gain of a fully used replica's requests within.
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+    min_gain: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ttft_p99_s", "tpot_p99_s", "queue_per_replica"):
+        for name in ("ttft_p99_s", "tpot_p99_s", "queue_per_replica", "slo_ttft_s", "slo_tpot_s"):
             v = getattr(self, name)
             if v is not None and v <= 0:
                 raise ValueError(f"{name} must be > 0, got {v}")
         if self.kv_cache is not None and not 0 < self.kv_cache <= 1:
             raise ValueError(f"kv_cache must be in (0, 1], got {self.kv_cache}")
+        if self.min_gain is not None and not 0 < self.min_gain < 1:
+            raise ValueError(f"min_gain must be in (0, 1), got {self.min_gain}")
+        if self.min_gain is not None and (self.slo_ttft_s is None or self.slo_tpot_s is None):
+            raise ValueError("min_gain sizes to the request SLO: set slo_ttft_s and slo_tpot_s too")
+
+    @property
+    def sizes_to_slo(self) -> bool:
+        return self.min_gain is not None
 
     def targets(self) -> dict[str, float]:
         """{signal: target} of the targets set."""
@@ -118,13 +131,18 @@ def _tpot_limit(target: float | None, measured: Sequence) -> tuple[float, str] |
     """TPOT = step / (1 - u) (a running batch's step, stretched by the share of time other work takes): the step is
     TPOT p50 × (1 - u), the median over the minutes measured (it is the group's, whatever the load), and TPOT stays
     within the target up to u = 1 - step / target."""
-    steps = sorted(m.tpot_p50 * (1.0 - u) for m, u in measured if m.tpot_p50 is not None)
-    if target is None or not steps:
+    step = decode_step(measured)
+    if target is None or step is None:
         return None
-    step = steps[len(steps) // 2]
     if step >= target:
         return None
     return 1.0 - step / target, f"a {step * 1e3:.1f} ms decode step keeps TPOT within {target * 1e3:g} ms"
+
+
+def decode_step(measured: Sequence) -> float | None:
+    """The group's decode step, TPOT p50 × (1 - u) over the (minute, u) pairs measured: their median."""
+    steps = sorted(m.tpot_p50 * (1.0 - u) for m, u in measured if m.tpot_p50 is not None)
+    return steps[len(steps) // 2] if steps else None
 
 
 def _ttft_limit(target: float | None, m, u: float) -> tuple[float, str] | None:
