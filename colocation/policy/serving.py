@@ -45,8 +45,8 @@ class ServingTargets:
                 raise ValueError(f"{name} must be > 0, got {v}")
         if self.kv_cache is not None and not 0 < self.kv_cache <= 1:
             raise ValueError(f"kv_cache must be in (0, 1], got {self.kv_cache}")
-        if self.min_gain is not None and not 0 < self.min_gain < 1:
-            raise ValueError(f"min_gain must be in (0, 1), got {self.min_gain}")
+        if self.min_gain is not None and not 0 < self.min_gain <= 1:
+            raise ValueError(f"min_gain must be in (0, 1], got {self.min_gain}")
         if self.min_gain is not None and (self.slo_ttft_s is None or self.slo_tpot_s is None):
             raise ValueError("min_gain sizes to the request SLO: set slo_ttft_s and slo_tpot_s too")
 

@@ -58,7 +58,7 @@ class LatencyModel:
 def fit(loads: Sequence, utilization: str = "gpu") -> LatencyModel | None:
     """The model from the newest minutes measured short of saturation, None without TTFT p99, queue, rate and TPOT
     p50 (the step: serving.decode_step over STEP_MINUTES; the wait: the newest minute, burstiness changes from one
-    window to the next)."""
+    window to the next; averaging it over the start-up or hours did no better in the evaluation)."""
     measured = [(m, u) for m in loads[-STEP_MINUTES:]
                 if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED]
     step = decode_step(measured)
