@@ -132,7 +132,8 @@ def scaling_policy(service: InferenceService) -> ScalingPolicy:
 
 def serving_targets(service: InferenceService) -> ServingTargets | None:
     """The service's LLM serving targets, None when it sets none."""
-    values = (service.ttft_p99_target_s, service.tpot_p99_target_s, service.kv_cache_target, service.queue_target)
+    values = (service.ttft_p99_target_s, service.tpot_p99_target_s, service.kv_cache_target, service.queue_target,
+              service.slo_ttft_s, service.slo_tpot_s, service.slo_min_gain)
     if all(v is None for v in values):
         return None
     return ServingTargets(*values)
