@@ -174,7 +174,7 @@ class InferenceService(models.Model):
                                                                     "token within this, seconds.")
     slo_min_gain = models.FloatField(
         null=True, blank=True, help_text="Size to the request SLO: one more replica is worth its GPUs while it "
-                                         "brings at least this share (0-1) of a fully used replica's requests within "
+                                         "brings at least this share (0-1] of a fully used replica's requests within "
                                          "the SLO; needs both SLO times.")
     recommended_gpus_per_replica = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
     recommended_cpu_milli = models.PositiveIntegerField(null=True, blank=True)
@@ -223,7 +223,7 @@ class InferenceService(models.Model):
                                    name="service_serving_targets_positive"),
             models.CheckConstraint(condition=(Q(slo_ttft_s__isnull=True) | Q(slo_ttft_s__gt=0))
                                    & (Q(slo_tpot_s__isnull=True) | Q(slo_tpot_s__gt=0))
-                                   & (Q(slo_min_gain__isnull=True) | (Q(slo_min_gain__gt=0) & Q(slo_min_gain__lt=1)
+                                   & (Q(slo_min_gain__isnull=True) | (Q(slo_min_gain__gt=0) & Q(slo_min_gain__lte=1)
                                                                       & Q(slo_ttft_s__isnull=False)
                                                                       & Q(slo_tpot_s__isnull=False))),
                                    name="service_slo_sizing_valid"),

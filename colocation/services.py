@@ -129,7 +129,7 @@ def _group_errors(values: dict) -> dict:
 
 def _serving_errors(values: dict, thresholds: list[dict]) -> dict:
     """docs/concepts/autoscaling.md#llm-serving-signals: times and the queue above 0, KV-cache use in (0, 1]; and
-    #sizing-to-the-request-slo: min_gain in (0, 1), weighing requests within the SLO (so it needs both SLO times)
+    #sizing-to-the-request-slo: min_gain in (0, 1], weighing requests within the SLO (so it needs both SLO times)
     by moving the GPU thresholds (so it needs them)."""
     errors = {}
     for name in ("ttft_p99_target_s", "tpot_p99_target_s", "queue_target", "slo_ttft_s", "slo_tpot_s"):
@@ -139,8 +139,8 @@ def _serving_errors(values: dict, thresholds: list[dict]) -> dict:
         errors["kv_cache_target"] = [f"must be in (0, 1], got {kv:g}"]
     gain = values.get("slo_min_gain")
     missing = [name for name in ("slo_ttft_s", "slo_tpot_s") if values.get(name) is None]
-    if gain is not None and not 0 < gain < 1:
-        errors["slo_min_gain"] = [f"must be in (0, 1), got {gain:g}"]
+    if gain is not None and not 0 < gain <= 1:
+        errors["slo_min_gain"] = [f"must be in (0, 1], got {gain:g}"]
     elif gain is not None and missing:
         errors["slo_min_gain"] = [f"sizing to the request SLO needs {' and '.join(missing)} too"]
     elif gain is not None and ScalingThreshold.Metric.GPU not in {t["metric"] for t in thresholds}:

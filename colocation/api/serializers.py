@@ -171,7 +171,7 @@ class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
                                         help_text="Request SLO: each request's time per output token within this, "
                                                   "seconds; null: none.")
     slo_min_gain = serializers.FloatField(
-        min_value=0.001, max_value=0.999, required=False, allow_null=True,
+        min_value=0.001, max_value=1, required=False, allow_null=True,
         help_text="Size to the request SLO: one more replica while it brings at least this share of a fully used "
                   "replica's requests within it; needs slo_ttft_s and slo_tpot_s; null: not sized to the SLO.")
 

@@ -63,7 +63,7 @@ def test_zero_replicas_only_with_scale_to_zero(world):
     ({"queue_target": 0}, ("queue_target",), ""),
     ({"slo_ttft_s": 0}, ("slo_ttft_s",), "0.001"),
     ({"slo_tpot_s": -0.05}, ("slo_tpot_s",), ""),
-    ({**SLO, "slo_min_gain": 1}, ("slo_min_gain",), "0.999"),
+    ({**SLO, "slo_min_gain": 1.5}, ("slo_min_gain",), "1"),
     ({**SLO, "slo_min_gain": 0}, ("slo_min_gain",), "0.001"),
     ({"slo_min_gain": 0.1}, ("slo_min_gain",), "needs slo_ttft_s and slo_tpot_s"),
     ({**SLO, "slo_tpot_s": None}, ("slo_min_gain",), "needs slo_tpot_s too"),
@@ -180,7 +180,7 @@ def test_a_patch_that_would_leave_min_gain_without_its_slo_is_refused(world):
     assert client.patch(url, {"slo_ttft_s": 2, "slo_min_gain": 0.2}, format="json").json()["slo_min_gain"] == 0.2
 
 
-@pytest.mark.parametrize("fields", [{"slo_min_gain": 0.1}, {**SLO, "slo_tpot_s": None}, {**SLO, "slo_min_gain": 1.0},
+@pytest.mark.parametrize("fields", [{"slo_min_gain": 0.1}, {**SLO, "slo_tpot_s": None}, {**SLO, "slo_min_gain": 1.5},
                                     {"slo_ttft_s": 0.0}])
 def test_the_database_refuses_an_slo_sizing_written_around_the_api(world, fields):
     from django.db import IntegrityError, transaction

@@ -445,7 +445,7 @@ def test_admin_creates_a_service_with_thresholds(world):
     ({"peak_start": "09:00"}, "peak_end", "give both ends of the peak window"),
     ({"slo_min_gain": "0.1"}, "slo_min_gain", "sizing to the request SLO needs slo_ttft_s and slo_tpot_s too"),
     ({"slo_ttft_s": "0"}, "slo_ttft_s", "must be above 0, got 0"),
-    ({"slo_ttft_s": "1", "slo_tpot_s": "0.05", "slo_min_gain": "1"}, "slo_min_gain", "must be in (0, 1), got 1"),
+    ({"slo_ttft_s": "1", "slo_tpot_s": "0.05", "slo_min_gain": "1.5"}, "slo_min_gain", "must be in (0, 1], got 1.5"),
     ({"kv_cache_target": "1.5"}, "kv_cache_target", "must be in (0, 1], got 1.5"),
 ])
 def test_a_bad_service_is_refused_with_the_apis_rules(world, overrides, beside, text):
