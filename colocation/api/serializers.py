@@ -182,7 +182,8 @@ class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
             "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "offline",
             "manual_deploy", "peak_start", "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical",
             "ttft_p99_target_s", "tpot_p99_target_s", "kv_cache_target", "queue_target",
-            "slo_ttft_s", "slo_tpot_s", "slo_min_gain", "thresholds", "schedules", "replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
+            "slo_ttft_s", "slo_tpot_s", "slo_min_gain",
+            "thresholds", "schedules", "replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
             "recommended_memory_mib", "group_size", "startup_s", "exclusive_topology", "max_surge",
             "max_unavailable", "groups", "unready_gpu_seconds", "created_at",
         ]
