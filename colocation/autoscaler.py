@@ -132,7 +132,8 @@ def scaling_policy(service: InferenceService) -> ScalingPolicy:
 
 def serving_targets(service: InferenceService) -> ServingTargets | None:
     """The service's LLM serving targets, None when it sets none."""
-    values = (service.ttft_p99_target_s, service.tpot_p99_target_s, service.kv_cache_target, service.queue_target)
+    values = (service.ttft_p99_target_s, service.tpot_p99_target_s, service.kv_cache_target, service.queue_target,
+              service.slo_ttft_s, service.slo_tpot_s, service.slo_min_gain)
     if all(v is None for v in values):
         return None
     return ServingTargets(*values)
@@ -277,9 +278,14 @@ def _sources(cluster: ClusterBackend, redis, namespace: str, now: float):
             # a group service's replicas are its ready groups: without it they read 0, and every minute full
             demo = load_sources.DemoLoads(redis=redis, namespace=namespace, traffic=traffic, clock=clock,
                                           serving=serving_counts(cluster, InferenceService.objects.filter(
-                                              group_size__gt=1)))
+                                              group_size__gt=1)), keep=keep_minutes)
             return with_serving_signals(demo, clock), no_forecast, clock
-    return with_serving_signals(load_sources.ProfileLoads(), None), profile_forecast, None
+    return with_serving_signals(load_sources.ProfileLoads(keep=keep_minutes), None), profile_forecast, None
+
+
+def keep_minutes(service: InferenceService) -> int:
+    """Minutes of loads the service's policy reads (a service sized to its request SLO: hours of request rates)."""
+    return autoscaling.keep_minutes(scaling_policy(service))
 
 
 def with_serving_signals(base: load_sources.LoadSource,

@@ -17,7 +17,7 @@ service's last minutes (`colocation.policy.autoscaling.LoadMinute`, oldest first
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -36,7 +36,8 @@ from profiling.selectors import service_load
 
 MINUTE = 60
 DEMO_KEY = "demo-traffic"  # under the instance's namespace, beside "simulated-cluster"
-KEEP_MIN = 90  # minutes kept per service: the rules look at 5, scale to zero at its idle time
+KEEP_MIN = 90  # minutes kept per service at least: the rules look at 5, scale to zero at its idle time
+Keep = Callable[[InferenceService], int]  # minutes the service's policy reads (policy.autoscaling.keep_minutes)
 PEAK_SHARE = 2 / 3  # a demo service's peak needs this share of its max_replicas at expectRate
 WORLDCUP = "worldcup98-per-minute"
 GENAI = "alibaba-genai-2026"
@@ -48,25 +49,33 @@ class LoadSource(Protocol):
         ...
 
 
-class ProfileLoads:
-    """The service-load profiles of the last `window_min` minutes (see the module's note on their lag)."""
+def _none(service: InferenceService) -> int:
+    return 0
 
-    def __init__(self, window_min: int = 30) -> None:
-        self.window_min = window_min
+
+class ProfileLoads:
+    """The service-load profiles of the last `window_min` minutes, or of as many as the service's policy reads
+    (`keep`; see the module's note on their lag)."""
+
+    def __init__(self, window_min: int = 30, keep: Keep = _none) -> None:
+        self.window_min, self.keep = window_min, keep
 
     def recent(self, service: InferenceService, now: float) -> tuple[LoadMinute, ...]:
-        rows = service_load(service_id=service.pk, since=utc(now - self.window_min * MINUTE), until=utc(now))
+        window = max(self.window_min, self.keep(service))
+        rows = service_load(service_id=service.pk, since=utc(now - window * MINUTE), until=utc(now))
         return tuple(LoadMinute(r.minute.timestamp(), r.replicas, gpu=r.gpu_util_mean, cpu=r.cpu_util_mean, qps=r.qps,
                                 **dict(zip(("busy", "busy_source"), busy_of(r.sm_active_mean, r.gpu_util_mean))))
                      for r in rows)
 
 
 class DemoLoads:
-    """The demo's traffic, measured minute by minute at the serving replicas the loop sees (`serving`)."""
+    """The demo's traffic, measured minute by minute at the serving replicas the loop sees (`serving`); KEEP_MIN
+    minutes kept, or as many as the service's policy reads (`keep`)."""
 
     def __init__(self, *, redis, namespace: str, traffic: DemoTraffic, clock: DemoClock,
-                 serving: Mapping[str, int]) -> None:
+                 serving: Mapping[str, int], keep: Keep = _none) -> None:
         self.redis, self.namespace, self.traffic, self.clock, self.serving = redis, namespace, traffic, clock, serving
+        self.keep = keep
 
     def recent(self, service: InferenceService, now: float) -> tuple[LoadMinute, ...]:
         name = service.name
@@ -76,9 +85,9 @@ class DemoLoads:
         measured = json.loads(self.redis.get(key) or "[]")  # [[demo minute, ready], ...]
         last = self.clock.minute(now) - 1  # the newest complete minute
         first = measured[-1][0] + 1 if measured else self.clock.minute(self.clock.demo_start)
-        ready = self.serving.get(name, 0)
-        measured += [[m, ready] for m in range(max(first, last - KEEP_MIN + 1), last + 1)]
-        measured = measured[-KEEP_MIN:]
+        ready, kept = self.serving.get(name, 0), max(KEEP_MIN, self.keep(service))
+        measured += [[m, ready] for m in range(max(first, last - kept + 1), last + 1)]
+        measured = measured[-kept:]
         self.redis.set(key, json.dumps(measured))
         t = self.traffic
         server = h200.load()[h200.workload_for(name, inference=True, gpus=1, pick=pick, llm=service.group_size > 1)]

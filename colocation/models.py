@@ -167,6 +167,15 @@ class InferenceService(models.Model):
     kv_cache_target = models.FloatField(null=True, blank=True, help_text="Scale out above this KV-cache use (0-1].")
     queue_target = models.FloatField(null=True, blank=True, help_text="Scale out above this many waiting requests "
                                                                       "per replica.")
+    # docs/concepts/autoscaling.md#sizing-to-the-request-slo (colocation/policy/slo_sizing.py)
+    slo_ttft_s = models.FloatField(null=True, blank=True, help_text="Request SLO: each request's time to first "
+                                                                    "token within this, seconds.")
+    slo_tpot_s = models.FloatField(null=True, blank=True, help_text="Request SLO: each request's time per output "
+                                                                    "token within this, seconds.")
+    slo_min_gain = models.FloatField(
+        null=True, blank=True, help_text="Size to the request SLO: one more replica is worth its GPUs while it "
+                                         "brings at least this share (0-1] of a fully used replica's requests within "
+                                         "the SLO; needs both SLO times.")
     recommended_gpus_per_replica = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
     recommended_cpu_milli = models.PositiveIntegerField(null=True, blank=True)
     recommended_memory_mib = models.PositiveIntegerField(null=True, blank=True)
@@ -212,6 +221,12 @@ class InferenceService(models.Model):
                                    & (Q(kv_cache_target__isnull=True) | (Q(kv_cache_target__gt=0)
                                                                          & Q(kv_cache_target__lte=1))),
                                    name="service_serving_targets_positive"),
+            models.CheckConstraint(condition=(Q(slo_ttft_s__isnull=True) | Q(slo_ttft_s__gt=0))
+                                   & (Q(slo_tpot_s__isnull=True) | Q(slo_tpot_s__gt=0))
+                                   & (Q(slo_min_gain__isnull=True) | (Q(slo_min_gain__gt=0) & Q(slo_min_gain__lte=1)
+                                                                      & Q(slo_ttft_s__isnull=False)
+                                                                      & Q(slo_tpot_s__isnull=False))),
+                                   name="service_slo_sizing_valid"),
             models.CheckConstraint(condition=Q(group_size__gte=1), name="service_group_size_positive"),
             models.CheckConstraint(condition=Q(max_surge__gt=0) | Q(max_unavailable__gt=0),
                                    name="service_rollout_can_progress"),

@@ -23,7 +23,8 @@ SERVICE_FIELDS = (
     "name", "gpu_model", "priority", "replicas", "min_replicas", "max_replicas", "gpus_per_replica",
     "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "offline", "manual_deploy", "peak_start",
     "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical", "group_size", "startup_s", "exclusive_topology",
-    "max_surge", "max_unavailable",
+    "max_surge", "max_unavailable", "ttft_p99_target_s", "tpot_p99_target_s", "kv_cache_target", "queue_target",
+    "slo_ttft_s", "slo_tpot_s", "slo_min_gain",
 )
 
 
@@ -126,6 +127,27 @@ def _group_errors(values: dict) -> dict:
     return errors
 
 
+def _serving_errors(values: dict, thresholds: list[dict]) -> dict:
+    """docs/concepts/autoscaling.md#llm-serving-signals: times and the queue above 0, KV-cache use in (0, 1]; and
+    #sizing-to-the-request-slo: min_gain in (0, 1], weighing requests within the SLO (so it needs both SLO times)
+    by moving the GPU thresholds (so it needs them)."""
+    errors = {}
+    for name in ("ttft_p99_target_s", "tpot_p99_target_s", "queue_target", "slo_ttft_s", "slo_tpot_s"):
+        if (v := values.get(name)) is not None and v <= 0:
+            errors[name] = [f"must be above 0, got {v:g}"]
+    if (kv := values.get("kv_cache_target")) is not None and not 0 < kv <= 1:
+        errors["kv_cache_target"] = [f"must be in (0, 1], got {kv:g}"]
+    gain = values.get("slo_min_gain")
+    missing = [name for name in ("slo_ttft_s", "slo_tpot_s") if values.get(name) is None]
+    if gain is not None and not 0 < gain <= 1:
+        errors["slo_min_gain"] = [f"must be in (0, 1], got {gain:g}"]
+    elif gain is not None and missing:
+        errors["slo_min_gain"] = [f"sizing to the request SLO needs {' and '.join(missing)} too"]
+    elif gain is not None and ScalingThreshold.Metric.GPU not in {t["metric"] for t in thresholds}:
+        errors["slo_min_gain"] = ["sizing to the request SLO moves the GPU thresholds: give a gpu threshold"]
+    return errors
+
+
 def _check_policy(values: dict, thresholds: list[dict], schedules: list[dict], *, stored_thresholds: bool = False) -> None:
     """Every rule at once, so one 400 names every bad field (before anything is written). Stored thresholds
     (not being changed) are only checked for the busy signal's need."""
@@ -133,7 +155,7 @@ def _check_policy(values: dict, thresholds: list[dict], schedules: list[dict], *
     if stored_thresholds:
         threshold_errors.pop("thresholds", None)
     errors = {**_bounds_errors(values), **threshold_errors, **_schedules_errors(schedules, values["max_replicas"]),
-              **_group_errors(values)}
+              **_group_errors(values), **_serving_errors(values, thresholds)}
     if errors:
         raise ApplicationError("the autoscaling policy is invalid", fields=errors)
 

@@ -245,6 +245,13 @@ class Service(TypedDict):
     created_at: str
     group_size: int
     groups: list[ServiceGroup]
+    ttft_p99_target_s: float | None
+    tpot_p99_target_s: float | None
+    kv_cache_target: float | None
+    queue_target: float | None
+    slo_ttft_s: float | None
+    slo_tpot_s: float | None
+    slo_min_gain: float | None
 
 
 class Token(TypedDict):

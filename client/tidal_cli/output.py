@@ -120,6 +120,13 @@ def number(text: Any) -> str:
     return f"{value.normalize():f}"  # "1E+2" written 100
 
 
+def latency(seconds: float | None) -> str:
+    """A latency target: 1.5 -> 1.5s, 0.05 -> 50ms."""
+    if seconds is None:
+        return "-"
+    return f"{seconds:g}s" if seconds >= 1 else f"{seconds * 1000:g}ms"
+
+
 def cores(milli: Any) -> str:
     """Millicores as cores: 4000 -> 4, 500 -> 0.5."""
     return number(Decimal(str(milli)) / 1000) if milli is not None else "-"

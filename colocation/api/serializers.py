@@ -164,6 +164,16 @@ class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
                                              help_text="Scale out above this KV-cache use; null: none.")
     queue_target = serializers.FloatField(min_value=0.01, required=False, allow_null=True,
                                           help_text="Scale out above this many waiting requests per replica.")
+    slo_ttft_s = serializers.FloatField(min_value=0.001, required=False, allow_null=True,
+                                        help_text="Request SLO: each request's time to first token within this, "
+                                                  "seconds; null: none.")
+    slo_tpot_s = serializers.FloatField(min_value=0.0001, required=False, allow_null=True,
+                                        help_text="Request SLO: each request's time per output token within this, "
+                                                  "seconds; null: none.")
+    slo_min_gain = serializers.FloatField(
+        min_value=0.001, max_value=1, required=False, allow_null=True,
+        help_text="Size to the request SLO: one more replica while it brings at least this share of a fully used "
+                  "replica's requests within it; needs slo_ttft_s and slo_tpot_s; null: not sized to the SLO.")
 
     class Meta:
         model = InferenceService
@@ -172,6 +182,7 @@ class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
             "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "offline",
             "manual_deploy", "peak_start", "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical",
             "ttft_p99_target_s", "tpot_p99_target_s", "kv_cache_target", "queue_target",
+            "slo_ttft_s", "slo_tpot_s", "slo_min_gain",
             "thresholds", "schedules", "replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
             "recommended_memory_mib", "group_size", "startup_s", "exclusive_topology", "max_surge",
             "max_unavailable", "groups", "unready_gpu_seconds", "created_at",

@@ -12,7 +12,10 @@ FIELDS = ["name", "department", "gpu_model", "priority", "autoscaling", "replica
           "scale_to_zero_idle_min", "busy_signal", "offline", "manual_deploy", "vertical"]
 POLICY_FIELDS = FIELDS[11:]
 GROUP_FIELDS = ["group_size", "startup_s", "exclusive_topology", "max_surge", "max_unavailable"]
-FIELDS += GROUP_FIELDS
+# docs/concepts/autoscaling.md#llm-serving-signals and #sizing-to-the-request-slo; blank: not a target
+SERVING_FIELDS = ["ttft_p99_target_s", "tpot_p99_target_s", "kv_cache_target", "queue_target", "slo_ttft_s",
+                  "slo_tpot_s", "slo_min_gain"]
+FIELDS += GROUP_FIELDS + SERVING_FIELDS
 LABELS = {"gpus_per_replica": "GPUs per replica", "cpu_milli_per_replica": "CPU per replica (millicores)",
           "memory_mib_per_replica": "Memory per replica (MiB)", "autoscaling": "Autoscaling on",
           "peak_start": "Peak window from", "peak_end": "Peak window to",
@@ -20,7 +23,11 @@ LABELS = {"gpus_per_replica": "GPUs per replica", "cpu_milli_per_replica": "CPU 
           "offline": "Offline", "manual_deploy": "Being deployed by hand",
           "vertical": "Apply per-replica recommendations", "group_size": "Pods per replica (group size)",
           "startup_s": "Start-up time (s)", "exclusive_topology": "One block per group (exclusive topology)",
-          "max_surge": "Max surge (groups)", "max_unavailable": "Max unavailable (groups)"}
+          "max_surge": "Max surge (groups)", "max_unavailable": "Max unavailable (groups)",
+          "ttft_p99_target_s": "TTFT p99 target (s)", "tpot_p99_target_s": "TPOT p99 target (s)",
+          "kv_cache_target": "KV-cache use target (0–1)", "queue_target": "Waiting requests per replica",
+          "slo_ttft_s": "Request SLO: TTFT (s)", "slo_tpot_s": "Request SLO: TPOT (s)",
+          "slo_min_gain": "Min gain per replica (0–1)"}
 SCHEDULE_ROWS = 2  # blank schedule rows offered beyond the service's own
 
 

@@ -59,6 +59,15 @@ def pct(value) -> str:
 
 
 @register.filter
+def latency(seconds) -> str:
+    """A latency target: 1.5 -> 1.5 s, 0.05 -> 50 ms."""
+    if seconds is None:
+        return "—"
+    seconds = float(seconds)
+    return f"{seconds:g} s" if seconds >= 1 else f"{seconds * 1000:g} ms"
+
+
+@register.filter
 def badge(value: str, label: str = ""):
     return format_html('<span class="badge {}">{}</span>', value, label or value)
 

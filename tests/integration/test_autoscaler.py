@@ -290,6 +290,42 @@ def test_profile_loads_read_the_service_minutes(lab):
         (newest - 2 * MINUTE, 3, 0.6, 7.5), (newest - MINUTE, 3, 0.5, 7.5), (newest, 3, 0.4, 7.5)]
 
 
+class EngineLoads:
+    """An LLM engine's minutes (20, steady): the latencies the SLO sizing fits (policy/slo_sizing.py)."""
+
+    def recent(self, service, now):
+        newest = now // MINUTE * MINUTE - MINUTE
+        return tuple(LoadMinute(newest - i * MINUTE, service.replicas, gpu=0.7, qps=10.0, queue=2.0, ttft_p99=1.5,
+                                tpot_p50=0.045, tpot_p99=0.06) for i in reversed(range(20)))
+
+
+def test_the_live_loop_sizes_a_service_to_its_request_slo(lab):
+    """The service's slo_* fields reach the policy: its decision says what the sizing found; without a min gain,
+    nothing is sized."""
+    world = lab[0]
+    service(world, "llm", slo_ttft_s=1.0, slo_tpot_s=0.05, slo_min_gain=0.1)
+    service(world, "unsized", slo_ttft_s=1.0, slo_tpot_s=0.05)
+    tick(lab, EngineLoads())
+    for name in ("llm", "unsized"):
+        settle(lab, name)
+    tick(lab, EngineLoads())
+    sized = decisions("llm")[-1].message
+    assert "sized to the SLO (TTFT 1 s, TPOT 50 ms): " in sized and "of requests predicted within it" in sized, sized
+    assert all("sized to the SLO" not in d.message for d in decisions("unsized"))
+
+
+def test_profile_loads_keep_the_hours_a_service_sized_to_its_slo_reads(lab):
+    world, _, clock, _, _ = lab
+    plain, sized = service(world, "ranker"), service(world, "llm", slo_ttft_s=1.0, slo_tpot_s=0.05, slo_min_gain=0.1)
+    hours_ago = clock.now() // MINUTE * MINUTE - 5 * 60 * MINUTE
+    for s in (plain, sized):
+        ServiceMinute.objects.create(service=s, minute=utc(hours_ago), samples=12, replicas=3, gpu_util_mean=0.5,
+                                     qps=7.5, emitted_at=utc(hours_ago))
+    loads = ProfileLoads(keep=autoscaler.keep_minutes)
+    assert [m.at for m in loads.recent(sized, clock.now())] == [hours_ago]
+    assert loads.recent(plain, clock.now()) == ()
+
+
 def test_the_celery_entry_point_runs_under_the_cluster_lock(lab, settings):
     world, _, _, redis, namespace = lab
     service(world, "ranker")

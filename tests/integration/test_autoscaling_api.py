@@ -18,6 +18,8 @@ POLICY = {"name": "ranker", "department": "ml-search", "gpu_model": "T4", "repli
           "max_replicas": 10, "thresholds": [BUSY, GPU], "schedules": [NIGHTLY], "peak_start": "09:00",
           "peak_end": "18:00", "scale_to_zero_idle_min": 30, "busy_signal": True, "priority": 5}
 
+SLO = {"slo_ttft_s": 1.0, "slo_tpot_s": 0.05, "slo_min_gain": 0.1}  # sized to the request SLO
+
 
 def create(world, role: str = "dept_admin", **overrides):
     return world.client(role).post("/api/inference-services/", {**POLICY, **overrides}, format="json")
@@ -59,6 +61,13 @@ def test_zero_replicas_only_with_scale_to_zero(world):
     ({"tpot_p99_target_s": -0.05}, ("tpot_p99_target_s",), ""),
     ({"kv_cache_target": 1.5}, ("kv_cache_target",), "1"),
     ({"queue_target": 0}, ("queue_target",), ""),
+    ({"slo_ttft_s": 0}, ("slo_ttft_s",), "0.001"),
+    ({"slo_tpot_s": -0.05}, ("slo_tpot_s",), ""),
+    ({**SLO, "slo_min_gain": 1.5}, ("slo_min_gain",), "1"),
+    ({**SLO, "slo_min_gain": 0}, ("slo_min_gain",), "0.001"),
+    ({"slo_min_gain": 0.1}, ("slo_min_gain",), "needs slo_ttft_s and slo_tpot_s"),
+    ({**SLO, "slo_tpot_s": None}, ("slo_min_gain",), "needs slo_tpot_s too"),
+    ({**SLO, "thresholds": [BUSY]}, ("slo_min_gain",), "give a gpu threshold"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_a_bad_policy_is_a_400_naming_the_field_and_writes_nothing(world, overrides, path, says):
     before = (Decision.objects.count(), ScalingThreshold.objects.count(), ScalingSchedule.objects.count())
@@ -141,10 +150,41 @@ def test_llm_serving_targets_round_trip_and_reach_the_policy(world):
     from colocation.autoscaler import scaling_policy
     from colocation.policy.serving import ServingTargets
 
-    targets = {"ttft_p99_target_s": 0.5, "tpot_p99_target_s": 0.05, "kv_cache_target": 0.9, "queue_target": 4.0}
+    targets = {"ttft_p99_target_s": 0.5, "tpot_p99_target_s": 0.05, "kv_cache_target": 0.9, "queue_target": 4.0,
+               **SLO}
     body = create(world, **targets).json()
     assert {k: body[k] for k in targets} == targets
     service = InferenceService.objects.get(pk=body["id"])
-    assert scaling_policy(service).serving == ServingTargets(0.5, 0.05, 0.9, 4.0)
+    assert scaling_policy(service).serving == ServingTargets(0.5, 0.05, 0.9, 4.0, slo_ttft_s=1.0, slo_tpot_s=0.05,
+                                                             min_gain=0.1)
+    sized = InferenceService.objects.get(pk=create(world, name="sized", **SLO).json()["id"])
+    assert scaling_policy(sized).serving == ServingTargets(slo_ttft_s=1.0, slo_tpot_s=0.05, min_gain=0.1)
+    assert scaling_policy(sized).serving.sizes_to_slo
     plain = InferenceService.objects.get(pk=create(world, name="plain").json()["id"])
     assert scaling_policy(plain).serving is None
+
+
+def test_a_patch_that_would_leave_min_gain_without_its_slo_is_refused(world):
+    """The stored fields count: dropping an SLO time under a stored min gain is a 400 on slo_min_gain."""
+    service_id = create(world, **SLO).json()["id"]
+    client = world.client("dept_admin")
+    url = f"/api/inference-services/{service_id}/"
+    bad = client.patch(url, {"slo_ttft_s": None, "priority": 9}, format="json")
+    assert bad.status_code == 400, bad.json()
+    assert bad.json()["extra"]["fields"] == {"slo_min_gain": ["sizing to the request SLO needs slo_ttft_s too"]}
+    service = InferenceService.objects.get(pk=service_id)
+    assert (service.slo_ttft_s, service.priority) == (1.0, 5)
+    off = client.patch(url, {"slo_ttft_s": None, "slo_min_gain": None}, format="json")
+    assert off.status_code == 200 and (off.json()["slo_ttft_s"], off.json()["slo_min_gain"]) == (None, None)
+    assert client.patch(url, {"slo_min_gain": 0.2}, format="json").status_code == 400
+    assert client.patch(url, {"slo_ttft_s": 2, "slo_min_gain": 0.2}, format="json").json()["slo_min_gain"] == 0.2
+
+
+@pytest.mark.parametrize("fields", [{"slo_min_gain": 0.1}, {**SLO, "slo_tpot_s": None}, {**SLO, "slo_min_gain": 1.5},
+                                    {"slo_ttft_s": 0.0}])
+def test_the_database_refuses_an_slo_sizing_written_around_the_api(world, fields):
+    from django.db import IntegrityError, transaction
+
+    service = InferenceService.objects.get(pk=create(world).json()["id"])
+    with pytest.raises(IntegrityError, match="service_slo_sizing_valid"), transaction.atomic():
+        InferenceService.objects.filter(pk=service.pk).update(**fields)

@@ -322,6 +322,15 @@ max_replicas: 2
 thresholds: [{metric: gpu, min_rate: 0.2, expect_rate: 0.5, max_rate: 0.8}]
 """
 
+SIZED = """\
+ttft_p99_target_s: 0.5
+queue_target: 4
+slo_ttft_s: 1
+slo_tpot_s: 0.05
+slo_min_gain: 0.1
+"""
+
+
 
 def test_create_service_refuses_a_group_no_block_holds_then_describe_lists_its_groups(tidal, world):
     from colocation.models import InferenceService, ServiceGroup
@@ -335,7 +344,7 @@ def test_create_service_refuses_a_group_no_block_holds_then_describe_lists_its_g
     assert lines[0].startswith("error: the service was not created")
     assert lines[1].split()[0] == "group_size" and "group of 3 pods of 2 GPUs" in lines[1]
     assert world.snapshot() == before
-    (tidal.home / "llm.yaml").write_text(LLM.replace("group_size: 3", "group_size: 2"))
+    (tidal.home / "llm.yaml").write_text(LLM.replace("group_size: 3", "group_size: 2") + SIZED)
     result = tidal("create-service", "-f", "llm.yaml")
     assert result.returncode == 0 and "1 replicas of 2 pod(s)" in result.stdout, result.stderr
     ServiceGroup.objects.create(service=InferenceService.objects.get(name="llm"), index=0, leader="llm-0",
@@ -343,5 +352,8 @@ def test_create_service_refuses_a_group_no_block_holds_then_describe_lists_its_g
     described = tidal("describe", "service", "llm")
     assert described.returncode == 0, described.stderr
     assert "Groups (2 pods each, leader first):" in described.stdout
+    said = {k: v.strip() for k, _, v in (line.partition(":") for line in described.stdout.splitlines())}
+    assert said["Serving targets"] == "TTFT p99 500ms, queue 4 per replica", described.stdout
+    assert said["Sized to the SLO"] == "TTFT 1s, TPOT 50ms, min gain 10%"
     row = next(line for line in described.stdout.splitlines() if "llm-0" in line)
     assert row.split()[:4] == ["0", "llm-0", "t4-0,", "t4-1"] and "yes (2/2)" in row

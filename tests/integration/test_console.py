@@ -443,6 +443,10 @@ def test_admin_creates_a_service_with_thresholds(world):
     ({"s-0-start": "08:00", "s-0-end": "08:00", "s-0-min_replicas": "2"}, "s-0-end", "the window is empty"),
     ({"s-0-start": "08:00"}, None, "give start, end and a minimum"),
     ({"peak_start": "09:00"}, "peak_end", "give both ends of the peak window"),
+    ({"slo_min_gain": "0.1"}, "slo_min_gain", "sizing to the request SLO needs slo_ttft_s and slo_tpot_s too"),
+    ({"slo_ttft_s": "0"}, "slo_ttft_s", "must be above 0, got 0"),
+    ({"slo_ttft_s": "1", "slo_tpot_s": "0.05", "slo_min_gain": "1.5"}, "slo_min_gain", "must be in (0, 1], got 1.5"),
+    ({"kv_cache_target": "1.5"}, "kv_cache_target", "must be in (0, 1], got 1.5"),
 ])
 def test_a_bad_service_is_refused_with_the_apis_rules(world, overrides, beside, text):
     client = signed_in(world, "dept_admin")
@@ -476,6 +480,27 @@ def test_the_autoscaling_policy_and_a_schedule_round_trip_through_the_form(world
     detail = client.get(reverse("service", args=["ranker"])).content.decode()
     assert "No scale-in during the peak window 09:00–18:00" in detail and "at least 3 replicas" in detail
     assert "service-created" in detail  # the scaling history
+
+
+def test_llm_serving_targets_and_the_request_slo_round_trip_through_the_form(world):
+    from colocation.models import InferenceService
+
+    client = signed_in(world, "dept_admin")
+    form = _service_form(ttft_p99_target_s="0.5", slo_ttft_s="1", slo_tpot_s="0.05", slo_min_gain="0.1")
+    assert client.post(reverse("service-create"), form).status_code == 302
+    service = InferenceService.objects.get(name="ranker")
+    assert (service.ttft_p99_target_s, service.slo_ttft_s, service.slo_tpot_s, service.slo_min_gain) == (
+        0.5, 1.0, 0.05, 0.1)
+    page = client.get(reverse("service-edit", args=["ranker"])).content.decode()
+    assert 'name="slo_tpot_s" value="0.05"' in page and 'name="slo_min_gain" value="0.1"' in page
+    detail = client.get(reverse("service", args=["ranker"])).content.decode()
+    sentence = detail.split('id="slo-sizing">', 1)[1].split("</p>", 1)[0]
+    assert sentence.startswith("Sized to the SLO: TTFT 1 s, TPOT 50 ms, min gain 10%"), sentence
+    edit = {**form, "slo_min_gain": ""}
+    del edit["name"], edit["department"]  # fixed once made
+    assert client.post(reverse("service-edit", args=["ranker"]), edit).status_code == 302
+    detail = client.get(reverse("service", args=["ranker"])).content.decode()
+    assert "Request SLO: TTFT 1 s, TPOT 50 ms" in detail and "not sized to it without a min gain" in detail
 
 
 def test_the_service_page_shows_replicas_history_and_no_forecast_yet(world):

@@ -34,6 +34,7 @@ def test_decimals_lose_their_trailing_zeros(value, text):
 def test_units():
     assert [output.cores(4000), output.cores(500), output.cores(None)] == ["4", "0.5", "-"]
     assert [output.mem(16384), output.mem(512), output.mem(1536)] == ["16Gi", "512Mi", "1.5Gi"]
+    assert [output.latency(1.5), output.latency(0.05), output.latency(None)] == ["1.5s", "50ms", "-"]
 
 
 def test_json_and_yaml_print_the_data_itself(capsys):

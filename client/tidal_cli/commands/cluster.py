@@ -10,7 +10,7 @@ from rich.tree import Tree
 
 from tidal_cli.api import ApiError, Client, GroupAllocation, Node, ResourceGroup, Service
 from tidal_cli.commands import OUTPUT, example
-from tidal_cli.output import Format, ago, cores, emit, fields, grid, mem, number
+from tidal_cli.output import Format, ago, cores, emit, fields, grid, latency, mem, number
 from tidal_cli.runtime import Exit, Failure, connect, exit_code, print_error
 
 HOLDING = ["admitted", "running"]  # the job statuses that hold resources
@@ -234,6 +234,21 @@ def _service_id(client: Client, name: str) -> int:
     return match[0]["id"]
 
 
+def _serving(service: Service) -> list[tuple[str, str]]:
+    """An LLM service's serving targets and request SLO (docs/concepts/autoscaling.md), those it sets."""
+    targets = [f"{name} {show(service.get(key))}" for name, key, show in (
+        ("TTFT p99", "ttft_p99_target_s", latency), ("TPOT p99", "tpot_p99_target_s", latency),
+        ("KV cache", "kv_cache_target", "{:.0%}".format), ("queue", "queue_target", "{:g} per replica".format))
+        if service.get(key) is not None]
+    rows = [("Serving targets", ", ".join(targets))] if targets else []
+    ttft, tpot, gain = service.get("slo_ttft_s"), service.get("slo_tpot_s"), service.get("slo_min_gain")
+    if ttft is not None or tpot is not None:
+        slo = f"TTFT {latency(ttft)}, TPOT {latency(tpot)}"
+        rows.append(("Sized to the SLO", f"{slo}, min gain {gain:.0%}") if gain is not None
+                    else ("Request SLO", f"{slo} (not sized to it: no min gain)"))
+    return rows
+
+
 def _service_blocks(service: Service, scaling: list[dict]) -> list:
     blocks: list = [fields([
         ("Service", f"{service['id']} {service['name']}"), ("Department", service["department"]),
@@ -242,7 +257,7 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
                      f"changed {ago(service['replicas_changed_at'])}"),
         ("Per pod" if service.get("group_size", 1) > 1 else "Per replica", f"{number(service['gpus_per_replica'])} GPU, {cores(service['cpu_milli_per_replica'])} CPU, "
                         f"{mem(service['memory_mib_per_replica'])} memory"),
-        ("Autoscaling", _state(service)), ("Created", ago(service["created_at"])),
+        ("Autoscaling", _state(service)), *_serving(service), ("Created", ago(service["created_at"])),
     ])]
     if service["thresholds"]:
         blocks += ["", "Thresholds:", grid(["metric", "min", "expect", "max"],
