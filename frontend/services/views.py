@@ -88,6 +88,8 @@ SLO_TARGETS = (  # signal, the service's target field, title, unit
     ("tpot_p99", "tpot_p99_target_s", "Time per output token, p99", "s"),
     ("kv_cache", "kv_cache_target", "KV-cache use", None),
 )
+SLO_EMPTY = ("No value in Prometheus for this service in this range: its engines publish no vLLM or SGLang series, "
+             "or took no requests.")
 
 
 def slo_charts(service: InferenceService, since: datetime, now: datetime) -> list[dict]:
@@ -108,9 +110,12 @@ def slo_charts(service: InferenceService, since: datetime, now: datetime) -> lis
             charts.append({**chart, "note": str(down), "series": []})
             continue
         points = mine[0] if mine else []
+        if not any(v is not None for _, v in points):  # idle engines' latencies are 0/0: a series of gaps
+            charts.append({**chart, "series": [], "empty": SLO_EMPTY})
+            continue
         line = [[_ms(since), target], [_ms(now), target]]
         charts.append({**chart, "series": [{"label": title, "points": points},
-                                           {"label": "target", "points": line, "dash": [6, 4]}] if points else []})
+                                           {"label": "target", "points": line, "dash": [6, 4]}]})
     return charts
 
 
