@@ -1,4 +1,5 @@
 """The dashboards' history, read from Prometheus (it scrapes Tidal's /metrics; no new tables hold history)."""
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
@@ -29,9 +30,12 @@ def lines(query: str, *, span_s: int, step_s: int, now: float, by: tuple[str, ..
           ) -> list[Line]:
     """One line per series of `query` over the last `span_s` seconds, labelled by the `by` labels."""
     client = PrometheusConnect(url=settings.PROMETHEUS_URL, disable_ssl=True)
+    # Whole seconds: the client rounds the range's ends, which put the newest point up to half a second after `now`,
+    # past the charts' x axis (Chart.js leaves such a point out: a chart of one minute of data drew none).
+    end = math.floor(now)
     try:
-        result = client.custom_query_range(query, start_time=datetime.fromtimestamp(now - span_s, timezone.utc),
-                                           end_time=datetime.fromtimestamp(now, timezone.utc), step=str(step_s),
+        result = client.custom_query_range(query, start_time=datetime.fromtimestamp(end - span_s, timezone.utc),
+                                           end_time=datetime.fromtimestamp(end, timezone.utc), step=str(step_s),
                                            params={"timeout": "5s"})
     except (PrometheusApiClientException, RequestException) as error:
         message = f"Prometheus at {settings.PROMETHEUS_URL} did not answer: {error}"
