@@ -2,6 +2,7 @@
 import json
 import re
 import time
+import uuid
 
 import pytest
 from playwright.sync_api import expect
@@ -522,8 +523,6 @@ def test_an_llm_service_page_charts_its_ttft_p99_from_prometheus_against_its_das
     """Issue 42: the service page charts the TTFT p99 that real Prometheus scraped from the service's engines (the
     cluster exporter's vLLM series) against the service's target as a dashed line; a service whose engines Prometheus
     has no latency of (none publish, or they take no requests) says so instead of a chart."""
-    import uuid
-
     from prometheus_api_client import PrometheusConnect
 
     from cluster.simulated import llm
@@ -533,55 +532,54 @@ def test_an_llm_service_page_charts_its_ttft_p99_from_prometheus_against_its_das
     from colocation.serving_signals import SERVICE, queries
     from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL
 
-    # names of this run alone: Prometheus keeps earlier runs' series of the same names
-    run = uuid.uuid4().hex[:6]
-    busy, idle, silent = f"llm-{run}", f"llm-idle-{run}", f"llm-silent-{run}"
-    t4 = world.gpu_models["T4"]
-    services = [world.service(name=name, gpu_model=t4, gpus_per_replica="0.25", replicas=1, min_replicas=1,
-                              max_replicas=4, ttft_p99_target_s=0.5) for name in (busy, idle, silent)]
+    run = uuid.uuid4().hex[:6]  # names of this run alone: Prometheus keeps earlier runs' series
+    names = {kind: f"llm-{kind}-{run}" for kind in ("busy", "idle", "silent")}
+    services = {kind: world.service(name=name, gpu_model=world.gpu_models["T4"], gpus_per_replica="0.25", replicas=1,
+                                    min_replicas=1, max_replicas=4, ttft_p99_target_s=0.5)
+                for kind, name in names.items()}
     cluster = SimulatedCluster(node_views(), VirtualClock(time.time()))
-    for service in services[:2]:  # the silent service has no engines
-        cluster.apply_replicaset(service.name, replica_template(service), 1, startup_s=0)
+    for kind in ("busy", "idle"):  # the silent service has no engines
+        cluster.apply_replicaset(names[kind], replica_template(services[kind]), 1, startup_s=0)
     cluster.advance()
     assert sum(p.ready for p in cluster.pods()) == 2
     state = (cluster.pods(), cluster.nodes())
-    utilization = 0.8  # TTFT median 0.05 s / (1 - 0.8) = 0.25 s: p99 ≈ 0.84 s, over the 0.5 s target
-    server, thread = serve(lambda: state, builtin_shapes(), 0, load=EnginesAt({busy: (8.0, utilization),
-                                                                                idle: (0.0, 0.0)}))
+    utilization = 0.8  # a TTFT median of 0.05 s / (1 - 0.8) = 0.25 s: p99 0.84 s in vLLM's buckets, over 0.5 s
+    load = EnginesAt({names["busy"]: (8.0, utilization), names["idle"]: (0.0, 0.0)})
+    server, thread = serve(lambda: state, builtin_shapes(), 0, load=load)
     target = register_target(PROMETHEUS_SD_DIR, server.server_port, f"e2e-slo-{run}")
     try:
         prometheus = PrometheusConnect(url=PROMETHEUS_URL, disable_ssl=True)
         deadline = time.monotonic() + 60
-        while {busy, idle} - {s["metric"].get(SERVICE) for s in prometheus.custom_query(queries("1m")["ttft_p99"])}:
+        while set(load.loads) - {s["metric"].get(SERVICE) for s in prometheus.custom_query(queries("1m")["ttft_p99"])}:
             assert time.monotonic() < deadline, "no TTFT p99 of the engines in Prometheus within 60 s"
             time.sleep(1)
 
         page = console.page
         console.sign_in("adam")
-        console.open(f"/services/{busy}/")
+        console.open(f"/services/{names['busy']}/")
         chart = page.locator("figure", has=page.locator('canvas[data-chart="chart-ttft-p99"]'))
         expect(chart.locator("canvas")).to_be_visible()
         expect(chart.locator("figcaption")).to_contain_text("Time to first token, p99")
         expect(chart.locator("figcaption")).to_contain_text("target 0.5 s")
         spec = json.loads(page.locator("#chart-ttft-p99").text_content())
         ttft, line = spec["series"]
-        values = [v for _, v in ttft["points"] if v is not None]
-        newest = max(t for t, v in ttft["points"] if v is not None)
-        assert spec["x_max"] - 30_000 < newest <= spec["x_max"]  # on the x axis: Chart.js leaves out a point past it
+        measured = [(t, v) for t, v in ttft["points"] if v is not None]
         expected = histogram_p99(llm.engine_at(utilization).ttft_median_s)
-        assert values and all(abs(v - expected) < 1e-6 for v in values), (expected, values)
+        assert measured and all(abs(v - expected) < 1e-6 for _, v in measured), (expected, measured)
+        # the newest point on the x axis: Chart.js leaves out a point past it
+        assert spec["x_max"] - 30_000 < measured[-1][0] <= spec["x_max"]
         assert line["label"] == "target" and [v for _, v in line["points"]] == [0.5, 0.5] and line["dash"]
         assert page.locator('canvas[data-chart="chart-tpot-p99"]').count() == 0  # no target, no chart
         chart.scroll_into_view_if_needed()
         console.shot("llm-service-ttft-p99")
 
-        for name in (idle, silent):
-            console.open(f"/services/{name}/")
+        for kind in ("idle", "silent"):
+            console.open(f"/services/{names[kind]}/")
             figure = page.locator("figure", has_text="Time to first token, p99")
             expect(figure).to_contain_text("target 0.5 s")
             expect(figure.locator("canvas")).to_have_count(0)
             expect(figure).to_contain_text("No value in Prometheus for this service in this range")
-            console.shot(f"llm-service-ttft-p99-{name.split('-')[1]}")
+            console.shot(f"llm-service-ttft-p99-{kind}")
     finally:
         target.unlink(missing_ok=True)
         server.shutdown()
