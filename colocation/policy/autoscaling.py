@@ -27,6 +27,7 @@ BUSY = "busy"
 SYSTEM_MIN_REPLICAS = 2
 OUT_MINUTES = 2  # scale out when over maxRate in each of the last 2 minutes
 IN_MINUTES = 5  # scale in when under minRate in each of the last 5 minutes
+RULE_MINUTES = max(OUT_MINUTES, IN_MINUTES)  # the furthest back the reactive rules look
 STABLE_S = 180  # the replica count must have been stable this long
 STALE_S = 120  # a minute whose end lies further back than this is dropped
 SILENT_MINUTES = 5  # no metrics this long: restore yesterday's maximum
@@ -332,11 +333,12 @@ def _sized_to_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[Service
 def _measured(view: ServiceView, run: Sequence[LoadMinute]) -> list[LoadMinute]:
     """The minutes the utilization rules read: for a service that decides while its replicas start, the newest
     minutes measured on ready replicas, each rescaled to the current count (the work a minute measured is what it
-    is, whoever served it: y × its replicas / N); for the others, the minutes at the current count."""
+    is, whoever served it: y × its replicas / N; the newest RULE_MINUTES, all the rules read); for the others, the
+    minutes at the current count."""
     if not decides_while_starting(view.policy):
         return _at_current_count(view, run)
     kept: list[LoadMinute] = []
-    for m in reversed(run):
+    for m in reversed(run[-RULE_MINUTES:]):
         if m.replicas <= 0:
             break
         f = m.replicas / view.replicas

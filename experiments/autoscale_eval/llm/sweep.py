@@ -19,7 +19,8 @@ TARGETS = (0.45, 0.5, 0.55, 0.6, 0.65)  # HPA's and the KPA's utilization target
 TIDAL_EXPECT = (0.45, 0.5, 0.55, 0.6, 0.65, 0.7)  # above the TPOT cliff the SLO lowers them (policy/serving.py)
 TIDAL_BANDS = ((0.9, 1.05), (0.8, 1.1))  # minRate, maxRate as multiples of expectRate
 TIDAL_Z = (0.0, 0.5, 1.0, 1.5)  # the look-ahead's margin in standard changes (forecast.py)
-TIDAL_GAINS = (0.07, 0.085, 0.1, 0.12, 0.14, 0.2, 0.3, 0.45, 0.7, 1.0)  # min_gain, sized to the request SLO
+TIDAL_GAINS = tuple(round(0.05 * 20 ** (i / 15), 3) for i in range(16))  # min_gain 0.05-1, evenly in log
+GAIN_Z = (0.0, 0.5, 1.0)  # the look-ahead's margin beside the sizing
 GAIN_BAND = (0.95, 1.0)  # its band around the utilization the SLO asks: scale out as soon as the level passes it
 MAX_OVER_PEAK = 2  # at most this many times the groups the evaluated peak needs at utilization 0.5
 
@@ -44,7 +45,8 @@ def tidal_policy(expect: float, band: tuple[float, float], top: int, slo: Slo,
 
 def gain_policy(min_gain: float, top: int, slo: Slo, startup_min: int) -> ScalingPolicy:
     """Tidal sized to the request SLO (colocation/policy/slo_sizing.py): the band's expectRate is what the SLO and
-    `min_gain` ask, minute by minute; the look-ahead's margin is in the sizing (the load's spread over a start-up)."""
+    `min_gain` ask, minute by minute, under the load's spread over a start-up; the look-ahead's margin (z 0-1) adds
+    to it."""
     rates = Rates(GAIN_BAND[0] * 0.6, 0.6, GAIN_BAND[1] * 0.6)  # moved by the sizing; only the shape counts
     return ScalingPolicy(thresholds=(("gpu", rates),), min_replicas=SYSTEM_MIN_REPLICAS, max_replicas=top,
                          serving=ServingTargets(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s, min_gain=min_gain),
@@ -54,7 +56,7 @@ def gain_policy(min_gain: float, top: int, slo: Slo, startup_min: int) -> Scalin
 def sweep(w: Workload, model: GroupModel, slo: Slo, tick: Callable[[], None] | None = None,
           targets: Sequence[float] = TARGETS, expect: Sequence[float] = TIDAL_EXPECT,
           bands: Sequence[tuple[float, float]] = TIDAL_BANDS, zs: Sequence[float] = TIDAL_Z,
-          gains: Sequence[float] = TIDAL_GAINS) -> Sweep:
+          gains: Sequence[float] = TIDAL_GAINS, gain_zs: Sequence[float] = GAIN_Z) -> Sweep:
     per_rps = model.utilization(1.0, float(w.tokens_in.mean()), float(w.tokens_out.mean()))
     top = max(SYSTEM_MIN_REPLICAS, MAX_OVER_PEAK * int(float(w.rps.max()) * per_rps / 0.5 + 1))
     first = max(SYSTEM_MIN_REPLICAS, int(float(w.rps[0]) * per_rps / 0.5 + 1))
@@ -71,12 +73,13 @@ def sweep(w: Workload, model: GroupModel, slo: Slo, tick: Callable[[], None] | N
     out += [point(Tidal(tidal_policy(e, b, top, slo, model.startup_min), z),
                   f"expect {e:g} min/max ×{b[0]:g}/×{b[1]:g} look-ahead z {z:g}")
             for e in expect for b in bands for z in zs]
-    out += [point(Tidal(gain_policy(g, top, slo, model.startup_min), 0.0), f"sized to the SLO, min_gain {g:g}")
-            for g in gains]
+    out += [point(Tidal(gain_policy(g, top, slo, model.startup_min), z),
+                  f"sized to the SLO, min_gain {g:g} look-ahead z {z:g}") for g in gains for z in gain_zs]
     return Sweep(model.startup_min, tuple(out))
 
 
 def size(targets: Sequence[float] = TARGETS, expect: Sequence[float] = TIDAL_EXPECT,
-         bands: Sequence = TIDAL_BANDS, zs: Sequence[float] = TIDAL_Z, gains: Sequence[float] = TIDAL_GAINS) -> int:
+         bands: Sequence = TIDAL_BANDS, zs: Sequence[float] = TIDAL_Z, gains: Sequence[float] = TIDAL_GAINS,
+         gain_zs: Sequence[float] = GAIN_Z) -> int:
     """Runs in one sweep."""
-    return 2 * len(targets) + len(expect) * len(bands) * len(zs) + len(gains)
+    return 2 * len(targets) + len(expect) * len(bands) * len(zs) + len(gains) * len(gain_zs)
