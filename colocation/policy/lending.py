@@ -9,7 +9,9 @@ many, which ones.
 - Graceful take-back: the node is cordoned (online-unnormal) at once, but its training pods are evicted only at
   `TakeBack.evict_at`: now when urgent (online pods pending), else now + `take_back_grace_s`, or the forecast rise
   for a forecast take-back if later (a take-back the forecast alone fired is no more urgent than a threshold one).
-  Nodes are chosen by the jobs (a gang whole) still running at that deadline, then the run time lost.
+  Nodes are chosen by the jobs (a gang whole) still running at that deadline, then the run time lost. Urgent: only
+  the machines the pending pods need (idle ones first); the rest of the sizing is left to the next, graceful,
+  take-back. A job past its expected end counts as running (its estimate was short; its end is unknown).
   `expedite` names the groups whose in-flight take-backs must evict now (online pods pending).
 - Lend (online->offline) when projected usage < minRate and training jobs are pending, no online
   pod is pending and no take-back is in flight. Size: the largest k such that, without the k
@@ -247,7 +249,8 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
         # pods will pend before a take-back started later could bring the nodes back: urgent, seen ahead
         trigger += (f"; urgent inside the {span}: forecast {_hhmm(full[1], profile)} online {_pct(full[0])} "
                     f"> 100%, its pods would wait")
-    # a forecast take-back waits for the jobs on its nodes up to when the forecast needs the nodes (`_need_by`)
+    # a non-urgent take-back with a forecast waits for the jobs on its nodes up to when the forecast needs the nodes
+    # (`_need_by`); the nodes are chosen by what still runs then
     need_by = evict_at if pending or fc is None else _need_by(g, fc, now, evict_at)
     cands = sorted(g.lent(), key=lambda n: _work_lost(n, need_by, now))
     if not cands:
@@ -283,8 +286,9 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     if whole is not None and whole[1] > k:
         k = whole[1]
     chosen = cands[:k]
-    ends = [_last_end(n, now) for n in chosen]
-    evict_at = max(evict_at, min(need_by, max(ends)))  # nearest completion: the chosen nodes' jobs end first
+    # evict only when the forecast needs the nodes, not at their jobs' expected end: a node whose jobs end is back
+    # at once anyway, and a job that outruns its estimate still gets the time online does not need
+    evict_at = need_by
     after = ratio(g.demand, base + sum(caps[:k]))
     capped = f"; capped at {k} of {want} by max {profile.max_parallel} converting" if k < want else ""
     if pending and k_usage > k:

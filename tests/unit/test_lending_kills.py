@@ -42,7 +42,7 @@ def flat(*points: tuple[float, float], base: float, minutes: int = 600) -> Deman
 # ---- a forecast take-back waits for its nodes' jobs, up to when the forecast needs the nodes ----------------------
 
 @pytest.mark.parametrize("startup_s,points,evict_in_s", [
-    (0, ((25, 11),), 60 * MIN),  # 11 of 12 GPUs always fit: the job's end
+    (0, ((25, 11),), 600 * MIN),  # 11 of 12 GPUs always fit: the forecast's end, not the job's expected end
     (0, ((25, 11), (40, 13)), 40 * MIN),  # 13 > 12 at 14:40: the node must be back by then
     (10 * MIN, ((25, 11), (40, 13)), 30 * MIN),  # ... and the group's replica must start by then
     (20 * MIN, ((25, 11), (40, 13)), 25 * MIN),  # never before the rise (nor the grace)
