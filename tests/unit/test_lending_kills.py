@@ -127,3 +127,39 @@ def test_no_lend_within_relend_after_s_of_a_take_back(ago_s, lends):
     else:
         assert isinstance(d, Hold) and d.reason is LendReason.RECENT_TAKE_BACK
         assert "no lend within 1.0 h of one" in d.message
+
+
+# ---- robust to runtime estimates that are wrong -----------------------------------------------------------------
+
+FULL = online_fleet((4,), (4,), (4,))  # 12 of 12 GPUs: 100%
+
+
+def test_an_urgent_take_back_evicts_only_the_machines_its_pending_pods_need():
+    # expectRate would take two lent nodes (12 of 20 GPUs); one 4-GPU pod waits: the idle node alone
+    # evicts now, the jobs on the others are left to a graceful take-back
+    g = G().nodes(*FULL, lent("t4-4", job(1, H)), lent("t4-5"), lent("t4-6", job(2, 2 * H))).pending(4).replica(4)
+    d = decide_group(g.build(), NOW, ON, flat(base=12))
+    assert isinstance(d, TakeBack) and d.reason is LendReason.ONLINE_PENDING
+    assert d.nodes == ("t4-5",) and d.evict_at == NOW
+    assert ("only the 1 machines the pending pods need (expectRate would take 2: the rest waits for a graceful "
+            "take-back)") in d.message
+
+
+def test_a_job_past_its_expected_end_counts_as_running():
+    # the job on t4-4 outran its estimate by 10 minutes: it still runs, and has run 5 h; an urgent take-back of one
+    # node kills the 10-minute-old job on t4-5 instead (less work lost), not the one that only looks finished
+    overdue = TrainingPod("job1", 1, NOW - 5 * H, 1, NOW - 10 * MIN)
+    fresh = TrainingPod("job2", 2, NOW - 10 * MIN, 1, NOW + H)
+    assert overdue.runs_at(NOW, NOW) and overdue.end(NOW) == float("inf")
+    g = G().nodes(*FULL, lent("t4-4", overdue), lent("t4-5", fresh)).pending(4)
+    d = decide_group(g.build(), NOW, ON, flat(base=12))
+    assert isinstance(d, TakeBack) and d.nodes == ("t4-5",)
+
+
+def test_a_forecast_take_back_waits_for_a_job_that_outran_its_estimate_until_the_forecast_needs_the_node():
+    # the rise at 14:25 (11 of 12 GPUs), 13 > 12 GPUs at 15:30: the job expected to have ended 5 minutes ago may
+    # run until then
+    g = G().nodes(*CALM, lent("t4-4", job(1, -5 * MIN)))
+    d = decide_group(g.build(), NOW, ON, flat((25, 11), (90, 13), base=6))
+    assert isinstance(d, TakeBack) and d.reason is LendReason.FORECAST_RISE and d.evict_at == NOW + 90 * MIN
+    assert "evicting what still runs at 15:30: 1 training jobs" in d.message
