@@ -9,9 +9,8 @@ many, which ones.
 - Graceful take-back: the node is cordoned (online-unnormal) at once, but its training pods are evicted only at
   `TakeBack.evict_at`: now when urgent (online pods pending), else now + `take_back_grace_s`, or the forecast rise
   for a forecast take-back if later (a take-back the forecast alone fired is no more urgent than a threshold one).
-  Nodes are chosen by the jobs (a gang whole) still running at that deadline, then the run time lost. Urgent: only
-  the machines the pending pods need (idle ones first); the rest of the sizing is left to the next, graceful,
-  take-back. A job past its expected end counts as running (its estimate was short; its end is unknown).
+  Nodes are chosen by the jobs (a gang whole) still running at that deadline, then the run time lost. A job past its
+  expected end counts as running (its estimate was short; its end is unknown).
   `expedite` names the groups whose in-flight take-backs must evict now (online pods pending).
 - Lend (online->offline) when projected usage < minRate and training jobs are pending, no online
   pod is pending and no take-back is in flight. Size: the largest k such that, without the k
@@ -24,6 +23,10 @@ many, which ones.
 A trigger that cannot act yields a Hold with the reason, so dashboards can say why nothing moved.
 
 Forecast-driven (`profile.forecast` and a DemandForecast for the group; otherwise exactly the rules above):
+- Urgent take-backs (online pods pending) take only the machines the pending pods need, idle ones first; the
+  headroom is left to the rules below, which take it back gracefully.
+- A non-urgent take-back evicts when the forecast needs its nodes (`_need_by`), not at their jobs' expected end: a
+  node whose jobs end comes back then anyway, and a job that outruns its estimate still gets the time.
 - Take back ahead of the rise: when the forecast puts online usage (lent nodes staying lent) above maxRate within
   the lead (`drain_s` and the start-up of the group's largest replica: forecast.lead_s), take back now, sized to
   expectRate at the forecast peak within the lead (also for the threshold
@@ -271,9 +274,10 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     # whole machines for a whole replica: usage down to expectRate with room for one more of the largest replica
     k_usage = next((k for k in range(len(caps) + 1) if ratio(demand, base + sum(caps[:k])) <= th.expect_rate
                     and base + sum(caps[:k]) - demand >= g.largest_replica - GPU_EPS), len(caps))
-    # urgent: only the machines the pending pods need evict now; the rest of the sizing waits for a graceful
-    # take-back (the next tick's threshold or forecast rule), which lets the jobs on them end
-    want = k_pending if pending else k_usage
+    # urgent with a forecast: only the machines the pending pods need evict now; the headroom is left to the forecast
+    # rules, which take it back gracefully ahead of the rise (jobs on it may end). Without a forecast nothing else sees
+    # the next scale-out coming: the headroom comes back at once too.
+    want = k_pending if pending and fc is not None else max(k_pending, k_usage)
     if want == 0 and too_big:
         return _hold(g, Direction.TAKE_BACK, LendReason.NO_CANDIDATE,
                      f"{trigger}; pods of {', '.join(f'{r:g}' for r in too_big)} {g.unit} fit on no offline node "
@@ -291,7 +295,7 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     evict_at = need_by
     after = ratio(g.demand, base + sum(caps[:k]))
     capped = f"; capped at {k} of {want} by max {profile.max_parallel} converting" if k < want else ""
-    if pending and k_usage > k:
+    if pending and fc is not None and k_usage > k:
         capped += (f"; only the {k} machines the pending pods need (expectRate would take {k_usage}: the rest waits "
                    f"for a graceful take-back)")
     if whole is not None:

@@ -134,15 +134,24 @@ def test_no_lend_within_relend_after_s_of_a_take_back(ago_s, lends):
 FULL = online_fleet((4,), (4,), (4,))  # 12 of 12 GPUs: 100%
 
 
-def test_an_urgent_take_back_evicts_only_the_machines_its_pending_pods_need():
-    # expectRate would take two lent nodes (12 of 20 GPUs); one 4-GPU pod waits: the idle node alone
-    # evicts now, the jobs on the others are left to a graceful take-back
-    g = G().nodes(*FULL, lent("t4-4", job(1, H)), lent("t4-5"), lent("t4-6", job(2, 2 * H))).pending(4).replica(4)
-    d = decide_group(g.build(), NOW, ON, flat(base=12))
+URGENT = G().nodes(*FULL, lent("t4-4", job(1, H)), lent("t4-5"), lent("t4-6", job(2, 2 * H))).pending(4).replica(4)
+
+
+def test_an_urgent_take_back_with_a_forecast_evicts_only_the_machines_its_pending_pods_need():
+    # expectRate would take two lent nodes (12 of 20 GPUs); one 4-GPU pod waits: the idle node alone evicts now, the
+    # headroom is left to the forecast rules (graceful)
+    d = decide_group(URGENT.build(), NOW, ON, flat(base=12))
     assert isinstance(d, TakeBack) and d.reason is LendReason.ONLINE_PENDING
     assert d.nodes == ("t4-5",) and d.evict_at == NOW
     assert ("only the 1 machines the pending pods need (expectRate would take 2: the rest waits for a graceful "
             "take-back)") in d.message
+
+
+def test_an_urgent_take_back_without_a_forecast_takes_the_headroom_at_once():
+    # threshold lending: nothing else would see the next scale-out coming
+    d = decide_group(URGENT.build(), NOW, DEFAULT)
+    assert isinstance(d, TakeBack) and d.nodes == ("t4-5", "t4-4") and d.evict_at == NOW
+    assert "the pending pods need" not in d.message
 
 
 def test_a_job_past_its_expected_end_counts_as_running():
