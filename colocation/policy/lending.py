@@ -296,8 +296,8 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     after = ratio(g.demand, base + sum(caps[:k]))
     capped = f"; capped at {k} of {want} by max {profile.max_parallel} converting" if k < want else ""
     if pending and fc is not None and k_usage > k:
-        capped += (f"; only the {k} machines the pending pods need (expectRate would take {k_usage}: the rest waits "
-                   f"for a graceful take-back)")
+        capped += (f"; now only what the pending pods need: {k} of the {k_usage} machines expectRate wants (the rest "
+                   f"waits for a graceful take-back)")
     if whole is not None:
         past = f", past max {profile.max_parallel} converting" if len(flight) + k > profile.max_parallel else ""
         trigger += f"; frees {whole[1]} machines at once for {whole[0]}{past}"

@@ -143,8 +143,8 @@ def test_an_urgent_take_back_with_a_forecast_evicts_only_the_machines_its_pendin
     d = decide_group(URGENT.build(), NOW, ON, flat(base=12))
     assert isinstance(d, TakeBack) and d.reason is LendReason.ONLINE_PENDING
     assert d.nodes == ("t4-5",) and d.evict_at == NOW
-    assert ("only the 1 machines the pending pods need (expectRate would take 2: the rest waits for a graceful "
-            "take-back)") in d.message
+    assert ("now only what the pending pods need: 1 of the 2 machines expectRate wants (the rest waits for a "
+            "graceful take-back)") in d.message
 
 
 def test_an_urgent_take_back_without_a_forecast_takes_the_headroom_at_once():
