@@ -41,9 +41,16 @@ class TrainingPod:
     workers: int = 1  # of its job: a gang dies whole when one worker's node is taken back
     expected_end: float | None = None  # epoch s its job is expected to end (None: unknown, counts as killed)
 
-    def runs_at(self, t: float) -> bool:
-        """Still running at `t` (so a take-back evicting then kills it)."""
-        return self.expected_end is None or self.expected_end > t
+    def end(self, now: float) -> float:
+        """When it is expected to end, seen at `now`: unknown (inf) without an estimate, or once `now` is past it
+        (the estimate was short: the job still runs, and when it will end nobody knows)."""
+        if self.expected_end is None or self.expected_end <= now:
+            return inf
+        return self.expected_end
+
+    def runs_at(self, t: float, now: float) -> bool:
+        """Still running at `t`, seen at `now` (so a take-back evicting then kills it)."""
+        return self.end(now) > t
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ many, which ones.
 - Graceful take-back: the node is cordoned (online-unnormal) at once, but its training pods are evicted only at
   `TakeBack.evict_at`: now when urgent (online pods pending), else now + `take_back_grace_s`, or the forecast rise
   for a forecast take-back if later (a take-back the forecast alone fired is no more urgent than a threshold one).
-  Nodes are chosen by the jobs (a gang whole) still running at that deadline, then the run time lost.
+  Nodes are chosen by the jobs (a gang whole) still running at that deadline, then the run time lost. A job past its
+  expected end counts as running (its estimate was short; its end is unknown).
   `expedite` names the groups whose in-flight take-backs must evict now (online pods pending).
 - Lend (online->offline) when projected usage < minRate and training jobs are pending, no online
   pod is pending and no take-back is in flight. Size: the largest k such that, without the k
@@ -22,6 +23,10 @@ many, which ones.
 A trigger that cannot act yields a Hold with the reason, so dashboards can say why nothing moved.
 
 Forecast-driven (`profile.forecast` and a DemandForecast for the group; otherwise exactly the rules above):
+- Urgent take-backs (online pods pending) take only the machines the pending pods need, idle ones first; the
+  headroom is left to the rules below, which take it back gracefully.
+- A non-urgent take-back evicts when the forecast needs its nodes (`_need_by`), not at their jobs' expected end: a
+  node whose jobs end comes back then anyway, and a job that outruns its estimate still gets the time.
 - Take back ahead of the rise: when the forecast puts online usage (lent nodes staying lent) above maxRate within
   the lead (`drain_s` and the start-up of the group's largest replica: forecast.lead_s), take back now, sized to
   expectRate at the forecast peak within the lead (also for the threshold
@@ -186,19 +191,19 @@ def _hold(g: GroupView, d: Direction, reason: LendReason, why: str) -> Hold:
     return Hold(g.name, d, reason, f"{g.name}: would {verb} but {why}")
 
 
-def _work_lost(n: GroupNode, evict_at: float) -> tuple[int, float, float, str]:
+def _work_lost(n: GroupNode, evict_at: float, now: float) -> tuple[int, float, float, str]:
     """What taking back `n` with its evictions at `evict_at` kills: its training jobs still running then (a gang's
-    worker counts its whole gang: all its workers die; an unknown end counts as running), then their run time by
-    then (again every worker of a gang), then when its last job is expected to end (nearest completion first: the
-    node is free soonest), then the name."""
-    jobs = {p.job_id if p.job_id is not None else p.name: p for p in n.training if p.runs_at(evict_at)}
+    worker counts its whole gang: all its workers die; an unknown end, or one already passed, counts as running),
+    then their run time by then (again every worker of a gang), then when its last job is expected to end (nearest
+    completion first: the node is free soonest), then the name."""
+    jobs = {p.job_id if p.job_id is not None else p.name: p for p in n.training if p.runs_at(evict_at, now)}
     return (sum(p.workers for p in jobs.values()),
-            sum(p.workers * max(0.0, evict_at - p.started_at) for p in jobs.values()), _last_end(n), n.name)
+            sum(p.workers * max(0.0, evict_at - p.started_at) for p in jobs.values()), _last_end(n, now), n.name)
 
 
-def _last_end(n: GroupNode) -> float:
-    """When the node's training is expected to be over (an unknown end: never; no training: at once)."""
-    return max((inf if p.expected_end is None else p.expected_end for p in n.training), default=-inf)
+def _last_end(n: GroupNode, now: float) -> float:
+    """When the node's training is expected to be over (an unknown or passed end: never; no training: at once)."""
+    return max((p.end(now) for p in n.training), default=-inf)
 
 
 def _need_by(g: GroupView, fc: DemandForecast, now: float, floor: float) -> float:
@@ -247,9 +252,10 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
         # pods will pend before a take-back started later could bring the nodes back: urgent, seen ahead
         trigger += (f"; urgent inside the {span}: forecast {_hhmm(full[1], profile)} online {_pct(full[0])} "
                     f"> 100%, its pods would wait")
-    # a forecast take-back waits for the jobs on its nodes up to when the forecast needs the nodes (`_need_by`)
+    # a non-urgent take-back with a forecast waits for the jobs on its nodes up to when the forecast needs the nodes
+    # (`_need_by`); the nodes are chosen by what still runs then
     need_by = evict_at if pending or fc is None else _need_by(g, fc, now, evict_at)
-    cands = sorted(g.lent(), key=lambda n: _work_lost(n, need_by))
+    cands = sorted(g.lent(), key=lambda n: _work_lost(n, need_by, now))
     if not cands:
         return _hold(g, Direction.TAKE_BACK, LendReason.NO_CANDIDATE, f"{trigger}; no offline-normal co-location node")
     slots = profile.max_parallel - len(flight)
@@ -268,7 +274,10 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     # whole machines for a whole replica: usage down to expectRate with room for one more of the largest replica
     k_usage = next((k for k in range(len(caps) + 1) if ratio(demand, base + sum(caps[:k])) <= th.expect_rate
                     and base + sum(caps[:k]) - demand >= g.largest_replica - GPU_EPS), len(caps))
-    want = max(k_pending, k_usage)
+    # urgent with a forecast: only the machines the pending pods need evict now; the headroom is left to the forecast
+    # rules, which take it back gracefully ahead of the rise (jobs on it may end). Without a forecast nothing else sees
+    # the next scale-out coming: the headroom comes back at once too.
+    want = k_pending if pending and fc is not None else max(k_pending, k_usage)
     if want == 0 and too_big:
         return _hold(g, Direction.TAKE_BACK, LendReason.NO_CANDIDATE,
                      f"{trigger}; pods of {', '.join(f'{r:g}' for r in too_big)} {g.unit} fit on no offline node "
@@ -281,10 +290,14 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     if whole is not None and whole[1] > k:
         k = whole[1]
     chosen = cands[:k]
-    ends = [_last_end(n) for n in chosen]
-    evict_at = max(evict_at, min(need_by, max(ends)))  # nearest completion: the chosen nodes' jobs end first
+    # evict only when the forecast needs the nodes, not at their jobs' expected end: a node whose jobs end is back
+    # at once anyway, and a job that outruns its estimate still gets the time online does not need
+    evict_at = need_by
     after = ratio(g.demand, base + sum(caps[:k]))
     capped = f"; capped at {k} of {want} by max {profile.max_parallel} converting" if k < want else ""
+    if pending and fc is not None and k_usage > k:
+        capped += (f"; now only what the pending pods need: {k} of the {k_usage} machines expectRate wants (the rest "
+                   f"waits for a graceful take-back)")
     if whole is not None:
         past = f", past max {profile.max_parallel} converting" if len(flight) + k > profile.max_parallel else ""
         trigger += f"; frees {whole[1]} machines at once for {whole[0]}{past}"
@@ -293,7 +306,7 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     jobs = {p.job_id if p.job_id is not None else p.name: p for n in chosen for p in n.training}
     evicting = f"{len(jobs)} training jobs requeued to the fixed pool"
     if evict_at > now:  # graceful: name the deadline and what is expected to be still running then
-        left = sum(1 for p in jobs.values() if p.runs_at(evict_at))
+        left = sum(1 for p in jobs.values() if p.runs_at(evict_at, now))
         ending = f" ({len(jobs) - left} expected to end before)" if left < len(jobs) else ""
         evicting = (f"cordoned, evicting what still runs at {_hhmm(evict_at, profile)}: {left} training jobs "
                     f"requeued to the fixed pool{ending}")

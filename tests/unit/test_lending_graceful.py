@@ -56,13 +56,14 @@ CALM = online_fleet((2,), (2,), (2,))  # 50%
     # urgent: online pods pending evict at once
     (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))).pending(4), DEFAULT, None, LendReason.ONLINE_PENDING, 0),
     (G().nodes(*HIGH, lent("t4-4", job("a", 1, 3600))).pending(4), DEFAULT, None, LendReason.ONLINE_PENDING, 0),
-    # forecast take-back: the forecast rise when later than the grace ...
-    (G().nodes(*CALM, lent("t4-4", job("a", 1, 20 * MIN))), ON.with_(drain_s=30 * MIN), flat((25, 11), base=6),
-     LendReason.FORECAST_RISE, 25 * MIN),
-    # ... the node's jobs' end when later, if the forecast does not need the node before (11 of 12 GPUs fit) ...
-    (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))), ON.with_(drain_s=30 * MIN), flat((25, 11), base=6),
-     LendReason.FORECAST_RISE, 60 * MIN),
-    # ... but no later than the minute the forecast's demand passes what online can place (13 > 12 GPUs) ...
+    # forecast take-back (the rise at 14:25): when the forecast needs the node (its demand passes what online can
+    # place, 13 > 12 GPUs, at 15:30), not at the end its job is expected at (a job that outruns its estimate still
+    # ends in time) ...
+    (G().nodes(*CALM, lent("t4-4", job("a", 1, 20 * MIN))), ON.with_(drain_s=30 * MIN), flat((25, 11), (90, 13), base=6),
+     LendReason.FORECAST_RISE, 90 * MIN),
+    (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))), ON.with_(drain_s=30 * MIN), flat((25, 11), (90, 13), base=6),
+     LendReason.FORECAST_RISE, 90 * MIN),
+    # ... at 14:40 if that is when it passes ...
     (G().nodes(*CALM, lent("t4-4", job("a", 1, 3600))), ON.with_(drain_s=30 * MIN), flat((25, 11), (40, 13), base=6),
      LendReason.FORECAST_RISE, 40 * MIN),
     # ... and never sooner than the grace (a forecast that jumped is no more urgent than a threshold)

@@ -42,7 +42,7 @@ def flat(*points: tuple[float, float], base: float, minutes: int = 600) -> Deman
 # ---- a forecast take-back waits for its nodes' jobs, up to when the forecast needs the nodes ----------------------
 
 @pytest.mark.parametrize("startup_s,points,evict_in_s", [
-    (0, ((25, 11),), 60 * MIN),  # 11 of 12 GPUs always fit: the job's end
+    (0, ((25, 11),), 600 * MIN),  # 11 of 12 GPUs always fit: the forecast's end, not the job's expected end
     (0, ((25, 11), (40, 13)), 40 * MIN),  # 13 > 12 at 14:40: the node must be back by then
     (10 * MIN, ((25, 11), (40, 13)), 30 * MIN),  # ... and the group's replica must start by then
     (20 * MIN, ((25, 11), (40, 13)), 25 * MIN),  # never before the rise (nor the grace)
@@ -127,3 +127,48 @@ def test_no_lend_within_relend_after_s_of_a_take_back(ago_s, lends):
     else:
         assert isinstance(d, Hold) and d.reason is LendReason.RECENT_TAKE_BACK
         assert "no lend within 1.0 h of one" in d.message
+
+
+# ---- robust to runtime estimates that are wrong -----------------------------------------------------------------
+
+FULL = online_fleet((4,), (4,), (4,))  # 12 of 12 GPUs: 100%
+
+
+URGENT = G().nodes(*FULL, lent("t4-4", job(1, H)), lent("t4-5"), lent("t4-6", job(2, 2 * H))).pending(4).replica(4)
+
+
+def test_an_urgent_take_back_with_a_forecast_evicts_only_the_machines_its_pending_pods_need():
+    # expectRate would take two lent nodes (12 of 20 GPUs); one 4-GPU pod waits: the idle node alone evicts now, the
+    # headroom is left to the forecast rules (graceful)
+    d = decide_group(URGENT.build(), NOW, ON, flat(base=12))
+    assert isinstance(d, TakeBack) and d.reason is LendReason.ONLINE_PENDING
+    assert d.nodes == ("t4-5",) and d.evict_at == NOW
+    assert ("now only what the pending pods need: 1 of the 2 machines expectRate wants (the rest waits for a "
+            "graceful take-back)") in d.message
+
+
+def test_an_urgent_take_back_without_a_forecast_takes_the_headroom_at_once():
+    # threshold lending: nothing else would see the next scale-out coming
+    d = decide_group(URGENT.build(), NOW, DEFAULT)
+    assert isinstance(d, TakeBack) and d.nodes == ("t4-5", "t4-4") and d.evict_at == NOW
+    assert "the pending pods need" not in d.message
+
+
+def test_a_job_past_its_expected_end_counts_as_running():
+    # the job on t4-4 outran its estimate by 10 minutes: it still runs, and has run 5 h; an urgent take-back of one
+    # node kills the 10-minute-old job on t4-5 instead (less work lost), not the one that only looks finished
+    overdue = TrainingPod("job1", 1, NOW - 5 * H, 1, NOW - 10 * MIN)
+    fresh = TrainingPod("job2", 2, NOW - 10 * MIN, 1, NOW + H)
+    assert overdue.runs_at(NOW, NOW) and overdue.end(NOW) == float("inf")
+    g = G().nodes(*FULL, lent("t4-4", overdue), lent("t4-5", fresh)).pending(4)
+    d = decide_group(g.build(), NOW, ON, flat(base=12))
+    assert isinstance(d, TakeBack) and d.nodes == ("t4-5",)
+
+
+def test_a_forecast_take_back_waits_for_a_job_that_outran_its_estimate_until_the_forecast_needs_the_node():
+    # the rise at 14:25 (11 of 12 GPUs), 13 > 12 GPUs at 15:30: the job expected to have ended 5 minutes ago may
+    # run until then
+    g = G().nodes(*CALM, lent("t4-4", job(1, -5 * MIN)))
+    d = decide_group(g.build(), NOW, ON, flat((25, 11), (90, 13), base=6))
+    assert isinstance(d, TakeBack) and d.reason is LendReason.FORECAST_RISE and d.evict_at == NOW + 90 * MIN
+    assert "evicting what still runs at 15:30: 1 training jobs" in d.message
