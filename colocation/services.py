@@ -183,11 +183,13 @@ def service_create(*, actor, department: Department, thresholds: list[dict], sch
     return service
 
 
-def _record_service(service: InferenceService, actor, reason: str) -> None:
+def _record_service(service: InferenceService, actor, reason: str, changed: list[str] | None = None) -> None:
+    """The decision a person's change makes, naming what they changed (the replica counts alone do not say)."""
+    what = f"; changed: {', '.join(changed)}" if changed else ""
     decision_record(kind=Decision.Kind.SCALING, subject=f"service:{service.name}", department=service.department,
                     reason=reason, message=f"{service} {reason.split('-')[1]} by {actor}: {service.replicas} replicas "
                                            f"(min {service.min_replicas}, max {service.max_replicas}), "
-                                           f"autoscaling {'on' if service.autoscaling else 'off'}")
+                                           f"autoscaling {'on' if service.autoscaling else 'off'}{what}")
 
 
 @transaction.atomic
@@ -202,15 +204,23 @@ def service_update(*, service: InferenceService, actor, thresholds: list[dict] |
     current_schedules = list(service.schedules.values("weekdays", "start", "end", "min_replicas"))
     _check_policy(values, current_thresholds if thresholds is None else thresholds,
                   current_schedules if schedules is None else schedules, stored_thresholds=thresholds is None)
+    changed = [name for name, value in fields.items() if getattr(service, name) != value]
     if thresholds is not None:
+        changed += ["thresholds"] if _rows(thresholds) != _rows(current_thresholds) else []
         _set_thresholds(service, thresholds)
     if schedules is not None:
+        changed += ["schedules"] if _rows(schedules) != _rows(current_schedules) else []
         _set_schedules(service, schedules)
     for name, value in fields.items():
         setattr(service, name, value)
     service.save()
-    _record_service(service, actor, "service-changed")
+    _record_service(service, actor, "service-changed", changed)
     return service
+
+
+def _rows(rows: list[dict]) -> list[tuple]:
+    """Threshold or schedule rows as comparable values, in any order."""
+    return sorted(tuple(sorted((k, str(v)) for k, v in row.items())) for row in rows)
 
 
 # --- nodes: lending transitions, pins, thresholds ------------------------------------------------

@@ -40,7 +40,8 @@ def test_patch_replaces_thresholds_and_keeps_other_fields(world):
     service.refresh_from_db()
     assert (service.replicas, service.min_replicas, service.max_replicas) == (5, 2, 5)
     assert list(service.thresholds.values_list("metric", flat=True)) == ["memory"]
-    assert Decision.objects.filter(subject=f"service:{service.name}", reason="service-changed").count() == 1
+    changed = Decision.objects.get(subject=f"service:{service.name}", reason="service-changed")
+    assert changed.message.endswith("; changed: replicas, thresholds"), changed.message
 
 
 BAD_SERVICES = [

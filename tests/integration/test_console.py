@@ -496,11 +496,14 @@ def test_llm_serving_targets_and_the_request_slo_round_trip_through_the_form(wor
     detail = client.get(reverse("service", args=["ranker"])).content.decode()
     sentence = detail.split('id="slo-sizing">', 1)[1].split("</p>", 1)[0]
     assert sentence.startswith("Sized to the SLO: TTFT 1 s, TPOT 50 ms, min gain 10%"), sentence
+    assert 'id="band-moved"' in detail  # the thresholds panel says the sizing moves its band
     edit = {**form, "slo_min_gain": ""}
     del edit["name"], edit["department"]  # fixed once made
     assert client.post(reverse("service-edit", args=["ranker"]), edit).status_code == 302
     detail = client.get(reverse("service", args=["ranker"])).content.decode()
     assert "Request SLO: TTFT 1 s, TPOT 50 ms" in detail and "not sized to it without a min gain" in detail
+    assert 'id="band-moved"' not in detail
+    assert re.search(r"changed: slo_min_gain\s*<", detail)  # the scaling history names what the admin changed, only it
 
 
 def test_the_service_page_shows_replicas_history_and_no_forecast_yet(world):
