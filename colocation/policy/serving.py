@@ -119,12 +119,26 @@ def slo_utilization(targets: ServingTargets, loads: Sequence, utilization: str =
     targets, and why; None when no target is set, nothing was measured short of saturation (a saturated minute's
     latencies are its queue, not its group) or no utilization would meet a target (more replicas shorten neither a
     decode step nor a prompt's own prefill; the breach rule still acts on the miss)."""
-    measured = [(m, u) for m in loads[-STEP_MINUTES:]
-                if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED]
+    measured = measured_minutes(loads, utilization)
     if not measured:
         return None
     limits = [_tpot_limit(targets.tpot_p99_s, measured), _ttft_limit(targets.ttft_p99_s, *measured[-1])]
     return min((x for x in limits if x is not None), default=None)
+
+
+def measured_minutes(loads: Sequence, utilization: str = "gpu") -> list[tuple]:
+    """(minute, u) of the newest STEP_MINUTES minutes measured short of saturation: a saturated minute's latencies
+    are its queue, not its group."""
+    return [(m, u) for m in loads[-STEP_MINUTES:] if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED]
+
+
+def prefill_wait(m, u: float) -> tuple[float, float] | None:
+    """The minute's prefill queue: the scale w of its mean wait W = w × u / (1 - u) (Little's law: requests waiting /
+    requests per second), and the prompt's own time, TTFT p99 less the p99 wait; None without those signals."""
+    if m.ttft_p99 is None or m.queue is None or not m.qps:
+        return None
+    w = m.queue / m.qps * (1.0 - u) / u
+    return w, m.ttft_p99 - _p99_wait(u, w)
 
 
 def _tpot_limit(target: float | None, measured: Sequence) -> tuple[float, str] | None:
@@ -151,11 +165,11 @@ def _ttft_limit(target: float | None, m, u: float) -> tuple[float, str] | None:
     burstiness term the measured wait carries); its tail is exponential with P(wait > 0) = u, so the p99 wait is
     W / u × ln(100 u). The prompt's own time is TTFT p99 less that wait; TTFT p99 stays within the target up to
     the u found by bisection. The newest minute alone: burstiness changes from one window to the next."""
-    if target is None or m.ttft_p99 is None or m.queue is None or not m.qps:
+    fitted = None if target is None else prefill_wait(m, u)
+    if fitted is None:
         return None
+    per_load, own = fitted
     wait = m.queue / m.qps
-    per_load = wait * (1.0 - u) / u  # W = per_load × u / (1 - u)
-    own = m.ttft_p99 - _p99_wait(u, per_load)
     if not 0 <= own < target:  # below 0: the minute does not fit the model (its TTFT p99 under the wait's)
         return None
     lo, hi = 0.0, 1.0

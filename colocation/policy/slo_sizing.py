@@ -16,14 +16,13 @@ relative change the recent request rate showed over one start-up.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
-from colocation.policy.serving import SATURATED, STEP_MINUTES, decode_step
+from colocation.policy.serving import decode_step, measured_minutes, prefill_wait
 
 LEVEL_MIN = 5  # the request rate's level: the mean of this many minutes
 SPREAD_MINUTES = 360  # the load's spread is measured over this many minutes (callers keep them: keep_minutes)
@@ -57,19 +56,15 @@ class LatencyModel:
 
 def fit(loads: Sequence, utilization: str = "gpu") -> LatencyModel | None:
     """The model from the newest minutes measured short of saturation, None without TTFT p99, queue, rate and TPOT
-    p50 (the step: serving.decode_step over STEP_MINUTES; the wait: the newest minute, burstiness changes from one
-    window to the next; averaging it over the start-up or hours did no better in the evaluation)."""
-    measured = [(m, u) for m in loads[-STEP_MINUTES:]
-                if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED]
+    p50 (the step: serving.decode_step over them; the wait: the newest minute, burstiness changes from one window to
+    the next; averaging it over the start-up or hours did no better in the evaluation)."""
+    measured = measured_minutes(loads, utilization)
     step = decode_step(measured)
-    if step is None:
+    fitted = None if step is None else prefill_wait(*measured[-1])
+    if fitted is None:
         return None
-    m, u = measured[-1]
-    if m.ttft_p99 is None or m.queue is None or not m.qps:
-        return None
-    w = m.queue / m.qps * (1.0 - u) / u
-    wait_p99 = w / (1.0 - u) * math.log(100.0 * u) if 100.0 * u > 1.0 else 0.0
-    return LatencyModel(step, max(0.0, m.ttft_p99 - wait_p99), u, w)
+    w, own = fitted
+    return LatencyModel(step, max(0.0, own), measured[-1][1], w)
 
 
 def spread(loads: Sequence, horizon: int) -> float:
