@@ -482,6 +482,13 @@ def test_the_autoscaling_policy_and_a_schedule_round_trip_through_the_form(world
     assert "service-created" in detail  # the scaling history
 
 
+def test_the_policy_names_the_replica_floor_the_autoscaler_keeps(world):
+    client = signed_in(world, "dept_admin")
+    assert client.post(reverse("service-create"), _service_form(replicas="4", min_replicas="4")).status_code == 302
+    detail = client.get(reverse("service", args=["ranker"])).content.decode()
+    assert "Never scales to zero (at least 4 replicas)." in detail
+
+
 def test_llm_serving_targets_and_the_request_slo_round_trip_through_the_form(world):
     from colocation.models import InferenceService
 
