@@ -17,6 +17,7 @@ from colocation.policy.serving import ServingTargets, breaches, replicas_for_bre
 from experiments.autoscale_eval.llm.forecast import RateLookahead
 from experiments.autoscale_eval.llm.front import Point, covering, dominates, pareto
 from experiments.autoscale_eval.llm.replica import GroupModel, LlmModel
+from experiments.autoscale_eval.llm.evaluate import evaluated
 from experiments.autoscale_eval.llm.servegen import ServeGenError, read
 from experiments.builders.colocation import at
 
@@ -304,6 +305,9 @@ def test_servegen_windows_become_minutes(tmp_path):
     assert w.tokens_out[-1] == 100 and (w.rps > 0).all()  # 0 requests/s is missing data, not idle
     with pytest.raises(ServeGenError):
         w.days(1)
+    assert evaluated(w, 14).minutes == evaluated(w, None).minutes == 30  # a trace shorter than asked: all of it
+    two = read(write(tmp_path, "".join(f"{600 * i},100,1.0,500,100\n" for i in range(2 * 144 + 20))))
+    assert evaluated(two, 1).minutes == 1440 and evaluated(two, 3).minutes == two.minutes
 
 
 @pytest.mark.parametrize("rows", ["", "a,b\n1,2\n", "0,x,1,2,3\n"])

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from experiments.autoscale_eval.llm.front import covering, dominates, pareto  # noqa: E402
 from experiments.autoscale_eval.llm.replica import GroupModel  # noqa: E402
 from experiments.autoscale_eval.llm.run import Slo  # noqa: E402
-from experiments.autoscale_eval.llm.servegen import DAY_MIN, read  # noqa: E402
+from experiments.autoscale_eval.llm.servegen import DAY_MIN, Workload, read  # noqa: E402
 from experiments.autoscale_eval.llm.sweep import Sweep, sweep  # noqa: E402
 
 COLORS = {"tidal": "tab:green", "hpa": "tab:orange", "kpa": "tab:purple"}
@@ -27,7 +27,7 @@ FRONT_PLOT = "front.png"
 @dataclass(frozen=True)
 class LlmConfig:
     trace_path: Path
-    days: int | None = 14  # None: all the trace holds
+    days: int | None = 14  # None, or more than the trace holds: all it holds
     startups: tuple[int, ...] = (3, 10)
     model: GroupModel = GroupModel()
     slo: Slo = Slo()
@@ -38,7 +38,7 @@ def evaluate(cfg: LlmConfig, out: Path, command: str, tick: Callable[[], None] |
     began = time.monotonic()
     full = read(cfg.trace_path, cfg.seed)
     held = full.minutes / DAY_MIN
-    w = full.days(min(cfg.days, int(held)) if cfg.days else None)
+    w = evaluated(full, cfg.days)
     sweeps = [sweep(w, replace(cfg.model, startup_min=s), cfg.slo, tick) for s in cfg.startups]
     m = cfg.model
     figures = {"trace": w.name, "days": round(w.minutes / DAY_MIN, 2), "trace_days": round(held, 2),
@@ -54,6 +54,11 @@ def evaluate(cfg: LlmConfig, out: Path, command: str, tick: Callable[[], None] |
     (out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
     (out / "report.md").write_text(markdown(figures, sweeps, command))
     return figures
+
+
+def evaluated(full: Workload, days: int | None) -> Workload:
+    """The first `days` whole days, or all the trace holds when that is less (part of a day included)."""
+    return full.days(days if days and days < full.minutes / DAY_MIN else None)
 
 
 def _sweep_figures(s: Sweep) -> dict:

@@ -38,7 +38,8 @@ class Command(BaseCommand):
                                                  "cv_weighted,mean_input_tokens,mean_output_tokens): the LLM evaluation")
         parser.add_argument("--traffic", help="a CSV with columns timestamp,value (ISO 8601 or epoch seconds, any "
                                               "step; value = requests or work units per minute)")
-        parser.add_argument("--days", type=int, default=14, help="whole days evaluated")
+        parser.add_argument("--days", type=int, default=14,
+                            help="whole days evaluated (an LLM trace holding fewer: all it holds)")
         parser.add_argument("--start", type=int, default=None,
                             help="first evaluated day (0 = the trace's first whole day; default: the last --days)")
         parser.add_argument("--sweep", action="store_true", help="also sweep HPA targets and tidal thresholds: "
