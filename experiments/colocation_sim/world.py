@@ -152,12 +152,20 @@ def template_for(g: GroupSpec, name: str) -> PodSpec:
     return PodSpec(name, None, None, (), int(g.replica_request), g.replica_memory_mib)
 
 
+SERVEGEN_FILE = "servegen:"  # a traffic source naming a ServeGen-format file: this prefix, then its path
+
+
+def servegen_source(path: Path) -> str:
+    return SERVEGEN_FILE + str(path)
+
+
 @lru_cache(maxsize=4)
 def _traffic(traces: Path, source: str) -> Traffic:
-    if source in servegen.BUILTIN:  # LLM traffic: requests/min, whole days
-        w = servegen.read(servegen.path_of(source, traces))
+    if source in servegen.BUILTIN or source.startswith(SERVEGEN_FILE):  # LLM traffic: requests/min, whole days
+        path = servegen.path_of(source, traces) if source in servegen.BUILTIN else Path(source[len(SERVEGEN_FILE):])
+        w = servegen.read(path)
         days = w.minutes // DAY_MIN
-        return Traffic(source, 0.0, w.rps[:days * DAY_MIN] * 60.0, "requests/min")
+        return Traffic(source if source in servegen.BUILTIN else path.name, 0.0, w.rps[:days * DAY_MIN] * 60.0, "requests/min")
     return builtin(source, traces) if source in BUILTIN else read_csv(Path(source))
 
 

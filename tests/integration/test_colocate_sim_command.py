@@ -66,6 +66,21 @@ def test_the_llm_scenario_refuses_more_days_than_servegen_holds(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+def test_the_llm_scenario_runs_on_a_servegen_trace_file(tmp_path):
+    trace, out, figures = tmp_path / "mine.csv", tmp_path / "out", tmp_path / "f.json"
+    rows = ["t_s,requests_per_s,cv_weighted,mean_input_tokens,mean_output_tokens"]
+    rows += [f"{600 * i},{150 + 100 * ((i // 6) % 24 in range(8, 20))},2.0,900,150" for i in range(2 * 144)]
+    trace.write_text("\n".join(rows) + "\n")
+    call_command("colocate_sim", llm=True, days=1, trace_file=str(trace), lending="forecast", out=str(out),
+                 json_path=str(figures))
+    assert json.loads(figures.read_text())["kill_rate"] is not None
+    assert "mine.csv" in (out / "report.md").read_text()
+    _csv(tmp_path / "t.csv", 2)
+    with pytest.raises(CommandError, match="need the columns"):  # a timestamp,value file is not LLM traffic
+        call_command("colocate_sim", llm=True, days=1, trace_file=str(tmp_path / "t.csv"), out=str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()
+
+
 def test_colocate_sim_refuses_a_negative_runtime_error(tmp_path):
     with pytest.raises(CommandError, match="--runtime-error"):
         call_command("colocate_sim", days=1, small=True, runtime_error=-0.1, out=str(tmp_path / "never"))

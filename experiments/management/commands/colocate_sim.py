@@ -1,4 +1,4 @@
-"""`python manage.py colocate_sim --days 7 [--llm] [--trace worldcup98|genai|servegen-* | --traffic CSV] [--start DAY]
+"""`python manage.py colocate_sim --days 7 [--llm] [--trace worldcup98|genai|servegen-* | --traffic CSV | --trace-file SERVEGEN_CSV] [--start DAY]
 [--lending threshold|forecast|both] [--training-load F] [--out DIR] [--json PATH] [--seed N] [--queue-window N]
 [--runtime-error S] [--processes 1|2|3]`: thin; the work is in experiments/colocation_sim/ (no Django there)."""
 
@@ -16,7 +16,7 @@ from cluster.simulated.traffic import BUILTIN, TrafficError, window
 from experiments.autoscale_eval.llm.servegen import BUILTIN as SERVEGEN, ServeGenError
 from experiments.colocation_sim import SimConfig
 from experiments.colocation_sim.report import LENDING_MODES, simulate, write_json
-from experiments.colocation_sim.world import load_traffic
+from experiments.colocation_sim.world import load_traffic, servegen_source
 
 
 class Command(BaseCommand):
@@ -28,6 +28,8 @@ class Command(BaseCommand):
         source.add_argument("--trace", choices=(*BUILTIN, *SERVEGEN), default=None,
                             help="built-in traffic (default worldcup98; servegen-*: LLM requests)")
         source.add_argument("--traffic", help="a CSV of timestamp,value (ISO 8601 or epoch seconds; any step)")
+        source.add_argument("--trace-file", help="LLM traffic in ServeGen's CSV format (t_s,requests_per_s,cv_weighted,"
+                                                 "mean_input_tokens,mean_output_tokens), as autoscale_eval reads it")
         parser.add_argument("--start", type=int, default=None,
                             help="first simulated day of the traffic (default: its last --days days); the days "
                                  "before it warm the forecast")
@@ -39,7 +41,7 @@ class Command(BaseCommand):
         parser.add_argument("--small", action="store_true", help="a small cluster (tests)")
         parser.add_argument("--llm", action="store_true",
                             help="a multi-node LLM service (replica = a group of 2 nodes × 8 GPUs, 10-minute start-up) "
-                                 "on ServeGen m-large traffic (unless --trace/--traffic says otherwise)")
+                                 "on ServeGen m-large traffic (unless --trace/--traffic/--trace-file says otherwise)")
         parser.add_argument("--training-load", type=float, default=None,
                             help="GPU-hours offered within the run over the training capacity (default 0.75, Helios)")
         parser.add_argument("--fixed-share", type=float, default=None,
@@ -63,7 +65,10 @@ class Command(BaseCommand):
         cfg = SimConfig(Path(settings.TRACES_DIR), days=opts["days"], seed=opts["seed"], start_day=opts["start"])
         if opts["llm"]:
             cfg = cfg.llm()
-        cfg = cfg.with_(traffic=opts["traffic"] or opts["trace"] or cfg.traffic)
+        if opts["trace_file"]:
+            cfg = cfg.with_(traffic=servegen_source(Path(opts["trace_file"])))
+        else:
+            cfg = cfg.with_(traffic=opts["traffic"] or opts["trace"] or cfg.traffic)
         try:
             window(load_traffic(cfg), cfg.days, cfg.start_day)  # the run's days must be in the traffic
         except (TrafficError, ServeGenError) as e:
