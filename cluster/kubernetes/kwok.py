@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import urllib3
@@ -16,6 +17,9 @@ from cluster.kubernetes import conventions
 from cluster.types import NodeView
 
 KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
+# Node creates in flight: one by one, the demo's 153 nodes took 4.7 s of a control plane on two shared cores, 8 at
+# once 1.1-1.5 s.
+PARALLELISM = 8
 DEVICE_GIB = (("A100", 80), ("H100", 80), ("H200", 141), ("H800", 80), ("A10", 24), ("T4", 16), ("V100", 32),
               ("P100", 16), ("P40", 24), ("RTX3090", 24))
 
@@ -64,7 +68,8 @@ def _register(core: client.CoreV1Api, views: list[NodeView], namespaces: set[str
         _create(core.create_namespace, {"metadata": {"name": namespace}})
         _wait(lambda: core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items,
               wait_s, f"serviceaccount {namespace}/default")
-    kept = sum(_create(core.create_node, node_object(view)) for view in views)
+    with ThreadPoolExecutor(PARALLELISM) as pool:
+        kept = sum(pool.map(lambda view: _create(core.create_node, node_object(view)), views))
     wanted = {view.name for view in views}
     others = tuple(sorted(n.metadata.name for n in core.list_node(label_selector=RESOURCE_GROUP_LABEL).items
                           if n.metadata.name not in wanted))

@@ -23,7 +23,7 @@ import pytest
 from django.conf import settings
 from redis import Redis
 
-from cluster.backend import INFERENCE, JOB_LABEL, KIND_LABEL, RUN_LABEL, TRAINING, WORKER_LABEL
+from cluster.backend import GROUP_LABEL, INFERENCE, JOB_LABEL, KIND_LABEL, RUN_LABEL, TRAINING, WORKER_LABEL
 from cluster.kubernetes.kwok import KWOK_ANNOTATION
 from tests.integration.kubecluster import KwokCluster, kwok_cluster
 from demo.data import OPERATOR
@@ -76,6 +76,12 @@ def _running(cluster: KwokCluster, kind: str) -> list[dict]:
             and p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") == "Running"]
 
 
+def _replicaset_pods(cluster: KwokCluster) -> list[dict]:
+    """The running pods of the inference ReplicaSets; llm-chat's groups are bare pods Tidal binds whole
+    (tests/integration/test_demo_kubernetes.py)."""
+    return [p for p in _running(cluster, INFERENCE) if GROUP_LABEL not in p["metadata"]["labels"]]
+
+
 def test_up_kubernetes_binds_the_demo_on_kwok_nodes_and_serves_the_console(up, cluster):
     def answers() -> bool:
         try:
@@ -91,11 +97,12 @@ def test_up_kubernetes_binds_the_demo_on_kwok_nodes_and_serves_the_console(up, c
     assert all(n["metadata"]["annotations"].items() >= KWOK_ANNOTATION.items() for n in nodes.values())
     assert any(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in nodes.values())
 
-    _until(lambda: _running(cluster, TRAINING) and _running(cluster, INFERENCE), "training and inference pods "
-           "running", up)
+    _until(lambda: _running(cluster, TRAINING) and _replicaset_pods(cluster), "training and inference pods running",
+           up)
     bound = [p for p in cluster.pods() if p["spec"].get("nodeName")]
     assert {p["spec"]["nodeName"] for p in bound} <= inventory
-    inference = _running(cluster, INFERENCE)
+    inference = _replicaset_pods(cluster)
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet" for p in inference)
     assert all(p["spec"].get("schedulerName") == "default-scheduler" for p in inference)  # placed by kube-scheduler
     # kube-scheduler placed them by the state selector Tidal's ReplicaSets carry; a node read now may have been lent
     # since (a lend relabels the node first and moves its pods after), so the selector, not the node's label today.
