@@ -44,6 +44,11 @@ def engine_at(utilization: float) -> EngineState:
                        ttft_median_s=BASE_TTFT_S / (1.0 - rho), tpot_median_s=BASE_TPOT_S * (1.0 + rho))
 
 
+def request_median_s(state: EngineState) -> float:
+    """A whole request's median time: its first token, then each further output token's decode step."""
+    return state.ttft_median_s + (OUTPUT_TOKENS - 1) * state.tpot_median_s
+
+
 def share_within(le_s: float, median_s: float) -> float:
     """The share of lognormal latencies of median `median_s` that take at most `le_s`."""
     return 0.5 * (1.0 + math.erf(math.log(le_s / median_s) / (SIGMA * math.sqrt(2.0))))

@@ -450,6 +450,7 @@ class LoadDriven:
         replicas = {service: len(members) for service, members in serving.items()}
         busy = {p.spec.name for members in serving.values() for p in members}
         takes = set(busy)  # the pods the requests go to
+        serving_names = set(busy)  # one-pod replicas; the rest of `busy` are groups' pods (LLM engines)
         for service, groups in serving_groups(pods).items():
             replicas[service] = replicas.get(service, 0) + len(groups)
             busy |= {p.spec.name for group in groups for p in group}
@@ -462,22 +463,23 @@ class LoadDriven:
             name, ready = pod.spec.name, replicas.get(service, 0)
             util = self.load.gpu(service, now, ready) if name in busy else 0.0
             qps = self.load.qps(service, now) / ready if name in takes else 0.0
-            out[name] = self._advance(pod, shapes, now, util, qps, name in takes)
+            out[name] = self._advance(pod, shapes, now, util, qps, name in takes, grouped=name not in serving_names)
         self._totals = {name: totals for name, totals in self._totals.items() if name in out}
         return out
 
     def _advance(self, pod: PodView, shapes: TraceShapes, now: float, util: float, qps: float,
-                 serves: bool) -> tuple[PodReading, TrafficReading | None]:
+                 serves: bool, grouped: bool = False) -> tuple[PodReading, TrafficReading | None]:
         use = usage_of(service_of(pod) or pod.spec.name)
         totals = self._totals.setdefault(pod.spec.name, _Totals(now))
         dt, totals.at = max(0.0, now - totals.at), now
         totals.cpu_seconds += _cores(pod, use) * (0.15 + 0.7 * util) * dt
-        median = float(median_latency_ms(util, 1.0))  # latency rises with how busy the GPU is
+        engine = llm.engine_at(util)
+        # latency rises with how busy the GPU is; a group's engine answers in its first token and output tokens
+        median = 1e3 * llm.request_median_s(engine) if grouped else float(median_latency_ms(util, 1.0))
         totals.requests += qps * dt
         totals.latency_sum_ms += qps * dt * median * MEAN_PER_MEDIAN
         for i, share in enumerate(share_within(BUCKETS_MS, median)):
             totals.buckets[i] += qps * dt * float(share)
-        engine = llm.engine_at(util)
         totals.engine.advance(qps, engine, dt)
         t = elapsed_ms(pod, now)
         gpu_memory = min(1.0, serving_for(pod, shapes).memory.at(t))

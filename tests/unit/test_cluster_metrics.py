@@ -372,6 +372,10 @@ def test_a_ready_group_serves_whole_and_only_its_leader_shows_vllms_series():
     ttft = [value(later, "vllm:time_to_first_token_seconds_bucket", pod="web-0-0", le=str(le))
             for le in llm.TTFT_BUCKETS_S]
     assert ttft == sorted(ttft) and ttft[-1] <= 120
+    mean_ms = value(later, "istio_request_duration_milliseconds_sum", pod="web-0-0") / \
+        value(later, "istio_request_duration_milliseconds_count", pod="web-0-0")  # a request as its engine answers it
+    assert mean_ms == pytest.approx(1e3 * (engine.ttft_median_s + (llm.OUTPUT_TOKENS - 1) * engine.tpot_median_s)
+                                    * math.exp(LATENCY_SIGMA ** 2 / 2), rel=0.01)
     for pod in ("web-0-1", "web-1-0", "web-1-1"):  # a worker, and a group not ready yet
         assert not {n for n in names(later, pod) if n.startswith(("vllm:", "istio_"))}
     assert value(later, "DCGM_FI_DEV_GPU_UTIL", pod="web-1-0") == 0
