@@ -155,7 +155,7 @@ def _remove_group(backend: ClusterBackend, service: InferenceService, remove: sg
 
 
 def _kept_in_place(service: InferenceService, kept: sg.KeptInPlace) -> None:
-    """Restart policy None: the restart is acted on (recorded, the group kept), so the next tick does not see it anew."""
+    """Restart policy None: the restart is recorded and remembered, so the next tick does not see it anew."""
     with transaction.atomic():
         row, _ = ServiceGroup.objects.select_for_update().get_or_create(service=service, index=kept.index)
         row.pod_restarts = {**row.pod_restarts, kept.pod: kept.restarts}
