@@ -516,7 +516,7 @@ def test_the_groups_panel_says_the_restart_policy_and_the_restarts_kept_in_place
                                 pod_restarts={"llm-0-1": 2})
     client = signed_in(world, "dept_admin")
     detail = client.get(reverse("service", args=["llm"])).content.decode()
-    assert "its group kept (restart policy None)" in detail and "+2 in place" in detail
+    assert "restarts alone, its group kept" in detail and "+2 in place" in detail
     page = client.get(reverse("service-edit", args=["llm"])).content.decode()
     assert re.search(r'<option value="None" selected>', page), page
 
