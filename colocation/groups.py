@@ -36,7 +36,8 @@ def spec_of(service: InferenceService, resource_group: str) -> sg.GroupSpec:
     model = service.gpu_model.name if service.gpu_model_id else None
     revision = hashlib.sha256(repr((model, gpus, cpu, memory, service.group_size)).encode()).hexdigest()[:10]
     return sg.GroupSpec(service.name, service.group_size, model, gpus, cpu, memory, resource_group, revision,
-                        service.exclusive_topology, service.max_surge, service.max_unavailable)
+                        service.exclusive_topology, service.max_surge, service.max_unavailable,
+                        sg.RestartPolicy(service.group_restart_policy))
 
 
 def group_pods(pods: tuple[PodView, ...], service: str) -> list[tuple[int, str, sg.GroupPod]]:
@@ -73,7 +74,7 @@ def reconcile(backend: ClusterBackend, service: InferenceService, desired: int, 
     observed = sg.observe(group_pods(pods, service.name))
     stored = {g.index: g for g in ServiceGroup.objects.filter(service=service)}
     _account(service, spec, stored.values(), now)
-    memory = {i: sg.GroupMemory(g.restarts, g.backoff_until.timestamp() if g.backoff_until else 0.0)
+    memory = {i: sg.GroupMemory(g.restarts, g.backoff_until.timestamp() if g.backoff_until else 0.0, g.pod_restarts)
               for i, g in stored.items()}
     actions = sg.plan(spec, desired, observed, backend.nodes(), memory, now, groups_on_nodes(pods, service.name))
     for action in actions:
@@ -81,6 +82,8 @@ def reconcile(backend: ClusterBackend, service: InferenceService, desired: int, 
             _bind_group(backend, service, spec, action)
         elif isinstance(action, sg.Remove):
             _remove_group(backend, service, action, now)
+        elif isinstance(action, sg.KeptInPlace):
+            _kept_in_place(service, action)
         else:
             _note(service, spec, action)
     _store(service, spec, sg.observe(group_pods(backend.pods(), service.name)), desired, now)
@@ -134,6 +137,7 @@ def _remove_group(backend: ClusterBackend, service: InferenceService, remove: sg
     for name in remove.pods:
         _evict(backend, name, remove.message)
     backend.delete_service(sg.group_service(service.name, remove.index))
+    ServiceGroup.objects.filter(service=service, index=remove.index).update(pod_restarts={})  # its new pods start at 0
     data: dict = {"pods": list(remove.pods)}
     if remove.failed:
         with transaction.atomic():
@@ -148,6 +152,15 @@ def _remove_group(backend: ClusterBackend, service: InferenceService, remove: sg
         message = remove.message
     _record(service, remove.index, remove.reason.value, message, data)
     _acted(service, remove.index)
+
+
+def _kept_in_place(service: InferenceService, kept: sg.KeptInPlace) -> None:
+    """Restart policy None: the restart is recorded and remembered, so the next tick does not see it anew."""
+    with transaction.atomic():
+        row, _ = ServiceGroup.objects.select_for_update().get_or_create(service=service, index=kept.index)
+        row.pod_restarts = {**row.pod_restarts, kept.pod: kept.restarts}
+        row.save(update_fields=["pod_restarts", "updated_at"])
+    _record(service, kept.index, kept.reason.value, kept.message, {"pod": kept.pod, "restarts": kept.restarts})
 
 
 def _note(service: InferenceService, spec: sg.GroupSpec, note: sg.Note) -> None:

@@ -137,6 +137,13 @@ class InferenceServiceQuerySet(DepartmentScopedQuerySet):
     pass
 
 
+class GroupRestartPolicy(models.TextChoices):
+    """LeaderWorkerSet's restartPolicy, spelled as LWS spells it (colocation/policy/servicegroups.py RestartPolicy)."""
+
+    RECREATE_GROUP = "RecreateGroupOnPodRestart", "RecreateGroupOnPodRestart: recreate the group whole"
+    NONE = "None", "None: restart the pod in place, keep the group"
+
+
 class InferenceService(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     department = models.ForeignKey("core.Department", on_delete=models.PROTECT, related_name="services")
@@ -193,6 +200,11 @@ class InferenceService(models.Model):
         default=0, help_text="Rolling update: groups created above the replica count before old ones go.")
     max_unavailable = models.PositiveSmallIntegerField(
         default=1, help_text="Rolling update: groups that may be unavailable at once.")
+    group_restart_policy = models.CharField(
+        max_length=32, choices=GroupRestartPolicy.choices, default=GroupRestartPolicy.RECREATE_GROUP,
+        help_text="What a container restarted in place does to its group (LeaderWorkerSet's restartPolicy): "
+                  "RecreateGroupOnPodRestart recreates the group whole; None restarts the pod in place and keeps the "
+                  "group, not ready until that pod is ready again.")
     unready_gpu_seconds = models.FloatField(
         default=0, help_text="GPU-seconds held by pods of groups not fully ready (pods still starting), so far.")
     groups_observed_at = models.DateTimeField(null=True, blank=True, help_text="When the group tick last looked.")
@@ -230,6 +242,8 @@ class InferenceService(models.Model):
             models.CheckConstraint(condition=Q(group_size__gte=1), name="service_group_size_positive"),
             models.CheckConstraint(condition=Q(max_surge__gt=0) | Q(max_unavailable__gt=0),
                                    name="service_rollout_can_progress"),
+            models.CheckConstraint(condition=Q(group_restart_policy__in=GroupRestartPolicy.values),
+                                   name="service_group_restart_policy_valid"),
         ]
 
     def __str__(self) -> str:
@@ -251,6 +265,9 @@ class ServiceGroup(models.Model):
     backoff_until = models.DateTimeField(null=True, blank=True)
     ready_since = models.DateTimeField(null=True, blank=True)
     note = models.CharField(max_length=32, blank=True, help_text="The reason last recorded for it.")
+    pod_restarts = models.JSONField(
+        default=dict, blank=True, help_text="Each pod's container restarts already acted on (recreated, or kept in "
+                                            "place under restart policy None).")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -162,13 +162,14 @@ class GroupRow:
     nodes: list[str]
     pods_ready: int
     ready: bool
-    restarts: int
+    restarts: int  # the group recreated whole
     backoff_until: datetime | None
+    restarts_in_place: int = 0  # its pods' containers restarted in place, the group kept (restart policy None)
 
 
 def service_groups(*, service: InferenceService) -> list[GroupRow]:
     return [GroupRow(g.index, g.leader, [pod_name(service.name, g.index, w) for w in range(1, len(g.nodes))],
-                     g.nodes, g.pods_ready, g.ready, g.restarts, g.backoff_until)
+                     g.nodes, g.pods_ready, g.ready, g.restarts, g.backoff_until, sum(g.pod_restarts.values()))
             for g in service.groups.all()]
 
 

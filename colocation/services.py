@@ -7,8 +7,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from cluster.types import NodeState, Pool
-from colocation.models import (InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule,
-                               ScalingThreshold)
+from colocation.models import (GroupRestartPolicy, InferenceService, Node, NodeTransition, ResourceGroup,
+                               ScalingSchedule, ScalingThreshold)
 from colocation.policy.schedules import parse_weekdays
 from colocation.policy.servicegroups import GroupSpec, fits_somewhere
 from colocation.selectors import node_views
@@ -23,8 +23,8 @@ SERVICE_FIELDS = (
     "name", "gpu_model", "priority", "replicas", "min_replicas", "max_replicas", "gpus_per_replica",
     "cpu_milli_per_replica", "memory_mib_per_replica", "autoscaling", "offline", "manual_deploy", "peak_start",
     "peak_end", "scale_to_zero_idle_min", "busy_signal", "vertical", "group_size", "startup_s", "exclusive_topology",
-    "max_surge", "max_unavailable", "ttft_p99_target_s", "tpot_p99_target_s", "kv_cache_target", "queue_target",
-    "slo_ttft_s", "slo_tpot_s", "slo_min_gain",
+    "max_surge", "max_unavailable", "group_restart_policy", "ttft_p99_target_s", "tpot_p99_target_s",
+    "kv_cache_target", "queue_target", "slo_ttft_s", "slo_tpot_s", "slo_min_gain",
 )
 
 
@@ -110,6 +110,9 @@ def _group_errors(values: dict) -> dict:
     errors = {}
     if values["max_surge"] == 0 and values["max_unavailable"] == 0:
         errors["max_unavailable"] = ["max_surge and max_unavailable cannot both be 0: a rollout could never progress"]
+    if values["group_restart_policy"] not in GroupRestartPolicy.values:
+        errors["group_restart_policy"] = [f"{values['group_restart_policy']!r} is not one of "
+                                          f"{', '.join(GroupRestartPolicy.values)}"]
     if size <= 1:
         return errors
     if model is not None and gpus != gpus.to_integral_value():

@@ -224,6 +224,7 @@ class ServiceGroup(TypedDict):
     pods_ready: int
     ready: bool
     restarts: int
+    pod_restarts: dict[str, int]
 
 
 class Service(TypedDict):
@@ -244,6 +245,7 @@ class Service(TypedDict):
     replicas_changed_at: str | None
     created_at: str
     group_size: int
+    group_restart_policy: str
     groups: list[ServiceGroup]
     ttft_p99_target_s: float | None
     tpot_p99_target_s: float | None
@@ -275,6 +277,7 @@ ENDPOINTS = [
     ("get", "/api/departments/"), ("get", "/api/departments/tree/"), ("get", "/api/departments/{id}/usage/"),
     ("get", "/api/resource-groups/"), ("get", "/api/nodes/"), ("get", "/api/inference-services/"),
     ("post", "/api/inference-services/"), ("get", "/api/inference-services/{id}/"),
+    ("patch", "/api/inference-services/{id}/"),
     ("get", "/api/inference-services/{id}/scaling/"),
 ]
 
@@ -374,6 +377,9 @@ class Client:
 
     def create_service(self, payload: dict[str, Any]) -> Service:
         return self._request("POST", "/api/inference-services/", json=payload)
+
+    def update_service(self, service_id: int, payload: dict[str, Any]) -> Service:
+        return self._request("PATCH", f"/api/inference-services/{service_id}/", json=payload)
 
     def scaling(self, service_id: int, *, limit: int) -> list[Decision]:
         """The service's scaling decisions and alerts, newest first."""

@@ -286,7 +286,10 @@ def bound_pod(spec: PodSpec, node: str, namespace: str, image: str, device_gib: 
         annotations[conventions.GPU_MODEL_ANNOTATION] = spec.gpu_model
     # No API credentials mounted: a training job does not call the API server, and without the projected token volume
     # every pod is a smaller object to admit, store and send to every watcher.
-    pod = {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s,
+    # A training pod that fails ends its run; a serving engine's container is restarted in place by its kubelet (as a
+    # ReplicaSet's or LeaderWorkerSet's pod is), and its group's restart policy decides what that does to the group.
+    restart = "Always" if labels.get(KIND_LABEL) == INFERENCE else "Never"
+    pod = {"nodeName": node, "restartPolicy": restart, "terminationGracePeriodSeconds": grace_s,
            "automountServiceAccountToken": False,
            "containers": [container(spec, image, "main", gpu_limits(spec, device_gib))]}
     if spec.subdomain:  # a gang worker: reachable as <hostname>.<subdomain> through the gang's headless Service

@@ -128,8 +128,8 @@ class ServiceGroupSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ServiceGroup
-        fields = ["index", "leader", "nodes", "pods_ready", "ready", "restarts", "backoff_until", "revision",
-                  "updated_at"]
+        fields = ["index", "leader", "nodes", "pods_ready", "ready", "restarts", "pod_restarts", "backoff_until",
+                  "revision", "updated_at"]
 
 
 class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
@@ -185,7 +185,7 @@ class InferenceServiceSerializer(JSONTypes, serializers.ModelSerializer):
             "slo_ttft_s", "slo_tpot_s", "slo_min_gain",
             "thresholds", "schedules", "replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
             "recommended_memory_mib", "group_size", "startup_s", "exclusive_topology", "max_surge",
-            "max_unavailable", "groups", "unready_gpu_seconds", "created_at",
+            "max_unavailable", "group_restart_policy", "groups", "unready_gpu_seconds", "created_at",
         ]
         read_only_fields = ["replicas_changed_at", "recommended_gpus_per_replica", "recommended_cpu_milli",
                             "recommended_memory_mib", "unready_gpu_seconds"]

@@ -102,7 +102,8 @@ POLICY_RULES = (
     "replicas ≤ max_replicas (replicas 0 needs scale_to_zero_idle_min); per threshold min_rate < expect_rate < "
     "max_rate, each metric once; peak_start and peak_end both or neither; a schedule's window is not empty, its "
     "weekdays parse as cron's day-of-week and its min_replicas ≤ max_replicas; busy_signal needs a busy threshold; "
-    "max_surge and max_unavailable not both 0; with group_size > 1, whole GPUs per pod (gpus_per_replica) and a group "
+    "max_surge and max_unavailable not both 0; group_restart_policy RecreateGroupOnPodRestart or None (LWS's "
+    "spelling); with group_size > 1, whole GPUs per pod (gpus_per_replica) and a group "
     "that some block of the GPU model's nodes (any nodes, without exclusive_topology) could hold were they empty "
     "(group_size)."
 )

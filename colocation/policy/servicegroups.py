@@ -1,7 +1,8 @@
 """Services whose replica is a group of pods (a leader and N-1 workers across nodes), after Kubernetes'
 LeaderWorkerSet: placed whole or not at all, ready when every pod is, recreated whole when one fails (with back-off),
-scaled by whole groups (scale-in removes the highest index), rolled by groups with max_surge / max_unavailable, and
-moved create-before-delete off a node that stops being online-normal (docs/concepts/service-groups.md).
+recreated or kept as its restart policy says when a container restarts in place, scaled by whole groups (scale-in
+removes the highest index), rolled by groups with max_surge / max_unavailable, and moved create-before-delete off a
+node that stops being online-normal (docs/concepts/service-groups.md).
 
 Moving: a group with a pod on a node being lent (or cordoned) gets a stand-in, a new group at a fresh index above the
 wanted ones (and above the surge range), and is removed only once the stand-in is ready; the stand-in then keeps the
@@ -9,8 +10,9 @@ index it has, standing in for the hole the moved group left (a hole below the wa
 above it before anything is placed), so a move places one group, not two.
 
 Pure: `plan()` reads what the cluster shows of one service's groups, the nodes, and what was stored about each
-group (restarts, back-off), and returns actions with reasons; colocation/groups.py acts and records. Placement goes
-through the training gang placer (scheduler/policy/gang.py) on the nodes the service may use.
+group (restarts, back-off, the restarts in place already acted on), and returns actions with reasons;
+colocation/groups.py acts and records. Placement goes through the training gang placer (scheduler/policy/gang.py) on
+the nodes the service may use.
 
 Pod naming and environment are LeaderWorkerSet's: the leader is `<service>-<group>`, worker w `<service>-<group>-<w>`;
 every pod gets LWS_LEADER_ADDRESS (the leader's DNS name under the group's headless Service), LWS_GROUP_SIZE,
@@ -52,6 +54,15 @@ def lws_env(service: str, group: int, worker: int, size: int) -> dict[str, str]:
             "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": str(worker), "LWS_GROUP_INDEX": str(group)}
 
 
+class RestartPolicy(str, Enum):
+    """What a container restarted in place (its kubelet's restartCount went up) does to its group: LeaderWorkerSet's
+    leaderWorkerTemplate.restartPolicy, spelled as LWS spells it. A pod that is missing recreates its group under
+    either (docs/concepts/service-groups.md#lifecycle)."""
+
+    RECREATE_GROUP = "RecreateGroupOnPodRestart"  # the group is recreated whole, with back-off (LWS's default)
+    NONE = "None"  # the pod restarts in place; the group is kept, not ready until that pod is ready again
+
+
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
     """What one service's groups look like and how they roll."""
@@ -67,6 +78,7 @@ class GroupSpec:
     exclusive: bool = False  # all pods in one BLOCK_LABEL value, no other group's pods there
     max_surge: int = 0
     max_unavailable: int = 1
+    restart_policy: RestartPolicy = RestartPolicy.RECREATE_GROUP
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +121,7 @@ class GroupMemory:
 
     restarts: int = 0
     backoff_until: float = 0.0
+    pod_restarts: Mapping[str, int] = field(default_factory=dict)  # each pod's restart count already acted on
 
 
 class Reason(str, Enum):
@@ -123,6 +136,7 @@ class Reason(str, Enum):
     BIND_REFUSED = "group-bind-refused"  # the cluster refused one pod: the pods already bound are removed
     MOVING = "group-moving"  # a node of the group is being lent: a stand-in group is placed first
     MOVED = "group-moved"  # its stand-in is ready: the group leaves the node whole
+    POD_RESTARTED = "group-pod-restarted"  # restart policy None: a container restarted in place, the group kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +166,18 @@ class Note:
     message: str
 
 
-Action = Place | Remove | Note
+@dataclass(frozen=True, slots=True)
+class KeptInPlace:
+    """Restart policy None: `pod`'s container restarted in place and its group is kept (recorded once per restart)."""
+
+    index: int
+    pod: str
+    restarts: int
+    reason: Reason
+    message: str
+
+
+Action = Place | Remove | Note | KeptInPlace
 
 
 @dataclass
@@ -199,22 +224,25 @@ def plan(spec: GroupSpec, desired: int, groups: Mapping[int, ObservedGroup], nod
     for index, g in sorted(groups.items()):
         if g.going:
             continue  # its pods are terminating: the index is free once they are gone
+        mem = memory.get(index, GroupMemory())
         if not g.complete(spec.size):
             gone = spec.size - len([p for p in g.pods if not p.terminating])
-            mem = memory.get(index, GroupMemory())
             actions.append(Remove(index, tuple(p.name for p in g.pods if not p.terminating), Reason.RECREATED,
                                   f"group {index} of {spec.service} is recreated whole: {gone} of its {spec.size} "
                                   f"pods failed or went away (restart {mem.restarts + 1})", failed=True))
             continue
-        restarted = [p for p in g.pods if p.restarts and not p.terminating]
-        if restarted:
-            mem = memory.get(index, GroupMemory())
-            actions.append(Remove(index, tuple(p.name for p in g.pods if not p.terminating), Reason.RECREATED,
+        restarted = [p for p in g.pods if p.restarts > mem.pod_restarts.get(p.name, 0)]
+        if restarted and spec.restart_policy is RestartPolicy.RECREATE_GROUP:
+            actions.append(Remove(index, tuple(p.name for p in g.pods), Reason.RECREATED,
                                   f"group {index} of {spec.service} is recreated whole: the container of "
                                   f"{restarted[0].name} restarted in place, and a group restarts whole "
                                   f"(LeaderWorkerSet's RecreateGroupOnPodRestart; restart {mem.restarts + 1})",
                                   failed=True))
             continue
+        actions += [KeptInPlace(index, p.name, p.restarts, Reason.POD_RESTARTED,
+                                f"group {index} of {spec.service} kept: the container of {p.name} on {p.node} "
+                                f"restarted in place (restart {p.restarts}); the group is not ready until that pod "
+                                f"is ready again (restart policy None)") for p in restarted]
         live[index] = g
     busy = {i for i, g in groups.items() if i not in live}  # still terminating, or being removed now
     old = sorted((i for i, g in live.items() if g.revision != spec.revision and i < desired), reverse=True)

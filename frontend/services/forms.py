@@ -11,7 +11,7 @@ FIELDS = ["name", "department", "gpu_model", "priority", "autoscaling", "replica
           "gpus_per_replica", "cpu_milli_per_replica", "memory_mib_per_replica", "peak_start", "peak_end",
           "scale_to_zero_idle_min", "busy_signal", "offline", "manual_deploy", "vertical"]
 POLICY_FIELDS = FIELDS[11:]
-GROUP_FIELDS = ["group_size", "startup_s", "exclusive_topology", "max_surge", "max_unavailable"]
+GROUP_FIELDS = ["group_size", "startup_s", "exclusive_topology", "max_surge", "max_unavailable", "group_restart_policy"]
 # docs/concepts/autoscaling.md#llm-serving-signals and #sizing-to-the-request-slo; blank: not a target
 SERVING_FIELDS = ["ttft_p99_target_s", "tpot_p99_target_s", "kv_cache_target", "queue_target", "slo_ttft_s",
                   "slo_tpot_s", "slo_min_gain"]
@@ -24,6 +24,7 @@ LABELS = {"gpus_per_replica": "GPUs per replica", "cpu_milli_per_replica": "CPU 
           "vertical": "Apply per-replica recommendations", "group_size": "Pods per replica (group size)",
           "startup_s": "Start-up time (s)", "exclusive_topology": "One block per group (exclusive topology)",
           "max_surge": "Max surge (groups)", "max_unavailable": "Max unavailable (groups)",
+          "group_restart_policy": "When a pod's container restarts",
           "ttft_p99_target_s": "TTFT p99 target (s)", "tpot_p99_target_s": "TPOT p99 target (s)",
           "kv_cache_target": "KV-cache use target (0–1)", "queue_target": "Waiting requests per replica",
           "slo_ttft_s": "Request SLO: TTFT (s)", "slo_tpot_s": "Request SLO: TPOT (s)",
@@ -58,7 +59,7 @@ class ServiceForm(forms.Form):
     def values(self) -> dict:
         """The cleaned fields as `service_create`/`service_update` keyword arguments."""
         values = {name: self.cleaned_data[name] for name in FIELDS if not self.fields[name].disabled}
-        return {k: v for k, v in values.items() if not (k in GROUP_FIELDS and v is None)}
+        return {k: v for k, v in values.items() if not (k in GROUP_FIELDS and v in (None, ""))}
 
 
 def _values_of(service: InferenceService) -> dict:

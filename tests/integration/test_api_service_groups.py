@@ -28,6 +28,16 @@ def test_a_group_service_is_created_with_its_group_settings(world):
          "groups": [], "unready_gpu_seconds": 0.0}
 
 
+def test_a_group_service_keeps_its_groups_when_a_container_restarts_in_place_with_restart_policy_none(world):
+    client = world.client("dept_admin")
+    response = client.post("/api/inference-services/", _payload(group_restart_policy="None"), format="json")
+    assert response.status_code == 201 and response.json()["group_restart_policy"] == "None", response.json()
+    response = client.patch(f"/api/inference-services/{response.json()['id']}/",
+                            {"group_restart_policy": "RecreateGroupOnPodRestart"}, format="json")
+    assert response.status_code == 200, response.json()
+    assert InferenceService.objects.get(name="llm").group_restart_policy == "RecreateGroupOnPodRestart"
+
+
 def test_a_service_without_group_settings_is_one_pod_per_replica(world):
     payload = _payload(gpus_per_replica="0.5")
     for key in ("group_size", "startup_s", "exclusive_topology", "max_surge", "max_unavailable"):
@@ -35,7 +45,8 @@ def test_a_service_without_group_settings_is_one_pod_per_replica(world):
     response = world.client("dept_admin").post("/api/inference-services/", payload, format="json")
     assert response.status_code == 201, response.json()
     service = InferenceService.objects.get(name="llm")
-    assert (service.group_size, service.max_surge, service.max_unavailable) == (1, 0, 1)
+    assert (service.group_size, service.max_surge, service.max_unavailable, service.group_restart_policy) == \
+        (1, 0, 1, "RecreateGroupOnPodRestart")
 
 
 BAD_GROUPS = [
@@ -45,6 +56,8 @@ BAD_GROUPS = [
     ({"gpu_model": "P40"}, "group_size"),  # no P40 node at all
     ({"max_surge": 0, "max_unavailable": 0}, "max_unavailable"),  # a rollout could never progress
     ({"group_size": 0}, "group_size"),
+    ({"group_restart_policy": "Default"}, "group_restart_policy"),  # LWS's deprecated name for None: not offered
+    ({"group_restart_policy": "none"}, "group_restart_policy"),  # spelled as LWS spells it
 ]
 
 

@@ -677,6 +677,32 @@ def test_a_container_restarted_in_place_recreates_the_whole_group_once(group_lab
 
 
 @pytest.mark.django_db
+def test_a_container_restarted_in_place_keeps_its_group_with_restart_policy_none(group_lab):
+    """LeaderWorkerSet's None: the pod restarts in place, its group is kept (the same pods on the same nodes)."""
+    from colocation.models import ServiceGroup
+
+    service = group_lab.service(group_size=2, group_restart_policy="None")
+    now = time.time()
+    group_lab.tick(service, now=now)
+    group_lab.tick(service, now=now + 1)
+    (before,) = group_lab.groups(service).values()
+    group_lab.cluster.restart_container("llm-0-1")
+    group_lab.cluster.settle()
+    group_lab.tick(service, now=now + 2)
+    (pods,) = group_lab.groups(service).values()
+    assert [(p.spec.name, p.node) for p in pods] == [(p.spec.name, p.node) for p in before]
+    assert [p.restarts for p in pods] == [0, 1]  # the same pods: a recreated one would count 0
+    assert group_lab.decisions(service, "group-recreated") == [] and group_lab.decisions(service, "group-backoff") == []
+    assert len(group_lab.decisions(service, "group-placed")) == 1
+    (kept,) = group_lab.decisions(service, "group-pod-restarted")
+    assert kept.data == {"group": 0, "pod": "llm-0-1", "restarts": 1} and "kept" in kept.message
+    group_lab.tick(service, now=now + 3)  # acted on: not recorded again
+    assert len(group_lab.decisions(service, "group-pod-restarted")) == 1
+    row = ServiceGroup.objects.get(service=service, index=0)
+    assert (row.restarts, row.pod_restarts, row.nodes) == (0, {"llm-0-1": 1}, [p.node for p in before])
+
+
+@pytest.mark.django_db
 def test_groups_scale_out_and_in_highest_index_first(group_lab):
     service = group_lab.service(group_size=2, replicas=2, max_replicas=3)
     group_lab.tick(service, desired=2)

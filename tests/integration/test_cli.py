@@ -357,3 +357,31 @@ def test_create_service_refuses_a_group_no_block_holds_then_describe_lists_its_g
     assert said["Sized to the SLO"] == "TTFT 1s, TPOT 50ms, min gain 10%"
     row = next(line for line in described.stdout.splitlines() if "llm-0" in line)
     assert row.split()[:4] == ["0", "llm-0", "t4-0,", "t4-1"] and "yes (2/2)" in row
+
+
+def test_update_service_sets_the_group_restart_policy_and_describe_shows_it(tidal, world):
+    """LeaderWorkerSet's restart policy (docs/concepts/service-groups.md#lifecycle): an unknown value is refused
+    beside the field and changes nothing; None is shown with the restarts its groups kept in place."""
+    from colocation.models import InferenceService, ServiceGroup
+
+    service = world.service(name="llm", gpu_model=world.gpu_models["T4"], group_size=2, gpus_per_replica=2)
+    assert tidal.login("adam").returncode == 0
+    (tidal.home / "restart.yaml").write_text("group_restart_policy: Default\n")
+    before = world.snapshot()
+    result = tidal("update-service", "llm", "-f", "restart.yaml")
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("error: the service was not changed") and lines[1].split()[0] == "group_restart_policy"
+    assert world.snapshot() == before
+    (tidal.home / "restart.yaml").write_text("group_restart_policy: None\n")
+    result = tidal("update-service", "llm", "-f", "restart.yaml")
+    assert result.returncode == 0 and "changed: group_restart_policy" in result.stdout, result.stderr
+    assert InferenceService.objects.get(pk=service.pk).group_restart_policy == "None"
+    ServiceGroup.objects.create(service=service, index=0, leader="llm-0", nodes=["t4-0", "t4-1"], pods_ready=2,
+                                ready=True, pod_restarts={"llm-0-1": 1})
+    described = tidal("describe", "service", "llm")
+    assert described.returncode == 0, described.stderr
+    said = {k: v.strip() for k, _, v in (line.partition(":") for line in described.stdout.splitlines())}
+    assert said["Group restart"].startswith("None (a container restarted in place restarts alone"), described.stdout
+    row = next(line for line in described.stdout.splitlines() if "llm-0" in line)
+    assert row.rstrip().endswith("0 (+1 in place)"), row

@@ -447,6 +447,7 @@ def test_admin_creates_a_service_with_thresholds(world):
     ({"slo_ttft_s": "0"}, "slo_ttft_s", "must be above 0, got 0"),
     ({"slo_ttft_s": "1", "slo_tpot_s": "0.05", "slo_min_gain": "1.5"}, "slo_min_gain", "must be in (0, 1], got 1.5"),
     ({"kv_cache_target": "1.5"}, "kv_cache_target", "must be in (0, 1], got 1.5"),
+    ({"group_restart_policy": "Default"}, "group_restart_policy", "Select a valid choice"),  # LWS's deprecated name
 ])
 def test_a_bad_service_is_refused_with_the_apis_rules(world, overrides, beside, text):
     client = signed_in(world, "dept_admin")
@@ -459,7 +460,7 @@ def test_a_bad_service_is_refused_with_the_apis_rules(world, overrides, beside, 
         assert text in errors, errors
     assert 'value="ranker"' in html  # what was typed is kept
     for name, value in overrides.items():
-        if value and name not in ("department", "busy_signal"):
+        if value and name not in ("department", "busy_signal", "group_restart_policy"):
             assert f'value="{value}"' in html, name
     assert world.snapshot() == before
 
@@ -511,6 +512,20 @@ def test_llm_serving_targets_and_the_request_slo_round_trip_through_the_form(wor
     assert "Request SLO: TTFT 1 s, TPOT 50 ms" in detail and "not sized to it without a min gain" in detail
     assert 'id="band-moved"' not in detail
     assert re.search(r"changed: slo_min_gain\s*<", detail)  # the scaling history names what the admin changed, only it
+
+
+def test_the_groups_panel_says_the_restart_policy_and_the_restarts_kept_in_place(world):
+    from colocation.models import ServiceGroup
+
+    service = world.service("ml-search", name="llm", group_size=2, gpu_model=world.gpu_models["T4"],
+                            gpus_per_replica=2, group_restart_policy="None")
+    ServiceGroup.objects.create(service=service, index=0, leader="llm-0", nodes=["t4-0", "t4-1"], pods_ready=1,
+                                pod_restarts={"llm-0-1": 2})
+    client = signed_in(world, "dept_admin")
+    detail = client.get(reverse("service", args=["llm"])).content.decode()
+    assert "restarts alone, its group kept" in detail and "+2 in place" in detail
+    page = client.get(reverse("service-edit", args=["llm"])).content.decode()
+    assert re.search(r'<option value="None" selected>', page), page
 
 
 def test_the_service_page_shows_replicas_history_and_no_forecast_yet(world):

@@ -1,7 +1,7 @@
 """Kubernetes objects to Tidal's views and back (cluster/kubernetes/objects.py): no API server needed."""
 import pytest
 
-from cluster.backend import JOB_LABEL, KIND_LABEL, PodSpec
+from cluster.backend import INFERENCE, JOB_LABEL, KIND_LABEL, PodSpec
 from cluster.kubernetes import conventions
 from cluster.kubernetes import objects
 from cluster.types import GpuShare, NodeState, Pool
@@ -128,3 +128,13 @@ def test_a_bound_pod_carries_a_task_key_as_a_valid_label():
                    labels={JOB_LABEL: "1", "tidal.io/task": "ml-search/resnet50"})
     body = objects.bound_pod(spec, "n1", "ns", "img", None, 30, 0)
     assert body["metadata"]["labels"]["tidal.io/task"] == "ml-search.resnet50"
+
+
+def test_a_serving_pod_restarts_in_place_and_a_training_pod_does_not():
+    """docs/concepts/service-groups.md#lifecycle: a group's restart policy acts on the kubelet's in-place restarts."""
+    spec = PodSpec(name="llm-0-1", job_id=None, gpu_model=None, gpu_shares=(), cpu_milli=1000, memory_mib=1024,
+                   labels={KIND_LABEL: INFERENCE, "tidal.io/group": "0"})
+    assert objects.bound_pod(spec, "n1", "ns", "img", None, 30, 0)["spec"]["restartPolicy"] == "Always"
+    job = PodSpec(name="job-1-1", job_id=1, gpu_model=None, gpu_shares=(), cpu_milli=1000, memory_mib=1024,
+                  labels={JOB_LABEL: "1"})
+    assert objects.bound_pod(job, "n1", "ns", "img", None, 30, 0)["spec"]["restartPolicy"] == "Never"

@@ -147,3 +147,43 @@ def test_a_container_restarted_in_place_recreates_its_group_whole():
     (remove,) = sg.plan(SPEC, 1, {0: restarted}, [online("n0"), online("n1")], {}, NOW, {})
     assert (type(remove), remove.reason, remove.failed) == (sg.Remove, sg.Reason.RECREATED, True)
     assert remove.pods == ("llm-0", "llm-0-1") and "RecreateGroupOnPodRestart" in remove.message
+
+
+KEEP = replace(SPEC, restart_policy=sg.RestartPolicy.NONE)
+
+
+def restarted(group: sg.ObservedGroup, worker: int, restarts: int = 1) -> sg.ObservedGroup:
+    """`group` with worker's container restarted in place: the same pod, not ready until it is ready again."""
+    pods = tuple(replace(p, restarts=restarts, ready=False) if p.worker == worker else p for p in group.pods)
+    return replace(group, pods=pods)
+
+
+def test_restart_policy_none_keeps_the_group_of_a_container_restarted_in_place_and_says_so_once():
+    nodes = [online("n0"), online("n1"), online("n2"), online("n3")]
+    group = restarted(placed(KEEP, 0, ("n0", "n1")), worker=1)
+    assert not group.ready(KEEP.size)  # not ready while its pod is not
+    (kept,) = sg.plan(KEEP, 1, {0: group}, nodes, {}, NOW, {})  # no removal, no back-off, nothing placed instead
+    assert (type(kept), kept.index, kept.pod, kept.restarts, kept.reason) == \
+        (sg.KeptInPlace, 0, "llm-0-1", 1, sg.Reason.POD_RESTARTED)
+    assert "llm-0-1 on n1 restarted in place" in kept.message and "group 0 of llm kept" in kept.message
+    seen = {0: sg.GroupMemory(pod_restarts={"llm-0-1": 1})}
+    assert sg.plan(KEEP, 1, {0: group}, nodes, seen, NOW + 1, {}) == []  # acted on: not news again
+    (again,) = sg.plan(KEEP, 1, {0: restarted(group, worker=1, restarts=2)}, nodes, seen, NOW + 2, {})
+    assert (type(again), again.restarts) == (sg.KeptInPlace, 2)
+
+
+def test_restart_policy_none_still_recreates_a_group_missing_a_pod_with_back_off():
+    broken = sg.ObservedGroup(0, KEEP.revision, placed(KEEP, 0, ("n0", "n1")).pods[1:])
+    (remove,) = sg.plan(KEEP, 1, {0: broken}, [online("n0"), online("n1")], {}, NOW, {})
+    assert (type(remove), remove.reason, remove.failed, remove.pods) == (sg.Remove, sg.Reason.RECREATED, True,
+                                                                         ("llm-0-1",))
+
+
+def test_a_restart_already_acted_on_does_not_recreate_the_group():
+    """A service switched from None back to RecreateGroupOnPodRestart: restarts kept in place before stay kept."""
+    group = restarted(placed(SPEC, 0, ("n0", "n1")), worker=1)
+    memory = {0: sg.GroupMemory(pod_restarts={"llm-0-1": 1})}
+    assert sg.plan(SPEC, 1, {0: group}, [online("n0"), online("n1")], memory, NOW, {}) == []
+    (remove,) = sg.plan(SPEC, 1, {0: restarted(group, worker=1, restarts=2)}, [online("n0"), online("n1")], memory,
+                        NOW, {})
+    assert (type(remove), remove.reason) == (sg.Remove, sg.Reason.RECREATED)

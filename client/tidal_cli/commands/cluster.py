@@ -8,7 +8,7 @@ import typer
 import yaml
 from rich.tree import Tree
 
-from tidal_cli.api import ApiError, Client, GroupAllocation, Node, ResourceGroup, Service
+from tidal_cli.api import ApiError, Client, GroupAllocation, Node, ResourceGroup, Service, ServiceGroup
 from tidal_cli.commands import OUTPUT, example
 from tidal_cli.output import Format, ago, cores, emit, fields, grid, latency, mem, number
 from tidal_cli.runtime import Exit, Failure, connect, exit_code, print_error
@@ -190,26 +190,54 @@ def create_service(
 ) -> None:
     """Create an inference service. The API's field errors are printed beside the field names (exit 2, nothing
     created): a group no block of its GPU model's nodes could ever hold is refused on group_size."""
+    payload = _service_file(file)
+    client = connect()
+    try:
+        created = _refused_beside_fields("created", lambda: client.create_service(payload))
+    finally:
+        client.close()
+    emit(created, output, lambda: [f"service {created['name']} created: {created['replicas']} replicas of "
+                                   f"{created['group_size']} pod(s); `tidal describe service {created['name']}` "
+                                   f"lists its groups"])
+
+
+@example("tidal update-service llm -f restart.yaml", "tidal update-service llm -f restart.yaml -o json")
+def update_service(
+    name: str = typer.Argument(..., help="The service's name or id."),
+    file: Path = typer.Option(..., "--file", "-f", help="A YAML mapping of the API's fields to change (e.g. "
+                                                         "group_restart_policy: None); the others stay."),
+    output: Format = OUTPUT,
+) -> None:
+    """Change an inference service's fields. The API's field errors are printed beside the field names (exit 2,
+    nothing changed)."""
+    payload = _service_file(file)
+    client = connect()
+    try:
+        service_id = _service_id(client, name)
+        updated = _refused_beside_fields("changed", lambda: client.update_service(service_id, payload))
+    finally:
+        client.close()
+    emit(updated, output, lambda: [f"service {updated['name']} changed: {', '.join(payload)}"])
+
+
+def _service_file(file: Path) -> dict:
     try:
         payload = yaml.safe_load(file.read_text())
     except (OSError, yaml.YAMLError) as error:
         raise Failure(f"{file}: cannot read it ({error})", Exit.BAD_INPUT) from None
     if not isinstance(payload, dict):
         raise Failure(f"{file}: a service file is a mapping of the API's fields", Exit.BAD_INPUT)
-    client = connect()
+    return payload
+
+
+def _refused_beside_fields(done: str, call) -> Service:
     try:
-        try:
-            created = client.create_service(payload)
-        except ApiError as error:
-            if error.fields:
-                print_error(f"the service was not created: {error.message}", error.fields)
-                raise typer.Exit(exit_code(error)) from None
-            raise
-    finally:
-        client.close()
-    emit(created, output, lambda: [f"service {created['name']} created: {created['replicas']} replicas of "
-                                   f"{created['group_size']} pod(s); `tidal describe service {created['name']}` "
-                                   f"lists its groups"])
+        return call()
+    except ApiError as error:
+        if error.fields:
+            print_error(f"the service was not {done}: {error.message}", error.fields)
+            raise typer.Exit(exit_code(error)) from None
+        raise
 
 
 def _state(service: Service) -> str:
@@ -257,6 +285,7 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
                      f"changed {ago(service['replicas_changed_at'])}"),
         ("Per pod" if service.get("group_size", 1) > 1 else "Per replica", f"{number(service['gpus_per_replica'])} GPU, {cores(service['cpu_milli_per_replica'])} CPU, "
                         f"{mem(service['memory_mib_per_replica'])} memory"),
+        *([("Group restart", _restart_policy(service))] if service.get("group_size", 1) > 1 else []),
         ("Autoscaling", _state(service)), *_serving(service), ("Created", ago(service["created_at"])),
     ])]
     if service["thresholds"]:
@@ -267,7 +296,8 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
         blocks += ["", f"Groups ({service['group_size']} pods each, leader first):",
                    grid(["group", "leader", "nodes", "ready", "restarts"],
                         [[g["index"], g["leader"] or "-", ", ".join(g["nodes"]) or "-",
-                          f"{'yes' if g['ready'] else 'no'} ({g['pods_ready']}/{service['group_size']})", g["restarts"]]
+                          f"{'yes' if g['ready'] else 'no'} ({g['pods_ready']}/{service['group_size']})",
+                          _restarts(g)]
                          for g in service["groups"]]) if service["groups"] else "  none placed yet"]
     if scaling:
         blocks += ["", "Scaling:", grid(["when", "kind", "reason", "message"],
@@ -276,4 +306,18 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
     return blocks
 
 
-COMMANDS = {"quota": quota, "top": top, "services": services, "create-service": create_service}
+def _restart_policy(service: Service) -> str:
+    """LeaderWorkerSet's restart policy (docs/concepts/service-groups.md#lifecycle), in words."""
+    policy = service.get("group_restart_policy", "RecreateGroupOnPodRestart")
+    return f"{policy} (" + ("a container restarted in place restarts alone, its group kept)" if policy == "None"
+                            else "a container restarted in place recreates its group)")
+
+
+def _restarts(group: ServiceGroup) -> str:
+    """Recreations of the group, and its pods' restarts kept in place."""
+    in_place = sum(group.get("pod_restarts", {}).values())
+    return f"{group['restarts']}" + (f" (+{in_place} in place)" if in_place else "")
+
+
+COMMANDS = {"quota": quota, "top": top, "services": services, "create-service": create_service,
+            "update-service": update_service}
