@@ -570,6 +570,13 @@ def test_an_llm_service_page_charts_its_ttft_p99_from_prometheus_against_its_das
         assert spec["x_max"] - 30_000 < measured[-1][0] <= spec["x_max"]
         assert line["label"] == "target" and [v for _, v in line["points"]] == [0.5, 0.5] and line["dash"]
         assert page.locator('canvas[data-chart="chart-tpot-p99"]').count() == 0  # no target, no chart
+        ticks = page.evaluate("""Chart.getChart(document.querySelector('canvas[data-chart="chart-ttft-p99"]'))
+                                 .scales.x.ticks.map(t => t.value)""")
+        steps = {b - a for a, b in zip(ticks, ticks[1:])}
+        offset = page.evaluate("new Date().getTimezoneOffset()") * 60_000
+        assert 3 <= len(ticks) <= 8 and len(steps) == 1, ticks  # every 30 minutes of the local clock, not 33:20
+        (step,) = steps
+        assert step % 60_000 == 0 and all((t - offset) % step == 0 for t in ticks), ticks
         chart.scroll_into_view_if_needed()
         console.shot("llm-service-ttft-p99")
 

@@ -43,9 +43,28 @@
   }
 
   function sameDay(spec) {  // ticks show the time alone when the axis spans less than a day
-    if (spec.x_min !== undefined) return spec.x_max - spec.x_min < 86400000;
+    return span(spec) < 86400000;
+  }
+
+  function span(spec) {  // ms the x axis covers
+    if (spec.x_min !== undefined && spec.x_max !== undefined) return spec.x_max - spec.x_min;
     const xs = spec.series.flatMap(function (s) { return s.points.map(function (p) { return p[0]; }); });
-    return !xs.length || Math.max.apply(null, xs) - Math.min.apply(null, xs) < 86400000;
+    return xs.length ? Math.max.apply(null, xs) - Math.min.apply(null, xs) : 0;
+  }
+
+  // Time ticks at whole clock steps (every 30 minutes, not every 2,000,000 ms), at most 8 of them.
+  const STEPS_MIN = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080];
+  function clockTicks(spec) {
+    const minutes = span(spec) / 60000;
+    const found = STEPS_MIN.find(function (m) { return minutes / m <= 7; });
+    if (!found) return undefined;
+    const step = found * 60000;
+    return function (scale) {
+      const local = -new Date(scale.min).getTimezoneOffset() * 60000;  // whole steps of the local clock
+      const out = [];
+      for (let v = Math.ceil((scale.min + local) / step) * step - local; v <= scale.max; v += step) out.push({ value: v });
+      scale.ticks = out;
+    };
   }
 
   const palette = ["#0b6bcb", "#d4521b", "#1a7f37", "#8250df", "#bf8700", "#c62828"];
@@ -71,7 +90,7 @@
           plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } },
             tooltip: { callbacks: { title: function (items) { return items.length ? short.format(new Date(items[0].parsed.x)) : ""; } } } },
           scales: {
-            x: { type: "linear", min: spec.x_min, max: spec.x_max, ticks: { maxTicksLimit: 8, maxRotation: 0,
+            x: { type: "linear", min: spec.x_min, max: spec.x_max, afterBuildTicks: clockTicks(spec), ticks: { maxTicksLimit: 8, maxRotation: 0,
               callback: function (v) { return (sameDay(spec) ? clock : short).format(new Date(v)); } } },
             y: { beginAtZero: true, max: spec.y_max === undefined ? undefined : spec.y_max,
               title: { display: !!spec.y_label, text: spec.y_label || "" },
