@@ -33,8 +33,7 @@ from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done,
                                SetState, TakeBack, TransitionRecord, Wait, decide_lending, drive,
                                requeue_after_take_back)
 from colocation.policy import autoscaling
-from colocation.policy.calibration import (UNCALIBRATED, WINDOW, EstimateSource, FinishedRun, RuntimeCalibration,
-                                          calibrate)
+from colocation.policy.calibration import WINDOW, EstimateSource, FinishedRun, RuntimeCalibration, calibrate
 from colocation.policy.forecast import DemandForecast, horizon_min, seasonal_forecast, take_back_times
 from colocation.policy.lending import expedite
 from colocation.policy.pools import estimate_of, stated_lend_bar_s
@@ -224,7 +223,7 @@ class CoLocationSim:
         # cfg.runtime_error) × the calibrated factor, never the run time the simulation ends it at; the calibration
         # reads the last WINDOW finished jobs, as the live loops read theirs (colocation.selectors.finished_runs)
         self.finished_runs: deque[FinishedRun] = deque(maxlen=WINDOW)
-        self.runtime: RuntimeCalibration = UNCALIBRATED
+        self.runtime: RuntimeCalibration = calibrate(self.finished_runs)  # none finished yet: the prior
         self.estimates = {a.job.id: estimate_of(a.job.past_run_s, a.job.expected_duration_s) for a in self.arrivals}
         self.expected_run = _Conservative(self.estimates, lambda: self.runtime)
         self.group_nodes = GroupNodes(self.backend, self.expected_run)
@@ -235,7 +234,8 @@ class CoLocationSim:
             if n.pool is not Pool.FIXED:
                 self.capacity[n.resource_group] += n.gpu_count if n.gpu_model else n.cpu_milli
         # forecast-driven lending: per group, the online demand per minute (warmed with the traffic before the run)
-        self.lending_now: LendingProfile = cfg.lending  # with this cycle's predicted take-back times
+        # with this cycle's predicted take-back times and the calibration
+        self.lending_now: LendingProfile = cfg.lending.with_(runtime=self.runtime)
         self.forecasts: dict[str, DemandForecast] = {}
         self.history, self._warm = self._warm_history() if cfg.lend and cfg.lending.forecast else ({}, 0)
 
@@ -320,10 +320,12 @@ class CoLocationSim:
     def _recalibrate(self) -> None:
         """The calibrated factors from the last finished jobs; a change moves every lent job's expected end."""
         runtime = calibrate(self.finished_runs)
-        if runtime != self.runtime:
-            self.runtime = runtime
-            self.lending_now = self.lending_now.with_(runtime=runtime)
+        if runtime == self.runtime:
+            return
+        if [f.value for _, f in runtime.factors] != [f.value for _, f in self.runtime.factors]:
             self.group_nodes.recalibrated()
+        self.runtime = runtime
+        self.lending_now = self.lending_now.with_(runtime=runtime)
 
     def _arrive(self, now: float) -> None:
         while self._next_arrival < len(self.arrivals) and self.arrivals[self._next_arrival].at <= now:
