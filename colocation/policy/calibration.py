@@ -3,14 +3,14 @@
 A job's expected run time (`pools.estimate_of`: the mean of its past runs, else its stated duration) is a guess;
 a job that outruns it on a lent node is killed by the take-back it was placed to beat. So wherever lending reads a
 job's expected end, it reads a conservative one: the estimate × a high quantile of real / estimated run time over
-the recently finished jobs, per source of the estimate (past runs and stated durations err differently: users round
-stated durations, a task's mean of past runs is close).
+the recently finished jobs, per source of the estimate (a task's mean of past runs and a submitter's stated duration
+may err very differently).
 
-Why the 90th percentile: a job placed at the bar outlives its calibrated estimate with probability ~10 %, and it is
-killed only if a take-back also comes before its real end (most jobs end well before their bar, most lent nodes
-are not taken back early); on LLM co-location with estimates off by a lognormal σ 0.5 (the factor is then ~1.9) it
-keeps kills <= 0.5 % of the starts on lent nodes. With exact estimates every ratio is 1: nothing changes.
-The 95th (×2.3 at σ 0.5) keeps more jobs off lent nodes for the same kills.
+Why the 90th percentile: a job placed at its bar outlives its calibrated estimate one time in ten, and it is killed
+only if a take-back also comes before its real end. On LLM co-location with estimates off by a lognormal σ 0.5 (the
+factor is then ~1.8-2) it killed 0 and 1 jobs on two seeds (0.00 %, 0.17 % of the starts on lent nodes) where the
+80th percentile killed 4 and 3 (0.62 %, 0.50 %); with exact estimates every ratio is 1 and nothing changes
+(docs/results/2026-11-29-llm-autoscaling.md#calibrated-runtime-estimates).
 
 Prior: with fewer than `MIN_FINISHED` finished jobs of a source, the quantile of all sources together; with fewer
 than that in all, `PRIOR_FACTOR` (1.5: the 90th percentile of a lognormal error of σ 0.32, i.e. estimates typically
