@@ -32,11 +32,11 @@ from colocation.policy import (
     is_final, seasonal_forecast,
 )
 from colocation.policy import servicegroups as sg
+from colocation.policy.calibration import UNCALIBRATED, RuntimeCalibration
 from colocation.policy.forecast import (ServiceAhead, horizon_min, near_term_demand, take_back_times,
                                         with_near_term)
 from colocation.policy.group import in_group_unit, unit_name
 from colocation.policy.lending import expedite
-from colocation.policy.calibration import UNCALIBRATED, RuntimeCalibration
 from colocation.policy.pools import conservative_run_of
 from colocation.policy.states import Direction, Event, transition
 from core import telemetry

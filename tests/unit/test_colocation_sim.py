@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from cluster.types import JobStatus, JobView, Pool
-from colocation.policy.calibration import MIN_ESTIMATE_S, WINDOW, EstimateSource, nearest_rank
+from colocation.policy.calibration import MIN_ESTIMATE_S, PRIOR_FACTOR, WINDOW, EstimateSource, nearest_rank
 from colocation.policy.pools import long_bar_s, preferred_pool, stated_lend_bar_s
 from experiments.colocation_sim import CoLocationSim, SimConfig
 from experiments.colocation_sim.config import SIM_START
@@ -203,8 +203,9 @@ def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
     s.take_back_of[free[1].name] = (SIM_START - 900, "online-usage-above-max")
     s.clock.set(SIM_START + 600)
     s.execute(EvictTraining(free[1].name, "job-1000000-w1"), SIM_START + 600)
-    # what the policy knew, once per job: run 10 min of an expected hour, decided 25 min before the eviction
-    assert s.metrics.kills == [Kill(600.0, 3000.0, 1500.0, "online-usage-above-max")]
+    # what the policy knew, once per job: run 10 min of an expected hour × the prior (no job finished yet), decided
+    # 25 min before the eviction
+    assert s.metrics.kills == [Kill(600.0, PRIOR_FACTOR * 3600.0 - 600.0, 1500.0, "online-usage-above-max")]
     assert s.backend.pod("job-1000000") is None and s.backend.pod("job-1000000-w1") is None
     requeued = s.training.jobs[job.id]
     assert requeued.status is JobStatus.PENDING and requeued.peers == () and requeued.preferred_pool is Pool.FIXED
