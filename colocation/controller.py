@@ -32,11 +32,12 @@ from colocation.policy import (
     is_final, seasonal_forecast,
 )
 from colocation.policy import servicegroups as sg
+from colocation.policy.calibration import UNCALIBRATED, RuntimeCalibration
 from colocation.policy.forecast import (ServiceAhead, horizon_min, near_term_demand, take_back_times,
                                         with_near_term)
 from colocation.policy.group import in_group_unit, unit_name
 from colocation.policy.lending import expedite
-from colocation.policy.pools import expected_run_of
+from colocation.policy.pools import conservative_run_of
 from colocation.policy.states import Direction, Event, transition
 from core import telemetry
 from core.decisions import decision_record
@@ -69,7 +70,7 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
     forecast-driven lending on are forecast from it (`history`: the caller's per-minute cache of it)."""
     report = LendingReport()
     replicas.apply_services(backend, now)
-    views = group_views(backend)
+    views = group_views(backend, profile.runtime)
     forecasts: dict[str, DemandForecast] = {}
     if redis is not None:
         demand_history.record(redis, namespace, {g.name: g.demand for g in views}, now)
@@ -138,9 +139,10 @@ def near_term(views: list[GroupView], now: float) -> dict[str, tuple[float, ...]
 # --- observing -------------------------------------------------------------------------------------
 
 
-def group_views(backend: ClusterBackend) -> list[GroupView]:
+def group_views(backend: ClusterBackend, runtime: RuntimeCalibration = UNCALIBRATED) -> list[GroupView]:
     """The lending policy's view of every group with lending on. Pinned nodes appear as fixed-pool nodes:
-    they keep counting for capacity and usage, but the policy never picks them."""
+    they keep counting for capacity and usage, but the policy never picks them. A training pod's expected end reads
+    its job's run time estimate × `runtime`'s factor (the profile's calibration)."""
     groups = {g.name: g for g in ResourceGroup.objects.select_related("gpu_model")}
     group_of_model = {g.gpu_model.name if g.gpu_model else None: g.name for g in groups.values()}
     pinned = set(Node.objects.filter(pinned=True).values_list("name", flat=True))
@@ -160,7 +162,7 @@ def group_views(backend: ClusterBackend) -> list[GroupView]:
         direction=Direction.TAKE_BACK.value).order_by().values_list("node__resource_group__name").annotate(
         at=Max("started_at"))}
     views = []
-    for name, members in sorted(observe.group_nodes(backend, expected_run(backend)).items()):
+    for name, members in sorted(observe.group_nodes(backend, expected_run(backend, runtime)).items()):
         group = groups.get(name)
         if group is None or not group.lending:
             continue
@@ -203,9 +205,10 @@ def largest_replicas(group_of_model: dict[str | None, str]) -> tuple[dict[str, f
     return largest, startup
 
 
-def expected_run(backend: ClusterBackend) -> dict[int, float]:
-    """Expected run seconds of the jobs whose training pods are bound (profile mean, else stated duration; a job with
-    neither is absent: its end is unknown): one query for the jobs, one for their tasks' histories."""
+def expected_run(backend: ClusterBackend, runtime: RuntimeCalibration = UNCALIBRATED) -> dict[int, float]:
+    """Expected run seconds of the jobs whose training pods are bound (profile mean, else stated duration, × its
+    source's calibrated factor; a job with neither is absent: its end is unknown): one query for the jobs, one for
+    their tasks' histories."""
     ids = {p.spec.job_id for p in backend.pods() if p.kind != INFERENCE and p.spec.job_id is not None}
     if not ids:
         return {}
@@ -214,7 +217,7 @@ def expected_run(backend: ClusterBackend) -> dict[int, float]:
     out = {}
     for job in jobs:
         history = histories.get(job.task_key)
-        run = expected_run_of(history.run_s if history else (), job.expected_duration_s)
+        run = conservative_run_of(history.run_s if history else (), job.expected_duration_s, runtime)
         if run is not None:
             out[job.pk] = float(run)
     return out

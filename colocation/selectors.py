@@ -1,4 +1,5 @@
 """Reads for the colocation app."""
+from collections import defaultdict
 from dataclasses import dataclass
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -15,11 +16,13 @@ from cluster.simulated.traces import with_blocks
 from colocation import demand_history
 from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup, ServiceGroup
 from colocation.policy import LendingProfile
+from colocation.policy.calibration import WINDOW, FinishedRun, calibrate
+from colocation.policy.pools import estimate_of
 from colocation.policy.servicegroups import pod_name
 from core import telemetry
 from core.models import Decision
 from profiling import selectors as profiling
-from profiling.models import ServiceMinute
+from profiling.models import RunSummary, ServiceMinute
 from scheduler.models import HOLDING_STATUSES, JobRun, TrainingJob
 
 
@@ -40,13 +43,34 @@ def lending_profile() -> LendingProfile:
     """The one lending profile of the live loops (busy windows and the night rule in the site's time zone),
     forecast-driven (for the resource groups with `lending_forecast` on: the lending tick forecasts only those),
     carrying the predicted take-back times the lending tick stored last (the scheduling cycle keeps jobs off lent
-    nodes they would outlive); a stale or unreadable store: none."""
+    nodes they would outlive); a stale or unreadable store: none. Run time estimates are calibrated on the last
+    finished jobs (`finished_runs`)."""
     profile = LendingProfile(tz=settings.TIME_ZONE)
     try:
         by = demand_history.take_back_by(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
     except RedisError:  # placement then falls back to the long-job bar alone, as without forecasts
         by = ()
-    return profile.with_(forecast=True, take_back_by=by)
+    return profile.with_(forecast=True, take_back_by=by, runtime=calibrate(finished_runs()))
+
+
+def finished_runs(limit: int = WINDOW) -> list[FinishedRun]:
+    """The newest `limit` succeeded training runs, each with its real run time and the estimate it was placed with:
+    the mean of its task's succeeded runs that ended before it started (at most `HISTORY_RUNS`, as the pool rule reads
+    them), else its job's stated duration; a run with neither is left out. Two queries."""
+    succeeded = RunSummary.objects.filter(outcome=JobRun.Outcome.SUCCEEDED)
+    rows = list(succeeded.order_by("-run__ended_at", "-run_id").values_list(
+        "run__job__task_key", "run__started_at", "run_s", "run__job__expected_duration_s")[:limit])
+    earlier: dict[str, list[tuple[datetime, float]]] = defaultdict(list)  # task -> (end, run s), oldest first
+    for key, ended, run_s in succeeded.filter(run__job__task_key__in={r[0] for r in rows}).order_by(
+            "run__ended_at", "run_id").values_list("run__job__task_key", "run__ended_at", "run_s"):
+        earlier[key].append((ended, run_s))
+    out = []
+    for key, started, real_s, stated_s in rows:
+        past = [run_s for ended, run_s in earlier[key] if ended <= started][-profiling.HISTORY_RUNS:]
+        estimate = estimate_of(past, stated_s)
+        if estimate is not None:
+            out.append(FinishedRun(estimate[0], real_s, estimate[1]))
+    return out
 
 
 @dataclass(frozen=True)

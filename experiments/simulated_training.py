@@ -41,6 +41,7 @@ class SimulatedTraining:
         self.certified = certified
         self.jobs: dict[int, JobView] = {}  # pending, admitted and running
         self.done: dict[int, JobView] = {}
+        self.ended_at: dict[int, float] = {}  # when each done job's last worker really finished (between ticks)
         self.run_time: dict[int, float] = {}  # simulated work length per job (every worker of a gang runs it)
         self.preemptions: Counter[int] = Counter()
         self.requeues: Counter[int] = Counter()  # runs ended by a worker evicted by someone else
@@ -77,6 +78,7 @@ class SimulatedTraining:
 
     def _completed(self, job: JobView, at: float) -> None:
         self.done[job.id] = replace(job, status=JobStatus.SUCCEEDED)
+        self.ended_at[job.id] = at
 
     def apply(self, result: CycleResult) -> None:
         dispatch(result, self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import time
 
+from colocation.policy.calibration import UNCALIBRATED, RuntimeCalibration
 from colocation.policy.states import Direction
 
 
@@ -71,6 +72,9 @@ class LendingProfile:
     deadline_margin_s: float = 1800.0  # a job on a lent node must end this long before its predicted take-back
     # (GPU model, "" for CPU-only; predicted take-back epoch s), set by the caller each cycle from take_back_at
     take_back_by: tuple[tuple[str, float], ...] = ()
+    # how real run times compared with their estimates lately (calibration.calibrate over the last finished jobs), set
+    # by the caller each cycle: lending reads a job's expected run × its factor (uncalibrated: × 1)
+    runtime: RuntimeCalibration = UNCALIBRATED
 
     def __post_init__(self) -> None:
         for name in ("drain_s", "min_lend_s", "deadline_margin_s", "take_back_grace_s", "relend_after_s"):

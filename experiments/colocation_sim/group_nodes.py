@@ -36,6 +36,10 @@ class GroupNodes:
         self._backend, self._run_s = backend, run_s  # run_s: expected run seconds by job (observe.group_nodes)
         self._seen: dict[str, tuple[NodeView, str, GroupNode]] = {}  # node -> (its view, its group, what was seen)
 
+    def recalibrated(self) -> None:
+        """The expected run times changed (a new calibrated factor): observe every node again."""
+        self._seen.clear()
+
     def detached(self, node: str) -> None:
         """A pod on `node` was detached: observe it again."""
         self._seen.pop(node, None)

@@ -7,7 +7,8 @@ opens transitions;
 (5) the step machine (`drive`, as the live controller) runs each open transition as far as it can this tick (a take-back is graceful:
 the node is cordoned at once, its training pods evicted only at the decision's `evict_at`; online pods pending
 expedite every cordoned take-back of their group, `lending.expedite`; a training pod's expected end is its start +
-its job's runtime estimate, exact unless `cfg.runtime_error`);
+its job's runtime estimate, exact unless `cfg.runtime_error`, × the calibrated factor of the last finished jobs, as
+the live loops read it: colocation/policy/calibration.py);
 (6) a scheduling cycle (`schedule(snapshot, get_profile("tidal"), lending)`) over the running jobs and the heads of
 the pending queue (`cfg.queue_window` short and as many fixed-pool-only jobs per GPU model,
 experiments/colocation_sim/queue.py); the policy gives each its pool (`preferred_pool`). The acting layer here plays the
@@ -17,8 +18,8 @@ The static baseline is the same loop with step (4) off: nodes never move.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import islice
 
@@ -32,9 +33,10 @@ from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done,
                                SetState, TakeBack, TransitionRecord, Wait, decide_lending, drive,
                                requeue_after_take_back)
 from colocation.policy import autoscaling
+from colocation.policy.calibration import WINDOW, EstimateSource, FinishedRun, RuntimeCalibration, calibrate
 from colocation.policy.forecast import DemandForecast, horizon_min, seasonal_forecast, take_back_times
 from colocation.policy.lending import expedite
-from colocation.policy.pools import lend_bar_s
+from colocation.policy.pools import estimate_of, stated_lend_bar_s
 from colocation.policy.profile import LendingProfile
 from colocation.policy.states import Direction
 from experiments.colocation_sim.autoscale import Measured
@@ -218,8 +220,12 @@ class CoLocationSim:
         self.backend.advance()
         self._node_index = {n.name: i for i, n in enumerate(self.backend.nodes())}
         # a training pod's expected end is its start + its job's runtime estimate (the real run time unless
-        # cfg.runtime_error), never the run time the simulation ends it at
-        self.expected_run = {a.job.id: a.job.expected_duration_s for a in self.arrivals}
+        # cfg.runtime_error) × the calibrated factor, never the run time the simulation ends it at; the calibration
+        # reads the last WINDOW finished jobs, as the live loops read theirs (colocation.selectors.finished_runs)
+        self.finished_runs: deque[FinishedRun] = deque(maxlen=WINDOW)
+        self.runtime: RuntimeCalibration = calibrate(self.finished_runs)  # none finished yet: the prior
+        self.estimates = {a.job.id: estimate_of(a.job.past_run_s, a.job.expected_duration_s) for a in self.arrivals}
+        self.expected_run = _Conservative(self.estimates, lambda: self.runtime)
         self.group_nodes = GroupNodes(self.backend, self.expected_run)
         self._figures: dict[str, _NodeFigures] = {}  # per node, for _measure
         # what inference could have of each group: every node but the fixed pool (pools never change here)
@@ -228,7 +234,8 @@ class CoLocationSim:
             if n.pool is not Pool.FIXED:
                 self.capacity[n.resource_group] += n.gpu_count if n.gpu_model else n.cpu_milli
         # forecast-driven lending: per group, the online demand per minute (warmed with the traffic before the run)
-        self.lending_now: LendingProfile = cfg.lending  # with this cycle's predicted take-back times
+        # with this cycle's predicted take-back times and the calibration
+        self.lending_now: LendingProfile = cfg.lending.with_(runtime=self.runtime)
         self.forecasts: dict[str, DemandForecast] = {}
         self.history, self._warm = self._warm_history() if cfg.lend and cfg.lending.forecast else ({}, 0)
 
@@ -300,10 +307,25 @@ class CoLocationSim:
         now = self.clock.now()
         for job in islice(reversed(self.training.done.values()), done):
             self.finished_at[job.id] = now
+            estimate = estimate_of(job.past_run_s, job.expected_duration_s)
+            if estimate is not None and job.started_at is not None:
+                real = self.training.ended_at[job.id] - job.started_at  # the run itself, not rounded to the tick
+                self.finished_runs.append(FinishedRun(estimate[0], real, estimate[1]))
             self.holding.discard(job.id)
             self.metrics.finished += 1
             if any(self._node(a.node).pool is Pool.COLOCATION for a in job.allocations):  # any worker lent
                 self.metrics.finished_lent += 1
+        self._recalibrate()
+
+    def _recalibrate(self) -> None:
+        """The calibrated factors from the last finished jobs; a change moves every lent job's expected end."""
+        runtime = calibrate(self.finished_runs)
+        if runtime == self.runtime:
+            return
+        if [f.value for _, f in runtime.factors] != [f.value for _, f in self.runtime.factors]:
+            self.group_nodes.recalibrated()
+        self.runtime = runtime
+        self.lending_now = self.lending_now.with_(runtime=runtime)
 
     def _arrive(self, now: float) -> None:
         while self._next_arrival < len(self.arrivals) and self.arrivals[self._next_arrival].at <= now:
@@ -366,7 +388,7 @@ class CoLocationSim:
         """The policy's view of each group, observed as the live controller does (colocation/observe.py); the
         sim adds what only it knows: pending training jobs that may use lent nodes, its open transitions."""
         members = self.group_nodes()
-        pending_training = {group: self.queue.short_count(model, lend_bar_s(now, self.lending_now, model))
+        pending_training = {group: self.queue.short_count(model, stated_lend_bar_s(now, self.lending_now, model))
                             for model, group in self.group_of_model.items()}
         pending_online = observe.pending_online(self.backend, self.group_of_model)
         converting: dict[str, list[Converting]] = defaultdict(list)
@@ -393,7 +415,7 @@ class CoLocationSim:
                 self.forecasts[g] = fc
 
     def _lend(self, minute: int, now: float) -> None:
-        profile = self.cfg.lending
+        profile = self.cfg.lending.with_(runtime=self.runtime)
         if profile.forecast:
             self._forecast(minute, now)
         views = self.group_views(now)
@@ -483,7 +505,7 @@ class CoLocationSim:
         self._dirty = False
         jobs = self.training.jobs
         lending = self.lending_now
-        head = self.queue.head(self.cfg.queue_window, lambda model: lend_bar_s(now, lending, model))
+        head = self.queue.head(self.cfg.queue_window, lambda model: stated_lend_bar_s(now, lending, model))
         # the running jobs too (the quota ledger and preemption need them), in the order of training.jobs (by id);
         # the policy gives each pending job its pool, as in the live loop
         snapshot = self.training.snapshot(jobs[i] for i in sorted(self.holding.union(head)))
@@ -545,6 +567,26 @@ class CoLocationSim:
         m.pending_in_take_back.append(bool(urgent) and all((p.spec.gpu_model or "CPU") in taking_back
                                                            for p in urgent))
         m.training_pending.append(self._pending_jobs)
+
+
+class _Conservative(Mapping[int, float]):
+    """Expected run seconds by job as lending reads them: each job's estimate × its source's calibrated factor now."""
+
+    def __init__(self, estimates: dict[int, tuple[float, EstimateSource] | None],
+                 runtime: Callable[[], RuntimeCalibration]) -> None:
+        self._estimates, self._runtime = estimates, runtime
+
+    def __getitem__(self, job_id: int) -> float:
+        estimate = self._estimates[job_id]
+        if estimate is None:
+            raise KeyError(job_id)
+        return self._runtime().scale(*estimate)
+
+    def __iter__(self) -> Iterator[int]:
+        return (job_id for job_id, estimate in self._estimates.items() if estimate is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class _Queueing:

@@ -28,6 +28,7 @@ class Queued:
     pool: Pool | None  # the pool it asks for; None: any
     total: int  # score.total
     shape: tuple  # its department, framework, preferred model, GPUs and memory (right-sized), workers, topology
+    pool_why: str = ""  # why the pool rule chose its pool (`preferred_pool`), for its admission's sentence
 
 
 class QueueBuilder:
@@ -63,8 +64,10 @@ class QueueBuilder:
         # = score(job, kind, now, profile), with the utilization term from the memo
         breakdown = self._breakdown(base_points(kind, profile), utilization,
                                     aging_points(waited_s(job, self.snap.now), profile))
-        pool = job.preferred_pool if self.lending is None else preferred_pool(job, self.snap.now, self.lending).preferred
-        return Queued(job, request, breakdown, models, host, pool, breakdown.total, shape)
+        if self.lending is None:
+            return Queued(job, request, breakdown, models, host, job.preferred_pool, breakdown.total, shape)
+        choice = preferred_pool(job, self.snap.now, self.lending)
+        return Queued(job, request, breakdown, models, host, choice.preferred, breakdown.total, shape, choice.message)
 
     def _breakdown(self, base: int, utilization: int, aging: int) -> ScoreBreakdown:
         """ScoreBreakdown(...), one shared (frozen) object per distinct score: a handful of values

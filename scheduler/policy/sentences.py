@@ -200,6 +200,8 @@ def admitted(q: Queued, pod: PodRequest, kind: QuotaKind | None, placement: Plac
         parts.append(f"right-sized from {asked} to {q.request}" + (f" ({q.request.basis})" if q.request.basis else ""))
     if preempting:
         parts.append(f"after preempting {len(preempting)} job(s)")
+    if q.pool_why:
+        parts.append(q.pool_why)
     return "; ".join(parts)
 
 
@@ -217,6 +219,8 @@ def gang_admitted(q: Queued, pod: PodRequest, kind: QuotaKind | None, table: Nod
         parts.append(f"each worker right-sized from {asked} to {q.request}")
     if preempting:
         parts.append(f"after preempting {len(preempting)} job(s)")
+    if q.pool_why:
+        parts.append(q.pool_why)
     return "; ".join(parts)
 
 

@@ -8,7 +8,7 @@ import pytest
 from cluster.simulated import store
 from core.models import Decision
 from profiling.models import RunSummary
-from scheduler.models import JobStatus, TrainingJob
+from scheduler.models import JobRun, JobStatus, TrainingJob
 from tests.integration.livecluster import tick
 from tests.integration.profiles import end_run, past_jobs, start_run
 
@@ -77,3 +77,24 @@ def test_a_run_ended_by_the_loop_is_summarized_at_once(world, cluster):
     assert job.status == JobStatus.SUCCEEDED
     summary = RunSummary.objects.get(run=job.runs.get())
     assert summary.outcome == "succeeded" and summary.run_s == pytest.approx(601, abs=5) and summary.samples == 0
+
+
+def test_finished_runs_pair_each_real_run_time_with_the_estimate_it_was_placed_with(world):
+    from colocation.policy.calibration import EstimateSource, FinishedRun, calibrate
+    from colocation.selectors import finished_runs, lending_profile
+
+    stated = world.submit(name="stated")
+    TrainingJob.objects.filter(pk=stated.pk).update(expected_duration_s=600)
+    end_run(start_run(stated, minute=0), minute=15)  # stated 10 min, ran 15
+    first = world.submit(name="profiled")  # no stated duration and no past run: no estimate, left out
+    end_run(start_run(first, minute=0), minute=60)
+    second = world.submit(name="profiled")
+    TrainingJob.objects.filter(pk=second.pk).update(expected_duration_s=60)  # its task's past runs win
+    end_run(start_run(second, minute=70), minute=160)  # placed with the mean of the runs before it: 60 min
+    failed = world.submit(name="stated")
+    end_run(start_run(failed, minute=20), minute=21, outcome=JobRun.Outcome.FAILED)  # not finished: left out
+
+    assert finished_runs() == [FinishedRun(3600.0, 5400.0, EstimateSource.PAST_RUNS),
+                               FinishedRun(600.0, 900.0, EstimateSource.STATED)]
+    assert finished_runs(limit=1) == [FinishedRun(3600.0, 5400.0, EstimateSource.PAST_RUNS)]
+    assert lending_profile().runtime == calibrate(finished_runs())  # two jobs: the prior

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from cluster.types import JobStatus, JobView, Pool
-from colocation.policy.pools import long_bar_s, preferred_pool
+from colocation.policy.calibration import MIN_ESTIMATE_S, PRIOR_FACTOR, WINDOW, EstimateSource, nearest_rank
+from colocation.policy.pools import long_bar_s, preferred_pool, stated_lend_bar_s
 from experiments.colocation_sim import CoLocationSim, SimConfig
 from experiments.colocation_sim.config import SIM_START
 from experiments.colocation_sim.queue import HOUR, PendingQueue
@@ -115,6 +116,27 @@ def test_the_queue_counts_the_jobs_preferred_pool_sends_to_lent_nodes(run, reque
                 and preferred_pool(j, now, s.cfg.lending).preferred is Pool.COLOCATION)
 
 
+def test_exact_estimates_calibrate_to_one(sim):
+    assert sim.finished_runs and sim.runtime.factor(EstimateSource.STATED).value == 1.0
+
+
+def test_wrong_estimates_are_calibrated_on_the_finished_jobs_and_the_queue_counts_with_them():
+    s = CoLocationSim(SimConfig(Path(TRACES_DIR), days=1, runtime_error=0.5).small())
+    s.run()
+    assert len(s.finished_runs) == min(WINDOW, len(s.training.done))
+    ratios = [r.real_s / r.estimate_s for r in s.finished_runs if r.estimate_s >= MIN_ESTIMATE_S]
+    factor = s.runtime.factor(EstimateSource.STATED)
+    assert factor.value == nearest_rank(ratios, 0.9) > 1.3 and factor.finished == len(ratios)
+    assert s.lending_now.runtime == s.runtime
+    pending = [j for j in s.training.jobs.values() if j.status is JobStatus.PENDING and j.id not in s.killed_jobs]
+    for hour in (3, 12, 23):
+        now = SIM_START + hour * HOUR
+        for model in {j.gpu_model for j in pending}:
+            assert s.queue.short_count(model, stated_lend_bar_s(now, s.lending_now, model)) == sum(
+                1 for j in pending if j.gpu_model == model
+                and preferred_pool(j, now, s.lending_now).preferred is Pool.COLOCATION)
+
+
 def _job(job_id: int, at: float, model: str | None = "T4", run_h: float = 1.0) -> JobView:
     return JobView(job_id, f"j{job_id}", "t", "training", "pytorch", model, 1.0 if model else 0.0, 1000, 1024,
                    JobStatus.PENDING, submitted_at=at, expected_duration_s=run_h * HOUR)
@@ -173,7 +195,7 @@ def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
     job = JobView(10**6, "gang", "gang", "training", "pytorch", model, 1.0, 1000, 1024, JobStatus.PENDING, SIM_START,
                   expected_duration_s=3600.0, workers=2)
     s.training.submit(job, 3600.0)
-    s.expected_run[job.id] = 3600.0  # what arrivals register for the policy
+    s.estimates[job.id] = (3600.0, EstimateSource.STATED)  # what arrivals register for the policy
     s.queue.add(job)
     result = CycleResult(SIM_START, (admit(job.id, (free[0].name, (0,)), (free[1].name, (0,)), model=model),))
     s.apply(result)
@@ -181,8 +203,9 @@ def test_a_take_back_of_one_gang_worker_requeues_the_whole_gang_once():
     s.take_back_of[free[1].name] = (SIM_START - 900, "online-usage-above-max")
     s.clock.set(SIM_START + 600)
     s.execute(EvictTraining(free[1].name, "job-1000000-w1"), SIM_START + 600)
-    # what the policy knew, once per job: run 10 min of an expected hour, decided 25 min before the eviction
-    assert s.metrics.kills == [Kill(600.0, 3000.0, 1500.0, "online-usage-above-max")]
+    # what the policy knew, once per job: run 10 min of an expected hour × the prior (no job finished yet), decided
+    # 25 min before the eviction
+    assert s.metrics.kills == [Kill(600.0, PRIOR_FACTOR * 3600.0 - 600.0, 1500.0, "online-usage-above-max")]
     assert s.backend.pod("job-1000000") is None and s.backend.pod("job-1000000-w1") is None
     requeued = s.training.jobs[job.id]
     assert requeued.status is JobStatus.PENDING and requeued.peers == () and requeued.preferred_pool is Pool.FIXED
