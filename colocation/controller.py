@@ -29,12 +29,12 @@ from colocation.models import InferenceService, Node, NodeTransition, ResourceGr
 from colocation.policy import (
     Conflict, Converting, DeletePod, DetachPod, Done, EvictTraining, GroupNode, GroupView, Lend, LendingProfile,
     DemandForecast, PendingPod, SetState, Step, TakeBack, Thresholds, TransitionRecord, Wait, decide_lending, drive,
-    is_final, seasonal_forecast,
+    is_final,
 )
 from colocation.policy import servicegroups as sg
 from colocation.policy.calibration import UNCALIBRATED, RuntimeCalibration
-from colocation.policy.forecast import (ServiceAhead, horizon_min, near_term_demand, take_back_times,
-                                        with_near_term)
+from colocation.policy.forecast import (ServiceAhead, demand_forecast, horizon_min, near_term_demand,
+                                        take_back_times, with_near_term)
 from colocation.policy.group import in_group_unit, unit_name
 from colocation.policy.lending import expedite
 from colocation.policy.pools import conservative_run_of
@@ -99,7 +99,8 @@ def lending_tick(*, backend: ClusterBackend, now: float, profile: LendingProfile
 def group_forecasts(history: demand_history.HistoryCache, redis, namespace: str, views: list[GroupView],
                     now: float, profile: LendingProfile) -> dict[str, DemandForecast]:
     """The forecast of every group with forecast-driven lending on: the seasonal profile of its recorded demand (a
-    day of it at least), its first minutes from its services' XGBoost forecasts where a usable model made them."""
+    day of it at least; before, the high of its recent demand: `demand_forecast`), its first minutes
+    from its services' XGBoost forecasts where a usable model made them."""
     minute = now - now % 60
     on = set(ResourceGroup.objects.filter(lending_forecast=True).values_list("name", flat=True))
     near = near_term(views, now)
@@ -107,8 +108,8 @@ def group_forecasts(history: demand_history.HistoryCache, redis, namespace: str,
     for g in views:
         if g.name not in on:
             continue
-        fc = seasonal_forecast(g.name, history.history(redis, namespace, g.name, now), minute,
-                               horizon_min(now, profile, g.startup_s))
+        fc = demand_forecast(g.name, history.history(redis, namespace, g.name, now), minute,
+                             horizon_min(now, profile, g.startup_s))
         fc = with_near_term(fc, g.name, minute, near.get(g.name, ()))
         if fc is not None:
             out[g.name] = fc

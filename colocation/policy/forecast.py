@@ -10,6 +10,14 @@ not a mean: lending errs toward taking back early rather than late. The level mo
 every few minutes, the forecast must not jump (a jump pulls every predicted take-back, and the jobs placed to end
 before it are killed); an hour's level made it jump by up to 2x within minutes.
 
+Until a day of history exists (a new cluster's first day) `recent_forecast` stands in: every coming minute at the
+largest demand of the history held. Without a day it cannot know when the daily rise comes, only how high the demand
+has gone so far; lending then keeps room for that (lend only what the day's high so far leaves idle, take back when
+the lent nodes would put it over maxRate) instead of running the threshold rules blind. A flat high does not move
+when the demand dips and rises again, so a predicted take-back does not jump from one renewal to the next (an
+envelope on the last minutes' level, × (1 + 2σ(h)), did: measured, it killed more than the threshold rules).
+`demand_forecast` picks the one that exists.
+
 `take_back_at` turns a forecast into the time the group's lent nodes are predicted to be taken back: the first
 forecast minute where online usage, with every lent node still lent, passes maxRate, minus the drain time.
 """
@@ -32,14 +40,15 @@ SLACK_MIN = 10  # same minute of day +- this many minutes
 QUANTILE = 0.85  # across days: with 7 days, between the highest and the second highest
 SCALE_MIN, SCALE_MAX = 0.5, 2.0  # today's level against a past day's: bounded
 LEVEL_MIN = DAY_MIN  # a level: the mean of the 24 h before the minute (slow: a forecast must not jump minute to minute)
-
+RECENT_MIN = 120  # minutes of history before `recent_forecast`: a lend promises min_lend_s (2 h) idle, so the high
+# it keeps room for must have been seen over at least that long
 
 @dataclass(frozen=True, slots=True)
 class DemandForecast:
     group: str
     start: float  # epoch s of values[0] = the minute after `now` (the minute starting at `now`)
     values: tuple[float, ...]  # predicted online demand per minute, in the group's unit (GPUs; millicores for CPU)
-    source: str  # "seasonal" or "xgboost"
+    source: str  # "seasonal", "recent" or either "+xgboost" (the first minutes from the near-term models)
     step_s: float = 60.0
     array: np.ndarray = field(init=False, repr=False, compare=False)  # the values, for vectorised scans
 
@@ -86,6 +95,24 @@ def seasonal_forecast(group: str, history: Sequence[float], now: float, horizon_
     windows = windows * _scales(h, starts)[:, None]  # each day brought to today's level before they are compared
     profile = np.quantile(windows, QUANTILE, axis=0) if days > 1 else windows[0]
     return DemandForecast(group, now, tuple(float(v) for v in profile[:horizon_min]), "seasonal")
+
+
+def recent_forecast(group: str, history: Sequence[float], now: float, horizon_min: int) -> DemandForecast | None:
+    """The cold-start forecast (module docstring) for the `horizon_min` minutes from `now`: the largest demand of the
+    last day held, flat; None with less than `RECENT_MIN` minutes of history. `history` as for `seasonal_forecast`."""
+    if horizon_min <= 0:
+        raise ValueError(f"horizon_min must be > 0, got {horizon_min}")
+    if len(history) < RECENT_MIN:
+        return None
+    h = np.nan_to_num(np.asarray(history[-DAY_MIN:], dtype=float), nan=0.0, posinf=0.0, neginf=0.0).clip(min=0.0)
+    return DemandForecast(group, now, (float(h.max()),) * horizon_min, "recent")
+
+
+def demand_forecast(group: str, history: Sequence[float], now: float, horizon_min: int) -> DemandForecast | None:
+    """The group's forecast for lending: the seasonal profile once a day of history exists, the cold-start forecast
+    before (the day's high so far: `recent_forecast`), None with less history than either needs."""
+    return (seasonal_forecast(group, history, now, horizon_min)
+            or recent_forecast(group, history, now, horizon_min))
 
 
 @dataclass(frozen=True, slots=True)

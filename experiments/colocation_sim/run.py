@@ -34,7 +34,7 @@ from colocation.policy import (Conflict, Converting, DeletePod, DetachPod, Done,
                                requeue_after_take_back)
 from colocation.policy import autoscaling
 from colocation.policy.calibration import WINDOW, EstimateSource, FinishedRun, RuntimeCalibration, calibrate
-from colocation.policy.forecast import DemandForecast, horizon_min, seasonal_forecast, take_back_times
+from colocation.policy.forecast import DemandForecast, demand_forecast, horizon_min, take_back_times
 from colocation.policy.lending import expedite
 from colocation.policy.pools import estimate_of, stated_lend_bar_s
 from colocation.policy.profile import LendingProfile
@@ -403,14 +403,15 @@ class CoLocationSim:
                 for g in sorted(members)]
 
     def _forecast(self, minute: int, now: float) -> None:
-        """The seasonal forecast of each group's online demand from the minutes measured so far; renewed every
+        """The forecast of each group's online demand from the minutes measured so far (seasonal, or the cold-start
+        forecast before a day of them: `demand_forecast`, as the live loop); renewed every
         scheduling period (a forecast starts at the minute it was made; later minutes read it further on)."""
         if minute % self.cfg.schedule_every_min:
             return
         horizon = horizon_min(now, self.cfg.lending, self.cfg.startup_s)  # as the live loop forecasts
         self.forecasts = {}
         for g, h in self.history.items():
-            fc = seasonal_forecast(g, h[:self._warm + minute], now, horizon)
+            fc = demand_forecast(g, h[:self._warm + minute], now, horizon)
             if fc is not None:
                 self.forecasts[g] = fc
 
