@@ -90,8 +90,11 @@ def _seed_nodes(nodes: list[ct.NodeView], models: dict[str, GPUModel]) -> None:
         groups.setdefault(node.resource_group, []).append(node)
     for group_name, members in groups.items():
         gpu_model = models.get(members[0].gpu_model) if members[0].gpu_model else None
+        # forecast-driven lending off: the demo's day lasts TIDAL_DEMO_DAY_S while demand history is kept per real
+        # minute, so a forecast would read a whole day's swing as minutes' (docs/concepts/demo-cluster.md)
         group, _ = ResourceGroup.objects.get_or_create(
-            name=group_name.lower(), defaults={"hardware_class": group_name, "gpu_model": gpu_model}
+            name=group_name.lower(),
+            defaults={"hardware_class": group_name, "gpu_model": gpu_model, "lending_forecast": False},
         )
         fixed = math.ceil(len(members) * FIXED_POOL_SHARE)
         for i, node in enumerate(members):
