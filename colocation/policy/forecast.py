@@ -11,12 +11,12 @@ every few minutes, the forecast must not jump (a jump pulls every predicted take
 before it are killed); an hour's level made it jump by up to 2x within minutes.
 
 Until a day of history exists (a new cluster's first day) `recent_forecast` stands in: every coming minute at the
-largest demand of the history held. Without a day it cannot know when the daily rise comes, only how high the demand
-has gone so far; lending then keeps room for that (lend only what the day's high so far leaves idle, take back when
-the lent nodes would put it over maxRate) instead of running the threshold rules blind. A flat high does not move
-when the demand dips and rises again, so a predicted take-back does not jump from one renewal to the next (an
-envelope on the last minutes' level, × (1 + 2σ(h)), did: measured, it killed more than the threshold rules).
-`demand_forecast` picks the one that exists.
+largest demand of the last `RECENT_MIN` minutes (2 h, the minimum lend). Without a day it cannot know when the daily
+rise comes; it assumes only that the next minimum lend is no busier than the last one, so a lend keeps room for the
+recent high and a take-back starts when the lent nodes would leave none. Flat on purpose: an envelope on the last
+minutes' level, × (1 + z·σ(h)) with σ the measured change over h minutes, jumped with every burst and killed more than
+the threshold rules; the high of the whole day held never lets a group with a night lend again (measured:
+docs/results/2026-11-29-llm-autoscaling.md). `demand_forecast` picks the one that exists.
 
 `take_back_at` turns a forecast into the time the group's lent nodes are predicted to be taken back: the first
 forecast minute where online usage, with every lent node still lent, passes maxRate, minus the drain time.
@@ -40,8 +40,8 @@ SLACK_MIN = 10  # same minute of day +- this many minutes
 QUANTILE = 0.85  # across days: with 7 days, between the highest and the second highest
 SCALE_MIN, SCALE_MAX = 0.5, 2.0  # today's level against a past day's: bounded
 LEVEL_MIN = DAY_MIN  # a level: the mean of the 24 h before the minute (slow: a forecast must not jump minute to minute)
-RECENT_MIN = 120  # minutes of history before `recent_forecast`: a lend promises min_lend_s (2 h) idle, so the high
-# it keeps room for must have been seen over at least that long
+RECENT_MIN = 120  # the cold-start forecast's window and the history it needs: the default minimum lend (2 h),
+# the span a lend promises to stay idle
 
 @dataclass(frozen=True, slots=True)
 class DemandForecast:
@@ -99,18 +99,18 @@ def seasonal_forecast(group: str, history: Sequence[float], now: float, horizon_
 
 def recent_forecast(group: str, history: Sequence[float], now: float, horizon_min: int) -> DemandForecast | None:
     """The cold-start forecast (module docstring) for the `horizon_min` minutes from `now`: the largest demand of the
-    last day held, flat; None with less than `RECENT_MIN` minutes of history. `history` as for `seasonal_forecast`."""
+    last `RECENT_MIN` minutes, flat; None with fewer minutes of history. `history` as for `seasonal_forecast`."""
     if horizon_min <= 0:
         raise ValueError(f"horizon_min must be > 0, got {horizon_min}")
     if len(history) < RECENT_MIN:
         return None
-    h = np.nan_to_num(np.asarray(history[-DAY_MIN:], dtype=float), nan=0.0, posinf=0.0, neginf=0.0).clip(min=0.0)
+    h = np.nan_to_num(np.asarray(history[-RECENT_MIN:], dtype=float), nan=0.0, posinf=0.0, neginf=0.0).clip(min=0.0)
     return DemandForecast(group, now, (float(h.max()),) * horizon_min, "recent")
 
 
 def demand_forecast(group: str, history: Sequence[float], now: float, horizon_min: int) -> DemandForecast | None:
     """The group's forecast for lending: the seasonal profile once a day of history exists, the cold-start forecast
-    before (the day's high so far: `recent_forecast`), None with less history than either needs."""
+    before (the recent high: `recent_forecast`), None with less history than either needs."""
     return (seasonal_forecast(group, history, now, horizon_min)
             or recent_forecast(group, history, now, horizon_min))
 

@@ -286,24 +286,26 @@ def test_demand_forecast_is_the_recent_high_until_a_day_of_history(minutes, sour
     assert (out.source if out is not None else None) == source
 
 
-def test_recent_forecast_is_the_high_of_the_last_day_flat():
-    # a high two hours ago counts though the demand dipped since; a higher one more than a day ago does not
-    history = [20.0] + [2.0] * DAY_MIN
-    history[-120] = 9.0
+def test_recent_forecast_is_the_high_of_the_last_two_hours_flat():
+    # a high 2 h ago counts though the demand dipped since; a higher one just before does not
+    history = [2.0] * 300
+    history[-RECENT_MIN - 1], history[-RECENT_MIN] = 20.0, 9.0
     out = recent_forecast("t4", history, NOW, 30)
     assert out.values == (9.0,) * 30 and out.start == NOW and out.source == "recent"
 
 
-def test_a_cold_group_lends_only_what_the_days_high_leaves_idle_and_says_so():
-    # 2 of 20 GPUs used now, 9 at the day's high: 9/16 ok, 9/12 = 75% ok, 9/8 not -> 2 nodes, as a seasonal rise
+def test_a_cold_group_lends_only_what_the_recent_high_leaves_idle_and_says_so():
+    # 2 of 20 GPUs used now, 9 an hour ago: 9/16 ok, 9/12 = 75% ok, 9/8 not -> 2 nodes, as a seasonal rise
     d = decide_group(idle_group().build(), NOW, ON, recent_forecast("t4", [2.0] * 200 + [9.0] + [2.0] * 59, NOW, 180))
     assert d.nodes == ("t4-3", "t4-4")
     assert "lending one more node, forecast (recent) 14:00 online 112% > maxRate 80%" in d.message
 
 
-def test_a_cold_group_is_taken_back_when_its_lent_nodes_leave_no_room_for_the_days_high():
-    # 3 online nodes at 6 of 12 GPUs now; the day's high 11 would be 92% > 80%: back now, ahead of its return
-    d = decide_group(lent_group().build(), NOW, ON, recent_forecast("t4", [11.0] + [6.0] * RECENT_MIN, NOW, 60))
+def test_a_cold_group_is_taken_back_when_its_lent_nodes_leave_no_room_for_the_recent_high():
+    # 3 online nodes at 6 of 12 GPUs now; 11 an hour ago would be 92% > 80%: back now, ahead of its return
+    history = [6.0] * RECENT_MIN
+    history[-60] = 11.0
+    d = decide_group(lent_group().build(), NOW, ON, recent_forecast("t4", history, NOW, 60))
     assert isinstance(d, TakeBack) and d.reason is LendReason.FORECAST_RISE and "forecast (recent)" in d.message
 
 
