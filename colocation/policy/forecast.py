@@ -43,6 +43,7 @@ LEVEL_MIN = DAY_MIN  # a level: the mean of the 24 h before the minute (slow: a 
 RECENT_MIN = 120  # the cold-start forecast's window and the history it needs: the default minimum lend (2 h),
 # the span a lend promises to stay idle
 
+
 @dataclass(frozen=True, slots=True)
 class DemandForecast:
     group: str

@@ -216,14 +216,14 @@ def demand_store(settings):
         redis.delete(key)
 
 
-def fill_history(redis, namespace: str, group: str, now: float, demand, days: int = 2) -> None:
+def fill_history(redis, namespace: str, group: str, now: float, demand, days: float = 2) -> None:
     """`days` days of per-minute demand before `now`: demand(minute offset from now, negative) per minute."""
     from colocation.demand_history import KEEP_DAYS, _demand_key
     from colocation.policy.forecast import DAY_MIN
 
     end = int(now // 60)
     by_day: dict[int, dict[int, str]] = {}
-    for minute in range(end - days * DAY_MIN, end):
+    for minute in range(end - int(days * DAY_MIN), end):
         day, of_day = divmod(minute, DAY_MIN)
         by_day.setdefault(day, {})[of_day] = repr(float(demand(minute - end)))
     for day, fields in by_day.items():
@@ -274,6 +274,30 @@ def test_the_scheduler_reads_the_predicted_take_back_by_default(demand_store):
     assert lending_profile().forecast and lending_profile().take_back_by == ()
     demand_history.put_take_back_by(redis, namespace, {"T4": 1234.0}, ttl_s=60)
     assert lending_profile().take_back_by == (("T4", 1234.0),)
+
+
+@pytest.mark.parametrize("high", [4.0, 2.0])
+def test_a_cold_group_takes_back_for_its_recent_high(lab, demand_store, high):
+    # 3 h of history (no seasonal profile): 2 GPUs, `high` an hour ago. 4 on the 4 online GPUs is 100% > maxRate:
+    # the lent node comes back now, the decision naming the recent forecast; 2 (50%) moves nothing
+    world, cluster, clock = lab
+    redis, namespace = demand_store
+    t4 = world.groups["t4"]
+    t4.lending = True
+    t4.save()
+    serve(cluster, replicas=2)
+    fill_history(redis, namespace, "t4", clock.now() + 5, lambda offset: high if offset == -60 else 2.0, days=0.125)
+    clock.advance(5)
+    cluster.advance()
+    report = controller.lending_tick(backend=cluster, now=clock.now(), profile=DEFAULT.with_(forecast=True),
+                                     redis=redis, namespace=namespace)
+    if high == 2.0:
+        assert report.opened == []
+        return
+    assert report.opened == ["t4-3"]
+    decision = Decision.objects.filter(subject="node:t4-3", reason="forecast-above-max").get()
+    assert decision.message.startswith("take back t4-3: forecast (recent) ")
+    assert "online 100% > maxRate 80%" in decision.message
 
 
 def test_a_group_with_forecast_driven_lending_off_keeps_the_threshold_rules(lab, demand_store):
