@@ -64,11 +64,13 @@ def _ms(at) -> int:
 
 
 def replica_chart(service: InferenceService, scaled: list[Decision], load: list[ServiceMinute], since, now) -> dict:
-    """Desired replicas over the window from the scaling decisions' data (current → target, oldest first),
-    against the pods the service-load profiles saw."""
+    """Desired replicas over the window (from the service's creation when later) from the scaling decisions' data
+    (current → target, oldest first), against the pods the service-load profiles saw."""
     steps = [(d.created_at, d.data.get("current"), d.data.get("target")) for d in scaled
              if isinstance((d.data or {}).get("target"), int) and isinstance(d.data.get("current"), int)]
-    desired = [[_ms(since), steps[0][1] if steps else service.replicas]]
+    begun = max(since, service.created_at)  # a service made within the window had no count before
+    begun = min([begun, *(at for at, _, _ in steps[:1])])
+    desired = [[_ms(begun), steps[0][1] if steps else service.replicas]]
     desired += [[_ms(at), target] for at, _, target in steps] + [[_ms(now), service.replicas]]
     # a replica of a group service is a group: the pods seen count in groups, so both lines share one unit
     per, unit = service.group_size, "groups" if service.group_size > 1 else "pods"

@@ -575,6 +575,7 @@ def test_a_group_services_chart_counts_the_pods_seen_in_groups(world):
     desired, seen = chart["series"]
     assert seen["label"] == "groups seen" and [v for _, v in seen["points"]] == [3.0]
     assert desired["points"][-1][1] == 3 and "pods seen (groups of 2)" in page
+    assert desired["points"][0][0] == int(service.created_at.timestamp() * 1000) > chart["x_min"]  # not before it was
 
 
 def test_the_autoscaling_dashboard_shows_each_services_last_decision_and_alert(world):
