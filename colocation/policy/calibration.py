@@ -57,7 +57,8 @@ class Factor:
 
     def explain(self) -> str:
         if self.finished == 0:
-            return f"prior: fewer than {MIN_FINISHED} finished jobs"
+            return (f"prior: fewer than {MIN_FINISHED} finished jobs estimated at {MIN_ESTIMATE_S / 60:.0f} min "
+                    "or more")
         return f"{self.quantile * 100:.0f}th percentile over the last {self.finished} finished jobs"
 
 

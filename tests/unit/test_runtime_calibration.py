@@ -51,7 +51,8 @@ def test_exact_estimates_change_nothing():
 def test_few_finished_jobs_use_the_prior():
     few = calibrate(runs([3.0] * (MIN_FINISHED - 1)))
     assert few.factor(STATED).value == PRIOR_FACTOR
-    assert few.factor(STATED).explain() == f"prior: fewer than {MIN_FINISHED} finished jobs"
+    assert few.factor(STATED).explain() == (f"prior: fewer than {MIN_FINISHED} finished jobs estimated at 10 min "
+                                            "or more")
     assert calibrate(runs([3.0] * MIN_FINISHED)).factor(STATED).value == 3.0
 
 
