@@ -307,7 +307,7 @@ class CoLocationSim:
         now = self.clock.now()
         for job in islice(reversed(self.training.done.values()), done):
             self.finished_at[job.id] = now
-            estimate = estimate_of(job.past_run_s, job.expected_duration_s)
+            estimate = self.estimates.get(job.id)  # the one it was placed with
             if estimate is not None and job.started_at is not None:
                 real = self.training.ended_at[job.id] - job.started_at  # the run itself, not rounded to the tick
                 self.finished_runs.append(FinishedRun(estimate[0], real, estimate[1]))
