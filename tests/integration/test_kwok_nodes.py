@@ -89,7 +89,7 @@ def test_a_pod_annotated_with_a_restart_count_has_its_container_restarted_in_pla
     not ready, then ready; the other container and a pod without the annotation are left alone."""
     register_nodes(cluster.api, [view("restart-0")], [NS])
     for name in ("crashing", "steady"):
-        cluster.core.create_namespaced_pod(NS, {"metadata": {"name": name, "labels": {STARTUP_LABEL: "1"}}, "spec": {
+        cluster.core.create_namespaced_pod(NS, {"metadata": {"name": name, "labels": {STARTUP_LABEL: "3"}}, "spec": {
             "nodeName": "restart-0", "containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"},
                                                     {"name": "sidecar", "image": "busybox:1.37"}]}})
     wait_for(lambda: all(is_ready(cluster.pod(name)) for name in ("crashing", "steady")), what="the pods Ready")
