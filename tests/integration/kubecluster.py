@@ -4,7 +4,7 @@ emptied after each test.
 
 kwok plays the kubelet of every node annotated kwok.x-k8s.io/node=fake (platform/kube/kwok/stages.yaml): a bound pod
 goes Running and Ready at once, a training pod labelled with a run time succeeds a second after it, a deleted pod is
-removed.
+removed, and a pod a test crashes (`KwokCluster.restart_container`) has its container restarted in place.
 Nodes are cluster-wide, so a test's nodes are the only nodes Tidal sees (those with a resource-group label) while it
 runs: the fixture deletes any left from an earlier test first. kwok serves a pod's log (pods/log) from the file the
 kwok log writer (cluster/simulated/kwok_logs.py) writes, which tidal_on_kwok runs beside the live loops.
@@ -34,6 +34,7 @@ from colocation import live_backend
 from tests.integration.livecluster import on_kubernetes
 
 Obj = dict
+RESTARTS_ANNOTATION = "tidal.io/sim-restarts"  # the restart count kwok takes a pod's container to (stages.yaml)
 
 
 def admin_client() -> client.ApiClient:
@@ -100,6 +101,20 @@ class KwokCluster:
 
     def nodes(self) -> list[Obj]:
         return items(self.core.list_node(label_selector=RESOURCE_GROUP_LABEL, _preload_content=False))
+
+    # -- what a kubelet would do -------------------------------------------------------------------------------
+    def restart_container(self, name: str, timeout_s: float = 30) -> None:
+        """The engine of pod `name` crashes and its kubelet starts it again (restartPolicy Always): kwok's
+        tidal-pod-container-restart stage takes its container's restartCount one up and the pod out of Ready, and
+        tidal-pod-ready-after-restart readies it after its start-up time. Returns once the API server shows the
+        restart; a pod still starting is restarted once it is ready."""
+        def restarts() -> int:
+            return self.pod(name)["status"]["containerStatuses"][0]["restartCount"]
+
+        before = restarts()
+        self.core.patch_namespaced_pod(name, self.namespace,
+                                       {"metadata": {"annotations": {RESTARTS_ANNOTATION: str(before + 1)}}})
+        wait_for(lambda: restarts() > before, timeout_s, what=f"the container of {name} restarted")
 
     # -- setting up and emptying ---------------------------------------------------------------------------
     def add_nodes(self, views: Iterable[NodeView]) -> None:

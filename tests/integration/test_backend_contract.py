@@ -7,7 +7,7 @@ gang cases at the end run the live loop's acting on the database against each ba
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -40,7 +40,7 @@ class Harness:
     services_fn: object  # the headless Services on the cluster: name -> selector
     manifest_fn: object = None  # a pod as the API stores it (Kubernetes only)
     refuse_bind_fn: object = None  # refuse one pod bind, after letting `after` through
-    restart_fn: object = None  # a pod's container restarts in place (as its kubelet reports it)
+    restart_fn: object = None  # a pod's container restarts in place (kwok's stage on Kubernetes)
     seen: list[ClusterEvent] = field(default_factory=list)
 
     def refuse_bind(self, after: int) -> None:
@@ -56,6 +56,14 @@ class Harness:
     def wait(self, seconds: float) -> None:
         """Let `seconds` of cluster time pass."""
         self.wait_fn(seconds)
+
+    def until(self, condition: Callable[[], bool], seconds: float, what: str) -> None:
+        """Let cluster time pass, a tenth of a second at a time, until `condition` holds: at most `seconds` of it."""
+        for _ in range(round(seconds / 0.1)):
+            if condition():
+                return
+            self.wait(0.1)
+        assert condition(), f"{what}: not within {seconds} s"
 
     def events(self, kind: EventKind, pod: str | None = None, node: str | None = None) -> list[ClusterEvent]:
         """Matching events drained so far (the Kubernetes watch delivers them asynchronously: poll a little)."""
@@ -146,13 +154,8 @@ def _kubernetes(tidal_api, nodes: tuple[NodeView, ...] = NODES, through_proxy: b
         def refuse_bind(after: int) -> None:  # a pod create the API server refuses (as a quota admission would)
             proxy.fail("POST", r"/namespaces/[^/]+/pods$", 403, times=1, after=after)
 
-        def restart(name: str) -> None:  # what a kubelet writes when it has restarted the container
-            statuses = kube.pod(name)["status"]["containerStatuses"]
-            for c in statuses:
-                c["restartCount"] = c.get("restartCount", 0) + 1
-            kube.core.patch_namespaced_pod_status(name, kube.namespace, {"status": {"containerStatuses": statuses}})
-
-        harness = Harness(backend, settle, wait, services, kube.pod, refuse_bind_fn=refuse_bind, restart_fn=restart)
+        harness = Harness(backend, settle, wait, services, kube.pod, refuse_bind_fn=refuse_bind,
+                          restart_fn=kube.restart_container)
         harness.seen += backend.drain_events()  # start the watches
         try:
             yield harness
@@ -515,6 +518,7 @@ def test_taking_back_a_node_with_one_worker_requeues_the_whole_gang_once(gangs):
 # docs/concepts/service-groups.md) binding, evicting and recording on the database.
 
 GROUP_NODES = tuple(f"s-{i}" for i in range(6))
+RESTART_STARTUP_S = 5  # a restarted engine's start-up again: long enough for a tick to see its pod not ready
 
 
 @dataclass
@@ -546,6 +550,16 @@ class GroupLab:
             if p.spec.labels.get("tidal.io/service") == service.name and not p.terminating:
                 out.setdefault(int(p.spec.labels["tidal.io/group"]), []).append(p)
         return {i: sorted(pods, key=lambda p: int(p.spec.labels[WORKER_LABEL])) for i, pods in sorted(out.items())}
+
+    def until_ready(self, service) -> None:
+        """Until every pod of the service's one group is ready (its start-up passed)."""
+        self.cluster.until(lambda: all(p.ready for pods in self.groups(service).values() for p in pods), 30,
+                           f"the group of {service.name} ready")
+
+    def identities(self, pods) -> list[tuple]:
+        """What tells one pod from another of its name: its node and start, and on Kubernetes its uid."""
+        manifest = self.cluster.manifest_fn or (lambda name: {"metadata": {}})
+        return [(p.spec.name, p.node, p.started_at, manifest(p.spec.name)["metadata"].get("uid")) for p in pods]
 
     def decisions(self, service, reason: str) -> list:
         from core.models import Decision
@@ -657,49 +671,74 @@ def test_a_killed_pod_recreates_the_whole_group_once_after_its_back_off(group_la
 
 @pytest.mark.django_db
 def test_a_container_restarted_in_place_recreates_the_whole_group_once(group_lab):
-    """LeaderWorkerSet's RecreateGroupOnPodRestart: the pod is still there, but its group restarts whole."""
-    service = group_lab.service(group_size=2)
+    """LeaderWorkerSet's RecreateGroupOnPodRestart: the pod is still there, but its group restarts whole, once."""
+    from colocation.models import ServiceGroup
+
+    service = group_lab.service(group_size=2, startup_s=RESTART_STARTUP_S)
     now = time.time()
     group_lab.tick(service, now=now)
+    group_lab.until_ready(service)
     group_lab.tick(service, now=now + 1)
+    (before,) = group_lab.groups(service).values()
     group_lab.cluster.restart_container("llm-0-1")
     group_lab.cluster.settle()
-    assert next(p for p in group_lab.cluster.backend.pods() if p.spec.name == "llm-0-1").restarts == 1
+    assert [(p.ready, p.restarts) for p in group_lab.groups(service)[0]] == [(True, 0), (False, 1)]
     group_lab.tick(service, now=now + 2)
     assert group_lab.groups(service) == {}  # the leader went too
     (recreated,) = group_lab.decisions(service, "group-recreated")
     assert "the container of llm-0-1 restarted in place" in recreated.message and recreated.data["restarts"] == 1
     group_lab.tick(service, now=now + 20)  # past its back-off: new pods, no restart counted
     (pods,) = group_lab.groups(service).values()
-    assert [p.restarts for p in pods] == [0, 0]
+    assert [p.spec.name for p in pods] == ["llm-0", "llm-0-1"] and [p.restarts for p in pods] == [0, 0]
+    assert not set(group_lab.identities(pods)) & set(group_lab.identities(before))  # other pods of the same names
+    group_lab.until_ready(service)
     group_lab.tick(service, now=now + 21)
+    group_lab.tick(service, now=now + 22)
+    row = ServiceGroup.objects.get(service=service, index=0)
+    assert (row.ready, row.restarts, row.pod_restarts) == (True, 1, {})
     assert len(group_lab.decisions(service, "group-recreated")) == 1
+    assert len(group_lab.decisions(service, "group-placed")) == 2
+    assert group_lab.decisions(service, "group-pod-restarted") == []
 
 
 @pytest.mark.django_db
 def test_a_container_restarted_in_place_keeps_its_group_with_restart_policy_none(group_lab):
-    """LeaderWorkerSet's None: the pod restarts in place, its group is kept (the same pods on the same nodes)."""
+    """LeaderWorkerSet's None: the pod restarts in place, its group is kept (the same pods on the same nodes), not
+    ready until that pod has started again, then ready again. On Kubernetes, kwok restarts the container as a kubelet
+    would (tidal-pod-container-restart) and readies it after the pod's start-up (tidal-pod-ready-after-restart)."""
+    from colocation import groups
     from colocation.models import ServiceGroup
 
-    service = group_lab.service(group_size=2, group_restart_policy="None")
+    service = group_lab.service(group_size=2, group_restart_policy="None", startup_s=RESTART_STARTUP_S)
     now = time.time()
     group_lab.tick(service, now=now)
+    group_lab.until_ready(service)
     group_lab.tick(service, now=now + 1)
+    assert ServiceGroup.objects.get(service=service, index=0).ready
     (before,) = group_lab.groups(service).values()
     group_lab.cluster.restart_container("llm-0-1")
     group_lab.cluster.settle()
     group_lab.tick(service, now=now + 2)
     (pods,) = group_lab.groups(service).values()
-    assert [(p.spec.name, p.node) for p in pods] == [(p.spec.name, p.node) for p in before]
-    assert [p.restarts for p in pods] == [0, 1]  # the same pods: a recreated one would count 0
-    assert group_lab.decisions(service, "group-recreated") == [] and group_lab.decisions(service, "group-backoff") == []
-    assert len(group_lab.decisions(service, "group-placed")) == 1
+    assert group_lab.identities(pods) == group_lab.identities(before)  # the same pods: none recreated
+    assert [(p.ready, p.restarts) for p in pods] == [(True, 0), (False, 1)]  # llm-0-1 starting again
+    row = ServiceGroup.objects.get(service=service, index=0)
+    assert (row.ready, row.pods_ready, row.restarts, row.pod_restarts) == (False, 1, 0, {"llm-0-1": 1})
+    assert groups.ready_groups(group_lab.cluster.backend.pods(), service) == 0  # not serving meanwhile
     (kept,) = group_lab.decisions(service, "group-pod-restarted")
     assert kept.data == {"group": 0, "pod": "llm-0-1", "restarts": 1} and "kept" in kept.message
-    group_lab.tick(service, now=now + 3)  # acted on: not recorded again
-    assert len(group_lab.decisions(service, "group-pod-restarted")) == 1
+    group_lab.until_ready(service)
+    group_lab.tick(service, now=now + 3)
+    (pods,) = group_lab.groups(service).values()
+    assert group_lab.identities(pods) == group_lab.identities(before)
+    assert [p.restarts for p in pods] == [0, 1]
     row = ServiceGroup.objects.get(service=service, index=0)
-    assert (row.restarts, row.pod_restarts, row.nodes) == (0, {"llm-0-1": 1}, [p.node for p in before])
+    assert (row.ready, row.pods_ready, row.nodes) == (True, 2, [p.node for p in before])
+    assert groups.ready_groups(group_lab.cluster.backend.pods(), service) == 1
+    assert len(group_lab.decisions(service, "group-pod-restarted")) == 1  # acted on once, not again
+    assert group_lab.decisions(service, "group-recreated") == [] and group_lab.decisions(service, "group-backoff") == []
+    assert len(group_lab.decisions(service, "group-placed")) == 1
+    assert len(group_lab.cluster.events(EventKind.POD_READY, pod="llm-0-1")) == 2  # started, and started again
 
 
 @pytest.mark.django_db

@@ -8,9 +8,10 @@ import socket
 import pytest
 from kubernetes import client
 
-from cluster.backend import BackendUnavailable
+from cluster.backend import STARTUP_LABEL, BackendUnavailable
 from cluster.kubernetes.backend import KubernetesCluster, KubeSettings
 from cluster.kubernetes.kwok import register_nodes
+from cluster.kubernetes.objects import is_ready
 from cluster.types import NodeState, NodeView, Pool
 from tests.integration.kubecluster import kwok_cluster, wait_for
 
@@ -80,3 +81,29 @@ def test_a_running_pod_made_unready_is_ready_again(cluster):
         {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}})
     assert any(c.type == "Ready" and c.status == "False" for c in patched.status.conditions)
     wait_for(ready, what="the pod Ready again")
+
+
+def test_a_pod_annotated_with_a_restart_count_has_its_container_restarted_in_place(cluster):
+    """A crashed engine as its kubelet restarts it (platform/kube/kwok/stages.yaml: tidal-pod-container-restart, then
+    tidal-pod-ready-after-restart after the pod's start-up): the same pod, its first container's restartCount one up,
+    not ready, then ready; the other container and a pod without the annotation are left alone."""
+    register_nodes(cluster.api, [view("restart-0")], [NS])
+    for name in ("crashing", "steady"):
+        cluster.core.create_namespaced_pod(NS, {"metadata": {"name": name, "labels": {STARTUP_LABEL: "3"}}, "spec": {
+            "nodeName": "restart-0", "containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"},
+                                                    {"name": "sidecar", "image": "busybox:1.37"}]}})
+    wait_for(lambda: all(is_ready(cluster.pod(name)) for name in ("crashing", "steady")), what="the pods Ready")
+    before, steady = cluster.pod("crashing"), cluster.pod("steady")
+
+    cluster.restart_container("crashing")
+    pod = cluster.pod("crashing")
+    engine, sidecar = pod["status"]["containerStatuses"]
+    assert pod["metadata"]["uid"] == before["metadata"]["uid"] and pod["status"]["phase"] == "Running"
+    assert not is_ready(pod) and (engine["restartCount"], engine["ready"]) == (1, False)
+    assert engine["lastState"]["terminated"]["reason"] == "Error" and "running" in engine["state"]
+    assert sidecar == before["status"]["containerStatuses"][1]
+
+    wait_for(lambda: is_ready(cluster.pod("crashing")), what="the restarted pod Ready again")
+    engine, sidecar = cluster.pod("crashing")["status"]["containerStatuses"]
+    assert (engine["restartCount"], engine["ready"], sidecar["restartCount"]) == (1, True, 0)
+    assert cluster.pod("steady")["metadata"]["resourceVersion"] == steady["metadata"]["resourceVersion"]
