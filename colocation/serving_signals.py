@@ -41,8 +41,9 @@ TOKENS_OUT = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
 QUEUE = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
 KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 TTFT = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
-TPOT = ("vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds",
-        "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds")
+# A request's TPOT (the mean of its decode steps) first; an older vLLM has only the per-step histogram
+TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds",
+        "vllm:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds")
 
 
 def _of_services(expr: str) -> str:
