@@ -167,9 +167,10 @@ def services(*, prefetch: tuple[str, ...] = ()) -> QuerySet[InferenceService]:
 
 def listed_services(*, department: str = "") -> QuerySet[InferenceService]:
     """The service list's rows, with the QPS, GPU utilization and SM active of each one's newest load minute
-    (`load_qps`, `load_gpu`, `load_sm_active`, `load_estimated`); only `department`'s if given."""
+    (`load_minute`, `load_qps`, `load_gpu`, `load_sm_active`, `load_estimated`); only `department`'s if given."""
     latest = ServiceMinute.objects.filter(service=OuterRef("pk")).order_by("-minute")
-    rows = services().annotate(load_qps=Subquery(latest.values("qps")[:1]),
+    rows = services().annotate(load_minute=Subquery(latest.values("minute")[:1]),
+                               load_qps=Subquery(latest.values("qps")[:1]),
                                load_gpu=Subquery(latest.values("gpu_util_mean")[:1]),
                                load_sm_active=Subquery(latest.values("sm_active_mean")[:1]),
                                load_estimated=Subquery(latest.values("estimated")[:1]))

@@ -41,11 +41,12 @@ TOKENS_OUT = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
 QUEUE = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
 KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 TTFT = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
-TPOT = ("vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds",
-        "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds")
+# A request's TPOT (the mean of its decode steps) first; an older vLLM has only the per-step histogram
+TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds",
+        "vllm:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds")
 
 
-def _of_services(expr: str) -> str:
+def of_services(expr: str) -> str:
     """`expr`'s per-pod series, each with its pod's service label (`max by` keeps one kube_pod_labels per pod)."""
     return (f"({expr}) * on (namespace, pod) group_left ({SERVICE}) "
             f'max by (namespace, pod, {SERVICE}) (kube_pod_labels{{{SERVICE}!=""}})')
@@ -57,19 +58,19 @@ def queries(window: str) -> dict[str, str]:
         return " or ".join(f"({e})" for e in exprs)
 
     def rate(names) -> str:
-        return first(f"sum by ({SERVICE}) ({_of_services(f'rate({n}[{window}])')})" for n in names)
+        return first(f"sum by ({SERVICE}) ({of_services(f'rate({n}[{window}])')})" for n in names)
 
     def gauge(agg: str, names) -> str:
-        return first(f"{agg} by ({SERVICE}) ({_of_services(f'avg_over_time({n}[{window}])')})" for n in names)
+        return first(f"{agg} by ({SERVICE}) ({of_services(f'avg_over_time({n}[{window}])')})" for n in names)
 
     def quantile(q: float, names) -> str:
         return first(f"histogram_quantile({q}, sum by ({SERVICE}, le) "
-                     f"({_of_services(f'rate({n}_bucket[{window}])')}))" for n in names)
+                     f"({of_services(f'rate({n}_bucket[{window}])')}))" for n in names)
 
     return {"tokens_in": rate(TOKENS_IN), "tokens_out": rate(TOKENS_OUT), "queue": gauge("sum", QUEUE),
             "kv_cache": gauge("avg", KV_CACHE), "ttft_p50": quantile(0.5, TTFT), "ttft_p99": quantile(0.99, TTFT),
             "tpot_p50": quantile(0.5, TPOT), "tpot_p99": quantile(0.99, TPOT),
-            REPLICAS: first(f"count by ({SERVICE}) ({_of_services(f'last_over_time({n}[{window}])')})" for n in QUEUE)}
+            REPLICAS: first(f"count by ({SERVICE}) ({of_services(f'last_over_time({n}[{window}])')})" for n in QUEUE)}
 
 
 class ServingSignals:

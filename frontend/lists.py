@@ -20,17 +20,18 @@ class ObjectList:
     partial: str | None = None  # the template an htmx request gets
     role: str | None = None  # only the departments where the user holds this role (an admin's slice)
 
-    def render(self, request: HttpRequest, rows: QuerySet, **context) -> HttpResponse:
+    def render(self, request: HttpRequest, rows: QuerySet, table_kwargs: dict | None = None,
+               **context) -> HttpResponse:
         template = self.partial if self.partial and request.htmx else self.template
-        return render(request, template, {**self._listed(request, rows), **context})
+        return render(request, template, {**self._listed(request, rows, table_kwargs or {}), **context})
 
-    def _listed(self, request: HttpRequest, rows: QuerySet) -> dict:
+    def _listed(self, request: HttpRequest, rows: QuerySet, table_kwargs: dict) -> dict:
         """The table of what the user may see of `rows`, the FilterSet, and the fields of its form the page shows."""
         rows = rows.restrict(request.user, self.role)
         filters = self.filterset(request.GET, queryset=rows) if self.filterset else None
         if filters is not None:
             rows = filters.qs if filters.is_valid() else rows.none()
-        table = self.table(rows)
+        table = self.table(rows, **table_kwargs)
         tables.RequestConfig(request, paginate={"per_page": self.per_page}).configure(table)
         fields = [filters.form[name] for name in self.filter_fields] if filters is not None else []
         return {"table": table, "filters": filters, "filter_fields": fields}

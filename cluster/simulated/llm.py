@@ -5,7 +5,9 @@ The exporter (cluster/simulated/metrics.py) publishes these series under vLLM's 
 A small queueing model, not a measurement: at utilization ρ of its replica an engine has ρ²/(1-ρ) requests waiting
 (M/M/1), its KV cache holds the running sequences (ρ of it, at most KV_FULL), a first token waits the queue and the
 prefill (BASE_TTFT_S / (1-ρ) at the median), and each output token takes a decode step that a fuller batch slows
-(BASE_TPOT_S × (1+ρ)). Latencies are lognormal around those medians. Pure: no Django, no I/O.
+(BASE_TPOT_S × (1+ρ)). Latencies are lognormal around those medians: a first token's widely (TTFT_SIGMA: whether
+it waits behind a queue), a request's time per output token narrowly (TPOT_SIGMA: the mean of its decode steps).
+Pure: no Django, no I/O.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ BASE_TTFT_S = 0.05  # an idle engine's median time to first token
 BASE_TPOT_S = 0.02  # an idle engine's median time per output token
 MAX_LOAD = 0.98  # a saturated engine's queue and wait stay finite
 KV_FULL = 0.98
-SIGMA = 0.5  # lognormal spread of both latencies: p99 ≈ 3.2 × the median
+TTFT_SIGMA = 0.5  # lognormal spread of the time to first token: p99 ≈ 3.2 × the median (queueing and prefill)
+# A request's TPOT is the mean over its decode steps (vLLM's vllm:request_time_per_output_token_seconds), so requests
+# differ far less than single steps do: 141 independent steps of σ 0.5 would average to σ 0.04, but a request's steps
+# share its batch, which moves with the load. σ 0.15 puts the p99 at 1.42 × the median, inside the 1.0-1.6 × that
+# vLLM's benchmark_serving reports (e.g. p99 72.6 ms at a median 70.2 ms, 32 concurrent requests): a TPOT target
+# between 1.42 × BASE_TPOT_S and 1.42 × 2 BASE_TPOT_S is met at a moderate load and missed near saturation.
+TPOT_SIGMA = 0.15
 # vLLM's bucket bounds (vllm/v1/metrics/loggers.py)
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                   40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -49,9 +57,9 @@ def request_median_s(state: EngineState) -> float:
     return state.ttft_median_s + (OUTPUT_TOKENS - 1) * state.tpot_median_s
 
 
-def share_within(le_s: float, median_s: float) -> float:
-    """The share of lognormal latencies of median `median_s` that take at most `le_s`."""
-    return 0.5 * (1.0 + math.erf(math.log(le_s / median_s) / (SIGMA * math.sqrt(2.0))))
+def share_within(le_s: float, median_s: float, sigma: float) -> float:
+    """The share of lognormal latencies of median `median_s` and spread `sigma` that take at most `le_s`."""
+    return 0.5 * (1.0 + math.erf(math.log(le_s / median_s) / (sigma * math.sqrt(2.0))))
 
 
 @dataclass(slots=True)
@@ -69,22 +77,22 @@ class EngineCounters:
     tpot_buckets: list[float] | None = None
 
     def advance(self, qps: float, state: EngineState, dt: float) -> None:
-        """`dt` seconds at `qps` requests/s: each request's first token, and each further token's decode step."""
-        requests, steps = qps * dt, qps * dt * max(0.0, OUTPUT_TOKENS - 1)
+        """`dt` seconds at `qps` requests/s: each request's first token, and its time per output token."""
+        requests = qps * dt
         self.prompt_tokens += requests * PROMPT_TOKENS
         self.generation_tokens += requests * OUTPUT_TOKENS
-        mean_per_median = math.exp(SIGMA ** 2 / 2)
         self.ttft_count += requests
-        self.ttft_sum_s += requests * state.ttft_median_s * mean_per_median
-        self.ttft_buckets = _add(self.ttft_buckets, TTFT_BUCKETS_S, requests, state.ttft_median_s)
-        self.tpot_count += steps
-        self.tpot_sum_s += steps * state.tpot_median_s * mean_per_median
-        self.tpot_buckets = _add(self.tpot_buckets, TPOT_BUCKETS_S, steps, state.tpot_median_s)
+        self.ttft_sum_s += requests * state.ttft_median_s * math.exp(TTFT_SIGMA ** 2 / 2)
+        self.ttft_buckets = _add(self.ttft_buckets, TTFT_BUCKETS_S, requests, state.ttft_median_s, TTFT_SIGMA)
+        self.tpot_count += requests
+        self.tpot_sum_s += requests * state.tpot_median_s * math.exp(TPOT_SIGMA ** 2 / 2)
+        self.tpot_buckets = _add(self.tpot_buckets, TPOT_BUCKETS_S, requests, state.tpot_median_s, TPOT_SIGMA)
 
 
-def _add(buckets: list[float] | None, bounds: tuple[float, ...], n: float, median_s: float) -> list[float]:
+def _add(buckets: list[float] | None, bounds: tuple[float, ...], n: float, median_s: float,
+         sigma: float) -> list[float]:
     buckets = buckets or [0.0] * len(bounds)
-    return [b + n * share_within(le, median_s) for b, le in zip(buckets, bounds, strict=True)]
+    return [b + n * share_within(le, median_s, sigma) for b, le in zip(buckets, bounds, strict=True)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -530,8 +530,8 @@ class _Families:
         self.generation = CounterMetricFamily("vllm:generation_tokens", "Generation tokens processed.", labels=vllm)
         self.ttft = HistogramMetricFamily("vllm:time_to_first_token_seconds", "Time to first token (s).",
                                           labels=vllm)
-        self.tpot = HistogramMetricFamily("vllm:time_per_output_token_seconds", "Time per output token (s).",
-                                          labels=vllm)
+        self.tpot = HistogramMetricFamily("vllm:request_time_per_output_token_seconds",
+                                          "Time per output token of each request (s).", labels=vllm)
 
     def all(self) -> list[Metric]:
         return [self.util, *self.profiling.values(), self.fb_used, self.fb_free, self.cpu, self.memory,

@@ -44,6 +44,18 @@ def lines(query: str, *, span_s: int, step_s: int, now: float, by: tuple[str, ..
                   key=lambda line: line.label)
 
 
+def latest(query: str, *, by: str, now: float) -> dict[str, float]:
+    """Each series' value of `query` at `now`, keyed by its `by` label (a NaN left out: 0/0 over an idle window)."""
+    client = PrometheusConnect(url=settings.PROMETHEUS_URL, disable_ssl=True)
+    try:
+        result = client.custom_query(query, params={"time": f"{now:.3f}", "timeout": "5s"})
+    except (PrometheusApiClientException, RequestException) as error:
+        message = f"Prometheus at {settings.PROMETHEUS_URL} did not answer: {error}"
+        raise PrometheusDown(_without_credentials(message)) from error
+    values = {r["metric"].get(by, ""): _number(r["value"][1]) for r in result}
+    return {label: v for label, v in values.items() if label and v is not None}
+
+
 def _without_credentials(text: str) -> str:
     """`text` without the user:password of PROMETHEUS_URL (basic auth in front of Prometheus is common): the
     message is shown on the overview page."""

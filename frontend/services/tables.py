@@ -1,11 +1,25 @@
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import django_tables2 as tables
 from django.utils.html import format_html
+from django.utils.timesince import timesince
 
 from colocation.models import InferenceService
 from core.models import Decision
 from frontend.templatetags.console import badge, pct, when
 
 ESTIMATED_TITLE = "a GPU shared with other pods: its SM activity split by the pods' GPU util"
+GATEWAY_TITLE = "requests/s at the gateway, from Prometheus' newest scrapes of its pods"
+
+
+@dataclass(frozen=True)
+class GatewayLoad:
+    """Requests/s per service at the gateway over the last minute, read from Prometheus as the list is shown; `down`
+    says why there is none when Prometheus did not answer."""
+
+    qps: Mapping[str, float]
+    down: str = ""
 
 
 class ServiceTable(tables.Table):
@@ -16,7 +30,9 @@ class ServiceTable(tables.Table):
     bounds = tables.Column(verbose_name="Min–max", accessor="min_replicas", orderable=False)
     priority = tables.Column(attrs={"td": {"class": "num"}, "th": {"class": "num"}})
     autoscaling = tables.Column()
-    load_qps = tables.Column(verbose_name="QPS (last min)", orderable=False, attrs={"td": {"class": "num"}})
+    # the newest measurement: the gateway's (live) before the service-load profile's (minutes behind)
+    load_qps = tables.Column(verbose_name="QPS (last min)", orderable=False, empty_values=(),
+                             attrs={"td": {"class": "num"}})
     load_gpu = tables.Column(verbose_name="GPU util (last min)", orderable=False, attrs={"td": {"class": "num"}})
     # GPU util counts any kernel's time slice; SM active how busy the SMs were (docs/reference/gpu-metrics.md)
     load_sm_active = tables.Column(verbose_name="SM active (last min)", orderable=False, default="—",
@@ -36,8 +52,20 @@ class ServiceTable(tables.Table):
     def render_autoscaling(self, value):
         return badge("running" if value else "cancelled", "on" if value else "off")
 
-    def render_load_qps(self, value):
-        return f"{value:.2f}"
+    def __init__(self, *args, gateway: GatewayLoad | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.gateway = gateway or GatewayLoad({})
+
+    def render_load_qps(self, record):
+        if (qps := self.gateway.qps.get(record.name)) is not None:
+            return format_html('<span title="{}">{}</span>', GATEWAY_TITLE,
+                               f"{qps:.2f}")
+        if record.load_qps is not None:
+            return format_html('<span title="{}">{}</span>', "the service-load profile's newest minute, "
+                               f"{timesince(record.load_minute)} ago", f"{record.load_qps:.2f}")
+        why = self.gateway.down or "Prometheus has no request count of its pods in the last minute"
+        return format_html('<span title="{}">—</span>', f"No measurement yet: {why}, and the profile pipeline has "
+                           "written no minute of it (its first comes 3–4 minutes after a pod is ready).")
 
     def render_load_gpu(self, value):
         return pct(value)

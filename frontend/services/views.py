@@ -12,7 +12,7 @@ from django_tables2 import RequestConfig
 from colocation import selectors, services
 from colocation.filtersets import InferenceServiceFilterSet
 from colocation.models import InferenceService
-from colocation.serving_signals import SERVICE, queries
+from colocation.serving_signals import SERVICE, of_services, queries
 from core.errors import ApplicationError
 from core.models import Decision
 from core.selectors import can_administer
@@ -22,7 +22,7 @@ from frontend.forms import apply_errors
 from frontend.lists import ObjectList
 from frontend.services.forms import (POLICY_FIELDS, ServiceForm, apply_schedule_errors, apply_threshold_errors,
                                      schedule_forms, schedules_of, threshold_forms, thresholds_of)
-from frontend.services.tables import ScalingHistoryTable, ServiceTable
+from frontend.services.tables import GatewayLoad, ScalingHistoryTable, ServiceTable
 from profiling.models import ServiceMinute
 from profiling.selectors import forecasts_vs_actuals, service_load
 
@@ -31,11 +31,26 @@ SERVICE_LIST = ObjectList(table=ServiceTable, filterset=InferenceServiceFilterSe
                           template="frontend/services/list.html")
 
 
+# Requests/s per service at the gateway (Istio's server side) between the newest two scrapes of its pods (irate, as the
+# profile publisher reads it: a rate over the minute understates a pod that started within it), by the pods' service
+# label: live, where the service-load profiles come minutes behind (the profile pipeline's window and lateness)
+_SERVER_SIDE_RATE = 'irate(istio_requests_total{reporter!="source"}[1m])'
+GATEWAY_QPS = f"sum by ({SERVICE}) ({of_services(_SERVER_SIDE_RATE)})"
+
+
 @login_required
 def service_list(request):
     can_create = request.user.is_staff or any(m.role == "admin" for m in scope.memberships(request))
     return SERVICE_LIST.render(request, selectors.listed_services(department=scope.current_department(request)),
-                               can_create=can_create, breadcrumbs=[("Inference services", None)])
+                               table_kwargs={"gateway": gateway_load(timezone.now())}, can_create=can_create,
+                               breadcrumbs=[("Inference services", None)])
+
+
+def gateway_load(now: datetime) -> GatewayLoad:
+    try:
+        return GatewayLoad(prometheus.latest(GATEWAY_QPS, by=SERVICE, now=now.timestamp()))
+    except prometheus.PrometheusDown as down:
+        return GatewayLoad({}, down=str(down))
 
 
 @login_required

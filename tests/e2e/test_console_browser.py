@@ -514,7 +514,7 @@ def histogram_p99(median_s: float) -> float:
     within the bucket the 99th percentile falls in."""
     from cluster.simulated import llm
 
-    bounds = [(0.0, 0.0)] + [(le, llm.share_within(le, median_s)) for le in llm.TTFT_BUCKETS_S]
+    bounds = [(0.0, 0.0)] + [(le, llm.share_within(le, median_s, llm.TTFT_SIGMA)) for le in llm.TTFT_BUCKETS_S]
     (lo, below), (hi, within) = next((a, b) for a, b in zip(bounds, bounds[1:]) if b[1] >= 0.99)
     return lo + (hi - lo) * (0.99 - below) / (within - below)
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from http.cookiejar import CookieJar
 from pathlib import Path
@@ -52,7 +53,8 @@ def test_demo_seeds_an_llm_service_of_whole_node_groups_beside_the_others():
     llm = InferenceService.objects.get(name=LLM_SERVICE)
     g2 = InferenceService.objects.get(name="g2-serving")
     assert (llm.gpu_model.name, llm.group_size, llm.gpus_per_replica, llm.startup_s) == ("G2", 2, 8, LLM_STARTUP_S)
-    assert llm.min_replicas == 2 <= llm.replicas <= llm.max_replicas and llm.ttft_p99_target_s == 0.5
+    assert llm.min_replicas == 2 <= llm.replicas <= llm.max_replicas
+    assert (llm.ttft_p99_target_s, llm.tpot_p99_target_s) == (0.5, 0.05)
     assert [t.metric for t in llm.thresholds.all()] == ["gpu"]
     assert Decision.objects.filter(subject=f"service:{LLM_SERVICE}", reason="service-created").count() == 1
     # valid through the service API's checks: an update that changes nothing is accepted
@@ -96,6 +98,11 @@ def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path, stop_with, ch
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
         assert b"swagger" in opener.open(f"{base}/api/docs/").read().lower()
         assert b"Django administration" in opener.open(f"{base}/admin/login/").read()
+        assert b".topbar" in opener.open(f"{base}/static/frontend/console.css").read()  # static with DEBUG off
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            opener.open(f"{base}/no-such-page/")
+        page = missing.value.read()
+        assert missing.value.code == 404 and b"Page not found" in page and b"URLconf" not in page
         token = _token(base, "operator", "tidal-operator")
         nodes = urllib.request.Request(f"{base}/api/nodes/?limit=1", headers={"Authorization": f"Token {token}"})
         assert b'"count":' in urllib.request.urlopen(nodes).read()
@@ -115,7 +122,7 @@ def test_up_serves_api_admin_and_docs_then_stops_cleanly(tmp_path, stop_with, ch
     output = "".join(lines)
     assert up.returncode == 0, output
     assert "Tidal is up" in output
-    assert output.count("DEBUG is on") == 1  # the demo's settings say so once, at start-up
+    assert "DEBUG is on" not in output  # the demo serves with DEBUG off (DJANGO_DEBUG=1 turns it on, and says so)
     for child in children:
         assert f"stopped {child}" in output
 
@@ -218,4 +225,4 @@ def test_demo_workload_submits_gangs_in_the_helios_share(world, settings, tmp_pa
 def test_up_names_debug_only_when_it_is_on():
     from demo.management.commands.up import debug_notice
 
-    assert "DJANGO_DEBUG=0" in debug_notice(debug=True) and debug_notice(debug=False) is None
+    assert "DJANGO_DEBUG=1" in debug_notice(debug=True) and debug_notice(debug=False) is None

@@ -20,6 +20,7 @@ from cluster.simulated.metrics import (BASE_LATENCY_MS, LATENCY_BUCKETS_MS, LATE
                                        PodMetricsCollector, Series, TraceShapes, gpu_shape_of, load_traces, pick,
                                        serving_shape, training_shape, usage_of)
 from cluster.types import GpuShare
+from demo.data import LLM_TPOT_P99_S
 from experiments.builders.scheduling import NodeBuilder
 
 START = 1_000_000.0
@@ -369,6 +370,7 @@ def test_a_ready_group_serves_whole_and_only_its_leader_shows_vllms_series():
     assert value(later, "vllm:num_requests_waiting", pod="web-0-0") == pytest.approx(engine.waiting)
     assert value(later, "vllm:kv_cache_usage_perc", pod="web-0-0") == pytest.approx(engine.kv_cache)
     assert value(later, "vllm:time_to_first_token_seconds_count", pod="web-0-0") == pytest.approx(120)
+    assert value(later, "vllm:request_time_per_output_token_seconds_count", pod="web-0-0") == pytest.approx(120)
     ttft = [value(later, "vllm:time_to_first_token_seconds_bucket", pod="web-0-0", le=str(le))
             for le in llm.TTFT_BUCKETS_S]
     assert ttft == sorted(ttft) and ttft[-1] <= 120
@@ -387,7 +389,18 @@ def test_an_engine_waits_longer_and_fills_its_cache_as_its_load_rises():
         assert a.waiting <= b.waiting and a.kv_cache <= b.kv_cache
         assert a.ttft_median_s <= b.ttft_median_s and a.tpot_median_s <= b.tpot_median_s
     assert states[-1] == llm.engine_at(1.0) and math.isfinite(states[-1].waiting)
-    assert llm.share_within(0.2, 0.2) == pytest.approx(0.5)
+    assert llm.share_within(0.2, 0.2, llm.TTFT_SIGMA) == pytest.approx(0.5)
+
+
+def test_a_requests_tpot_spreads_far_less_than_its_first_token():
+    """A request's TPOT is the mean of its decode steps: the demo's TPOT target (50 ms) is met at a moderate load and
+    missed near saturation, while TTFT keeps a queue's wide tail."""
+    def p99_within(target_s: float, util: float) -> bool:
+        return llm.share_within(target_s, llm.engine_at(util).tpot_median_s, llm.TPOT_SIGMA) >= 0.99
+
+    assert p99_within(LLM_TPOT_P99_S, 0.6) and not p99_within(LLM_TPOT_P99_S, 0.9)
+    tpot_p99, ttft_p99 = (math.exp(2.326 * sigma) for sigma in (llm.TPOT_SIGMA, llm.TTFT_SIGMA))  # × the median
+    assert 1.2 < tpot_p99 < 1.6 and ttft_p99 > 3
 
 
 def test_the_exporter_answers_in_the_text_format_so_vllms_colons_reach_prometheus():

@@ -17,7 +17,8 @@ def test_every_signal_reads_vllms_name_first_then_sglangs_by_the_pods_service():
     assert "sglang:num_queue_reqs" in q["queue"] and "sglang:token_usage" in q["kv_cache"]
     assert "histogram_quantile(0.99, sum by (label_tidal_io_service, le) " \
            "((rate(vllm:time_to_first_token_seconds_bucket[60000ms]))" in q["ttft_p99"]
-    assert "vllm:inter_token_latency_seconds_bucket" in q["tpot_p50"]
+    assert q["tpot_p99"].index("vllm:request_time_per_output_token_seconds_bucket") < \
+        q["tpot_p99"].index("vllm:inter_token_latency_seconds_bucket")  # a request's TPOT first, then a step's
     for expr in q.values():
         assert "group_left (label_tidal_io_service)" in expr and "kube_pod_labels" in expr
 

@@ -7,12 +7,14 @@ With --kubernetes the loops act on the real control plane platform/stack.sh star
 `stack.sh env`) instead of the simulated cluster: the demo's nodes are registered there as kwok nodes first
 (docs/how-to/kubernetes.md#the-demo-on-kubernetes)."""
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from django.conf import settings
@@ -26,12 +28,34 @@ from core import telemetry
 from demo.data import DEMO_PASSWORD, OPERATOR, USERS
 
 
+def demo_env(environ: Mapping[str, str], run_dir: Path) -> dict[str, str]:
+    """What the web server, worker and beat run with: DEBUG off (a 404 lists no URLs, a 500 shows no traceback) over
+    plain HTTP on this machine, with this install's secret key; each unless the environment says otherwise."""
+    env = {"DJANGO_DEBUG": "0", "TIDAL_HTTPS": "0", **environ}
+    if env["DJANGO_DEBUG"] != "1" and not env.get("DJANGO_SECRET_KEY"):
+        env["DJANGO_SECRET_KEY"] = install_secret_key(run_dir)
+    return env
+
+
+def install_secret_key(run_dir: Path) -> str:
+    """The install's secret key, made at its first start in `run_dir` (.run/, which git ignores), for its owner only:
+    sessions and password-reset links survive a restart, and no two installs share a key."""
+    path = run_dir / "secret-key"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(secrets.token_urlsafe(50))
+    except FileExistsError:
+        pass
+    return path.read_text().strip()
+
+
 def debug_notice(*, debug: bool) -> str | None:
-    """The one start-up line that says error pages show tracebacks, and what production sets instead."""
+    """The one start-up line that says error pages show tracebacks (DJANGO_DEBUG=1 asked for it)."""
     if not debug:
         return None
-    return ("DEBUG is on (the embedded demo's default): error pages show tracebacks; for production set DJANGO_DEBUG=0 "
-            "with DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS (docs/reference/configuration.md)")
+    return ("DEBUG is on (DJANGO_DEBUG=1): error pages show tracebacks and a 404 lists the URLs; never on a machine "
+            "others reach (docs/reference/configuration.md)")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -92,7 +116,8 @@ class Command(BaseCommand):
         if kubernetes and not settings.TIDAL_KUBECONFIG:
             raise CommandError("--kubernetes needs TIDAL_KUBECONFIG: eval \"$(bash platform/stack.sh env)\" first "
                                "(make run ARGS=--kubernetes does)")
-        if notice := debug_notice(debug=settings.DEBUG):  # first, before the slow start: the demo is not production
+        env = demo_env(os.environ, Path(settings.RUN_DIR))
+        if notice := debug_notice(debug=env["DJANGO_DEBUG"] == "1"):  # first, before the slow start
             self.stdout.write(self.style.WARNING(notice))
         logs = Path(settings.RUN_DIR) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -103,7 +128,7 @@ class Command(BaseCommand):
         if kubernetes:
             self._register_kwok_nodes()
         web_target = telemetry.web_target(settings.TIDAL_REDIS_NAMESPACE)
-        children = self._start(host, port, logs, demo_workload=not no_demo, pipeline=not no_pipeline,
+        children = self._start(host, port, logs, env, demo_workload=not no_demo, pipeline=not no_pipeline,
                                kubernetes=kubernetes)
         try:
             self._wait_ready(f"http://{host}:{port}/api/schema/", children)
@@ -147,11 +172,11 @@ class Command(BaseCommand):
                 f"{len(done.others)} other Tidal nodes are on the cluster ({', '.join(done.others[:3])}…): the loops "
                 "see them too (a node of a group or GPU model Tidal does not know is left out)"))
 
-    def _start(self, host: str, port: int, logs: Path, demo_workload: bool, pipeline: bool,
+    def _start(self, host: str, port: int, logs: Path, env: dict[str, str], demo_workload: bool, pipeline: bool,
                kubernetes: bool) -> dict[str, subprocess.Popen]:
         python = sys.executable
         demo = "1" if demo_workload else "0"  # the demo's training jobs and its inference traffic
-        env = {**os.environ, "TIDAL_DEMO_WORKLOAD": demo, "TIDAL_DEMO_TRAFFIC": demo}
+        env = {**env, "TIDAL_DEMO_WORKLOAD": demo, "TIDAL_DEMO_TRAFFIC": demo}
         if kubernetes:
             env["TIDAL_CLUSTER_BACKEND"] = "kubernetes"
             env.setdefault("TIDAL_DEMO_LOAD_FACTOR", KUBERNETES_LOAD_FACTOR)

@@ -1,0 +1,81 @@
+"""The services list shows each service's newest load: the gateway's requests/s that real Prometheus scraped from its
+pods as soon as they serve, the service-load profile's minute (3-4 minutes behind) where the gateway has none, and
+"—" only where neither measured anything, with a title that says why."""
+import re
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from prometheus_api_client import PrometheusConnect
+
+from cluster.clock import VirtualClock
+from cluster.simulated.engine import SimulatedCluster
+from cluster.simulated.exporter import register_target, serve
+from cluster.simulated.metrics import builtin_shapes
+from colocation.replicas import replica_template
+from colocation.selectors import node_views
+from colocation.serving_signals import SERVICE
+from frontend.services.views import GATEWAY_QPS
+from profiling.models import ServiceMinute
+from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL
+
+pytestmark = pytest.mark.django_db
+QPS = 6.0
+
+
+class Serving:
+    """The cluster exporter's load (cluster/simulated/metrics.ServingLoad): `name` at QPS requests/s."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def serves(self, service: str) -> bool:
+        return service == self.name
+
+    def qps(self, service: str, now: float) -> float:
+        return QPS
+
+    def gpu(self, service: str, now: float, ready: int) -> float:
+        return 0.5
+
+
+def qps_cell(page: str, name: str) -> tuple[str, str]:
+    """The (title, text) of the QPS cell in `name`'s row (the row's one cell with a titled figure)."""
+    row = re.search(rf'<tr[^>]*>\s*<td[^>]*><a href="/services/{name}/">.*?</tr>', page, re.S).group(0)
+    return re.search(r'<td class="num"><span title="([^"]*)">([^<]*)</span></td>', row).groups()
+
+
+def test_a_serving_service_shows_the_gateways_qps_before_its_first_profile_minute(world):
+    run = uuid.uuid4().hex[:6]  # names of this run alone: Prometheus keeps earlier runs' series
+    live, profiled, idle = (world.service(name=f"{kind}-{run}", gpu_model=world.gpu_models["T4"], gpus_per_replica="0.25",
+                                          replicas=1, min_replicas=1, max_replicas=4)
+                            for kind in ("live", "profiled", "idle"))
+    ServiceMinute.objects.create(service=profiled, minute=timezone.now() - timedelta(minutes=4), samples=12, replicas=1,
+                                 qps=2.5, emitted_at=timezone.now())
+    cluster = SimulatedCluster(node_views(), VirtualClock(time.time()))
+    cluster.apply_replicaset(live.name, replica_template(live), 1, startup_s=0)
+    cluster.advance()
+    state = (cluster.pods(), cluster.nodes())
+    server, thread = serve(lambda: state, builtin_shapes(), 0, load=Serving(live.name))
+    target = register_target(PROMETHEUS_SD_DIR, server.server_port, f"it-list-{run}")
+    try:
+        prometheus, deadline = PrometheusConnect(url=PROMETHEUS_URL, disable_ssl=True), time.monotonic() + 60
+        while live.name not in {s["metric"].get(SERVICE) for s in prometheus.custom_query(GATEWAY_QPS)}:
+            assert time.monotonic() < deadline, "no gateway request rate of the service in Prometheus within 60 s"
+            time.sleep(1)
+        browser = Client()
+        browser.force_login(world.users["operator"])
+        page = browser.get("/services/").content.decode()
+    finally:
+        target.unlink(missing_ok=True)
+        server.shutdown()
+        thread.join(timeout=5)
+    assert not ServiceMinute.objects.filter(service=live).exists()  # no profile minute yet: the gateway's figure
+    title, text = qps_cell(page, live.name)
+    assert title == "requests/s at the gateway, from Prometheus&#x27; newest scrapes of its pods" and float(text) == pytest.approx(QPS, rel=0.05)
+    assert qps_cell(page, profiled.name) == ("the service-load profile&#x27;s newest minute, 4\xa0minutes ago", "2.50")
+    title, text = qps_cell(page, idle.name)
+    assert text == "—" and title.startswith("No measurement yet: Prometheus has no request count of its pods")
