@@ -16,10 +16,11 @@ from cluster.simulated.traces import with_blocks
 from colocation import demand_history
 from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup, ServiceGroup
 from colocation.policy import LendingProfile
-from colocation.policy.calibration import WINDOW, FinishedRun, calibrate
+from colocation.policy.calibration import WINDOW, FinishedRun, RuntimeCalibration, calibrate
 from colocation.policy.pools import estimate_of
 from colocation.policy.servicegroups import pod_name
 from core import telemetry
+from core.expiring import Expiring
 from core.models import Decision
 from profiling import selectors as profiling
 from profiling.models import RunSummary, ServiceMinute
@@ -39,18 +40,25 @@ def node_views() -> list[ct.NodeView]:
     ])
 
 
-def lending_profile() -> LendingProfile:
+def lending_profile(*, now: float | None = None,
+                    calibration: Expiring[RuntimeCalibration] | None = None) -> LendingProfile:
     """The one lending profile of the live loops (busy windows and the night rule in the site's time zone),
     forecast-driven (for the resource groups with `lending_forecast` on: the lending tick forecasts only those),
     carrying the predicted take-back times the lending tick stored last (the scheduling cycle keeps jobs off lent
     nodes they would outlive); a stale or unreadable store: none. Run time estimates are calibrated on the last
-    finished jobs (`finished_runs`)."""
+    finished jobs (`finished_runs`), through the calling loop's `calibration` cache at `now` where it has one: the
+    window moves by a few jobs a minute, and reading it costs more than a cycle should pay each tick."""
     profile = LendingProfile(tz=settings.TIME_ZONE)
     try:
         by = demand_history.take_back_by(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
     except RedisError:  # placement then falls back to the long-job bar alone, as without forecasts
         by = ()
-    return profile.with_(forecast=True, take_back_by=by, runtime=calibrate(finished_runs()))
+    runtime = (_calibrated() if calibration is None or now is None else calibration.get(now, _calibrated))
+    return profile.with_(forecast=True, take_back_by=by, runtime=runtime)
+
+
+def _calibrated() -> RuntimeCalibration:
+    return calibrate(finished_runs())
 
 
 def finished_runs(limit: int = WINDOW) -> list[FinishedRun]:
