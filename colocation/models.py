@@ -4,6 +4,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from cluster.types import NodeState, Pool
+from colocation.policy.servicegroups import RestartPolicy
 from colocation.policy.states import Direction as PolicyDirection
 from core.querysets import DepartmentScopedQuerySet
 
@@ -136,11 +137,10 @@ class InferenceServiceQuerySet(DepartmentScopedQuerySet):
     pass
 
 
-class GroupRestartPolicy(models.TextChoices):
-    """LeaderWorkerSet's restartPolicy, spelled as LWS spells it (colocation/policy/servicegroups.py RestartPolicy)."""
-
-    RECREATE_GROUP = "RecreateGroupOnPodRestart", "RecreateGroupOnPodRestart: recreate the group whole"
-    NONE = "None", "None: restart the pod in place, keep the group"
+GROUP_RESTART_POLICY_CHOICES = [
+    (RestartPolicy.RECREATE_GROUP.value, "RecreateGroupOnPodRestart: recreate the group whole"),
+    (RestartPolicy.NONE.value, "None: restart the pod in place, keep the group"),
+]
 
 
 class InferenceService(models.Model):
@@ -200,7 +200,7 @@ class InferenceService(models.Model):
     max_unavailable = models.PositiveSmallIntegerField(
         default=1, help_text="Rolling update: groups that may be unavailable at once.")
     group_restart_policy = models.CharField(
-        max_length=32, choices=GroupRestartPolicy.choices, default=GroupRestartPolicy.RECREATE_GROUP,
+        max_length=32, choices=GROUP_RESTART_POLICY_CHOICES, default=RestartPolicy.RECREATE_GROUP.value,
         help_text="What a container restarted in place does to its group (LeaderWorkerSet's restartPolicy): "
                   "RecreateGroupOnPodRestart recreates the group whole; None restarts the pod in place and keeps the "
                   "group, not ready until that pod is ready again.")
@@ -241,7 +241,7 @@ class InferenceService(models.Model):
             models.CheckConstraint(condition=Q(group_size__gte=1), name="service_group_size_positive"),
             models.CheckConstraint(condition=Q(max_surge__gt=0) | Q(max_unavailable__gt=0),
                                    name="service_rollout_can_progress"),
-            models.CheckConstraint(condition=Q(group_restart_policy__in=GroupRestartPolicy.values),
+            models.CheckConstraint(condition=Q(group_restart_policy__in=[p.value for p in RestartPolicy]),
                                    name="service_group_restart_policy_valid"),
         ]
 
