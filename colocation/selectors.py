@@ -48,14 +48,14 @@ def lending_profile(*, now: float | None = None,
     forecast-driven (for the resource groups with `lending_forecast` on: the lending tick forecasts only those),
     carrying the predicted take-back times the lending tick stored last (the scheduling cycle keeps jobs off lent
     nodes they would outlive); a stale or unreadable store: none. Run time estimates are calibrated on the last
-    finished jobs (`finished_runs`), through the calling loop's `calibration` cache at `now` where it has one: the
-    window moves by a few jobs a minute, and reading it costs more than a cycle should pay each tick."""
+    finished jobs (`finished_runs`), through the calling loop's `calibration` cache at `now` where it has one: 200
+    finished jobs change little in a minute, and reading them costs more than a tick should pay each time."""
     profile = LendingProfile(tz=settings.TIME_ZONE)
     try:
         by = demand_history.take_back_by(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
     except RedisError:  # placement then falls back to the long-job bar alone, as without forecasts
         by = ()
-    runtime = (_calibrated() if calibration is None or now is None else calibration.get(now, _calibrated))
+    runtime = _calibrated() if calibration is None or now is None else calibration.get(now, _calibrated)
     return profile.with_(forecast=True, take_back_by=by, runtime=runtime)
 
 

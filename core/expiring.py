@@ -1,5 +1,5 @@
-"""A value a live loop reads again only once it is old: owned by the loop that ticks (one per worker process), never
-kept in a module, so the policies it feeds stay functions of what they are given."""
+"""A value a live loop reads again only once it is old, owned by the loop that ticks (its task, one per worker
+process) and handed to what it feeds: the policies stay functions of what they are given."""
 from __future__ import annotations
 
 from collections.abc import Callable
