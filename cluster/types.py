@@ -22,7 +22,10 @@ MEMORY_KEY = "memory"
 BLOCK_LABEL = "tidal.io/block"
 
 
-class NodeState(str, Enum):
+class NodeState(StrEnum):
+    """A node's state (docs/concepts/lending.md#the-node-state-machine); the node model's choices too (str() is the
+    value)."""
+
     ONLINE_NORMAL = "online-normal"
     ONLINE_UNNORMAL = "online-unnormal"
     OFFLINE_NORMAL = "offline-normal"

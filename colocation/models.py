@@ -3,16 +3,16 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from cluster.types import NodeState as NodeStateValue, Pool
+from cluster.types import NodeState, Pool
+from colocation.policy.servicegroups import RestartPolicy
 from colocation.policy.states import Direction as PolicyDirection
 from core.querysets import DepartmentScopedQuerySet
 
 
-class NodeState(models.TextChoices):
-    ONLINE_NORMAL = NodeStateValue.ONLINE_NORMAL.value, "Online, normal"
-    ONLINE_UNNORMAL = NodeStateValue.ONLINE_UNNORMAL.value, "Online, unnormal"
-    OFFLINE_NORMAL = NodeStateValue.OFFLINE_NORMAL.value, "Offline, normal"
-    OFFLINE_UNNORMAL = NodeStateValue.OFFLINE_UNNORMAL.value, "Offline, unnormal"
+NODE_STATE_CHOICES = [(NodeState.ONLINE_NORMAL.value, "Online, normal"),
+                      (NodeState.ONLINE_UNNORMAL.value, "Online, unnormal"),
+                      (NodeState.OFFLINE_NORMAL.value, "Offline, normal"),
+                      (NodeState.OFFLINE_UNNORMAL.value, "Offline, unnormal")]
 
 
 POOL_CHOICES = [(Pool.FIXED.value, "Fixed training pool"), (Pool.COLOCATION.value, "Co-location pool")]
@@ -62,7 +62,7 @@ class Node(models.Model):
     cpu_milli = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField()
     pool = models.CharField(max_length=16, choices=POOL_CHOICES, default=Pool.COLOCATION.value)
-    state = models.CharField(max_length=24, choices=NodeState.choices, default=NodeState.OFFLINE_NORMAL)
+    state = models.CharField(max_length=24, choices=NODE_STATE_CHOICES, default=NodeState.OFFLINE_NORMAL.value)
     state_changed_at = models.DateTimeField(auto_now_add=True)
     pinned = models.BooleanField(default=False, help_text="Pinned by an operator: automation never moves it.")
 
@@ -74,7 +74,7 @@ class Node(models.Model):
                 condition=(Q(gpu_count=0) & Q(gpu_model__isnull=True)) | (Q(gpu_count__gt=0) & Q(gpu_model__isnull=False)),
                 name="node_gpu_model_iff_gpus",
             ),
-            models.CheckConstraint(condition=Q(state__in=NodeState.values), name="node_state_valid"),
+            models.CheckConstraint(condition=Q(state__in=[s.value for s in NodeState]), name="node_state_valid"),
             models.CheckConstraint(condition=Q(pool__in=[p.value for p in Pool]), name="node_pool_valid"),
         ]
 
@@ -137,11 +137,10 @@ class InferenceServiceQuerySet(DepartmentScopedQuerySet):
     pass
 
 
-class GroupRestartPolicy(models.TextChoices):
-    """LeaderWorkerSet's restartPolicy, spelled as LWS spells it (colocation/policy/servicegroups.py RestartPolicy)."""
-
-    RECREATE_GROUP = "RecreateGroupOnPodRestart", "RecreateGroupOnPodRestart: recreate the group whole"
-    NONE = "None", "None: restart the pod in place, keep the group"
+GROUP_RESTART_POLICY_CHOICES = [
+    (RestartPolicy.RECREATE_GROUP.value, "RecreateGroupOnPodRestart: recreate the group whole"),
+    (RestartPolicy.NONE.value, "None: restart the pod in place, keep the group"),
+]
 
 
 class InferenceService(models.Model):
@@ -201,7 +200,7 @@ class InferenceService(models.Model):
     max_unavailable = models.PositiveSmallIntegerField(
         default=1, help_text="Rolling update: groups that may be unavailable at once.")
     group_restart_policy = models.CharField(
-        max_length=32, choices=GroupRestartPolicy.choices, default=GroupRestartPolicy.RECREATE_GROUP,
+        max_length=32, choices=GROUP_RESTART_POLICY_CHOICES, default=RestartPolicy.RECREATE_GROUP.value,
         help_text="What a container restarted in place does to its group (LeaderWorkerSet's restartPolicy): "
                   "RecreateGroupOnPodRestart recreates the group whole; None restarts the pod in place and keeps the "
                   "group, not ready until that pod is ready again.")
@@ -242,7 +241,7 @@ class InferenceService(models.Model):
             models.CheckConstraint(condition=Q(group_size__gte=1), name="service_group_size_positive"),
             models.CheckConstraint(condition=Q(max_surge__gt=0) | Q(max_unavailable__gt=0),
                                    name="service_rollout_can_progress"),
-            models.CheckConstraint(condition=Q(group_restart_policy__in=GroupRestartPolicy.values),
+            models.CheckConstraint(condition=Q(group_restart_policy__in=[p.value for p in RestartPolicy]),
                                    name="service_group_restart_policy_valid"),
         ]
 

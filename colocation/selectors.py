@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
-from django.db.models.functions import Coalesce, Concat
+from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value, Window
+from django.db.models.functions import Coalesce, Concat, Lead
 from redis import Redis
 from redis.exceptions import RedisError
 
@@ -16,14 +16,17 @@ from cluster.simulated.traces import with_blocks
 from colocation import demand_history
 from colocation.models import InferenceService, Node, NodeState, NodeTransition, ResourceGroup, ServiceGroup
 from colocation.policy import LendingProfile
-from colocation.policy.calibration import WINDOW, FinishedRun, calibrate
+from colocation.policy.calibration import WINDOW, FinishedRun, RuntimeCalibration, calibrate
 from colocation.policy.pools import estimate_of
 from colocation.policy.servicegroups import pod_name
 from core import telemetry
+from core.expiring import Expiring
 from core.models import Decision
 from profiling import selectors as profiling
 from profiling.models import RunSummary, ServiceMinute
 from scheduler.models import HOLDING_STATUSES, JobRun, TrainingJob
+
+NEVER = datetime.max.replace(tzinfo=timezone.utc)  # after every end: when a run that has not come yet ends
 
 
 def node_views() -> list[ct.NodeView]:
@@ -39,30 +42,48 @@ def node_views() -> list[ct.NodeView]:
     ])
 
 
-def lending_profile() -> LendingProfile:
+def lending_profile(*, now: float | None = None,
+                    calibration: Expiring[RuntimeCalibration] | None = None) -> LendingProfile:
     """The one lending profile of the live loops (busy windows and the night rule in the site's time zone),
     forecast-driven (for the resource groups with `lending_forecast` on: the lending tick forecasts only those),
     carrying the predicted take-back times the lending tick stored last (the scheduling cycle keeps jobs off lent
     nodes they would outlive); a stale or unreadable store: none. Run time estimates are calibrated on the last
-    finished jobs (`finished_runs`)."""
+    finished jobs (`finished_runs`), through the calling loop's `calibration` cache at `now` where it has one: 200
+    finished jobs change little in a minute, and reading them costs more than a tick should pay each time."""
     profile = LendingProfile(tz=settings.TIME_ZONE)
     try:
         by = demand_history.take_back_by(Redis.from_url(settings.REDIS_URL), settings.TIDAL_REDIS_NAMESPACE)
     except RedisError:  # placement then falls back to the long-job bar alone, as without forecasts
         by = ()
-    return profile.with_(forecast=True, take_back_by=by, runtime=calibrate(finished_runs()))
+    runtime = _calibrated() if calibration is None or now is None else calibration.get(now, _calibrated)
+    return profile.with_(forecast=True, take_back_by=by, runtime=runtime)
+
+
+def _calibrated() -> RuntimeCalibration:
+    return calibrate(finished_runs())
 
 
 def finished_runs(limit: int = WINDOW) -> list[FinishedRun]:
     """The newest `limit` succeeded training runs, each with its real run time and the estimate it was placed with:
     the mean of its task's succeeded runs that ended before it started (at most `HISTORY_RUNS`, as the pool rule reads
-    them), else its job's stated duration; a run with neither is left out. Two queries."""
+    them), else its job's stated duration; a run with neither is left out. Two queries: the second reads of those
+    tasks' histories only the runs some of these estimates can take."""
     succeeded = RunSummary.objects.filter(outcome=JobRun.Outcome.SUCCEEDED)
     rows = list(succeeded.order_by("-run__ended_at", "-run_id").values_list(
         "run__job__task_key", "run__started_at", "run_s", "run__job__expected_duration_s")[:limit])
+    if not rows:
+        return []
+    starts = [started for _, started, _, _ in rows]
+    # A run is among the last HISTORY_RUNS of its task that ended by a start s iff it ended by s and the run
+    # HISTORY_RUNS after it (in end order) did not: what ended after the newest start, or whose successor ended by
+    # the oldest one, is in no estimate.
+    successor_ended = Window(Lead("run__ended_at", offset=profiling.HISTORY_RUNS, default=NEVER),
+                             partition_by=F("run__job__task_key"), order_by=[F("run__ended_at"), F("run_id")])
+    history = (succeeded.filter(run__job__task_key__in={r[0] for r in rows}, run__ended_at__lte=max(starts))
+               .annotate(successor_ended=successor_ended).filter(successor_ended__gt=min(starts)))
     earlier: dict[str, list[tuple[datetime, float]]] = defaultdict(list)  # task -> (end, run s), oldest first
-    for key, ended, run_s in succeeded.filter(run__job__task_key__in={r[0] for r in rows}).order_by(
-            "run__ended_at", "run_id").values_list("run__job__task_key", "run__ended_at", "run_s"):
+    for key, ended, run_s in history.order_by("run__ended_at", "run_id").values_list(
+            "run__job__task_key", "run__ended_at", "run_s"):
         earlier[key].append((ended, run_s))
     out = []
     for key, started, real_s, stated_s in rows:

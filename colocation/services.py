@@ -7,10 +7,9 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from cluster.types import NodeState, Pool
-from colocation.models import (GroupRestartPolicy, InferenceService, Node, NodeTransition, ResourceGroup,
-                               ScalingSchedule, ScalingThreshold)
+from colocation.models import InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule, ScalingThreshold
 from colocation.policy.schedules import parse_weekdays
-from colocation.policy.servicegroups import GroupSpec, fits_somewhere
+from colocation.policy.servicegroups import GroupSpec, RestartPolicy, fits_somewhere
 from colocation.selectors import node_views
 from colocation.policy.states import Direction as PolicyDirection, Event, transition
 from core import selectors as core_selectors
@@ -110,9 +109,9 @@ def _group_errors(values: dict) -> dict:
     errors = {}
     if values["max_surge"] == 0 and values["max_unavailable"] == 0:
         errors["max_unavailable"] = ["max_surge and max_unavailable cannot both be 0: a rollout could never progress"]
-    if values["group_restart_policy"] not in GroupRestartPolicy.values:
-        errors["group_restart_policy"] = [f"{values['group_restart_policy']!r} is not one of "
-                                          f"{', '.join(GroupRestartPolicy.values)}"]
+    policies = [p.value for p in RestartPolicy]
+    if values["group_restart_policy"] not in policies:
+        errors["group_restart_policy"] = [f"{values['group_restart_policy']!r} is not one of {', '.join(policies)}"]
     if size <= 1:
         return errors
     if model is not None and gpus != gpus.to_integral_value():

@@ -32,6 +32,7 @@ from colocation.live_backend import live_cluster
 from colocation.selectors import lending_profile
 from core import telemetry
 from core.decisions import decision_record
+from core.expiring import Expiring
 from core.models import Decision
 from scheduler import interference_tables, lifecycle, runs
 from scheduler.gcfreeze import frozen_heap
@@ -72,9 +73,11 @@ class Recorded:
     ended: list[str] = field(default_factory=list)  # pods whose own end was recorded: their log is archived
 
 
-def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile, cache: CycleCache | None = None) -> TickReport:
+def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile, cache: CycleCache | None = None,
+                   calibration: Expiring | None = None) -> TickReport:
     """One tick of the live loop against `backend` at `now` with the policy `profile`; `cache`: the loop's, kept from
-    one tick to the next (saves work only)."""
+    one tick to the next (saves work only); `calibration`: the loop's cache of the lending profile's run time
+    calibration (read once a minute)."""
     report = TickReport()
     recorded = record_events(backend.drain_events(), now)
     report.finished = recorded.finished
@@ -86,7 +89,8 @@ def scheduler_tick(*, backend: ClusterBackend, now: float, profile: Profile, cac
     workload = learned_workload()
     interference = interference_tables.cached(str(Path(settings.TRACES_DIR) / interference_tables.TRACE))
     with frozen_heap():
-        result = schedule(snapshot, profile, lending_profile(), workload, cache, interference)
+        result = schedule(snapshot, profile, lending_profile(now=now, calibration=calibration), workload, cache,
+                          interference)
     act(result, backend, now, report)
     return report
 
@@ -419,14 +423,16 @@ def _record_pending(decisions: list[StillPending], reserved: set[int]) -> None:
 # --- the live loop's entry point -------------------------------------------------------------------
 
 
-def run_live_tick(*, redis, namespace: str, profile: Profile, cache: CycleCache | None = None) -> TickReport | None:
+def run_live_tick(*, redis, namespace: str, profile: Profile, cache: CycleCache | None = None,
+                  calibration: Expiring | None = None) -> TickReport | None:
     """One tick on the configured cluster, unless this worker must not act now (then None; see
-    colocation/live_backend.py)."""
+    colocation/live_backend.py); `cache` and `calibration`: the loop's, kept from tick to tick (scheduler_tick)."""
     with live_cluster(redis=redis, namespace=namespace, loop="scheduler",
                       interval_s=settings.TIDAL_SCHEDULER_INTERVAL_S) as cluster:
         if cluster is None:
             return None
         started = time.perf_counter()
-        report = scheduler_tick(backend=cluster, now=time.time(), profile=profile, cache=cache)
+        report = scheduler_tick(backend=cluster, now=time.time(), profile=profile, cache=cache,
+                                calibration=calibration)
         telemetry.observe(redis, namespace, "scheduler_cycle", time.perf_counter() - started)
         return report

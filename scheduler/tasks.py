@@ -5,12 +5,14 @@ from django.conf import settings
 from django.utils import timezone
 from redis import Redis
 
+from core.expiring import Expiring
 from scheduler import live, logs, services
 from scheduler.policy.cache import CycleCache
 from scheduler.policy.profile import get_profile
 
-# The live loop's cycle cache: one per worker process, which runs one tick at a time (prefork pool).
+# The live loop's caches: one per worker process, which runs one tick at a time (prefork pool).
 _CYCLE_CACHE = CycleCache()
+_CALIBRATION = Expiring()  # the lending profile's run time calibration (colocation.selectors.lending_profile)
 
 
 @worker_process_init.connect
@@ -24,7 +26,8 @@ def load_placement_kernel(**_: object) -> None:
 @shared_task(name="scheduler.tick", ignore_result=True)
 def scheduler_tick() -> dict | None:
     report = live.run_live_tick(redis=Redis.from_url(settings.REDIS_URL), namespace=settings.TIDAL_REDIS_NAMESPACE,
-                                profile=get_profile(settings.TIDAL_SCHEDULER_PROFILE), cache=_CYCLE_CACHE)
+                                profile=get_profile(settings.TIDAL_SCHEDULER_PROFILE), cache=_CYCLE_CACHE,
+                                calibration=_CALIBRATION)
     return report and report.__dict__
 
 

@@ -159,7 +159,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduler.models.JobStatus",
-        "NodeStateEnum": "colocation.models.NodeState",
+        "NodeStateEnum": "colocation.models.NODE_STATE_CHOICES",
         "MembershipRoleEnum": "core.models.Membership.Role",
         "QuotaKindEnum": "scheduler.models.QuotaKind",
     },

@@ -56,8 +56,8 @@ def lws_env(service: str, group: int, worker: int, size: int) -> dict[str, str]:
 
 class RestartPolicy(str, Enum):
     """What a container restarted in place (its kubelet's restartCount went up) does to its group: LeaderWorkerSet's
-    leaderWorkerTemplate.restartPolicy, spelled as LWS spells it. A pod that is missing recreates its group under
-    either (docs/concepts/service-groups.md#lifecycle)."""
+    leaderWorkerTemplate.restartPolicy, spelled as LWS spells it; the service model's choices too. A pod that is
+    missing recreates its group under either (docs/concepts/service-groups.md#lifecycle)."""
 
     RECREATE_GROUP = "RecreateGroupOnPodRestart"  # the group is recreated whole, with back-off (LWS's default)
     NONE = "None"  # the pod restarts in place; the group is kept, not ready until that pod is ready again

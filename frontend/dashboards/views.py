@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 from redis import Redis
 
 from colocation import selectors as colocation_selectors, services as colocation_services
-from colocation.models import NodeState, NodeTransition
+from colocation.models import NODE_STATE_CHOICES, NodeTransition
 from colocation.policy import Direction
 from core import selectors as core_selectors, telemetry
 from core.errors import ApplicationError
@@ -168,7 +168,7 @@ def nodes(request):
     cells = {group: _cells(members, open_by_node, here, selected) for group, members in grid.items()}
     transitions = colocation_selectors.transitions_since(since)
     return _page(request, "frontend/dashboards/nodes.html", "ops-nodes", ranged=True, grid=cells,
-                 states=[(s.value, s.label) for s in NodeState], open=[t for t in transitions if t.status == "open"],
+                 states=NODE_STATE_CHOICES, open=[t for t in transitions if t.status == "open"],
                  timeline=_timeline(transitions, since, now), selected=selected, actions=ACTIONS)
 
 

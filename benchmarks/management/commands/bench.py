@@ -2,7 +2,8 @@
 `python manage.py bench streaming --samples 600000 --pods 1000 --json out.json`
 `python manage.py bench console --jobs 10000 --departments 200 --json out.json`
 `python manage.py bench api --users 100 --duration 60 --json out.json`
-`python manage.py bench kubernetes --nodes 5000 --pods 10000 --json out.json`"""
+`python manage.py bench kubernetes --nodes 5000 --pods 10000 --json out.json`
+`python manage.py bench lending-profile --repeat 40 --json out.json`"""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ class Command(BaseCommand):
             "(DATABASE_URL) first, since its sink writes there, and removes its rows afterwards; `console` uses a "
             "throwaway database of its own, and so does `api` (served by gunicorn, loaded by Locust); `scheduler` "
             "uses none; `kubernetes` uses the control plane of platform/stack.sh (TIDAL_KUBECONFIG): its nodes and pods "
-            "are deleted afterwards.")
+            "are deleted afterwards; `lending-profile` reads the configured database and Redis (the demo's) and writes "
+            "nothing.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("target", choices=["scheduler", "streaming", "console", "api", "kubernetes"])
+        parser.add_argument("target", choices=["scheduler", "streaming", "console", "api", "kubernetes",
+                                               "lending-profile"])
         parser.add_argument("--nodes", type=int, default=None,
                             help="scheduler, kubernetes: 5000; console: 1523 (every node of the Alibaba GPU trace)")
         parser.add_argument("--pending", type=int, default=10000)
@@ -45,7 +48,8 @@ class Command(BaseCommand):
         parser.add_argument("--jobs", type=int, default=None,
                             help="training jobs in the database (console: 10,000; api: 5,000)")
         parser.add_argument("--departments", type=int, default=None, help="console: 200; api: 40")
-        parser.add_argument("--repeat", type=int, default=40, help="console: timed requests per page")
+        parser.add_argument("--repeat", type=int, default=40,
+                            help="console: timed requests per page; lending-profile: timed reads of each kind")
         parser.add_argument("--users", type=int, default=100, help="api: concurrent Locust users")
         parser.add_argument("--duration", type=float, default=60, help="api: seconds measured once all users run")
         parser.add_argument("--settle", type=float, default=5.0,
@@ -59,7 +63,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, **opts: object) -> None:
         run = {"scheduler": self._scheduler, "streaming": self._streaming, "console": self._console,
-               "api": self._api, "kubernetes": self._kubernetes}[opts["target"]]
+               "api": self._api, "kubernetes": self._kubernetes,
+               "lending-profile": self._lending_profile}[opts["target"]]
         figures = run(opts)
         for name, value in figures.items():
             self.stdout.write(f"{name}: {value:.3f}" if isinstance(value, float) else f"{name}: {value}")
@@ -148,3 +153,9 @@ class Command(BaseCommand):
                                   progress=lambda what: console.log(what))
         console.print(*render(report), sep="\n")
         return report.figures()
+
+    @staticmethod
+    def _lending_profile(opts: dict) -> dict:
+        from benchmarks.lending_profile import bench_lending_profile
+
+        return bench_lending_profile(repeat=opts["repeat"])
