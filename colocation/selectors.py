@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value, Window
-from django.db.models.functions import Coalesce, Concat, Lead
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce, Concat
 from redis import Redis
 from redis.exceptions import RedisError
 
@@ -25,8 +25,6 @@ from core.models import Decision
 from profiling import selectors as profiling
 from profiling.models import RunSummary, ServiceMinute
 from scheduler.models import HOLDING_STATUSES, JobRun, TrainingJob
-
-NEVER = datetime.max.replace(tzinfo=timezone.utc)  # after every end: when a run that has not come yet ends
 
 
 def node_views() -> list[ct.NodeView]:
@@ -66,24 +64,13 @@ def _calibrated() -> RuntimeCalibration:
 def finished_runs(limit: int = WINDOW) -> list[FinishedRun]:
     """The newest `limit` succeeded training runs, each with its real run time and the estimate it was placed with:
     the mean of its task's succeeded runs that ended before it started (at most `HISTORY_RUNS`, as the pool rule reads
-    them), else its job's stated duration; a run with neither is left out. Two queries: the second reads of those
-    tasks' histories only the runs some of these estimates can take."""
+    them), else its job's stated duration; a run with neither is left out. Two queries."""
     succeeded = RunSummary.objects.filter(outcome=JobRun.Outcome.SUCCEEDED)
     rows = list(succeeded.order_by("-run__ended_at", "-run_id").values_list(
         "run__job__task_key", "run__started_at", "run_s", "run__job__expected_duration_s")[:limit])
-    if not rows:
-        return []
-    starts = [started for _, started, _, _ in rows]
-    # A run is among the last HISTORY_RUNS of its task that ended by a start s iff it ended by s and the run
-    # HISTORY_RUNS after it (in end order) did not: what ended after the newest start, or whose successor ended by
-    # the oldest one, is in no estimate.
-    successor_ended = Window(Lead("run__ended_at", offset=profiling.HISTORY_RUNS, default=NEVER),
-                             partition_by=F("run__job__task_key"), order_by=[F("run__ended_at"), F("run_id")])
-    history = (succeeded.filter(run__job__task_key__in={r[0] for r in rows}, run__ended_at__lte=max(starts))
-               .annotate(successor_ended=successor_ended).filter(successor_ended__gt=min(starts)))
     earlier: dict[str, list[tuple[datetime, float]]] = defaultdict(list)  # task -> (end, run s), oldest first
-    for key, ended, run_s in history.order_by("run__ended_at", "run_id").values_list(
-            "run__job__task_key", "run__ended_at", "run_s"):
+    for key, ended, run_s in succeeded.filter(run__job__task_key__in={r[0] for r in rows}).order_by(
+            "run__ended_at", "run_id").values_list("run__job__task_key", "run__ended_at", "run_s"):
         earlier[key].append((ended, run_s))
     out = []
     for key, started, real_s, stated_s in rows:

@@ -100,31 +100,6 @@ def test_finished_runs_pair_each_real_run_time_with_the_estimate_it_was_placed_w
     assert lending_profile().runtime == calibrate(finished_runs())  # two jobs: the prior
 
 
-def test_an_estimate_reads_only_the_last_history_runs_before_its_start(world):
-    from colocation.policy.calibration import EstimateSource, FinishedRun
-    from colocation.selectors import finished_runs
-    from profiling.selectors import HISTORY_RUNS
-
-    minutes = [k + 1.0 for k in range(HISTORY_RUNS + 5)]  # runs of 1, 2, ... 25 min, one after the other
-    for k, length in enumerate(minutes):
-        end_run(start_run(world.submit(name="often"), minute=30 * k), minute=30 * k + length)
-    a, b, c = (world.submit(name="often") for _ in range(3))
-    end_run(start_run(a, minute=800), minute=900)
-    end_run(start_run(b, minute=850), minute=1000)  # started before a ended: placed with the same runs as a
-    end_run(start_run(c, minute=950), minute=1100)  # a ended: its 100 min count, the oldest run's no more
-
-    def placed_with(past: list[float]) -> float:
-        return 60 * sum(past[-HISTORY_RUNS:]) / len(past[-HISTORY_RUNS:])
-
-    newest = [FinishedRun(placed_with(minutes + [100.0]), 150 * 60.0, EstimateSource.PAST_RUNS),
-              FinishedRun(placed_with(minutes), 150 * 60.0, EstimateSource.PAST_RUNS),
-              FinishedRun(placed_with(minutes), 100 * 60.0, EstimateSource.PAST_RUNS)]
-    assert finished_runs(limit=3) == newest
-    history = [FinishedRun(placed_with(minutes[:k]), minutes[k] * 60, EstimateSource.PAST_RUNS)
-               for k in range(len(minutes) - 1, 0, -1)]  # the first run had no estimate: left out
-    assert finished_runs() == newest + history
-
-
 def test_a_loops_calibration_is_read_again_only_once_a_minute_old(world, django_assert_num_queries):
     from colocation.policy.calibration import MIN_FINISHED, PRIOR_FACTOR, EstimateSource
     from colocation.selectors import lending_profile
