@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cluster.types import GPU_EPS
 from colocation.policy.group import GroupView, ratio
 from colocation.policy.pools import long_bar_s
 from colocation.policy.profile import LendingProfile
@@ -139,7 +140,7 @@ def burst_ratio(history: np.ndarray, within: int = RECENT_MIN, quantile: float =
         return 1.0
     ahead = np.lib.stride_tricks.sliding_window_view(history[1:], within).max(axis=1)  # [t] = high of (t, t+within]
     level = history[:len(ahead)]
-    seen = level > 0
+    seen = level > GPU_EPS  # less is no demand (a ratio over it says nothing, and may overflow)
     if not seen.any():
         return 1.0
     return max(1.0, float(np.quantile(ahead[seen] / level[seen], quantile)))

@@ -342,6 +342,15 @@ def test_recent_forecast_has_a_burst_band_above_the_high():
     assert burst.values == (4.0,) * 30 and burst.band() is burst
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.floats(0.0, 64.0, allow_nan=False), min_size=RECENT_MIN, max_size=400))
+def test_the_burst_band_is_never_below_the_forecast(history):
+    out = recent_forecast("t4", history, NOW, 10)
+    assert burst_ratio(np.asarray(history)) >= 1.0
+    assert all(u >= v for u, v in zip(out.upper, out.values)) and len(out.upper) == len(out.values)
+    assert all(b >= v for b, v in zip(out.band().values, out.values))
+
+
 def test_a_burst_band_over_max_rate_stops_placement_and_brings_idle_lent_nodes_back_but_evicts_nothing():
     # 3 online nodes at 8 of 12 GPUs (67 %), the 2 h high 8 (67 %: no take-back); the band 10.8 would be 90 %
     level = DemandForecast("t4", NOW, (8.0,) * 60, "recent", upper=(10.8,) * 60)
