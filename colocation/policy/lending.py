@@ -35,6 +35,12 @@ Forecast-driven (`profile.forecast` and a DemandForecast for the group; otherwis
 - Lend only what stays idle: a lend is also sized so that the forecast peak over [now, now + `min_lend_s`] stays
   <= maxRate without the lent nodes (longer, up to the latest expected end of the jobs already on lent nodes: lending
   more must not pull their take-back before it); if not even one node qualifies, a Hold says the forecast needs it.
+- Plan for the burst, evict for the level: where the forecast has a burst band (`DemandForecast.band`: the cold-start
+  forecast's), lends are sized to it, jobs on lent nodes must end before it passes maxRate (forecast.take_back_at) and
+  idle lent nodes come back when it passes maxRate within the lead (as when the next replica would); when a
+  take-back evicts and how many nodes it takes read the level.
+  Inside a lending busy window, a take-back is urgent seen ahead when the band (the level without one) passes 100 %
+  within the lead: online pods would pend before a take-back started later could bring nodes back.
 """
 
 from __future__ import annotations
@@ -128,17 +134,26 @@ def decide_group(g: GroupView, now: float, profile: LendingProfile = DEFAULT,
         return _take_back(g, th, now, profile, fc)
     if fc is not None and g.lent() and first_over(fc, g.projected_capacity, th.max_rate, now, lead_s(g, profile)):
         return _take_back(g, th, now, profile, fc)
-    if fc is not None and g.next_replica_over(th.max_rate) and (idle := _reclaim_idle(g, th, now, profile)):
+    if fc is not None and _headroom_short(g, th, now, profile, fc) and (idle := _reclaim_idle(g, th, now, profile, fc)):
         return idle
     if usage < th.min_rate and g.pending_training > 0:
-        return _lend(g, th, now, profile, fc)
+        return _lend(g, th, now, profile, fc.band() if fc is not None else None)
     return None
 
 
-def _reclaim_idle(g: GroupView, th: Thresholds, now: float, profile: LendingProfile) -> TakeBack | None:
-    """Forecast-driven, when one more of the group's largest replica would pass maxRate: lent nodes take no new job
-    then (forecast.take_back_at), so one left idle serves nobody; take idle ones back (it kills nothing) until usage is
-    at expectRate with room for one more of the largest replica: headroom for a rise the forecast did not see."""
+def _headroom_short(g: GroupView, th: Thresholds, now: float, profile: LendingProfile, fc: DemandForecast) -> bool:
+    """Would online pass maxRate with every lent node staying lent: at its next replica, or where the forecast's burst
+    band says the demand may be within the lead? Then lent nodes take no new job (forecast.take_back_at)."""
+    return g.next_replica_over(th.max_rate) or (
+        bool(fc.upper) and first_over(fc.band(), g.projected_capacity, th.max_rate, now, lead_s(g, profile)) is not None)
+
+
+def _reclaim_idle(g: GroupView, th: Thresholds, now: float, profile: LendingProfile,
+                  fc: DemandForecast) -> TakeBack | None:
+    """Forecast-driven, when one more of the group's largest replica or the forecast's burst band would pass maxRate
+    (`_headroom_short`): lent nodes take no new job then (forecast.take_back_at), so one left idle serves nobody; take
+    idle ones back (it kills nothing) until usage is at expectRate with room for one more of the largest replica:
+    headroom for a rise the forecast did not see."""
     slots = profile.max_parallel - len(g.in_flight())
     base, chosen = g.projected_capacity, []
     for n in sorted((n for n in g.lent() if not n.training), key=lambda n: n.name)[:max(0, slots)]:
@@ -149,12 +164,20 @@ def _reclaim_idle(g: GroupView, th: Thresholds, now: float, profile: LendingProf
     if not chosen:
         return None
     after = ratio(g.demand, base)
-    msg = (f"take back {', '.join(n.name for n in chosen)}: idle lent nodes; one more replica "
-           f"({g.largest_replica:g} {g.unit}) would put online usage {_pct(g.projected_usage)} over maxRate "
-           f"{_pct(th.max_rate)} (lent nodes take no new training); target expectRate {_pct(th.expect_rate)}, "
-           f"usage after {_pct(after)}")
+    msg = (f"take back {', '.join(n.name for n in chosen)}: idle lent nodes; {_short_why(g, th, now, profile, fc)} "
+           f"(lent nodes take no new training); target expectRate {_pct(th.expect_rate)}, usage after {_pct(after)}")
     return TakeBack(g.name, tuple(n.name for n in chosen), LendReason.IDLE_LENT, msg, g.projected_usage, after,
                     evict_at=now)
+
+
+def _short_why(g: GroupView, th: Thresholds, now: float, profile: LendingProfile, fc: DemandForecast) -> str:
+    """Why `_headroom_short`: the next replica, else the burst band's first minute over maxRate."""
+    if g.next_replica_over(th.max_rate):
+        return (f"one more replica ({g.largest_replica:g} {g.unit}) would put online usage "
+                f"{_pct(ratio(g.demand + g.largest_replica, g.projected_capacity))} over maxRate {_pct(th.max_rate)}")
+    band = fc.band()
+    over = first_over(band, g.projected_capacity, th.max_rate, now, lead_s(g, profile))
+    return _forecast_says(*over, th, profile, band.source) if over else f"forecast ({band.source}) above maxRate"
 
 
 def _hhmm(t: float, profile: LendingProfile) -> str:
@@ -246,11 +269,14 @@ def _take_back(g: GroupView, th: Thresholds, now: float, profile: LendingProfile
     window = busy_window(now, profile)
     if not pending and profile.hold_against_window and window and window.direction is Direction.LEND:
         span = f"{window.start:%H:%M}-{window.end:%H:%M} lending window"
-        full = first_over(fc, g.projected_capacity, 1.0, now, lead_s(g, profile)) if fc is not None else None
+        # the burst band where there is one: a burst it sees would pend as surely as a rise the level sees
+        band = fc.band() if fc is not None else None
+        full = first_over(band, g.projected_capacity, 1.0, now, lead_s(g, profile)) if band is not None else None
         if full is None:
             return _hold(g, Direction.TAKE_BACK, LendReason.BUSY_WINDOW, f"{trigger} is not urgent inside the {span}")
         # pods will pend before a take-back started later could bring the nodes back: urgent, seen ahead
-        trigger += (f"; urgent inside the {span}: forecast {_hhmm(full[1], profile)} online {_pct(full[0])} "
+        via = "" if band.source == "seasonal" else f" ({band.source})"
+        trigger += (f"; urgent inside the {span}: forecast{via} {_hhmm(full[1], profile)} online {_pct(full[0])} "
                     f"> 100%, its pods would wait")
     # a non-urgent take-back with a forecast waits for the jobs on its nodes up to when the forecast needs the nodes
     # (`_need_by`); the nodes are chosen by what still runs then

@@ -174,7 +174,7 @@ def write(sim: Outcome | dict[str, Outcome], static: Outcome, out: Path, command
            else "the real one (a perfect profile)."),
         f"- Lending: `decide_lending` with thresholds {c.lending.thresholds}"
         + ("; forecast-driven runs add the seasonal forecast of each group's online demand (before a day of "
-           "history: its high of the last 2 h, `recent_forecast`; renewed every "
+           "history: its high of the last 2 h, `recent_forecast`, with a burst band lending plans with; renewed every "
            f"{c.schedule_every_min} min; history warmed with the traffic days before the run), take back ahead of "
            f"the rise (drain {c.lending.drain_s / 60:.0f} min), lend only what stays idle "
            f"{c.lending.min_lend_s / 60:.0f} min, and place jobs on lent nodes only if they end "

@@ -300,6 +300,32 @@ def test_a_cold_group_takes_back_for_its_recent_high(lab, demand_store, high):
     assert "online 100% > maxRate 80%" in decision.message
 
 
+@pytest.mark.parametrize("burst", [4.0, 2.0])
+def test_a_cold_group_plans_for_its_bursts_without_evicting(lab, demand_store, burst):
+    # 3 h of history (no seasonal profile): 2 GPUs, `burst` 2.5 h ago (outside the recent high: its level says 2 of
+    # the 4 online GPUs). Demand doubled within 2 h before, so its burst band is 4 = 100% > maxRate: the lent node
+    # takes no new job (its predicted take-back is now), and nothing is taken back or evicted for it
+    from colocation import demand_history
+
+    world, cluster, clock = lab
+    redis, namespace = demand_store
+    t4 = world.groups["t4"]
+    t4.lending = True
+    t4.save()
+    serve(cluster, replicas=2)
+    fill_history(redis, namespace, "t4", clock.now() + 5, lambda offset: burst if offset == -150 else 2.0, days=0.125)
+    clock.advance(5)
+    cluster.advance()
+    report = controller.lending_tick(backend=cluster, now=clock.now(), profile=DEFAULT.with_(forecast=True),
+                                     redis=redis, namespace=namespace)
+    assert report.opened == []
+    if burst == 2.0:
+        assert demand_history.take_back_by(redis, namespace) == ()
+        return
+    (model, at), = demand_history.take_back_by(redis, namespace)
+    assert model == "T4" and at <= clock.now()
+
+
 def test_a_group_with_forecast_driven_lending_off_keeps_the_threshold_rules(lab, demand_store):
     world, cluster, clock = lab
     redis, namespace = demand_store

@@ -18,7 +18,7 @@ from cluster.types import NodeState, Pool
 from colocation.policy import (DEFAULT, DemandForecast, Hold, LendReason, PoolReason, TakeBack, decide_group,
                                decide_lending, lend_bar_s, long_bar_s, preferred_pool, seasonal_forecast,
                                take_back_at)
-from colocation.policy.forecast import (DAY_MIN, RECENT_MIN, ServiceAhead, demand_forecast, horizon_min,
+from colocation.policy.forecast import (DAY_MIN, RECENT_MIN, ServiceAhead, burst_ratio, demand_forecast, horizon_min,
                                         near_term_demand, recent_forecast, with_near_term)
 from experiments.builders import scheduling as b
 from experiments.builders.colocation import NOW, G, N, at, online_fleet
@@ -307,6 +307,89 @@ def test_a_cold_group_is_taken_back_when_its_lent_nodes_leave_no_room_for_the_re
     history[-60] = 11.0
     d = decide_group(lent_group().build(), NOW, ON, recent_forecast("t4", history, NOW, 60))
     assert isinstance(d, TakeBack) and d.reason is LendReason.FORECAST_RISE and "forecast (recent)" in d.message
+
+
+# ---- the cold-start forecast's burst band: plan for the burst, evict for the level ----------------------------
+
+def bursty(level: float = 2.0, burst: float = 4.0, every: int = 240, hours: int = 12) -> list[float]:
+    """`level` GPUs, doubling to `burst` for 30 minutes every `every` minutes, ending on a quiet minute."""
+    return [burst if m % every >= every - 30 else level for m in range(hours * 60 - 31)]
+
+
+@pytest.mark.parametrize("history, expected", [
+    ([2.0] * 600, 1.0),  # flat: no burst seen
+    (bursty(), 2.0),  # most minutes see the doubling within 2 h
+    ([2.0] * RECENT_MIN, 1.0),  # no minute has 2 h after it yet
+    ([0.0] * 300, 1.0),  # no demand: nothing to rise from
+])
+def test_burst_ratio_is_how_far_demand_rose_within_two_hours(history, expected):
+    assert burst_ratio(np.asarray(history)) == pytest.approx(expected)
+
+
+def test_a_few_odd_bursts_do_not_set_the_burst_ratio():
+    h = [2.0] * 2000
+    h[1000] = 20.0  # one minute at 10x: 120 of the 1,880 minutes with 2 h after them see it (6 %)
+    assert burst_ratio(np.asarray(h)) == 1.0
+    h[1500] = h[1700] = 20.0  # three: 360 minutes (19 %), the 90th percentile sees them
+    assert burst_ratio(np.asarray(h)) == 10.0
+
+
+def test_recent_forecast_has_a_burst_band_above_the_high():
+    quiet = recent_forecast("t4", bursty(), NOW, 30)  # 2 GPUs now and over the last 2 h; bursts have doubled it
+    assert quiet.values == (2.0,) * 30 and quiet.upper == (4.0,) * 30
+    assert quiet.band().values == (4.0,) * 30 and quiet.band().source == "recent, burst band"
+    burst = recent_forecast("t4", bursty() + [4.0] * 10 + [2.0] * 20, NOW, 30)  # the high is the burst already
+    assert burst.values == (4.0,) * 30 and burst.band() is burst
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.floats(0.0, 64.0, allow_nan=False), min_size=RECENT_MIN, max_size=400))
+def test_the_burst_band_is_never_below_the_forecast(history):
+    out = recent_forecast("t4", history, NOW, 10)
+    assert burst_ratio(np.asarray(history)) >= 1.0
+    assert all(u >= v for u, v in zip(out.upper, out.values)) and len(out.upper) == len(out.values)
+    assert all(b >= v for b, v in zip(out.band().values, out.values))
+
+
+def test_a_burst_band_over_max_rate_stops_placement_and_brings_idle_lent_nodes_back_but_evicts_nothing():
+    # 3 online nodes at 8 of 12 GPUs (67 %), the 2 h high 8 (67 %: no take-back); the band 10.8 would be 90 %
+    level = DemandForecast("t4", NOW, (8.0,) * 60, "recent", upper=(10.8,) * 60)
+    idle = G().nodes(*online_fleet((3,), (3,), (2,)), N("t4-4").offline(600), N("t4-5").offline()).build()
+    d = decide_group(idle, NOW, ON, level)
+    assert isinstance(d, TakeBack) and d.reason is LendReason.IDLE_LENT and d.nodes == ("t4-5",)
+    assert d.evict_at == NOW and "forecast (recent, burst band) 14:00 online 90% > maxRate 80%" in d.message
+    assert decide_group(idle, NOW, ON, replace(level, upper=())) is None  # the level alone: nothing to do
+    busy = lent_group(8 / 3).build()  # both lent nodes run training: nothing idle to bring back, and nothing evicted
+    assert decide_group(busy, NOW, ON, level) is None
+    assert take_back_at(busy, level, NOW, ON) == NOW - ON.drain_s  # no new job on a lent node
+    assert take_back_at(busy, replace(level, upper=()), NOW, ON) is None  # the level alone: no take-back predicted
+
+
+def test_a_cold_group_lends_only_what_the_burst_band_leaves_idle():
+    # 2 of 20 GPUs used and the 2 h high 2: 3 nodes go (max_parallel); the band 7: 7/12 = 58 % ok, 7/8 = 88 % not
+    band = DemandForecast("t4", NOW, (2.0,) * 180, "recent", upper=(7.0,) * 180)
+    d = decide_group(idle_group().build(), NOW, ON, band)
+    assert d.nodes == ("t4-3", "t4-4")
+    assert "forecast (recent, burst band) 14:00 online 88% > maxRate 80%" in d.message
+    assert decide_group(idle_group().build(), NOW, ON, replace(band, upper=())).nodes == ("t4-3", "t4-4", "t4-5")
+
+
+def test_a_burst_band_over_full_capacity_is_urgent_inside_the_lending_window():
+    # 19:00, online usage 83 % > maxRate: held inside the lending window by the level; the band says pods would pend
+    evening = at("19:00")
+    g = G().nodes(*online_fleet((4,), (4,), (2,)), N("t4-4").offline(600)).build()
+    level = DemandForecast("t4", evening, (10.0,) * 60, "recent")
+    held = decide_group(g, evening, ON, level)
+    assert isinstance(held, Hold) and held.reason is LendReason.BUSY_WINDOW
+    d = decide_group(g, evening, ON, replace(level, upper=(13.0,) * 60))
+    assert isinstance(d, TakeBack) and d.reason is LendReason.HIGH_USAGE
+    assert ("urgent inside the 18:00-22:00 lending window: forecast (recent, burst band) 19:00 online 108% > 100%"
+            in d.message)
+
+
+def test_near_term_minutes_keep_the_burst_band():
+    out = with_near_term(DemandForecast("t4", NOW, (4.0,) * 5, "recent", upper=(6.0,) * 5), "t4", NOW, (7.0, 5.0))
+    assert out.values == (7.0, 5.0, 4.0, 4.0, 4.0) and out.upper == (7.0, 6.0, 6.0, 6.0, 6.0)
 
 
 def test_recent_forecast_horizon_must_be_positive():

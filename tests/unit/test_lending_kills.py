@@ -110,8 +110,9 @@ def test_idle_lent_nodes_come_back_when_the_next_replica_would_pass_max_rate(nod
         assert d is None
     else:
         assert isinstance(d, TakeBack) and d.reason is LendReason.IDLE_LENT and d.nodes == expected
-        assert d.evict_at == NOW and d.message.startswith(f"take back {', '.join(expected)}: idle lent nodes; one "
-                                                          f"more replica ({largest} GPU) would put online usage 67%")
+        assert d.evict_at == NOW and d.message.startswith(  # the usage that replica would make: (8 + largest) / 12
+            f"take back {', '.join(expected)}: idle lent nodes; one more replica ({largest} GPU) would put online usage "
+            f"{(8 + largest) / 12:.0%} over maxRate 80%")
 
 
 # ---- hysteresis: no lend right after a take-back -------------------------------------------------------------
