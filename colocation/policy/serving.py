@@ -152,11 +152,28 @@ def prefill_wait(m, u: float) -> tuple[float, float] | None:
 
 
 def _tpot_limit(target: float | None, loads: Sequence, utilization: str) -> tuple[float, str] | None:
-    """The largest u at which the predicted TPOT p99 stays within `target` (tpot_curve), and why."""
-    curve = None if target is None else tpot_curve(loads, utilization)
+    """The largest u at which the predicted TPOT p99 stays within `target` (TpotCurve), and why; never under the
+    highest u measured within it (a curve's guess does not overrule what was measured: with Prometheus's
+    interpolation inside a histogram bucket, a p99 comfortably within a target at a bucket's bound reads just
+    under it)."""
+    pairs = tpot_pairs(loads, utilization)
+    curve = tpot_curve(pairs) if target is not None else None
     if curve is None or curve.a >= target:  # an idle group misses it: more replicas cannot help
         return None
-    return curve.limit(target), curve.why(target)
+    limit, seen = curve.limit(target), measured_within(pairs, target)
+    if seen > limit:
+        return seen, f"{curve.why(target)} up to {limit:.0%} use, but it was measured within it"
+    return limit, curve.why(target)
+
+
+def measured_within(pairs: Sequence[tuple[float, float]], target: float) -> float:
+    """The highest u up to which every minute measured had its TPOT p99 within `target` (0 when the lowest missed)."""
+    seen = 0.0
+    for u, p99 in sorted(pairs):
+        if p99 > target:
+            break
+        seen = u
+    return seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,11 +226,14 @@ class TpotCurve:
         return f"{shape} {within}"
 
 
-def tpot_curve(loads: Sequence, utilization: str = "gpu") -> TpotCurve | None:
-    """TPOT p99 against u from the newest FIT_MINUTES minutes measured short of saturation (TpotCurve), None
-    without a TPOT p99."""
-    pairs = [(u, m.tpot_p99) for m in loads[-FIT_MINUTES:]
-             if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED and m.tpot_p99 is not None]
+def tpot_pairs(loads: Sequence, utilization: str = "gpu") -> list[tuple[float, float]]:
+    """(u, TPOT p99) of the newest FIT_MINUTES minutes measured short of saturation."""
+    return [(u, m.tpot_p99) for m in loads[-FIT_MINUTES:]
+            if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED and m.tpot_p99 is not None]
+
+
+def tpot_curve(pairs: Sequence[tuple[float, float]]) -> TpotCurve | None:
+    """TPOT p99 against u from (u, TPOT p99) pairs (TpotCurve), None without any."""
     if not pairs:
         return None
     u, p99 = np.array(pairs).T
