@@ -27,12 +27,12 @@ from cluster.backend import SERVICE_LABEL, kube_state_label
 from colocation.loads import LoadSource
 from colocation.models import InferenceService
 from colocation.policy.autoscaling import LoadMinute
-from colocation.policy.serving import STEP_MINUTES
+from colocation.policy.serving import FIT_MINUTES, STEP_MINUTES
 
 log = logging.getLogger(__name__)
 MINUTE = 60.0
 SERVICE = kube_state_label(SERVICE_LABEL)  # label_tidal_io_service
-KEEP_MINUTES = STEP_MINUTES  # the decode step is the median over these; the other rules look at 2 and 5
+KEEP_MINUTES = max(STEP_MINUTES, FIT_MINUTES)  # TPOT p99's curve is fitted over these; the other rules look at 2 and 5
 MIN_WINDOW_S = 6.0  # three scrapes of the `tidal` job (2 s): a rate needs two samples in its window
 REPLICAS = "replicas"
 # signal -> the engines' metric names, vLLM's first (docs/reference/llm-serving-metrics.md)

@@ -16,10 +16,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
 
 MAX_STEP = 2.0  # a latency breach at most doubles the replicas per decision (HPA's default scale-up is +100 %)
 SIGNALS = ("ttft_p99", "tpot_p99", "queue", "kv_cache")
 STEP_MINUTES = 15  # minutes the decode step is measured over (its median)
+# TPOT p99's curve (TpotCurve) is fitted to the newest FIT_MINUTES minutes when they span FIT_SPAN of utilization
+# (a narrower span cannot tell a linear growth from the cliff through noise); it is trusted REACH beyond the highest
+# utilization measured: enough for a service measured up to 56 % to reach the demo engine's 76 %, and a miss past it
+# is caught by the breach rule within 2 minutes.
+FIT_MINUTES = 60
+FIT_SPAN = 0.15
+REACH = 0.2
 SATURATED = 0.9  # a minute this busy says little about the step (its TPOT is mostly the queue)
 
 
@@ -122,7 +132,7 @@ def slo_utilization(targets: ServingTargets, loads: Sequence, utilization: str =
     measured = measured_minutes(loads, utilization)
     if not measured:
         return None
-    limits = [_tpot_limit(targets.tpot_p99_s, measured), _ttft_limit(targets.ttft_p99_s, *measured[-1])]
+    limits = [_tpot_limit(targets.tpot_p99_s, loads, utilization), _ttft_limit(targets.ttft_p99_s, *measured[-1])]
     return min((x for x in limits if x is not None), default=None)
 
 
@@ -141,16 +151,115 @@ def prefill_wait(m, u: float) -> tuple[float, float] | None:
     return w, m.ttft_p99 - _p99_wait(u, w)
 
 
-def _tpot_limit(target: float | None, measured: Sequence) -> tuple[float, str] | None:
-    """TPOT = step / (1 - u) (a running batch's step, stretched by the share of time other work takes): the step is
-    TPOT p50 × (1 - u), the median over the minutes measured (it is the group's, whatever the load), and TPOT stays
-    within the target up to u = 1 - step / target."""
-    step = decode_step(measured)
-    if target is None or step is None:
+def _tpot_limit(target: float | None, loads: Sequence, utilization: str) -> tuple[float, str] | None:
+    """The largest u at which the predicted TPOT p99 stays within `target` (TpotCurve), and why; never under the
+    highest u measured within it (a curve's guess does not overrule what was measured: with Prometheus's
+    interpolation inside a histogram bucket, a p99 comfortably within a target at a bucket's bound reads just
+    under it)."""
+    pairs = tpot_pairs(loads, utilization)
+    curve = tpot_curve(pairs) if target is not None else None
+    if curve is None or curve.a >= target:  # an idle group misses it: more replicas cannot help
         return None
-    if step >= target:
+    limit, seen = curve.limit(target), measured_within(pairs, target)
+    if seen > limit:
+        return seen, f"{curve.why(target)} up to {limit:.0%} use, but it was measured within it"
+    return limit, curve.why(target)
+
+
+def measured_within(pairs: Sequence[tuple[float, float]], target: float) -> float:
+    """The highest u up to which every minute measured had its TPOT p99 within `target` (0 when the lowest missed)."""
+    seen = 0.0
+    for u, p99 in sorted(pairs):
+        if p99 > target:
+            break
+        seen = u
+    return seen
+
+
+@dataclass(frozen=True, slots=True)
+class TpotCurve:
+    """TPOT p99 against utilization: a + b·u + c·u / (1 - u), a, b, c ≥ 0. The batch's linear growth (b: vLLM's
+    and SGLang's decode step grows with the running batch until the KV cache fills) and the queueing cliff (c: the
+    step stretched by the share of time other work takes, step / (1 - u) = step + step·u / (1 - u)) are both in it.
+    `fitted`: least squares over minutes that span FIT_SPAN of u; else the cliff alone through their median (the
+    shape that grows fastest of the two, so the safe guess when the minutes cannot tell them apart). The limit is
+    trusted at most REACH beyond `u_max`, the highest u measured, unless the cliff alone allows more."""
+
+    a: float
+    b: float
+    c: float
+    u_min: float
+    u_max: float
+    minutes: int
+    fitted: bool
+
+    def p99(self, u: float) -> float:
+        return self.a + self.b * u + (self.c * u / (1.0 - u) if u < 1.0 else (math.inf if self.c else 0.0))
+
+    def crossing(self, target: float) -> float:
+        """Where the curve meets `target` (it grows with u: bisection)."""
+        lo, hi = 0.0, 1.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if self.p99(mid) <= target else (lo, mid)
+        return lo
+
+    def cap(self, target: float) -> float:
+        """How far a fitted curve is trusted: REACH beyond the highest u measured, or as far as the cliff alone
+        through the curve there (the shape that grows fastest) keeps within `target`."""
+        if not self.fitted:
+            return 1.0
+        return max(self.u_max + REACH, 1.0 - self.p99(self.u_max) * (1.0 - self.u_max) / target)
+
+    def limit(self, target: float) -> float:
+        return min(self.crossing(target), self.cap(target))
+
+    def why(self, target: float) -> str:
+        use = f"{self.u_min:.0%}" if round(self.u_min, 2) == round(self.u_max, 2) else \
+            f"{self.u_min:.0%}–{self.u_max:.0%}"
+        over, within = f"over {self.minutes} minutes at {use} use", f"keeps TPOT p99 within {target * 1e3:g} ms"
+        if not self.fitted:
+            return f"TPOT p99 × (1 − u) {self.a * 1e3:.1f} ms {over} (too narrow a span to fit: the cliff alone) {within}"
+        shape = f"TPOT p99 {self.a * 1e3:.1f} + {self.b * 1e3:.1f}·u + {self.c * 1e3:.1f}·u/(1 − u) ms fitted {over}"
+        if self.cap(target) < self.crossing(target):
+            return f"{shape}, trusted to {REACH:.0%} past the highest, {within}"
+        return f"{shape} {within}"
+
+
+def tpot_pairs(loads: Sequence, utilization: str = "gpu") -> list[tuple[float, float]]:
+    """(u, TPOT p99) of the newest FIT_MINUTES minutes measured short of saturation."""
+    return [(u, m.tpot_p99) for m in loads[-FIT_MINUTES:]
+            if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED and m.tpot_p99 is not None]
+
+
+def tpot_curve(pairs: Sequence[tuple[float, float]]) -> TpotCurve | None:
+    """TPOT p99 against u from (u, TPOT p99) pairs (TpotCurve), None without any."""
+    if not pairs:
         return None
-    return 1.0 - step / target, f"a {step * 1e3:.1f} ms decode step keeps TPOT within {target * 1e3:g} ms"
+    u, p99 = np.array(pairs).T
+    lo, hi = float(u.min()), float(u.max())
+    if hi - lo >= FIT_SPAN:
+        a, b, c = _nonnegative_least_squares(np.column_stack([np.ones_like(u), u, u / (1.0 - u)]), p99)
+        return TpotCurve(a, b, c, lo, hi, len(pairs), True)
+    step = float(np.median(p99 * (1.0 - u)))
+    return TpotCurve(step, 0.0, step, lo, hi, len(pairs), False)
+
+
+def _nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:
+    """argmin |x·β - y|² over β ≥ 0: the best unconstrained fit on each subset of the columns that comes out
+    non-negative (3 columns: 7 subsets, exact, no solver's tolerance)."""
+    best, best_sse = (0.0,) * x.shape[1], float(y @ y)
+    for k in range(1, x.shape[1] + 1):
+        for cols in combinations(range(x.shape[1]), k):
+            beta = np.linalg.lstsq(x[:, cols], y, rcond=None)[0]
+            if (beta < 0).any():
+                continue
+            sse = float(((x[:, cols] @ beta - y) ** 2).sum())
+            if sse < best_sse - 1e-15:
+                full = np.zeros(x.shape[1])
+                full[list(cols)] = beta
+                best, best_sse = tuple(full.tolist()), sse
+    return best
 
 
 def decode_step(measured: Sequence) -> float | None:

@@ -8,8 +8,10 @@ fully used one), so the answer moves with what the latencies measure: calm traff
 bursty traffic, whose prefill queue makes first tokens wait, keeps more headroom, and a burst that no headroom
 would serve is not bought at any price.
 
-The latencies as functions of u are fitted to the newest minutes the engine measured (serving.py's model: TPOT =
-step / (1 - u); the prefill wait of an M/G/1 queue, mean W(u) = w·u / (1 - u) with w from Little's law on the
+The latencies as functions of u are fitted to the newest minutes the engine measured (TPOT = step / (1 - u), the
+step the median of TPOT p50 × (1 - u): the median request's TPOT, each request counted within while it is within the
+target, so a spread of requests' TPOT around it is not modelled, nor a linear growth, unlike serving.TpotCurve's p99
+for a p99 target; the prefill wait of an M/G/1 queue, mean W(u) = w·u / (1 - u) with w from Little's law on the
 queue, its tail exponential with P(wait > 0) = u), and the load a start-up ahead is uncertain: u is spread by the
 relative change the recent request rate showed over one start-up.
 """

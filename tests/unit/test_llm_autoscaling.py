@@ -5,6 +5,7 @@ group replica model, the ServeGen reader, the look-ahead and the front's dominan
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -13,7 +14,8 @@ import pytest
 from colocation.policy import kpa
 from colocation.policy.autoscaling import (AHEAD, LoadMinute, Rates, ScaleReason, ScalingPolicy, ServiceView,
                                            decide_group, decide_service, lookahead)
-from colocation.policy.serving import ServingTargets, breaches, replicas_for_breach, slo_utilization
+from cluster.simulated import llm
+from colocation.policy.serving import REACH, ServingTargets, breaches, replicas_for_breach, slo_utilization
 from experiments.autoscale_eval.llm.forecast import RateLookahead
 from experiments.autoscale_eval.llm.front import Point, covering, dominates, pareto
 from experiments.autoscale_eval.llm.replica import GroupModel, LlmModel
@@ -136,16 +138,16 @@ def test_a_service_without_serving_targets_keeps_the_spec_filters():
 
 
 @pytest.mark.parametrize("targets,minute,limit", [
-    # TPOT p50 30 ms at u 0.5: a 15 ms step; TPOT within 50 ms up to 1 - 15/50
-    (ServingTargets(tpot_p99_s=0.05), {"tpot_p50": 0.03}, 0.7),
-    (ServingTargets(tpot_p99_s=0.015), {"tpot_p50": 0.03}, None),  # even an idle group misses it: no limit helps
+    # TPOT p99 30 ms at u 0.5, one minute: the cliff alone, 15 ms / (1 - u), within 50 ms up to 1 - 15/50
+    (ServingTargets(tpot_p99_s=0.05), {"tpot_p99": 0.03}, 0.7),
+    (ServingTargets(tpot_p99_s=0.015), {"tpot_p99": 0.03}, None),  # even an idle group misses it: no limit helps
     # a mean wait of 0.1 s (1 waiting at 10 requests/s) at u 0.5: the p99 wait W/u × ln(100u) is 0.78 s of the 1 s
     # TTFT p99, the prompt's own 0.22 s; within 1 s up to 0.5 (where it is), within 2 s up to 0.689
     (ServingTargets(ttft_p99_s=1.0), {"ttft_p99": 1.0, "queue": 1.0, "qps": 10.0}, 0.5),
     (ServingTargets(ttft_p99_s=2.0), {"ttft_p99": 1.0, "queue": 1.0, "qps": 10.0}, 0.757),
     (ServingTargets(ttft_p99_s=0.5), {"ttft_p99": 1.0, "queue": 0.0, "qps": 10.0}, None),  # the prompt alone: 1 s
     (ServingTargets(ttft_p99_s=1.0, tpot_p99_s=0.05), {"ttft_p99": 1.0, "queue": 1.0, "qps": 10.0,
-                                                       "tpot_p50": 0.03}, 0.5),  # the lower of the two
+                                                       "tpot_p99": 0.03}, 0.5),  # the lower of the two
 ])
 def test_the_utilization_the_slo_allows(targets, minute, limit):
     m = LoadMinute(NOW - 60, 4, **({"gpu": 0.5, "qps": 5.0} | minute))
@@ -154,18 +156,19 @@ def test_the_utilization_the_slo_allows(targets, minute, limit):
 
 
 def test_nothing_measured_short_of_saturation_sets_no_limit():
-    assert slo_utilization(ServingTargets(tpot_p99_s=0.05), (LoadMinute(NOW - 60, 4, gpu=0.95, tpot_p50=1.0),)) is None
-    assert slo_utilization(ServingTargets(), (LoadMinute(NOW - 60, 4, gpu=0.5, tpot_p50=0.03),)) is None
+    assert slo_utilization(ServingTargets(tpot_p99_s=0.05), (LoadMinute(NOW - 60, 4, gpu=0.95, tpot_p99=1.0),)) is None
+    assert slo_utilization(ServingTargets(), (LoadMinute(NOW - 60, 4, gpu=0.5, tpot_p99=0.03),)) is None
 
 
 def test_thresholds_above_the_tpot_cliff_are_lowered_whole():
     """maxRate 0.8 over a 15 ms step and a 50 ms TPOT target (cliff at 0.7): every rate × 0.7/0.8, so 5 minutes at
     0.75 scale out (over 0.7) to what expectRate 0.6 × 0.875 = 0.525 asks: ceil(0.75/0.525 × 4) = 6."""
     policy = replace(POLICY, serving=ServingTargets(tpot_p99_s=0.05))
-    d = decide_service(view(measured(*[(4, 0.75)] * 5, tpot_p50=0.06), policy=policy), NOW)  # 0.06 × 0.25 = 15 ms
+    d = decide_service(view(measured(*[(4, 0.75)] * 5, tpot_p99=0.06), policy=policy), NOW)  # 0.06 × 0.25 = 15 ms
     assert (d.reason, d.target) == (ScaleReason.SCALE_OUT, 6), d.message
-    assert "thresholds ×0.875: a 15.0 ms decode step keeps TPOT within 50 ms up to 70% use" in d.message
-    loose = decide_service(view(measured(*[(4, 0.75)] * 5, tpot_p50=0.06), policy=replace(policy, serving=None)), NOW)
+    assert ("thresholds ×0.875: TPOT p99 × (1 − u) 15.0 ms over 5 minutes at 75% use (too narrow a span to fit: the "
+            "cliff alone) keeps TPOT p99 within 50 ms up to 70% use") in d.message
+    loose = decide_service(view(measured(*[(4, 0.75)] * 5, tpot_p99=0.06), policy=replace(policy, serving=None)), NOW)
     assert loose.reason is ScaleReason.HOLD
 
 
@@ -367,3 +370,68 @@ def test_covering_picks_the_cheapest_and_pareto_drops_the_beaten():
     tidal = pts("tidal", (0.95, 0.7), (0.93, 0.6), (0.92, 0.65))
     assert covering(Point("hpa", "x", 0.92, 0.7), tidal).gpu_hours_per_mtok == 0.6
     assert [(p.attainment, p.gpu_hours_per_mtok) for p in pareto(tidal)] == [(0.93, 0.6), (0.95, 0.7)]
+
+
+P99 = 2.3263478740408408  # the normal's 99th percentile: a lognormal's p99 is its median × exp(P99 × σ)
+
+
+def tpot_minutes(us, p99_of, noise: float = 0.0, seed: int = 0) -> tuple[LoadMinute, ...]:
+    """One minute per utilization, TPOT p99 from `p99_of` (times 1 + noise × a standard normal draw)."""
+    rng = random.Random(seed)
+    return tuple(LoadMinute(NOW - 60 * (len(us) - i), 4, gpu=u, tpot_p99=p99_of(u) * (1 + noise * rng.gauss(0, 1)))
+                 for i, u in enumerate(us))
+
+
+def demo_engine_p99(u: float) -> float:
+    return llm.engine_at(u).tpot_median_s * math.exp(P99 * llm.TPOT_SIGMA)
+
+
+SPREAD_US = [0.3 + 0.3 * i / 59 for i in range(60)]  # an hour measured at 30-60 % use
+TPOT_50MS = ServingTargets(tpot_p99_s=0.05)
+
+
+def test_the_cliff_measured_over_a_span_is_recovered_exactly():
+    """TPOT = step / (1 - u), no spread (the LLM evaluation's engine): the fit is the cliff, the limit today's."""
+    limit, why = slo_utilization(TPOT_50MS, tpot_minutes(SPREAD_US, lambda u: 0.0151 / (1 - u)))
+    assert limit == pytest.approx(1 - 0.0151 / 0.05, abs=1e-4)
+    assert "TPOT p99 15.1 + 0.0·u + 15.1·u/(1 − u) ms fitted over 60 minutes at 30%–60% use" in why
+
+
+def test_the_demo_engines_linear_growth_is_not_read_as_a_cliff():
+    """The demo's engine (cluster/simulated/llm.py): median 20 ms × (1 + u), lognormal σ 0.15; its p99 reaches 50 ms
+    at u = 0.05 / (0.02 × e^(2.326 × 0.15)) - 1 ≈ 0.76, which the fit finds from minutes measured up to 0.6."""
+    true = 0.05 / (llm.BASE_TPOT_S * math.exp(P99 * llm.TPOT_SIGMA)) - 1
+    limit, why = slo_utilization(TPOT_50MS, tpot_minutes(SPREAD_US, demo_engine_p99))
+    assert true == pytest.approx(0.76, abs=0.01) and limit == pytest.approx(true, abs=0.01), why
+
+
+def test_minutes_at_one_utilization_fall_back_to_the_cliff():
+    limit, why = slo_utilization(TPOT_50MS, tpot_minutes([0.38] * 60, demo_engine_p99))
+    assert limit == pytest.approx(1 - demo_engine_p99(0.38) * 0.62 / 0.05, abs=1e-6)
+    assert "over 60 minutes at 38% use (too narrow a span to fit: the cliff alone)" in why
+
+
+def test_a_fit_is_trusted_only_so_far_past_the_highest_use_measured():
+    """A flat p99 of 40 ms measured at 20-40 % reaches 50 ms nowhere short of saturation, and the cliff through it
+    at 40 % would allow only 52 %: the limit stays REACH past 40 %."""
+    limit, why = slo_utilization(TPOT_50MS, tpot_minutes([0.2 + 0.2 * i / 59 for i in range(60)], lambda u: 0.04))
+    assert limit == pytest.approx(0.4 + REACH, abs=1e-9) and "trusted to 20% past the highest" in why
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise_moves_the_limit_little(seed):
+    """1 % noise on each minute's p99 (a few hundred requests a minute at the demo's σ) moves the limit by a few
+    points, never up past the truth by more than one."""
+    exact = slo_utilization(TPOT_50MS, tpot_minutes(SPREAD_US, demo_engine_p99))[0]
+    noisy = slo_utilization(TPOT_50MS, tpot_minutes(SPREAD_US, demo_engine_p99, noise=0.01, seed=seed))[0]
+    assert -0.05 < noisy - exact < 0.01
+
+
+def test_a_utilization_measured_within_the_target_is_allowed():
+    """The demo's engines at 29-31 % use: their TPOT p99 (39 ms) reads 49.7 ms through Prometheus's interpolation in
+    vLLM's 25-50 ms bucket. The cliff through it would allow 30 %; 31 % was measured within 50 ms."""
+    limit, why = slo_utilization(TPOT_50MS, tpot_minutes([0.29, 0.31, 0.30], lambda u: 0.0497))
+    assert limit == pytest.approx(0.31)
+    assert why.endswith("keeps TPOT p99 within 50 ms up to 30% use, but it was measured within it"), why
+    missed_at_low = tpot_minutes([0.29, 0.31, 0.30], lambda u: 0.0497 if u > 0.3 else 0.051)
+    assert slo_utilization(TPOT_50MS, missed_at_low)[0] < 0.3
