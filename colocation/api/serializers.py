@@ -5,7 +5,7 @@ from rest_framework import serializers
 from colocation.models import (InferenceService, Node, NodeTransition, ResourceGroup, ScalingSchedule, ScalingThreshold,
                                ServiceGroup)
 from core.api.jsontypes import JSONTypes
-from core.api.serializers import DecisionSerializer, NameField, UnsignedDecimalField, gpu_model_field
+from core.api.serializers import DecisionSerializer, NameField, UnsignedDecimalField, WholeItem, gpu_model_field
 from core.models import Decision, Department
 
 
@@ -94,7 +94,7 @@ class RateField(serializers.FloatField):
         return value
 
 
-class ScalingThresholdSerializer(JSONTypes, serializers.ModelSerializer):
+class ScalingThresholdSerializer(WholeItem, JSONTypes, serializers.ModelSerializer):
     min_rate = RateField()
     expect_rate = RateField()
     max_rate = RateField()
@@ -112,7 +112,7 @@ class ClockTimeField(serializers.TimeField):
         super().__init__(format="%H:%M", input_formats=["%H:%M"], **kwargs)
 
 
-class ScalingScheduleSerializer(JSONTypes, serializers.ModelSerializer):
+class ScalingScheduleSerializer(WholeItem, JSONTypes, serializers.ModelSerializer):
     weekdays = serializers.CharField(max_length=32, required=False, default="*",
                                      help_text='Cron day-of-week: "*", "1-5", "mon-fri", "0,6" (0 and 7 = Sunday).')
     start = ClockTimeField(help_text="Local time (TIME_ZONE), inclusive.")

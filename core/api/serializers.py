@@ -77,6 +77,19 @@ class UnsignedDecimalSchema(OpenApiSerializerFieldExtension):
         return {"oneOf": [*self.target.number_schemas(), text]}
 
 
+class WholeItem:
+    """An item of a list that a write replaces whole (a service's thresholds, its schedules): its required fields
+    stay required under PATCH too. DRF passes the root's partial to nested serializers and skips their missing
+    fields, which would hand the domain layer an item without them."""
+
+    def validate(self, attrs: dict) -> dict:
+        missing = {name: [serializers.Field.default_error_messages["required"]] for name, field in self.fields.items()
+                   if field.required and not field.read_only and name not in attrs}
+        if missing:
+            raise serializers.ValidationError(missing)
+        return super().validate(attrs)
+
+
 def gpu_model_field(**kwargs) -> serializers.SlugRelatedField:
     return NameField(slug_field="name", queryset=GPUModel.objects.all(), **kwargs)
 

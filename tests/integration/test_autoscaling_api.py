@@ -108,6 +108,23 @@ def test_patch_replaces_schedules_and_refuses_without_changing_anything(world):
     assert off.status_code == 200 and off.json()["thresholds"] == [GPU]
 
 
+@pytest.mark.parametrize("change, path", [
+    ({"schedules": [{"weekdays": "*", "end": "08:00", "min_replicas": 0}]}, ("schedules", "0", "start")),
+    ({"thresholds": [{"metric": "gpu", "min_rate": 0.3, "max_rate": 0.8}]}, ("thresholds", "0", "expect_rate")),
+])
+def test_a_patch_names_a_field_missing_from_a_replaced_item_and_writes_nothing(world, change, path):
+    """A PATCH replaces the list whole, so each item needs every field (a fuzzed schedule without its start was a 500)."""
+    service_id = create(world).json()["id"]
+    response = world.client("dept_admin").patch(f"/api/inference-services/{service_id}/", {**change, "priority": 9},
+                                                format="json")
+    assert response.status_code == 400, response.content
+    fields = response.json()["extra"]["fields"]
+    assert fields[path[0]][path[1]][path[2]] == ["This field is required."]
+    service = InferenceService.objects.get(pk=service_id)
+    assert service.priority == 5 and ScalingSchedule.objects.filter(service=service).count() == 1
+    assert ScalingThreshold.objects.filter(service=service).count() == 2
+
+
 def test_who_may_read_and_change_the_policy(world):
     service_id = create(world).json()["id"]
     url = f"/api/inference-services/{service_id}/"
