@@ -276,21 +276,28 @@ def test_the_scheduler_reads_the_predicted_take_back_by_default(demand_store):
     assert lending_profile().take_back_by == (("T4", 1234.0),)
 
 
-@pytest.mark.parametrize("high", [4.0, 2.0])
-def test_a_cold_group_takes_back_for_its_recent_high(lab, demand_store, high):
-    # 3 h of history (no seasonal profile): 2 GPUs, `high` an hour ago. 4 on the 4 online GPUs is 100% > maxRate:
-    # the lent node comes back now, the decision naming the recent forecast; 2 (50%) moves nothing
+def _cold_tick(lab, demand_store, offset_min: int, value: float):
+    """A forecast-driven lending tick of t4 (2 replicas serving) after 3 h of demand history, no seasonal profile:
+    2 GPUs every minute but `value` at `offset_min`."""
     world, cluster, clock = lab
     redis, namespace = demand_store
     t4 = world.groups["t4"]
     t4.lending = True
     t4.save()
     serve(cluster, replicas=2)
-    fill_history(redis, namespace, "t4", clock.now() + 5, lambda offset: high if offset == -60 else 2.0, days=0.125)
+    fill_history(redis, namespace, "t4", clock.now() + 5, lambda offset: value if offset == offset_min else 2.0,
+                 days=0.125)
     clock.advance(5)
     cluster.advance()
-    report = controller.lending_tick(backend=cluster, now=clock.now(), profile=DEFAULT.with_(forecast=True),
-                                     redis=redis, namespace=namespace)
+    return controller.lending_tick(backend=cluster, now=clock.now(), profile=DEFAULT.with_(forecast=True),
+                                   redis=redis, namespace=namespace)
+
+
+@pytest.mark.parametrize("high", [4.0, 2.0])
+def test_a_cold_group_takes_back_for_its_recent_high(lab, demand_store, high):
+    # 3 h of history (no seasonal profile): 2 GPUs, `high` an hour ago. 4 on the 4 online GPUs is 100% > maxRate:
+    # the lent node comes back now, the decision naming the recent forecast; 2 (50%) moves nothing
+    report = _cold_tick(lab, demand_store, offset_min=-60, value=high)
     if high == 2.0:
         assert report.opened == []
         return
@@ -307,17 +314,8 @@ def test_a_cold_group_plans_for_its_bursts_without_evicting(lab, demand_store, b
     # takes no new job (its predicted take-back is now), and nothing is taken back or evicted for it
     from colocation import demand_history
 
-    world, cluster, clock = lab
-    redis, namespace = demand_store
-    t4 = world.groups["t4"]
-    t4.lending = True
-    t4.save()
-    serve(cluster, replicas=2)
-    fill_history(redis, namespace, "t4", clock.now() + 5, lambda offset: burst if offset == -150 else 2.0, days=0.125)
-    clock.advance(5)
-    cluster.advance()
-    report = controller.lending_tick(backend=cluster, now=clock.now(), profile=DEFAULT.with_(forecast=True),
-                                     redis=redis, namespace=namespace)
+    (_, _, clock), (redis, namespace) = lab, demand_store
+    report = _cold_tick(lab, demand_store, offset_min=-150, value=burst)
     assert report.opened == []
     if burst == 2.0:
         assert demand_history.take_back_by(redis, namespace) == ()
