@@ -492,23 +492,6 @@ def test_an_operator_creates_a_two_pod_group_service_and_sees_its_groups_on_thei
     console.shot("service-groups")
 
 
-class EnginesAt:
-    """The cluster exporter's load (cluster/simulated/metrics.ServingLoad): the engines of each service at a fixed
-    (requests/s, GPU utilization)."""
-
-    def __init__(self, loads: dict[str, tuple[float, float]]) -> None:
-        self.loads = loads
-
-    def serves(self, service: str) -> bool:
-        return service in self.loads
-
-    def qps(self, service: str, now: float) -> float:
-        return self.loads[service][0]
-
-    def gpu(self, service: str, now: float, ready: int) -> float:
-        return self.loads[service][1]
-
-
 def histogram_p99(median_s: float) -> float:
     """Prometheus' histogram_quantile(0.99) over vLLM's TTFT buckets of lognormal latencies of `median_s`: linear
     within the bucket the 99th percentile falls in."""
@@ -530,6 +513,7 @@ def test_an_llm_service_page_charts_its_ttft_p99_from_prometheus_against_its_das
     from cluster.simulated.metrics import builtin_shapes
     from colocation.replicas import replica_template
     from colocation.serving_signals import SERVICE, queries
+    from tests.integration.livecluster import EnginesAt
     from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL
 
     run = uuid.uuid4().hex[:6]  # names of this run alone: Prometheus keeps earlier runs' series

@@ -60,3 +60,19 @@ def on_kubernetes(settings, kubeconfig, *, namespace: str, prefix: str) -> str:
     live_backend.kubernetes_backend.cache_clear()
     return settings.TIDAL_REDIS_NAMESPACE
 
+
+class EnginesAt:
+    """The cluster exporter's load (cluster/simulated/metrics.ServingLoad): the engines of each service at a fixed
+    (requests/s, GPU utilization)."""
+
+    def __init__(self, loads: dict[str, tuple[float, float]]) -> None:
+        self.loads = loads
+
+    def serves(self, service: str) -> bool:
+        return service in self.loads
+
+    def qps(self, service: str, now: float) -> float:
+        return self.loads[service][0]
+
+    def gpu(self, service: str, now: float, ready: int) -> float:
+        return self.loads[service][1]

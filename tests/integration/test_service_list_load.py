@@ -20,26 +20,11 @@ from colocation.selectors import node_views
 from colocation.serving_signals import SERVICE
 from frontend.services.views import GATEWAY_QPS
 from profiling.models import ServiceMinute
+from tests.integration.livecluster import EnginesAt
 from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL
 
 pytestmark = pytest.mark.django_db
 QPS = 6.0
-
-
-class Serving:
-    """The cluster exporter's load (cluster/simulated/metrics.ServingLoad): `name` at QPS requests/s."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def serves(self, service: str) -> bool:
-        return service == self.name
-
-    def qps(self, service: str, now: float) -> float:
-        return QPS
-
-    def gpu(self, service: str, now: float, ready: int) -> float:
-        return 0.5
 
 
 def qps_cell(page: str, name: str) -> tuple[str, str]:
@@ -59,7 +44,7 @@ def test_a_serving_service_shows_the_gateways_qps_before_its_first_profile_minut
     cluster.apply_replicaset(live.name, replica_template(live), 1, startup_s=0)
     cluster.advance()
     state = (cluster.pods(), cluster.nodes())
-    server, thread = serve(lambda: state, builtin_shapes(), 0, load=Serving(live.name))
+    server, thread = serve(lambda: state, builtin_shapes(), 0, load=EnginesAt({live.name: (QPS, 0.5)}))
     target = register_target(PROMETHEUS_SD_DIR, server.server_port, f"it-list-{run}")
     try:
         prometheus, deadline = PrometheusConnect(url=PROMETHEUS_URL, disable_ssl=True), time.monotonic() + 60

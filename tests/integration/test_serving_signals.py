@@ -23,28 +23,12 @@ from colocation import autoscaler
 from colocation.models import InferenceService
 from colocation.serving_signals import ServingSignals, WithServingSignals
 from core.models import Decision
-from tests.integration.livecluster import scaling_lab
+from tests.integration.livecluster import EnginesAt, scaling_lab
 from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL
 
 pytestmark = pytest.mark.django_db
 SPEED = 12.0  # demo seconds per real second: a policy minute is 5 s
 DEADLINE_S = 90
-
-
-class Overloaded:
-    """The exporter's load (metrics.ServingLoad): `name` at 90 % GPU utilization per replica."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def serves(self, service: str) -> bool:
-        return service == self.name
-
-    def qps(self, service: str, now: float) -> float:
-        return 8.0
-
-    def gpu(self, service: str, now: float, ready: int) -> float:
-        return 0.9
 
 
 class NoLoads:
@@ -81,7 +65,7 @@ def test_a_ttft_p99_over_the_slo_in_prometheus_scales_the_service_out(lab):
     cluster.advance()
     InferenceService.objects.filter(name=name).update(replicas_changed_at=utc(time.time() - 3600))
     state = (cluster.pods(), cluster.nodes())
-    server, thread = serve(lambda: state, builtin_shapes(), 0, load=Overloaded(name))
+    server, thread = serve(lambda: state, builtin_shapes(), 0, load=EnginesAt({name: (8.0, 0.9)}))  # overloaded: 90 % GPU
     target = register_target(PROMETHEUS_SD_DIR, server.server_port, f"it-signals-{name}")
     try:
         deadline = time.monotonic() + DEADLINE_S
