@@ -241,7 +241,7 @@ class InferenceService(models.Model):
             models.CheckConstraint(condition=Q(group_size__gte=1), name="service_group_size_positive"),
             models.CheckConstraint(condition=Q(max_surge__gt=0) | Q(max_unavailable__gt=0),
                                    name="service_rollout_can_progress"),
-            models.CheckConstraint(condition=Q(group_restart_policy__in=[p.value for p in RestartPolicy]),
+            models.CheckConstraint(condition=Q(group_restart_policy__in=RestartPolicy.values()),
                                    name="service_group_restart_policy_valid"),
         ]
 

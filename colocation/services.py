@@ -109,7 +109,7 @@ def _group_errors(values: dict) -> dict:
     errors = {}
     if values["max_surge"] == 0 and values["max_unavailable"] == 0:
         errors["max_unavailable"] = ["max_surge and max_unavailable cannot both be 0: a rollout could never progress"]
-    policies = [p.value for p in RestartPolicy]
+    policies = RestartPolicy.values()
     if values["group_restart_policy"] not in policies:
         errors["group_restart_policy"] = [f"{values['group_restart_policy']!r} is not one of {', '.join(policies)}"]
     if size <= 1:

@@ -11,10 +11,11 @@ current count since it last changed (a minute at the old count says nothing abou
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import time
 from enum import StrEnum
+from itertools import takewhile
 
 from cluster.types import GPU_UTIL, SM_ACTIVE
 from colocation.policy.schedules import Schedule, scheduled_minimum
@@ -179,6 +180,27 @@ class ScaleDecision:
         return self.target != self.current
 
 
+@dataclass(frozen=True, slots=True)
+class Band:
+    """How the GPU band a decision applied relates to the owner's, for a service whose SLO moves it
+    (_under_slo): `owner` is the owner's band when another was used; `cause` says so in a few words beside each
+    band the sentence names, `why` what was measured, at the sentence's end. The limit is recomputed every minute
+    from the newest latencies, so one minute may lower the band and the next keep the owner's: `cause` says which."""
+
+    owner: Rates | None = None
+    cause: str = ""
+    why: str = ""
+
+    def beside(self, metric: str, shown: Callable[[Rates], str]) -> str:
+        """The words beside a value of `metric`'s band the sentence names (`shown` phrases it from a band)."""
+        if metric != "gpu" or not self.cause:
+            return ""
+        return f" (owner's {shown(self.owner)}, {self.cause})" if self.owner else f" (the owner's: {self.cause})"
+
+
+OWNERS = Band()  # the owner's band, nothing to say about it
+
+
 # --- one service ----------------------------------------------------------------------------------
 
 
@@ -234,10 +256,8 @@ def _out_while_starting(view: ServiceView, now: float, fresh: Sequence[LoadMinut
     if (skip.reason not in (ScaleReason.SKIP_SCALING, ScaleReason.SKIP_UNSTABLE) or view.replicas == 0 or not fresh
             or not decides_while_starting(view.policy)):
         return skip
-    d = _decide(view, now, fresh)
-    if d.target <= view.replicas:
-        return skip
-    return replace(d, message=f"{d.message} ({view.ready} of {view.replicas} ready, the others counted as capacity)")
+    d = _decide(view, now, fresh, f" ({view.ready} of {view.replicas} ready, the others counted as capacity)")
+    return d if d.target > view.replicas else skip
 
 
 def keep_minutes(policy: ScalingPolicy) -> int:
@@ -295,43 +315,51 @@ def _recent_run(loads: Sequence[LoadMinute], now: float) -> list[LoadMinute]:
     return run[::-1]
 
 
-def _decide(view: ServiceView, now: float, fresh: Sequence[LoadMinute]) -> ScaleDecision:
-    """The rules and the system rules on the fresh minutes, under the thresholds the SLO allows (_under_slo)."""
-    capped, note = _under_slo(view, fresh)
-    d = _bounded(capped, now, _rules(capped, _measured(capped, fresh), _at_current_count(capped, fresh)))
-    return replace(d, message=f"{d.message}; {note}") if note else d
+def _decide(view: ServiceView, now: float, fresh: Sequence[LoadMinute], note: str = "") -> ScaleDecision:
+    """The rules and the system rules on the fresh minutes, under the thresholds the SLO allows (_under_slo); `note`
+    follows the rules' sentence, before what moved the band."""
+    capped, band = _under_slo(view, fresh)
+    d = _bounded(capped, now, _rules(capped, _measured(capped, fresh), _at_current_count(capped, fresh), band))
+    return replace(d, message=d.message + note + (f"; {band.why}" if band.why else ""))
 
 
-def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, str]:
+def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, Band]:
     """An LLM service with latency targets: its GPU thresholds, lowered as a whole (the band's shape kept) until
     maxRate keeps the predicted TPOT and TTFT p99 within their targets at the latencies measured
     (serving.slo_utilization): past that utilization the requests miss their SLO, whatever the owner set."""
     policy = view.policy
-    rates = dict(policy.thresholds)
-    if policy.serving and policy.serving.sizes_to_slo and "gpu" in rates:
+    rates, t = dict(policy.thresholds), policy.serving
+    if t is None or "gpu" not in rates:
+        return view, OWNERS
+    if t.sizes_to_slo:
         return _sized_to_slo(view, run)
-    limit = slo_utilization(policy.serving, run) if policy.serving and "gpu" in rates else None
-    if limit is None or rates["gpu"].max_rate <= limit[0]:
-        return view, ""
-    r, (cap, why) = rates["gpu"], limit
+    if t.ttft_p99_s is None and t.tpot_p99_s is None:
+        return view, OWNERS
+    limit, r = slo_utilization(t, run), rates["gpu"]
+    if limit is None:
+        return view, Band(cause="no SLO limit from this minute's latencies")
+    cap, why = limit
+    if r.max_rate <= cap:
+        return view, Band(cause=f"the SLO allows {cap:.0%}")
     f = cap / r.max_rate
     rates["gpu"] = Rates(r.min_rate * f, r.expect_rate * f, cap)
-    note = f"thresholds ×{f:.3g}: {why} up to {cap:.0%} use"
-    return replace(view, policy=replace(policy, thresholds=tuple(rates.items()))), note
+    band = Band(r, "lowered for the SLO", f"{why} up to {cap:.0%} use")
+    return replace(view, policy=replace(policy, thresholds=tuple(rates.items()))), band
 
 
-def _sized_to_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, str]:
+def _sized_to_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, Band]:
     """A service sized to its request SLO (slo_sizing.py): its GPU band moved, its shape kept, so that expectRate
     is the utilization the SLO and min_gain ask; unchanged until the latencies can be fitted."""
     policy, t = view.policy, view.policy.serving
     sizing = size_to_slo(t.slo_ttft_s, t.slo_tpot_s, t.min_gain, run, lookahead(policy))
     if sizing is None:
-        return view, ""
+        return view, Band(cause="no SLO sizing until its latencies can be fitted")
     rates = dict(policy.thresholds)
     r = rates["gpu"]
     u, f = sizing.utilization, sizing.utilization / r.expect_rate
     rates["gpu"] = Rates(min(u, r.min_rate * f), u, max(u, min(1.0, r.max_rate * f)))
-    return replace(view, policy=replace(policy, thresholds=tuple(rates.items()))), sizing.why
+    band = Band(r, "sized to the SLO", sizing.why)
+    return replace(view, policy=replace(policy, thresholds=tuple(rates.items()))), band
 
 
 def _measured(view: ServiceView, run: Sequence[LoadMinute]) -> list[LoadMinute]:
@@ -446,11 +474,13 @@ def replicas_for(y: float, n: int, rate: float, headroom: float, up: bool) -> tu
     return k, f"{k} replicas run {y:.2f}×{n} at {rate:.2f} less headroom {headroom:g}/√{k}"
 
 
-def _rules(view: ServiceView, loads: Sequence[LoadMinute], at_count: Sequence[LoadMinute]) -> ScaleDecision:
+def _rules(view: ServiceView, loads: Sequence[LoadMinute], at_count: Sequence[LoadMinute],
+           band: Band = OWNERS) -> ScaleDecision:
     """The reactive rule per metric on `loads` (_measured), the serving targets on `at_count` (latency measured at
     another count says nothing about this one) and the predictive rule; the largest answer wins. With square-root
     headroom the triggers are the rates at the current count (rates_at) and every count is sized at the
-    headroom-scaled rate."""
+    headroom-scaled rate. Each band the sentence names is the one applied, with the owner's beside it where the SLO
+    moved it (`band`)."""
     n, policy = view.replicas, view.policy
     answers: list[tuple[int, ScaleReason, str, str]] = []  # (replicas, reason, metric, why)
     for metric, base in sorted(policy.rates().items()):
@@ -460,18 +490,18 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute], at_count: Sequence[Lo
         if len(ys) >= OUT_MINUTES and all(v > rates.max_rate for v in ys[-OUT_MINUTES:]):
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=True)
             answers.append((max(n + 1, k), ScaleReason.SCALE_OUT, metric,  # over maxRate >= expectRate: one more at least
-                            f"{named} {_pcts(ys[-OUT_MINUTES:])} over maxRate {rates.max_rate:.0%} for "
-                            f"{OUT_MINUTES} minutes: {formula}" + _nudged(k, max(n + 1, k))))
+                            f"{named} {_pcts(ys[-OUT_MINUTES:])} over maxRate {_max(rates)}"
+                            f"{band.beside(metric, _max)} for {OUT_MINUTES} minutes: {formula}"
+                            + _nudged(k, max(n + 1, k))))
         elif len(ys) >= IN_MINUTES and all(v < rates.min_rate for v in ys[-IN_MINUTES:]):
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=False)
             answers.append((min(n - 1, k), ScaleReason.SCALE_IN, metric,  # under minRate <= expectRate: one fewer at least
-                            f"{named} under minRate {rates.min_rate:.0%} for {IN_MINUTES} minutes "
-                            f"(now {ys[-1]:.0%}): {formula}" + _nudged(k, min(n - 1, k))))
+                            f"{named} under minRate {_min(rates)}{band.beside(metric, _min)} "
+                            f"for {IN_MINUTES} minutes (now {ys[-1]:.0%}): {formula}" + _nudged(k, min(n - 1, k))))
         elif ys:
-            answers.append((n, ScaleReason.HOLD, metric, f"{named} {ys[-1]:.0%} within {rates.min_rate:.0%}–"
-                                                    f"{rates.max_rate:.0%}"))
-    answers += _serving(view, at_count)
-    ahead = _ahead(view)
+            answers.append((n, ScaleReason.HOLD, metric, f"{named} {ys[-1]:.0%} {_held(ys, rates, band, metric)}"))
+    answers += _serving(view, at_count, band)
+    ahead = _ahead(view, band)
     if ahead is not None:
         answers.append(ahead)
     if not answers:
@@ -489,10 +519,58 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute], at_count: Sequence[Lo
     if reason is ScaleReason.PREDICTIVE_LIMIT:
         verb = "stays at" if replicas == n else "scales in only to"
     return ScaleDecision(view.name, n, replicas, reason, f"{view.name} {verb} {replicas} replicas: {why}",
-                         {"metric": metric, "loads": {m: _last(loads, m) for m in policy.rates()}})
+                         {"metric": metric, "loads": {m: _last(loads, m) for m in policy.rates()},
+                          **_bands(view, band)})
 
 
-def _serving(view: ServiceView, loads: Sequence[LoadMinute]) -> list[tuple[int, ScaleReason, str, str]]:
+def _bands(view: ServiceView, band: Band) -> dict:
+    """A decision's data on its bands: each metric's as applied at the current count, the owner's where the SLO
+    moved it, and why it moved or did not."""
+    out: dict = {"bands": {m: _rates_data(rates_at(r, view.policy.headroom, view.replicas))
+                           for m, r in sorted(view.policy.rates().items())}}
+    if band.owner:
+        out["owner_bands"] = {"gpu": _rates_data(band.owner)}
+    if band.cause:
+        out["band_note"] = band.cause
+    return out
+
+
+def _rates_data(r: Rates) -> dict[str, float]:
+    return {"min_rate": r.min_rate, "expect_rate": r.expect_rate, "max_rate": r.max_rate}
+
+
+def _min(r: Rates) -> str:
+    return f"{r.min_rate:.0%}"
+
+
+def _expect(r: Rates) -> str:
+    return f"{r.expect_rate:.0%}"
+
+
+def _max(r: Rates) -> str:
+    return f"{r.max_rate:.0%}"
+
+
+def _span(r: Rates) -> str:
+    return f"{r.min_rate:.0%}–{r.max_rate:.0%}"
+
+
+def _held(ys: Sequence[float], r: Rates, band: Band, metric: str) -> str:
+    """Where a hold's newest value lies against the band applied: within it, or past it for fewer minutes than its
+    rule needs."""
+    over = sum(1 for _ in takewhile(lambda v: v > r.max_rate, reversed(ys)))
+    under = sum(1 for _ in takewhile(lambda v: v < r.min_rate, reversed(ys)))
+    if over:
+        return (f"over maxRate {_max(r)}{band.beside(metric, _max)} for {over} of the {OUT_MINUTES} minutes a "
+                f"scale-out needs")
+    if under:
+        return (f"under minRate {_min(r)}{band.beside(metric, _min)} for {under} of the {IN_MINUTES} minutes a "
+                f"scale-in needs")
+    return f"within {_span(r)}{band.beside(metric, _span)}"
+
+
+def _serving(view: ServiceView, loads: Sequence[LoadMinute],
+             band: Band = OWNERS) -> list[tuple[int, ScaleReason, str, str]]:
     """An LLM service's serving targets missed in each of the last OUT_MINUTES minutes: scale out to what the
     utilization asks at expectRate, one replica more at least (policy/serving.py)."""
     targets, n = view.policy.serving, view.replicas
@@ -501,10 +579,12 @@ def _serving(view: ServiceView, loads: Sequence[LoadMinute]) -> list[tuple[int, 
     found = breaches(targets, loads, n, OUT_MINUTES)
     if not found:
         return []
-    asks = [(_last(loads, m) or 0.0) / r.expect_rate for m, r in view.policy.rates().items()]
+    rates = view.policy.rates()
+    asks = [(_last(loads, m) or 0.0) / r.expect_rate for m, r in rates.items()]
     k, b = replicas_for_breach(n, max(asks, default=None), 1.0), found[0]
+    moved = f" {_expect(rates['gpu'])}{band.beside('gpu', _expect)}" if band.owner and "gpu" in rates else ""
     return [(k, ScaleReason.SLO_OUT, b.signal, f"{b.sentence()} for {OUT_MINUTES} minutes: {k} replicas "
-                                               f"(the utilization at expectRate, one more at least)")]
+                                               f"(the utilization at expectRate{moved}, one more at least)")]
 
 
 def _slo_kept(view: ServiceView, loads: Sequence[LoadMinute], k: int, reason: ScaleReason,
@@ -563,7 +643,7 @@ def _no_flap(view: ServiceView, loads: Sequence[LoadMinute], k: int, reason: Sca
     return need, ScaleReason.HOLD if need == n else reason, f"{why}; kept at {need}: {note}"
 
 
-def _ahead(view: ServiceView) -> tuple[int, ScaleReason, str, str] | None:
+def _ahead(view: ServiceView, band: Band = OWNERS) -> tuple[int, ScaleReason, str, str] | None:
     """Predictive: if any AHEAD_OVER of the next AHEAD forecast minutes exceed maxRate, scale out ahead of the
     peak to what the forecast peak needs."""
     if not view.policy.predictive:
@@ -578,7 +658,8 @@ def _ahead(view: ServiceView) -> tuple[int, ScaleReason, str, str] | None:
             m, formula = replicas_for(max(ahead), n, base.expect_rate, view.policy.headroom, up=True)
             k = max(n, m)
             why = (f"{metric} forecast {_pcts(ahead)} over the next {len(ahead)} minutes exceeds maxRate "
-                   f"{r.max_rate:.0%} {sum(v > r.max_rate for v in ahead)} times: {formula} ahead of the peak")
+                   f"{_max(r)}{band.beside(metric, _max)} {sum(v > r.max_rate for v in ahead)} times: "
+                   f"{formula} ahead of the peak")
             if best is None or k > best[0]:
                 best = (k, ScaleReason.PREDICTIVE_OUT, metric, why)
     return best
@@ -666,7 +747,8 @@ def decide_group(views: Sequence[ServiceView], capacity: float, now: float) -> l
             out[v.name] = ScaleDecision(
                 v.name, d.current, got, ScaleReason.PRIORITY,
                 f"{v.name} gets {got} of the {d.target} replicas it asks (priority {v.policy.priority}): the group "
-                f"cannot serve every service and higher-priority ones come first", {**d.data, "asked": d.target})
+                f"cannot serve every service and higher-priority ones come first; it asked {d.target} on "
+                f"{d.message.partition(': ')[2]}", {**d.data, "asked": d.target})
     return [out[v.name] for v in views]
 
 

@@ -62,6 +62,11 @@ class RestartPolicy(str, Enum):
     RECREATE_GROUP = "RecreateGroupOnPodRestart"  # the group is recreated whole, with back-off (LWS's default)
     NONE = "None"  # the pod restarts in place; the group is kept, not ready until that pod is ready again
 
+    @classmethod
+    def values(cls) -> list[str]:
+        """The spellings, in order: the model's check constraint and the service's validation both list them."""
+        return [p.value for p in cls]
+
 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:

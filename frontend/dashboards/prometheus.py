@@ -44,11 +44,12 @@ def lines(query: str, *, span_s: int, step_s: int, now: float, by: tuple[str, ..
                   key=lambda line: line.label)
 
 
-def latest(query: str, *, by: str, now: float) -> dict[str, float]:
-    """Each series' value of `query` at `now`, keyed by its `by` label (a NaN left out: 0/0 over an idle window)."""
-    client = PrometheusConnect(url=settings.PROMETHEUS_URL, disable_ssl=True)
+def latest(query: str, *, by: str, now: float, timeout_s: float = 5.0) -> dict[str, float]:
+    """Each series' value of `query` at `now`, keyed by its `by` label (a NaN left out: 0/0 over an idle window);
+    PrometheusDown when it does not answer within `timeout_s` (the query's own limit and the connection's)."""
+    client = PrometheusConnect(url=settings.PROMETHEUS_URL, disable_ssl=True, timeout=timeout_s)
     try:
-        result = client.custom_query(query, params={"time": f"{now:.3f}", "timeout": "5s"})
+        result = client.custom_query(query, params={"time": f"{now:.3f}", "timeout": f"{timeout_s:g}s"})
     except (PrometheusApiClientException, RequestException) as error:
         message = f"Prometheus at {settings.PROMETHEUS_URL} did not answer: {error}"
         raise PrometheusDown(_without_credentials(message)) from error

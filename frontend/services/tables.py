@@ -84,12 +84,14 @@ class ScalingHistoryTable(tables.Table):
     reason = tables.Column(orderable=False, attrs={"td": {"class": "mono small"}})
     replicas = tables.Column(verbose_name="Replicas", accessor="data", orderable=False, default="—",
                              attrs={"td": {"class": "num"}, "th": {"class": "num"}})
+    band = tables.Column(verbose_name="GPU band", accessor="data", orderable=False, default="—",
+                         attrs={"td": {"class": "num"}, "th": {"class": "num"}})
     message = tables.Column(verbose_name="Why", orderable=False)
 
     class Meta:
         model = Decision
         fields = ()
-        sequence = ("created_at", "kind", "reason", "replicas", "message")
+        sequence = ("created_at", "kind", "reason", "replicas", "band", "message")
         empty_text = "No scaling decision yet: the autoscaler records every scale, and each hold or skip once."
 
     def render_created_at(self, value) -> str:
@@ -104,7 +106,23 @@ class ScalingHistoryTable(tables.Table):
             return "—"
         return f"{current} → {target}" if current != target else str(current)
 
+    def render_band(self, value) -> str:
+        """The GPU band the decision applied, marked where the SLO moved it from the owner's (the title says how)."""
+        data = value or {}
+        used, owner = (data.get("bands") or {}).get("gpu"), (data.get("owner_bands") or {}).get("gpu")
+        if not used:
+            return "—"
+        if not owner:
+            return _span(used)
+        return format_html('{} <span class="small muted" title="owner\'s {}">{}</span>', _span(used), _span(owner),
+                           data.get("band_note", "moved"))
+
     def render_message(self, value, record) -> str:
         """A sentence, capitalised, unless it begins with the service's name (which keeps its case: g2-serving)."""
         name = record.subject.removeprefix("service:")
         return value if value.startswith(name) else value[:1].upper() + value[1:]
+
+
+def _span(rates: Mapping) -> str:
+    """Rounded as the decision's sentence rounds it."""
+    return f"{float(rates['min_rate']):.0%}–{float(rates['max_rate']):.0%}"

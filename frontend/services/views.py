@@ -3,11 +3,13 @@ from datetime import datetime, timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django_tables2 import RequestConfig
+from redis import RedisError
 
 from colocation import selectors, services
 from colocation.filtersets import InferenceServiceFilterSet
@@ -36,6 +38,9 @@ SERVICE_LIST = ObjectList(table=ServiceTable, filterset=InferenceServiceFilterSe
 # label: live, where the service-load profiles come minutes behind (the profile pipeline's window and lateness)
 _SERVER_SIDE_RATE = 'irate(istio_requests_total{reporter!="source"}[1m])'
 GATEWAY_QPS = f"sum by ({SERVICE}) ({of_services(_SERVER_SIDE_RATE)})"
+GATEWAY_CACHE_KEY = "services:gateway-qps"
+GATEWAY_TTL_S = 15  # the column says "last min": a figure 15 s old tells the reader the same
+GATEWAY_TIMEOUT_S = 1.0  # an instant query of one rate answers in milliseconds; past this the column falls back
 
 
 @login_required
@@ -47,8 +52,18 @@ def service_list(request):
 
 
 def gateway_load(now: datetime) -> GatewayLoad:
+    """The gateway's requests/s per service, read at most once per GATEWAY_TTL_S across renders and workers (the
+    project's cache): a slow or down Prometheus costs one render GATEWAY_TIMEOUT_S, not every render; a down one is
+    remembered as long. Without the cache (Redis down), read on each render."""
     try:
-        return GatewayLoad(prometheus.latest(GATEWAY_QPS, by=SERVICE, now=now.timestamp()))
+        return cache.get_or_set(GATEWAY_CACHE_KEY, lambda: _read_gateway(now), GATEWAY_TTL_S)
+    except RedisError:
+        return _read_gateway(now)
+
+
+def _read_gateway(now: datetime) -> GatewayLoad:
+    try:
+        return GatewayLoad(prometheus.latest(GATEWAY_QPS, by=SERVICE, now=now.timestamp(), timeout_s=GATEWAY_TIMEOUT_S))
     except prometheus.PrometheusDown as down:
         return GatewayLoad({}, down=str(down))
 

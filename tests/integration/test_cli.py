@@ -355,6 +355,8 @@ def test_create_service_refuses_a_group_no_block_holds_then_describe_lists_its_g
     said = {k: v.strip() for k, _, v in (line.partition(":") for line in described.stdout.splitlines())}
     assert said["Serving targets"] == "TTFT p99 500ms, queue 4 per replica", described.stdout
     assert said["Sized to the SLO"] == "TTFT 1s, TPOT 50ms, min gain 10%"
+    assert "The GPU band is moved every minute to the SLO's sizing; each decision names the band it used." \
+        in described.stdout
     row = next(line for line in described.stdout.splitlines() if "llm-0" in line)
     assert row.split()[:4] == ["0", "llm-0", "t4-0,", "t4-1"] and "yes (2/2)" in row
 

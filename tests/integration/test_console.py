@@ -558,6 +558,36 @@ def test_the_service_page_shows_replicas_history_and_no_forecast_yet(world):
     assert "Alert number 0" in second and "2 → 4" in second and "4 → 3" in second
 
 
+def test_the_service_page_says_the_slo_lowers_the_band_and_each_decision_shows_the_band_it_used(world):
+    """An LLM service with a TPOT target: the thresholds panel says its band may be lowered minute by minute, and the
+    scaling history shows each decision's band, the lowered one marked with the owner's (decisions as the policy
+    makes them)."""
+    from dataclasses import replace
+
+    from colocation.policy.autoscaling import LoadMinute, Rates, ScalingPolicy, ServiceView, decide_service
+    from colocation.policy.serving import ServingTargets
+    from core.decisions import decision_record
+
+    service = world.service("ml-search", name="llm", replicas=4, gpu_model=world.gpu_models["T4"],
+                            tpot_p99_target_s=0.05)
+    policy = ScalingPolicy(thresholds=(("gpu", Rates(0.2, 0.5, 0.8)),), serving=ServingTargets(tpot_p99_s=0.05))
+    cliff = tuple(LoadMinute(6000.0 + 60 * i, 4, gpu=0.5, tpot_p99=0.015 / 0.5) for i in range(5))  # allows 70 %
+    lowered = decide_service(ServiceView("llm", policy, 4, 4, cliff), 6300.0)
+    lifted = decide_service(ServiceView("llm", replace(policy, serving=ServingTargets(tpot_p99_s=0.2)), 4, 4, cliff),
+                            6300.0)
+    for d in (lowered, lifted):
+        decision_record(kind=Decision.Kind.SCALING, subject="service:llm", reason=d.reason.value, message=d.message,
+                        department=service.department, data={**d.data, "current": d.current, "target": d.target})
+    page = signed_in(world, "member").get(reverse("service", args=["llm"])).content.decode()
+    assert 'id="band-lowered"' in page and 'id="band-moved"' not in page
+    rows = page.split('id="scaling-history"', 1)[1].split("<tbody", 1)[1].split("</tbody>", 1)[0].split("</tr>")
+    assert '<td class="num">20%–80%</td>' in rows[0]  # the newest: the owner's band, unmarked
+    assert ('<td class="num">17%–70% <span class="small muted" title="owner\'s 20%–80%">lowered for the SLO</span>'
+            in rows[1]), rows[1]
+    assert "within 17%–70% (owner&#x27;s 20%–80%, lowered for the SLO)" in rows[1]
+    assert "within 20%–80% (the owner&#x27;s: the SLO allows 92%)" in rows[0]
+
+
 def test_a_group_services_chart_counts_the_pods_seen_in_groups(world):
     """Desired replicas of a group service are groups: the pods the profiles saw are drawn in groups beside them."""
     import json

@@ -7,7 +7,9 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.test import Client
+import redis
+from django.core.cache import cache
+from django.test import Client, override_settings
 from django.utils import timezone
 from prometheus_api_client import PrometheusConnect
 
@@ -18,10 +20,11 @@ from cluster.simulated.metrics import builtin_shapes
 from colocation.replicas import replica_template
 from colocation.selectors import node_views
 from colocation.serving_signals import SERVICE
-from frontend.services.views import GATEWAY_QPS
+from frontend.services.tables import GatewayLoad
+from frontend.services.views import GATEWAY_CACHE_KEY, GATEWAY_QPS, GATEWAY_TTL_S
 from profiling.models import ServiceMinute
 from tests.integration.livecluster import EnginesAt
-from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL
+from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL, REDIS_URL
 
 pytestmark = pytest.mark.django_db
 QPS = 6.0
@@ -51,6 +54,7 @@ def test_a_serving_service_shows_the_gateways_qps_before_its_first_profile_minut
         while live.name not in {s["metric"].get(SERVICE) for s in prometheus.custom_query(GATEWAY_QPS)}:
             assert time.monotonic() < deadline, "no gateway request rate of the service in Prometheus within 60 s"
             time.sleep(1)
+        cache.delete(GATEWAY_CACHE_KEY)  # a render of another test within the TTL read Prometheus before the service
         browser = Client()
         browser.force_login(world.users["operator"])
         page = browser.get("/services/").content.decode()
@@ -64,3 +68,25 @@ def test_a_serving_service_shows_the_gateways_qps_before_its_first_profile_minut
     assert qps_cell(page, profiled.name) == ("the service-load profile&#x27;s newest minute, 4\xa0minutes ago", "2.50")
     title, text = qps_cell(page, idle.name)
     assert text == "—" and title.startswith("No measurement yet: Prometheus has no request count of its pods")
+
+
+def test_the_gateways_figures_are_read_once_per_ttl_and_a_down_prometheus_is_remembered_as_long(world):
+    """A slow or down Prometheus must not slow every render of the list: the gateway's figures are kept in the
+    project's cache (Redis) for GATEWAY_TTL_S, a failed read too."""
+    service = world.service(name=f"cached-{uuid.uuid4().hex[:6]}", replicas=1, min_replicas=1, max_replicas=4)
+    browser = Client()
+    browser.force_login(world.users["operator"])
+    cache.delete(GATEWAY_CACHE_KEY)
+    with override_settings(PROMETHEUS_URL="http://127.0.0.1:9"):  # nothing listens on the discard port
+        browser.get("/services/")
+    stored = cache.get(GATEWAY_CACHE_KEY)
+    assert stored.qps == {} and "127.0.0.1:9 did not answer" in stored.down
+    assert 0 < redis.Redis.from_url(REDIS_URL).ttl(cache.make_key(GATEWAY_CACHE_KEY)) <= GATEWAY_TTL_S
+    title, text = qps_cell(browser.get("/services/").content.decode(), service.name)  # Prometheus is up again
+    assert text == "—" and "127.0.0.1:9 did not answer" in title  # still the failed read: not asked again
+
+    cache.set(GATEWAY_CACHE_KEY, GatewayLoad({service.name: 42.0}), GATEWAY_TTL_S)  # what a read within the TTL kept
+    assert qps_cell(browser.get("/services/").content.decode(), service.name)[1] == "42.00"
+    cache.delete(GATEWAY_CACHE_KEY)
+    title, text = qps_cell(browser.get("/services/").content.decode(), service.name)  # expired: Prometheus is asked
+    assert text == "—" and "Prometheus has no request count of its pods" in title

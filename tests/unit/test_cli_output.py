@@ -59,3 +59,15 @@ def test_a_describe_block(capsys):
     output.emit({}, Format.table, lambda: [output.fields([("Status", "pending"), ("Node", None), ("Gang", True)])])
     assert [line.split() for line in capsys.readouterr().out.splitlines()] == [
         ["Status:", "pending"], ["Node:", "-"], ["Gang:", "yes"]]
+
+
+@pytest.mark.parametrize("service, said", [
+    ({"tpot_p99_target_s": 0.05}, "lowered in a minute whose latencies predict a missed target"),
+    ({"ttft_p99_target_s": 0.5, "slo_min_gain": 0.1}, "moved every minute to the SLO's sizing"),
+    ({"kv_cache_target": 0.9}, None),  # no latency target: the band stays the owner's
+])
+def test_describe_service_says_when_the_slo_moves_the_band_of_its_thresholds(service, said):
+    from tidal_cli.commands.cluster import _band_moves
+
+    moves = _band_moves(service)
+    assert (said in moves[0]) if said else moves == []

@@ -166,10 +166,91 @@ def test_thresholds_above_the_tpot_cliff_are_lowered_whole():
     policy = replace(POLICY, serving=ServingTargets(tpot_p99_s=0.05))
     d = decide_service(view(measured(*[(4, 0.75)] * 5, tpot_p99=0.06), policy=policy), NOW)  # 0.06 × 0.25 = 15 ms
     assert (d.reason, d.target) == (ScaleReason.SCALE_OUT, 6), d.message
-    assert ("thresholds ×0.875: TPOT p99 × (1 − u) 15.0 ms over 5 minutes at 75% use (too narrow a span to fit: the "
-            "cliff alone) keeps TPOT p99 within 50 ms up to 70% use") in d.message
+    assert d.message.startswith("llm scales out to 6 replicas: gpu 75%/75% over maxRate 70% (owner's 80%, lowered for "
+                                "the SLO) for 2 minutes: ceil(0.75/0.52×4) = 6; TPOT p99 × (1 − u) 15.0 ms over 5 "
+                                "minutes at 75% use (too narrow a span to fit: the cliff alone) keeps TPOT p99 within "
+                                "50 ms up to 70% use"), d.message
     loose = decide_service(view(measured(*[(4, 0.75)] * 5, tpot_p99=0.06), policy=replace(policy, serving=None)), NOW)
     assert loose.reason is ScaleReason.HOLD
+
+
+# ---- every decision names the band it applied ----------------------------------------------------
+# The owner's band 30%–80% (POLICY) under a TPOT p99 target of 50 ms with a 15 ms decode step measured: the cliff
+# allows 70% use, so the band applied is ×0.875, 26%–70% (expectRate 52%).
+CLIFF = replace(POLICY, serving=ServingTargets(tpot_p99_s=0.05))
+
+
+def cliff_minutes(*at_ready: tuple[int, float]) -> tuple[LoadMinute, ...]:
+    """Minutes whose TPOT p99 is a 15 ms step's cliff at their utilization."""
+    return tuple(replace(m, tpot_p99=0.015 / (1 - m.gpu)) for m in measured(*at_ready))
+
+
+def test_a_hold_under_a_lowered_band_names_it_beside_the_owners_and_stores_both():
+    d = decide_service(view(cliff_minutes(*[(4, 0.5)] * 5), policy=CLIFF), NOW)
+    assert d.reason is ScaleReason.HOLD
+    assert d.message.startswith("llm stays at 4 replicas: gpu 50% within 26%–70% (owner's 30%–80%, lowered for the "
+                                "SLO); "), d.message
+    assert d.message.endswith("keeps TPOT p99 within 50 ms up to 70% use"), d.message
+    assert d.data["bands"]["gpu"] == pytest.approx({"min_rate": 0.2625, "expect_rate": 0.525, "max_rate": 0.7})
+    assert d.data["owner_bands"]["gpu"] == {"min_rate": 0.3, "expect_rate": 0.6, "max_rate": 0.8}
+    assert d.data["band_note"] == "lowered for the SLO"
+
+
+def test_a_decision_on_the_owners_band_says_why_the_slo_did_not_lower_it_this_minute():
+    """The limit is recomputed every minute from the newest latencies: TTFT's from the newest minute alone, so a
+    queue a little longer (a wait the prefill model cannot fit: no limit) lifts a band the minute before lowered.
+    The decision on the owner's band says so, where it said only "within 30%–80%"."""
+    ttft = replace(POLICY, serving=ServingTargets(ttft_p99_s=0.5))
+    lowered = decide_service(view(minutes(gpu=0.45, ttft_p99=0.45, queue=0.25), policy=ttft), NOW)  # wait 0.05 s
+    assert "gpu 45% within 19%–50% (owner's 30%–80%, lowered for the SLO)" in lowered.message, lowered.message
+    lifted = decide_service(view(minutes(gpu=0.45, ttft_p99=0.45, queue=[0.25] * 4 + [0.3]), policy=ttft), NOW)
+    assert lifted.message == ("llm stays at 4 replicas: gpu 45% within 30%–80% (the owner's: no SLO limit from this "
+                              "minute's latencies)"), lifted.message
+    assert "owner_bands" not in lifted.data and lifted.data["bands"]["gpu"]["max_rate"] == 0.8
+    allows = decide_service(view(cliff_minutes(*[(4, 0.5)] * 5), policy=replace(CLIFF, serving=ServingTargets(
+        tpot_p99_s=0.2))), NOW)
+    assert allows.message == "llm stays at 4 replicas: gpu 50% within 30%–80% (the owner's: the SLO allows 92%)"
+
+
+def test_a_hold_past_the_band_says_so_and_for_how_many_of_the_minutes_its_rule_needs():
+    """A hold used to say "within" whatever the value: 85% was "within 30%–80%"."""
+    over = decide_service(view(cliff_minutes(*[(4, 0.5)] * 4, (4, 0.75)), policy=CLIFF), NOW)
+    assert over.message.startswith("llm stays at 4 replicas: gpu 75% over maxRate 70% (owner's 80%, lowered for the "
+                                   "SLO) for 1 of the 2 minutes a scale-out needs; "), over.message
+    under = decide_service(view(minutes(gpu=[0.5] * 3 + [0.2] * 2), policy=replace(CLIFF, serving=None)), NOW)
+    assert under.message == "llm stays at 4 replicas: gpu 20% under minRate 30% for 2 of the 5 minutes a scale-in needs"
+
+
+def test_a_scale_out_while_groups_start_names_the_lowered_band():
+    """4 of 5 groups ready at 88% and 89%: 70% and 71% of 5, over the lowered maxRate 70% (not the owner's 80%)."""
+    d = decide_service(view(cliff_minutes((4, 0.88), (4, 0.89)), n=5, ready=4, policy=CLIFF), NOW)
+    assert d.reason is ScaleReason.SCALE_OUT
+    assert ("over maxRate 70% (owner's 80%, lowered for the SLO) for 2 minutes: ceil(0.71/0.52×5) = 7 (4 of 5 ready, "
+            "the others counted as capacity); TPOT p99") in d.message, d.message
+
+
+def test_a_priority_capped_decision_says_on_which_band_it_asked():
+    hi = view(cliff_minutes(*[(4, 0.75)] * 5), policy=replace(CLIFF, priority=5), per_replica=16.0)
+    lo = replace(view(cliff_minutes(*[(4, 0.75)] * 5), policy=CLIFF, per_replica=16.0), name="llm-b")
+    capped = {d.service: d for d in decide_group([hi, lo], capacity=160.0, now=NOW)}["llm-b"]
+    assert capped.reason is ScaleReason.PRIORITY
+    assert "it asked 6 on gpu 75%/75% over maxRate 70% (owner's 80%, lowered for the SLO)" in capped.message
+    assert capped.data["owner_bands"]["gpu"]["max_rate"] == 0.8
+
+
+def test_the_predictive_rule_names_the_lowered_band():
+    d = decide_service(view(cliff_minutes(*[(4, 0.5)] * 5), policy=CLIFF, forecast=(("gpu", (0.5, 0.72, 0.74, 0.5,
+                                                                                           0.5)),)), NOW)
+    assert d.reason is ScaleReason.PREDICTIVE_OUT
+    assert "exceeds maxRate 70% (owner's 80%, lowered for the SLO) 2 times" in d.message, d.message
+
+
+def test_a_missed_target_names_the_lowered_expect_rate_it_sizes_at():
+    loads = tuple(replace(m, tpot_p99=0.06 if i >= 3 else m.tpot_p99) for i, m in enumerate(cliff_minutes(
+        *[(4, 0.5)] * 5)))
+    d = decide_service(view(loads, policy=CLIFF), NOW)
+    assert d.reason is ScaleReason.SLO_OUT
+    assert "(the utilization at expectRate" in d.message and "owner's 60%, lowered for the SLO" in d.message, d.message
 
 
 # ---- look-ahead of a start-up; groups to and from zero -------------------------------------------

@@ -115,6 +115,9 @@ def test_bursty_traffic_scales_out_where_the_owners_band_would_hold():
     loads = engine_minutes(0.55, 0.3)
     sized = decide_service(ServiceView("llm", policy(0.1), 4, 4, loads), NOW)
     assert sized.target > 4 and "sized to the SLO (TTFT 1 s, TPOT 50 ms)" in sized.message, sized.message
+    assert "over maxRate 46% (owner's 60%, sized to the SLO) for 2 minutes" in sized.message, sized.message
+    assert sized.data["bands"]["gpu"]["max_rate"] == pytest.approx(0.46, abs=0.005)
+    assert sized.data["owner_bands"]["gpu"]["max_rate"] == 0.6 and sized.data["band_note"] == "sized to the SLO"
     plain = ScalingPolicy(thresholds=(("gpu", Rates(0.57, 0.6, 0.6)),), min_replicas=2, max_replicas=40)
     assert decide_service(ServiceView("llm", plain, 4, 4, loads), NOW).target == 4
 

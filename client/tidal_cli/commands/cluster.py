@@ -277,6 +277,16 @@ def _serving(service: Service) -> list[tuple[str, str]]:
     return rows
 
 
+def _band_moves(service: Service) -> list[str]:
+    """When the SLO moves the GPU band from these thresholds (docs/concepts/autoscaling.md), minute by minute."""
+    if service.get("slo_min_gain") is not None:
+        return ["  The GPU band is moved every minute to the SLO's sizing; each decision names the band it used."]
+    if service.get("ttft_p99_target_s") is not None or service.get("tpot_p99_target_s") is not None:
+        return ["  The GPU band is lowered in a minute whose latencies predict a missed target below maxRate; each "
+                "decision names the band it used."]
+    return []
+
+
 def _service_blocks(service: Service, scaling: list[dict]) -> list:
     blocks: list = [fields([
         ("Service", f"{service['id']} {service['name']}"), ("Department", service["department"]),
@@ -291,7 +301,7 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
     if service["thresholds"]:
         blocks += ["", "Thresholds:", grid(["metric", "min", "expect", "max"],
                                            [[t["metric"], t["min_rate"], t["expect_rate"], t["max_rate"]]
-                                            for t in service["thresholds"]])]
+                                            for t in service["thresholds"]]), *_band_moves(service)]
     if service.get("group_size", 1) > 1:
         blocks += ["", f"Groups ({service['group_size']} pods each, leader first):",
                    grid(["group", "leader", "nodes", "ready", "restarts"],
