@@ -155,6 +155,17 @@ def test_the_utilization_the_slo_allows(targets, minute, limit):
     assert (got and got[0]) == (None if limit is None else pytest.approx(limit, abs=1e-3)), got
 
 
+def test_a_longer_prefill_queue_never_lifts_the_ttft_limit():
+    """The longer the queue at the same TTFT p99, the lower (never absent) the limit: a wait whose modelled p99
+    exceeds the TTFT p99 measured is scaled down to it and still limits u."""
+    limits = [slo_utilization(ServingTargets(ttft_p99_s=0.5),
+                              (LoadMinute(NOW - 60, 4, gpu=0.45, qps=5.0, ttft_p99=0.45, queue=q),))
+              for q in (0.1, 0.2, 0.25, 0.3, 0.5, 1.0)]
+    assert all(x is not None for x in limits), limits
+    us = [x[0] for x in limits]
+    assert us == sorted(us, reverse=True) and us[0] > us[-1] > 0.45, us
+
+
 def test_nothing_measured_short_of_saturation_sets_no_limit():
     assert slo_utilization(ServingTargets(tpot_p99_s=0.05), (LoadMinute(NOW - 60, 4, gpu=0.95, tpot_p99=1.0),)) is None
     assert slo_utilization(ServingTargets(), (LoadMinute(NOW - 60, 4, gpu=0.5, tpot_p99=0.03),)) is None
@@ -198,12 +209,12 @@ def test_a_hold_under_a_lowered_band_names_it_beside_the_owners_and_stores_both(
 
 def test_a_decision_on_the_owners_band_says_why_the_slo_did_not_lower_it_this_minute():
     """The limit is recomputed every minute from the newest latencies: TTFT's from the newest minute alone, so a
-    queue a little longer (a wait the prefill model cannot fit: no limit) lifts a band the minute before lowered.
+    minute without the queue signal (no prefill wait to fit: no limit) lifts a band the minute before lowered.
     The decision on the owner's band says so, where it said only "within 30%–80%"."""
     ttft = replace(POLICY, serving=ServingTargets(ttft_p99_s=0.5))
     lowered = decide_service(view(minutes(gpu=0.45, ttft_p99=0.45, queue=0.25), policy=ttft), NOW)  # wait 0.05 s
     assert "gpu 45% within 19%–50% (owner's 30%–80%, lowered for the SLO)" in lowered.message, lowered.message
-    lifted = decide_service(view(minutes(gpu=0.45, ttft_p99=0.45, queue=[0.25] * 4 + [0.3]), policy=ttft), NOW)
+    lifted = decide_service(view(minutes(gpu=0.45, ttft_p99=0.45, queue=[0.25] * 4 + [None]), policy=ttft), NOW)
     assert lifted.message == ("llm stays at 4 replicas: gpu 45% within 30%–80% (the owner's: no SLO limit from this "
                               "minute's latencies)"), lifted.message
     assert "owner_bands" not in lifted.data and lifted.data["bands"]["gpu"]["max_rate"] == 0.8
