@@ -1,7 +1,8 @@
 """The live autoscaler reads an LLM service's serving signals from the real Prometheus: the simulated cluster's
-exporter publishes its engines' series under vLLM's names, Prometheus scrapes them, and a TTFT p99 over the service's
-SLO for two minutes scales it out (slo-scale-out). The policy runs on a demo clock of 5 real seconds a minute, so two
-minutes of signals take seconds, not minutes."""
+exporter publishes its engines' series under vLLM's names, Prometheus scrapes them (TPOT's exact mean from its
+histogram's _sum and _count among them), and a TTFT p99 over the service's SLO for two minutes scales it out
+(slo-scale-out). The policy runs on a demo clock of 5 real seconds a minute, so two minutes of signals take seconds,
+not minutes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from cluster.clock import VirtualClock, utc
+from cluster.simulated import llm
 from cluster.simulated.exporter import register_target, serve
 from cluster.simulated.metrics import builtin_shapes
 from cluster.simulated.traffic import DemoClock
@@ -76,6 +78,10 @@ def test_a_ttft_p99_over_the_slo_in_prometheus_scales_the_service_out(lab):
         newest = minutes[-1]
         assert newest.replicas == 2 and newest.tokens_in > newest.tokens_out > 0 and newest.queue > 0
         assert 0 < newest.kv_cache <= 1 and newest.ttft_p50 < newest.ttft_p99 and newest.tpot_p99 > 0
+        # the exact mean TPOT, rate(_sum) / rate(_count): the engine's at 90 % use, where the p99 is interpolated
+        engine = llm.engine_at(0.9)
+        assert newest.tpot_mean == pytest.approx(engine.tpot_median_s * math.exp(llm.TPOT_SIGMA ** 2 / 2), rel=1e-3)
+        assert newest.tpot_mean < newest.tpot_p99
         _minutes_exact(name)
         _the_service_page_charts_the_ttft_p99_against_its_slo(world, name)
         report = tick()
