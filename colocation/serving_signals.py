@@ -1,7 +1,7 @@
 """An LLM service's serving signals for the live autoscaler, read from Prometheus under the serving engine's metric
 names (docs/reference/llm-serving-metrics.md): prompt and generated tokens/s, requests waiting, KV-cache use, TTFT and
-TPOT p50/p99, per minute of the policy's clock. vLLM's names first, SGLang's where a service's engines publish no vLLM
-series (PromQL `or`). An engine's series are tied to its service by kube-state-metrics' `kube_pod_labels` (the
+TPOT p50/p99 and the exact mean TPOT (its histogram's _sum / _count), per minute of the policy's clock. vLLM's names
+first, SGLang's where a service's engines publish no vLLM series (PromQL `or`). An engine's series are tied to its service by kube-state-metrics' `kube_pod_labels` (the
 pod's `tidal.io/service` label), so any engine that Prometheus scrapes with its pod's labels is read.
 
 `WithServingSignals` lays them over another load source's minutes (the demo's traffic, the service-load profiles):
@@ -67,9 +67,13 @@ def queries(window: str) -> dict[str, str]:
         return first(f"histogram_quantile({q}, sum by ({SERVICE}, le) "
                      f"({of_services(f'rate({n}_bucket[{window}])')}))" for n in names)
 
+    def mean(names) -> str:  # a histogram's exact mean: rate(_sum) / rate(_count)
+        return first(f"sum by ({SERVICE}) ({of_services(f'rate({n}_sum[{window}])')}) / "
+                     f"sum by ({SERVICE}) ({of_services(f'rate({n}_count[{window}])')})" for n in names)
+
     return {"tokens_in": rate(TOKENS_IN), "tokens_out": rate(TOKENS_OUT), "queue": gauge("sum", QUEUE),
             "kv_cache": gauge("avg", KV_CACHE), "ttft_p50": quantile(0.5, TTFT), "ttft_p99": quantile(0.99, TTFT),
-            "tpot_p50": quantile(0.5, TPOT), "tpot_p99": quantile(0.99, TPOT),
+            "tpot_p50": quantile(0.5, TPOT), "tpot_p99": quantile(0.99, TPOT), "tpot_mean": mean(TPOT),
             REPLICAS: first(f"count by ({SERVICE}) ({of_services(f'last_over_time({n}[{window}])')})" for n in QUEUE)}
 
 

@@ -137,6 +137,7 @@ class LoadMinute:
     ttft_p99: float | None = None
     tpot_p50: float | None = None
     tpot_p99: float | None = None
+    tpot_mean: float | None = None  # the histogram's _sum / _count: exact, where a p99 is interpolated in a bucket
 
     def value(self, metric: str) -> float | None:
         return getattr(self, metric)

@@ -31,6 +31,11 @@ FIT_MINUTES = 60
 FIT_SPAN = 0.15
 REACH = 0.2
 SATURATED = 0.9  # a minute this busy says little about the step (its TPOT is mostly the queue)
+# TPOT p99 readings pinned inside a histogram bucket (pinned_at): over minutes whose mean TPOT spans PIN_SPAN, the
+# p99 readings within the target grow less than PIN_ELASTICITY as fast as the mean (a true p99 of a spread that
+# scales with the step grows as fast: 1; the demo engine's, read in vLLM's 25-50 ms bucket: 0.02-0.12)
+PIN_SPAN = 0.05
+PIN_ELASTICITY = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,17 +158,49 @@ def prefill_wait(m, u: float) -> tuple[float, float] | None:
 
 def _tpot_limit(target: float | None, loads: Sequence, utilization: str) -> tuple[float, str] | None:
     """The largest u at which the predicted TPOT p99 stays within `target` (TpotCurve), and why; never under the
-    highest u measured within it (a curve's guess does not overrule what was measured: with Prometheus's
-    interpolation inside a histogram bucket, a p99 comfortably within a target at a bucket's bound reads just
-    under it)."""
-    pairs = tpot_pairs(loads, utilization)
-    curve = tpot_curve(pairs) if target is not None else None
-    if curve is None or curve.a >= target:  # an idle group misses it: more replicas cannot help
+    highest u measured within it (a curve's guess does not overrule what was measured).
+
+    The curve's shape comes from the mean TPOT (the histogram's _sum / _count: exact at every load), turned into p99
+    by the median p99/mean ratio of the minutes. Prometheus interpolates a p99 linearly inside its histogram bucket,
+    which over-estimates a tail quantile (conservative) but, when nearly every request falls in one bucket, pins the
+    reading just under that bucket's bound whatever the load (vLLM's 25-50 ms bucket reads 46-50 ms for the demo
+    engine's p99 from 28 to 50 ms). Such readings (pinned_at) say only that the p99 is within the bound, not how far: they set no curve. The
+    limit is then the highest u measured within the target once a minute above it missed (the crossing lies between),
+    and none while nothing missed (the breach rule acts on a miss)."""
+    minutes = tpot_minutes(loads, utilization) if target is not None else []
+    if not minutes:
         return None
-    limit, seen = curve.limit(target), measured_within(pairs, target)
+    seen = measured_within([(u, p99) for u, _, p99 in minutes], target)
+    pinned = pinned_at(minutes, target)
+    if pinned is not None:
+        over = [u for u, _, p99 in minutes if p99 > target]
+        if not over or not seen:
+            return None
+        return seen, (f"TPOT p99 reads {pinned * 1e3:.1f} ms at every load within {target * 1e3:g} ms (pinned inside a "
+                      f"histogram bucket: no curve) and missed it at {min(over):.0%} use, so it was measured within it")
+    ratio = float(np.median([p99 / mean for _, mean, p99 in minutes]))
+    of_mean = any(m.tpot_mean is not None for m in loads[-FIT_MINUTES:])
+    curve = tpot_curve([(u, mean) for u, mean, _ in minutes], ratio, of_mean)
+    if curve.a * ratio >= target:  # an idle group misses it: more replicas cannot help
+        return None
+    limit = curve.limit(target)
     if seen > limit:
         return seen, f"{curve.why(target)} up to {limit:.0%} use, but it was measured within it"
     return limit, curve.why(target)
+
+
+def pinned_at(minutes: Sequence[tuple[float, float, float]], target: float) -> float | None:
+    """The p99 reading of the minutes within `target`, their median, when it does not follow their mean TPOT (a
+    least-squares elasticity under PIN_ELASTICITY over means that span PIN_SPAN): Prometheus's interpolation inside
+    one histogram bucket, not the p99; None when the readings follow the mean (or the means are too close to tell)."""
+    within = np.array([(mean, p99) for _, mean, p99 in minutes if p99 <= target])
+    if len(within) < 2:
+        return None
+    log_mean, log_p99 = np.log(within).T
+    if np.ptp(log_mean) < math.log1p(PIN_SPAN):
+        return None
+    elasticity = float(np.polyfit(log_mean, log_p99, 1)[0])
+    return float(np.median(within[:, 1])) if elasticity < PIN_ELASTICITY else None
 
 
 def measured_within(pairs: Sequence[tuple[float, float]], target: float) -> float:
@@ -172,15 +209,16 @@ def measured_within(pairs: Sequence[tuple[float, float]], target: float) -> floa
     for u, p99 in sorted(pairs):
         if p99 > target:
             break
-        seen = u
+        seen = float(u)
     return seen
 
 
 @dataclass(frozen=True, slots=True)
 class TpotCurve:
-    """TPOT p99 against utilization: a + b·u + c·u / (1 - u), a, b, c ≥ 0. The batch's linear growth (b: vLLM's
-    and SGLang's decode step grows with the running batch until the KV cache fills) and the queueing cliff (c: the
-    step stretched by the share of time other work takes, step / (1 - u) = step + step·u / (1 - u)) are both in it.
+    """TPOT against utilization: a + b·u + c·u / (1 - u), a, b, c ≥ 0, fitted to the mean TPOT (or to the p99 where
+    the engine gave no mean), and its p99 `ratio` × that. The batch's linear growth (b: vLLM's and SGLang's decode
+    step grows with the running batch until the KV cache fills) and the queueing cliff (c: the step stretched by the
+    share of time other work takes, step / (1 - u) = step + step·u / (1 - u)) are both in it.
     `fitted`: least squares over minutes that span FIT_SPAN of u; else the cliff alone through their median (the
     shape that grows fastest of the two, so the safe guess when the minutes cannot tell them apart). The limit is
     trusted at most REACH beyond `u_max`, the highest u measured, unless the cliff alone allows more."""
@@ -192,9 +230,12 @@ class TpotCurve:
     u_max: float
     minutes: int
     fitted: bool
+    ratio: float = 1.0  # p99 / what was fitted
+    of_mean: bool = False  # fitted to the mean TPOT
 
     def p99(self, u: float) -> float:
-        return self.a + self.b * u + (self.c * u / (1.0 - u) if u < 1.0 else (math.inf if self.c else 0.0))
+        cliff = self.c * u / (1.0 - u) if u < 1.0 else (math.inf if self.c else 0.0)
+        return self.ratio * (self.a + self.b * u + cliff)
 
     def crossing(self, target: float) -> float:
         """Where the curve meets `target` (it grows with u: bisection)."""
@@ -218,31 +259,36 @@ class TpotCurve:
         use = f"{self.u_min:.0%}" if round(self.u_min, 2) == round(self.u_max, 2) else \
             f"{self.u_min:.0%}–{self.u_max:.0%}"
         over, within = f"over {self.minutes} minutes at {use} use", f"keeps TPOT p99 within {target * 1e3:g} ms"
+        of, scaled = ("mean", f", × {self.ratio:.2f} (its p99/mean, the minutes' median),") if self.of_mean else \
+            ("p99", "")
         if not self.fitted:
-            return f"TPOT p99 × (1 − u) {self.a * 1e3:.1f} ms {over} (too narrow a span to fit: the cliff alone) {within}"
-        shape = f"TPOT p99 {self.a * 1e3:.1f} + {self.b * 1e3:.1f}·u + {self.c * 1e3:.1f}·u/(1 − u) ms fitted {over}"
+            return (f"TPOT {of} × (1 − u) {self.a * 1e3:.1f} ms {over} (too narrow a span to fit: the cliff "
+                    f"alone){scaled} {within}")
+        shape = f"TPOT {of} {self.a * 1e3:.1f} + {self.b * 1e3:.1f}·u + {self.c * 1e3:.1f}·u/(1 − u) ms fitted {over}"
         if self.cap(target) < self.crossing(target):
-            return f"{shape}, trusted to {REACH:.0%} past the highest, {within}"
-        return f"{shape} {within}"
+            return f"{shape}{scaled or ','} trusted to {REACH:.0%} past the highest, {within}"
+        return f"{shape}{scaled} {within}"
 
 
-def tpot_pairs(loads: Sequence, utilization: str = "gpu") -> list[tuple[float, float]]:
-    """(u, TPOT p99) of the newest FIT_MINUTES minutes measured short of saturation."""
-    return [(u, m.tpot_p99) for m in loads[-FIT_MINUTES:]
-            if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED and m.tpot_p99 is not None]
+def tpot_minutes(loads: Sequence, utilization: str = "gpu") -> list[tuple[float, float, float]]:
+    """(u, TPOT mean, TPOT p99) of the newest FIT_MINUTES minutes measured short of saturation; a minute without a
+    mean (an engine without the histogram's _sum and _count) stands on its p99 (a ratio of 1)."""
+    return [(u, m.tpot_p99 if m.tpot_mean is None else m.tpot_mean, m.tpot_p99) for m in loads[-FIT_MINUTES:]
+            if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED and m.tpot_p99
+            and (m.tpot_mean is None or m.tpot_mean > 0)]
 
 
-def tpot_curve(pairs: Sequence[tuple[float, float]]) -> TpotCurve | None:
-    """TPOT p99 against u from (u, TPOT p99) pairs (TpotCurve), None without any."""
+def tpot_curve(pairs: Sequence[tuple[float, float]], ratio: float = 1.0, of_mean: bool = False) -> TpotCurve | None:
+    """TPOT against u from (u, TPOT) pairs (TpotCurve), its p99 `ratio` × that; None without any."""
     if not pairs:
         return None
-    u, p99 = np.array(pairs).T
+    u, tpot = np.array(pairs).T
     lo, hi = float(u.min()), float(u.max())
     if hi - lo >= FIT_SPAN:
-        a, b, c = _nonnegative_least_squares(np.column_stack([np.ones_like(u), u, u / (1.0 - u)]), p99)
-        return TpotCurve(a, b, c, lo, hi, len(pairs), True)
-    step = float(np.median(p99 * (1.0 - u)))
-    return TpotCurve(step, 0.0, step, lo, hi, len(pairs), False)
+        a, b, c = _nonnegative_least_squares(np.column_stack([np.ones_like(u), u, u / (1.0 - u)]), tpot)
+        return TpotCurve(a, b, c, lo, hi, len(pairs), True, ratio, of_mean)
+    step = float(np.median(tpot * (1.0 - u)))
+    return TpotCurve(step, 0.0, step, lo, hi, len(pairs), False, ratio, of_mean)
 
 
 def _nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:

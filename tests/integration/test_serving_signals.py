@@ -1,7 +1,8 @@
 """The live autoscaler reads an LLM service's serving signals from the real Prometheus: the simulated cluster's
-exporter publishes its engines' series under vLLM's names, Prometheus scrapes them, and a TTFT p99 over the service's
-SLO for two minutes scales it out (slo-scale-out). The policy runs on a demo clock of 5 real seconds a minute, so two
-minutes of signals take seconds, not minutes."""
+exporter publishes its engines' series under vLLM's names, Prometheus scrapes them (TPOT's exact mean from its
+histogram's _sum and _count among them), and a TTFT p99 over the service's SLO for two minutes scales it out
+(slo-scale-out). The policy runs on a demo clock of 5 real seconds a minute, so two minutes of signals take seconds,
+not minutes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import math
 import time
 import uuid
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -16,11 +18,14 @@ from django.test import Client
 from django.urls import reverse
 
 from cluster.clock import VirtualClock, utc
+from cluster.simulated import llm
 from cluster.simulated.exporter import register_target, serve
 from cluster.simulated.metrics import builtin_shapes
 from cluster.simulated.traffic import DemoClock
 from colocation import autoscaler
 from colocation.models import InferenceService
+from colocation.policy import autoscaling, serving
+from colocation.policy.autoscaling import LoadMinute, ScaleReason, ServiceView
 from colocation.serving_signals import ServingSignals, WithServingSignals
 from core.models import Decision
 from tests.integration.livecluster import EnginesAt, scaling_lab
@@ -76,6 +81,10 @@ def test_a_ttft_p99_over_the_slo_in_prometheus_scales_the_service_out(lab):
         newest = minutes[-1]
         assert newest.replicas == 2 and newest.tokens_in > newest.tokens_out > 0 and newest.queue > 0
         assert 0 < newest.kv_cache <= 1 and newest.ttft_p50 < newest.ttft_p99 and newest.tpot_p99 > 0
+        # the exact mean TPOT, rate(_sum) / rate(_count): the engine's at 90 % use, where the p99 is interpolated
+        engine = llm.engine_at(0.9)
+        assert newest.tpot_mean == pytest.approx(engine.tpot_median_s * math.exp(llm.TPOT_SIGMA ** 2 / 2), rel=1e-3)
+        assert newest.tpot_mean < newest.tpot_p99
         _minutes_exact(name)
         _the_service_page_charts_the_ttft_p99_against_its_slo(world, name)
         report = tick()
@@ -121,3 +130,97 @@ def _the_service_page_charts_the_ttft_p99_against_its_slo(world, name: str) -> N
     assert [v for _, v in target["points"]] == [0.5, 0.5] and target["dash"]
     assert max(v for _, v in ttft["points"] if v is not None) > 0.5  # the overloaded engines miss it
     assert "chart-tpot-p99" not in page  # no target, no chart
+
+
+class FallingThenMissing:
+    """Four engines' GPU use: 45 % for HOLD_S real seconds from their first scrape, falling to 15 % over FALL_S (the
+    night coming), then 78 % once `miss()` is called (past the 76 % at which the demo engine's TPOT p99 passes 50 ms,
+    under maxRate 80 %): the exporter's load and, minute by minute on the demo clock, the policy's utilization."""
+
+    HOLD_S, FALL_S = 4.0, 12.0
+
+    def __init__(self, name: str, clock: DemoClock) -> None:
+        self.name, self.clock = name, clock
+        self.start: float | None = None
+        self.missed_at: float | None = None
+
+    def miss(self) -> None:
+        self.missed_at = time.time()
+
+    def serves(self, service: str) -> bool:
+        return service == self.name
+
+    def qps(self, service: str, now: float) -> float:
+        return 8.0
+
+    def gpu(self, service: str, now: float, ready: int = 4) -> float:
+        if self.start is None:
+            self.start = now
+        if self.missed_at is not None and now >= self.missed_at:
+            return 0.78
+        return 0.45 - 0.3 * min(1.0, max(0.0, now - self.start - self.HOLD_S) / self.FALL_S)
+
+    def recent(self, service, now: float) -> tuple[LoadMinute, ...]:
+        if self.start is None:
+            return ()
+        first = math.ceil(self.clock.demo(self.start) / 60) * 60
+        return tuple(LoadMinute(at, 4, gpu=self.gpu(service.name, self.clock.real(at + 30)))
+                     for at in range(int(first), int(now // 60 * 60), 60))
+
+
+def test_a_tpot_p99_pinned_in_vllms_bucket_lets_the_night_scale_in_and_a_miss_scales_out(lab):
+    """A 50 ms TPOT target, a bound of vLLM's buckets: through the real Prometheus the p99 reads ~49 ms at every load
+    within it while the mean falls with the night, so the policy sets no TPOT limit and the service scales in on its
+    thresholds (on the p99 alone, a flat curve lowered its band and it held); past 76 % the p99 leaves the bucket
+    and the service scales out on the TPOT miss, under its maxRate: to ceil(78 % / expectRate 50 % × 4) = 7."""
+    world, cluster, cluster_clock, redis, namespace = lab
+    name = f"llm-{uuid.uuid4().hex[:6]}"
+    world.service(name=name, gpu_model=world.gpu_models["T4"], gpus_per_replica=Decimal("0.25"), replicas=4,
+                  min_replicas=2, max_replicas=8, tpot_p99_target_s=0.05)  # GPU 20/50/80 %
+    clock = DemoClock.starting(time.time(), speed=144)  # a minute in 0.42 s: the night in seconds
+    load = FallingThenMissing(name, clock)
+    loads = WithServingSignals(load, ServingSignals(PROMETHEUS_URL, to_real=clock.real, to_policy=clock.demo,
+                                                    speed=144), lambda service: True)
+    autoscaler.autoscale_tick(backend=cluster, now=time.time(), loads=loads, clock=clock,
+                              forecasts=autoscaler.no_forecast, redis=redis, namespace=namespace)  # its pods start
+    cluster_clock.advance(120)
+    cluster.advance()
+    service = InferenceService.objects.get(name=name)
+    policy = autoscaler.scaling_policy(service)
+
+    def decide(minutes=None):
+        now = clock.demo(time.time())
+        minutes = loads.recent(service, now) if minutes is None else minutes
+        return autoscaling.decide_service(ServiceView(name, policy, 4, 4, tuple(minutes)), now)
+
+    state = (cluster.pods(), cluster.nodes())
+    server, thread = serve(lambda: state, builtin_shapes(), 0, load=load)
+    target = register_target(PROMETHEUS_SD_DIR, server.server_port, f"it-signals-{name}")
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while load.start is None:
+            assert time.monotonic() < deadline, "Prometheus never scraped the engines"
+            time.sleep(0.2)
+        time.sleep(load.HOLD_S + load.FALL_S + 8)  # the fall, and the night's first minutes past the 6 s each is read over
+        night = [m for m in loads.recent(service, clock.demo(time.time())) if m.tpot_mean is not None]
+        assert len(night) >= 20
+        p99s, means = [m.tpot_p99 for m in night], [m.tpot_mean for m in night]
+        assert 0.045 < min(p99s) and max(p99s) <= 0.05  # pinned in the 25-50 ms bucket
+        assert max(means) / min(means) > 1.1  # while the exact mean fell with the night
+        assert serving.slo_utilization(policy.serving, night) is None
+        alone = [replace(m, tpot_mean=None) for m in loads.recent(service, clock.demo(time.time()))]
+        held = decide(alone)  # the p99 alone, as before the mean was read
+        assert held.target == 4 and "thresholds ×" in held.message, held.message  # a flat curve lowered the band
+        d = decide()
+        assert d.reason is ScaleReason.SCALE_IN and d.target == 2 and "TPOT" not in d.message, d.message
+
+        load.miss()
+        deadline = time.monotonic() + DEADLINE_S
+        while (d := decide()).reason is not ScaleReason.SLO_OUT:
+            assert d.target <= 4 and time.monotonic() < deadline, d.message  # holds until the miss scales it out
+            time.sleep(0.5)
+    finally:
+        target.unlink(missing_ok=True)
+        server.shutdown()
+        thread.join(timeout=5)
+    assert d.target == 7 and "tpot_p99" in d.message and "over its target 0.05 s" in d.message, d.message

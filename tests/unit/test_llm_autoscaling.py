@@ -527,3 +527,85 @@ def test_a_utilization_measured_within_the_target_is_allowed():
     assert why.endswith("keeps TPOT p99 within 50 ms up to 30% use, but it was measured within it"), why
     missed_at_low = tpot_minutes([0.29, 0.31, 0.30], lambda u: 0.0497 if u > 0.3 else 0.051)
     assert slo_utilization(TPOT_50MS, missed_at_low)[0] < 0.3
+
+
+# ---- TPOT p99 read through a histogram's buckets ---------------------------------------------------------------
+
+def demo_engine_mean(u: float) -> float:
+    return llm.engine_at(u).tpot_median_s * math.exp(llm.TPOT_SIGMA ** 2 / 2)
+
+
+def through_buckets(u: float, q: float = 0.99) -> float:
+    """The demo engine's TPOT quantile as Prometheus's histogram_quantile reads it from vLLM's buckets: linear inside
+    the bucket the rank falls in."""
+    median, lo, below = llm.engine_at(u).tpot_median_s, 0.0, 0.0
+    for le in llm.TPOT_BUCKETS_S:
+        share = llm.share_within(le, median, llm.TPOT_SIGMA)
+        if share >= q:
+            return lo + (le - lo) * (q - below) / (share - below)
+        lo, below = le, share
+    raise AssertionError("past the last bucket")
+
+
+def bucketed_minutes(us, with_mean: bool = True) -> tuple[LoadMinute, ...]:
+    return tuple(LoadMinute(NOW - 60 * (len(us) - i), 4, gpu=u, tpot_p99=through_buckets(u),
+                            tpot_mean=demo_engine_mean(u) if with_mean else None) for i, u in enumerate(us))
+
+
+NIGHT_US = [0.37 - 0.12 * i / 54 for i in range(55)] + [0.25] * 5  # an hour falling from 37 % to 25 % use
+TRUE_LIMIT = 0.05 / (llm.BASE_TPOT_S * math.exp(P99 * llm.TPOT_SIGMA)) - 1  # the demo engine's p99 reaches 50 ms
+
+
+def test_vllms_bucket_pins_the_p99_at_every_load_within_50ms():
+    """The 25-50 ms bucket holds the p99 from 28 ms (idle) to 50 ms (76 % use): Prometheus reads 46-50 ms (48.7-50 ms
+    from 10 % use), while the mean grows by a half."""
+    readings = [through_buckets(u) for u in (0.1, 0.3, 0.6, 0.75)]
+    assert all(0.0487 < r <= 0.05 for r in readings) and max(readings) - min(readings) < 0.0013
+    assert demo_engine_mean(0.75) / demo_engine_mean(0.1) > 1.5
+    assert through_buckets(0.8) > 0.05  # a p99 of 51 ms: the next bucket, read as 57 ms
+
+
+def test_a_pinned_p99_sets_no_limit_so_the_night_scales_in():
+    """Read alone, the pinned p99 held the band at the highest use measured within 50 ms (37 %), so the night's 25 %
+    never fell under its minRate (30 % × 37/80): the ratchet that kept the demo's llm-chat from scaling in. Beside the
+    exact mean it shows as pinned (it does not grow with the mean): no curve, the owner's band, and a scale-in."""
+    policy = replace(POLICY, serving=TPOT_50MS)
+    alone = slo_utilization(TPOT_50MS, bucketed_minutes(NIGHT_US, with_mean=False))
+    assert alone[0] == pytest.approx(0.37, abs=0.01), alone
+    held = decide_service(view(bucketed_minutes(NIGHT_US, with_mean=False), policy=policy), NOW)
+    assert held.target == 4, held.message
+    assert slo_utilization(TPOT_50MS, bucketed_minutes(NIGHT_US)) is None
+    d = decide_service(view(bucketed_minutes(NIGHT_US), policy=policy), NOW)
+    assert d.reason is ScaleReason.SCALE_IN and d.target == 2, d.message  # floor(0.25 / 0.6 × 4) = 1, at least 2
+
+
+def test_a_miss_past_a_pinned_p99_limits_the_band_near_the_true_crossing():
+    """The morning rise passes 76 %: the p99 leaves the bucket (50.2 ms at 77 %, read as 51.6) and the band is held at
+    the highest use measured within 50 ms, next to where the engine truly crosses it, and the service scales out."""
+    rise = [0.3 + 0.55 * i / 59 for i in range(60)]  # 30 % to 85 % over the hour
+    limit, why = slo_utilization(TPOT_50MS, bucketed_minutes(rise))
+    assert TRUE_LIMIT - 0.02 < limit <= TRUE_LIMIT, why
+    assert why.startswith("TPOT p99 reads 49.7 ms at every load within 50 ms (pinned inside a histogram bucket: no "
+                          "curve) and missed it at 77% use"), why
+    d = decide_service(view(bucketed_minutes(rise), policy=replace(POLICY, serving=TPOT_50MS)), NOW)
+    assert d.target == 6 and "thresholds ×0.946: TPOT p99 reads 49.7 ms" in d.message, d.message
+
+
+def test_a_p99_that_follows_the_mean_is_predicted_from_the_means_shape():
+    """Finer buckets (or a target where the p99's bucket is narrow): the p99 reads 1.40 × the mean. The curve is
+    fitted to the exact mean and scaled by that ratio, and finds the crossing at 76 % from minutes up to 60 %."""
+    loads = tuple(replace(m, tpot_p99=demo_engine_p99(m.gpu)) for m in bucketed_minutes(SPREAD_US))
+    limit, why = slo_utilization(TPOT_50MS, loads)
+    assert limit == pytest.approx(TRUE_LIMIT, abs=0.005), why
+    assert ("TPOT mean 20.2 + 20.2·u + 0.0·u/(1 − u) ms fitted over 60 minutes at 30%–60% use, × 1.40 (its p99/mean, "
+            "the minutes' median), keeps TPOT p99 within 50 ms") == why
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_ratio_of_noisy_readings_moves_the_limit_little(seed):
+    """2 % noise on each minute's p99 (fewer requests a minute), the mean exact: the median ratio keeps the limit
+    within 2 points of the truth."""
+    rng = random.Random(seed)
+    loads = tuple(replace(m, tpot_p99=demo_engine_p99(m.gpu) * (1 + 0.02 * rng.gauss(0, 1)))
+                  for m in bucketed_minutes(SPREAD_US))
+    assert slo_utilization(TPOT_50MS, loads)[0] == pytest.approx(TRUE_LIMIT, abs=0.02)

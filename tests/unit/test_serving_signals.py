@@ -10,7 +10,7 @@ from colocation.serving_signals import REPLICAS, WithServingSignals, queries
 def test_every_signal_reads_vllms_name_first_then_sglangs_by_the_pods_service():
     q = queries("60000ms")
     assert set(q) == {"tokens_in", "tokens_out", "queue", "kv_cache", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99",
-                      REPLICAS}
+                      "tpot_mean", REPLICAS}
     assert q["tokens_in"].index("rate(vllm:prompt_tokens_total[60000ms])") < \
         q["tokens_in"].index("rate(sglang:prompt_tokens_total[60000ms])")
     assert "vllm:kv_cache_usage_perc" in q["kv_cache"] and "vllm:gpu_cache_usage_perc" in q["kv_cache"]
@@ -19,6 +19,10 @@ def test_every_signal_reads_vllms_name_first_then_sglangs_by_the_pods_service():
            "((rate(vllm:time_to_first_token_seconds_bucket[60000ms]))" in q["ttft_p99"]
     assert q["tpot_p99"].index("vllm:request_time_per_output_token_seconds_bucket") < \
         q["tpot_p99"].index("vllm:inter_token_latency_seconds_bucket")  # a request's TPOT first, then a step's
+    # the exact mean, under the same names in the same order: rate(_sum) / rate(_count) per service
+    assert q["tpot_mean"].index("rate(vllm:request_time_per_output_token_seconds_sum[60000ms])") < \
+        q["tpot_mean"].index("rate(vllm:request_time_per_output_token_seconds_count[60000ms])") < \
+        q["tpot_mean"].index("rate(sglang:time_per_output_token_seconds_sum[60000ms])")
     for expr in q.values():
         assert "group_left (label_tidal_io_service)" in expr and "kube_pod_labels" in expr
 

@@ -30,8 +30,9 @@ class Observed:
     tokens_out: float
     ttft_p50: float
     ttft_p99: float
-    tpot_p50: float
+    tpot_p50: float  # the replica model gives every request the group's TPOT (no spread): p50 = p99 = mean
     tpot_p99: float
+    tpot_mean: float  # exact, as the histogram's _sum / _count
     kv_cache: float
     queue: float
 
@@ -90,7 +91,7 @@ class Tidal:
         self._loads.append(LoadMinute(seen.at, seen.ready, gpu=asked, qps=seen.rps, tokens_in=seen.tokens_in,
                                       tokens_out=seen.tokens_out, queue=seen.queue, kv_cache=seen.kv_cache,
                                       ttft_p50=seen.ttft_p50, ttft_p99=seen.ttft_p99, tpot_p50=seen.tpot_p50,
-                                      tpot_p99=seen.tpot_p99))
+                                      tpot_p99=seen.tpot_p99, tpot_mean=seen.tpot_mean))
         ahead: tuple = ()
         if seen.per_rps is not None and size:
             scale = seen.per_rps / size

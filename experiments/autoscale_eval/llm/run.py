@@ -79,10 +79,10 @@ def replay(policy: Autoscaler, w: Workload, model: GroupModel, slo: Slo, initial
 
 def _observed(at: float, ready: int, rps: float, tin: float, tout: float, m, per_rps: float | None) -> Observed:
     if m is None:
-        return Observed(at, 0, 0.0, rps, per_rps, 0.0, 0.0, CAP_S, CAP_S, CAP_S, CAP_S, 0.0, rps * CAP_S)
+        return Observed(at, 0, 0.0, rps, per_rps, 0.0, 0.0, CAP_S, CAP_S, CAP_S, CAP_S, CAP_S, 0.0, rps * CAP_S)
     cap = lambda v: min(CAP_S, v)  # noqa: E731
     u = min(1.0, m.utilization)
     served = rps if m.utilization < 1 else rps / m.utilization
     return Observed(at, ready, u, rps, per_rps, served * tin, served * tout, cap(m.ttft_p50_s), cap(m.ttft_p99_s),
-                    cap(m.tpot_s), cap(m.tpot_s), m.kv_cache,
+                    cap(m.tpot_s), cap(m.tpot_s), cap(m.tpot_s), m.kv_cache,
                     m.queue * ready if math.isfinite(m.queue) else rps * CAP_S)
