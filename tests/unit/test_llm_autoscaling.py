@@ -588,7 +588,8 @@ def test_a_miss_past_a_pinned_p99_limits_the_band_near_the_true_crossing():
     assert why.startswith("TPOT p99 reads 49.7 ms at every load within 50 ms (pinned inside a histogram bucket: no "
                           "curve) and missed it at 77% use"), why
     d = decide_service(view(bucketed_minutes(rise), policy=replace(POLICY, serving=TPOT_50MS)), NOW)
-    assert d.target == 6 and "thresholds ×0.946: TPOT p99 reads 49.7 ms" in d.message, d.message
+    assert d.target == 6 and "maxRate 76% (owner's 80%, lowered for the SLO)" in d.message, d.message
+    assert "; TPOT p99 reads 49.7 ms" in d.message, d.message
 
 
 def test_a_p99_that_follows_the_mean_is_predicted_from_the_means_shape():
