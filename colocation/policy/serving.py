@@ -164,9 +164,9 @@ def _tpot_limit(target: float | None, loads: Sequence, utilization: str) -> tupl
     by the median p99/mean ratio of the minutes. Prometheus interpolates a p99 linearly inside its histogram bucket,
     which over-estimates a tail quantile (conservative) but, when nearly every request falls in one bucket, pins the
     reading just under that bucket's bound whatever the load (vLLM's 25-50 ms bucket reads 46-50 ms for the demo
-    engine's p99 from 28 to 50 ms). Such readings (pinned_at) say only that the p99 is within the bound, not how far: they set no curve. The
-    limit is then the highest u measured within the target once a minute above it missed (the crossing lies between),
-    and none while nothing missed (the breach rule acts on a miss)."""
+    engine's p99 from 28 to 50 ms). Such readings (pinned_at) say only that the p99 is within the bound, not how
+    far: they set no curve. The limit is then the highest u measured within the target once a minute above it missed
+    (the crossing lies between), and none while nothing missed (the breach rule acts on a miss)."""
     minutes = tpot_minutes(loads, utilization) if target is not None else []
     if not minutes:
         return None
