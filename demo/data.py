@@ -177,10 +177,6 @@ LLM_MIN_NODES = 16  # co-location nodes of the model (a peak of 4 groups takes 8
 # long enough to see a group starting on the service page, short against the day's rise.
 LLM_STARTUP_S = 20
 LLM_TTFT_P99_S = 0.5  # NVIDIA Dynamo's planner's time-to-first-token target
-# Dynamo's inter-token target, 20 tokens/s: the demo's engines (cluster/simulated/llm.py) meet it up to 76 % of a
-# group's GPU and miss it past that, when the morning rise outruns a start-up. 50 ms is a bound of vLLM's TPOT buckets:
-# the p99 reads ~49.75 ms at any load within it, which the policy tells from the exact mean (serving.pinned_at)
-LLM_TPOT_P99_S = 0.05
 LLM_POD = {"cpu_milli_per_replica": 48000, "memory_mib_per_replica": 196608}
 
 
@@ -227,7 +223,7 @@ def _seed_llm_service(group: ResourceGroup) -> InferenceService:
         thresholds=[{"metric": "gpu", **DEMO_RATES}], name=LLM_SERVICE, gpu_model=group.gpu_model, priority=10,
         replicas=LLM_STATIC_GROUPS, min_replicas=2, max_replicas=math.ceil(LLM_STATIC_GROUPS / PEAK_SHARE),
         group_size=LLM_GROUP_SIZE, gpus_per_replica=LLM_GPUS_PER_POD, startup_s=LLM_STARTUP_S,
-        ttft_p99_target_s=LLM_TTFT_P99_S, tpot_p99_target_s=LLM_TPOT_P99_S, max_surge=1, max_unavailable=1, **LLM_POD)
+        ttft_p99_target_s=LLM_TTFT_P99_S, max_surge=1, max_unavailable=1, **LLM_POD)
 
 
 @transaction.atomic

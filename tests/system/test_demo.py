@@ -54,7 +54,7 @@ def test_demo_seeds_an_llm_service_of_whole_node_groups_beside_the_others():
     g2 = InferenceService.objects.get(name="g2-serving")
     assert (llm.gpu_model.name, llm.group_size, llm.gpus_per_replica, llm.startup_s) == ("G2", 2, 8, LLM_STARTUP_S)
     assert llm.min_replicas == 2 <= llm.replicas <= llm.max_replicas
-    assert (llm.ttft_p99_target_s, llm.tpot_p99_target_s) == (0.5, 0.05)
+    assert (llm.ttft_p99_target_s, llm.tpot_p99_target_s) == (0.5, None)
     assert [t.metric for t in llm.thresholds.all()] == ["gpu"]
     assert Decision.objects.filter(subject=f"service:{LLM_SERVICE}", reason="service-created").count() == 1
     # valid through the service API's checks: an update that changes nothing is accepted
