@@ -30,6 +30,7 @@ SYSTEM_MIN_REPLICAS = 2
 OUT_MINUTES = 2  # scale out when over maxRate in each of the last 2 minutes
 IN_MINUTES = 5  # scale in when under minRate in each of the last 5 minutes
 RULE_MINUTES = max(OUT_MINUTES, IN_MINUTES)  # the furthest back the reactive rules look
+SAME_RATE = 0.005  # rates closer than half a point read the same in a decision (whole percents)
 STABLE_S = 180  # the replica count must have been stable this long
 STALE_S = 120  # a minute whose end lies further back than this is dropped
 SILENT_MINUTES = 5  # no metrics this long: restore yesterday's maximum
@@ -340,7 +341,7 @@ def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceVie
     if limit is None:
         return view, Band(cause="no SLO limit from this minute's latencies")
     cap, why = limit
-    if r.max_rate <= cap:
+    if r.max_rate <= cap + SAME_RATE:  # a cap a hair under maxRate would show the owner's band as lowered
         return view, Band(cause=f"the SLO allows {cap:.0%}")
     f = cap / r.max_rate
     rates["gpu"] = Rates(r.min_rate * f, r.expect_rate * f, cap)

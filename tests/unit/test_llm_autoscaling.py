@@ -236,6 +236,16 @@ def test_a_decision_on_the_owners_band_says_why_the_slo_did_not_lower_it_this_mi
     assert allows.message == "llm stays at 4 replicas: gpu 50% within 30%–80% (the owner's: the SLO allows 92%)"
 
 
+def test_a_limit_a_hair_under_max_rate_keeps_the_owners_band():
+    """A TTFT limit of 79.99 % against maxRate 80 %: the band is the owner's, not one 'lowered' to the same 30%–80%."""
+    ttft = replace(POLICY, serving=ServingTargets(ttft_p99_s=0.5))
+    loads = minutes(gpu=0.51, ttft_p99=0.3, queue=0.075)
+    limit, _ = slo_utilization(ttft.serving, loads)
+    assert 0.795 < limit < 0.8, limit
+    d = decide_service(view(loads, policy=ttft), NOW)
+    assert "within 30%–80% (the owner's: the SLO allows 80%)" in d.message and "owner_bands" not in d.data, d.message
+
+
 def test_a_hold_past_the_band_says_so_and_for_how_many_of_the_minutes_its_rule_needs():
     """A hold used to say "within" whatever the value: 85% was "within 30%–80%"."""
     over = decide_service(view(cliff_minutes(*[(4, 0.5)] * 4, (4, 0.75)), policy=CLIFF), NOW)
