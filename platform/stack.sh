@@ -186,6 +186,9 @@ start_kafka() {
   spawn kafka env -u SCHEMA_REGISTRY -u OTEL_EXPORTER_OTLP_ENDPOINT "$(tansu_bin)" broker \
     --listener-url "$url" --advertised-listener-url "$url" --storage-engine memory://tansu/
   wait_ready kafka "listening $KAFKA_PORT"
+  # The broker keeps its topics in memory: a profile job's checkpoints hold offsets into the broker that is gone, and
+  # a job restored from one would wait for its topics to grow past them (minutes to hours without a profile).
+  rm -rf "$RUN/flink"
 }
 
 write_sd_file() {  # name host:port
