@@ -325,9 +325,7 @@ def _ttft_limit(target: float | None, m, u: float) -> tuple[float, str] | None:
         return None
     per_load, own = fitted
     wait = m.queue / m.qps
-    if own < 0:  # the model puts the p99 wait past the TTFT p99 measured: scaled down to it, the wait alone limits u
-        per_load, own = per_load * m.ttft_p99 / _p99_wait(u, per_load), 0.0
-    if own >= target:
+    if not 0 <= own < target:  # below 0: the minute does not fit the model (its TTFT p99 under the wait's)
         return None
     lo, hi = 0.0, 1.0
     for _ in range(30):

@@ -155,30 +155,6 @@ def test_the_utilization_the_slo_allows(targets, minute, limit):
     assert (got and got[0]) == (None if limit is None else pytest.approx(limit, abs=1e-3)), got
 
 
-def test_a_longer_prefill_queue_never_lifts_the_ttft_limit():
-    """The longer the queue at the same TTFT p99, the lower (never absent) the limit: a wait whose modelled p99
-    exceeds the TTFT p99 measured is scaled down to it and still limits u."""
-    limits = [slo_utilization(ServingTargets(ttft_p99_s=0.5),
-                              (LoadMinute(NOW - 60, 4, gpu=0.45, qps=5.0, ttft_p99=0.45, queue=q),))
-              for q in (0.1, 0.2, 0.25, 0.3, 0.5, 1.0)]
-    assert all(x is not None for x in limits), limits
-    us = [x[0] for x in limits]
-    assert us == sorted(us, reverse=True) and us[0] > us[-1] > 0.45, us
-
-
-@pytest.mark.parametrize("u", [0.2, 0.4, 0.6])
-def test_the_demo_engines_ttft_limit_lies_just_under_its_true_crossing(u):
-    """The demo's engine (cluster/simulated/llm.py): TTFT p99 = 3.2 × 50 ms / (1 − u) meets 0.5 s up to 68 %; its
-    queue by Little's law. The limit from any one minute lies under that (the policy's exponential tail is not the
-    engine's lognormal one), by less the closer the minute is: 11 points from 20 % use, under 8 from 40 % on."""
-    e = llm.engine_at(u, 2.0)
-    p99 = e.ttft_median_s * math.exp(2.326 * llm.TTFT_SIGMA)
-    minute = LoadMinute(NOW - 60, 4, gpu=u, qps=2.0, ttft_p99=p99, queue=e.waiting)
-    true = 1 - llm.BASE_TTFT_S * math.exp(2.326 * llm.TTFT_SIGMA) / 0.5
-    limit, _ = slo_utilization(ServingTargets(ttft_p99_s=0.5), (minute,))
-    assert true - (0.12 if u < 0.4 else 0.08) < limit <= true, (limit, true)
-
-
 def test_nothing_measured_short_of_saturation_sets_no_limit():
     assert slo_utilization(ServingTargets(tpot_p99_s=0.05), (LoadMinute(NOW - 60, 4, gpu=0.95, tpot_p99=1.0),)) is None
     assert slo_utilization(ServingTargets(), (LoadMinute(NOW - 60, 4, gpu=0.5, tpot_p99=0.03),)) is None
