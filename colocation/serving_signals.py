@@ -1,8 +1,9 @@
 """An LLM service's serving signals for the live autoscaler, read from Prometheus under the serving engine's metric
 names (docs/reference/llm-serving-metrics.md): prompt and generated tokens/s, requests waiting, KV-cache use, TTFT and
 TPOT p50/p99 and the exact mean TPOT (its histogram's _sum / _count), per minute of the policy's clock. vLLM's names
-first, SGLang's where a service's engines publish no vLLM series (PromQL `or`). An engine's series are tied to its service by kube-state-metrics' `kube_pod_labels` (the
-pod's `tidal.io/service` label), so any engine that Prometheus scrapes with its pod's labels is read.
+first, SGLang's where a service's engines publish no vLLM series (PromQL `or`). An engine's series are tied to its
+service by kube-state-metrics' `kube_pod_labels` (the pod's `tidal.io/service` label), so any engine that Prometheus
+scrapes with its pod's labels is read.
 
 `WithServingSignals` lays them over another load source's minutes (the demo's traffic, the service-load profiles):
 a minute the other source lacks is kept with the serving signals alone, measured at the engines reporting in it
