@@ -196,7 +196,7 @@ def _act(d: ScaleDecision, service: InferenceService, backend: ClusterBackend, g
         alerts.close(service, "scale-failed", redis, namespace)
         services.service_scale(service=service, replicas=d.target, now=utc(now))
         report.scaled[d.service] = (d.current, d.target)
-    elif _same_as_last(service, d):
+    elif _same_as_last(service, d.reason.value):
         return
     decision_record(kind=Decision.Kind.SCALING, subject=f"service:{service.name}", reason=d.reason.value,
                     message=d.message, department=service.department,
@@ -204,16 +204,11 @@ def _act(d: ScaleDecision, service: InferenceService, backend: ClusterBackend, g
     report.recorded += 1
 
 
-def _same_as_last(service: InferenceService, d: ScaleDecision) -> bool:
-    """A hold or skip is recorded only when its reason differs from the service's previous scaling decision, or its
-    band does: the SLO lowered or moved it where the previous kept the owner's, or the other way round (a hold on the
-    owner's band recorded once would otherwise stand for the minutes after it, held on a lowered one)."""
+def _same_as_last(service: InferenceService, reason: str) -> bool:
+    """A hold or skip is recorded only when its reason differs from the service's previous scaling decision."""
     last = (Decision.objects.filter(kind=Decision.Kind.SCALING, subject=f"service:{service.name}")
-            .values_list("reason", "data").first())
-    if last is None:
-        return False
-    reason, data = last
-    return reason == d.reason.value and bool((data or {}).get("owner_bands")) == bool(d.data.get("owner_bands"))
+            .values_list("reason", flat=True).first())
+    return last == reason
 
 
 # --- vertical ----------------------------------------------------------------------------------------

@@ -314,36 +314,6 @@ def test_the_live_loop_sizes_a_service_to_its_request_slo(lab):
     assert all("sized to the SLO" not in d.message for d in decisions("unsized"))
 
 
-class CliffLoads:
-    """An LLM engine's minutes at 50 % use whose TPOT p99 is a decode step's cliff: 15 ms (a 50 ms target allows
-    70 % use, under the owner's maxRate 80 %) or 5 ms (it allows 90 %: the owner's band stands)."""
-
-    def __init__(self):
-        self.step = 0.015
-
-    def recent(self, service, now):
-        newest = now // MINUTE * MINUTE - MINUTE
-        return tuple(LoadMinute(newest - i * MINUTE, service.replicas, gpu=0.5, qps=10.0, tpot_p99=self.step / 0.5)
-                     for i in reversed(range(5)))
-
-
-def test_a_hold_is_recorded_again_when_the_slo_lowers_its_band_or_lifts_it(lab):
-    """Holds are recorded once per reason, and once more when the band they held on changes between the owner's and
-    one the SLO lowered: the decision list says which band each stretch of holds used."""
-    world = lab[0]
-    service(world, "llm", tpot_p99_target_s=0.05)
-    loads = CliffLoads()
-    tick(lab, loads)
-    settle(lab, "llm")
-    for step in (0.015, 0.015, 0.005, 0.005, 0.015):
-        loads.step = step
-        tick(lab, loads)
-    holds = [d for d in decisions("llm") if d.reason == "hold"]
-    assert [bool(d.data.get("owner_bands")) for d in holds] == [True, False, True], [d.message for d in holds]
-    assert "within 17%–70% (owner's 20%–80%, lowered for the SLO)" in holds[0].message, holds[0].message
-    assert "within 20%–80% (the owner's: the SLO allows 90%)" in holds[1].message, holds[1].message
-
-
 def test_profile_loads_keep_the_hours_a_service_sized_to_its_slo_reads(lab):
     world, _, clock, _, _ = lab
     plain, sized = service(world, "ranker"), service(world, "llm", slo_ttft_s=1.0, slo_tpot_s=0.05, slo_min_gain=0.1)
