@@ -188,8 +188,8 @@ def test_a_tpot_p99_pinned_in_vllms_bucket_lets_the_night_scale_in_and_a_miss_sc
     service = InferenceService.objects.get(name=name)
     policy = autoscaler.scaling_policy(service)
 
-    def decide(minutes=None):
-        now = clock.demo(time.time())
+    def decide(minutes=None, now=None):
+        now = clock.demo(time.time()) if now is None else now
         minutes = loads.recent(service, now) if minutes is None else minutes
         return autoscaling.decide_service(ServiceView(name, policy, 4, 4, tuple(minutes)), now)
 
@@ -208,8 +208,9 @@ def test_a_tpot_p99_pinned_in_vllms_bucket_lets_the_night_scale_in_and_a_miss_sc
         assert 0.045 < min(p99s) and max(p99s) <= 0.05  # pinned in the 25-50 ms bucket
         assert max(means) / min(means) > 1.1  # while the exact mean fell with the night
         assert serving.slo_utilization(policy.serving, night) is None
-        alone = [replace(m, tpot_mean=None) for m in loads.recent(service, clock.demo(time.time()))]
-        held = decide(alone)  # the p99 alone, as before the mean was read
+        now = clock.demo(time.time())  # read and decided at one moment: on a loaded machine a minute passes in 0.42 s
+        alone = [replace(m, tpot_mean=None) for m in loads.recent(service, now)]
+        held = decide(alone, now)  # the p99 alone, as before the mean was read
         assert held.target == 4 and "lowered for the SLO" in held.message, held.message  # a flat curve lowered the band
         d = decide()
         assert d.reason is ScaleReason.SCALE_IN and d.target == 2 and "TPOT" not in d.message, d.message
