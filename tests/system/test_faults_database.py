@@ -195,7 +195,9 @@ SEAMS = {
 
 @pytest.mark.parametrize("seam", SEAMS)
 def test_postgres_restarted_mid_take_back_completes_it_once(lab, seam):
-    lab.django(seeded(online=1, offline=1, jobs=2, expected_duration_s=3600))  # short jobs: the lent node t4-0
+    # Short at every hour, so they go to the lent node t4-0: 600 s × the stated durations' prior factor (1.5) stays
+    # under the long-job bar, which is never below the night's slack (1 h). An hour-long job was long from 07:30 UTC.
+    lab.django(seeded(online=1, offline=1, jobs=2, expected_duration_s=600))
     assert lab.outcome(lab.tick(scheduler_tick))["admitted"] == 2, lab.tail()
     lab.django("from colocation import services; from colocation.models import Node; "
                "from colocation.policy import Direction; services.transition_request(node=Node.objects.get("
