@@ -193,11 +193,15 @@ class Band:
     cause: str = ""
     why: str = ""
 
-    def beside(self, metric: str, shown: Callable[[Rates], str]) -> str:
-        """The words beside a value of `metric`'s band the sentence names (`shown` phrases it from a band)."""
+    def beside(self, metric: str, shown: Callable[[Rates], str], applied: Rates) -> str:
+        """The words beside a value of `metric`'s band the sentence names (`shown` phrases it from a band): nothing
+        where the value `applied` is the owner's (the SLO lowers minRate only sometimes)."""
         if metric != "gpu" or not self.cause:
             return ""
-        return f" (owner's {shown(self.owner)}, {self.cause})" if self.owner else f" (the owner's: {self.cause})"
+        if self.owner is None:
+            return f" (the owner's: {self.cause})"
+        owners = shown(self.owner)
+        return "" if owners == shown(applied) else f" (owner's {owners}, {self.cause})"
 
 
 OWNERS = Band()  # the owner's band, nothing to say about it
@@ -326,9 +330,11 @@ def _decide(view: ServiceView, now: float, fresh: Sequence[LoadMinute], note: st
 
 
 def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, Band]:
-    """An LLM service with latency targets: its GPU thresholds, lowered as a whole (the band's shape kept) until
-    maxRate keeps the predicted TPOT and TTFT p99 within their targets at the latencies measured
-    (serving.slo_utilization): past that utilization the requests miss their SLO, whatever the owner set."""
+    """An LLM service with latency targets: its GPU maxRate lowered to where the predicted TPOT and TTFT p99 stay
+    within their targets at the latencies measured (serving.slo_utilization), expectRate with it (its ratio to
+    maxRate kept): past that utilization the requests miss their SLO, whatever the owner set. minRate is the
+    owner's floor of use, which an SLO (a ceiling) says nothing about: it stays, lowered in proportion only where
+    it would reach the lowered expectRate (a band lowered as a whole kept groups idle at night)."""
     policy = view.policy
     rates, t = dict(policy.thresholds), policy.serving
     if t is None or "gpu" not in rates:
@@ -344,7 +350,8 @@ def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceVie
     if r.max_rate <= cap + SAME_RATE:  # a cap a hair under maxRate would show the owner's band as lowered
         return view, Band(cause=f"the SLO allows {cap:.0%}")
     f = cap / r.max_rate
-    rates["gpu"] = Rates(r.min_rate * f, r.expect_rate * f, cap)
+    expect = r.expect_rate * f
+    rates["gpu"] = Rates(r.min_rate if r.min_rate < expect else r.min_rate * f, expect, cap)
     band = Band(r, "lowered for the SLO", f"{why} up to {cap:.0%} use")
     return replace(view, policy=replace(policy, thresholds=tuple(rates.items()))), band
 
@@ -493,12 +500,12 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute], at_count: Sequence[Lo
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=True)
             answers.append((max(n + 1, k), ScaleReason.SCALE_OUT, metric,  # over maxRate >= expectRate: one more at least
                             f"{named} {_pcts(ys[-OUT_MINUTES:])} over maxRate {_max(rates)}"
-                            f"{band.beside(metric, _max)} for {OUT_MINUTES} minutes: {formula}"
+                            f"{band.beside(metric, _max, rates)} for {OUT_MINUTES} minutes: {formula}"
                             + _nudged(k, max(n + 1, k))))
         elif len(ys) >= IN_MINUTES and all(v < rates.min_rate for v in ys[-IN_MINUTES:]):
             k, formula = replicas_for(ys[-1], n, base.expect_rate, policy.headroom, up=False)
             answers.append((min(n - 1, k), ScaleReason.SCALE_IN, metric,  # under minRate <= expectRate: one fewer at least
-                            f"{named} under minRate {_min(rates)}{band.beside(metric, _min)} "
+                            f"{named} under minRate {_min(rates)}{band.beside(metric, _min, rates)} "
                             f"for {IN_MINUTES} minutes (now {ys[-1]:.0%}): {formula}" + _nudged(k, min(n - 1, k))))
         elif ys:
             answers.append((n, ScaleReason.HOLD, metric, f"{named} {ys[-1]:.0%} {_held(ys, rates, band, metric)}"))
@@ -563,12 +570,12 @@ def _held(ys: Sequence[float], r: Rates, band: Band, metric: str) -> str:
     over = sum(1 for _ in takewhile(lambda v: v > r.max_rate, reversed(ys)))
     under = sum(1 for _ in takewhile(lambda v: v < r.min_rate, reversed(ys)))
     if over:
-        return (f"over maxRate {_max(r)}{band.beside(metric, _max)} for {over} of the {OUT_MINUTES} minutes a "
+        return (f"over maxRate {_max(r)}{band.beside(metric, _max, r)} for {over} of the {OUT_MINUTES} minutes a "
                 f"scale-out needs")
     if under:
-        return (f"under minRate {_min(r)}{band.beside(metric, _min)} for {under} of the {IN_MINUTES} minutes a "
+        return (f"under minRate {_min(r)}{band.beside(metric, _min, r)} for {under} of the {IN_MINUTES} minutes a "
                 f"scale-in needs")
-    return f"within {_span(r)}{band.beside(metric, _span)}"
+    return f"within {_span(r)}{band.beside(metric, _span, r)}"
 
 
 def _serving(view: ServiceView, loads: Sequence[LoadMinute],
@@ -584,7 +591,8 @@ def _serving(view: ServiceView, loads: Sequence[LoadMinute],
     rates = view.policy.rates()
     asks = [(_last(loads, m) or 0.0) / r.expect_rate for m, r in rates.items()]
     k, b = replicas_for_breach(n, max(asks, default=None), 1.0), found[0]
-    moved = f" {_expect(rates['gpu'])}{band.beside('gpu', _expect)}" if band.owner and "gpu" in rates else ""
+    gpu = rates.get("gpu")
+    moved = f" {_expect(gpu)}{band.beside('gpu', _expect, gpu)}" if band.owner and gpu else ""
     return [(k, ScaleReason.SLO_OUT, b.signal, f"{b.sentence()} for {OUT_MINUTES} minutes: {k} replicas "
                                                f"(the utilization at expectRate{moved}, one more at least)")]
 
@@ -660,7 +668,7 @@ def _ahead(view: ServiceView, band: Band = OWNERS) -> tuple[int, ScaleReason, st
             m, formula = replicas_for(max(ahead), n, base.expect_rate, view.policy.headroom, up=True)
             k = max(n, m)
             why = (f"{metric} forecast {_pcts(ahead)} over the next {len(ahead)} minutes exceeds maxRate "
-                   f"{_max(r)}{band.beside(metric, _max)} {sum(v > r.max_rate for v in ahead)} times: "
+                   f"{_max(r)}{band.beside(metric, _max, r)} {sum(v > r.max_rate for v in ahead)} times: "
                    f"{formula} ahead of the peak")
             if best is None or k > best[0]:
                 best = (k, ScaleReason.PREDICTIVE_OUT, metric, why)

@@ -582,9 +582,9 @@ def test_the_service_page_says_the_slo_lowers_the_band_and_each_decision_shows_t
     assert 'id="band-lowered"' in page and 'id="band-moved"' not in page
     rows = page.split('id="scaling-history"', 1)[1].split("<tbody", 1)[1].split("</tbody>", 1)[0].split("</tr>")
     assert '<td class="num">20%–80%</td>' in rows[0]  # the newest: the owner's band, unmarked
-    assert ('<td class="num">17%–70% <span class="small muted" title="owner\'s 20%–80%">lowered for the SLO</span>'
+    assert ('<td class="num">20%–70% <span class="small muted" title="owner\'s 20%–80%">lowered for the SLO</span>'
             in rows[1]), rows[1]
-    assert "within 17%–70% (owner&#x27;s 20%–80%, lowered for the SLO)" in rows[1]
+    assert "within 20%–70% (owner&#x27;s 20%–80%, lowered for the SLO)" in rows[1]
     assert "within 20%–80% (the owner&#x27;s: the SLO allows 92%)" in rows[0]
 
 

@@ -188,12 +188,29 @@ def cliff_minutes(*at_ready: tuple[int, float]) -> tuple[LoadMinute, ...]:
 def test_a_hold_under_a_lowered_band_names_it_beside_the_owners_and_stores_both():
     d = decide_service(view(cliff_minutes(*[(4, 0.5)] * 5), policy=CLIFF), NOW)
     assert d.reason is ScaleReason.HOLD
-    assert d.message.startswith("llm stays at 4 replicas: gpu 50% within 26%–70% (owner's 30%–80%, lowered for the "
+    assert d.message.startswith("llm stays at 4 replicas: gpu 50% within 30%–70% (owner's 30%–80%, lowered for the "
                                 "SLO); "), d.message
     assert d.message.endswith("keeps TPOT p99 within 50 ms up to 70% use"), d.message
-    assert d.data["bands"]["gpu"] == pytest.approx({"min_rate": 0.2625, "expect_rate": 0.525, "max_rate": 0.7})
+    assert d.data["bands"]["gpu"] == pytest.approx({"min_rate": 0.3, "expect_rate": 0.525, "max_rate": 0.7})
     assert d.data["owner_bands"]["gpu"] == {"min_rate": 0.3, "expect_rate": 0.6, "max_rate": 0.8}
     assert d.data["band_note"] == "lowered for the SLO"
+
+
+def test_the_slo_lowers_max_and_expect_rate_and_keeps_the_owners_min_rate_for_scale_in():
+    """The SLO is a ceiling: at 28 % the owner's minRate 30 % scales in, where a band lowered as a whole (26 %) held.
+    The sentence names the lowered expectRate it sizes at, and no 'owner's' beside the minRate that is the owner's."""
+    d = decide_service(view(cliff_minutes(*[(4, 0.28)] * 5), policy=CLIFF), NOW)
+    assert d.reason is ScaleReason.SCALE_IN and d.target == 2, d.message
+    assert "gpu under minRate 30% for 5 minutes (now 28%): floor(0.28/0.52×4) = 2" in d.message, d.message
+
+
+def test_a_min_rate_the_lowered_expect_rate_would_reach_is_lowered_with_it():
+    """A 25 ms TPOT target on a 15 ms step: maxRate 40 %, expectRate 30 % (the owner's 60 %/80 %), so the owner's
+    minRate 30 % is lowered in proportion (15 %), keeping room between the two for a scale-in to land in."""
+    tight = replace(CLIFF, serving=ServingTargets(tpot_p99_s=0.025))
+    d = decide_service(view(cliff_minutes(*[(4, 0.2)] * 5), policy=tight), NOW)
+    assert d.reason is ScaleReason.HOLD and "within 15%–40% (owner's 30%–80%, lowered for the SLO)" in d.message
+    assert d.data["bands"]["gpu"] == pytest.approx({"min_rate": 0.15, "expect_rate": 0.3, "max_rate": 0.4})
 
 
 def test_a_decision_on_the_owners_band_says_why_the_slo_did_not_lower_it_this_minute():
@@ -202,7 +219,7 @@ def test_a_decision_on_the_owners_band_says_why_the_slo_did_not_lower_it_this_mi
     The decision on the owner's band says so, where it said only "within 30%–80%"."""
     ttft = replace(POLICY, serving=ServingTargets(ttft_p99_s=0.5))
     lowered = decide_service(view(minutes(gpu=0.45, ttft_p99=0.45, queue=0.25), policy=ttft), NOW)  # wait 0.05 s
-    assert "gpu 45% within 19%–50% (owner's 30%–80%, lowered for the SLO)" in lowered.message, lowered.message
+    assert "gpu 45% within 30%–50% (owner's 30%–80%, lowered for the SLO)" in lowered.message, lowered.message
     lifted = decide_service(view(minutes(gpu=0.45, ttft_p99=0.45, queue=[0.25] * 4 + [None]), policy=ttft), NOW)
     assert lifted.message == ("llm stays at 4 replicas: gpu 45% within 30%–80% (the owner's: no SLO limit from this "
                               "minute's latencies)"), lifted.message
