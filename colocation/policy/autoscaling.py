@@ -566,8 +566,14 @@ def _max(r: Rates) -> str:
     return f"{r.max_rate:.0%}"
 
 
+def span(min_rate: float, max_rate: float) -> str:
+    """A band as a decision's sentence names it, in whole percents; the console's GPU band column shows a recorded
+    decision's band with this too, so the two read the same."""
+    return f"{min_rate:.0%}–{max_rate:.0%}"
+
+
 def _span(r: Rates) -> str:
-    return f"{r.min_rate:.0%}–{r.max_rate:.0%}"
+    return span(r.min_rate, r.max_rate)
 
 
 def _held(ys: Sequence[float], r: Rates, band: Band, metric: str) -> str:
