@@ -175,11 +175,24 @@ class ScaleDecision:
     target: int
     reason: ScaleReason
     message: str
+    # the message after its head (the service's name, with its verb and count where it has them): what decide_group
+    # quotes of a capped decision; `message` is `head: why` (a skip's without a colon: `name why`)
+    why: str
     data: dict = field(default_factory=dict, compare=False)
 
     @property
     def changes(self) -> bool:
         return self.target != self.current
+
+    def then(self, more: str) -> ScaleDecision:
+        """The decision with `more` said at the end of its sentence."""
+        return replace(self, message=self.message + more, why=self.why + more)
+
+
+def _decision(service: str, current: int, target: int, reason: ScaleReason, head: str, why: str,
+              data: dict | None = None, sep: str = ": ") -> ScaleDecision:
+    """A decision whose message is `head`, `sep`, then `why`."""
+    return ScaleDecision(service, current, target, reason, f"{head}{sep}{why}", why, {} if data is None else data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,8 +241,7 @@ def decide_service(view: ServiceView, now: float) -> ScaleDecision:
     d = _decide(view, now, fresh)
     if idle is None:
         return d
-    return replace(d, message=f"{d.message}; not scaled to zero after {view.policy.scale_to_zero_idle_min} idle "
-                              f"minutes: {blocked}")
+    return d.then(f"; not scaled to zero after {view.policy.scale_to_zero_idle_min} idle minutes: {blocked}")
 
 
 def _waking(view: ServiceView, skip: ScaleDecision, fresh: Sequence[LoadMinute]) -> bool:
@@ -290,20 +302,22 @@ def _zero_blocked(view: ServiceView, now: float) -> str | None:
 def _skip(view: ServiceView, now: float) -> ScaleDecision | None:
     n = view.replicas
     if not view.policy.autoscaling:
-        return _hold(view, ScaleReason.SKIP_OFF, f"{view.name}: autoscaling is off; stays at {n} replicas")
+        return _hold(view, ScaleReason.SKIP_OFF, view.name, f"autoscaling is off; stays at {n} replicas")
     if view.offline:
-        return _hold(view, ScaleReason.SKIP_OFFLINE, f"{view.name} is offline; left at {n} replicas")
+        return _hold(view, ScaleReason.SKIP_OFFLINE, view.name, f"is offline; left at {n} replicas", sep=" ")
     if view.manual_deploy:
-        return _hold(view, ScaleReason.SKIP_MANUAL, f"{view.name} is being deployed by hand; left at {n} replicas")
+        return _hold(view, ScaleReason.SKIP_MANUAL, view.name, f"is being deployed by hand; left at {n} replicas",
+                     sep=" ")
     if view.ready < n:
-        return _hold(view, ScaleReason.SKIP_SCALING, f"{view.name} is still scaling: {view.ready} of {n} replicas ready")
+        return _hold(view, ScaleReason.SKIP_SCALING, f"{view.name} is still scaling",
+                     f"{view.ready} of {n} replicas ready")
     if view.ready > n:  # after a scale-in the surplus serves until it has stopped
-        return _hold(view, ScaleReason.SKIP_SCALING, f"{view.name} is still scaling in to {n} replicas: "
-                                                     f"{view.ready - n} of {view.ready} serving still to stop")
+        return _hold(view, ScaleReason.SKIP_SCALING, f"{view.name} is still scaling in to {n} replicas",
+                     f"{view.ready - n} of {view.ready} serving still to stop")
     changed = view.replicas_changed_at
     if changed is not None and now - changed < STABLE_S:
-        return _hold(view, ScaleReason.SKIP_UNSTABLE, f"{view.name} changed to {n} replicas {int(now - changed)} s ago; "
-                                                 f"waiting until it has been stable {STABLE_S // 60} minutes")
+        return _hold(view, ScaleReason.SKIP_UNSTABLE, view.name, f"changed to {n} replicas {int(now - changed)} s "
+                     f"ago; waiting until it has been stable {STABLE_S // 60} minutes", sep=" ")
     return None
 
 
@@ -326,7 +340,7 @@ def _decide(view: ServiceView, now: float, fresh: Sequence[LoadMinute], note: st
     follows the rules' sentence, before what moved the band."""
     capped, band = _under_slo(view, fresh)
     d = _bounded(capped, now, _rules(capped, _measured(capped, fresh), _at_current_count(capped, fresh), band))
-    return replace(d, message=d.message + note + (f"; {band.why}" if band.why else ""))
+    return d.then(note + (f"; {band.why}" if band.why else ""))
 
 
 def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceView, Band]:
@@ -400,8 +414,8 @@ def _at_current_count(view: ServiceView, run: Sequence[LoadMinute]) -> list[Load
     return kept[::-1]
 
 
-def _hold(view: ServiceView, reason: ScaleReason, message: str, **data) -> ScaleDecision:
-    return ScaleDecision(view.name, view.replicas, view.replicas, reason, message, data)
+def _hold(view: ServiceView, reason: ScaleReason, head: str, why: str, sep: str = ": ", **data) -> ScaleDecision:
+    return _decision(view.name, view.replicas, view.replicas, reason, head, why, data, sep)
 
 
 def _silent(view: ServiceView, now: float) -> ScaleDecision:
@@ -411,15 +425,15 @@ def _silent(view: ServiceView, now: float) -> ScaleDecision:
     if silent_min < SILENT_MINUTES or view.yesterday_max is None:
         why = "" if silent_min < SILENT_MINUTES else "; yesterday's maximum is unknown"
         since = "ever" if last is None else f"{int(silent_min)} minutes"
-        return _hold(view, ScaleReason.STALE, f"{view.name}: no fresh metrics for {since}; stays at {view.replicas}{why}")
+        return _hold(view, ScaleReason.STALE, view.name, f"no fresh metrics for {since}; stays at {view.replicas}{why}")
     target = _clamp(view, view.yesterday_max, _floor(view, now))
     note = _bounded_note(target, view.yesterday_max)
     if target < view.replicas <= view.policy.max_replicas and in_peak(view.policy, now):
         target, note = view.replicas, f" (kept at {view.replicas}: no scale-in in the peak window)"
-    return ScaleDecision(view.name, view.replicas, target, ScaleReason.FALLBACK,
-                         f"{view.name}: no metrics for {SILENT_MINUTES}+ minutes; restored to yesterday's maximum "
-                         f"of {view.yesterday_max} replicas" + note,
-                         {"silent_minutes": None if last is None else int(silent_min)})
+    return _decision(view.name, view.replicas, target, ScaleReason.FALLBACK, view.name,
+                     f"no metrics for {SILENT_MINUTES}+ minutes; restored to yesterday's maximum of "
+                     f"{view.yesterday_max} replicas" + note,
+                     {"silent_minutes": None if last is None else int(silent_min)})
 
 
 def _from_zero(view: ServiceView, now: float, newest: LoadMinute) -> ScaleDecision:
@@ -427,15 +441,15 @@ def _from_zero(view: ServiceView, now: float, newest: LoadMinute) -> ScaleDecisi
     scale to zero may not stay at zero (at least 2 replicas)."""
     target = min(_floor(view, now), view.policy.max_replicas)
     if not view.policy.scale_to_zero_idle_min:
-        return ScaleDecision(view.name, 0, target, ScaleReason.SCALE_OUT, f"{view.name} scales out to {target} replicas: "
-                             f"it is at zero without scale to zero; bounded by its minimum to {target}")
+        return _decision(view.name, 0, target, ScaleReason.SCALE_OUT, f"{view.name} scales out to {target} replicas",
+                         f"it is at zero without scale to zero; bounded by its minimum to {target}")
     if newest.qps:
-        return ScaleDecision(view.name, 0, target, ScaleReason.FROM_ZERO, f"{view.name}: back from zero to {target} "
-                             f"replicas on {newest.qps:.2f} requests/s at the gateway", {"qps": newest.qps})
+        return _decision(view.name, 0, target, ScaleReason.FROM_ZERO, view.name, f"back from zero to {target} "
+                         f"replicas on {newest.qps:.2f} requests/s at the gateway", {"qps": newest.qps})
     if scheduled_minimum(view.policy.schedules, now, view.policy.tz):
-        return ScaleDecision(view.name, 0, target, ScaleReason.SCHEDULE, f"{view.name} scales from zero to {target} "
-                             f"replicas: a schedule keeps at least {target} now")
-    return _hold(view, ScaleReason.HOLD, f"{view.name}: at zero replicas, no requests")
+        return _decision(view.name, 0, target, ScaleReason.SCHEDULE, f"{view.name} scales from zero to {target} "
+                         f"replicas", f"a schedule keeps at least {target} now")
+    return _hold(view, ScaleReason.HOLD, view.name, "at zero replicas, no requests")
 
 
 def _idle(view: ServiceView, now: float) -> ScaleDecision | None:
@@ -448,8 +462,8 @@ def _idle(view: ServiceView, now: float) -> ScaleDecision | None:
     window = [by_minute.get(newest - i) for i in range(idle)]
     if any(m is None or m.qps is None or m.qps > 0 for m in window):
         return None
-    return ScaleDecision(view.name, view.replicas, 0, ScaleReason.TO_ZERO,
-                         f"{view.name}: no request for {idle} minutes; scaled to zero")
+    return _decision(view.name, view.replicas, 0, ScaleReason.TO_ZERO, view.name,
+                     f"no request for {idle} minutes; scaled to zero")
 
 
 def rates_at(rates: Rates, headroom: float, n: int) -> Rates:
@@ -514,7 +528,7 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute], at_count: Sequence[Lo
     if ahead is not None:
         answers.append(ahead)
     if not answers:
-        return _hold(view, ScaleReason.STALE, f"{view.name}: no metric it scales on was measured at {n} replicas yet")
+        return _hold(view, ScaleReason.STALE, view.name, f"no metric it scales on was measured at {n} replicas yet")
     replicas, reason, metric, why = max(answers, key=lambda a: (a[0], a[1] is not ScaleReason.HOLD))
     if reason is ScaleReason.HOLD and replicas == n:
         why = "; ".join(a[3] for a in answers if a[1] is ScaleReason.HOLD) or why
@@ -527,9 +541,8 @@ def _rules(view: ServiceView, loads: Sequence[LoadMinute], at_count: Sequence[Lo
     verb = {ScaleReason.HOLD: "stays at", ScaleReason.SCALE_IN: "scales in to"}.get(reason, "scales out to")
     if reason is ScaleReason.PREDICTIVE_LIMIT:
         verb = "stays at" if replicas == n else "scales in only to"
-    return ScaleDecision(view.name, n, replicas, reason, f"{view.name} {verb} {replicas} replicas: {why}",
-                         {"metric": metric, "loads": {m: _last(loads, m) for m in policy.rates()},
-                          **_bands(view, band)})
+    return _decision(view.name, n, replicas, reason, f"{view.name} {verb} {replicas} replicas", why,
+                     {"metric": metric, "loads": {m: _last(loads, m) for m in policy.rates()}, **_bands(view, band)})
 
 
 def _bands(view: ServiceView, band: Band) -> dict:
@@ -560,8 +573,14 @@ def _max(r: Rates) -> str:
     return f"{r.max_rate:.0%}"
 
 
+def span(min_rate: float, max_rate: float) -> str:
+    """A band as a decision's sentence names it, in whole percents; the console's GPU band column shows a recorded
+    decision's band with this too, so the two read the same."""
+    return f"{min_rate:.0%}–{max_rate:.0%}"
+
+
 def _span(r: Rates) -> str:
-    return f"{r.min_rate:.0%}–{r.max_rate:.0%}"
+    return span(r.min_rate, r.max_rate)
 
 
 def _held(ys: Sequence[float], r: Rates, band: Band, metric: str) -> str:
@@ -701,20 +720,19 @@ def _bounded(view: ServiceView, now: float, d: ScaleDecision) -> ScaleDecision:
     if target < n and in_peak(policy, now):
         if n <= policy.max_replicas:
             start, end = policy.peak_window
-            return ScaleDecision(view.name, n, n, ScaleReason.PEAK_WINDOW,
-                                 f"{view.name} stays at {n} replicas: no scale-in in the peak window "
-                                 f"{start:%H:%M}–{end:%H:%M} ({d.message})", d.data)
+            return _decision(view.name, n, n, ScaleReason.PEAK_WINDOW, f"{view.name} stays at {n} replicas",
+                             f"no scale-in in the peak window {start:%H:%M}–{end:%H:%M} ({d.message})", d.data)
         target = policy.max_replicas  # above its maximum: down to it, no further, in the peak window
     if target == d.target:
         return d
     if target > d.target and floor > max(SYSTEM_MIN_REPLICAS, policy.min_replicas):
         why = f"a schedule keeps at least {floor} now" + (f", its maximum is {target}" if target < floor else "")
         if target > n:
-            return ScaleDecision(view.name, n, target, ScaleReason.SCHEDULE,
-                                 f"{view.name} scales to {target} replicas: {why} ({d.message})", d.data)
+            return _decision(view.name, n, target, ScaleReason.SCHEDULE, f"{view.name} scales to {target} replicas",
+                             f"{why} ({d.message})", d.data)
     else:
         why = f"bounded by its {'maximum' if target < d.target else 'minimum'} to {target}"
-    return ScaleDecision(view.name, n, target, _direction(d.reason, n, target), f"{d.message}; {why}", d.data)
+    return replace(d, target=target, reason=_direction(d.reason, n, target)).then(f"; {why}")
 
 
 UPWARD = frozenset({ScaleReason.SCALE_OUT, ScaleReason.SLO_OUT, ScaleReason.PREDICTIVE_OUT, ScaleReason.FROM_ZERO, ScaleReason.FALLBACK, ScaleReason.SCHEDULE})
@@ -754,11 +772,11 @@ def decide_group(views: Sequence[ServiceView], capacity: float, now: float) -> l
         left -= extra * v.per_replica
         got = floors[v.name] + extra
         if got < d.target:
-            out[v.name] = ScaleDecision(
+            out[v.name] = _decision(
                 v.name, d.current, got, ScaleReason.PRIORITY,
-                f"{v.name} gets {got} of the {d.target} replicas it asks (priority {v.policy.priority}): the group "
-                f"cannot serve every service and higher-priority ones come first; it asked {d.target} on "
-                f"{d.message.partition(': ')[2]}", {**d.data, "asked": d.target})
+                f"{v.name} gets {got} of the {d.target} replicas it asks (priority {v.policy.priority})",
+                f"the group cannot serve every service and higher-priority ones come first; it asked {d.target} on "
+                f"{d.why}", {**d.data, "asked": d.target})
     return [out[v.name] for v in views]
 
 

@@ -167,9 +167,10 @@ def _tpot_limit(target: float | None, loads: Sequence, utilization: str) -> tupl
     engine's p99 from 28 to 50 ms). Such readings (pinned_at) say only that the p99 is within the bound, not how
     far: they set no curve. The limit is then the highest u measured within the target once a minute above it missed
     (the crossing lies between), and none while nothing missed (the breach rule acts on a miss)."""
-    minutes = tpot_minutes(loads, utilization) if target is not None else []
-    if not minutes:
+    fitted = fit_minutes(loads, utilization) if target is not None else []
+    if not fitted:
         return None
+    minutes = tpot_minutes(fitted)
     seen = measured_within([(u, p99) for u, _, p99 in minutes], target)
     pinned = pinned_at(minutes, target)
     if pinned is not None:
@@ -179,7 +180,7 @@ def _tpot_limit(target: float | None, loads: Sequence, utilization: str) -> tupl
         return seen, (f"TPOT p99 reads {pinned * 1e3:.1f} ms at every load within {target * 1e3:g} ms (pinned inside a "
                       f"histogram bucket: no curve) and missed it at {min(over):.0%} use, so it was measured within it")
     ratio = float(np.median([p99 / mean for _, mean, p99 in minutes]))
-    of_mean = any(m.tpot_mean is not None for m in loads[-FIT_MINUTES:])
+    of_mean = any(m.tpot_mean is not None for m, _ in fitted)  # the sentence names what these minutes fit
     curve = tpot_curve([(u, mean) for u, mean, _ in minutes], ratio, of_mean)
     if curve.a * ratio >= target:  # an idle group misses it: more replicas cannot help
         return None
@@ -270,12 +271,17 @@ class TpotCurve:
         return f"{shape}{scaled} {within}"
 
 
-def tpot_minutes(loads: Sequence, utilization: str = "gpu") -> list[tuple[float, float, float]]:
-    """(u, TPOT mean, TPOT p99) of the newest FIT_MINUTES minutes measured short of saturation; a minute without a
-    mean (an engine without the histogram's _sum and _count) stands on its p99 (a ratio of 1)."""
-    return [(u, m.tpot_p99 if m.tpot_mean is None else m.tpot_mean, m.tpot_p99) for m in loads[-FIT_MINUTES:]
-            if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED and m.tpot_p99
-            and (m.tpot_mean is None or m.tpot_mean > 0)]
+def fit_minutes(loads: Sequence, utilization: str = "gpu") -> list[tuple]:
+    """(minute, u) of the newest FIT_MINUTES minutes the TPOT curve is fitted to: measured short of saturation, with a
+    TPOT p99 and, where the engine gives one, a positive mean."""
+    return [(m, u) for m in loads[-FIT_MINUTES:] if (u := getattr(m, utilization)) is not None and 0 < u < SATURATED
+            and m.tpot_p99 and (m.tpot_mean is None or m.tpot_mean > 0)]
+
+
+def tpot_minutes(fitted: Sequence[tuple]) -> list[tuple[float, float, float]]:
+    """(u, TPOT mean, TPOT p99) of the minutes fit_minutes kept; a minute without a mean (an engine without the
+    histogram's _sum and _count) stands on its p99 (a ratio of 1)."""
+    return [(u, m.tpot_p99 if m.tpot_mean is None else m.tpot_mean, m.tpot_p99) for m, u in fitted]
 
 
 def tpot_curve(pairs: Sequence[tuple[float, float]], ratio: float = 1.0, of_mean: bool = False) -> TpotCurve | None:

@@ -6,6 +6,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 
 from colocation.models import InferenceService
+from colocation.policy.autoscaling import span
 from core.models import Decision
 from frontend.templatetags.console import badge, pct, when
 
@@ -124,5 +125,5 @@ class ScalingHistoryTable(tables.Table):
 
 
 def _span(rates: Mapping) -> str:
-    """Rounded as the decision's sentence rounds it."""
-    return f"{float(rates['min_rate']):.0%}–{float(rates['max_rate']):.0%}"
+    """A band of a decision's data (_rates_data), phrased as the decision's sentence phrases it."""
+    return span(float(rates["min_rate"]), float(rates["max_rate"]))

@@ -748,3 +748,28 @@ def test_a_scaling_sentence_keeps_the_case_of_the_service_name_it_begins_with():
     table, record = ScalingHistoryTable([]), SimpleNamespace(subject="service:g2-serving")
     assert table.render_message("g2-serving scales in to 32 replicas", record) == "g2-serving scales in to 32 replicas"
     assert table.render_message("alert number 3", record) == "Alert number 3"
+
+
+@pytest.mark.parametrize("lowered", [False, True], ids=["owners-band", "lowered-for-the-slo"])
+def test_the_gpu_band_column_reads_as_the_decisions_sentence(lowered):
+    """The history's GPU band column phrases a recorded decision's band (its data) as its sentence does: 29.5 %
+    reads 28 % in both (the float's rounding, not a half-up one), and a band the SLO lowered shows the owner's beside it in both."""
+    from colocation.policy.autoscaling import LoadMinute, Rates, ScalingPolicy, ServiceView, decide_service
+    from colocation.policy.serving import ServingTargets
+    from experiments.builders.colocation import at
+    from frontend.services.tables import ScalingHistoryTable
+
+    now = at("14:00")
+    policy = ScalingPolicy(thresholds=(("gpu", Rates(0.285, 0.6, 0.805)),),
+                           serving=ServingTargets(tpot_p99_s=0.05) if lowered else None)
+    # GPU 50 % on a 15 ms decode step: TPOT p99 15/(1-0.5) = 30 ms, under the 50 ms target up to 70 % use
+    loads = tuple(LoadMinute(now - 60 * (5 - i), 4, gpu=0.5, qps=5.0, tpot_p99=0.03) for i in range(5))
+    d = decide_service(ServiceView("llm", policy, 4, 4, loads), now)
+    shown = str(ScalingHistoryTable([]).render_band(d.data))
+    used, _, owner = shown.partition(" <span")
+    assert f"within {used}" in d.message, (shown, d.message)
+    if lowered:
+        assert used == "25%–70%" and "title=\"owner's 28%–80%\">lowered for the SLO</span>" in owner
+        assert "(owner's 28%–80%, lowered for the SLO)" in d.message
+    else:
+        assert shown == "28%–80%" and not owner

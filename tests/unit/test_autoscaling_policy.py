@@ -507,6 +507,17 @@ def test_reason_says_which_way(view):
 
 
 @SETTINGS
+@given(views())
+def test_why_is_the_sentence_after_its_head(view):
+    """`why` (what a capped decision quotes) is the message's end, after the head that names the service: for every
+    decision decide_group may cap, exactly what follows the message's first ": "."""
+    d = decide_service(view, NOW)
+    assert d.why and d.message.endswith(d.why) and not d.why.startswith(view.name)
+    if d.reason not in SKIPS:
+        assert d.message.partition(": ")[2] == d.why
+
+
+@SETTINGS
 @given(st.integers(2, 30), st.floats(0, 1, allow_nan=False))
 def test_busy_signal_steers_into_its_band(n, y):
     """The busy signal with its default thresholds (0.6/0.7/0.8): outside 0.6–0.8 it moves the replicas so the same

@@ -618,6 +618,17 @@ def test_a_p99_that_follows_the_mean_is_predicted_from_the_means_shape():
             "the minutes' median), keeps TPOT p99 within 50 ms") == why
 
 
+@pytest.mark.parametrize("gpu", [0.95, None], ids=["saturated", "no-utilization"])
+def test_the_sentence_names_what_the_fitted_minutes_measured(gpu):
+    """An engine without the histogram's mean: the curve is fitted to the p99 and the sentence says so, even when a
+    minute the fit leaves out (saturated, or without a utilization) had a mean."""
+    loads = list(tpot_minutes(SPREAD_US, lambda u: 0.0151 / (1 - u)))
+    loads[30] = replace(loads[30], gpu=gpu, tpot_mean=0.02)
+    limit, why = slo_utilization(TPOT_50MS, loads)
+    assert why.startswith("TPOT p99 15.1 + 0.0·u + 15.1·u/(1 − u) ms fitted over 59 minutes") and "mean" not in why, \
+        why
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_the_ratio_of_noisy_readings_moves_the_limit_little(seed):
     """2 % noise on each minute's p99 (fewer requests a minute), the mean exact: the median ratio keeps the limit
