@@ -9,6 +9,10 @@ scrapes with its pod's labels is read.
 a minute the other source lacks is kept with the serving signals alone, measured at the engines reporting in it
 (a group reports from its leader only, so that is a count of groups).
 
+A TPOT p99 read in the top 2 % of its histogram bucket says only "p99 <= the bucket's bound" (serving.bucket_bound):
+the bounds, the `le` values of the TPOT histogram each service's engines publish in each minute, are read with one
+query more, and such a minute carries the bound as `tpot_p99_bound`.
+
 One query per signal covers every service; a tick reads them once (the source is made per tick). Prometheus down or
 slow: the other source's minutes alone, and a warning; a tick never fails on it.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -28,7 +32,7 @@ from cluster.backend import SERVICE_LABEL, kube_state_label
 from colocation.loads import LoadSource
 from colocation.models import InferenceService
 from colocation.policy.autoscaling import LoadMinute
-from colocation.policy.serving import FIT_MINUTES, STEP_MINUTES
+from colocation.policy.serving import FIT_MINUTES, STEP_MINUTES, bucket_bound
 
 log = logging.getLogger(__name__)
 MINUTE = 60.0
@@ -36,6 +40,7 @@ SERVICE = kube_state_label(SERVICE_LABEL)  # label_tidal_io_service
 KEEP_MINUTES = max(STEP_MINUTES, FIT_MINUTES)  # TPOT p99's curve is fitted over these; the other rules look at 2 and 5
 MIN_WINDOW_S = 6.0  # three scrapes of the `tidal` job (2 s): a rate needs two samples in its window
 REPLICAS = "replicas"
+TPOT_BOUND = "tpot_p99_bound"  # LoadMinute's field for a censored TPOT p99
 # signal -> the engines' metric names, vLLM's first (docs/reference/llm-serving-metrics.md)
 TOKENS_IN = ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total")
 TOKENS_OUT = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
@@ -78,6 +83,30 @@ def queries(window: str) -> dict[str, str]:
             REPLICAS: first(f"count by ({SERVICE}) ({of_services(f'last_over_time({n}[{window}])')})" for n in QUEUE)}
 
 
+def tpot_bounds_query(window: str) -> str:
+    """PromQL: one series per (service, `le`) of the TPOT histogram each service's engines publish over a `window`,
+    under the first of TPOT's names a service has (as its p99 is read: `or on` the service, so a service's bounds
+    come from one name)."""
+    return f" or on ({SERVICE}) ".join(
+        f"(group by ({SERVICE}, le) ({of_services(f'last_over_time({n}_bucket[{window}])')}))" for n in TPOT)
+
+
+def with_tpot_bounds(read: dict[float, dict[str, float]], bounds: dict[float, set[float]]) -> None:
+    """Marks each minute of `read` (one service's) whose TPOT p99 is censored by that minute's bucket `bounds`."""
+    for at, signals in read.items():
+        p99, les = signals.get("tpot_p99"), bounds.get(at)
+        if p99 is not None and les and (bound := bucket_bound(p99, tuple(les))) is not None:
+            signals[TPOT_BOUND] = bound
+
+
+def _le(labels: dict[str, str]) -> float:
+    """A bucket series' bound ("0.05", "+Inf"); NaN (no bound: bucket_bound skips it) for a label that is none."""
+    try:
+        return float(labels.get("le", "nan"))
+    except ValueError:
+        return math.nan
+
+
 class ServingSignals:
     """The serving signals of every service over the last KEEP_MINUTES policy minutes, read once per `now`.
 
@@ -101,25 +130,34 @@ class ServingSignals:
         step = MINUTE / self.speed
         window = f"{round(max(step, MIN_WINDOW_S) * 1000)}ms"
         start, end = (self.to_real((m + 1) * MINUTE) for m in (last - KEEP_MINUTES + 1, last))
-        # The client rounds start and end to whole seconds, which on the demo's clock (a minute in 0.42 s) moved the
-        # newest point into the minute still running, measured by no other source: the exact times go as params.
-        exact = {"start": f"{start:.3f}", "end": f"{end:.3f}"}
         out: dict[str, dict[float, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+        bounds: dict[str, dict[float, set[float]]] = defaultdict(lambda: defaultdict(set))
         try:
             for signal, query in queries(window).items():
-                for series in self.prometheus.custom_query_range(
-                        query, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
-                        step=f"{step:g}", params=exact):
-                    service = series["metric"].get(SERVICE)
-                    for t, value in series["values"]:
-                        v = float(value)
-                        if service and math.isfinite(v):
-                            at = (round(self.to_policy(float(t)) / MINUTE) - 1) * MINUTE
-                            out[service][at][signal] = v
+                for service, at, _, v in self._points(query, start, end, step):
+                    out[service][at][signal] = v
+            for service, at, labels, _ in self._points(tpot_bounds_query(window), start, end, step):
+                bounds[service][at].add(_le(labels))
         except (PrometheusApiClientException, RequestException, ValueError) as error:
             log.warning("LLM serving signals not read from Prometheus: %s", error)
             return {}
+        for service, minutes in out.items():
+            with_tpot_bounds(minutes, bounds.get(service, {}))
         return out
+
+    def _points(self, query: str, start: float, end: float, step: float) -> Iterator[tuple[str, float, dict, float]]:
+        """(service, minute start on the policy clock, the series' labels, value) of each finite point of `query`."""
+        # The client rounds start and end to whole seconds, which on the demo's clock (a minute in 0.42 s) moved the
+        # newest point into the minute still running, measured by no other source: the exact times go as params.
+        exact = {"start": f"{start:.3f}", "end": f"{end:.3f}"}
+        for series in self.prometheus.custom_query_range(
+                query, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
+                step=f"{step:g}", params=exact):
+            service = series["metric"].get(SERVICE)
+            for t, value in series["values"]:
+                v = float(value)
+                if service and math.isfinite(v):
+                    yield service, (round(self.to_policy(float(t)) / MINUTE) - 1) * MINUTE, series["metric"], v
 
 
 class WithServingSignals:

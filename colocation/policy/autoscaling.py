@@ -139,6 +139,9 @@ class LoadMinute:
     tpot_p50: float | None = None
     tpot_p99: float | None = None
     tpot_mean: float | None = None  # the histogram's _sum / _count: exact, where a p99 is interpolated in a bucket
+    # tpot_p99 censored by its histogram bucket (serving.bucket_bound): the bucket's upper bound when the reading lies
+    # in its top 2 %, where it says only "p99 <= this"; None: the reading is taken as measured (or the buckets unknown)
+    tpot_p99_bound: float | None = None
 
     def value(self, metric: str) -> float | None:
         return getattr(self, metric)

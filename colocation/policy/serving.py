@@ -36,6 +36,10 @@ SATURATED = 0.9  # a minute this busy says little about the step (its TPOT is mo
 # scales with the step grows as fast: 1; the demo engine's, read in vLLM's 25-50 ms bucket: 0.02-0.12)
 PIN_SPAN = 0.05
 PIN_ELASTICITY = 0.5
+# A TPOT p99 read in the top CENSOR_TOP of its histogram bucket (lo, hi] is censored (bucket_bound): nearly every
+# request near the p99's rank fell in that one bucket, so Prometheus's linear interpolation puts the reading just under
+# hi whatever the p99 is (all of a minute's requests in vLLM's 25-50 ms bucket read 49.75 ms): it says only p99 <= hi.
+CENSOR_TOP = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,24 @@ def prefill_wait(m, u: float) -> tuple[float, float] | None:
     return w, m.ttft_p99 - _p99_wait(u, w)
 
 
+def bucket_bound(reading: float, bounds: Sequence[float]) -> float | None:
+    """The upper bound hi of the histogram bucket (lo, hi] that a histogram_quantile `reading` lies in, when it lies in
+    the bucket's top CENSOR_TOP (reading >= lo + (1 - CENSOR_TOP) × (hi - lo)): the reading then says only that the
+    quantile is at most hi. `bounds`: the histogram's `le` values (+Inf among them or not); the lowest bucket starts
+    at 0, as histogram_quantile takes it. None when the reading is lower in its bucket, the bounds are unknown, or the
+    reading is at or past the highest finite bound (histogram_quantile reads a quantile in the +Inf bucket as that
+    bound: it is then a lower bound, not an upper one)."""
+    finite = sorted(b for b in bounds if math.isfinite(b))
+    if not finite or reading >= finite[-1]:
+        return None
+    lo = 0.0
+    for hi in finite:
+        if reading <= hi:
+            return hi if reading >= lo + (1.0 - CENSOR_TOP) * (hi - lo) else None
+        lo = hi
+    return None
+
+
 def _tpot_limit(target: float | None, loads: Sequence, utilization: str) -> tuple[float, str] | None:
     """The largest u at which the predicted TPOT p99 stays within `target` (TpotCurve), and why; never under the
     highest u measured within it (a curve's guess does not overrule what was measured).
@@ -165,23 +187,35 @@ def _tpot_limit(target: float | None, loads: Sequence, utilization: str) -> tupl
     which over-estimates a tail quantile (conservative) but, when nearly every request falls in one bucket, pins the
     reading just under that bucket's bound whatever the load (vLLM's 25-50 ms bucket reads 46-50 ms for the demo
     engine's p99 from 28 to 50 ms). Such readings (pinned_at) say only that the p99 is within the bound, not how
-    far: they set no curve. The limit is then the highest u measured within the target once a minute above it missed
-    (the crossing lies between), and none while nothing missed (the breach rule acts on a miss)."""
+    far: they set no curve. A reading censored by its bucket's bounds (bucket_bound: the minute's `tpot_p99_bound`)
+    says as much, known from the bounds rather than told statistically: it sets no curve either, and counts as
+    within the target when its bound is. pinned_at still judges the readings (an engine whose buckets were not read,
+    or a reading a little lower in its bucket), the censored ones among them: a censored hour at 38 % use and its
+    night's first minutes at 22 %, read a little under the censored top, show pinned together. With no curve (every
+    reading within the target pinned or censored, or none set a point) the limit is the highest u measured within
+    the target once a minute above it missed (the crossing lies between), and none while nothing missed (the breach
+    rule acts on a miss)."""
     fitted = fit_minutes(loads, utilization) if target is not None else []
     if not fitted:
         return None
     minutes = tpot_minutes(fitted)
-    seen = measured_within([(u, p99) for u, _, p99 in minutes], target)
-    pinned = pinned_at(minutes, target)
-    if pinned is not None:
-        over = [u for u, _, p99 in minutes if p99 > target]
+    seen = measured_within([(u, p99 <= target if bound is None else bound <= target)
+                            for u, _, p99, bound in minutes])
+    points = [(u, mean, p99) for u, mean, p99, bound in minutes if bound is None]
+    censored = [bound for *_, bound in minutes if bound is not None and bound <= target]
+    pinned = pinned_at([(u, mean, p99) for u, mean, p99, _ in minutes], target)  # a censored reading is pinned too
+    if pinned is not None or not points or (censored and all(p99 > target for _, _, p99 in points)):
+        over = [u for u, _, p99, _ in minutes if p99 > target]
         if not over or not seen:
             return None
-        return seen, (f"TPOT p99 reads {pinned * 1e3:.1f} ms at every load within {target * 1e3:g} ms (pinned inside a "
-                      f"histogram bucket: no curve) and missed it at {min(over):.0%} use, so it was measured within it")
-    ratio = float(np.median([p99 / mean for _, mean, p99 in minutes]))
+        shown = (f"reads {pinned * 1e3:.1f} ms at every load within {target * 1e3:g} ms (pinned inside a histogram "
+                 f"bucket: no curve)" if pinned is not None else
+                 f"reads at the top of its histogram bucket at every load within {target * 1e3:g} ms (so only ≤ "
+                 f"{max(censored, default=target) * 1e3:g} ms: no curve)")
+        return seen, f"TPOT p99 {shown} and missed it at {min(over):.0%} use, so it was measured within it"
+    ratio = float(np.median([p99 / mean for _, mean, p99 in points]))
     of_mean = any(m.tpot_mean is not None for m, _ in fitted)  # the sentence names what these minutes fit
-    curve = tpot_curve([(u, mean) for u, mean, _ in minutes], ratio, of_mean)
+    curve = tpot_curve([(u, mean) for u, mean, _ in points], ratio, of_mean)
     if curve.a * ratio >= target:  # an idle group misses it: more replicas cannot help
         return None
     limit = curve.limit(target)
@@ -204,11 +238,12 @@ def pinned_at(minutes: Sequence[tuple[float, float, float]], target: float) -> f
     return float(np.median(within[:, 1])) if elasticity < PIN_ELASTICITY else None
 
 
-def measured_within(pairs: Sequence[tuple[float, float]], target: float) -> float:
-    """The highest u up to which every minute measured had its TPOT p99 within `target` (0 when the lowest missed)."""
+def measured_within(pairs: Sequence[tuple[float, bool]]) -> float:
+    """The highest u up to which every minute measured had its TPOT p99 within the target, from (u, within) pairs
+    (0 when the lowest missed); at one u, the minutes within come first (as a lower p99 did)."""
     seen = 0.0
-    for u, p99 in sorted(pairs):
-        if p99 > target:
+    for u, within in sorted(pairs, key=lambda pair: (pair[0], not pair[1])):
+        if not within:
             break
         seen = float(u)
     return seen
@@ -278,10 +313,10 @@ def fit_minutes(loads: Sequence, utilization: str = "gpu") -> list[tuple]:
             and m.tpot_p99 and (m.tpot_mean is None or m.tpot_mean > 0)]
 
 
-def tpot_minutes(fitted: Sequence[tuple]) -> list[tuple[float, float, float]]:
-    """(u, TPOT mean, TPOT p99) of the minutes fit_minutes kept; a minute without a mean (an engine without the
-    histogram's _sum and _count) stands on its p99 (a ratio of 1)."""
-    return [(u, m.tpot_p99 if m.tpot_mean is None else m.tpot_mean, m.tpot_p99) for m, u in fitted]
+def tpot_minutes(fitted: Sequence[tuple]) -> list[tuple[float, float, float, float | None]]:
+    """(u, TPOT mean, TPOT p99, the p99's bucket bound where censored) of the minutes fit_minutes kept; a minute
+    without a mean (an engine without the histogram's _sum and _count) stands on its p99 (a ratio of 1)."""
+    return [(u, m.tpot_p99 if m.tpot_mean is None else m.tpot_mean, m.tpot_p99, m.tpot_p99_bound) for m, u in fitted]
 
 
 def tpot_curve(pairs: Sequence[tuple[float, float]], ratio: float = 1.0, of_mean: bool = False) -> TpotCurve | None:

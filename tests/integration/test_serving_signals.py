@@ -170,9 +170,10 @@ class FallingThenMissing:
 
 def test_a_tpot_p99_pinned_in_vllms_bucket_lets_the_night_scale_in_and_a_miss_scales_out(lab):
     """A 50 ms TPOT target, a bound of vLLM's buckets: through the real Prometheus the p99 reads ~49 ms at every load
-    within it while the mean falls with the night, so the policy sets no TPOT limit and the service scales in on its
-    thresholds (on the p99 alone, a flat curve lowered its band); past 76 % the p99 leaves the bucket
-    and the service scales out on the TPOT miss, under its maxRate: to ceil(78 % / expectRate 50 % × 4) = 7."""
+    within it (censored by the bucket's bounds from 25 % use) while the mean falls with the night, so the policy sets
+    no TPOT limit and the service scales in on its thresholds (on the p99 alone, a flat curve lowered its band); past
+    76 % the p99 leaves the bucket and the service scales out on the TPOT miss, under its maxRate: to
+    ceil(78 % / expectRate 50 % × 4) = 7."""
     world, cluster, cluster_clock, redis, namespace = lab
     name = f"llm-{uuid.uuid4().hex[:6]}"
     world.service(name=name, gpu_model=world.gpu_models["T4"], gpus_per_replica=Decimal("0.25"), replicas=4,
@@ -207,10 +208,14 @@ def test_a_tpot_p99_pinned_in_vllms_bucket_lets_the_night_scale_in_and_a_miss_sc
         p99s, means = [m.tpot_p99 for m in night], [m.tpot_mean for m in night]
         assert 0.045 < min(p99s) and max(p99s) <= 0.05  # pinned in the 25-50 ms bucket
         assert max(means) / min(means) > 1.1  # while the exact mean fell with the night
+        # the bucket's bounds, read from Prometheus: the readings in the top 2 % of 25-50 ms say only "<= 50 ms"
+        censored = [m for m in night if m.tpot_p99_bound is not None]
+        assert censored and {m.tpot_p99_bound for m in censored} == {0.05}, night
+        assert all((m.tpot_p99 >= 0.0495) == (m.tpot_p99_bound is not None) for m in night), night
         assert serving.slo_utilization(policy.serving, night) is None
         now = clock.demo(time.time())  # read and decided at one moment: on a loaded machine a minute passes in 0.42 s
-        alone = [replace(m, tpot_mean=None) for m in loads.recent(service, now)]
-        on_p99 = decide(alone, now)  # the p99 alone, as before the mean was read
+        alone = [replace(m, tpot_mean=None, tpot_p99_bound=None) for m in loads.recent(service, now)]
+        on_p99 = decide(alone, now)  # the p99 alone, as before the mean and the bounds were read
         assert on_p99.data.get("band_note") == "lowered for the SLO", on_p99.message  # a flat curve lowered the band
         d = decide()
         assert d.reason is ScaleReason.SCALE_IN and d.target == 2 and "TPOT" not in d.message, d.message

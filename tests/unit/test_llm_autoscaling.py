@@ -15,7 +15,8 @@ from colocation.policy import kpa
 from colocation.policy.autoscaling import (AHEAD, LoadMinute, Rates, ScaleReason, ScalingPolicy, ServiceView,
                                            decide_group, decide_service, lookahead)
 from cluster.simulated import llm
-from colocation.policy.serving import REACH, ServingTargets, breaches, replicas_for_breach, slo_utilization
+from colocation.policy.serving import (REACH, ServingTargets, breaches, bucket_bound, measured_within,
+                                      replicas_for_breach, slo_utilization)
 from experiments.autoscale_eval.llm.forecast import RateLookahead
 from experiments.autoscale_eval.llm.front import Point, covering, dominates, pareto
 from experiments.autoscale_eval.llm.replica import GroupModel, LlmModel
@@ -563,9 +564,13 @@ def through_buckets(u: float, q: float = 0.99) -> float:
     raise AssertionError("past the last bucket")
 
 
-def bucketed_minutes(us, with_mean: bool = True) -> tuple[LoadMinute, ...]:
-    return tuple(LoadMinute(NOW - 60 * (len(us) - i), 4, gpu=u, tpot_p99=through_buckets(u),
-                            tpot_mean=demo_engine_mean(u) if with_mean else None) for i, u in enumerate(us))
+def bucketed_minutes(us, with_mean: bool = True, bounds: bool = False) -> tuple[LoadMinute, ...]:
+    """The demo engine's minutes at `us` read through vLLM's buckets; with `bounds`, censored as the live reader does
+    once it has read the buckets' `le` values."""
+    return tuple(LoadMinute(NOW - 60 * (len(us) - i), 4, gpu=u, tpot_p99=(p99 := through_buckets(u)),
+                            tpot_mean=demo_engine_mean(u) if with_mean else None,
+                            tpot_p99_bound=bucket_bound(p99, llm.TPOT_BUCKETS_S) if bounds else None)
+                 for i, u in enumerate(us))
 
 
 NIGHT_US = [0.37 - 0.12 * i / 54 for i in range(55)] + [0.25] * 5  # an hour falling from 37 % to 25 % use
@@ -637,3 +642,90 @@ def test_the_ratio_of_noisy_readings_moves_the_limit_little(seed):
     loads = tuple(replace(m, tpot_p99=demo_engine_p99(m.gpu) * (1 + 0.02 * rng.gauss(0, 1)))
                   for m in bucketed_minutes(SPREAD_US))
     assert slo_utilization(TPOT_50MS, loads)[0] == pytest.approx(TRUE_LIMIT, abs=0.02)
+
+
+# ---- TPOT p99 censored by its bucket's bounds ----------------------------------------------------------------
+
+VLLM_LE = (*llm.TPOT_BUCKETS_S, math.inf)
+
+
+@pytest.mark.parametrize("reading,bound", [
+    (0.04975, 0.05),  # every request in 25-50 ms: the 99th percentile of the bucket
+    (0.05, 0.05),  # at the bound itself
+    (0.0495, 0.05),  # 98 % of the bucket, the lowest censored
+    (0.0494, None),  # lower in the bucket: taken at its word
+    (0.0099, 0.01),  # the lowest bucket starts at 0
+    (0.0745, 0.075),
+    (0.0556, None),  # the demo engine at 80 % use, past the 50 ms bucket
+    (80.0, None),  # the highest finite bound: histogram_quantile's reading of the +Inf bucket, a lower bound
+    (95.0, None),
+])
+def test_a_reading_in_the_top_2_percent_of_its_bucket_is_censored_at_its_bound(reading, bound):
+    assert bucket_bound(reading, VLLM_LE) == bound
+    assert bucket_bound(reading, ()) is None  # the bounds unknown
+
+
+def test_the_demo_engines_p99_is_censored_from_25_percent_use_to_its_crossing():
+    """At 25-76 % use the demo engine's p99 reads in the top 2 % of vLLM's 25-50 ms bucket; under 25 % the requests
+    below 25 ms pull the reading lower (46-49.5 ms: pinned_at's, statistically); at 77 % it leaves the bucket."""
+    us = (0.1, 0.2, 0.26, 0.38, 0.6, 0.76, 0.77)
+    assert [u for u in us if bucketed_minutes([u], bounds=True)[0].tpot_p99_bound] == [0.26, 0.38, 0.6, 0.76]
+
+
+FLAT_US = [0.38 - 0.04 * i / 59 for i in range(60)]  # an hour at 38-34 % use: the mean moves 3 %, under PIN_SPAN
+
+
+def test_a_flat_hour_with_a_censored_p99_no_longer_lowers_the_band():
+    """Statistically a flat hour cannot tell a pinned reading from a true one (the mean moves under 5 %): its 49.6 ms
+    gave a cliff that lowered the band to the highest use measured, 38 %. Its bucket's bounds tell: every reading is
+    at most 50 ms, within the target, and sets no curve, so no TPOT limit and the owner's band."""
+    policy = replace(POLICY, serving=TPOT_50MS)
+    unknown = decide_service(view(bucketed_minutes(FLAT_US), policy=policy), NOW)
+    assert "gpu 34% within 14%–38% (owner's 30%–80%, lowered for the SLO)" in unknown.message, unknown.message
+    assert slo_utilization(TPOT_50MS, bucketed_minutes(FLAT_US, bounds=True)) is None
+    d = decide_service(view(bucketed_minutes(FLAT_US, bounds=True), policy=policy), NOW)
+    assert d.message == "llm stays at 4 replicas: gpu 34% within 30%–80% (the owner's: no SLO limit from this " \
+                        "minute's latencies)", d.message
+    assert "owner_bands" not in d.data
+    # the bounds alone, without the mean: no longer a flat curve either
+    assert slo_utilization(TPOT_50MS, bucketed_minutes(FLAT_US, with_mean=False, bounds=True)) is None
+
+
+def test_censored_minutes_and_a_night_read_a_little_lower_show_pinned_together():
+    """The flat hour, then the night's first minutes at 22 %: read at 49.4 ms (97.7 % of the bucket) they are not
+    censored and, alone, set a cliff that held the band at 38 %; beside the censored readings they show pinned."""
+    loads = bucketed_minutes(FLAT_US[5:] + [0.22] * 5, bounds=True)
+    assert [m.tpot_p99_bound for m in loads[-6:]] == [0.05] + [None] * 5
+    assert slo_utilization(TPOT_50MS, loads) is None
+
+
+def test_a_miss_past_a_censored_p99_limits_the_band_near_the_true_crossing():
+    """The morning rise with the bounds read: every reading within 50 ms is censored, the misses past 76 % read in the
+    next bucket (51.6-57 ms, low in it) and set no curve alone; the band is held where the p99 crossed 50 ms."""
+    rise = [0.3 + 0.55 * i / 59 for i in range(60)]
+    limit, why = slo_utilization(TPOT_50MS, bucketed_minutes(rise, with_mean=False, bounds=True))
+    assert TRUE_LIMIT - 0.02 < limit <= TRUE_LIMIT, why
+    assert why.startswith("TPOT p99 reads at the top of its histogram bucket at every load within 50 ms (so only "
+                          "≤ 50 ms: no curve) and missed it at 77% use, so it was measured within it"), why
+
+
+def test_a_censored_reading_whose_bound_is_over_the_target_is_not_within_it():
+    """A 49.8 ms target inside vLLM's 25-50 ms bucket: a reading of 49.75 ms there says only p99 <= 50 ms, not within
+    49.8 ms. Taken at its word it held the band at the 50 % it was read at, over the curve's 44 % (a cliff of 20 ms ×
+    1.4 measured at 20-30 %); censored, the curve's limit stands."""
+    target = ServingTargets(tpot_p99_s=0.0498)
+    low = [0.2 + 0.1 * i / 9 for i in range(10)]
+    loads = tuple(LoadMinute(NOW - 60 * (11 - i), 4, gpu=u, tpot_mean=0.02 / (1 - u), tpot_p99=0.028 / (1 - u))
+                  for i, u in enumerate(low)) + (LoadMinute(NOW - 60, 4, gpu=0.5, tpot_mean=0.04, tpot_p99=0.04975),)
+    word = slo_utilization(target, loads)
+    assert word[0] == 0.5 and word[1].endswith("but it was measured within it"), word
+    censored = loads[:-1] + (replace(loads[-1], tpot_p99_bound=bucket_bound(0.04975, VLLM_LE)),)
+    assert censored[-1].tpot_p99_bound == 0.05
+    limit, why = slo_utilization(target, censored)
+    assert limit == pytest.approx(1 - 0.028 / 0.0498, abs=0.01) and "measured within" not in why, why
+
+
+def test_a_use_read_both_within_and_over_counts_as_measured_within():
+    """Prometheus's readings lag a step of load by their window: minutes at the new use read within, then over."""
+    assert measured_within([(0.3, True), (0.78, False), (0.78, True), (0.8, True)]) == 0.78
+    assert measured_within([(0.3, False), (0.5, True)]) == 0.0
