@@ -2,15 +2,17 @@
 
 The exporter (cluster/simulated/metrics.py) publishes these series under vLLM's names for the load-driven serving pods
 (the leader of a group: the engine's API server runs there), so the live autoscaler reads real Prometheus queries.
-A small queueing model, not a measurement: at utilization ρ of its replica an engine has ρ²/(1-ρ) requests waiting
-(M/M/1), its KV cache holds the running sequences (ρ of it, at most KV_FULL), a first token waits the queue and the
-prefill (BASE_TTFT_S / (1-ρ) at the median), and each output token takes a decode step that a fuller batch slows
-(BASE_TPOT_S × (1+ρ)). Latencies are lognormal around those medians: a first token's widely (TTFT_SIGMA: whether
+A small queueing model, not a measurement: at utilization ρ of its replica a first token waits the queue and the
+prefill (BASE_TTFT_S / (1-ρ) at the median: an idle engine's time stretched M/M/1-like), the requests waiting are
+what Little's law gives for that wait (requests/s × the mean time to first token past an idle engine's), its KV cache
+holds the running sequences (ρ of it, at most KV_FULL), and each output token takes a decode step that a fuller batch
+slows (BASE_TPOT_S × (1+ρ)). Latencies are lognormal around those medians: a first token's widely (TTFT_SIGMA: whether
 it waits behind a queue), a request's time per output token narrowly (TPOT_SIGMA: the mean of its decode steps).
-The requests waiting do not follow Little's law for that first token's wait at the demo's request rate (they say a
-wait of seconds): the autoscaler's TTFT limit, fitted to one minute, then finds no fit and leaves the band to the
-breach rule. With a consistent queue it fits some minutes and not others and the band flaps (2026-11-30): the two
-change together. Pure: no Django, no I/O.
+The queue is consistent with the first tokens' wait, as a real engine's is: the autoscaler's TTFT limit reads the
+prefill wait as requests waiting / requests per second. (ρ²/(1-ρ) whatever the rate said a wait of seconds at the
+demo's 0.1 requests/s.) Each minute's limit still varies with its noise, one minute fitting the model and the next
+not; the autoscaler takes the median over several minutes (serving.TTFT_MINUTES), which keeps the band steady (with a
+limit from one minute, llm-chat flapped 3 -> 6 -> 2 groups within 25 s, 2026-11-30). Pure: no Django, no I/O.
 """
 
 from __future__ import annotations
@@ -49,10 +51,13 @@ class EngineState:
     tpot_median_s: float
 
 
-def engine_at(utilization: float) -> EngineState:
+def engine_at(utilization: float, qps: float = 0.0) -> EngineState:
+    """An engine at `utilization` of its replica taking `qps` requests/s."""
     rho = min(max(utilization, 0.0), MAX_LOAD)
-    return EngineState(waiting=rho * rho / (1.0 - rho), kv_cache=min(KV_FULL, rho),
-                       ttft_median_s=BASE_TTFT_S / (1.0 - rho), tpot_median_s=BASE_TPOT_S * (1.0 + rho))
+    ttft = BASE_TTFT_S / (1.0 - rho)
+    wait = (ttft - BASE_TTFT_S) * math.exp(TTFT_SIGMA ** 2 / 2)  # the mean TTFT past an idle engine's
+    return EngineState(waiting=max(qps, 0.0) * wait, kv_cache=min(KV_FULL, rho), ttft_median_s=ttft,
+                       tpot_median_s=BASE_TPOT_S * (1.0 + rho))
 
 
 def request_median_s(state: EngineState) -> float:

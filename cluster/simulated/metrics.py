@@ -473,7 +473,7 @@ class LoadDriven:
         totals = self._totals.setdefault(pod.spec.name, _Totals(now))
         dt, totals.at = max(0.0, now - totals.at), now
         totals.cpu_seconds += _cores(pod, use) * (0.15 + 0.7 * util) * dt
-        engine = llm.engine_at(util)
+        engine = llm.engine_at(util, qps)
         # latency rises with how busy the GPU is; a group's engine answers in its first token and output tokens
         median = 1e3 * llm.request_median_s(engine) if grouped else float(median_latency_ms(util, 1.0))
         totals.requests += qps * dt

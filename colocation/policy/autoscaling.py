@@ -19,8 +19,8 @@ from itertools import takewhile
 
 from cluster.types import GPU_UTIL, SM_ACTIVE
 from colocation.policy.schedules import Schedule, scheduled_minimum
-from colocation.policy.serving import FIT_MINUTES, ServingTargets, breaches, missed, replicas_for_breach, \
-    slo_utilization
+from colocation.policy.serving import FIT_MINUTES, TTFT_MINUTES, ServingTargets, breaches, missed, \
+    replicas_for_breach, slo_utilization
 from colocation.policy.slo_sizing import SPREAD_MINUTES, size_to_slo
 from colocation.policy.windows import in_window, local
 
@@ -283,12 +283,13 @@ def _out_while_starting(view: ServiceView, now: float, fresh: Sequence[LoadMinut
 
 def keep_minutes(policy: ScalingPolicy) -> int:
     """Loads a view needs: no rule looks further back than the scale-in run, the scale-out run or the idle time
-    of scale to zero, the TPOT curve's fit or the SLO sizing's spread (callers that keep a window of minutes size it
+    of scale to zero, the TPOT curve's fit, the TTFT limit's median or the SLO sizing's spread (callers that keep a window of minutes size it
     with this)."""
     serving = policy.serving
     spread = SPREAD_MINUTES + lookahead(policy) if serving and serving.sizes_to_slo else 0
     fit = FIT_MINUTES if serving and serving.tpot_p99_s else 0
-    return max(IN_MINUTES, OUT_MINUTES, policy.scale_to_zero_idle_min or 0, spread, fit)
+    ttft = TTFT_MINUTES if serving and serving.ttft_p99_s else 0
+    return max(IN_MINUTES, OUT_MINUTES, policy.scale_to_zero_idle_min or 0, spread, fit, ttft)
 
 
 def _zero_blocked(view: ServiceView, now: float) -> str | None:
@@ -362,7 +363,7 @@ def _under_slo(view: ServiceView, run: Sequence[LoadMinute]) -> tuple[ServiceVie
         return view, OWNERS
     limit, r = slo_utilization(t, run), rates["gpu"]
     if limit is None:
-        return view, Band(cause="no SLO limit from this minute's latencies")
+        return view, Band(cause="no SLO limit from these minutes' latencies")
     cap, why = limit
     if r.max_rate <= cap + SAME_RATE:  # a cap a hair under maxRate would show the owner's band as lowered
         return view, Band(cause=f"the SLO allows {cap:.0%}")

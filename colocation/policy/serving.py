@@ -14,7 +14,7 @@ the latency needs).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -31,6 +31,12 @@ FIT_MINUTES = 60
 FIT_SPAN = 0.15
 REACH = 0.2
 SATURATED = 0.9  # a minute this busy says little about the step (its TPOT is mostly the queue)
+# TTFT p99's limit is read on each of the newest TTFT_MINUTES minutes measured and the median of the minutes that fit
+# the queue model is kept (at least TTFT_QUORUM of them, else no limit): one minute's burstiness makes its own limit
+# flap (one minute fits, the next does not, a third reads low: the demo's llm-chat went 3 -> 6 -> 2 groups in 25 s).
+# 5 out-votes two odd minutes and still follows a change of load within the scale-in run (IN_MINUTES, 5).
+TTFT_MINUTES = 5
+TTFT_QUORUM = math.ceil(TTFT_MINUTES / 2)
 # TPOT p99 readings pinned inside a histogram bucket (pinned_at): over minutes whose mean TPOT spans PIN_SPAN, the
 # p99 readings within the target grow less than PIN_ELASTICITY as fast as the mean (a true p99 of a spread that
 # scales with the step grows as fast: 1; the demo engine's, read in vLLM's 25-50 ms bucket: 0.02-0.12)
@@ -141,7 +147,8 @@ def slo_utilization(targets: ServingTargets, loads: Sequence, utilization: str =
     measured = measured_minutes(loads, utilization)
     if not measured:
         return None
-    limits = [_tpot_limit(targets.tpot_p99_s, loads, utilization), _ttft_limit(targets.ttft_p99_s, *measured[-1])]
+    limits = [_tpot_limit(targets.tpot_p99_s, loads, utilization),
+              _ttft_limit(targets.ttft_p99_s, measured[-TTFT_MINUTES:])]
     return min((x for x in limits if x is not None), default=None)
 
 
@@ -355,24 +362,46 @@ def decode_step(measured: Sequence) -> float | None:
     return steps[len(steps) // 2] if steps else None
 
 
-def _ttft_limit(target: float | None, m, u: float) -> tuple[float, str] | None:
-    """TTFT = the prompt's own time plus its wait for the prefill queue. The mean wait W is measured by Little's law
-    (requests waiting / requests per second) and grows like u / (1 - u) (Kingman's M/G/1 approximation, whose
-    burstiness term the measured wait carries); its tail is exponential with P(wait > 0) = u, so the p99 wait is
-    W / u × ln(100 u). The prompt's own time is TTFT p99 less that wait; TTFT p99 stays within the target up to
-    the u found by bisection. The newest minute alone: burstiness changes from one window to the next."""
-    fitted = None if target is None else prefill_wait(m, u)
+def _ttft_limit(target: float | None, measured: Sequence[tuple]) -> tuple[float, str] | None:
+    """The median of the TTFT limits of the (minute, u) pairs `measured` (the newest TTFT_MINUTES) that fit the
+    model (_minute_ttft_limit), and why; None without a target or with fewer than TTFT_QUORUM minutes that fit. Each
+    minute alone flaps with its burstiness; their median follows the load, not one odd minute."""
+    if target is None:
+        return None
+    fits = [(m.queue / m.qps, u, x) for m, u in measured if (x := _minute_ttft_limit(target, m, u)) is not None]
+    if len(fits) < TTFT_QUORUM:
+        return None
+    waits, us, limits = zip(*fits)
+    return float(np.median(limits)), (
+        f"the median TTFT limit over {len(measured)} minutes ({len(fits)} fit: mean prefill waits "
+        f"{_span(waits, lambda w: f'{w:.2f}')} s at {_span(us, lambda u: f'{u:.0%}')} use) keeps TTFT p99 within "
+        f"{target:g} s")
+
+
+def _minute_ttft_limit(target: float, m, u: float) -> float | None:
+    """One minute's TTFT limit: TTFT = the prompt's own time plus its wait for the prefill queue. The mean wait W is
+    measured by Little's law (requests waiting / requests per second) and grows like u / (1 - u) (Kingman's M/G/1
+    approximation, whose burstiness term the measured wait carries); its tail is exponential with P(wait > 0) = u, so
+    the p99 wait is W / u × ln(100 u). The prompt's own time is TTFT p99 less that wait; TTFT p99 stays within the
+    target up to the u found by bisection. None when the minute does not fit (no queue or rate, or the prompt's own
+    time outside [0, target))."""
+    fitted = prefill_wait(m, u)
     if fitted is None:
         return None
     per_load, own = fitted
-    wait = m.queue / m.qps
     if not 0 <= own < target:  # below 0: the minute does not fit the model (its TTFT p99 under the wait's)
         return None
     lo, hi = 0.0, 1.0
     for _ in range(30):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if own + _p99_wait(mid, per_load) <= target else (lo, mid)
-    return lo, f"a mean prefill wait of {wait:.2f} s at {u:.0%} keeps TTFT p99 within {target:g} s"
+    return lo
+
+
+def _span(values: Sequence[float], show: Callable[[float], str]) -> str:
+    """'lo–hi' as shown, or the one value when they show the same."""
+    lo, hi = show(min(values)), show(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def _p99_wait(u: float, per_load: float) -> float:

@@ -361,7 +361,7 @@ def test_a_ready_group_serves_whole_and_only_its_leader_shows_vllms_series():
     pods = [member("0", "0"), member("0", "1"), member("1", "0"), member("1", "1", ready=False)]
     first, later = driven_scrapes(pods, [START, START + 10])
     util = 0.3 * 12 / 10  # one group serves: it is the only replica
-    engine = llm.engine_at(util)
+    engine = llm.engine_at(util, 12)
     assert value(later, "DCGM_FI_DEV_GPU_UTIL", pod="web-0-1") == pytest.approx(100 * util)  # a worker is busy too
     assert value(later, "vllm:prompt_tokens_total", pod="web-0-0", model_name="web") == \
         pytest.approx(12 * 10 * llm.PROMPT_TOKENS)
@@ -383,12 +383,22 @@ def test_a_ready_group_serves_whole_and_only_its_leader_shows_vllms_series():
 
 
 def test_an_engine_waits_longer_and_fills_its_cache_as_its_load_rises():
-    states = [llm.engine_at(u) for u in (0.0, 0.3, 0.6, 0.9, 1.0, 1.5)]
+    states = [llm.engine_at(u, 5.0) for u in (0.0, 0.3, 0.6, 0.9, 1.0, 1.5)]
     for a, b in pairwise(states):
         assert a.waiting <= b.waiting and a.kv_cache <= b.kv_cache
         assert a.ttft_median_s <= b.ttft_median_s and a.tpot_median_s <= b.tpot_median_s
-    assert states[-1] == llm.engine_at(1.0) and math.isfinite(states[-1].waiting)
+    assert states[-1] == llm.engine_at(1.0, 5.0) and math.isfinite(states[-1].waiting)
     assert llm.share_within(0.2, 0.2, llm.TTFT_SIGMA) == pytest.approx(0.5)
+
+
+def test_an_engines_queue_is_its_first_tokens_wait_by_littles_law():
+    """Requests waiting / requests per second is the mean time a first token waits past an idle engine's, as on a
+    real engine (the autoscaler reads the prefill wait this way)."""
+    for u, qps in ((0.0, 3.0), (0.4, 0.1), (0.8, 20.0)):
+        e, idle = llm.engine_at(u, qps), llm.engine_at(0.0)
+        mean = math.exp(llm.TTFT_SIGMA ** 2 / 2)
+        assert e.waiting / qps == pytest.approx((e.ttft_median_s - idle.ttft_median_s) * mean)
+    assert llm.engine_at(0.8).waiting == 0  # nobody asks, nobody waits
 
 
 def test_a_requests_tpot_spreads_far_less_than_its_first_token():
