@@ -283,8 +283,8 @@ def _out_while_starting(view: ServiceView, now: float, fresh: Sequence[LoadMinut
 
 def keep_minutes(policy: ScalingPolicy) -> int:
     """Loads a view needs: no rule looks further back than the scale-in run, the scale-out run or the idle time
-    of scale to zero, the TPOT curve's fit, the TTFT limit's median or the SLO sizing's spread (callers that keep a window of minutes size it
-    with this)."""
+    of scale to zero, the TPOT curve's fit, the TTFT limit's median or the SLO sizing's spread (callers that keep a
+    window of minutes size it with this)."""
     serving = policy.serving
     spread = SPREAD_MINUTES + lookahead(policy) if serving and serving.sizes_to_slo else 0
     fit = FIT_MINUTES if serving and serving.tpot_p99_s else 0
