@@ -19,8 +19,8 @@ from itertools import takewhile
 
 from cluster.types import GPU_UTIL, SM_ACTIVE
 from colocation.policy.schedules import Schedule, scheduled_minimum
-from colocation.policy.serving import FIT_MINUTES, TTFT_MINUTES, ServingTargets, breaches, missed, \
-    replicas_for_breach, slo_utilization
+from colocation.policy.serving import FIT_MINUTES, ServingTargets, breaches, missed, replicas_for_breach, \
+    slo_utilization
 from colocation.policy.slo_sizing import SPREAD_MINUTES, size_to_slo
 from colocation.policy.windows import in_window, local
 
@@ -283,13 +283,12 @@ def _out_while_starting(view: ServiceView, now: float, fresh: Sequence[LoadMinut
 
 def keep_minutes(policy: ScalingPolicy) -> int:
     """Loads a view needs: no rule looks further back than the scale-in run, the scale-out run or the idle time
-    of scale to zero, the TPOT curve's fit, the TTFT limit's median or the SLO sizing's spread (callers that keep a
+    of scale to zero, the TPOT curve's fit and the TTFT limit's search, or the SLO sizing's spread (callers that keep a
     window of minutes size it with this)."""
     serving = policy.serving
     spread = SPREAD_MINUTES + lookahead(policy) if serving and serving.sizes_to_slo else 0
-    fit = FIT_MINUTES if serving and serving.tpot_p99_s else 0
-    ttft = TTFT_MINUTES if serving and serving.ttft_p99_s else 0
-    return max(IN_MINUTES, OUT_MINUTES, policy.scale_to_zero_idle_min or 0, spread, fit, ttft)
+    fit = FIT_MINUTES if serving and (serving.tpot_p99_s or serving.ttft_p99_s) else 0
+    return max(IN_MINUTES, OUT_MINUTES, policy.scale_to_zero_idle_min or 0, spread, fit)
 
 
 def _zero_blocked(view: ServiceView, now: float) -> str | None:

@@ -34,7 +34,8 @@ SATURATED = 0.9  # a minute this busy says little about the step (its TPOT is mo
 # TTFT p99's limit is read on each of the newest TTFT_MINUTES minutes measured and the median of the minutes that fit
 # the queue model is kept (at least TTFT_QUORUM of them, else no limit): one minute's burstiness makes its own limit
 # flap (one minute fits, the next does not, a third reads low: the demo's llm-chat went 3 -> 6 -> 2 groups in 25 s).
-# 5 out-votes two odd minutes and still follows a change of load within the scale-in run (IN_MINUTES, 5).
+# 5 out-votes two odd minutes and still follows a change of load within the scale-in run (IN_MINUTES, 5). A window
+# without the quorum (a low use queues nothing: no minute fits) keeps the newest limit that had one within FIT_MINUTES.
 TTFT_MINUTES = 5
 TTFT_QUORUM = math.ceil(TTFT_MINUTES / 2)
 # TPOT p99 readings pinned inside a histogram bucket (pinned_at): over minutes whose mean TPOT spans PIN_SPAN, the
@@ -148,7 +149,7 @@ def slo_utilization(targets: ServingTargets, loads: Sequence, utilization: str =
     if not measured:
         return None
     limits = [_tpot_limit(targets.tpot_p99_s, loads, utilization),
-              _ttft_limit(targets.ttft_p99_s, measured[-TTFT_MINUTES:])]
+              _ttft_limit(targets.ttft_p99_s, measured[-FIT_MINUTES:])]
     return min((x for x in limits if x is not None), default=None)
 
 
@@ -363,19 +364,28 @@ def decode_step(measured: Sequence) -> float | None:
 
 
 def _ttft_limit(target: float | None, measured: Sequence[tuple]) -> tuple[float, str] | None:
-    """The median of the TTFT limits of the (minute, u) pairs `measured` (the newest TTFT_MINUTES) that fit the
-    model (_minute_ttft_limit), and why; None without a target or with fewer than TTFT_QUORUM minutes that fit. Each
-    minute alone flaps with its burstiness; their median follows the load, not one odd minute."""
+    """The median of the TTFT limits (_minute_ttft_limit) of the minutes that fit the model in the newest window of
+    TTFT_MINUTES (minute, u) pairs of `measured` where at least TTFT_QUORUM fit, and why; None without a target or
+    such a window. Each minute alone flaps with its burstiness; the median follows the load, not one odd minute. The
+    window is searched back over `measured` (FIT_MINUTES): only a queue shows the limit, and a use too low to queue is
+    no sign it went away (with the limit lifted, a scale-in landed at a use the next minutes' limit forbade, and the
+    service scaled out again within 15 minutes: make run, 2026-11-30)."""
     if target is None:
         return None
-    fits = [(m.queue / m.qps, u, x) for m, u in measured if (x := _minute_ttft_limit(target, m, u)) is not None]
-    if len(fits) < TTFT_QUORUM:
+    limits = [_minute_ttft_limit(target, m, u) for m, u in measured]
+    for end in range(len(measured), TTFT_QUORUM - 1, -1):
+        fits = [(measured[i], limits[i]) for i in range(max(0, end - TTFT_MINUTES), end) if limits[i] is not None]
+        if len(fits) >= TTFT_QUORUM:
+            break
+    else:
         return None
-    waits, us, limits = zip(*fits)
-    return float(np.median(limits)), (
-        f"the median TTFT limit over {len(measured)} minutes ({len(fits)} fit: mean prefill waits "
-        f"{_span(waits, lambda w: f'{w:.2f}')} s at {_span(us, lambda u: f'{u:.0%}')} use) keeps TTFT p99 within "
-        f"{target:g} s")
+    waits, us, values = zip(*((m.queue / m.qps, u, x) for (m, u), x in fits))
+    ago = round((measured[-1][0].at - measured[end - 1][0].at) / 60)
+    when = f" up to {ago} minutes ago" if ago else ""
+    return float(np.median(values)), (
+        f"the median TTFT limit over {end - max(0, end - TTFT_MINUTES)} minutes{when} ({len(fits)} fit: mean prefill "
+        f"waits {_span(waits, lambda w: f'{w:.2f}')} s at {_span(us, lambda u: f'{u:.0%}')} use) keeps TTFT p99 "
+        f"within {target:g} s")
 
 
 def _minute_ttft_limit(target: float, m, u: float) -> float | None:
@@ -383,9 +393,9 @@ def _minute_ttft_limit(target: float, m, u: float) -> float | None:
     measured by Little's law (requests waiting / requests per second) and grows like u / (1 - u) (Kingman's M/G/1
     approximation, whose burstiness term the measured wait carries); its tail is exponential with P(wait > 0) = u, so
     the p99 wait is W / u × ln(100 u). The prompt's own time is TTFT p99 less that wait; TTFT p99 stays within the
-    target up to the u found by bisection. None when the minute does not fit (no queue or rate, or the prompt's own
-    time outside [0, target))."""
-    fitted = prefill_wait(m, u)
+    target up to the u found by bisection. None when the minute does not fit (nothing waiting: no wait to extrapolate;
+    no rate; or the prompt's own time outside [0, target))."""
+    fitted = prefill_wait(m, u) if m.queue else None
     if fitted is None:
         return None
     per_load, own = fitted

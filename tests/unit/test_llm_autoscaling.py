@@ -15,8 +15,8 @@ from colocation.policy import kpa
 from colocation.policy.autoscaling import (AHEAD, LoadMinute, Rates, ScaleReason, ScalingPolicy, ServiceView,
                                            decide_group, decide_service, lookahead)
 from cluster.simulated import llm
-from colocation.policy.serving import (REACH, TTFT_MINUTES, ServingTargets, breaches, bucket_bound, measured_within,
-                                      replicas_for_breach, slo_utilization)
+from colocation.policy.serving import (FIT_MINUTES, REACH, TTFT_MINUTES, ServingTargets, breaches, bucket_bound,
+                                      measured_within, replicas_for_breach, slo_utilization)
 from experiments.autoscale_eval.llm.forecast import RateLookahead
 from experiments.autoscale_eval.llm.front import Point, covering, dominates, pareto
 from experiments.autoscale_eval.llm.replica import GroupModel, LlmModel
@@ -188,6 +188,21 @@ def test_the_ttft_limit_follows_a_change_the_most_minutes_show():
     assert alone is None  # one minute is too few to fit: no limit
     limit, _ = slo_utilization(TTFT_2S, ttft_minutes(TYPICAL, TYPICAL, longer, longer, longer))
     assert limit == pytest.approx(slo_utilization(TTFT_2S, ttft_minutes(*[longer] * 5))[0]) and limit < 0.7, limit
+
+
+def test_a_ttft_limit_outlives_the_minutes_too_quiet_to_queue_for_up_to_an_hour():
+    """Five minutes at a queue, then a quiet spell in which nothing queues (no minute fits): the limit the queue
+    showed stays, said to be that old, so a scale-in in the quiet lands under it; an hour later it is gone. (Lifted,
+    llm-chat scaled in to 65 % use, a minute's limit of 54 % then scaled it out again: make run, 2026-11-30.)"""
+    quiet = {"gpu": 0.2, "ttft_p99": 0.3, "queue": 0.0}
+    limit, why = slo_utilization(TTFT_2S, ttft_minutes(*[TYPICAL] * 5, *[quiet] * 10))
+    assert limit == pytest.approx(0.757, abs=1e-3), limit
+    # the newest 5 minutes in which 3 fit: 3 at the queue and 2 quiet, ending 8 minutes before the newest
+    assert why.startswith("the median TTFT limit over 5 minutes up to 8 minutes ago (3 fit:"), why
+    d = decide_service(view(ttft_minutes(*[TYPICAL] * 5, *[quiet] * 10), policy=replace(POLICY, serving=TTFT_2S)), NOW)
+    assert d.data["band_note"] == "lowered for the SLO" and d.data["bands"]["gpu"]["max_rate"] == pytest.approx(
+        0.757, abs=1e-3), d.message
+    assert slo_utilization(TTFT_2S, ttft_minutes(*[TYPICAL] * 5, *[quiet] * FIT_MINUTES)) is None
 
 
 @pytest.mark.parametrize("fitting", range(TTFT_MINUTES + 1))
