@@ -752,8 +752,9 @@ def test_a_scaling_sentence_keeps_the_case_of_the_service_name_it_begins_with():
 
 @pytest.mark.parametrize("lowered", [False, True], ids=["owners-band", "lowered-for-the-slo"])
 def test_the_gpu_band_column_reads_as_the_decisions_sentence(lowered):
-    """The history's GPU band column phrases a recorded decision's band (its data) as its sentence does: 29.5 %
-    reads 28 % in both (the float's rounding, not a half-up one), and a band the SLO lowered shows the owner's beside it in both."""
+    """The history's GPU band column phrases a recorded decision's band (its data) as its sentence does: 28.5 %
+    reads 28 % in both (the float's rounding, not a half-up one), and a band the SLO lowered shows the owner's beside
+    it in both (the owner's minRate kept: the SLO lowers maxRate and expectRate)."""
     from colocation.policy.autoscaling import LoadMinute, Rates, ScalingPolicy, ServiceView, decide_service
     from colocation.policy.serving import ServingTargets
     from experiments.builders.colocation import at
@@ -769,7 +770,7 @@ def test_the_gpu_band_column_reads_as_the_decisions_sentence(lowered):
     used, _, owner = shown.partition(" <span")
     assert f"within {used}" in d.message, (shown, d.message)
     if lowered:
-        assert used == "25%–70%" and "title=\"owner's 28%–80%\">lowered for the SLO</span>" in owner
+        assert used == "28%–70%" and "title=\"owner's 28%–80%\">lowered for the SLO</span>" in owner
         assert "(owner's 28%–80%, lowered for the SLO)" in d.message
     else:
         assert shown == "28%–80%" and not owner
