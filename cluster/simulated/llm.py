@@ -12,7 +12,8 @@ The queue is consistent with the first tokens' wait, as a real engine's is: the 
 prefill wait as requests waiting / requests per second. (ρ²/(1-ρ) whatever the rate said a wait of seconds at the
 demo's 0.1 requests/s.) Each minute's limit still varies with its noise, one minute fitting the model and the next
 not; the autoscaler takes the median over several minutes (serving.TTFT_MINUTES), which keeps the band steady (with a
-limit from one minute, llm-chat flapped 3 -> 6 -> 2 groups within 25 s, 2026-11-30). Pure: no Django, no I/O.
+limit from one minute, llm-chat flapped 3 -> 6 -> 2 groups within 25 s, 2026-11-30), and keeps that limit through
+minutes too quiet to fit (under 17 % use here). Pure: no Django, no I/O.
 """
 
 from __future__ import annotations
