@@ -1,13 +1,10 @@
 """The autoscaler's LLM serving signals (colocation/serving_signals.py): which engine metrics each signal reads, and how
 they are laid over another source's minutes."""
 
-import logging
 from types import SimpleNamespace
 
-from prometheus_api_client import PrometheusApiClientException
-
 from colocation.policy.autoscaling import LoadMinute
-from colocation.serving_signals import REPLICAS, ServingSignals, WithServingSignals, queries, tpot_bounds_query
+from colocation.serving_signals import REPLICAS, WithServingSignals, queries, tpot_bounds_query, with_tpot_bounds
 
 
 def test_every_signal_reads_vllms_name_first_then_sglangs_by_the_pods_service():
@@ -63,52 +60,18 @@ def test_the_tpot_buckets_bounds_are_read_per_service_under_the_name_its_p99_is_
         q.index("vllm:inter_token_latency_seconds_bucket") < q.index("sglang:time_per_output_token_seconds_bucket")
 
 
-class Prometheus:
-    """Answers the TPOT p99 and bounds queries of a 60 s step with canned series (others: nothing)."""
-
-    def __init__(self, p99: dict[float, float], bounds: dict[float, tuple[str, ...]]) -> None:
-        self.p99, self.bounds = p99, bounds
-
-    def custom_query_range(self, query, start_time, end_time, step, params):
-        service = {"label_tidal_io_service": "llm"}
-        if query == queries("60000ms")["tpot_p99"]:
-            return [{"metric": service, "values": [[t, str(v)] for t, v in self.p99.items()]}]
-        if query == tpot_bounds_query("60000ms"):
-            les = {le for values in self.bounds.values() for le in values}
-            return [{"metric": service | {"le": le}, "values": [[t, "1"] for t, v in self.bounds.items() if le in v]}
-                    for le in les]
-        return []
-
-
-def signals_from(prometheus) -> ServingSignals:
-    signals = ServingSignals("http://prometheus.invalid")
-    signals.prometheus = prometheus
-    return signals
-
-
-VLLM_LE = ("0.01", "0.025", "0.05", "0.075", "0.1", "+Inf")
+VLLM_LE = {0.01, 0.025, 0.05, 0.075, 0.1, float("inf")}
 
 
 def test_a_tpot_p99_at_the_top_of_its_bucket_carries_the_bound_of_that_minutes_buckets():
-    """Points at 420 s ... 540 s end the minutes starting 360 s ... 480 s. 49.75 ms (99 % of 25-50 ms): censored at
-    50 ms; 49 ms (96 %): taken at its word; 49.75 ms in a minute whose bounds were not read, or a histogram whose
-    bucket there is 25-75 ms: not censored."""
-    prometheus = Prometheus(p99={420.0: 0.04975, 480.0: 0.049, 540.0: 0.04975, 600.0: 0.04975},
-                            bounds={420.0: VLLM_LE, 480.0: VLLM_LE, 600.0: ("0.025", "0.075", "+Inf")})
-    read = signals_from(prometheus).of("llm", 660.0)
+    """49.75 ms (99 % of 25-50 ms): censored at 50 ms; 49 ms (96 %): taken at its word; 49.75 ms in a minute whose
+    bounds were not read, or a histogram whose bucket there is 25-75 ms: not censored. (Read through the real
+    Prometheus: tests/integration/test_serving_signals.py.)"""
+    read = {360.0: {"tpot_p99": 0.04975}, 420.0: {"tpot_p99": 0.049}, 480.0: {"tpot_p99": 0.04975},
+            540.0: {"tpot_p99": 0.04975}, 600.0: {"queue": 1.0}}
+    with_tpot_bounds(read, {360.0: VLLM_LE, 420.0: VLLM_LE, 540.0: {0.025, 0.075, float("inf")}, 600.0: VLLM_LE})
     assert read == {360.0: {"tpot_p99": 0.04975, "tpot_p99_bound": 0.05}, 420.0: {"tpot_p99": 0.049},
-                    480.0: {"tpot_p99": 0.04975}, 540.0: {"tpot_p99": 0.04975}}
+                    480.0: {"tpot_p99": 0.04975}, 540.0: {"tpot_p99": 0.04975}, 600.0: {"queue": 1.0}}
     merged = WithServingSignals(Base(), Signals(read | {360.0: read[360.0] | {REPLICAS: 2.0}}), lambda s: True)
     assert merged.recent(SimpleNamespace(name="llm"), 660.0)[2] == LoadMinute(360.0, 2, tpot_p99=0.04975,
                                                                              tpot_p99_bound=0.05)
-
-
-class Down:
-    def custom_query_range(self, *args, **kwargs):
-        raise PrometheusApiClientException("HTTP Status Code 503")
-
-
-def test_prometheus_down_reads_no_signals_and_warns(caplog):
-    with caplog.at_level(logging.WARNING, logger="colocation.serving_signals"):
-        assert signals_from(Down()).of("llm", 660.0) == {}
-    assert "LLM serving signals not read from Prometheus: HTTP Status Code 503" in caplog.text
