@@ -31,6 +31,7 @@ from cluster.simulated import store
 from colocation import autoscaler
 from colocation.loads import ProfileLoads
 from colocation.models import InferenceService
+from colocation.serving_signals import ServingSignals
 from core.models import Decision
 from profiling import services as profiling_services
 from profiling.models import RunSummary, ServiceMinute
@@ -182,6 +183,33 @@ def test_publisher_waits_out_a_prometheus_outage_and_publishes_every_held_step_o
         assert 0 < len(carried) <= RATE_WINDOW_STEPS, carried
         assert {by_step[(pod, i)].gpu_util for i in carried} == {None}
         assert {by_step[(pod, i)].cpu_cores for i in carried} == {2.0}
+
+
+# --- the autoscaler's LLM serving signals ----------------------------------------------------------------------
+
+
+def test_serving_signals_read_nothing_while_prometheus_is_down_and_the_same_minutes_once_it_is_back(caplog):
+    """colocation/serving_signals.py on a Prometheus that goes down: a tick reads no serving signal (the other
+    source's minutes alone, docs/concepts/autoscaling.md) and says so in a warning, never an exception; back up (its
+    WAL replayed), the same minutes read again."""
+    service = f"llm-{uuid.uuid4().hex[:8]}"
+    now = time.time() // MINUTE * MINUTE
+    ts = [int((now - 10 * MINUTE) * 1000) + i * STEP for i in range(10 * MINUTE * 1000 // STEP)]  # 10 minutes
+    pod = {"namespace": "tidal-faults", "pod": f"{service}-0"}
+    series = [({"__name__": "kube_pod_labels", **pod, "label_tidal_io_service": service}, [(t, 1.0) for t in ts]),
+              ({"__name__": "vllm:num_requests_waiting", **pod}, [(t, 2.0) for t in ts])]
+    with private_prometheus() as prom:
+        promwrite.write(prom.url, series)
+        promwrite.wait_queryable(prom.url, f'count(kube_pod_labels{{pod="{service}-0"}})', ts[-1] / 1000, 1)
+        read = lambda: ServingSignals(prom.url, timeout_s=2).of(service, now)  # noqa: E731 - a tick's reader each
+        before = read()
+        assert len(before) >= 8 and all(m["queue"] == 2.0 and m["replicas"] == 1.0 for m in before.values()), before
+        prom.stop()
+        with caplog.at_level(logging.WARNING, logger="colocation.serving_signals"):
+            assert read() == {}
+        assert "LLM serving signals not read from Prometheus" in caplog.text
+        prom.start()
+        assert read() == before
 
 
 # --- the autoscaler: stale, then silent, then back -----------------------------------------------------------
