@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from cluster.backend import BackendError, ClusterBackend, serving_pods
 from cluster.clock import utc
@@ -256,42 +257,63 @@ def _recommend(service: InferenceService, now: float, report: AutoscaleReport, r
 
 def run_autoscale_tick(*, redis, namespace: str) -> AutoscaleReport | None:
     """One autoscaling tick on the configured cluster, unless this worker must not act now (None).
-    With TIDAL_DEMO_TRAFFIC the demo's traffic and clock drive the policy; else the service-load profiles."""
+    With TIDAL_DEMO_TRAFFIC the demo's traffic and clock drive the policy; else the service-load profiles. The demo's
+    clock and traffic and the LLM services' serving signals are read before the tick takes the cluster lock, and the
+    tick decides at the moment they were read: Prometheus's range queries take seconds on a busy machine, and the
+    scheduler and lending loops wait for that lock (held through them, the scheduler skipped 17 of 249 ticks)."""
+    now = time.time()
+    try:
+        demo = _demo(redis, namespace, now)
+    except RedisError:
+        demo = None  # live_cluster skips the tick
+    signals = _serving_signals(demo[0] if demo else None, now)
     with live_cluster(redis=redis, namespace=namespace, loop="autoscaler",
                       interval_s=settings.TIDAL_AUTOSCALE_INTERVAL_S) as cluster:
         if cluster is None:
             return None
-        started, now = time.perf_counter(), time.time()
-        loads, forecasts, clock = _sources(cluster, redis, namespace, now)
+        started = time.perf_counter()
+        loads, forecasts, clock = _sources(cluster, redis, namespace, demo, signals)
         report = autoscale_tick(backend=cluster, now=now, loads=loads, forecasts=forecasts, clock=clock, redis=redis,
                                 namespace=namespace)
         telemetry.observe(redis, namespace, "autoscale_tick", time.perf_counter() - started)
         return report
 
 
-def _sources(cluster: ClusterBackend, redis, namespace: str, now: float):
-    """The loads (with the LLM services' serving signals from Prometheus), the forecasts and the policy's clock."""
-    if settings.TIDAL_DEMO_TRAFFIC:
-        clock = load_sources.demo_clock(redis=redis, namespace=namespace, now=now)
-        traffic = load_sources.demo_traffic(clock=clock)
-        if traffic is not None:
-            # a group service's replicas are its ready groups: without it they read 0, and every minute full
-            demo = load_sources.DemoLoads(redis=redis, namespace=namespace, traffic=traffic, clock=clock,
-                                          serving=serving_counts(cluster, InferenceService.objects.filter(
-                                              group_size__gt=1)), keep=keep_minutes)
-            return with_serving_signals(demo, clock), no_forecast, clock
-    return with_serving_signals(load_sources.ProfileLoads(keep=keep_minutes), None), profile_forecast, None
+def _demo(redis, namespace: str, now: float) -> tuple[load_sources.DemoClock, load_sources.DemoTraffic] | None:
+    """The demo's clock and traffic with TIDAL_DEMO_TRAFFIC and its traces; else None (the service-load profiles)."""
+    if not settings.TIDAL_DEMO_TRAFFIC:
+        return None
+    clock = load_sources.demo_clock(redis=redis, namespace=namespace, now=now)
+    traffic = load_sources.demo_traffic(clock=clock)
+    return None if traffic is None else (clock, traffic)
+
+
+def _serving_signals(clock: load_sources.DemoClock | None, now: float) -> serving_signals.ServingSignals:
+    """The serving signals, read at `now` when a service sets a serving target (a tick reads them once)."""
+    timing = dict(to_real=clock.real, to_policy=clock.demo, speed=clock.speed) if clock else {}
+    signals = serving_signals.ServingSignals(settings.PROMETHEUS_URL, **timing)
+    if any(serving_targets(s) is not None for s in InferenceService.objects.all()):
+        signals.read(clock.demo(now) if clock else now)
+    return signals
+
+
+def _sources(cluster: ClusterBackend, redis, namespace: str, demo, signals: serving_signals.ServingSignals):
+    """The loads (with the serving signals of every service that sets a serving target), the forecasts and the
+    policy's clock."""
+    def wanted(service: InferenceService) -> bool:
+        return serving_targets(service) is not None
+
+    if demo is None:
+        profiles = load_sources.ProfileLoads(keep=keep_minutes)
+        return serving_signals.WithServingSignals(profiles, signals, wanted), profile_forecast, None
+    clock, traffic = demo
+    # a group service's replicas are its ready groups: without it they read 0, and every minute full
+    loads = load_sources.DemoLoads(redis=redis, namespace=namespace, traffic=traffic, clock=clock,
+                                   serving=serving_counts(cluster, InferenceService.objects.filter(group_size__gt=1)),
+                                   keep=keep_minutes)
+    return serving_signals.WithServingSignals(loads, signals, wanted), no_forecast, clock
 
 
 def keep_minutes(service: InferenceService) -> int:
     """Minutes of loads the service's policy reads (a service sized to its request SLO: hours of request rates)."""
     return autoscaling.keep_minutes(scaling_policy(service))
-
-
-def with_serving_signals(base: load_sources.LoadSource,
-                         clock: load_sources.DemoClock | None) -> serving_signals.WithServingSignals:
-    """`base` with the serving signals (colocation/serving_signals.py) of every service that sets a serving target."""
-    timing = dict(to_real=clock.real, to_policy=clock.demo, speed=clock.speed) if clock else {}
-    return serving_signals.WithServingSignals(base, serving_signals.ServingSignals(settings.PROMETHEUS_URL, **timing),
-                                              lambda service: serving_targets(service) is not None)
-

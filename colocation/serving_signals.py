@@ -121,9 +121,13 @@ class ServingSignals:
 
     def of(self, service: str, now: float) -> dict[float, dict[str, float]]:
         """{minute start (policy clock): {signal: value}} of `service`, the minutes with a value only."""
+        self.read(now)
+        return self._read[1].get(service, {})
+
+    def read(self, now: float) -> None:
+        """Reads every service's minutes as of `now` from Prometheus, unless already read at `now`."""
         if self._read is None or self._read[0] != now:
             self._read = (now, self._minutes(now))
-        return self._read[1].get(service, {})
 
     def _minutes(self, now: float) -> dict[str, dict[float, dict[str, float]]]:
         last = math.floor(now / MINUTE) - 1  # the newest complete minute
