@@ -85,10 +85,11 @@ def test_autoscale_eval_refuses_bad_options(tmp_path, opts, match):
     assert not (tmp_path / "never").exists()
 
 
-def servegen_csv(path, days: int = 1):
-    """A ServeGen-format day: 10-minute windows, a diurnal rate (30-90 requests/s), CV 2, 900/150 tokens."""
+def servegen_csv(path, windows: int = 144):
+    """A ServeGen-format trace of 10-minute `windows` (144: a day): a diurnal rate (30-90 requests/s), CV 2, 900/150
+    tokens."""
     rows = ["t_s,requests_per_s,cv_weighted,mean_input_tokens,mean_output_tokens"]
-    for i in range(days * 144):
+    for i in range(windows):
         rows.append(f"{600 * i},{60 - 30 * math.cos(2 * math.pi * i / 144):.2f},2.0,900,150")
     path.write_text("\n".join(rows) + "\n")
     return path
@@ -96,10 +97,11 @@ def servegen_csv(path, days: int = 1):
 
 def test_the_llm_evaluation_on_a_trace_file(tmp_path):
     out, figures = tmp_path / "out", tmp_path / "llm.json"
-    call_command("autoscale_eval", trace_file=str(servegen_csv(tmp_path / "llm.csv")), days=1, startup_min=[3],
+    # Six hours of the day's rise (the trace holds fewer than the day asked: all of it), the whole grid on them
+    call_command("autoscale_eval", trace_file=str(servegen_csv(tmp_path / "llm.csv", 36)), days=1, startup_min=[3],
                  model_b=70.0, tp=8, pp=1, out=str(out), json_path=str(figures))
     data = json.loads(figures.read_text())
-    assert data["days"] == 1.0 and data["group"] == {"gpus": 8, "gpu": "H200", "tp": 8, "pp": 1, "params_b": 70.0,
+    assert data["days"] == 0.25 and data["group"] == {"gpus": 8, "gpu": "H200", "tp": 8, "pp": 1, "params_b": 70.0,
                                                      "prefill_tokens_s": 45234, "decode_step_ms": 2.6}
     (sweep,) = data["sweeps"]
     assert sweep["startup_min"] == 3 and {"tidal_dominates_hpa", "tidal_dominates_kpa"} <= sweep.keys()
