@@ -162,6 +162,7 @@ class Decision(TypedDict):
     subject: str
     reason: str
     message: str
+    data: dict[str, Any]  # a scaling decision's: its replicas and bands (rates as fractions)
     created_at: str
 
 

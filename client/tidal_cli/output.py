@@ -120,6 +120,17 @@ def number(text: Any) -> str:
     return f"{value.normalize():f}"  # "1E+2" written 100
 
 
+def percent(fraction: float | None) -> str:
+    """A rate, which the API gives as a fraction of 1, in whole percents as the console shows it: 0.3 -> 30%."""
+    return "-" if fraction is None else f"{float(fraction):.0%}"
+
+
+def band(min_rate: float, max_rate: float) -> str:
+    """A band of rates as the console and the scaling decisions' sentences name it (the server's
+    colocation.policy.autoscaling.span; the client has no Django): 0.3, 0.8 -> 30%–80%."""
+    return f"{percent(min_rate)}–{percent(max_rate)}"
+
+
 def latency(seconds: float | None) -> str:
     """A latency target: 1.5 -> 1.5s, 0.05 -> 50ms."""
     if seconds is None:

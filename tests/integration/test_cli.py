@@ -334,6 +334,8 @@ slo_min_gain: 0.1
 
 def test_create_service_refuses_a_group_no_block_holds_then_describe_lists_its_groups(tidal, world):
     from colocation.models import InferenceService, ServiceGroup
+    from core.decisions import decision_record
+    from core.models import Decision
 
     assert tidal.login("adam").returncode == 0
     (tidal.home / "llm.yaml").write_text(LLM)
@@ -349,9 +351,18 @@ def test_create_service_refuses_a_group_no_block_holds_then_describe_lists_its_g
     assert result.returncode == 0 and "1 replicas of 2 pod(s)" in result.stdout, result.stderr
     ServiceGroup.objects.create(service=InferenceService.objects.get(name="llm"), index=0, leader="llm-0",
                                 nodes=["t4-0", "t4-1"], pods_ready=2, ready=True)
+    band = {"min_rate": 0.2, "expect_rate": 0.5, "max_rate": 0.8}
+    decision_record(kind=Decision.Kind.SCALING, subject="service:llm", reason="hold", message="llm stays at 1",
+                    data={"bands": {"gpu": {**band, "max_rate": 0.65}}, "owner_bands": {"gpu": band},
+                          "band_note": "lowered for the SLO"})
     described = tidal("describe", "service", "llm")
     assert described.returncode == 0, described.stderr
     assert "Groups (2 pods each, leader first):" in described.stdout
+    lines = described.stdout.splitlines()
+    assert next(line for line in lines if line.startswith("gpu ")).split() == ["gpu", "20%", "50%", "80%"]
+    decided = next(line for line in lines if "llm stays at 1" in line)  # the console's GPU band column, in words
+    assert "20%–65% (lowered for the SLO; owner's 20%–80%)" in decided, described.stdout
+    assert tidal.json("describe", "service", "llm")["thresholds"][0]["max_rate"] == 0.8  # -o json: the API's own
     said = {k: v.strip() for k, _, v in (line.partition(":") for line in described.stdout.splitlines())}
     assert said["Serving targets"] == "TTFT p99 500ms, queue 4 per replica", described.stdout
     assert said["Sized to the SLO"] == "TTFT 1s, TPOT 50ms, min gain 10%"

@@ -1,5 +1,6 @@
 """How the CLI shows things: relative times, units, kubectl-like tables, JSON and YAML that parse."""
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -71,3 +72,44 @@ def test_describe_service_says_when_the_slo_moves_the_band_of_its_thresholds(ser
 
     moves = _band_moves(service)
     assert (said in moves[0]) if said else moves == []
+
+
+def test_rates_are_whole_percents_and_a_band_reads_as_the_consoles():
+    from colocation.policy.autoscaling import span
+
+    assert [output.percent(0.3), output.percent(0.655), output.percent(1), output.percent(None)] == [
+        "30%", "66%", "100%", "-"]
+    for low, high in [(0.3, 0.8), (0.2, 0.55), (0.125, 0.875), (0, 1)]:
+        assert output.band(low, high) == span(low, high)  # the console's and the decisions' sentences' formatter
+    assert output.band(0.3, 0.8) == "30%–80%"
+
+
+SERVICE = {"id": 7, "name": "llm", "department": "ml-search", "gpu_model": "T4", "priority": 100, "replicas": 2,
+           "min_replicas": 1, "max_replicas": 4, "replicas_changed_at": None, "gpus_per_replica": "1.000",
+           "cpu_milli_per_replica": 4000, "memory_mib_per_replica": 16384, "autoscaling": True, "offline": False,
+           "created_at": None, "kv_cache_target": 0.9, "slo_ttft_s": 1, "slo_tpot_s": 0.05, "slo_min_gain": 0.1,
+           "thresholds": [{"metric": "gpu", "min_rate": 0.3, "expect_rate": 0.6, "max_rate": 0.8}]}
+MOVED = {"bands": {"gpu": {"min_rate": 0.25, "expect_rate": 0.45, "max_rate": 0.55}},
+         "owner_bands": {"gpu": {"min_rate": 0.3, "expect_rate": 0.6, "max_rate": 0.8}},
+         "band_note": "lowered for the SLO"}
+
+
+def test_describe_service_shows_thresholds_and_the_bands_decisions_applied_in_percents(capsys):
+    from tidal_cli.commands.cluster import _service_blocks
+
+    scaling = [{"created_at": None, "kind": "scaling", "reason": "scale-out", "message": "llm scales out",
+                "data": MOVED},
+               {"created_at": None, "kind": "scaling", "reason": "hold", "message": "llm stays",
+                "data": {"bands": {"gpu": {"min_rate": 0.3, "expect_rate": 0.6, "max_rate": 0.8}}}},
+               {"created_at": None, "kind": "alert", "reason": "no-metrics", "message": "no load", "data": {}}]
+    output.emit({}, Format.table, lambda: _service_blocks(SERVICE, scaling))
+    lines = capsys.readouterr().out.splitlines()
+    assert next(line for line in lines if line.startswith("gpu ")).split() == ["gpu", "30%", "60%", "80%"]
+    said = {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    assert said["Serving targets"] == "KV cache 90%" and said["Sized to the SLO"].endswith("min gain 10%")
+    header = lines.index("Scaling:") + 1
+    assert re.split(r" {2,}", lines[header]) == ["WHEN", "KIND", "REASON", "GPU BAND", "MESSAGE"]
+    assert [re.split(r" {2,}", line) for line in lines[header + 1:]] == [
+        ["-", "scaling", "scale-out", "25%–55% (lowered for the SLO; owner's 30%–80%)", "llm scales out"],
+        ["-", "scaling", "hold", "30%–80%", "llm stays"],
+        ["-", "alert", "no-metrics", "-", "no load"]]  # an alert applies no band

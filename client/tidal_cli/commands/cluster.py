@@ -8,9 +8,9 @@ import typer
 import yaml
 from rich.tree import Tree
 
-from tidal_cli.api import ApiError, Client, GroupAllocation, Node, ResourceGroup, Service, ServiceGroup
+from tidal_cli.api import ApiError, Client, Decision, GroupAllocation, Node, ResourceGroup, Service, ServiceGroup
 from tidal_cli.commands import OUTPUT, example
-from tidal_cli.output import Format, ago, cores, emit, fields, grid, latency, mem, number
+from tidal_cli.output import Format, ago, band, cores, emit, fields, grid, latency, mem, number, percent
 from tidal_cli.runtime import Exit, Failure, connect, exit_code, print_error
 
 HOLDING = ["admitted", "running"]  # the job statuses that hold resources
@@ -185,7 +185,9 @@ def services(
 @example("tidal create-service -f llm.yaml", "tidal create-service -f llm.yaml -o json")
 def create_service(
     file: Path = typer.Option(..., "--file", "-f", help="A YAML mapping of the API's fields (name, department, "
-                                                         "gpu_model, group_size, gpus_per_replica, thresholds, …)."),
+                                                         "gpu_model, group_size, gpus_per_replica, thresholds, …); "
+                                                         "rates are fractions of 1, as the API takes them "
+                                                         "(max_rate: 0.8 is 80%)."),
     output: Format = OUTPUT,
 ) -> None:
     """Create an inference service. The API's field errors are printed beside the field names (exit 2, nothing
@@ -205,7 +207,8 @@ def create_service(
 def update_service(
     name: str = typer.Argument(..., help="The service's name or id."),
     file: Path = typer.Option(..., "--file", "-f", help="A YAML mapping of the API's fields to change (e.g. "
-                                                         "group_restart_policy: None); the others stay."),
+                                                         "group_restart_policy: None); the others stay. Rates "
+                                                         "are fractions of 1 (max_rate: 0.8 is 80%)."),
     output: Format = OUTPUT,
 ) -> None:
     """Change an inference service's fields. The API's field errors are printed beside the field names (exit 2,
@@ -266,13 +269,13 @@ def _serving(service: Service) -> list[tuple[str, str]]:
     """An LLM service's serving targets and request SLO (docs/concepts/autoscaling.md), those it sets."""
     targets = [f"{name} {show(service.get(key))}" for name, key, show in (
         ("TTFT p99", "ttft_p99_target_s", latency), ("TPOT p99", "tpot_p99_target_s", latency),
-        ("KV cache", "kv_cache_target", "{:.0%}".format), ("queue", "queue_target", "{:g} per replica".format))
+        ("KV cache", "kv_cache_target", percent), ("queue", "queue_target", "{:g} per replica".format))
         if service.get(key) is not None]
     rows = [("Serving targets", ", ".join(targets))] if targets else []
     ttft, tpot, gain = service.get("slo_ttft_s"), service.get("slo_tpot_s"), service.get("slo_min_gain")
     if ttft is not None or tpot is not None:
         slo = f"TTFT {latency(ttft)}, TPOT {latency(tpot)}"
-        rows.append(("Sized to the SLO", f"{slo}, min gain {gain:.0%}") if gain is not None
+        rows.append(("Sized to the SLO", f"{slo}, min gain {percent(gain)}") if gain is not None
                     else ("Request SLO", f"{slo} (not sized to it: no min gain)"))
     return rows
 
@@ -300,8 +303,9 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
     ])]
     if service["thresholds"]:
         blocks += ["", "Thresholds:", grid(["metric", "min", "expect", "max"],
-                                           [[t["metric"], t["min_rate"], t["expect_rate"], t["max_rate"]]
-                                            for t in service["thresholds"]]), *_band_moves(service)]
+                                           [[t["metric"], percent(t["min_rate"]), percent(t["expect_rate"]),
+                                             percent(t["max_rate"])] for t in service["thresholds"]]),
+                   *_band_moves(service)]
     if service.get("group_size", 1) > 1:
         blocks += ["", f"Groups ({service['group_size']} pods each, leader first):",
                    grid(["group", "leader", "nodes", "ready", "restarts"],
@@ -310,10 +314,23 @@ def _service_blocks(service: Service, scaling: list[dict]) -> list:
                           _restarts(g)]
                          for g in service["groups"]]) if service["groups"] else "  none placed yet"]
     if scaling:
-        blocks += ["", "Scaling:", grid(["when", "kind", "reason", "message"],
-                                        [[ago(d["created_at"]), d["kind"], d["reason"], d["message"]]
+        blocks += ["", "Scaling:", grid(["when", "kind", "reason", "gpu band", "message"],
+                                        [[ago(d["created_at"]), d["kind"], d["reason"], gpu_band(d), d["message"]]
                                          for d in scaling])]
     return blocks
+
+
+def gpu_band(decision: Decision) -> str | None:
+    """The GPU band a scaling decision applied, as the console's GPU band column shows it; where the SLO moved it,
+    why and the owner's band beside it. None (shown "-") for a decision without one (an alert, a skip)."""
+    data = decision.get("data") or {}
+    used, owner = (data.get("bands") or {}).get("gpu"), (data.get("owner_bands") or {}).get("gpu")
+    if not used:
+        return None
+    shown = band(used["min_rate"], used["max_rate"])
+    if not owner:
+        return shown
+    return f"{shown} ({data.get('band_note', 'moved')}; owner's {band(owner['min_rate'], owner['max_rate'])})"
 
 
 def _restart_policy(service: Service) -> str:
