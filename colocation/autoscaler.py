@@ -23,7 +23,7 @@ from cluster.backend import BackendError, ClusterBackend, serving_pods
 from cluster.clock import utc
 from cluster.types import Pool
 from colocation import alerts, groups as service_groups, loads as load_sources, replicas, serving_signals, services
-from colocation.live_backend import live_cluster
+from colocation.live_backend import live_cluster, serving_namespace
 from colocation.models import InferenceService
 from colocation.policy import autoscaling, schedules, vertical
 from colocation.policy.serving import ServingTargets
@@ -289,20 +289,25 @@ def _demo(redis, namespace: str, now: float) -> tuple[load_sources.DemoClock, lo
 
 
 def _serving_signals(clock: load_sources.DemoClock | None, now: float) -> serving_signals.ServingSignals:
-    """The serving signals, read at `now` when a service sets a serving target (a tick reads them once)."""
+    """The serving signals of the services' Kubernetes namespace, read at `now` when a service sets a serving target
+    (a tick reads them once), as many minutes back as those services' policies read."""
     timing = dict(to_real=clock.real, to_policy=clock.demo, speed=clock.speed) if clock else {}
-    signals = serving_signals.ServingSignals(settings.PROMETHEUS_URL, **timing)
-    if any(serving_targets(s) is not None for s in InferenceService.objects.all()):
+    wanting = [s for s in InferenceService.objects.all() if wanted(s)]
+    minutes = serving_signals.minutes_for(scaling_policy(s) for s in wanting)
+    signals = serving_signals.ServingSignals(settings.PROMETHEUS_URL, serving_namespace(), minutes=minutes, **timing)
+    if wanting:
         signals.read(clock.demo(now) if clock else now)
     return signals
+
+
+def wanted(service: InferenceService) -> bool:
+    """Whether the service's loads carry its serving signals: it sets a serving target."""
+    return serving_targets(service) is not None
 
 
 def _sources(cluster: ClusterBackend, redis, namespace: str, demo, signals: serving_signals.ServingSignals):
     """The loads (with the serving signals of every service that sets a serving target), the forecasts and the
     policy's clock."""
-    def wanted(service: InferenceService) -> bool:
-        return serving_targets(service) is not None
-
     if demo is None:
         profiles = load_sources.ProfileLoads(keep=keep_minutes)
         return serving_signals.WithServingSignals(profiles, signals, wanted), profile_forecast, None

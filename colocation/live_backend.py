@@ -34,6 +34,7 @@ from cluster.backend import BackendError, BackendUnavailable, ClusterBackend
 from cluster.lock import Fenced, LockLost, TickSkipped, cluster_lock
 from cluster.simulated import store
 from cluster.simulated.engine import SimulatedCluster, follow_logs
+from cluster.simulated.metrics import INFERENCE_NAMESPACE
 from colocation.selectors import node_views
 from colocation.services import inventory_sync
 from core import telemetry
@@ -193,6 +194,15 @@ def _ended(redis, namespace: str, loop: str, outcome: str, why: str = "") -> Non
 
 
 # --- the cluster, for reading ---------------------------------------------------------------------------------
+
+
+def serving_namespace() -> str:
+    """The Kubernetes namespace the inference services' pods run in, as their metrics carry it (the `namespace` of
+    kube_pod_labels and of the engines' series): TIDAL_K8S_NAMESPACE on Kubernetes; the demo's exporter's for the
+    simulated cluster's pods."""
+    if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
+        return settings.TIDAL_K8S_NAMESPACE
+    return INFERENCE_NAMESPACE
 
 
 def read_backend():

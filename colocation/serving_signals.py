@@ -2,8 +2,9 @@
 names (docs/reference/llm-serving-metrics.md): prompt and generated tokens/s, requests waiting, KV-cache use, TTFT and
 TPOT p50/p99 and the exact mean TPOT (its histogram's _sum / _count), per minute of the policy's clock. vLLM's names
 first, SGLang's where a service's engines publish no vLLM series (PromQL `or`). An engine's series are tied to its
-service by kube-state-metrics' `kube_pod_labels` (the pod's `tidal.io/service` label), so any engine that Prometheus
-scrapes with its pod's labels is read.
+service by kube-state-metrics' `kube_pod_labels` (the pod's `tidal.io/service` label) in the Kubernetes namespace
+the services run in, so any engine of that namespace that Prometheus scrapes with its pod's labels is read, and no other
+one: two installations (or namespaces) that one Prometheus scrapes may each have a service of the same name.
 
 `WithServingSignals` lays them over another load source's minutes (the demo's traffic, the service-load profiles):
 a minute the other source lacks is kept with the serving signals alone, measured at the engines reporting in it
@@ -13,15 +14,16 @@ A TPOT p99 read in the top 2 % of its histogram bucket says only "p99 <= the buc
 the bounds, the `le` values of the TPOT histogram each service's engines publish in each minute, are read with one
 query more, and such a minute carries the bound as `tpot_p99_bound`.
 
-One query per signal covers every service; a tick reads them once (the source is made per tick). Prometheus down or
-slow: the other source's minutes alone, and a warning; a tick never fails on it.
+One query per signal covers every service; a tick reads them once (the source is made per tick), as many minutes back
+as the services that want them read (minutes_for). Prometheus down or slow: the other source's minutes alone, and a
+warning; a tick never fails on it.
 """
 from __future__ import annotations
 
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -31,13 +33,16 @@ from requests import RequestException
 from cluster.backend import SERVICE_LABEL, kube_state_label
 from colocation.loads import LoadSource
 from colocation.models import InferenceService
-from colocation.policy.autoscaling import LoadMinute
+from colocation.policy.autoscaling import RULE_MINUTES, LoadMinute, ScalingPolicy, keep_minutes
 from colocation.policy.serving import FIT_MINUTES, STEP_MINUTES, bucket_bound
 
 log = logging.getLogger(__name__)
 MINUTE = 60.0
 SERVICE = kube_state_label(SERVICE_LABEL)  # label_tidal_io_service
-KEEP_MINUTES = max(STEP_MINUTES, FIT_MINUTES)  # TPOT p99's curve is fitted over these; the other rules look at 2 and 5
+# The most minutes any rule reads of the signals: TPOT p99's curve is fitted over FIT_MINUTES, the decode step is
+# measured over STEP_MINUTES, the other rules look at 2 and 5. The signals carry no request rate: a policy that keeps
+# more minutes (the SLO sizing's spread of the request rate) reads those from the other source.
+MAX_MINUTES = max(STEP_MINUTES, FIT_MINUTES)
 MIN_WINDOW_S = 6.0  # three scrapes of the `tidal` job (2 s): a rate needs two samples in its window
 REPLICAS = "replicas"
 TPOT_BOUND = "tpot_p99_bound"  # LoadMinute's field for a censored TPOT p99
@@ -52,43 +57,59 @@ TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_toke
         "vllm:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds")
 
 
-def of_services(expr: str) -> str:
-    """`expr`'s per-pod series, each with its pod's service label (`max by` keeps one kube_pod_labels per pod)."""
+def promql_string(value: str) -> str:
+    """`value` as a PromQL string literal (double-quoted, its backslashes, quotes and newlines escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def of_services(expr: str, namespace: str) -> str:
+    """`expr`'s per-pod series of the pods in `namespace`, each with its pod's service label (`max by` keeps one
+    kube_pod_labels per pod; the join drops the pods of other namespaces)."""
+    pods = f'{SERVICE}!="",namespace={promql_string(namespace)}'
     return (f"({expr}) * on (namespace, pod) group_left ({SERVICE}) "
-            f'max by (namespace, pod, {SERVICE}) (kube_pod_labels{{{SERVICE}!=""}})')
+            f"max by (namespace, pod, {SERVICE}) (kube_pod_labels{{{pods}}})")
 
 
-def queries(window: str) -> dict[str, str]:
-    """{signal: PromQL by service} over a `window` (a PromQL duration) ending at each evaluation time."""
+def minutes_for(policies: Iterable[ScalingPolicy]) -> int:
+    """Minutes of signals to read for the services of these `policies` (those that want them): as many as the furthest
+    back one reads (keep_minutes), at least what the reactive rules read, at most MAX_MINUTES."""
+    return min(MAX_MINUTES, max((keep_minutes(p) for p in policies), default=RULE_MINUTES))
+
+
+def queries(window: str, namespace: str) -> dict[str, str]:
+    """{signal: PromQL by service} over a `window` (a PromQL duration) ending at each evaluation time, of the engines
+    in `namespace`."""
     def first(exprs) -> str:
         return " or ".join(f"({e})" for e in exprs)
 
     def rate(names) -> str:
-        return first(f"sum by ({SERVICE}) ({of_services(f'rate({n}[{window}])')})" for n in names)
+        return first(f"sum by ({SERVICE}) ({of_services(f'rate({n}[{window}])', namespace)})" for n in names)
 
     def gauge(agg: str, names) -> str:
-        return first(f"{agg} by ({SERVICE}) ({of_services(f'avg_over_time({n}[{window}])')})" for n in names)
+        return first(f"{agg} by ({SERVICE}) ({of_services(f'avg_over_time({n}[{window}])', namespace)})" for n in names)
 
     def quantile(q: float, names) -> str:
         return first(f"histogram_quantile({q}, sum by ({SERVICE}, le) "
-                     f"({of_services(f'rate({n}_bucket[{window}])')}))" for n in names)
+                     f"({of_services(f'rate({n}_bucket[{window}])', namespace)}))" for n in names)
 
     def mean(names) -> str:  # a histogram's exact mean: rate(_sum) / rate(_count)
-        return first(f"sum by ({SERVICE}) ({of_services(f'rate({n}_sum[{window}])')}) / "
-                     f"sum by ({SERVICE}) ({of_services(f'rate({n}_count[{window}])')})" for n in names)
+        return first(f"sum by ({SERVICE}) ({of_services(f'rate({n}_sum[{window}])', namespace)}) / "
+                     f"sum by ({SERVICE}) ({of_services(f'rate({n}_count[{window}])', namespace)})" for n in names)
 
     return {"tokens_in": rate(TOKENS_IN), "tokens_out": rate(TOKENS_OUT), "queue": gauge("sum", QUEUE),
             "kv_cache": gauge("avg", KV_CACHE), "ttft_p50": quantile(0.5, TTFT), "ttft_p99": quantile(0.99, TTFT),
             "tpot_p50": quantile(0.5, TPOT), "tpot_p99": quantile(0.99, TPOT), "tpot_mean": mean(TPOT),
-            REPLICAS: first(f"count by ({SERVICE}) ({of_services(f'last_over_time({n}[{window}])')})" for n in QUEUE)}
+            REPLICAS: first(f"count by ({SERVICE}) ({of_services(f'last_over_time({n}[{window}])', namespace)})"
+                            for n in QUEUE)}
 
 
-def tpot_bounds_query(window: str) -> str:
-    """PromQL: one series per (service, `le`) of the TPOT histogram each service's engines publish over a `window`,
+def tpot_bounds_query(window: str, namespace: str) -> str:
+    """PromQL: one series per (service, `le`) of the TPOT histogram each service's engines in `namespace` publish over a
+    `window`,
     under the first of TPOT's names a service has (as its p99 is read: `or on` the service, so a service's bounds
     come from one name)."""
     return f" or on ({SERVICE}) ".join(
-        f"(group by ({SERVICE}, le) ({of_services(f'last_over_time({n}_bucket[{window}])')}))" for n in TPOT)
+        f"(group by ({SERVICE}, le) ({of_services(f'last_over_time({n}_bucket[{window}])', namespace)}))" for n in TPOT)
 
 
 def with_tpot_bounds(read: dict[float, dict[str, float]], bounds: dict[float, set[float]]) -> None:
@@ -108,14 +129,17 @@ def _le(labels: dict[str, str]) -> float:
 
 
 class ServingSignals:
-    """The serving signals of every service over the last KEEP_MINUTES policy minutes, read once per `now`.
+    """The serving signals of every service whose engines run in the Kubernetes `namespace`, over the last `minutes`
+    policy minutes (minutes_for), read once per `now`.
 
     `to_real`/`to_policy` map the policy's clock to epoch seconds and back (the demo compresses a day into minutes;
     live, both are the identity), `speed` is policy seconds per real second."""
 
-    def __init__(self, url: str, *, to_real: Callable[[float], float] = float,
-                 to_policy: Callable[[float], float] = float, speed: float = 1.0, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, namespace: str, *, minutes: int = MAX_MINUTES,
+                 to_real: Callable[[float], float] = float, to_policy: Callable[[float], float] = float,
+                 speed: float = 1.0, timeout_s: float = 5.0) -> None:
         self.prometheus = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+        self.namespace, self.minutes = namespace, minutes
         self.to_real, self.to_policy, self.speed = to_real, to_policy, speed
         self._read: tuple[float, dict[str, dict[float, dict[str, float]]]] | None = None
 
@@ -129,18 +153,23 @@ class ServingSignals:
         if self._read is None or self._read[0] != now:
             self._read = (now, self._minutes(now))
 
-    def _minutes(self, now: float) -> dict[str, dict[float, dict[str, float]]]:
+    def span(self, now: float) -> tuple[float, float, float]:
+        """The range read at `now` (epoch seconds): its first and last evaluation times and the step between them,
+        one evaluation at the end of each of the newest `minutes` complete policy minutes."""
         last = math.floor(now / MINUTE) - 1  # the newest complete minute
-        step = MINUTE / self.speed
+        start, end = (self.to_real((m + 1) * MINUTE) for m in (last - self.minutes + 1, last))
+        return start, end, MINUTE / self.speed
+
+    def _minutes(self, now: float) -> dict[str, dict[float, dict[str, float]]]:
+        start, end, step = self.span(now)
         window = f"{round(max(step, MIN_WINDOW_S) * 1000)}ms"
-        start, end = (self.to_real((m + 1) * MINUTE) for m in (last - KEEP_MINUTES + 1, last))
         out: dict[str, dict[float, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
         bounds: dict[str, dict[float, set[float]]] = defaultdict(lambda: defaultdict(set))
         try:
-            for signal, query in queries(window).items():
+            for signal, query in queries(window, self.namespace).items():
                 for service, at, _, v in self._points(query, start, end, step):
                     out[service][at][signal] = v
-            for service, at, labels, _ in self._points(tpot_bounds_query(window), start, end, step):
+            for service, at, labels, _ in self._points(tpot_bounds_query(window, self.namespace), start, end, step):
                 bounds[service][at].add(_le(labels))
         except (PrometheusApiClientException, RequestException, ValueError) as error:
             log.warning("LLM serving signals not read from Prometheus: %s", error)

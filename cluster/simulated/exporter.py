@@ -37,11 +37,13 @@ def redis_source(redis, namespace: str) -> Callable[[], ClusterState | None]:
 
 
 def serve(source: Callable[[], ClusterState | None], shapes: TraceShapes, port: int,
-          addr: str = "127.0.0.1", load: ServingLoad | None = None) -> tuple[WSGIServer, threading.Thread]:
+          addr: str = "127.0.0.1", load: ServingLoad | None = None,
+          namespace: str | None = None) -> tuple[WSGIServer, threading.Thread]:
     """Start serving /metrics in a daemon thread (port 0: any free port, see server.server_port); inference pods of
-    the services `load` serves follow it (the live demo's traffic)."""
+    the services `load` serves follow it (the live demo's traffic). The pods' series carry `namespace` (the kwok
+    pods' own); None: the simulated cluster's (metrics.pod_families)."""
     registry = CollectorRegistry()
-    registry.register(PodMetricsCollector(source, shapes, load=load))
+    registry.register(PodMetricsCollector(source, shapes, load=load, namespace=namespace))
     server = make_server(addr, port, text_format(make_wsgi_app(registry)), ThreadingWSGIServer,
                          handler_class=_SilentHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -540,9 +540,11 @@ class _Families:
 
 
 def pod_families(pods: Sequence[PodView], nodes: Iterable[NodeView], now: float, shapes: TraceShapes,
-                 fb_mib: Mapping[str, int] = FB_MIB, driven: LoadDriven | None = None) -> list[Metric]:
+                 fb_mib: Mapping[str, int] = FB_MIB, driven: LoadDriven | None = None,
+                 namespace: str | None = None) -> list[Metric]:
     """The metric families of every bound pod at `now`; inference pods of the services `driven` serves from its
-    load, the others from the traces."""
+    load, the others from the traces. Every pod's series carry `namespace` (the kwok pods' own); None: the simulated
+    cluster's, INFERENCE_NAMESPACE for an inference pod, TRAINING_NAMESPACE for the others."""
     models = {n.name: n.gpu_model for n in nodes}
     readings = driven.readings(pods, shapes, now) if driven is not None else {}
     out = _Families()
@@ -558,12 +560,12 @@ def pod_families(pods: Sequence[PodView], nodes: Iterable[NodeView], now: float,
         sampled.append((pod, sample, traffic))
     shared = shared_gpus([(pod, sample) for pod, sample, _ in sampled])
     for pod, sample, traffic in sampled:
-        namespace = INFERENCE_NAMESPACE if is_inference(pod) else TRAINING_NAMESPACE
+        ns = namespace or (INFERENCE_NAMESPACE if is_inference(pod) else TRAINING_NAMESPACE)
         model = pod.spec.gpu_model or models.get(pod.node) or ""
-        _add_gpus(out, pod, namespace, model, fb_mib.get(model, DEFAULT_FB_MIB), sample, shared)
-        _add_container(out, pod, namespace, sample)
+        _add_gpus(out, pod, ns, model, fb_mib.get(model, DEFAULT_FB_MIB), sample, shared)
+        _add_container(out, pod, ns, sample)
         if traffic is not None:
-            _add_traffic(out, pod, namespace, traffic)
+            _add_traffic(out, pod, ns, traffic)
     return out.all()
 
 
@@ -644,12 +646,13 @@ ClusterState = tuple[Sequence[PodView], Sequence[NodeView]]
 
 class PodMetricsCollector(Collector):
     """Recomputes every pod's metrics on each scrape from `source()` (None: no cluster yet, no series); with a
-    `load`, the inference pods of the services it serves follow it (LoadDriven)."""
+    `load`, the inference pods of the services it serves follow it (LoadDriven); `namespace`: pod_families'."""
 
     def __init__(self, source: Callable[[], ClusterState | None], shapes: TraceShapes,
                  clock: Callable[[], float] = time.time, fb_mib: Mapping[str, int] = FB_MIB,
-                 load: ServingLoad | None = None) -> None:
+                 load: ServingLoad | None = None, namespace: str | None = None) -> None:
         self._source, self._shapes, self._clock, self._fb_mib = source, shapes, clock, fb_mib
+        self._namespace = namespace
         self._driven = LoadDriven(load) if load is not None else None
         self._lock = threading.Lock()  # LoadDriven integrates between scrapes: one scrape at a time
 
@@ -659,4 +662,5 @@ class PodMetricsCollector(Collector):
             return []
         pods, nodes = state
         with self._lock:
-            return pod_families(list(pods), nodes, self._clock(), self._shapes, self._fb_mib, self._driven)
+            return pod_families(list(pods), nodes, self._clock(), self._shapes, self._fb_mib, self._driven,
+                                self._namespace)

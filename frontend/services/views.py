@@ -13,6 +13,7 @@ from redis import RedisError
 
 from colocation import selectors, services
 from colocation.filtersets import InferenceServiceFilterSet
+from colocation.live_backend import serving_namespace
 from colocation.models import InferenceService
 from colocation.serving_signals import SERVICE, of_services, queries
 from core.errors import ApplicationError
@@ -35,9 +36,16 @@ SERVICE_LIST = ObjectList(table=ServiceTable, filterset=InferenceServiceFilterSe
 
 # Requests/s per service at the gateway (Istio's server side) between the newest two scrapes of its pods (irate, as the
 # profile publisher reads it: a rate over the minute understates a pod that started within it), by the pods' service
-# label: live, where the service-load profiles come minutes behind (the profile pipeline's window and lateness)
+# label, in the services' Kubernetes namespace: live, where the service-load profiles come minutes behind (the profile
+# pipeline's window and lateness)
 _SERVER_SIDE_RATE = 'irate(istio_requests_total{reporter!="source"}[1m])'
-GATEWAY_QPS = f"sum by ({SERVICE}) ({of_services(_SERVER_SIDE_RATE)})"
+
+
+def gateway_qps(namespace: str) -> str:
+    """PromQL: the gateway's requests/s per service of the pods in `namespace` (the services' own)."""
+    return f"sum by ({SERVICE}) ({of_services(_SERVER_SIDE_RATE, namespace)})"
+
+
 GATEWAY_CACHE_KEY = "services:gateway-qps"
 GATEWAY_TTL_S = 15  # the column says "last min": a figure 15 s old tells the reader the same
 GATEWAY_TIMEOUT_S = 1.0  # an instant query of one rate answers in milliseconds; past this the column falls back
@@ -63,7 +71,8 @@ def gateway_load(now: datetime) -> GatewayLoad:
 
 def _read_gateway(now: datetime) -> GatewayLoad:
     try:
-        return GatewayLoad(prometheus.latest(GATEWAY_QPS, by=SERVICE, now=now.timestamp(), timeout_s=GATEWAY_TIMEOUT_S))
+        return GatewayLoad(prometheus.latest(gateway_qps(serving_namespace()), by=SERVICE, now=now.timestamp(),
+                                             timeout_s=GATEWAY_TIMEOUT_S))
     except prometheus.PrometheusDown as down:
         return GatewayLoad({}, down=str(down))
 
@@ -126,7 +135,7 @@ SLO_EMPTY = ("No value in Prometheus for this service in this range: its engines
 
 def slo_charts(service: InferenceService, since: datetime, now: datetime) -> list[dict]:
     """One chart per serving target the service sets: the signal, and the target as a dashed line."""
-    charts, read = [], queries(SLO_WINDOW)
+    charts, read = [], queries(SLO_WINDOW, serving_namespace())
     for signal, field, title, unit in SLO_TARGETS:
         target = getattr(service, field)
         if target is None:

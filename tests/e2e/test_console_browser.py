@@ -510,7 +510,7 @@ def test_an_llm_service_page_charts_its_ttft_p99_from_prometheus_against_its_das
 
     from cluster.simulated import llm
     from cluster.simulated.exporter import register_target, serve
-    from cluster.simulated.metrics import builtin_shapes
+    from cluster.simulated.metrics import INFERENCE_NAMESPACE, builtin_shapes
     from colocation.replicas import replica_template
     from colocation.serving_signals import SERVICE, queries
     from tests.integration.livecluster import EnginesAt
@@ -534,7 +534,8 @@ def test_an_llm_service_page_charts_its_ttft_p99_from_prometheus_against_its_das
     try:
         prometheus = PrometheusConnect(url=PROMETHEUS_URL, disable_ssl=True)
         deadline = time.monotonic() + 60
-        while set(load.loads) - {s["metric"].get(SERVICE) for s in prometheus.custom_query(queries("1m")["ttft_p99"])}:
+        ttft_p99 = queries("1m", INFERENCE_NAMESPACE)["ttft_p99"]
+        while set(load.loads) - {s["metric"].get(SERVICE) for s in prometheus.custom_query(ttft_p99)}:
             assert time.monotonic() < deadline, "no TTFT p99 of the engines in Prometheus within 60 s"
             time.sleep(1)
 

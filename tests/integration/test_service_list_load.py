@@ -16,12 +16,12 @@ from prometheus_api_client import PrometheusConnect
 from cluster.clock import VirtualClock
 from cluster.simulated.engine import SimulatedCluster
 from cluster.simulated.exporter import register_target, serve
-from cluster.simulated.metrics import builtin_shapes
+from cluster.simulated.metrics import INFERENCE_NAMESPACE, builtin_shapes
 from colocation.replicas import replica_template
 from colocation.selectors import node_views
 from colocation.serving_signals import SERVICE
 from frontend.services.tables import GatewayLoad
-from frontend.services.views import GATEWAY_CACHE_KEY, GATEWAY_QPS, GATEWAY_TTL_S
+from frontend.services.views import GATEWAY_CACHE_KEY, GATEWAY_TTL_S, gateway_qps
 from profiling.models import ServiceMinute
 from tests.integration.livecluster import EnginesAt
 from tests.integration.services import PROMETHEUS_SD_DIR, PROMETHEUS_URL, REDIS_URL
@@ -51,7 +51,8 @@ def test_a_serving_service_shows_the_gateways_qps_before_its_first_profile_minut
     target = register_target(PROMETHEUS_SD_DIR, server.server_port, f"it-list-{run}")
     try:
         prometheus, deadline = PrometheusConnect(url=PROMETHEUS_URL, disable_ssl=True), time.monotonic() + 60
-        while live.name not in {s["metric"].get(SERVICE) for s in prometheus.custom_query(GATEWAY_QPS)}:
+        qps = gateway_qps(INFERENCE_NAMESPACE)
+        while live.name not in {s["metric"].get(SERVICE) for s in prometheus.custom_query(qps)}:
             assert time.monotonic() < deadline, "no gateway request rate of the service in Prometheus within 60 s"
             time.sleep(1)
         cache.delete(GATEWAY_CACHE_KEY)  # a render of another test within the TTL read Prometheus before the service

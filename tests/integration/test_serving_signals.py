@@ -2,7 +2,7 @@
 exporter publishes its engines' series under vLLM's names, Prometheus scrapes them (TPOT's exact mean from its
 histogram's _sum and _count among them), and a TTFT p99 over the service's SLO for two minutes scales it out
 (slo-scale-out). The policy runs on a demo clock of 5 real seconds a minute, so two minutes of signals take seconds,
-not minutes."""
+not minutes. A service of the same name in another namespace is not read."""
 
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ from django.urls import reverse
 from cluster.clock import VirtualClock, utc
 from cluster.simulated import llm
 from cluster.simulated.exporter import register_target, serve
-from cluster.simulated.metrics import builtin_shapes
+from cluster.simulated.metrics import INFERENCE_NAMESPACE, builtin_shapes
 from cluster.simulated.traffic import DemoClock
 from colocation import autoscaler
 from colocation.models import InferenceService
 from colocation.policy import autoscaling, serving
 from colocation.policy.autoscaling import LoadMinute, ScaleReason, ServiceView
+from colocation.replicas import replica_template
 from colocation.serving_signals import ServingSignals, WithServingSignals
 from core.models import Decision
 from tests.integration.livecluster import EnginesAt, scaling_lab
@@ -56,7 +57,8 @@ def test_a_ttft_p99_over_the_slo_in_prometheus_scales_the_service_out(lab):
     world.service(name=name, gpu_model=world.gpu_models["T4"], gpus_per_replica=Decimal("0.25"), replicas=2,
                   min_replicas=2, max_replicas=8, ttft_p99_target_s=0.5)
     clock = DemoClock.starting(time.time(), speed=SPEED)
-    signals = ServingSignals(PROMETHEUS_URL, to_real=clock.real, to_policy=clock.demo, speed=SPEED)
+    signals = ServingSignals(PROMETHEUS_URL, INFERENCE_NAMESPACE, to_real=clock.real, to_policy=clock.demo,
+                             speed=SPEED)
     loads = WithServingSignals(NoLoads(), signals, lambda service: service.ttft_p99_target_s is not None)
 
     def tick():
@@ -115,7 +117,7 @@ def _minutes_exact(name: str) -> None:
     of a second it ends at: rounded to whole seconds (as the client does), the reads' times moved by up to half a
     second, a demo minute, and the newest minute went missing or came from the minute still running."""
     fast = DemoClock.starting(time.time(), speed=144)
-    signals = ServingSignals(PROMETHEUS_URL, to_real=fast.real, to_policy=fast.demo, speed=144)
+    signals = ServingSignals(PROMETHEUS_URL, INFERENCE_NAMESPACE, to_real=fast.real, to_policy=fast.demo, speed=144)
     end = math.floor(fast.demo(time.time() - 2) / 60) * 60  # a minute's end that Prometheus has scraped past
     for at in range(end, end - 12 * 60, -60):  # 12 ends, 5/12 s apart: every fraction of a second
         assert max(signals.of(name, at + 1)) == at - 60
@@ -180,8 +182,8 @@ def test_a_tpot_p99_pinned_in_vllms_bucket_lets_the_night_scale_in_and_a_miss_sc
                   min_replicas=2, max_replicas=8, tpot_p99_target_s=0.05)  # GPU 20/50/80 %
     clock = DemoClock.starting(time.time(), speed=144)  # a minute in 0.42 s: the night in seconds
     load = FallingThenMissing(name, clock)
-    loads = WithServingSignals(load, ServingSignals(PROMETHEUS_URL, to_real=clock.real, to_policy=clock.demo,
-                                                    speed=144), lambda service: True)
+    loads = WithServingSignals(load, ServingSignals(PROMETHEUS_URL, INFERENCE_NAMESPACE, to_real=clock.real,
+                                                    to_policy=clock.demo, speed=144), lambda service: True)
     autoscaler.autoscale_tick(backend=cluster, now=time.time(), loads=loads, clock=clock,
                               forecasts=autoscaler.no_forecast, redis=redis, namespace=namespace)  # its pods start
     cluster_clock.advance(120)
@@ -230,3 +232,48 @@ def test_a_tpot_p99_pinned_in_vllms_bucket_lets_the_night_scale_in_and_a_miss_sc
         server.shutdown()
         thread.join(timeout=5)
     assert d.target == 7 and "tpot_p99" in d.message and "over its target 0.05 s" in d.message, d.message
+
+
+def test_a_service_of_the_same_name_in_another_namespace_is_not_read(lab):
+    """Two installations that one Prometheus scrapes, each with a service `name` in a Kubernetes namespace of its own
+    (two engines in one, busy; one in the other, near idle): each namespace's reader sees its own engines alone, and a
+    third namespace's sees none. Joined across namespaces, both read 3 engines and the sum of their tokens."""
+    world, cluster, _, _, _ = lab
+    run, name = uuid.uuid4().hex[:6], f"llm-{uuid.uuid4().hex[:6]}"
+    service = world.service(name=name, gpu_model=world.gpu_models["T4"], gpus_per_replica=Decimal("0.25"), replicas=2,
+                            min_replicas=1, max_replicas=4, queue_target=4)
+    cluster.apply_replicaset(name, replica_template(service), 2, startup_s=0)
+    cluster.advance()
+    pods, nodes = cluster.pods(), cluster.nodes()
+    assert sum(p.ready for p in pods) == 2
+    installs = {f"it-a-{run}": (pods, 8.0, 0.9), f"it-b-{run}": (pods[:1], 1.0, 0.2)}  # namespace: engines, qps, GPU
+    clock = DemoClock.starting(time.time(), speed=SPEED)
+    readers = {ns: ServingSignals(PROMETHEUS_URL, ns, minutes=5, to_real=clock.real, to_policy=clock.demo, speed=SPEED)
+               for ns in [*installs, f"it-c-{run}"]}
+    served = []
+    try:
+        for ns, (engines, qps, gpu) in installs.items():
+            server, thread = serve(lambda engines=engines: (engines, nodes), builtin_shapes(), 0,
+                                   load=EnginesAt({name: (qps, gpu)}), namespace=ns)
+            served.append((server, thread, register_target(PROMETHEUS_SD_DIR, server.server_port, f"it-ns-{ns}")))
+        deadline = time.monotonic() + DEADLINE_S
+        while not all(_newest(readers[ns], name, clock).get("tokens_in") for ns in installs):
+            assert time.monotonic() < deadline, f"no minute of {name}'s tokens in both namespaces in Prometheus"
+            time.sleep(1)
+        now = clock.demo(time.time())
+        a, b = (readers[ns].of(name, now) for ns in installs)
+        assert {m["replicas"] for m in a.values()} == {2.0} and {m["replicas"] for m in b.values()} == {1.0}, (a, b)
+        newest = max(set(a) & set(b))
+        assert a[newest]["tokens_in"] > 4 * b[newest]["tokens_in"] > 0 and a[newest]["queue"] > b[newest]["queue"]
+        assert readers[f"it-c-{run}"].of(name, now) == {}
+    finally:
+        for server, thread, target in served:
+            target.unlink(missing_ok=True)
+            server.shutdown()
+            thread.join(timeout=5)
+
+
+def _newest(signals: ServingSignals, name: str, clock: DemoClock) -> dict[str, float]:
+    """`name`'s newest complete minute as `signals` read it now ({} when it has none)."""
+    now = clock.demo(time.time())
+    return signals.of(name, now).get((now // 60 - 1) * 60, {})

@@ -201,7 +201,7 @@ def test_serving_signals_read_nothing_while_prometheus_is_down_and_the_same_minu
     with private_prometheus() as prom:
         promwrite.write(prom.url, series)
         promwrite.wait_queryable(prom.url, f'count(kube_pod_labels{{pod="{service}-0"}})', ts[-1] / 1000, 1)
-        read = lambda: ServingSignals(prom.url, timeout_s=2).of(service, now)  # noqa: E731 - a tick's reader each
+        read = lambda: ServingSignals(prom.url, pod["namespace"], timeout_s=2).of(service, now)  # noqa: E731
         before = read()
         assert len(before) >= 8 and all(m["queue"] == 2.0 and m["replicas"] == 1.0 for m in before.values()), before
         prom.stop()

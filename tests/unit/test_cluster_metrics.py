@@ -45,10 +45,10 @@ def web_pod(name="web-0", labels=None, ready=True) -> PodView:
     return PodView(PodSpec(name, None, "T4", (GpuShare(2, 0.5),), 1000, 2048, labels), "n1", START, ready)
 
 
-def scrape(pods, now, shapes=SHAPES) -> dict[tuple[str, frozenset], float]:
+def scrape(pods, now, shapes=SHAPES, namespace=None) -> dict[tuple[str, frozenset], float]:
     """Render through a registry like the exporter, parse the text back: {(sample name, labels): value}."""
     registry = CollectorRegistry()
-    registry.register(PodMetricsCollector(lambda: (pods, NODES), shapes, clock=lambda: now))
+    registry.register(PodMetricsCollector(lambda: (pods, NODES), shapes, clock=lambda: now, namespace=namespace))
     text = generate_latest(registry).decode()
     return {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
@@ -152,6 +152,14 @@ def test_one_dcgm_series_per_gpu_held_and_kube_state_requests():
     labels = next(dict(ls) for (n, ls) in samples if n == "kube_pod_labels")
     assert labels == {"namespace": "tidal-training", "pod": "job-7-run-2", "label_tidal_io_job": "7",
                       "label_tidal_io_run": "2", "label_tidal_io_task": "task-a"}
+
+
+def test_the_kwok_pods_series_carry_their_own_namespace():
+    """On Kubernetes the exporter plays kube-state-metrics and DCGM for pods of TIDAL_K8S_NAMESPACE: every series
+    carries it, where the autoscaler reads the engines of its services (colocation/serving_signals.py)."""
+    samples = scrape([training_pod()], START + 30, namespace="tidal-workloads")
+    assert {dict(ls).get("namespace") for (n, ls) in samples} == {"tidal-workloads"}
+    assert {dict(ls).get("namespace") for (n, ls) in scrape([training_pod()], START + 30)} == {"tidal-training"}
 
 
 def test_a_cpu_only_pod_has_no_dcgm_series_and_no_gpu_request():

@@ -3,12 +3,14 @@ they are laid over another source's minutes."""
 
 from types import SimpleNamespace
 
-from colocation.policy.autoscaling import LoadMinute
-from colocation.serving_signals import REPLICAS, WithServingSignals, queries, tpot_bounds_query, with_tpot_bounds
+from colocation.policy.autoscaling import LoadMinute, ScalingPolicy
+from colocation.policy.serving import ServingTargets
+from colocation.serving_signals import (MAX_MINUTES, REPLICAS, ServingSignals, WithServingSignals, minutes_for,
+                                        promql_string, queries, tpot_bounds_query, with_tpot_bounds)
 
 
 def test_every_signal_reads_vllms_name_first_then_sglangs_by_the_pods_service():
-    q = queries("60000ms")
+    q = queries("60000ms", "tidal-inference")
     assert set(q) == {"tokens_in", "tokens_out", "queue", "kv_cache", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99",
                       "tpot_mean", REPLICAS}
     assert q["tokens_in"].index("rate(vllm:prompt_tokens_total[60000ms])") < \
@@ -25,6 +27,41 @@ def test_every_signal_reads_vllms_name_first_then_sglangs_by_the_pods_service():
         q["tpot_mean"].index("rate(sglang:time_per_output_token_seconds_sum[60000ms])")
     for expr in q.values():
         assert "group_left (label_tidal_io_service)" in expr and "kube_pod_labels" in expr
+
+
+def test_every_query_keeps_the_pods_of_its_namespace_only():
+    """Each engine series is joined to kube_pod_labels of the namespace alone (a service of the same name elsewhere
+    is not read; through the real Prometheus: tests/integration/test_serving_signals.py), its name escaped."""
+    pods = 'kube_pod_labels{label_tidal_io_service!="",namespace="team-a"}'
+    for expr in [*queries("6000ms", "team-a").values(), tpot_bounds_query("6000ms", "team-a")]:
+        assert expr.count("kube_pod_labels") == expr.count(pods) > 0, expr
+    assert promql_string('we"ird\\ns') == '"we\\"ird\\\\ns"'
+    assert 'namespace="we\\"ird"}' in queries("1m", 'we"ird')["queue"]
+
+
+def policy(**serving) -> ScalingPolicy:
+    return ScalingPolicy(serving=ServingTargets(**serving), startup_min=10)
+
+
+def test_the_signals_are_read_as_far_back_as_the_services_that_want_them_read():
+    """A queue or KV-cache target reads the reactive rules' 5 minutes; a latency target the TPOT curve's fit (60); a
+    policy that keeps more (an idle time, the SLO sizing's hours of request rates, which the signals do not carry)
+    no more than that."""
+    queue, kv = policy(queue_per_replica=4.0), policy(kv_cache=0.8)
+    assert minutes_for([queue, kv]) == 5
+    assert minutes_for([]) == 5
+    assert minutes_for([queue, ScalingPolicy(serving=ServingTargets(kv_cache=0.8), scale_to_zero_idle_min=30)]) == 30
+    assert minutes_for([queue, policy(ttft_p99_s=0.5)]) == minutes_for([policy(tpot_p99_s=0.05)]) == 60 == MAX_MINUTES
+    assert minutes_for([policy(slo_ttft_s=1.0, slo_tpot_s=0.05, min_gain=0.1)]) == MAX_MINUTES
+
+
+def test_a_read_spans_the_newest_complete_minutes_it_was_made_for():
+    now = 36_000.0 + 25  # 25 s into minute 600: 599 is the newest complete one, its end at 36 000 s
+    for minutes in (5, 60):
+        start, end, step = ServingSignals("http://127.0.0.1:9", "ns", minutes=minutes).span(now)
+        assert (end, step) == (36_000.0, 60.0) and (end - start) / step + 1 == minutes
+    fast = ServingSignals("http://127.0.0.1:9", "ns", minutes=5, to_real=lambda t: t / 144, speed=144)
+    assert fast.span(now) == (36_000.0 / 144 - 4 * 60 / 144, 36_000.0 / 144, 60 / 144)
 
 
 class Signals:
@@ -51,7 +88,7 @@ def test_signals_fill_the_base_minutes_and_add_the_minutes_it_lacks_at_the_engin
 
 
 def test_the_tpot_buckets_bounds_are_read_per_service_under_the_name_its_p99_is_read_from():
-    q = tpot_bounds_query("6000ms")
+    q = tpot_bounds_query("6000ms", "tidal-inference")
     assert q.startswith("(group by (label_tidal_io_service, le) ((last_over_time("
                         "vllm:request_time_per_output_token_seconds_bucket[6000ms])) * on (namespace, pod) group_left")
     # a service's bounds from its first name only (`or on` the service), in the p99's order of names
@@ -75,3 +112,13 @@ def test_a_tpot_p99_at_the_top_of_its_bucket_carries_the_bound_of_that_minutes_b
     merged = WithServingSignals(Base(), Signals(read | {360.0: read[360.0] | {REPLICAS: 2.0}}), lambda s: True)
     assert merged.recent(SimpleNamespace(name="llm"), 660.0)[2] == LoadMinute(360.0, 2, tpot_p99=0.04975,
                                                                              tpot_p99_bound=0.05)
+
+
+def test_the_services_namespace_is_the_kubernetes_backends_or_the_simulated_exporters(settings):
+    from cluster.simulated.metrics import INFERENCE_NAMESPACE
+    from colocation.live_backend import serving_namespace
+
+    settings.TIDAL_CLUSTER_BACKEND, settings.TIDAL_K8S_NAMESPACE = "kubernetes", "team-a"
+    assert serving_namespace() == "team-a"
+    settings.TIDAL_CLUSTER_BACKEND = "simulated"
+    assert serving_namespace() == INFERENCE_NAMESPACE == "tidal-inference"

@@ -4,7 +4,8 @@ one file per demo cluster, so two demos on one machine do not replace each other
 
 The pods are those of the cluster the loops act on: the simulated one in Redis, or, with TIDAL_CLUSTER_BACKEND=
 kubernetes, the kwok pods of the control plane (`make run ARGS=--kubernetes`), which run nothing and so have no
-metrics of their own: the exporter plays their DCGM exporter and cAdvisor.
+metrics of their own: the exporter plays their DCGM exporter and cAdvisor, and kube-state-metrics in their namespace
+(TIDAL_K8S_NAMESPACE), where the autoscaler reads their serving signals (colocation/serving_signals.py).
 
 Under the demo's traffic (TIDAL_DEMO_TRAFFIC, set by `make run`) the inference pods of its services serve that
 traffic, on the demo clock the autoscaler reads: the service-load profiles follow the curve it acts on."""
@@ -41,7 +42,8 @@ class Command(BaseCommand):
         redis = Redis.from_url(settings.REDIS_URL)
         source = self._source(redis)
         try:
-            server, thread = serve(source, shapes, port, addr=host, load=self._demo_load(redis))
+            server, thread = serve(source, shapes, port, addr=host, load=self._demo_load(redis),
+                                   namespace=self._namespace())
         except OSError as error:
             raise CommandError(f"cannot listen on {host}:{port}: {error}") from error
         stop = threading.Event()
@@ -64,6 +66,11 @@ class Command(BaseCommand):
         if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
             return read_backend().snapshot  # read-only, no lock or lease: a scrape never delays a tick
         return redis_source(redis, settings.TIDAL_REDIS_NAMESPACE)
+
+    @staticmethod
+    def _namespace() -> str | None:
+        """The kwok pods' namespace; None: the simulated cluster's (cluster/simulated/metrics.py)."""
+        return settings.TIDAL_K8S_NAMESPACE if settings.TIDAL_CLUSTER_BACKEND == "kubernetes" else None
 
     def _shapes(self) -> TraceShapes:
         """The GenAI trace's pod shapes; without the trace (no traces folder), the built-in ones. A trace that is
