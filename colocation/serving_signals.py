@@ -104,10 +104,9 @@ def queries(window: str, namespace: str) -> dict[str, str]:
 
 
 def tpot_bounds_query(window: str, namespace: str) -> str:
-    """PromQL: one series per (service, `le`) of the TPOT histogram each service's engines in `namespace` publish over a
-    `window`,
-    under the first of TPOT's names a service has (as its p99 is read: `or on` the service, so a service's bounds
-    come from one name)."""
+    """PromQL: one series per (service, `le`) of the TPOT histogram each service's engines in `namespace` publish over
+    a `window`, under the first of TPOT's names a service has (as its p99 is read: `or on` the service, so a service's
+    bounds come from one name)."""
     return f" or on ({SERVICE}) ".join(
         f"(group by ({SERVICE}, le) ({of_services(f'last_over_time({n}_bucket[{window}])', namespace)}))" for n in TPOT)
 
