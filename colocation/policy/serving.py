@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import combinations
 
 import numpy as np
+from scipy.optimize import nnls
 
 MAX_STEP = 2.0  # a latency breach at most doubles the replicas per decision (HPA's default scale-up is +100 %)
 SIGNALS = ("ttft_p99", "tpot_p99", "queue", "kv_cache")
@@ -334,27 +334,10 @@ def tpot_curve(pairs: Sequence[tuple[float, float]], ratio: float = 1.0, of_mean
     u, tpot = np.array(pairs).T
     lo, hi = float(u.min()), float(u.max())
     if hi - lo >= FIT_SPAN:
-        a, b, c = _nonnegative_least_squares(np.column_stack([np.ones_like(u), u, u / (1.0 - u)]), tpot)
+        a, b, c = nnls(np.column_stack([np.ones_like(u), u, u / (1.0 - u)]), tpot)[0].tolist()
         return TpotCurve(a, b, c, lo, hi, len(pairs), True, ratio, of_mean)
     step = float(np.median(tpot * (1.0 - u)))
     return TpotCurve(step, 0.0, step, lo, hi, len(pairs), False, ratio, of_mean)
-
-
-def _nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:
-    """argmin |x·β - y|² over β ≥ 0: the best unconstrained fit on each subset of the columns that comes out
-    non-negative (3 columns: 7 subsets, exact, no solver's tolerance)."""
-    best, best_sse = (0.0,) * x.shape[1], float(y @ y)
-    for k in range(1, x.shape[1] + 1):
-        for cols in combinations(range(x.shape[1]), k):
-            beta = np.linalg.lstsq(x[:, cols], y, rcond=None)[0]
-            if (beta < 0).any():
-                continue
-            sse = float(((x[:, cols] @ beta - y) ** 2).sum())
-            if sse < best_sse - 1e-15:
-                full = np.zeros(x.shape[1])
-                full[list(cols)] = beta
-                best, best_sse = tuple(full.tolist()), sse
-    return best
 
 
 def decode_step(measured: Sequence) -> float | None:
