@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -504,12 +505,20 @@ def test_servegen_windows_become_minutes(tmp_path):
     assert evaluated(two, 1).minutes == 1440 and evaluated(two, 3).minutes == two.minutes
 
 
-@pytest.mark.parametrize("rows", ["", "a,b\n1,2\n", "0,x,1,2,3\n"])
-def test_bad_servegen_files_say_why(tmp_path, rows):
+@pytest.mark.parametrize(("rows", "why"), [
+    ("", "need the columns"), ("a,b\n1,2\n", "need the columns"),
+    ("0,x,1,2,3\n", "line 2: requests_per_s must be a number >= 0, got 'x'"),
+    ("0,5,1,2,3\n600,-5,1,2,3\n", "line 3: requests_per_s must be a number >= 0, got '-5'"),
+    ("0,5,1,2,3\n600,5,inf,2,3\n", "line 3: cv_weighted must be a number >= 0, got 'inf'"),
+    ("0,5,1,2,3\n,5,1,2,3\n", "line 3: t_s must be a number >= 0, got ''"),
+    ("0,5,1,2,3\n0,6,1,2,3\n600,5,1,2,3\n", "line 3: t_s must increase"),
+    ("1200,5,1,2,3\n600,5,1,2,3\n", "line 3: t_s must increase"),
+])
+def test_bad_servegen_files_say_why(tmp_path, rows, why):
     p = tmp_path / "bad.csv"
     p.write_text(rows if rows.startswith("a,b") else "t_s,requests_per_s,cv_weighted,mean_input_tokens,"
                  "mean_output_tokens\n" + rows)
-    with pytest.raises(ServeGenError):
+    with pytest.raises(ServeGenError, match=re.escape(why)):
         read(p)
 
 

@@ -2,7 +2,8 @@
 `t_s,requests_per_s,cv_weighted,mean_input_tokens,mean_output_tokens`, turned into minutes.
 
 Each column is interpolated linearly between window centres (a window's rate is its mean, not a step). A window at
-0 requests/s is missing data, not idle (the README), and is bridged like an empty token cell. Each minute's request
+0 requests/s is missing data, not idle (the README), and is bridged like an empty token cell. A cell that is not a
+number >= 0, or a t_s that does not increase, is refused with its line. Each minute's request
 count is drawn around its rate with the variance a renewal process of the window's burstiness gives over a minute
 (λ·60·cv²; a gamma draw, seeded), so bursty windows swing more from minute to minute.
 """
@@ -64,12 +65,12 @@ def read(path: Path, seed: int = 0) -> Workload:
         raise ServeGenError(f"cannot read {path}: {e}") from e
     if not rows or any(c not in rows[0] for c in COLUMNS):
         raise ServeGenError(f"{path}: need the columns {', '.join(COLUMNS)}")
-    try:
-        t = np.array([float(r["t_s"]) for r in rows])
-        cols = {c: np.array([float(r[c]) if r[c].strip() else np.nan for r in rows]) for c in COLUMNS[1:]}
-    except ValueError as e:
-        raise ServeGenError(f"{path}: {e}") from e
-    cols["requests_per_s"][cols["requests_per_s"] <= 0] = np.nan
+    t = np.array([_value(path, i, r, "t_s", empty=False) for i, r in enumerate(rows, start=2)])
+    cols = {c: np.array([_value(path, i, r, c) for i, r in enumerate(rows, start=2)]) for c in COLUMNS[1:]}
+    if (np.diff(t) <= 0).any():
+        line = int(np.argmax(np.diff(t) <= 0)) + 3
+        raise ServeGenError(f"{path}, line {line}: t_s must increase from window to window")
+    cols["requests_per_s"][cols["requests_per_s"] == 0] = np.nan
     step = float(np.median(np.diff(t))) if len(t) > 1 else 600.0
     minutes = np.arange(0.0, t[-1] + step, 60.0)
     centres = t + step / 2
@@ -80,6 +81,20 @@ def read(path: Path, seed: int = 0) -> Workload:
     rng = np.random.default_rng(seed)
     counts = np.where(mean > 0, rng.gamma(mean * mean / var, var / np.maximum(mean, 1e-9)), 0.0)
     return Workload(path.stem, counts / 60.0, at["cv_weighted"], at["mean_input_tokens"], at["mean_output_tokens"])
+
+
+def _value(path: Path, line: int, row: dict[str, str], column: str, empty: bool = True) -> float:
+    """A cell as a finite number >= 0; NaN for an empty one where `empty` (a column the window has no sample of)."""
+    cell = (row[column] or "").strip()
+    if not cell and empty:
+        return np.nan
+    try:
+        v = float(cell)
+    except ValueError:
+        v = np.nan
+    if not np.isfinite(v) or v < 0:
+        raise ServeGenError(f"{path}, line {line}: {column} must be a number >= 0, got {cell!r}")
+    return v
 
 
 def _interpolate(x: np.ndarray, xp: np.ndarray, v: np.ndarray, name: str) -> np.ndarray:
