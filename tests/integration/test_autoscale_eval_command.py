@@ -97,11 +97,12 @@ def servegen_csv(path, windows: int = 144):
 
 def test_the_llm_evaluation_on_a_trace_file(tmp_path):
     out, figures = tmp_path / "out", tmp_path / "llm.json"
-    # Six hours of the day's rise (the trace holds fewer than the day asked: all of it), the whole grid on them
-    call_command("autoscale_eval", trace_file=str(servegen_csv(tmp_path / "llm.csv", 36)), days=1, startup_min=[3],
+    # Three hours of the day's rise (the trace holds fewer than the day asked: all of it; the figures say 0.12 days),
+    # the whole grid on them
+    call_command("autoscale_eval", trace_file=str(servegen_csv(tmp_path / "llm.csv", 18)), days=1, startup_min=[3],
                  model_b=70.0, tp=8, pp=1, out=str(out), json_path=str(figures))
     data = json.loads(figures.read_text())
-    assert data["days"] == 0.25 and data["group"] == {"gpus": 8, "gpu": "H200", "tp": 8, "pp": 1, "params_b": 70.0,
+    assert data["days"] == 0.12 and data["group"] == {"gpus": 8, "gpu": "H200", "tp": 8, "pp": 1, "params_b": 70.0,
                                                      "prefill_tokens_s": 45234, "decode_step_ms": 2.6}
     (sweep,) = data["sweeps"]
     assert sweep["startup_min"] == 3 and {"tidal_dominates_hpa", "tidal_dominates_kpa"} <= sweep.keys()

@@ -18,7 +18,7 @@ from experiments.autoscale_eval.llm.servegen import Workload
 TARGETS = (0.45, 0.5, 0.55, 0.6, 0.65)  # HPA's and the KPA's utilization targets
 TIDAL_EXPECT = (0.45, 0.5, 0.55, 0.6, 0.65, 0.7)  # above the TPOT cliff the SLO lowers them (policy/serving.py)
 TIDAL_BANDS = ((0.9, 1.05), (0.8, 1.1))  # minRate, maxRate as multiples of expectRate
-TIDAL_Z = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)  # the look-ahead's margin in standard changes (forecast.py)
+TIDAL_Z = tuple(i / 8 for i in range(13))  # the look-ahead's margin in standard changes (forecast.py): 0-1.5, steps of 0.125
 TIDAL_GAINS = tuple(round(0.05 * 20 ** (i / 15), 3) for i in range(16))  # min_gain 0.05-1, evenly in log
 GAIN_Z = (0.0, 0.5, 1.0)  # the look-ahead's margin beside the sizing
 GAIN_BAND = (0.95, 1.0)  # its band around the utilization the SLO asks: scale out as soon as the level passes it
