@@ -196,13 +196,16 @@ def _ended(redis, namespace: str, loop: str, outcome: str, why: str = "") -> Non
 # --- the cluster, for reading ---------------------------------------------------------------------------------
 
 
+def kube_namespace() -> str | None:
+    """The Kubernetes namespace every pod runs in on the Kubernetes backend (TIDAL_K8S_NAMESPACE); None on the
+    simulated cluster, whose exporter puts inference and training pods in namespaces of their own."""
+    return settings.TIDAL_K8S_NAMESPACE if settings.TIDAL_CLUSTER_BACKEND == "kubernetes" else None
+
+
 def serving_namespace() -> str:
     """The Kubernetes namespace the inference services' pods run in, as their metrics carry it (the `namespace` of
-    kube_pod_labels and of the engines' series): TIDAL_K8S_NAMESPACE on Kubernetes; the demo's exporter's for the
-    simulated cluster's pods."""
-    if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
-        return settings.TIDAL_K8S_NAMESPACE
-    return INFERENCE_NAMESPACE
+    kube_pod_labels and of the engines' series): kube_namespace, or the simulated cluster's inference namespace."""
+    return kube_namespace() or INFERENCE_NAMESPACE
 
 
 def read_backend():

@@ -22,7 +22,7 @@ from cluster.simulated.alibaba import TraceError
 from cluster.simulated.exporter import redis_source, register_target, serve, target_name
 from cluster.simulated.metrics import ClusterState, ServingLoad, TraceShapes, builtin_shapes, load_traces
 from cluster.simulated.traffic import DemoServing
-from colocation.live_backend import read_backend
+from colocation.live_backend import kube_namespace, read_backend
 from colocation.loads import demo_clock, demo_traffic
 
 GENAI_TRACE = "alibaba-genai-2026"
@@ -43,7 +43,7 @@ class Command(BaseCommand):
         source = self._source(redis)
         try:
             server, thread = serve(source, shapes, port, addr=host, load=self._demo_load(redis),
-                                   namespace=self._namespace())
+                                   namespace=kube_namespace())
         except OSError as error:
             raise CommandError(f"cannot listen on {host}:{port}: {error}") from error
         stop = threading.Event()
@@ -66,11 +66,6 @@ class Command(BaseCommand):
         if settings.TIDAL_CLUSTER_BACKEND == "kubernetes":
             return read_backend().snapshot  # read-only, no lock or lease: a scrape never delays a tick
         return redis_source(redis, settings.TIDAL_REDIS_NAMESPACE)
-
-    @staticmethod
-    def _namespace() -> str | None:
-        """The kwok pods' namespace; None: the simulated cluster's (cluster/simulated/metrics.py)."""
-        return settings.TIDAL_K8S_NAMESPACE if settings.TIDAL_CLUSTER_BACKEND == "kubernetes" else None
 
     def _shapes(self) -> TraceShapes:
         """The GenAI trace's pod shapes; without the trace (no traces folder), the built-in ones. A trace that is
