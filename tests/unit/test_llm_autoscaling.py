@@ -530,23 +530,52 @@ def look(rates, horizon: int = 10, z: float = 1.0) -> RateLookahead:
 
 
 def test_the_look_ahead_widens_with_volatility():
-    calm, jumpy = look([100.0] * 400), look(np.tile(np.repeat([80.0, 120.0], 10), 20))
+    calm = look([100.0] * 400)
+    jumps = np.repeat(np.random.default_rng(5).choice([80.0, 120.0], 40), 10)
+    jumpy, bare = look(jumps, z=1.0), look(jumps, z=0.0)
     assert calm.volatility == 0.0 and jumpy.volatility > 0.1
     assert np.allclose(calm.values(), 100.0)
-    f = jumpy.values()
-    assert f[-1] > f[0] >= 80.0 and len(f) == 10
+    margin = jumpy.values() - bare.values()
+    assert len(margin) == 10 and margin[0] > 0 and (np.diff(margin) > 0).all()
     assert (RateLookahead(3, 1.0).values() == 0).all()
 
 
-def test_the_volatility_is_the_rms_relative_change_over_the_horizon():
-    """σ against a direct computation: level = mean of the last (up to) 5 rates; change = rate h minutes later over
-    that level, less 1; the root mean square of the changes."""
-    rates = [100.0, 120.0, 90.0, 130.0, 110.0, 95.0, 140.0, 100.0, 105.0, 125.0]
-    ahead = look(rates, horizon=2)
+def test_jumps_that_always_revert_are_expected_to_revert():
+    """80 and 120 in turn, 10 minutes each: whatever the last 10 minutes did, the next 10 undo it."""
+    ahead = look(np.tile(np.repeat([80.0, 120.0], 10), 20), horizon=10, z=0.0)
+    assert ahead.beta < -0.8
+    assert ahead.trend > 0.2 and ahead.values()[-1] < ahead._levels[-1]  # just rose: expected to fall back
+
+
+def test_the_look_ahead_regresses_the_next_change_on_the_last():
+    """β and σ against a direct computation: level = mean of the last (up to) 5 rates; x = the level's change over
+    the h minutes before, y = the rate h minutes later over the level, less 1; β = Σxy/Σx², σ the RMS of y − βx."""
+    rates = [100.0, 120.0, 90.0, 130.0, 110.0, 95.0, 140.0, 100.0, 105.0, 125.0, 115.0, 98.0]
+    h = 2
+    ahead = look(rates, horizon=h)
     levels = [np.mean(rates[max(0, t - 4):t + 1]) for t in range(len(rates))]
-    changes = [(rates[t + 2] - levels[t]) / levels[t] for t in range(len(rates) - 2)]
-    assert ahead.volatility == pytest.approx(np.sqrt(np.mean(np.square(changes))))
-    assert ahead.values()[-1] == pytest.approx(levels[-1] * (1 + ahead.volatility))
+    x = np.array([levels[t] / levels[t - h] - 1 for t in range(h, len(rates) - h)])
+    y = np.array([rates[t + h] / levels[t] - 1 for t in range(h, len(rates) - h)])
+    beta = float(np.clip((x * y).sum() / (x * x).sum(), -1, 1))
+    assert ahead.beta == pytest.approx(beta)
+    assert ahead.volatility == pytest.approx(np.sqrt(np.mean(np.square(y - beta * x))))
+    trend = levels[-1] / levels[-1 - h] - 1
+    assert ahead.values()[-1] == pytest.approx(levels[-1] * (1 + beta * trend + ahead.volatility))
+
+
+def test_the_look_ahead_follows_a_kept_ramp_and_not_noise():
+    """A rise the traffic keeps is projected over the horizon (β near 1, little margin left); noise around a level is
+    not (β near 0, the level with its margin)."""
+    ramp = look(100.0 + np.arange(400.0), horizon=10, z=0.0)
+    assert ramp.beta == pytest.approx(1.0, abs=0.1) and ramp.volatility < 0.01
+    f = ramp.values()
+    assert f[0] > 497.0 and f[-1] == pytest.approx(507.0, abs=1.5)  # the level (497) and where the ramp goes
+    rng = np.random.default_rng(3)
+    noise = look(100.0 * (1 + 0.05 * rng.standard_normal(400)), horizon=10, z=1.0)
+    assert abs(noise.beta) < 0.5
+    g = noise.values()
+    assert g[-1] > g[0] and g[-1] == pytest.approx(noise._levels[-1] * (1 + noise.beta * noise.trend
+                                                                        + noise.volatility))
 
 
 # ---- the front -----------------------------------------------------------------------------------
