@@ -544,7 +544,7 @@ def test_jumps_that_always_revert_are_expected_to_revert():
     """80 and 120 in turn, 10 minutes each: whatever the last 10 minutes did, the next 10 undo it."""
     ahead = look(np.tile(np.repeat([80.0, 120.0], 10), 20), horizon=10, z=0.0)
     assert ahead.beta < -0.8
-    assert ahead.trend > 0.2 and ahead.values()[-1] < ahead._levels[-1]  # just rose: expected to fall back
+    assert ahead.trend > 0.2 and ahead.values()[-1] < ahead.level  # just rose: expected to fall back
 
 
 def test_the_look_ahead_regresses_the_next_change_on_the_last():
@@ -574,7 +574,7 @@ def test_the_look_ahead_follows_a_kept_ramp_and_not_noise():
     noise = look(100.0 * (1 + 0.05 * rng.standard_normal(400)), horizon=10, z=1.0)
     assert abs(noise.beta) < 0.5
     g = noise.values()
-    assert g[-1] > g[0] and g[-1] == pytest.approx(noise._levels[-1] * (1 + noise.beta * noise.trend
+    assert g[-1] > g[0] and g[-1] == pytest.approx(noise.level * (1 + noise.beta * noise.trend
                                                                         + noise.volatility))
 
 

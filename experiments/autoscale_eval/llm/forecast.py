@@ -52,6 +52,11 @@ class RateLookahead:
             self._sums += _moments(pair)
 
     @property
+    def level(self) -> float:
+        """The mean of the last LEVEL_MIN rates (0 before the first)."""
+        return self._levels[-1] if self._levels else 0.0
+
+    @property
     def beta(self) -> float:
         """How much of the last H minutes' change the next H minutes keep (0 before the first pair)."""
         xx, xy, _ = self._sums
@@ -75,11 +80,9 @@ class RateLookahead:
         return self._levels[-1] / self._levels[-1 - h] - 1.0
 
     def values(self) -> np.ndarray:
-        """Requests/s for the `horizon` minutes to come."""
-        if not self._levels:
-            return np.zeros(self.horizon)
+        """Requests/s for the `horizon` minutes to come (0 before the first rate)."""
         f = np.arange(1, self.horizon + 1) / self.horizon
-        ahead = self._levels[-1] * (1.0 + self.beta * self.trend * f + self.z * self.volatility * np.sqrt(f))
+        ahead = self.level * (1.0 + self.beta * self.trend * f + self.z * self.volatility * np.sqrt(f))
         return np.maximum(0.0, ahead)
 
 
