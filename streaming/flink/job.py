@@ -38,9 +38,15 @@ def jars(runtime: Runtime) -> str:
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> Path | None:
-    """The newest completed checkpoint of any earlier run (a `chk-N` folder holding `_metadata`)."""
-    done = [m.parent for m in checkpoint_dir.glob("*/chk-*/_metadata")]
-    return max(done, key=lambda p: p.stat().st_mtime, default=None)
+    """The newest completed checkpoint of any earlier run (a `chk-N` folder holding `_metadata`). A running job
+    deletes each checkpoint the next one subsumes, so one listed may be gone by the time it is read: skipped."""
+    done = []
+    for m in checkpoint_dir.glob("*/chk-*/_metadata"):
+        try:
+            done.append((m.stat().st_mtime, m.parent))
+        except FileNotFoundError:
+            continue
+    return max(done, default=(0.0, None))[1]
 
 
 def table_env(runtime: Runtime, restore: Path | None):

@@ -47,7 +47,10 @@ class ProfileJob:
         """Wait for a checkpoint completed after `moment` (epoch s) and return it."""
         def newer() -> bool:
             found = latest_checkpoint(self.checkpoint_dir)
-            return found is not None and (found / "_metadata").stat().st_mtime > moment
+            try:
+                return found is not None and (found / "_metadata").stat().st_mtime > moment
+            except FileNotFoundError:  # subsumed by the next checkpoint (Flink keeps one) since it was listed
+                return False
         wait_until(newer, timeout, "a checkpoint")
         return latest_checkpoint(self.checkpoint_dir)
 
