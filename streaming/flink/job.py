@@ -38,15 +38,21 @@ def jars(runtime: Runtime) -> str:
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> Path | None:
-    """The newest completed checkpoint of any earlier run (a `chk-N` folder holding `_metadata`). A running job
-    deletes each checkpoint the next one subsumes, so one listed may be gone by the time it is read: skipped."""
+    """The newest completed checkpoint of any earlier run (a `chk-N` folder holding `_metadata`)."""
+    newest = newest_checkpoint(checkpoint_dir)
+    return newest[1] if newest else None
+
+
+def newest_checkpoint(checkpoint_dir: Path) -> tuple[float, Path] | None:
+    """(when it completed, epoch s; its folder) of the newest completed checkpoint. A running job deletes each
+    checkpoint the next one subsumes, so one listed may be gone by the time it is read: skipped."""
     done = []
     for m in checkpoint_dir.glob("*/chk-*/_metadata"):
         try:
             done.append((m.stat().st_mtime, m.parent))
         except FileNotFoundError:
             continue
-    return max(done, default=(0.0, None))[1]
+    return max(done, default=None)
 
 
 def table_env(runtime: Runtime, restore: Path | None):

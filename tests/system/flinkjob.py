@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from streaming.flink.job import Runtime, latest_checkpoint, submit
+from streaming.flink.job import Runtime, latest_checkpoint, newest_checkpoint, submit
 from streaming.flink.sql import Spec
 from streaming.records import encode
 from streaming.topics import Topics, ensure_topics
@@ -46,11 +46,8 @@ class ProfileJob:
     def checkpoint_after(self, moment: float, timeout: float = 30) -> Path:
         """Wait for a checkpoint completed after `moment` (epoch s) and return it."""
         def newer() -> bool:
-            found = latest_checkpoint(self.checkpoint_dir)
-            try:
-                return found is not None and (found / "_metadata").stat().st_mtime > moment
-            except FileNotFoundError:  # subsumed by the next checkpoint (Flink keeps one) since it was listed
-                return False
+            found = newest_checkpoint(self.checkpoint_dir)
+            return found is not None and found[0] > moment
         wait_until(newer, timeout, "a checkpoint")
         return latest_checkpoint(self.checkpoint_dir)
 

@@ -38,18 +38,23 @@ class RateLookahead:
         self._rates: deque[float] = deque(maxlen=LEVEL_MIN)
         self._levels: deque[float] = deque(maxlen=2 * horizon + 1)  # the level at each of the last minutes
         self._pairs: deque[tuple[float, float]] = deque(maxlen=VOLATILITY_MIN)  # (change before, change after)
-        self._sums = np.zeros(3)  # Σx², Σxy, Σy² over the pairs
+        self._xx = self._xy = self._yy = 0.0  # Σx², Σxy, Σy² over the pairs
 
     def add(self, rate: float) -> None:
         self._rates.append(rate)
         self._levels.append(sum(self._rates) / len(self._rates))
         h = self.horizon
         if len(self._levels) == self._levels.maxlen and self._levels[0] > 0 and self._levels[h] > 0:
-            pair = (self._levels[h] / self._levels[0] - 1.0, rate / self._levels[h] - 1.0)
             if len(self._pairs) == self._pairs.maxlen:
-                self._sums -= _moments(self._pairs[0])
+                self._count(*self._pairs[0], sign=-1.0)
+            pair = (self._levels[h] / self._levels[0] - 1.0, rate / self._levels[h] - 1.0)
             self._pairs.append(pair)
-            self._sums += _moments(pair)
+            self._count(*pair)
+
+    def _count(self, x: float, y: float, sign: float = 1.0) -> None:
+        self._xx += sign * x * x
+        self._xy += sign * x * y
+        self._yy += sign * y * y
 
     @property
     def level(self) -> float:
@@ -59,17 +64,15 @@ class RateLookahead:
     @property
     def beta(self) -> float:
         """How much of the last H minutes' change the next H minutes keep (0 before the first pair)."""
-        xx, xy, _ = self._sums
-        return min(1.0, max(-1.0, xy / xx)) if xx > 1e-12 else 0.0
+        return min(1.0, max(-1.0, self._xy / self._xx)) if self._xx > 1e-12 else 0.0
 
     @property
     def volatility(self) -> float:
         """σ: the root-mean-square change β·x leaves unexplained (0 before the first pair)."""
         if not self._pairs:
             return 0.0
-        xx, xy, yy = self._sums
         b = self.beta
-        return math.sqrt(max(0.0, yy - 2 * b * xy + b * b * xx) / len(self._pairs))
+        return math.sqrt(max(0.0, self._yy - 2 * b * self._xy + b * b * self._xx) / len(self._pairs))
 
     @property
     def trend(self) -> float:
@@ -84,8 +87,3 @@ class RateLookahead:
         f = np.arange(1, self.horizon + 1) / self.horizon
         ahead = self.level * (1.0 + self.beta * self.trend * f + self.z * self.volatility * np.sqrt(f))
         return np.maximum(0.0, ahead)
-
-
-def _moments(pair: tuple[float, float]) -> np.ndarray:
-    x, y = pair
-    return np.array([x * x, x * y, y * y])
