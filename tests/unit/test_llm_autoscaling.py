@@ -8,6 +8,7 @@ import math
 import random
 import re
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from experiments.autoscale_eval.llm.front import Point, covering, dominates, par
 from experiments.autoscale_eval.llm.replica import GroupModel, LlmModel
 from experiments.autoscale_eval.llm.evaluate import evaluated
 from experiments.autoscale_eval.llm.servegen import ServeGenError, read
+from experiments.autoscale_eval.llm.sweep import at_baseline_costs, line
 from experiments.builders.colocation import at
 
 NOW = at("14:00")
@@ -600,6 +602,38 @@ def test_covering_picks_the_cheapest_and_pareto_drops_the_beaten():
     assert covering(Point("hpa", "x", 0.92, 0.7), tidal).gpu_hours_per_mtok == 0.6
     assert [(p.attainment, p.gpu_hours_per_mtok) for p in pareto(tidal)] == [(0.93, 0.6), (0.95, 0.7)]
 
+
+
+@pytest.mark.parametrize("base,tried", [
+    ((0.62, 0.45), [0.375, 0.4375]),  # under the segment z 0.25-0.5 (0.67 at 0.45): z 0.375 gives 0.61, 0.4375 0.66
+    ((0.53, 0.3), [0.375, 0.3125, 0.28125]),  # the first two dearer than 0.3: the knob halves toward the cheap side
+    ((0.7, 0.5), []),  # covered by the grid's z 0.5
+    ((0.68, 0.45), 2 * [0.375, 0.4375, 0.46875, 0.453125, 0.4453125]),  # over both lines: each bisected, in vain
+])
+def test_tidal_is_run_at_an_uncovered_baseline_points_cost(base, tried):
+    """Two lines whose cost is the knob z and whose attainment is expect·√z: the higher is bisected first, until a
+    value covers the baseline point, and the other only if it did not."""
+    runs: list[tuple[float, float]] = []
+
+    def run(e: float, z: float) -> Point:
+        runs.append((e, z))
+        return Point("tidal", f"expect {e:g} z {z:g}", e * math.sqrt(z), z)
+
+    lines = [line(partial(run, e), (0.0, 0.25, 0.5, 1.0)) for e in (0.9, 1.0)]
+    grid = [p for ln in lines for _, p in ln.grid]
+    runs.clear()
+    baseline = Point("kpa", "target", *base)
+    added = at_baseline_costs([baseline, *grid], lines)
+    assert [z for _, z in runs] == tried and [e for e, _ in runs] == sorted((e for e, _ in runs), reverse=True)
+    assert dominates(grid + added, [baseline]) is (base != (0.68, 0.45))
+
+
+def test_a_knob_whose_cost_falls_as_it_grows_is_bisected_the_same_way():
+    """The SLO sizing's min_gain: the higher, the cheaper (here cost 1 − g, attainment √(1 − g)). A baseline point
+    between g 0.25 and 0.5 is met from the dear side down."""
+    ln = line(lambda g: Point("tidal", f"min_gain {g:g}", math.sqrt(1 - g), 1 - g), (0.0, 0.25, 0.5, 1.0))
+    added = at_baseline_costs([Point("kpa", "target", 0.73, 0.55), *(p for _, p in ln.grid)], [ln])
+    assert [p.setting for p in added] == ["min_gain 0.375", "min_gain 0.4375", "min_gain 0.46875", "min_gain 0.453125"]
 
 P99 = 2.3263478740408408  # the normal's 99th percentile: a lognormal's p99 is its median × exp(P99 × σ)
 

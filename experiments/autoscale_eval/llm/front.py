@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from experiments.autoscale_eval.front import covering, dominates
+from experiments.autoscale_eval.front import covering, covers, dominates
 from experiments.autoscale_eval.front import pareto as _pareto
 
-__all__ = ["Point", "covering", "dominates", "pareto"]
+__all__ = ["Point", "covering", "covers", "dominates", "pareto"]
 
 
 @dataclass(frozen=True, slots=True)

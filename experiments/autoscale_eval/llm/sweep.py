@@ -1,15 +1,17 @@
 """The LLM sweep: HPA and the KPA at several utilization targets, tidal at several threshold settings, every one on
-the same minutes with the same group model; the same grid on every trace (nothing here reads the traffic)."""
+the same minutes with the same group model; the same grid on every trace (nothing here reads the traffic). Where the
+grid leaves a baseline point uncovered, tidal is also run at that point's cost (at_baseline_costs)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from colocation.policy import hpa, kpa
 from colocation.policy.autoscaling import SYSTEM_MIN_REPLICAS, Rates, ScalingPolicy
 from colocation.policy.serving import ServingTargets
-from experiments.autoscale_eval.llm.front import Point
+from experiments.autoscale_eval.llm.front import Point, covering, covers
 from experiments.autoscale_eval.llm.policies import Hpa, Kpa, Tidal
 from experiments.autoscale_eval.llm.replica import GroupModel
 from experiments.autoscale_eval.llm.run import Slo, replay
@@ -23,6 +25,21 @@ TIDAL_GAINS = tuple(round(0.05 * 20 ** (i / 15), 3) for i in range(16))  # min_g
 GAIN_Z = (0.0, 0.5, 1.0)  # the look-ahead's margin beside the sizing
 GAIN_BAND = (0.95, 1.0)  # its band around the utilization the SLO asks: scale out as soon as the level passes it
 MAX_OVER_PEAK = 2  # at most this many times the groups the evaluated peak needs at utilization 0.5
+REFINE_LINES = 2  # lines tried at an uncovered baseline point's cost, the highest there first
+REFINE_STEPS = 5  # bisections of a knob between two grid values: to 1/32 of the grid's step
+
+
+@dataclass(frozen=True)
+class Line:
+    """Tidal's settings with one knob free (a threshold setting's look-ahead margin z, the SLO sizing's min_gain): the
+    runs at the grid's values of the knob, in order, and how to run another value."""
+
+    run: Callable[[float], Point]
+    grid: tuple[tuple[float, Point], ...]
+
+
+def line(run: Callable[[float], Point], values: Sequence[float]) -> Line:
+    return Line(run, tuple((v, run(v)) for v in values))
 
 
 @dataclass(frozen=True)
@@ -68,18 +85,66 @@ def sweep(w: Workload, model: GroupModel, slo: Slo, tick: Callable[[], None] | N
             tick()
         return Point(policy.name, setting, f["slo_attainment"], f["gpu_hours_per_mtok"])
 
+    def threshold(e: float, b: tuple[float, float], z: float) -> Point:
+        return point(Tidal(tidal_policy(e, b, top, slo, model.startup_min), z),
+                     f"expect {e:g} min/max ×{b[0]:g}/×{b[1]:g} look-ahead z {z:.10g}")
+
+    def sized(z: float, g: float) -> Point:
+        return point(Tidal(gain_policy(g, top, slo, model.startup_min), z),
+                     f"sized to the SLO, min_gain {g:.10g} look-ahead z {z:g}")
+
     out = [point(Hpa(hpa.HpaSpec(t, SYSTEM_MIN_REPLICAS, top)), f"target {t:g}") for t in targets]
     out += [point(Kpa(kpa.KpaSpec(t, SYSTEM_MIN_REPLICAS, top)), f"target {t:g}") for t in targets]
-    out += [point(Tidal(tidal_policy(e, b, top, slo, model.startup_min), z),
-                  f"expect {e:g} min/max ×{b[0]:g}/×{b[1]:g} look-ahead z {z:g}")
-            for e in expect for b in bands for z in zs]
-    out += [point(Tidal(gain_policy(g, top, slo, model.startup_min), z),
-                  f"sized to the SLO, min_gain {g:g} look-ahead z {z:g}") for g in gains for z in gain_zs]
+    lines = [line(partial(threshold, e, b), zs) for e in expect for b in bands]
+    lines += [line(partial(sized, z), gains) for z in gain_zs]
+    out += [p for ln in lines for _, p in ln.grid]
+    out += at_baseline_costs(out, lines)
     return Sweep(model.startup_min, tuple(out))
+
+
+def at_baseline_costs(points: Sequence[Point], lines: Sequence[Line]) -> list[Point]:
+    """Tidal at the cost of each baseline point the grid leaves uncovered: on the REFINE_LINES lines highest at its
+    cost (between their grid values, linearly), the knob is bisected toward the point's GPU-hours. The comparison is
+    then made at the baseline's cost rather than at the grid's; every point tried is a run of its own setting, kept."""
+    added: list[Point] = []
+    tidal = [p for p in points if p.policy == "tidal"]
+    for base in (p for p in points if p.policy != "tidal"):
+        for ln, cheap, dear in _bracketing(lines, base)[:REFINE_LINES]:
+            if covering(base, tidal + added) is not None:
+                break
+            added += _bisected(ln, cheap, dear, base)
+    return added
+
+
+def _bracketing(lines: Sequence[Line], base: Point) -> list[tuple[Line, float, float]]:
+    """(line, its knob at most `base`'s cost, its knob over it) for every line two neighbouring grid values of which
+    bracket that cost, the highest there first."""
+    c, found = base.gpu_hours_per_mtok, []
+    for ln in lines:
+        for (v0, p0), (v1, p1) in zip(ln.grid, ln.grid[1:]):
+            (cheap, q0), (dear, q1) = sorted(((v0, p0), (v1, p1)), key=lambda vp: vp[1].gpu_hours_per_mtok)
+            if q0.gpu_hours_per_mtok <= c < q1.gpu_hours_per_mtok:
+                share = (c - q0.gpu_hours_per_mtok) / (q1.gpu_hours_per_mtok - q0.gpu_hours_per_mtok)
+                found.append((q0.attainment + share * (q1.attainment - q0.attainment), ln, cheap, dear))
+                break
+    return [(ln, cheap, dear) for _, ln, cheap, dear in sorted(found, key=lambda f: -f[0])]
+
+
+def _bisected(ln: Line, cheap: float, dear: float, base: Point) -> list[Point]:
+    """Knob values between `cheap` (at most `base`'s cost) and `dear` (over it), halved toward its cost until one
+    covers it."""
+    tried: list[Point] = []
+    for _ in range(REFINE_STEPS):
+        v = (cheap + dear) / 2
+        tried.append(p := ln.run(v))
+        if covers(p, base):
+            break
+        cheap, dear = (v, dear) if p.gpu_hours_per_mtok <= base.gpu_hours_per_mtok else (cheap, v)
+    return tried
 
 
 def size(targets: Sequence[float] = TARGETS, expect: Sequence[float] = TIDAL_EXPECT,
          bands: Sequence = TIDAL_BANDS, zs: Sequence[float] = TIDAL_Z, gains: Sequence[float] = TIDAL_GAINS,
          gain_zs: Sequence[float] = GAIN_Z) -> int:
-    """Runs in one sweep."""
+    """Runs in one sweep's grid (at_baseline_costs adds a few where it leaves a baseline point uncovered)."""
     return 2 * len(targets) + len(expect) * len(bands) * len(zs) + len(gains) * len(gain_zs)

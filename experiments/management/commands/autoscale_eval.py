@@ -128,8 +128,13 @@ class Command(BaseCommand):
         out = Path(opts["out"]) if opts["out"] else Path(settings.BASE_DIR) / "out" / "autoscale-eval-llm"
         command = "python manage.py autoscale_eval " + shlex.join(sys.argv[2:])
         bar = tqdm(total=size() * len(startups), desc="sweep", unit="run", file=self.stderr, mininterval=0.5)
+
+        def tick() -> None:  # the runs at the baselines' costs come after the grid the bar was sized to
+            bar.total = max(bar.total, bar.n + 1)
+            bar.update(1)
+
         try:
-            figures = llm.evaluate(cfg, out, command, lambda: bar.update(1))
+            figures = llm.evaluate(cfg, out, command, tick)
         except ServeGenError as e:
             raise CommandError(str(e)) from e
         finally:
