@@ -603,12 +603,11 @@ def test_covering_picks_the_cheapest_and_pareto_drops_the_beaten():
     assert [(p.attainment, p.gpu_hours_per_mtok) for p in pareto(tidal)] == [(0.93, 0.6), (0.95, 0.7)]
 
 
-
 @pytest.mark.parametrize("base,tried", [
     ((0.62, 0.45), [0.375, 0.4375]),  # under the segment z 0.25-0.5 (0.67 at 0.45): z 0.375 gives 0.61, 0.4375 0.66
     ((0.53, 0.3), [0.375, 0.3125, 0.28125]),  # the first two dearer than 0.3: the knob halves toward the cheap side
     ((0.7, 0.5), []),  # covered by the grid's z 0.5
-    ((0.68, 0.45), 2 * [0.375, 0.4375, 0.46875, 0.453125, 0.4453125]),  # over both lines: each bisected, in vain
+    ((0.68, 0.45), 2 * [0.375, 0.4375, 0.46875, 0.453125, 0.4453125]),  # above both lines: each bisected, in vain
 ])
 def test_tidal_is_run_at_an_uncovered_baseline_points_cost(base, tried):
     """Two lines whose cost is the knob z and whose attainment is expect·√z: the higher is bisected first, until a
@@ -634,6 +633,7 @@ def test_a_knob_whose_cost_falls_as_it_grows_is_bisected_the_same_way():
     ln = line(lambda g: Point("tidal", f"min_gain {g:g}", math.sqrt(1 - g), 1 - g), (0.0, 0.25, 0.5, 1.0))
     added = at_baseline_costs([Point("kpa", "target", 0.73, 0.55), *(p for _, p in ln.grid)], [ln])
     assert [p.setting for p in added] == ["min_gain 0.375", "min_gain 0.4375", "min_gain 0.46875", "min_gain 0.453125"]
+
 
 P99 = 2.3263478740408408  # the normal's 99th percentile: a lognormal's p99 is its median × exp(P99 × σ)
 

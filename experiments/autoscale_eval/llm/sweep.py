@@ -39,6 +39,7 @@ class Line:
 
 
 def line(run: Callable[[float], Point], values: Sequence[float]) -> Line:
+    """The line through `run` at each of the grid's `values`."""
     return Line(run, tuple((v, run(v)) for v in values))
 
 
@@ -117,8 +118,8 @@ def at_baseline_costs(points: Sequence[Point], lines: Sequence[Line]) -> list[Po
 
 
 def _bracketing(lines: Sequence[Line], base: Point) -> list[tuple[Line, float, float]]:
-    """(line, its knob at most `base`'s cost, its knob over it) for every line two neighbouring grid values of which
-    bracket that cost, the highest there first."""
+    """(line, its knob at most `base`'s cost, its knob over it) for every line with neighbouring grid values on either
+    side of that cost (the first such pair), the highest there first."""
     c, found = base.gpu_hours_per_mtok, []
     for ln in lines:
         for (v0, p0), (v1, p1) in zip(ln.grid, ln.grid[1:]):
