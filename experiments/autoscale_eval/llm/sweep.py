@@ -123,10 +123,11 @@ def _bracketing(lines: Sequence[Line], base: Point) -> list[tuple[Line, float, f
     c, found = base.gpu_hours_per_mtok, []
     for ln in lines:
         for (v0, p0), (v1, p1) in zip(ln.grid, ln.grid[1:]):
-            (cheap, q0), (dear, q1) = sorted(((v0, p0), (v1, p1)), key=lambda vp: vp[1].gpu_hours_per_mtok)
-            if q0.gpu_hours_per_mtok <= c < q1.gpu_hours_per_mtok:
-                share = (c - q0.gpu_hours_per_mtok) / (q1.gpu_hours_per_mtok - q0.gpu_hours_per_mtok)
-                found.append((q0.attainment + share * (q1.attainment - q0.attainment), ln, cheap, dear))
+            if p1.gpu_hours_per_mtok < p0.gpu_hours_per_mtok:  # a knob whose cost falls as it grows (min_gain)
+                (v0, p0), (v1, p1) = (v1, p1), (v0, p0)
+            c0, c1 = p0.gpu_hours_per_mtok, p1.gpu_hours_per_mtok
+            if c0 <= c < c1:
+                found.append((p0.attainment + (c - c0) / (c1 - c0) * (p1.attainment - p0.attainment), ln, v0, v1))
                 break
     return [(ln, cheap, dear) for _, ln, cheap, dear in sorted(found, key=lambda f: -f[0])]
 
